@@ -1,0 +1,52 @@
+"""Input validation shared by every public function.
+
+Shape and dtype checks are static, so they run under ``jit`` and ``vmap`` too. Value checks (NaN/inf,
+positivity) need concrete arrays: they run when the caller passes concrete arrays (the usual case: the
+public entry points are called eagerly on user data) and are skipped for tracers, where the check would
+otherwise force a host sync inside a compiled program.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def is_concrete(x) -> bool:
+    """True when ``x`` holds values (not a tracer inside ``jit``/``vmap``/``grad``)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def as_float_array(x, name: str):
+    """Converts ``x`` to a floating JAX array, keeping float32/float64 and promoting ints."""
+    if x is None:
+        raise ValueError(f"`{name}` must be an array, got None")
+    arr = jnp.asarray(x)
+    if not jnp.issubdtype(arr.dtype, jnp.floating):
+        arr = arr.astype(jnp.result_type(float))
+    return arr
+
+
+def check_ndim(x, ndim: int, name: str, what: str = ""):
+    if x.ndim != ndim:
+        extra = f" ({what})" if what else ""
+        raise ValueError(f"`{name}` must be {ndim}-D{extra}, got shape {tuple(x.shape)}")
+
+
+def check_finite(x, name: str):
+    if is_concrete(x) and x.size and not bool(np.all(np.isfinite(np.asarray(x)))):
+        bad = int(np.sum(~np.isfinite(np.asarray(x))))
+        raise ValueError(f"`{name}` contains {bad} NaN or infinite value(s)")
+
+
+def check_positive(x, name: str):
+    if is_concrete(x) and x.size and not bool(np.all(np.asarray(x) > 0)):
+        raise ValueError(
+            f"`{name}` must be strictly positive, got min {float(np.min(np.asarray(x)))}"
+        )
+
+
+def check_nonempty(x, name: str, axis: int = 0):
+    if x.shape[axis] == 0:
+        raise ValueError(f"`{name}` is empty (shape {tuple(x.shape)})")

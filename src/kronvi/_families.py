@@ -1,0 +1,79 @@
+"""Variational families over discrete grids.
+
+:class:`MeanField` is :math:`q(w) = \\bigotimes_{j=1}^b q_j` with :math:`q_j = \\mathrm{softmax}(\\ell_j)`
+over the ``m`` levels of weight ``j``'s grid.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ._checks import as_float_array, check_finite, check_ndim
+from ._pytree import validated_pytree
+
+
+@validated_pytree
+class MeanField:
+    r"""Fully factorized discrete distribution, ``q_j = softmax(logits[j])``.
+
+    Args:
+      logits: ``(b, m)`` unnormalized log-probabilities, finite.
+
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> q = kronvi.MeanField(jnp.zeros((2, 4)))
+      >>> q.probs.sum(-1).tolist()
+      [1.0, 1.0]
+    """
+
+    _fields = ("logits",)
+
+    def __init__(self, logits):
+        logits = as_float_array(logits, "logits")
+        check_ndim(logits, 2, "logits", "(num_weights, num_levels)")
+        if logits.shape[0] == 0 or logits.shape[1] == 0:
+            raise ValueError(f"`logits` is empty (shape {tuple(logits.shape)})")
+        check_finite(logits, "logits")
+        object.__setattr__(self, "logits", logits)
+
+    @property
+    def probs(self):
+        return jax.nn.softmax(self.logits, axis=-1)
+
+    @property
+    def log_probs(self):
+        return jax.nn.log_softmax(self.logits, axis=-1)
+
+    @classmethod
+    def from_prior(cls, prior):
+        """The mean-field distribution equal to a factorized prior (the usual initialization)."""
+        return cls(prior.log_probs)
+
+
+def check_family(q, prior, name: str, prior_name: str):
+    """Checks that a MeanField's shape matches its prior's grid."""
+    if not isinstance(q, MeanField):
+        raise TypeError(f"`{name}` must be a MeanField, got {type(q).__name__}")
+    if q.logits.shape[-2:] != prior.values.shape[-2:]:
+        raise ValueError(
+            f"`{name}.logits` has shape {tuple(q.logits.shape)} but `{prior_name}` grid has shape "
+            f"{tuple(prior.values.shape)}: they must agree (num_weights, num_levels)"
+        )
+
+
+def grid_moments(probs, values):
+    r"""Mean and variance of each weight under factor probabilities ``probs`` on grid ``values``.
+
+    Both arrays ``(..., b, m)``. The variance is computed around the mean (not as
+    :math:`E[w^2] - E[w]^2`) to avoid cancellation.
+    """
+    mean = jnp.sum(probs * values, axis=-1)
+    var = jnp.sum(probs * (values - mean[..., None]) ** 2, axis=-1)
+    return mean, var
+
+
+def entropy(q: MeanField):
+    r"""Entropy :math:`-E_q[\log q] = -\sum_j \langle q_j, \log q_j \rangle` (Prop. 2: log of a Kronecker
+    product is a Kronecker sum)."""
+    return -jnp.sum(q.probs * q.log_probs, axis=(-2, -1))

@@ -1,0 +1,264 @@
+r"""Fitting mean-field DIRECT regression: exact coordinate ascent and L-BFGS on the exact ELBO.
+
+Both are pure functions built on ``lax.while_loop``: they run under ``jit`` and ``vmap`` (e.g. over CV
+folds stacked on a leading axis) and return ``(q_w, q_noise, info)`` instead of raising inside a
+compiled program.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from ._families import MeanField, grid_moments
+from ._regression import _elbo_terms, check_regression_args, expected_rss, noise_moments
+
+METHODS = ("cavi", "lbfgs", "optax-lbfgs")
+ORDERS = ("random", "cyclic", "greedy")
+
+
+class FitInfo(NamedTuple):
+    """Diagnostics of a fit.
+
+    Attributes:
+      elbo: ``(max_iter + 1,)`` ELBO at the start (index 0) and after each iteration (sweep for
+        ``"cavi"``); entries past ``num_iter`` repeat the final value.
+      num_iter: iterations run.
+      converged: whether the stopping criterion was met before ``max_iter``.
+    """
+
+    elbo: jax.Array
+    num_iter: jax.Array
+    converged: jax.Array
+
+
+def _elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats):
+    ell, lp, lq = _elbo_terms(
+        MeanField._unchecked(logits_w), MeanField._unchecked(logits_n), prior_w, prior_noise, stats
+    )
+    return ell + lp - lq
+
+
+def fit_regression(
+    stats,
+    prior_w,
+    prior_noise,
+    *,
+    method: str = "cavi",
+    init=None,
+    max_iter: int | None = None,
+    tol: float | None = None,
+    order: str = "random",
+    key=None,
+    anneal_sweeps: int = 0,
+    anneal_start: float = 4.0,
+):
+    r"""Fits mean-field DIRECT regression by maximizing the exact ELBO.
+
+    Methods:
+      ``"cavi"`` (default): exact coordinate ascent. Given the rest, the optimal factor is
+      :math:`\log q_j(v) = \log p_j(v) + E[\sigma^{-2}]\,(v h_j - \tfrac12 (\Phi^\top\Phi)_{jj} v^2)` with
+      :math:`h_j = (\Phi^\top y)_j - \sum_{i\ne j}(\Phi^\top\Phi)_{ij}\bar w_i`, and
+      :math:`\log q_\sigma(s) = \log p_\sigma(s) - \tfrac n2\log s - E\|y-\Phi w\|^2/(2s)`. A sweep updates
+      every weight in turn (keeping :math:`\Phi^\top\Phi\bar w` current in :math:`O(b)` per weight) and
+      then the noise: :math:`O(b^2)` per sweep and the ELBO never decreases.
+      ``"lbfgs"``: the paper's recipe, ``jaxopt.LBFGS`` on :math:`-\mathcal{L}/n` over the logits with
+      gradients from ``jax.grad``. ``"optax-lbfgs"``: the same with ``optax.lbfgs``.
+
+    Args:
+      stats: :class:`RegressionStats`.
+      prior_w: :class:`DiscretePrior` ``(b, m)``.
+      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
+      method: one of ``"cavi"``, ``"lbfgs"``, ``"optax-lbfgs"``.
+      init: optional ``(q_w, q_noise)`` to start from; default: the prior.
+      max_iter: sweeps (CAVI, default 100) or iterations (L-BFGS, default 1000).
+      tol: stop when the ELBO gains less than ``tol * n`` nats in a sweep (CAVI, default 1e-7) or when
+        the gradient norm of :math:`-\mathcal{L}/n` falls below ``tol`` (L-BFGS, default 1e-6).
+      order: CAVI update order: ``"random"`` (a fresh permutation per sweep from ``key``),
+        ``"cyclic"`` (0..b-1) or ``"greedy"`` (each sweep visits weights by decreasing
+        :math:`|(\Phi^\top y)_j| / \sqrt{(\Phi^\top\Phi)_{jj}}`).
+      key: PRNG key for ``order="random"`` (default ``jax.random.key(0)``).
+      anneal_sweeps: CAVI only; the first ``anneal_sweeps`` sweeps maximize
+        :math:`E_q[\log p(y, w)] + T\,H[q]` with the temperature ``T`` decaying geometrically from
+        ``anneal_start`` to 1 (deterministic annealing, to escape poor local optima); the ELBO is
+        monotone only after them.
+
+    Returns:
+      ``(q_w, q_noise, info)`` with ``info`` a :class:`FitInfo`.
+    """
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {METHODS}, got {method!r}")
+    if order not in ORDERS:
+        raise ValueError(f"`order` must be one of {ORDERS}, got {order!r}")
+    if init is None:
+        q_w0, q_n0 = MeanField.from_prior(prior_w), MeanField.from_prior(prior_noise)
+    else:
+        if not (isinstance(init, tuple) and len(init) == 2):
+            raise TypeError("`init` must be a tuple (q_w, q_noise) of MeanField")
+        q_w0, q_n0 = init
+    check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)
+    if method == "cavi":
+        max_iter = 100 if max_iter is None else int(max_iter)
+        tol = 1e-7 if tol is None else float(tol)
+        if key is None:
+            key = jax.random.key(0)
+        return _fit_cavi(
+            q_w0.logits,
+            q_n0.logits,
+            prior_w,
+            prior_noise,
+            stats,
+            key,
+            max_iter=max_iter,
+            tol=tol,
+            order=order,
+            anneal_sweeps=int(anneal_sweeps),
+            anneal_start=float(anneal_start),
+        )
+    max_iter = 1000 if max_iter is None else int(max_iter)
+    tol = 1e-6 if tol is None else float(tol)
+    return _fit_lbfgs(
+        q_w0.logits,
+        q_n0.logits,
+        prior_w,
+        prior_noise,
+        stats,
+        max_iter=max_iter,
+        tol=tol,
+        backend=method,
+    )
+
+
+def _noise_update(logits_w, prior_w, prior_noise, stats):
+    s = prior_noise.values
+    rss = expected_rss(MeanField._unchecked(logits_w), prior_w, stats)
+    return prior_noise.log_probs - 0.5 * stats.n * jnp.log(s) - 0.5 * rss / s
+
+
+def cavi_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0):
+    """One coordinate-ascent sweep over the weights in ``order``, then the noise. Returns new logits."""
+    A, c, V, logp = stats.PhitPhi, stats.Phity, prior_w.values, prior_w.log_probs
+    e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
+    mean, _ = grid_moments(jax.nn.softmax(logits_w, -1), V)
+    g = A @ mean
+
+    def body(i, carry):
+        logits, mean, g = carry
+        j = order[i]
+        a_jj = A[j, j]
+        h = c[j] - (g[j] - a_jj * mean[j])
+        v = V[j]
+        new = (logp[j] + e_inv * (v * h - 0.5 * a_jj * v * v)) / temperature
+        m_new = jnp.sum(jax.nn.softmax(new) * v)
+        g = g + A[j] * (m_new - mean[j])
+        return logits.at[j].set(new), mean.at[j].set(m_new), g
+
+    logits_w, _, _ = lax.fori_loop(0, order.shape[0], body, (logits_w, mean, g))
+    logits_n = _noise_update(logits_w, prior_w, prior_noise, stats) / temperature
+    return logits_w, logits_n
+
+
+@functools.partial(
+    jax.jit, static_argnames=("max_iter", "tol", "order", "anneal_sweeps", "anneal_start")
+)
+def _fit_cavi(
+    logits_w,
+    logits_n,
+    prior_w,
+    prior_noise,
+    stats,
+    key,
+    *,
+    max_iter,
+    tol,
+    order,
+    anneal_sweeps,
+    anneal_start,
+):
+    b = logits_w.shape[0]
+    dtype = logits_w.dtype
+    elbo0 = _elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats)
+    trace = jnp.full((max_iter + 1,), elbo0, dtype)
+    greedy = jnp.argsort(-jnp.abs(stats.Phity) / jnp.sqrt(jnp.diagonal(stats.PhitPhi) + 1e-30))
+
+    def cond(st):
+        it, _, _, tr, done = st
+        return (it < max_iter) & ~done
+
+    def body(st):
+        it, lw, ln, tr, _ = st
+        if order == "random":
+            perm = jax.random.permutation(jax.random.fold_in(key, it), b)
+        elif order == "greedy":
+            perm = greedy
+        else:
+            perm = jnp.arange(b)
+        if anneal_sweeps > 0:
+            frac = jnp.minimum(it.astype(dtype) / anneal_sweeps, 1.0)
+            temperature = jnp.asarray(anneal_start, dtype) ** (1.0 - frac)
+        else:
+            temperature = jnp.asarray(1.0, dtype)
+        lw, ln = cavi_sweep(lw, ln, prior_w, prior_noise, stats, perm, temperature)
+        e = _elbo_from_logits(lw, ln, prior_w, prior_noise, stats)
+        gain = e - tr[it]
+        done = (it + 1 > anneal_sweeps) & (gain < tol * stats.n)
+        return it + 1, lw, ln, tr.at[it + 1].set(e), done
+
+    it, lw, ln, tr, done = lax.while_loop(
+        cond, body, (jnp.asarray(0), logits_w, logits_n, trace, jnp.asarray(False))
+    )
+    tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
+    return MeanField._unchecked(lw), MeanField._unchecked(ln), FitInfo(tr, it, done)
+
+
+@functools.partial(jax.jit, static_argnames=("max_iter", "tol", "backend"))
+def _fit_lbfgs(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol, backend):
+    def loss(params):
+        lw, ln = params
+        return -_elbo_from_logits(lw, ln, prior_w, prior_noise, stats) / stats.n
+
+    params = (logits_w, logits_n)
+    trace = jnp.full((max_iter + 1,), -loss(params) * stats.n)
+
+    if backend == "lbfgs":
+        from ._jaxopt import LBFGS
+
+        solver = LBFGS(fun=loss, maxiter=max_iter, tol=tol)
+        state = solver.init_state(params)
+
+        def step(params, state):
+            params, state = solver.update(params, state)
+            return params, state, state.value, state.error
+
+    else:
+        opt = optax.lbfgs()
+        state = opt.init(params)
+        value_and_grad = optax.value_and_grad_from_state(loss)
+
+        def step(params, state):
+            value, grad = value_and_grad(params, state=state)
+            updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=loss)
+            params = optax.apply_updates(params, updates)
+            v, g = value_and_grad(params, state=state)
+            return params, state, v, optax.tree.norm(g)
+
+    def cond(st):
+        it, _, _, _, done = st
+        return (it < max_iter) & ~done
+
+    def body(st):
+        it, params, state, tr, _ = st
+        params, state, value, err = step(params, state)
+        return it + 1, params, state, tr.at[it + 1].set(-value * stats.n), err <= tol
+
+    it, params, state, tr, done = lax.while_loop(
+        cond, body, (jnp.asarray(0), params, state, trace, jnp.asarray(False))
+    )
+    tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
+    lw, ln = params
+    return MeanField._unchecked(lw), MeanField._unchecked(ln), FitInfo(tr, it, done)

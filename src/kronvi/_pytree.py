@@ -1,0 +1,55 @@
+"""A tiny helper for pytree classes whose constructor validates its input.
+
+``jax.tree_util`` rebuilds nodes from leaves that may be tracers, ``None`` or sentinel objects; those
+must not go through validation, so :func:`validated_pytree` registers an unflatten that bypasses
+``__init__``.
+"""
+
+from __future__ import annotations
+
+import jax
+
+
+def validated_pytree(cls):
+    """Registers ``cls`` (with ``_fields``) as a pytree whose unflatten skips ``__init__``.
+
+    Also adds ``cls._unchecked(*leaves)``: construction without validation, for traced code.
+    """
+
+    def flatten(obj):
+        return tuple(getattr(obj, f) for f in cls._fields), None
+
+    def unflatten(_, leaves):
+        obj = object.__new__(cls)
+        for f, leaf in zip(cls._fields, leaves, strict=True):
+            object.__setattr__(obj, f, leaf)
+        return obj
+
+    def setattr_(self, name, value):
+        raise AttributeError(f"{cls.__name__} is immutable")
+
+    def repr_(self):
+        parts = []
+        for f in cls._fields:
+            v = getattr(self, f)
+            parts.append(f"{f}={type(v).__name__}{getattr(v, 'shape', '')}")
+        return f"{cls.__name__}({', '.join(parts)})"
+
+    def iter_(self):
+        return iter(tuple(getattr(self, f) for f in cls._fields))
+
+    def replace(self, **kwargs):
+        obj = object.__new__(cls)
+        for f in cls._fields:
+            object.__setattr__(obj, f, kwargs.pop(f, getattr(self, f)))
+        if kwargs:
+            raise TypeError(f"unknown field(s) {sorted(kwargs)} for {cls.__name__}")
+        return obj
+
+    cls._unchecked = classmethod(lambda c, *leaves: unflatten(None, leaves))
+    cls.__setattr__ = setattr_
+    cls.__repr__ = repr_
+    cls.__iter__ = iter_
+    cls._replace = replace
+    jax.tree_util.register_pytree_node(cls, flatten, unflatten)
+    return cls

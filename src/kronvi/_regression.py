@@ -1,0 +1,237 @@
+r"""Exact DIRECT inference for Bayesian linear regression with discrete priors.
+
+Model: :math:`y = \Phi w + \varepsilon`, :math:`\varepsilon \sim N(0, \sigma^2 I)`, weights
+:math:`w_j` on grids with prior :math:`p(w) = \prod_j p_j(w_j)` and a discrete prior over
+:math:`\sigma^2`. With :math:`q(w, \sigma^2) = \prod_j q_j(w_j)\, q_\sigma(\sigma^2)` every term of the
+ELBO is an inner product of Kronecker-structured vectors (Evans & Nair 2018, Theorem 1):
+
+.. math::
+   \mathcal{L} = -\tfrac{n}{2}\log 2\pi - \tfrac{n}{2}E[\log\sigma^2]
+     - \tfrac12 E[\sigma^{-2}]\big(y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\bar w
+     + \textstyle\sum_j (\Phi^\top\Phi)_{jj}\mathrm{Var}_q(w_j)\big)
+     + E_q[\log p] - E_q[\log q],
+
+computed in :math:`O(bm + b^2)` from the sufficient statistics, whatever ``n`` is.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from ._checks import as_float_array, check_finite, check_ndim, is_concrete
+from ._families import MeanField, check_family, grid_moments
+from ._grids import DiscretePrior, check_noise_prior, check_weight_prior
+from ._kron import expected_quadratic, kron_sum_inner
+from ._stats import RegressionStats
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def check_regression_args(q_w, q_noise, prior_w, prior_noise, stats=None):
+    """Static (shape/type) validation shared by the ELBO, the fit and prediction."""
+    check_weight_prior(prior_w)
+    check_noise_prior(prior_noise)
+    check_family(q_w, prior_w, "q_w", "prior_w")
+    check_family(q_noise, prior_noise, "q_noise", "prior_noise")
+    if stats is not None:
+        if not isinstance(stats, RegressionStats):
+            raise TypeError(f"`stats` must be RegressionStats, got {type(stats).__name__}")
+        b = stats.Phity.shape[-1]
+        if stats.PhitPhi.shape[-2:] != (b, b):
+            raise ValueError(f"`stats.PhitPhi` must be ({b}, {b}), got {stats.PhitPhi.shape}")
+        check_weight_prior(prior_w, b)
+        if is_concrete(stats.n) and jnp.any(stats.n <= 0):
+            raise ValueError("`stats.n` must be positive: the statistics describe empty data")
+
+
+def noise_moments(q_noise: MeanField, prior_noise: DiscretePrior):
+    r""":math:`(E[\sigma^{-2}], E[\log\sigma^2], E[\sigma^2])` under ``q_noise``."""
+    p = q_noise.probs[..., 0, :]
+    s = prior_noise.values[..., 0, :]
+    return (
+        jnp.sum(p / s, axis=-1),
+        jnp.sum(p * jnp.log(s), axis=-1),
+        jnp.sum(p * s, axis=-1),
+    )
+
+
+def expected_rss(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionStats):
+    r""":math:`E_q\|y - \Phi w\|^2` from the statistics (one matrix-vector product)."""
+    mean, var = grid_moments(q_w.probs, prior_w.values)
+    return (
+        stats.yty
+        - 2.0 * jnp.sum(mean * stats.Phity, axis=-1)
+        + expected_quadratic(mean, var, stats.PhitPhi)
+    )
+
+
+def _elbo_terms(q_w, q_noise, prior_w, prior_noise, stats):
+    e_inv, e_log, _ = noise_moments(q_noise, prior_noise)
+    ell = -0.5 * stats.n * (_LOG_2PI + e_log) - 0.5 * e_inv * expected_rss(q_w, prior_w, stats)
+    # E_q[log p] and E_q[log q]: inner products of Kronecker sums with Kronecker products (Prop. 3).
+    qw, qn = q_w.probs, q_noise.probs
+    log_prior = kron_sum_inner(prior_w.log_probs, qw) + kron_sum_inner(prior_noise.log_probs, qn)
+    log_q = kron_sum_inner(q_w.log_probs, qw) + kron_sum_inner(q_noise.log_probs, qn)
+    return ell, log_prior, log_q
+
+
+def regression_elbo(q_w, q_noise, prior_w, prior_noise, stats):
+    r"""Exact mean-field ELBO of DIRECT Bayesian linear regression (Theorem 1).
+
+    The sum over all :math:`m^b m_\sigma` configurations of weights and noise variance, computed in
+    :math:`O(bm + b^2)` from the sufficient statistics; a true lower bound on
+    :math:`\log p(y \mid \Phi)` (the :math:`-\frac n2 \log 2\pi` constant included).
+
+    Args:
+      q_w: :class:`MeanField` over the weights, logits ``(b, m)``.
+      q_noise: :class:`MeanField` over the noise variance, logits ``(1, m_sigma)``.
+      prior_w: :class:`DiscretePrior` ``(b, m)``.
+      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)`` over positive variances.
+      stats: :class:`RegressionStats` of the data.
+
+    Returns:
+      The ELBO, a scalar.
+
+    References:
+      Evans & Nair (2018), Theorem 1 and section 3.1.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, kronvi
+      >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.array([1., 0., -1.])
+      >>> stats = kronvi.regression_stats(Phi, y)
+      >>> pw, pn = kronvi.gaussian_prior(3, 1.0, levels=5), kronvi.noise_prior(0.1)
+      >>> elbo = kronvi.regression_elbo(kronvi.MeanField.from_prior(pw),
+      ...                               kronvi.MeanField.from_prior(pn), pw, pn, stats)
+      >>> bool(jnp.isfinite(elbo))
+      True
+    """
+    check_regression_args(q_w, q_noise, prior_w, prior_noise, stats)
+    ell, log_prior, log_q = _elbo_terms(q_w, q_noise, prior_w, prior_noise, stats)
+    return ell + log_prior - log_q
+
+
+def _check_phi_new(Phi_new, prior_w):
+    Phi_new = as_float_array(Phi_new, "Phi_new")
+    check_ndim(Phi_new, 2, "Phi_new", "(num_points, num_features)")
+    if Phi_new.shape[1] != prior_w.values.shape[-2]:
+        raise ValueError(
+            f"`Phi_new` has {Phi_new.shape[1]} features but the model has "
+            f"{prior_w.values.shape[-2]} weights"
+        )
+    check_finite(Phi_new, "Phi_new")
+    return Phi_new
+
+
+def predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_new):
+    r"""Exact predictive mean and variance of :math:`y^* = \Phi^* w + \varepsilon` under q.
+
+    Mean :math:`\Phi^*\bar w` (eq. 9); variance :math:`\sum_j (\Phi^*_j)^2 \mathrm{Var}_q(w_j) +
+    E_q[\sigma^2]` (the weights are independent under mean-field q). :math:`O(b)` per point.
+
+    Args:
+      q_w, q_noise, prior_w, prior_noise: as in :func:`regression_elbo`.
+      Phi_new: test features ``(num_points, b)``.
+
+    Returns:
+      ``(mean, variance)``, each ``(num_points,)``.
+    """
+    check_regression_args(q_w, q_noise, prior_w, prior_noise)
+    Phi_new = _check_phi_new(Phi_new, prior_w)
+    mean, var = grid_moments(q_w.probs, prior_w.values)
+    _, _, e_s = noise_moments(q_noise, prior_noise)
+    return Phi_new @ mean, (Phi_new**2) @ var + e_s
+
+
+def expected_sparsity(q_w: MeanField, prior_w: DiscretePrior):
+    r"""Expected fraction of zero weights in a posterior sample: the mean over weights of
+    :math:`q_j(w_j = 0)`. Weights whose grid has no zero level count as never zero."""
+    check_family(q_w, prior_w, "q_w", "prior_w")
+    is_zero = prior_w.values == 0
+    return jnp.mean(jnp.sum(jnp.where(is_zero, q_w.probs, 0.0), axis=-1), axis=-1)
+
+
+def predictive_log_density(
+    q_w, q_noise, prior_w, prior_noise, Phi_new, y_new, *, num_nodes: int = 256, batch_size: int = 8
+):
+    r"""Exact log predictive density :math:`\log q(y^*)` of the discrete posterior, without sampling.
+
+    :math:`f = \Phi^* w` is a sum of ``b`` independent discrete variables, so its characteristic
+    function is :math:`\varphi(t) = \prod_j \sum_k q_{jk} e^{i t \Phi^*_j v_{jk}}`; with Gaussian noise
+    of variance :math:`s` drawn from :math:`q_\sigma`,
+
+    .. math::
+       q(y) = \sum_s q_\sigma(s)\,\frac{1}{\pi}\int_0^\infty
+              \mathrm{Re}\big[\varphi(t) e^{-i t (y - \mu)}\big] e^{-s t^2/2}\,dt
+
+    (with :math:`\varphi` of the centred :math:`f - \mu`). The integral is the trapezoid rule on
+    ``num_nodes`` nodes of step :math:`h = 2\pi / L`, :math:`L = 2(|y-\mu| + 12\,\mathrm{sd})`, so the
+    aliasing error is a 12-sd tail; the product over ``j`` is taken in log-space. The returned
+    ``error_bound`` bounds the truncation error :math:`\sum_s q_\sigma(s)\frac1\pi\int_T^\infty
+    e^{-st^2/2}dt` relative to the density (increase ``num_nodes`` if it is not small).
+
+    Returns:
+      ``(log_density, rel_error_bound)``, each ``(num_points,)``.
+    """
+    check_regression_args(q_w, q_noise, prior_w, prior_noise)
+    Phi_new = _check_phi_new(Phi_new, prior_w)
+    y_new = as_float_array(y_new, "y_new")
+    check_ndim(y_new, 1, "y_new", "(num_points,)")
+    if y_new.shape[0] != Phi_new.shape[0]:
+        raise ValueError(
+            f"`y_new` has {y_new.shape[0]} points but `Phi_new` has {Phi_new.shape[0]}"
+        )
+    check_finite(y_new, "y_new")
+    return _log_density_impl(
+        q_w.probs,
+        q_noise.probs[0],
+        prior_w.values,
+        prior_noise.values[0],
+        Phi_new,
+        y_new,
+        num_nodes,
+        batch_size,
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(6, 7))
+def _log_density_impl(qw, qn, values, svals, Phi_new, y_new, num_nodes, batch_size):
+    mean_w, var_w = grid_moments(qw, values)
+    dev = values - mean_w[:, None]  # centred grid: phi of f - mu
+    log_qw = jnp.log(qw)
+    dtype = Phi_new.dtype
+    cdtype = jnp.complex128 if dtype == jnp.float64 else jnp.complex64
+    s_max = jnp.max(jnp.where(qn > 1e-12, svals, 0.0))
+
+    def one(phi, y):
+        mu = phi @ mean_w
+        var_f = (phi**2) @ var_w
+        r = y - mu
+        L = 2.0 * (jnp.abs(r) + 12.0 * jnp.sqrt(var_f + s_max))
+        h = 2.0 * jnp.pi / L
+        t = h * jnp.arange(num_nodes, dtype=dtype)  # (K,)
+        # log phi(t) = sum_j logsumexp_k(log q_jk + i t phi_j dev_jk)
+        arg = t[:, None, None] * (phi[:, None] * dev)[None]  # (K, b, m)
+        z = log_qw[None].astype(cdtype) + 1j * arg.astype(cdtype)
+        log_phi = jnp.sum(jax.scipy.special.logsumexp(z, axis=-1), axis=-1)  # (K,)
+        base = jnp.real(jnp.exp(log_phi - 1j * (t * r).astype(cdtype)))  # (K,)
+        w = jnp.full((num_nodes,), h, dtype).at[0].set(0.5 * h)
+        gauss = jnp.exp(-0.5 * svals[:, None] * t[None] ** 2)  # (S, K)
+        dens = jnp.sum(qn * (gauss @ (w * base))) / jnp.pi
+        T = h * (num_nodes - 0.5)
+        tail = (
+            jnp.sum(
+                qn
+                * jnp.sqrt(0.5 * jnp.pi / svals)
+                * jax.scipy.special.erfc(T * jnp.sqrt(0.5 * svals))
+            )
+            / jnp.pi
+        )
+        tiny = jnp.finfo(dtype).tiny
+        return jnp.log(jnp.maximum(dens, tiny)), tail / jnp.maximum(dens, tiny)
+
+    # lax.map over points (vmapped in small batches) keeps memory at O(batch * K * b * m).
+    return jax.lax.map(lambda a: one(*a), (Phi_new, y_new), batch_size=batch_size)
