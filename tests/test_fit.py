@@ -104,7 +104,7 @@ def test_fit_vmaps_over_folds(method):
         q, qn, info = fit(stats_list[k], pws[k])
         np.testing.assert_allclose(q_b.probs[k], q.probs, atol=2e-4)
         final = int(info.num_iter)
-        np.testing.assert_allclose(info_b.elbo[k][-1], info.elbo[final], rtol=1e-4)
+        np.testing.assert_allclose(info_b.elbo[k][-1], info.elbo[final], rtol=1e-4 if method == "cavi" else 2e-3)
         if method == "cavi":  # batched line searches may take other intermediate steps
             np.testing.assert_allclose(info_b.elbo[k], info.elbo, rtol=1e-4)
 

@@ -206,7 +206,7 @@ def test_float_prediction_errors():
         kronvi.predict_from_codes(packed, np.zeros((5, 15)), Phi)
     with pytest.raises(ValueError, match="`Phi_new` has 4 features but the model has 5 weights"):
         kronvi.predict_from_codes(packed, prior, np.zeros((3, 4)))
-    with pytest.raises(ValueError, match="`Phi_new` contains 1 NaN"):
+    with pytest.raises(ValueError, match="`Phi_new` contains 3 NaN"):
         kronvi.predict_from_codes(packed, prior, np.where(np.eye(3, 5) > 0, np.nan, 0.0))
     with pytest.raises(TypeError, match="`packed` must be a uint8 array"):
         kronvi.predict_from_codes(np.zeros((2, 3), np.int8), prior, Phi)
@@ -243,12 +243,18 @@ def test_integer_prediction_within_bound(precision, zero):
     np.testing.assert_array_equal(pred, kronvi.predict_from_codes(packed, prior, Phi, integer=True))
     ref, W = dense_reference(Phi, prior, codes)
     bound = np.asarray(kronvi.integer_error_bound(isamp, Phi), np.float64)
-    stepd = (codes - zero_level) * np.asarray(isamp.step, np.float64)[None, :]
+    values = np.asarray(prior.values, np.float64)
+    step = (values[:, -1] - values[:, 0]) / (m - 1)
+    stepd = (codes - zero_level) * step[None, :]
     err = np.abs(np.asarray(pred, np.float64) - ref)
     assert np.all(err <= bound + rounding_slack(precision, Phi, W, stepd))
     # The bound is the quantization error, not a vacuous number: int8 errors are ~1/255 of the range.
     assert err.max() > 1e-3 * bound.max()
-    assert np.all(bound <= np.abs(Phi) @ np.abs(stepd).T / 127.5 + 1e-5 * np.abs(Phi).sum(1, keepdims=True))
+    amax = np.max(np.abs(Phi * step[None, :]), axis=1)  # max_j |A_ij|
+    l1 = np.abs(codes - zero_level).sum(1)
+    assert np.all(
+        bound <= (amax[:, None] * l1[None, :] / 255) * (1 + 1e-5) + 1e-5 * np.abs(Phi).sum(1)[:, None]
+    )
 
 
 def test_integer_path_is_the_stated_int8_formula():
@@ -324,10 +330,10 @@ def test_integer_path_errors():
         kronvi.predict_from_codes(packed, uneven, np.zeros((3, 4)), integer=True)
     kronvi.predict_from_codes(packed, uneven, np.zeros((3, 4)))  # the float path takes any grid
     b = 34_000  # 255 * 255 * b >= 2**31: the int32 accumulator could overflow
-    wide = kronvi.DiscretePrior(np.tile(np.arange(256.0) - 128, (b, 1)), np.zeros((b, 256)))
-    codes = np.zeros((1, b), int)
-    codes[0, ::2] = 255
-    codes[0, 1::2] = 0
+    wide = kronvi.DiscretePrior(
+        np.tile(np.arange(256.0, dtype=np.float32) - 255, (b, 1)), np.zeros((b, 256), np.float32)
+    )
+    codes = np.zeros((1, b), int)  # zero level 255: offsets of -255
     with pytest.raises(ValueError, match="overflow int32"):
         kronvi.integer_samples(kronvi.pack_codes(codes, bits=8), wide)
     isamp = kronvi.integer_samples(packed, kronvi.gaussian_prior(4, 1.0))
