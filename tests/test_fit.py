@@ -88,25 +88,27 @@ def test_lbfgs_stays_at_the_cavi_optimum(method):
 
 @pytest.mark.parametrize("method", ["cavi", "lbfgs", "optax-lbfgs"])
 def test_fit_vmaps_over_folds(method):
-    stats_list, pws = [], []
-    for seed in range(3):
-        stats, pw, pn, _, _ = _problem(np.float32, seed=seed)
-        stats_list.append(stats)
-        pws.append(pw)
-    stacked = jax.tree.map(lambda *x: jnp.stack(x), *stats_list)
-    pw_stacked = jax.tree.map(lambda *x: jnp.stack(x), *pws)
+    # float64: batched and unbatched matmuls round differently, and on this non-convex surface float32
+    # rounding alone can send an L-BFGS line search down another path.
+    with jax.enable_x64(True):
+        stats_list, pws = [], []
+        for seed in range(3):
+            stats, pw, pn, _, _ = _problem(np.float64, seed=seed)
+            stats_list.append(stats)
+            pws.append(pw)
+        stacked = jax.tree.map(lambda *x: jnp.stack(x), *stats_list)
+        pw_stacked = jax.tree.map(lambda *x: jnp.stack(x), *pws)
 
-    def fit(st, pw):
-        return kronvi.fit_regression(st, pw, pn, method=method, max_iter=30)
+        def fit(st, pw):
+            return kronvi.fit_regression(st, pw, pn, method=method, max_iter=30)
 
-    q_b, qn_b, info_b = jax.vmap(fit)(stacked, pw_stacked)
-    for k in range(3):
-        q, qn, info = fit(stats_list[k], pws[k])
-        np.testing.assert_allclose(q_b.probs[k], q.probs, atol=2e-4)
-        final = int(info.num_iter)
-        np.testing.assert_allclose(info_b.elbo[k][-1], info.elbo[final], rtol=1e-4 if method == "cavi" else 2e-3)
-        if method == "cavi":  # batched line searches may take other intermediate steps
-            np.testing.assert_allclose(info_b.elbo[k], info.elbo, rtol=1e-4)
+        q_b, qn_b, info_b = jax.vmap(fit)(stacked, pw_stacked)
+        for k in range(3):
+            q, qn, info = fit(stats_list[k], pws[k])
+            np.testing.assert_allclose(q_b.probs[k], q.probs, atol=1e-6)
+            np.testing.assert_allclose(qn_b.probs[k], qn.probs, atol=1e-6)
+            np.testing.assert_allclose(info_b.elbo[k], info.elbo, rtol=1e-6)
+            assert int(info_b.num_iter[k]) == int(info.num_iter)
 
 
 def test_fit_predict_jit_without_retracing():
