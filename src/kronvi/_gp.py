@@ -1,0 +1,495 @@
+r"""Gaussian-process hyperparameters by maximizing the exact log marginal likelihood.
+
+DIRECT's random-feature models need a kernel (lengthscales, signal variance) and a noise level. They are
+initialized, as in Evans & Nair (2018, Sec. 5), from an exact GP fit on a subsample of at most
+``num_points`` training rows. The GP marginal likelihood is multimodal: besides the optimum that explains
+the data by a function, there is a *degenerate* one that explains everything as noise (noise variance
+:math:`\approx \operatorname{var}(y)`, lengthscales at a bound or no signal variance), and a single
+optimizer run from a poor start can end there (test RMSE = std of y). :func:`fit_gp_hyperparameters`
+therefore runs several starts in parallel (``vmap``), keeps every parameter inside sane bounds by
+construction, and prefers a non-degenerate optimum whose likelihood is comparable to the best one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from ._checks import as_float_array, check_finite, check_ndim, check_nonempty, check_positive, is_concrete
+
+# Bounds, relative to the reference scales (lengthscales: median column std of X; variances: var(y)).
+_LENGTHSCALE_BOUNDS = (1e-2, 1e3)
+_SIGNAL_BOUNDS = (1e-4, 1e2)
+_NOISE_UPPER = 10.0
+# Start i uses lengthscales sqrt(d) * _LENGTHSCALE_FACTORS[i % 8] and noise _NOISE_FRACTIONS[i % 8] * var(y).
+_LENGTHSCALE_FACTORS = (1.0, 0.3, 3.0, 0.1, 1.0, 0.3, 3.0, 10.0)
+_NOISE_FRACTIONS = (0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)
+
+
+class GPHyperparameters(NamedTuple):
+    r"""Hyperparameters of a GP with squared-exponential ARD kernel and Gaussian noise.
+
+    :math:`k(x, x') = s^2 \exp(-\tfrac12 \sum_d (x_d - x'_d)^2 / \ell_d^2)`, :math:`y = f(x) + \varepsilon`,
+    :math:`\varepsilon \sim N(0, \sigma^2)`.
+
+    Attributes:
+      lengthscales: ``(d,)`` :math:`\ell_d > 0`.
+      signal_variance: ``()`` :math:`s^2 > 0`.
+      noise_variance: ``()`` :math:`\sigma^2 > 0`.
+    """
+
+    lengthscales: jax.Array
+    signal_variance: jax.Array
+    noise_variance: jax.Array
+
+
+class GPFitInfo(NamedTuple):
+    """Diagnostics of :func:`fit_gp_hyperparameters`; per-start arrays have a leading ``(S,)`` axis.
+
+    Attributes:
+      log_marginal_likelihoods: ``(S,)`` final log marginal likelihood of each start on the subsample
+        (``-inf`` where a start failed numerically).
+      chosen: ``()`` index of the start that was returned.
+      degenerate: ``()`` whether the returned optimum is degenerate (explains the data as noise); true
+        only when no start found a comparable non-degenerate optimum.
+      degenerate_starts: ``(S,)`` which starts ended at a degenerate optimum.
+      starts: :class:`GPHyperparameters` stacked ``(S, ...)``, the optimum of every start.
+      loo_mse: ``(S,)`` leave-one-out mean squared error of each start's posterior mean on the subsample
+        (compare with ``var(y)``: a degenerate start predicts no better than the mean).
+      num_iterations: ``(S,)`` L-BFGS iterations of every start.
+      converged: ``(S,)`` whether the gradient-norm criterion was met (rather than ``max_iter`` or a stall).
+      grad_norms: ``(S,)`` final gradient norm of :math:`-\\log p / n` in the unconstrained parameters.
+      num_points: ``()`` rows of the subsample the likelihood was computed on.
+    """
+
+    log_marginal_likelihoods: jax.Array
+    chosen: jax.Array
+    degenerate: jax.Array
+    degenerate_starts: jax.Array
+    starts: GPHyperparameters
+    loo_mse: jax.Array
+    num_iterations: jax.Array
+    converged: jax.Array
+    grad_norms: jax.Array
+    num_points: jax.Array
+
+
+def _sq_dists(X1, X2, lengthscales):
+    A = X1 / lengthscales
+    B = X2 / lengthscales
+    d2 = jnp.sum(A**2, -1)[:, None] + jnp.sum(B**2, -1)[None, :] - 2.0 * (A @ B.T)
+    return jnp.maximum(d2, 0.0)
+
+
+def _kernel(hyper, X1, X2):
+    return hyper.signal_variance * jnp.exp(-0.5 * _sq_dists(X1, X2, hyper.lengthscales))
+
+
+def _cholesky(hyper, X):
+    n = X.shape[0]
+    K = _kernel(hyper, X, X)
+    K = 0.5 * (K + K.T) + hyper.noise_variance * jnp.eye(n, dtype=X.dtype)
+    return jnp.linalg.cholesky(K)
+
+
+@jax.custom_vjp
+def _gaussian_log_density(K, y):
+    r""":math:`\log N(y \mid 0, K)`, with the closed-form gradient
+    :math:`\partial/\partial K = \tfrac12(\alpha\alpha^\top - K^{-1})`, :math:`\partial/\partial y = -\alpha`
+    (Rasmussen & Williams 2006, eq. 5.9); cheaper than differentiating through the Cholesky factorization.
+    """
+    return _gaussian_log_density_fwd(K, y)[0]
+
+
+def _gaussian_log_density_fwd(K, y):
+    n = K.shape[-1]
+    L = jnp.linalg.cholesky(K)
+    alpha = jax.scipy.linalg.cho_solve((L, True), y)
+    value = (
+        -0.5 * jnp.dot(y, alpha)
+        - jnp.sum(jnp.log(jnp.diagonal(L)))
+        - 0.5 * n * jnp.log(jnp.asarray(2 * math.pi, K.dtype))
+    )
+    return value, (L, alpha)
+
+
+def _gaussian_log_density_bwd(res, g):
+    L, alpha = res
+    K_inv = jax.scipy.linalg.cho_solve((L, True), jnp.eye(L.shape[-1], dtype=L.dtype))
+    dK = 0.5 * g * (jnp.outer(alpha, alpha) - K_inv)
+    return dK, -g * alpha
+
+
+_gaussian_log_density.defvjp(_gaussian_log_density_fwd, _gaussian_log_density_bwd)
+
+
+def _lml(hyper, X, y):
+    n = X.shape[0]
+    K = _kernel(hyper, X, X)
+    K = 0.5 * (K + K.T) + hyper.noise_variance * jnp.eye(n, dtype=X.dtype)
+    return _gaussian_log_density(K, y)
+
+
+def _loo_mse(hyper, X, y):
+    r"""Leave-one-out mean squared error of the GP posterior mean, :math:`\operatorname{mean}_i
+    (\alpha_i / [K_y^{-1}]_{ii})^2` (Rasmussen & Williams 2006, eq. 5.12)."""
+    L = _cholesky(hyper, X)
+    Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(X.shape[0], dtype=X.dtype), lower=True)
+    alpha = Linv.T @ (Linv @ y)
+    return jnp.mean((alpha / jnp.sum(Linv**2, axis=0)) ** 2)
+
+
+def _check_hyper(hyper, d, name="hyper"):
+    if not isinstance(hyper, GPHyperparameters):
+        raise TypeError(f"`{name}` must be GPHyperparameters, got {type(hyper).__name__}")
+    ls = jnp.asarray(hyper.lengthscales)
+    if ls.shape != (d,):
+        raise ValueError(f"`{name}.lengthscales` must have shape ({d},), got {tuple(ls.shape)}")
+    for field in ("signal_variance", "noise_variance"):
+        v = jnp.asarray(getattr(hyper, field))
+        if v.ndim != 0:
+            raise ValueError(f"`{name}.{field}` must be a scalar, got shape {tuple(v.shape)}")
+    for field in GPHyperparameters._fields:
+        check_finite(jnp.asarray(getattr(hyper, field)), f"{name}.{field}")
+        check_positive(jnp.asarray(getattr(hyper, field)), f"{name}.{field}")
+
+
+def _validate_xy(X, y):
+    X = as_float_array(X, "X")
+    y = as_float_array(y, "y")
+    check_ndim(X, 2, "X", "(num_points, num_inputs)")
+    check_ndim(y, 1, "y", "(num_points,)")
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"`X` has {X.shape[0]} rows but `y` has {y.shape[0]}")
+    check_nonempty(X, "X")
+    if X.shape[1] == 0:
+        raise ValueError(f"`X` has no columns (shape {tuple(X.shape)})")
+    check_finite(X, "X")
+    check_finite(y, "y")
+    dtype = jnp.result_type(X, y)
+    return X.astype(dtype), y.astype(dtype)
+
+
+def gp_log_marginal_likelihood(hyper: GPHyperparameters, X, y) -> jax.Array:
+    r"""Exact log marginal likelihood of a zero-mean GP regression model.
+
+    .. math::
+        \log p(y \mid X, \theta) = -\tfrac12 y^\top (K + \sigma^2 I)^{-1} y
+        - \tfrac12 \log\lvert K + \sigma^2 I\rvert - \tfrac n2 \log 2\pi,
+
+    computed from the Cholesky factor :math:`LL^\top = K + \sigma^2 I` in :math:`O(n^3)` time and
+    :math:`O(n^2)` memory. Differentiable in ``hyper`` (and ``X``, ``y``); runs under ``jit``/``vmap``.
+
+    Args:
+      hyper: :class:`GPHyperparameters` with ``lengthscales`` of shape ``(d,)``.
+      X: inputs ``(n, d)``.
+      y: targets ``(n,)`` (centred: the GP has zero mean).
+
+    Returns:
+      A scalar in the promoted dtype of ``X`` and ``y``.
+
+    References:
+      Rasmussen & Williams (2006), *Gaussian Processes for Machine Learning*, eq. (2.30) and Algorithm 2.1.
+
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> h = kronvi.GPHyperparameters(jnp.ones(1), jnp.asarray(1.0), jnp.asarray(1.0))
+      >>> # one point: y ~ N(0, s2 + noise) = N(0, 2)
+      >>> round(float(kronvi.gp_log_marginal_likelihood(h, jnp.zeros((1, 1)), jnp.zeros(1))), 4)
+      -1.2655
+    """
+    X, y = _validate_xy(X, y)
+    _check_hyper(hyper, X.shape[1])
+    hyper = jax.tree.map(lambda a: jnp.asarray(a, X.dtype), hyper)
+    return _lml(hyper, X, y)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Fitting
+
+
+class _Bounds(NamedTuple):
+    """Log-space bounds ``(lo, hi)`` of the packed vector ``[log l (d), log s2, log noise]``."""
+
+    lo: jax.Array
+    hi: jax.Array
+
+
+def _unpack(u, bounds: _Bounds) -> GPHyperparameters:
+    theta = bounds.lo + (bounds.hi - bounds.lo) * jax.nn.sigmoid(u)
+    p = jnp.exp(theta)
+    return GPHyperparameters(p[:-2], p[-2], p[-1])
+
+
+def _pack(hyper: GPHyperparameters, bounds: _Bounds):
+    theta = jnp.concatenate(
+        [
+            jnp.log(hyper.lengthscales),
+            jnp.log(hyper.signal_variance)[None],
+            jnp.log(hyper.noise_variance)[None],
+        ]
+    )
+    frac = (theta - bounds.lo) / (bounds.hi - bounds.lo)
+    eps = 1e-3  # keep starts strictly inside the bounds
+    frac = jnp.clip(frac, eps, 1 - eps)
+    return jnp.log(frac) - jnp.log1p(-frac)
+
+
+def _default_starts(num_restarts, d, var_y, dtype):
+    i = jnp.arange(num_restarts) % len(_LENGTHSCALE_FACTORS)
+    factors = jnp.asarray(_LENGTHSCALE_FACTORS, dtype)[i]
+    fracs = jnp.asarray(_NOISE_FRACTIONS, dtype)[i]
+    ls = jnp.sqrt(jnp.asarray(d, dtype)) * factors[:, None] * jnp.ones((1, d), dtype)
+    return GPHyperparameters(ls, var_y * (1 - fracs), var_y * fracs)
+
+
+def _minimize(loss, u0, max_iter, tol):
+    """Minimizes ``loss`` from ``u0`` with ``optax.lbfgs`` inside ``lax.while_loop``.
+
+    Stops after ``max_iter`` iterations, when the gradient norm falls below ``tol`` (converged), or when an
+    iteration no longer decreases the loss (the line search found no better point: a stall at machine
+    precision). Returns ``(u, loss(u), iterations, converged, gradient norm)``.
+    """
+    opt = optax.lbfgs()
+    value_and_grad = optax.value_and_grad_from_state(loss)
+    ftol = 10 * jnp.finfo(u0.dtype).eps
+
+    def cond(carry):
+        k, done = carry[2], carry[4]
+        return (k < max_iter) & ~done
+
+    def body(carry):
+        u, state, k, _, _, _ = carry
+        f, g = value_and_grad(u, state=state)
+        updates, state = opt.update(g, state, u, value=f, grad=g, value_fn=loss)
+        u = optax.apply_updates(u, updates)
+        f_new, g_new = value_and_grad(u, state=state)
+        gnorm = optax.tree.norm(g_new)
+        stalled = ~(f - f_new > ftol * jnp.maximum(1.0, jnp.abs(f_new)))
+        return u, state, k + 1, f_new, (gnorm <= tol) | stalled, gnorm
+
+    f0, g0 = jax.value_and_grad(loss)(u0)
+    gnorm0 = optax.tree.norm(g0)
+    done0 = ~jnp.isfinite(f0) | (gnorm0 <= tol)
+    init = (u0, opt.init(u0), jnp.asarray(0, jnp.int32), f0, done0, gnorm0)
+    u, _, k, f, _, gnorm = lax.while_loop(cond, body, init)
+    return u, f, k, gnorm <= tol, gnorm
+
+
+def _is_degenerate(hyper, loo_mse, var_y, ls_lo, ls_hi, active):
+    """A start explains the data as noise: its leave-one-out error or its noise variance is ~ var(y),
+    or every lengthscale (of a non-constant input) sits at the same bound."""
+    noise_dominates = hyper.noise_variance >= 0.9 * var_y
+    no_prediction = ~(loo_mse < 0.9 * var_y)
+    ls = hyper.lengthscales
+    all_long = jnp.all(jnp.where(active, ls >= 0.5 * ls_hi, True))
+    all_short = jnp.all(jnp.where(active, ls <= 2.0 * ls_lo, True))
+    return noise_dominates | no_prediction | all_long | all_short
+
+
+def _select(lmls, degenerate, margin):
+    """Index of the best start, preferring a non-degenerate one within ``margin`` nats of the best."""
+    best = jnp.argmax(lmls)
+    good_lmls = jnp.where(degenerate, -jnp.inf, lmls)
+    best_good = jnp.argmax(good_lmls)
+    use_good = degenerate[best] & (good_lmls[best_good] >= lmls[best] - margin)
+    return jnp.where(use_good, best_good, best)
+
+
+def fit_gp_hyperparameters(
+    key,
+    X,
+    y,
+    *,
+    num_points: int = 1000,
+    num_restarts: int = 4,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+    min_noise_variance=None,
+    degenerate_margin: float = 2.0,
+    init: GPHyperparameters | None = None,
+):
+    r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
+
+    ``min(n, num_points)`` rows are drawn without replacement with ``key`` (all rows when ``n`` is
+    smaller; the result is deterministic given ``key``). Each start maximizes
+    :func:`gp_log_marginal_likelihood` on that subsample with ``optax.lbfgs`` over an unconstrained
+    :math:`u` with :math:`\log\theta = \log\theta_{lo} + (\log\theta_{hi} - \log\theta_{lo})\,
+    \mathrm{sigmoid}(u)`, so every parameter stays inside its bounds:
+
+    * lengthscales in :math:`[10^{-2}, 10^{3}] \cdot c` with :math:`c` the median column standard deviation
+      of the subsample (1 for standardized inputs);
+    * signal variance in :math:`[10^{-4}, 10^{2}] \cdot \operatorname{var}(y)`;
+    * noise variance in :math:`[\sigma^2_{\min}, 10\,\operatorname{var}(y)]`.
+
+    The starts run in parallel under ``vmap``. Start ``i`` has lengthscales
+    :math:`\sqrt d \cdot (1, 0.3, 3, 0.1, 1, 0.3, 3, 10)_i`, noise variance
+    :math:`(0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)_i \operatorname{var}(y)` and signal variance
+    :math:`\operatorname{var}(y)` minus the noise (cycling for more than 8 starts).
+
+    A start is *degenerate* when it explains the data as noise: noise variance
+    :math:`\ge 0.9\operatorname{var}(y)`, signal variance :math:`\le 0.01\times` noise variance, or every
+    lengthscale of a non-constant input within a factor 2 of the same bound. The start with the largest
+    marginal likelihood is returned, unless it is degenerate and a non-degenerate start is within
+    ``degenerate_margin`` nats of it, in which case the best non-degenerate start is returned instead.
+    ``info.degenerate`` reports whether the returned optimum is still degenerate (then the data show no
+    signal the GP can find: check the inputs).
+
+    Inputs are expected standardized (:func:`kronvi.fit_standardizer`) and ``y`` centred.
+
+    Args:
+      key: PRNG key for the subsample.
+      X: training inputs ``(n, d)``.
+      y: training targets ``(n,)``, centred.
+      num_points: maximum subsample size (the cost is :math:`O(\text{num\_points}^3)` per iteration).
+      num_restarts: number of starts ``S`` (ignored when ``init`` is given).
+      max_iter: maximum L-BFGS iterations per start.
+      tol: stop a start when the gradient norm of :math:`-\log p / n` in :math:`u` falls below ``tol``;
+        a start also stops when an iteration no longer decreases the objective.
+      min_noise_variance: lower bound of the noise variance; default
+        :math:`10^{-6}\operatorname{var}(y)` in float64 and :math:`10^{-4}\operatorname{var}(y)` in
+        float32 (where a smaller noise makes the Cholesky factorization fail).
+      degenerate_margin: how many nats below the best start a non-degenerate start may be and still be
+        preferred to a degenerate best (a log Bayes factor).
+      init: optional starting points, :class:`GPHyperparameters` stacked ``(S, ...)``, replacing the
+        default starts (clipped into the bounds).
+
+    Returns:
+      ``(hyper, info)``: the chosen :class:`GPHyperparameters` and a :class:`GPFitInfo`.
+
+    References:
+      Rasmussen & Williams (2006), Sec. 5.4.1 (marginal likelihood, local optima, Fig. 5.5); Evans &
+      Nair (2018), Sec. 5 (GP initialization of DIRECT's kernel hyperparameters).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, kronvi
+      >>> X = jnp.linspace(-2, 2, 40)[:, None]
+      >>> y = jnp.sin(2 * X[:, 0]) + 0.1 * jax.random.normal(jax.random.key(1), (40,))
+      >>> hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y - y.mean())
+      >>> bool(hyper.noise_variance < 0.1 * jnp.var(y)), bool(info.degenerate)
+      (True, False)
+    """
+    X, y = _validate_xy(X, y)
+    n, d = X.shape
+    num_points = int(num_points)
+    if num_points < 2:
+        raise ValueError(f"`num_points` must be >= 2, got {num_points}")
+    if int(max_iter) < 1:
+        raise ValueError(f"`max_iter` must be >= 1, got {max_iter}")
+    if not float(degenerate_margin) >= 0:
+        raise ValueError(f"`degenerate_margin` must be >= 0, got {degenerate_margin}")
+    if not float(tol) >= 0:
+        raise ValueError(f"`tol` must be >= 0, got {tol}")
+    if n < 2:
+        raise ValueError(f"`X` needs at least 2 rows to fit a GP, got {n}")
+    dtype = X.dtype
+    var_y = jnp.var(y)
+    if is_concrete(var_y) and not float(var_y) > 0:
+        raise ValueError("`y` is constant (zero variance): there is nothing to fit")
+    if init is None:
+        if int(num_restarts) < 1:
+            raise ValueError(f"`num_restarts` must be >= 1, got {num_restarts}")
+        starts = _default_starts(int(num_restarts), d, var_y, dtype)
+    else:
+        if not isinstance(init, GPHyperparameters):
+            raise TypeError(f"`init` must be GPHyperparameters, got {type(init).__name__}")
+        starts = jax.tree.map(lambda a: jnp.asarray(a, dtype), init)
+        if starts.lengthscales.ndim != 2 or starts.lengthscales.shape[1] != d:
+            raise ValueError(
+                f"`init.lengthscales` must have shape (num_starts, {d}), got {starts.lengthscales.shape}"
+            )
+        S = starts.lengthscales.shape[0]
+        for field in ("signal_variance", "noise_variance"):
+            if getattr(starts, field).shape != (S,):
+                raise ValueError(f"`init.{field}` must have shape ({S},), got {getattr(starts, field).shape}")
+        for field in GPHyperparameters._fields:
+            check_positive(getattr(starts, field), f"init.{field}")
+
+    if min_noise_variance is None:
+        rel = 1e-6 if dtype == jnp.float64 else 1e-4
+        min_noise = rel * var_y
+    else:
+        min_noise = jnp.asarray(as_float_array(min_noise_variance, "min_noise_variance"), dtype)
+        if min_noise.ndim != 0:
+            raise ValueError(f"`min_noise_variance` must be a scalar, got shape {min_noise.shape}")
+        check_positive(min_noise, "min_noise_variance")
+
+    m = min(n, num_points)
+    if m < n:
+        idx = jax.random.choice(key, n, (m,), replace=False)
+        X, y = X[idx], y[idx]
+    hyper, info = _fit(
+        X,
+        y,
+        starts,
+        min_noise,
+        jnp.asarray(degenerate_margin, dtype),
+        jnp.asarray(max_iter, jnp.int32),
+        jnp.asarray(tol, dtype),
+    )
+    lmls = info.log_marginal_likelihoods
+    if is_concrete(lmls) and not bool(jnp.any(jnp.isfinite(lmls))):
+        raise FloatingPointError(
+            "every start of fit_gp_hyperparameters failed (non-finite marginal likelihood); "
+            "standardize `X`, centre `y`, or raise `min_noise_variance`"
+        )
+    return hyper, info
+
+
+@jax.jit
+def _fit(X, y, starts, min_noise, margin, max_iter, tol):
+    m, d = X.shape
+    dtype = X.dtype
+    var_y = jnp.var(y)
+    std = jnp.std(X, axis=0)
+    active = std > 100 * jnp.finfo(dtype).eps * jnp.maximum(jnp.abs(jnp.mean(X, axis=0)), 1.0)
+    ref = jnp.where(jnp.any(active), jnp.nanmedian(jnp.where(active, std, jnp.nan)), 1.0)
+    ls_lo, ls_hi = _LENGTHSCALE_BOUNDS[0] * ref, _LENGTHSCALE_BOUNDS[1] * ref
+    lo = jnp.concatenate(
+        [
+            jnp.full((d,), jnp.log(ls_lo)),
+            jnp.log(_SIGNAL_BOUNDS[0] * var_y)[None],
+            jnp.log(min_noise)[None],
+        ]
+    ).astype(dtype)
+    hi = jnp.concatenate(
+        [
+            jnp.full((d,), jnp.log(ls_hi)),
+            jnp.log(_SIGNAL_BOUNDS[1] * var_y)[None],
+            jnp.log(jnp.maximum(_NOISE_UPPER * var_y, 10 * min_noise))[None],
+        ]
+    ).astype(dtype)
+    bounds = _Bounds(lo, hi)
+
+    def loss(u):
+        return -_lml(_unpack(u, bounds), X, y) / m
+
+    def run(start):
+        u, f, k, converged, gnorm = _minimize(loss, _pack(start, bounds), max_iter, tol)
+        return _unpack(u, bounds), -f * m, k, converged, gnorm
+
+    hypers, lmls, iters, converged, gnorms = jax.vmap(run)(starts)
+    lmls = jnp.where(jnp.isfinite(lmls), lmls, -jnp.inf)
+    loo = jax.vmap(lambda h: _loo_mse(h, X, y))(hypers)
+    loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)
+    degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
+    chosen = _select(lmls, degenerate, margin)
+    hyper = jax.tree.map(lambda a: a[chosen], hypers)
+    info = GPFitInfo(
+        log_marginal_likelihoods=lmls,
+        chosen=chosen,
+        degenerate=degenerate[chosen],
+        degenerate_starts=degenerate,
+        starts=hypers,
+        loo_mse=loo,
+        num_iterations=iters,
+        converged=converged,
+        grad_norms=gnorms,
+        num_points=jnp.asarray(m, jnp.int32),
+    )
+    return hyper, info
