@@ -469,11 +469,22 @@ def test_fit_mixture_sgd_and_noise_cavi():
         np.testing.assert_allclose(g_noise, 0.0, atol=1e-8)
 
 
+def test_mixture_from_mean_field_components():
+    with jax.enable_x64(True):
+        q_w = kronvi.MeanField(np.log(np.array([[1.0, 1e-300, 1e-300], [0.2, 0.3, 0.5]])))
+        q = kronvi.mixture_from_mean_field(jax.random.key(0), q_w, 3, noise_scale=0.0, smoothing=0.3)
+        np.testing.assert_allclose(q.probs, np.broadcast_to(0.7 * q_w.probs + 0.1, (3, 2, 3)), rtol=1e-12)
+        np.testing.assert_allclose(q.weights, 1 / 3, rtol=1e-12)
+        noisy = kronvi.mixture_from_mean_field(jax.random.key(0), q_w, 3, noise_scale=0.5)
+        dev = np.asarray(noisy.logits - q_w.log_probs[None])
+        assert 0.3 < dev.std() < 0.7 and not np.allclose(dev[0], dev[1])
+
+
 def test_noise_cavi_update_maximizes_exact_elbo():
     with jax.enable_x64(True):
         p = _problem(11)
         q, q_n, prior_w, prior_n, stats = _model(p)
-        best = _noise_cavi_logits(q, prior_w.values, prior_n, stats)
+        best = _noise_cavi_logits(q, prior_w, prior_n, stats)
         f = _jnp_elbo(p)
         e_best = float(f(q.logits, q.weight_logits, best))
         rng = np.random.default_rng(0)

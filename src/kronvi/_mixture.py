@@ -44,7 +44,7 @@ from ._fit import FitInfo
 from ._grids import DiscretePrior, check_noise_prior
 from ._kron import kron_log_inner_from_logs
 from ._pytree import validated_pytree
-from ._regression import _LOG_2PI, _check_phi_new, noise_moments
+from ._regression import _LOG_2PI, _check_phi_new, expected_rss, noise_moments
 from ._stats import RegressionStats
 
 NOISE_UPDATES = ("cavi", "gradient")
@@ -299,22 +299,16 @@ def _check_num_samples(num_samples, minimum=1):
 # ----------------------------------------------------------------------------------------------------
 
 
-def _component_rss(probs, values, stats):
-    r""":math:`E_{q^{(k)}}\|y - \Phi w\|^2` for every component, ``(r,)``."""
-    mean, var = grid_moments(probs, values)  # (r, b)
-    A = stats.PhitPhi
-    quad = jnp.sum(mean * (mean @ A), axis=-1) + var @ jnp.diagonal(A)
-    return stats.yty - 2.0 * (mean @ stats.Phity) + quad
-
-
-def _expected_rss(q, values, stats):
-    return jnp.sum(q.weights * _component_rss(q.probs, values, stats))
+def _expected_rss(q, prior_w, stats):
+    r""":math:`E_q\|y - \Phi w\|^2 = \sum_k \alpha_k E_{q^{(k)}}\|y - \Phi w\|^2` (linear in q)."""
+    per_component = jax.vmap(lambda logits: expected_rss(MeanField._unchecked(logits), prior_w, stats))
+    return jnp.sum(q.weights * per_component(q.logits))
 
 
 @jax.jit
-def _expected_loglik(q, q_noise, values, prior_noise, stats):
+def _expected_loglik(q, q_noise, prior_w, prior_noise, stats):
     e_inv, e_log, _ = noise_moments(q_noise, prior_noise)
-    return -0.5 * stats.n * (_LOG_2PI + e_log) - 0.5 * e_inv * _expected_rss(q, values, stats)
+    return -0.5 * stats.n * (_LOG_2PI + e_log) - 0.5 * e_inv * _expected_rss(q, prior_w, stats)
 
 
 def _prior_bound(log_probs, log_weights, prior):
@@ -336,10 +330,10 @@ def _noise_terms(q_noise, prior_noise):
     return jnp.sum(q_noise.probs * prior_noise.log_probs) + entropy(q_noise)
 
 
-def _noise_cavi_logits(q, values, prior_noise, stats):
+def _noise_cavi_logits(q, prior_w, prior_noise, stats):
     r"""Exact coordinate-ascent update of :math:`q_\sigma` given the mixture (the ELBO is concave in it)."""
     s = prior_noise.values
-    rss = _expected_rss(q, values, stats)
+    rss = _expected_rss(q, prior_w, stats)
     return prior_noise.log_probs - 0.5 * stats.n * jnp.log(s) - 0.5 * rss / s
 
 
@@ -378,7 +372,7 @@ def mixture_expected_loglik(q, q_noise, prior_w, prior_noise, stats):
       True
     """
     _check_args(q, q_noise, prior_w, prior_noise, stats)
-    return _expected_loglik(q, q_noise, prior_w.values, prior_noise, stats)
+    return _expected_loglik(q, q_noise, prior_w, prior_noise, stats)
 
 
 def mixture_prior_bound(q, prior):
@@ -447,7 +441,7 @@ def _entropy_bound(log_probs, log_weights, log_center, rescale):
 @functools.partial(jax.jit, static_argnames=("rescale",))
 def _bound(q, log_center, q_noise, prior_w, prior_noise, stats, rescale=True):
     return (
-        _expected_loglik(q, q_noise, prior_w.values, prior_noise, stats)
+        _expected_loglik(q, q_noise, prior_w, prior_noise, stats)
         + _expected_log_prior_w(q, prior_w)
         + _noise_terms(q_noise, prior_noise)
         + _entropy_bound(q.log_probs, q.log_weights, log_center, rescale)
@@ -545,9 +539,7 @@ def _log_prob_at(log_probs, log_weights, idx):
 def _estimate(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
     """Returns ``(surrogate, estimate, stderr)``; see :func:`mixture_elbo_estimate`."""
     sg = lax.stop_gradient
-    exact = _expected_loglik(q, q_noise, prior_w.values, prior_noise, stats) + _noise_terms(
-        q_noise, prior_noise
-    )
+    exact = _expected_loglik(q, q_noise, prior_w, prior_noise, stats) + _noise_terms(q_noise, prior_noise)
     idx = _sample_indices(key, sg(q.probs), sg(q.log_weights), num_samples=num_samples)
     log_q = _log_prob_at(q.log_probs, q.log_weights, idx)  # (S,)
     if isinstance(prior_w, MixturePrior):
@@ -724,16 +716,18 @@ def _predict(q, q_noise, values, prior_noise, Phi_new):
 
 
 def mixture_from_mean_field(
-    key, q_w, num_components: int, *, noise_scale: float = 1.0, smoothing: float = 0.01
+    key, q_w, num_components: int, *, noise_scale: float = 0.3, smoothing: float = 0.0
 ):
     r"""A mixture of perturbed copies of a mean-field posterior, to start a mixture fit from.
 
     Component ``k`` has logits :math:`\log\big((1-\epsilon) q_j + \epsilon/m\big) +
     \text{noise\_scale}\cdot z^{(k)}_j`, :math:`z \sim N(0, I)`, with :math:`\epsilon` = ``smoothing``,
-    and the weights are equal. The smoothing matters for converged mean-field fits, whose factors are
-    often numerically one-hot: logit noise alone would leave every component the same point mass.
-    Identical components (``noise_scale=0``) stay identical under any deterministic optimizer (the
-    gradients are symmetric), so some noise is needed for the components to specialize.
+    and the weights are equal. Identical components (``noise_scale=0``) stay identical under any
+    deterministic optimizer (the gradients are symmetric), so some noise is needed for the components to
+    specialize. Smoothing lets components differ where a mean-field factor is numerically one-hot (logit
+    noise alone leaves a point mass a point mass), but it costs likelihood on every weight: with
+    ``b = 2000`` weights, ``smoothing=0.01`` starts thousands of nats below the mean-field ELBO, so keep it
+    small or zero for large models.
 
     Args:
       key: PRNG key.
@@ -991,7 +985,7 @@ def _sgd_step(key, state, stats, prior_w, prior_noise, *, optimizer, num_samples
     lw, wl, ln = optax.apply_updates(params, updates)
     q = Mixture._unchecked(lw, wl)
     if noise_update == "cavi":
-        ln = _noise_cavi_logits(q, prior_w.values, prior_noise, stats)
+        ln = _noise_cavi_logits(q, prior_w, prior_noise, stats)
     info = MixtureSGDInfo(est, se, optax.tree.norm(grads))
     return MixtureSGDState(q, MeanField._unchecked(ln), opt_state), info
 
@@ -1062,7 +1056,7 @@ def _fit_sgd(
     key, q, q_noise, stats, prior_w, prior_noise, *, optimizer, num_steps, num_samples, noise_update
 ):
     if noise_update == "cavi":
-        q_noise = MeanField._unchecked(_noise_cavi_logits(q, prior_w.values, prior_noise, stats))
+        q_noise = MeanField._unchecked(_noise_cavi_logits(q, prior_w, prior_noise, stats))
     state = MixtureSGDState(q, q_noise, optimizer.init((q.logits, q.weight_logits, q_noise.logits)))
 
     def body(state, k):
