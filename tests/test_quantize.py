@@ -68,7 +68,7 @@ def test_sample_frequencies_match_mixture(precision):
     if Mixture is None:
         pytest.skip("kronvi.Mixture not available")
     rng = np.random.default_rng(1)
-    r, b, m, S = 3, 2, 3, 60_000
+    r, b, m, S = 3, 2, 3, 20_000
     q = Mixture(rng.normal(size=(r, b, m)) * 2, rng.normal(size=r))
     codes = np.asarray(kronvi.sample_codes(jax.random.key(2), q, S))
     assert codes.shape == (S, b) and codes.dtype == np.uint8
@@ -184,7 +184,7 @@ def test_float_prediction_is_phi_times_gathered_values(precision, bits, m):
 
 def test_sample_mean_converges_to_exact_predictive_mean():
     rng = np.random.default_rng(3)
-    b, N, S = 20, 7, 20_000
+    b, N, S = 20, 7, 4_000
     prior = kronvi.gaussian_prior(b, 0.7)
     q = kronvi.MeanField(rng.normal(size=(b, 15)) * 2)
     Phi = rng.normal(size=(N, b)).astype(np.float32)
@@ -261,7 +261,7 @@ def test_integer_path_is_the_stated_int8_formula():
     """predict_integer == NumPy int64 evaluation of the affine-quantized formula (exact int32 sums)."""
     with jax.enable_x64(True):
         rng = np.random.default_rng(5)
-        b, m, S, N = 300, 15, 12, 30
+        b, m, S, N = 300, 15, 12, 1100  # N > 512: blocked kernel, last block overlapping
         prior = affine_prior(rng, b, m, np.float64, zero=False)
         codes = rng.integers(0, m, size=(S, b))
         Phi = rng.normal(size=(N, b)) * 10
@@ -282,19 +282,22 @@ def test_integer_path_is_the_stated_int8_formula():
         np.testing.assert_allclose(kronvi.predict_integer(isamp, Phi), ref, rtol=1e-12, atol=1e-9)
 
 
-def test_pruning_changes_speed_not_results(precision):
+def test_pruning_changes_speed_not_results():
     rng = np.random.default_rng(6)
     b, m, S, N = 80, 15, 10, 12
-    prior = kronvi.gaussian_prior(b, 0.5, dtype=precision)
+    prior = kronvi.gaussian_prior(b, 0.5)
     codes = np.full((S, b), 7)
     live = rng.random(b) < 0.25  # 75% of weights are zero in every sample
     codes[:, live] = rng.integers(0, m, size=(S, int(live.sum())))
-    Phi = rng.normal(size=(N, b)).astype(precision)
+    Phi = rng.normal(size=(N, b)).astype(np.float32)
     packed = kronvi.pack_codes(codes)
     pruned, full = kronvi.integer_samples(packed, prior), kronvi.integer_samples(packed, prior, prune=False)
     assert full.deltas.shape == (S, b) and pruned.deltas.shape[1] == int((codes != 7).any(0).sum())
     assert pruned.deltas.dtype == jnp.int8 and pruned.base.shape == (0,)  # 0 is a level: no float offset
     np.testing.assert_array_equal(kronvi.predict_integer(pruned, Phi), kronvi.predict_integer(full, Phi))
+    # Features of the kept weights only (a deployment computes just those): same predictions.
+    kept = Phi[:, np.asarray(pruned.index)]
+    np.testing.assert_array_equal(kronvi.predict_integer(pruned, kept), kronvi.predict_integer(full, Phi))
     np.testing.assert_array_equal(
         kronvi.integer_error_bound(pruned, Phi), kronvi.integer_error_bound(full, Phi)
     )
@@ -339,6 +342,11 @@ def test_integer_path_errors():
     isamp = kronvi.integer_samples(packed, kronvi.gaussian_prior(4, 1.0))
     with pytest.raises(ValueError, match="`Phi_new` has 3 features but the model has 4 weights"):
         kronvi.predict_integer(isamp, np.zeros((2, 3)))
+    grid = kronvi.DiscretePrior(np.tile(np.arange(15.0) + 0.5, (4, 1)), np.zeros((4, 15)))  # no zero level
+    shifted = kronvi.integer_samples(kronvi.pack_codes(np.array([[1, 1, 0, 0]])), grid)
+    assert shifted.index.tolist() == [0, 1] and shifted.base.shape == (4,)
+    with pytest.raises(ValueError, match="must have all b features: some grids have a nonzero zero level"):
+        kronvi.predict_integer(shifted, np.zeros((2, 2)))
     with pytest.raises(TypeError, match="`isamples` must be IntegerSamples"):
         kronvi.predict_integer(tuple(isamp), np.zeros((2, 4)))
     with pytest.raises(TypeError, match="int8 or int16"):
