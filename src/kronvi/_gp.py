@@ -12,6 +12,7 @@ construction, and prefers a non-degenerate optimum whose likelihood is comparabl
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -256,28 +257,29 @@ def _minimize(loss, u0, max_iter, tol):
     precision). Returns ``(u, loss(u), iterations, converged, gradient norm)``.
     """
     opt = optax.lbfgs()
-    value_and_grad = optax.value_and_grad_from_state(loss)
     ftol = 10 * jnp.finfo(u0.dtype).eps
 
     def cond(carry):
-        k, done = carry[2], carry[4]
+        k, done = carry[2], carry[5]
         return (k < max_iter) & ~done
 
     def body(carry):
-        u, state, k, _, _, _ = carry
-        f, g = value_and_grad(u, state=state)
+        u, state, k, f, g, _, _ = carry
         updates, state = opt.update(g, state, u, value=f, grad=g, value_fn=loss)
         u = optax.apply_updates(u, updates)
-        f_new, g_new = value_and_grad(u, state=state)
+        # The line search stores the value and gradient at the accepted point: no re-evaluation (the
+        # ``lax.cond`` of ``optax.value_and_grad_from_state`` would evaluate both branches under ``vmap``).
+        f_new = optax.tree.get(state, "value")
+        g_new = optax.tree.get(state, "grad")
         gnorm = optax.tree.norm(g_new)
         stalled = ~(f - f_new > ftol * jnp.maximum(1.0, jnp.abs(f_new)))
-        return u, state, k + 1, f_new, (gnorm <= tol) | stalled, gnorm
+        return u, state, k + 1, f_new, g_new, (gnorm <= tol) | stalled, gnorm
 
     f0, g0 = jax.value_and_grad(loss)(u0)
     gnorm0 = optax.tree.norm(g0)
     done0 = ~jnp.isfinite(f0) | (gnorm0 <= tol)
-    init = (u0, opt.init(u0), jnp.asarray(0, jnp.int32), f0, done0, gnorm0)
-    u, _, k, f, _, gnorm = lax.while_loop(cond, body, init)
+    init = (u0, opt.init(u0), jnp.asarray(0, jnp.int32), f0, g0, done0, gnorm0)
+    u, _, k, f, _, _, gnorm = lax.while_loop(cond, body, init)
     return u, f, k, gnorm <= tol, gnorm
 
 
@@ -313,6 +315,7 @@ def fit_gp_hyperparameters(
     min_noise_variance=None,
     degenerate_margin: float = 2.0,
     init: GPHyperparameters | None = None,
+    parallel_restarts: bool | None = None,
 ):
     r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
 
@@ -327,14 +330,16 @@ def fit_gp_hyperparameters(
     * signal variance in :math:`[10^{-4}, 10^{2}] \cdot \operatorname{var}(y)`;
     * noise variance in :math:`[\sigma^2_{\min}, 10\,\operatorname{var}(y)]`.
 
-    The starts run in parallel under ``vmap``. Start ``i`` has lengthscales
-    :math:`\sqrt d \cdot (1, 0.3, 3, 0.1, 1, 0.3, 3, 10)_i`, noise variance
+    The starts run in parallel under ``vmap`` (on accelerators; see ``parallel_restarts``). Start ``i``
+    has lengthscales :math:`\sqrt d \cdot (1, 0.3, 3, 0.1, 1, 0.3, 3, 10)_i`, noise variance
     :math:`(0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)_i \operatorname{var}(y)` and signal variance
     :math:`\operatorname{var}(y)` minus the noise (cycling for more than 8 starts).
 
     A start is *degenerate* when it explains the data as noise: noise variance
-    :math:`\ge 0.9\operatorname{var}(y)`, signal variance :math:`\le 0.01\times` noise variance, or every
-    lengthscale of a non-constant input within a factor 2 of the same bound. The start with the largest
+    :math:`\ge 0.9\operatorname{var}(y)`, a leave-one-out mean squared error of its posterior mean
+    :math:`\ge 0.9\operatorname{var}(y)` (it predicts no better than the mean; this also catches a
+    lengthscale so short that the "signal" is white noise), or every lengthscale of a non-constant input
+    within a factor 2 of the same bound. The start with the largest
     marginal likelihood is returned, unless it is degenerate and a non-degenerate start is within
     ``degenerate_margin`` nats of it, in which case the best non-degenerate start is returned instead.
     ``info.degenerate`` reports whether the returned optimum is still degenerate (then the data show no
@@ -358,6 +363,11 @@ def fit_gp_hyperparameters(
         preferred to a degenerate best (a log Bayes factor).
       init: optional starting points, :class:`GPHyperparameters` stacked ``(S, ...)``, replacing the
         default starts (clipped into the bounds).
+      parallel_restarts: run the starts in parallel with ``vmap`` (``True``) or one after another with
+        ``lax.map`` (``False``). Default: ``vmap`` on GPU/TPU, ``lax.map`` on CPU, where a ``vmap``-batched
+        Cholesky gains nothing over sequential calls and, with few cores, can deadlock XLA's CPU thread
+        pool (batched LAPACK kernels waiting on each other's pool tasks; observed on a 2-core machine
+        with 277 rows).
 
     Returns:
       ``(hyper, info)``: the chosen :class:`GPHyperparameters` and a :class:`GPFitInfo`.
@@ -419,6 +429,9 @@ def fit_gp_hyperparameters(
             raise ValueError(f"`min_noise_variance` must be a scalar, got shape {min_noise.shape}")
         check_positive(min_noise, "min_noise_variance")
 
+    if parallel_restarts is None:
+        parallel_restarts = jax.default_backend() != "cpu"
+    parallel = bool(parallel_restarts)
     m = min(n, num_points)
     if m < n:
         idx = jax.random.choice(key, n, (m,), replace=False)
@@ -431,6 +444,7 @@ def fit_gp_hyperparameters(
         jnp.asarray(degenerate_margin, dtype),
         jnp.asarray(max_iter, jnp.int32),
         jnp.asarray(tol, dtype),
+        parallel,
     )
     lmls = info.log_marginal_likelihoods
     if is_concrete(lmls) and not bool(jnp.any(jnp.isfinite(lmls))):
@@ -441,8 +455,8 @@ def fit_gp_hyperparameters(
     return hyper, info
 
 
-@jax.jit
-def _fit(X, y, starts, min_noise, margin, max_iter, tol):
+@functools.partial(jax.jit, static_argnums=(7,))
+def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
     m, d = X.shape
     dtype = X.dtype
     var_y = jnp.var(y)
@@ -473,9 +487,12 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol):
         u, f, k, converged, gnorm = _minimize(loss, _pack(start, bounds), max_iter, tol)
         return _unpack(u, bounds), -f * m, k, converged, gnorm
 
-    hypers, lmls, iters, converged, gnorms = jax.vmap(run)(starts)
+    # vmap batches the starts' Cholesky factorizations into one LAPACK call per step; lax.map runs the
+    # starts one after another (see ``parallel_restarts``).
+    batch_map = jax.vmap if parallel else (lambda f: functools.partial(lax.map, f))
+    hypers, lmls, iters, converged, gnorms = batch_map(run)(starts)
     lmls = jnp.where(jnp.isfinite(lmls), lmls, -jnp.inf)
-    loo = jax.vmap(lambda h: _loo_mse(h, X, y))(hypers)
+    loo = batch_map(lambda h: _loo_mse(h, X, y))(hypers)
     loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)
     degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
     chosen = _select(lmls, degenerate, margin)
