@@ -59,8 +59,14 @@ def random_problem(rng, *, n=7, b=3, m=3, ms=3, dtype=np.float64):
     log_prior_n = np.log(rng.dirichlet(np.ones(ms)))[None]
     qn_logits = rng.normal(size=(1, ms))
     return dict(
-        Phi=Phi.astype(dtype), y=y.astype(dtype), values=values, log_prior=log_prior,
-        q_logits=q_logits, noise_vals=noise_vals, log_prior_n=log_prior_n, qn_logits=qn_logits,
+        Phi=Phi.astype(dtype),
+        y=y.astype(dtype),
+        values=values,
+        log_prior=log_prior,
+        q_logits=q_logits,
+        noise_vals=noise_vals,
+        log_prior_n=log_prior_n,
+        qn_logits=qn_logits,
     )
 
 

@@ -70,14 +70,7 @@ def test_weight_prior_variance_scales_the_kernel():
     np.testing.assert_allclose(s2 * Phi @ Phi.T, s2 * _se_kernel(X, ls), atol=s2 * 0.05)
 
 
-_MULTI_CHUNK_BUG = pytest.mark.xfail(
-    raises=TypeError,
-    strict=False,
-    reason="kronvi._stats multi-chunk scan: carry pytree mismatch (is_leaf=tuple); not a feature-map bug",
-)
-
-
-@pytest.mark.parametrize("chunk_size", [None, pytest.param(8, marks=_MULTI_CHUNK_BUG)])
+@pytest.mark.parametrize("chunk_size", [None, 8])
 def test_feature_map_for_streaming_statistics(dtype, chunk_size):
     X = jnp.asarray(_inputs(n=37), dtype)
     y = jnp.asarray(np.random.default_rng(1).normal(size=37), dtype)

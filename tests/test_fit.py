@@ -29,7 +29,8 @@ def test_cavi_is_monotone_and_converges(dtype, order):
     assert bool(info.converged)
     assert trace[-1] > trace[0] + 10.0
     np.testing.assert_allclose(
-        float(kronvi.regression_elbo(q_w, q_n, pw, pn, stats)), trace[int(info.num_iter)],
+        float(kronvi.regression_elbo(q_w, q_n, pw, pn, stats)),
+        trace[int(info.num_iter)],
         rtol=tol(dtype, x32=1e-5, x64=1e-10),
     )
 

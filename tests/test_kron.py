@@ -30,8 +30,10 @@ def test_log_of_product_is_kronecker_sum(dtype):
     rng = np.random.default_rng(1)
     a = _rand(rng, (3, 4), dtype, positive=True)
     np.testing.assert_allclose(
-        K.kron_sum_dense(K.kron_log(a)), np.log(np.asarray(K.kron_dense(a), np.float64)),
-        rtol=tol(dtype), atol=tol(dtype),
+        K.kron_sum_dense(K.kron_log(a)),
+        np.log(np.asarray(K.kron_dense(a), np.float64)),
+        rtol=tol(dtype),
+        atol=tol(dtype),
     )
 
 
@@ -39,8 +41,10 @@ def test_elementwise_product(dtype):
     rng = np.random.default_rng(2)
     a, c = _rand(rng, (3, 3), dtype), _rand(rng, (3, 3), dtype)
     np.testing.assert_allclose(
-        K.kron_dense(K.kron_mul(a, c)), np.asarray(K.kron_dense(a)) * np.asarray(K.kron_dense(c)),
-        rtol=tol(dtype), atol=tol(dtype),
+        K.kron_dense(K.kron_mul(a, c)),
+        np.asarray(K.kron_dense(a)) * np.asarray(K.kron_dense(c)),
+        rtol=tol(dtype),
+        atol=tol(dtype),
     )
 
 
@@ -62,7 +66,8 @@ def test_kron_sum_times_product_is_sum_of_products(dtype):
     np.testing.assert_allclose(
         K.kron_sum_of_products_dense(terms),
         np.asarray(K.kron_sum_dense(s)) * np.asarray(K.kron_dense(a)),
-        rtol=tol(dtype), atol=tol(dtype),
+        rtol=tol(dtype),
+        atol=tol(dtype),
     )
 
 

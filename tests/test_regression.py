@@ -10,9 +10,7 @@ import kronvi
 
 def _model(p, dtype):
     prior_w = kronvi.DiscretePrior(jnp.asarray(p["values"], dtype), jnp.asarray(p["log_prior"], dtype))
-    prior_n = kronvi.DiscretePrior(
-        jnp.asarray(p["noise_vals"], dtype), jnp.asarray(p["log_prior_n"], dtype)
-    )
+    prior_n = kronvi.DiscretePrior(jnp.asarray(p["noise_vals"], dtype), jnp.asarray(p["log_prior_n"], dtype))
     q_w = kronvi.MeanField(jnp.asarray(p["q_logits"], dtype))
     q_n = kronvi.MeanField(jnp.asarray(p["qn_logits"], dtype))
     stats = kronvi.regression_stats(jnp.asarray(p["Phi"], dtype), jnp.asarray(p["y"], dtype))
@@ -21,8 +19,14 @@ def _model(p, dtype):
 
 def _reference(p):
     return brute_force_elbo(
-        p["Phi"], p["y"], p["values"], p["log_prior"] - np.log(np.exp(p["log_prior"]).sum(-1, keepdims=True)),
-        softmax(p["q_logits"]), p["noise_vals"][0], p["log_prior_n"][0], softmax(p["qn_logits"])[0],
+        p["Phi"],
+        p["y"],
+        p["values"],
+        p["log_prior"] - np.log(np.exp(p["log_prior"]).sum(-1, keepdims=True)),
+        softmax(p["q_logits"]),
+        p["noise_vals"][0],
+        p["log_prior_n"][0],
+        softmax(p["qn_logits"])[0],
     )
 
 
@@ -66,8 +70,14 @@ def test_elbo_gradient_matches_finite_differences():
                 kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, prior_n, st
             )
 
-        check_grads(f, (q_w.logits, q_n.logits, prior_w.values, stats.PhitPhi), order=2,
-                    modes=["rev", "fwd"], atol=1e-6, rtol=1e-6)
+        check_grads(
+            f,
+            (q_w.logits, q_n.logits, prior_w.values, stats.PhitPhi),
+            order=2,
+            modes=["rev", "fwd"],
+            atol=1e-6,
+            rtol=1e-6,
+        )
 
 
 def _enumerate_predictive(p, Phi_new):
@@ -102,7 +112,9 @@ def test_predictive_log_density_matches_enumeration(dtype, seed):
     y_new = mean + np.sqrt(var) * rng.normal(size=6) * 2.0
     s = p["noise_vals"][0]
     dens = np.einsum(
-        "c,s,csn->n", prob, qn,
+        "c,s,csn->n",
+        prob,
+        qn,
         np.exp(-0.5 * (y_new[None, None] - f[:, None]) ** 2 / s[None, :, None])
         / np.sqrt(2 * np.pi * s[None, :, None]),
     )

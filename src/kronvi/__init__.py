@@ -1,5 +1,12 @@
 """kronvi: exact variational inference with discrete, quantized priors (DIRECT) in JAX."""
 
+import os as _os
+
+# jaxlib's CPU linear algebra (Cholesky, triangular solves) calls scipy's OpenBLAS. OpenBLAS's own
+# thread pool running inside XLA's thread pool oversubscribes a small machine and was seen to deadlock
+# (2 cores, vmapped Cholesky) and to slow a 277x277 Cholesky 200x. A user's explicit setting wins.
+_os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from ._families import MeanField as MeanField
 from ._families import entropy as entropy
 from ._fit import FitInfo as FitInfo
@@ -34,6 +41,9 @@ from ._gp import GPFitInfo as GPFitInfo
 from ._gp import GPHyperparameters as GPHyperparameters
 from ._gp import fit_gp_hyperparameters as fit_gp_hyperparameters
 from ._gp import gp_log_marginal_likelihood as gp_log_marginal_likelihood
+from ._io import DirectModel as DirectModel
+from ._io import load_model as load_model
+from ._io import save_model as save_model
 from ._mixture import Mixture as Mixture
 from ._mixture import MixturePrior as MixturePrior
 from ._mixture import MixtureSGDInfo as MixtureSGDInfo
@@ -50,9 +60,6 @@ from ._mixture import mixture_sgd_init as mixture_sgd_init
 from ._mixture import mixture_sgd_step as mixture_sgd_step
 from ._mixture import predict_mixture as predict_mixture
 from ._mixture import sample_mixture as sample_mixture
-from ._io import DirectModel as DirectModel
-from ._io import load_model as load_model
-from ._io import save_model as save_model
 from ._quantize import IntegerSamples as IntegerSamples
 from ._quantize import integer_error_bound as integer_error_bound
 from ._quantize import integer_samples as integer_samples

@@ -42,9 +42,7 @@ def check_finite(x, name: str):
 
 def check_positive(x, name: str):
     if is_concrete(x) and x.size and not bool(np.all(np.asarray(x) > 0)):
-        raise ValueError(
-            f"`{name}` must be strictly positive, got min {float(np.min(np.asarray(x)))}"
-        )
+        raise ValueError(f"`{name}` must be strictly positive, got min {float(np.min(np.asarray(x)))}")
 
 
 def check_nonempty(x, name: str, axis: int = 0):

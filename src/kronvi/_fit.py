@@ -163,9 +163,7 @@ def cavi_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperatu
     return logits_w, logits_n
 
 
-@functools.partial(
-    jax.jit, static_argnames=("max_iter", "tol", "order", "anneal_sweeps", "anneal_start")
-)
+@functools.partial(jax.jit, static_argnames=("max_iter", "tol", "order", "anneal_sweeps", "anneal_start"))
 def _fit_cavi(
     logits_w,
     logits_n,

@@ -44,8 +44,7 @@ class DiscretePrior:
         check_ndim(values, 2, "values", "(num_weights, num_levels)")
         if log_probs.shape != values.shape:
             raise ValueError(
-                f"`log_probs` shape {tuple(log_probs.shape)} must equal `values` shape "
-                f"{tuple(values.shape)}"
+                f"`log_probs` shape {tuple(log_probs.shape)} must equal `values` shape {tuple(values.shape)}"
             )
         if values.shape[0] == 0 or values.shape[1] == 0:
             raise ValueError(f"`values` is empty (shape {tuple(values.shape)})")
@@ -103,7 +102,10 @@ def gaussian_prior(num_weights: int, scale, *, levels: int = 15, width: float = 
         raise ValueError(f"`scale` must be a scalar or shape ({num_weights},), got {scale.shape}")
     check_finite(scale, "scale")
     check_positive(scale, "scale")
-    unit = jnp.linspace(-width, width, levels, dtype=scale.dtype)
+    # Symmetric by construction: k - (m-1)/2 is exact in floating point, so for odd `levels` the middle
+    # level is exactly 0 (a float32 linspace leaves it at ~1e-8, and sparsity then reads as 0).
+    half = (levels - 1) / 2.0
+    unit = (jnp.arange(levels, dtype=scale.dtype) - half) * (width / half)
     scale = jnp.broadcast_to(scale, (num_weights,))
     values = scale[:, None] * unit[None, :]
     log_probs = jnp.broadcast_to(-0.5 * unit**2, values.shape)

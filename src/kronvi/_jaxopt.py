@@ -8,9 +8,7 @@ from __future__ import annotations
 import warnings
 
 with warnings.catch_warnings():
-    warnings.filterwarnings(
-        "ignore", message="JAXopt is no longer maintained", category=DeprecationWarning
-    )
+    warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
     import jaxopt
 
 LBFGS = jaxopt.LBFGS

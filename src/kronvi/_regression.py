@@ -21,6 +21,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._checks import as_float_array, check_finite, check_ndim, is_concrete
 from ._families import MeanField, check_family, grid_moments
@@ -44,7 +45,7 @@ def check_regression_args(q_w, q_noise, prior_w, prior_noise, stats=None):
         if stats.PhitPhi.shape[-2:] != (b, b):
             raise ValueError(f"`stats.PhitPhi` must be ({b}, {b}), got {stats.PhitPhi.shape}")
         check_weight_prior(prior_w, b)
-        if is_concrete(stats.n) and jnp.any(stats.n <= 0):
+        if is_concrete(stats.n) and np.any(np.asarray(stats.n) <= 0):
             raise ValueError("`stats.n` must be positive: the statistics describe empty data")
 
 
@@ -63,9 +64,7 @@ def expected_rss(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionStats)
     r""":math:`E_q\|y - \Phi w\|^2` from the statistics (one matrix-vector product)."""
     mean, var = grid_moments(q_w.probs, prior_w.values)
     return (
-        stats.yty
-        - 2.0 * jnp.sum(mean * stats.Phity, axis=-1)
-        + expected_quadratic(mean, var, stats.PhitPhi)
+        stats.yty - 2.0 * jnp.sum(mean * stats.Phity, axis=-1) + expected_quadratic(mean, var, stats.PhitPhi)
     )
 
 
@@ -119,8 +118,7 @@ def _check_phi_new(Phi_new, prior_w):
     check_ndim(Phi_new, 2, "Phi_new", "(num_points, num_features)")
     if Phi_new.shape[1] != prior_w.values.shape[-2]:
         raise ValueError(
-            f"`Phi_new` has {Phi_new.shape[1]} features but the model has "
-            f"{prior_w.values.shape[-2]} weights"
+            f"`Phi_new` has {Phi_new.shape[1]} features but the model has {prior_w.values.shape[-2]} weights"
         )
     check_finite(Phi_new, "Phi_new")
     return Phi_new
@@ -181,9 +179,7 @@ def predictive_log_density(
     y_new = as_float_array(y_new, "y_new")
     check_ndim(y_new, 1, "y_new", "(num_points,)")
     if y_new.shape[0] != Phi_new.shape[0]:
-        raise ValueError(
-            f"`y_new` has {y_new.shape[0]} points but `Phi_new` has {Phi_new.shape[0]}"
-        )
+        raise ValueError(f"`y_new` has {y_new.shape[0]} points but `Phi_new` has {Phi_new.shape[0]}")
     check_finite(y_new, "y_new")
     return _log_density_impl(
         q_w.probs,
@@ -223,11 +219,7 @@ def _log_density_impl(qw, qn, values, svals, Phi_new, y_new, num_nodes, batch_si
         dens = jnp.sum(qn * (gauss @ (w * base))) / jnp.pi
         T = h * (num_nodes - 0.5)
         tail = (
-            jnp.sum(
-                qn
-                * jnp.sqrt(0.5 * jnp.pi / svals)
-                * jax.scipy.special.erfc(T * jnp.sqrt(0.5 * svals))
-            )
+            jnp.sum(qn * jnp.sqrt(0.5 * jnp.pi / svals) * jax.scipy.special.erfc(T * jnp.sqrt(0.5 * svals)))
             / jnp.pi
         )
         tiny = jnp.finfo(dtype).tiny

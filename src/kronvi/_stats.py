@@ -106,20 +106,37 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None) -> RegressionStat
       (5.0, 30.0, [10.0, 10.0])
     """
     Phi, y = _validate_xy(Phi, y, "Phi")
-    return _chunked_stats(lambda x: x, Phi, y, chunk_size)
+    return _chunked_stats(_identity, Phi, y, chunk_size)
 
 
 def regression_stats_from_inputs(feature_map, X, y, *, chunk_size: int | None = None):
     r"""Statistics of ``feature_map(X)`` computed chunk by chunk: memory :math:`O(\text{chunk}\cdot b + b^2)`.
 
     Args:
-      feature_map: a pure function ``(c, d) -> (c, b)`` (e.g. a fitted random Fourier feature map).
+      feature_map: a pure function ``(c, d) -> (c, b)``, e.g. ``functools.partial(rff_features, params)``;
+        the arrays bound in a ``functools.partial`` / ``jax.tree_util.Partial`` are traced, so new
+        parameters (another fold's feature map) do not recompile.
       X: raw inputs ``(n, d)``.
       y: targets ``(n,)``.
       chunk_size: rows per chunk; ``None`` picks ``min(n, 4096)``.
     """
     X, y = _validate_xy(X, y, "X")
     return _chunked_stats(feature_map, X, y, chunk_size)
+
+
+def _identity(x):
+    return x
+
+
+def _as_traced_callable(fn):
+    """A pytree callable whose array arguments are traced, so one compile serves every fold."""
+    if isinstance(fn, jax.tree_util.Partial):
+        return fn
+    if isinstance(fn, functools.partial):
+        return jax.tree_util.Partial(fn.func, *fn.args, **fn.keywords)
+    if not callable(fn):
+        raise TypeError(f"`feature_map` must be callable, got {type(fn).__name__}")
+    return jax.tree_util.Partial(fn)
 
 
 def _chunked_stats(feature_map, X, y, chunk_size):
@@ -129,10 +146,10 @@ def _chunked_stats(feature_map, X, y, chunk_size):
     chunk_size = int(chunk_size)
     if chunk_size < 1:
         raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
-    return _chunked_stats_jit(feature_map, X, y, chunk_size)
+    return _chunked_stats_jit(_as_traced_callable(feature_map), X, y, chunk_size)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3))
+@functools.partial(jax.jit, static_argnums=(3,))
 def _chunked_stats_jit(feature_map, X, y, chunk_size):
     n = X.shape[0]
     num_chunks = -(-n // chunk_size)
@@ -158,10 +175,8 @@ def _chunked_stats_jit(feature_map, X, y, chunk_size):
         def body(carry, inputs):
             sums, comps = carry
             new = chunk_stats(*inputs)
-            out = jax.tree.map(_two_sum, sums, comps, new)
-            sums = jax.tree.map(lambda o: o[0], out, is_leaf=lambda o: isinstance(o, tuple))
-            comps = jax.tree.map(lambda o: o[1], out, is_leaf=lambda o: isinstance(o, tuple))
-            return (sums, comps), None
+            pairs = [_two_sum(s, c, x) for s, c, x in zip(sums, comps, new, strict=True)]
+            return (tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)), None
 
         (sums, comps), _ = lax.scan(body, (zeros, zeros), (Xc, yc, mc))
         yty, Phity, PhitPhi = jax.tree.map(jnp.add, sums, comps)
@@ -191,9 +206,7 @@ def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
     counts = np.bincount(folds, minlength=K)
     if np.any(counts == 0):
         raise ValueError(f"`folds` leaves fold(s) {np.flatnonzero(counts == 0).tolist()} empty")
-    test = [
-        regression_stats(Phi[folds == k], y[folds == k], chunk_size=chunk_size) for k in range(K)
-    ]
+    test = [regression_stats(Phi[folds == k], y[folds == k], chunk_size=chunk_size) for k in range(K)]
     test = jax.tree.map(lambda *xs: jnp.stack(xs), *test)
     total = jax.tree.map(lambda x: jnp.sum(x, axis=0), test)
     train = jax.tree.map(lambda t, x: t[None] - x, total, test)

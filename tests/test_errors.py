@@ -1,0 +1,113 @@
+"""Bad input gets a clear error that names the argument."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kronvi
+
+
+def _ok(b=3):
+    rng = np.random.default_rng(0)
+    Phi = jnp.asarray(rng.normal(size=(10, b)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=10), jnp.float32)
+    pw = kronvi.gaussian_prior(b, 1.0, levels=5)
+    pn = kronvi.noise_prior(0.5, levels=3)
+    return Phi, y, pw, pn, kronvi.regression_stats(Phi, y)
+
+
+@pytest.mark.parametrize(
+    "Phi,y,match",
+    [
+        (np.ones((5, 2)), np.ones(4), "`Phi` has 5 rows but `y` has 4"),
+        (np.ones(5), np.ones(5), "`Phi` must be 2-D"),
+        (np.ones((5, 2)), np.ones((5, 2)), "`y` must be 1-D"),
+        (np.ones((0, 2)), np.ones(0), "`Phi` is empty"),
+        (np.ones((5, 0)), np.ones(5), "`Phi` has no columns"),
+        (np.array([[1.0, np.nan]] * 3), np.ones(3), "`Phi` contains 3 NaN or infinite"),
+        (np.ones((3, 2)), np.array([1.0, np.inf, 0.0]), "`y` contains 1 NaN or infinite"),
+    ],
+)
+def test_regression_stats_rejects_bad_data(Phi, y, match):
+    with pytest.raises(ValueError, match=match):
+        kronvi.regression_stats(Phi, y)
+
+
+def test_chunk_size_and_folds_are_validated():
+    Phi, y, *_ = _ok()
+    with pytest.raises(ValueError, match="chunk_size"):
+        kronvi.regression_stats(Phi, y, chunk_size=0)
+    with pytest.raises(ValueError, match="`folds` leaves fold"):
+        kronvi.kfold_stats(Phi, y, np.array([0, 0, 0, 2, 2, 2, 0, 0, 2, 2]))
+    with pytest.raises(ValueError, match="`folds` must have shape"):
+        kronvi.kfold_stats(Phi, y, np.zeros(3, int))
+
+
+def test_priors_are_validated():
+    with pytest.raises(ValueError, match="`log_probs` shape"):
+        kronvi.DiscretePrior(np.zeros((2, 3)), np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="`values` must be 2-D"):
+        kronvi.DiscretePrior(np.zeros(3), np.zeros(3))
+    with pytest.raises(ValueError, match="`log_probs` contains"):
+        kronvi.DiscretePrior(np.zeros((1, 2)), np.array([[0.0, -np.inf]]))
+    with pytest.raises(ValueError, match="`scale` must be strictly positive"):
+        kronvi.gaussian_prior(3, 0.0)
+    with pytest.raises(ValueError, match="`scale` must be a scalar or shape"):
+        kronvi.gaussian_prior(3, np.ones(2))
+    with pytest.raises(ValueError, match="`levels`"):
+        kronvi.gaussian_prior(3, 1.0, levels=1)
+    with pytest.raises(ValueError, match="`variance` must be strictly positive"):
+        kronvi.noise_prior(-1.0)
+    with pytest.raises(ValueError, match="`variance` contains"):
+        kronvi.noise_prior(np.nan)
+    with pytest.raises(ValueError, match="`span`"):
+        kronvi.noise_prior(1.0, span=1.0)
+
+
+def test_noise_prior_must_be_positive_and_one_row():
+    Phi, y, pw, pn, stats = _ok()
+    q = kronvi.MeanField.from_prior(pw)
+    bad = kronvi.DiscretePrior(np.array([[-1.0, 1.0]]), np.zeros((1, 2)))
+    with pytest.raises(ValueError, match="noise variances"):
+        kronvi.regression_elbo(q, kronvi.MeanField(np.zeros((1, 2))), pw, bad, stats)
+    two_rows = kronvi.DiscretePrior(np.ones((2, 2)), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match=r"`prior_noise` must have shape \(1, m_sigma\)"):
+        kronvi.fit_regression(stats, pw, two_rows)
+
+
+def test_mismatched_grids_and_logits():
+    Phi, y, pw, pn, stats = _ok()
+    qn = kronvi.MeanField.from_prior(pn)
+    with pytest.raises(ValueError, match="`q_w.logits` has shape"):
+        kronvi.regression_elbo(kronvi.MeanField(np.zeros((3, 4))), qn, pw, pn, stats)
+    with pytest.raises(ValueError, match="`q_noise.logits` has shape"):
+        kronvi.regression_elbo(
+            kronvi.MeanField.from_prior(pw), kronvi.MeanField(np.zeros((1, 7))), pw, pn, stats
+        )
+    with pytest.raises(ValueError, match="`prior_w` has 4 weights but the data have 3 features"):
+        kronvi.fit_regression(stats, kronvi.gaussian_prior(4, 1.0, levels=5), pn)
+    with pytest.raises(ValueError, match="`logits` must be 2-D"):
+        kronvi.MeanField(np.zeros(3))
+    with pytest.raises(ValueError, match="`logits` contains"):
+        kronvi.MeanField(np.array([[0.0, np.nan]]))
+    with pytest.raises(TypeError, match="`q_w` must be a MeanField"):
+        kronvi.regression_elbo(pw, qn, pw, pn, stats)
+
+
+def test_prediction_inputs_are_validated():
+    Phi, y, pw, pn, stats = _ok()
+    q, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    with pytest.raises(ValueError, match="`Phi_new` has 2 features but the model has 3 weights"):
+        kronvi.predict_regression(q, qn, pw, pn, np.ones((4, 2)))
+    with pytest.raises(ValueError, match="`Phi_new` contains"):
+        kronvi.predict_regression(q, qn, pw, pn, np.full((4, 3), np.inf))
+    with pytest.raises(ValueError, match="`y_new` has 3 points but `Phi_new` has 4"):
+        kronvi.predictive_log_density(q, qn, pw, pn, np.ones((4, 3)), np.ones(3))
+
+
+def test_empty_statistics_are_rejected():
+    Phi, y, pw, pn, stats = _ok()
+    empty = kronvi.subtract_stats(stats, stats)
+    q, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    with pytest.raises(ValueError, match="`stats.n` must be positive"):
+        kronvi.regression_elbo(q, qn, pw, pn, empty)
