@@ -97,6 +97,17 @@ def kron_sum_inner(s, a):
     return jnp.sum(dots * prefix * suffix, axis=-1)
 
 
+def kron_sum_expectation(s, q):
+    r"""Prop. 3 for normalized factors: :math:`E_{\bigotimes_j q_j}[\bigoplus_j s_j] = \sum_j
+    \langle s_j, q_j\rangle`, valid when every :math:`\langle 1, q_j\rangle = 1` (distributions).
+
+    This is how :math:`E_q[\log p]` and :math:`E_q[\log q]` of factorized distributions cost
+    :math:`O(bm)`; it skips the products of factor totals of :func:`kron_sum_inner` (all ones here),
+    whose gradient would cost more than the rest of the ELBO.
+    """
+    return jnp.sum(s * q, axis=(-2, -1))
+
+
 def kron_sum_mul_kron(s, a):
     r"""Element-wise :math:`(\bigoplus_j s_j) \circ (\bigotimes_j a_j)`, a sum of ``b`` Kronecker
     products: returns factors ``(b, b, m)`` where term ``j`` has factor ``s_j a_j`` at ``j`` and ``a_i``
@@ -118,6 +129,7 @@ def kron_sum_of_products_inner(A, B):
     return jnp.sum(jax.vmap(lambda a: jax.vmap(lambda bb: kron_inner(a, bb))(B))(A))
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=())
 def expected_quadratic(mean, var, A):
     r""":math:`E[w^\top A w]` for independent :math:`w_j` with means ``mean`` and variances ``var``
     (both ``(b,)``): :math:`\bar w^\top A \bar w + \sum_j A_{jj} \mathrm{Var}(w_j)`.
@@ -127,5 +139,21 @@ def expected_quadratic(mean, var, A):
     :math:`v_i \oplus v_j` and squares :math:`v_j^2`), and its inner product with
     :math:`\bigotimes_j q_j` reduces to one matrix-vector product with ``A`` (the paper's
     :math:`H = \bar w^2 \cdot \mathrm{diag}(\Phi^\top\Phi)` term carries the diagonal).
+
+    ``A`` must be symmetric (as :math:`\Phi^\top\Phi` is). The derivative reuses :math:`A\bar w` from
+    the forward pass, so value and gradient together cost one matrix-vector product.
     """
     return mean @ (A @ mean) + jnp.sum(jnp.diagonal(A, axis1=-2, axis2=-1) * var, axis=-1)
+
+
+@expected_quadratic.defjvp
+def _expected_quadratic_jvp(primals, tangents):
+    mean, var, A = primals
+    dmean, dvar, dA = tangents
+    Am = A @ mean
+    diag = jnp.diagonal(A, axis1=-2, axis2=-1)
+    out = mean @ Am + jnp.sum(diag * var, axis=-1)
+    # d(m'Am) = 2 dm'Am + m'dA m for symmetric A; d(sum diag(A) var) = diag(dA) var + diag(A) dvar.
+    dout = 2.0 * (dmean @ Am) + jnp.sum(diag * dvar, axis=-1)
+    dout = dout + mean @ (dA @ mean) + jnp.sum(jnp.diagonal(dA, axis1=-2, axis2=-1) * var, axis=-1)
+    return out, dout

@@ -26,7 +26,7 @@ import numpy as np
 from ._checks import as_float_array, check_finite, check_ndim, is_concrete
 from ._families import MeanField, check_family, grid_moments
 from ._grids import DiscretePrior, check_noise_prior, check_weight_prior
-from ._kron import expected_quadratic, kron_sum_inner
+from ._kron import expected_quadratic, kron_sum_expectation
 from ._stats import RegressionStats
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -73,8 +73,8 @@ def _elbo_terms(q_w, q_noise, prior_w, prior_noise, stats):
     ell = -0.5 * stats.n * (_LOG_2PI + e_log) - 0.5 * e_inv * expected_rss(q_w, prior_w, stats)
     # E_q[log p] and E_q[log q]: inner products of Kronecker sums with Kronecker products (Prop. 3).
     qw, qn = q_w.probs, q_noise.probs
-    log_prior = kron_sum_inner(prior_w.log_probs, qw) + kron_sum_inner(prior_noise.log_probs, qn)
-    log_q = kron_sum_inner(q_w.log_probs, qw) + kron_sum_inner(q_noise.log_probs, qn)
+    log_prior = kron_sum_expectation(prior_w.log_probs, qw) + kron_sum_expectation(prior_noise.log_probs, qn)
+    log_q = kron_sum_expectation(q_w.log_probs, qw) + kron_sum_expectation(q_noise.log_probs, qn)
     return ell, log_prior, log_q
 
 

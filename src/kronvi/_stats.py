@@ -151,35 +151,44 @@ def _chunked_stats(feature_map, X, y, chunk_size):
 
 @functools.partial(jax.jit, static_argnums=(3,))
 def _chunked_stats_jit(feature_map, X, y, chunk_size):
-    n = X.shape[0]
-    num_chunks = -(-n // chunk_size)
-    pad = num_chunks * chunk_size - n
-    mask = jnp.concatenate([jnp.ones((n,), X.dtype), jnp.zeros((pad,), X.dtype)])
-    Xp = jnp.pad(X, ((0, pad), (0, 0)))
-    yp = jnp.pad(y, (0, pad))
-    Xc = Xp.reshape(num_chunks, chunk_size, X.shape[1])
-    yc = yp.reshape(num_chunks, chunk_size)
-    mc = mask.reshape(num_chunks, chunk_size)
+    # Full chunks run in a scan; the remainder (< chunk_size rows) is one more chunk. No padding: a padded
+    # copy of the input would cost as much memory traffic as the matmul itself.
+    n, d = X.shape
+    num_full = n // chunk_size
+    n_full = num_full * chunk_size
 
-    def chunk_stats(x, yy, mm):
-        F = feature_map(x) * mm[:, None]  # padded rows contribute nothing
-        yy = yy * mm
+    def chunk_stats(x, yy):
+        F = feature_map(x)
         return (jnp.dot(yy, yy), F.T @ yy, F.T @ F)
 
-    if num_chunks == 1:
-        yty, Phity, PhitPhi = chunk_stats(Xc[0], yc[0], mc[0])
-    else:
-        first = jax.eval_shape(chunk_stats, Xc[0], yc[0], mc[0])
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), first)
+    parts = []
+    if num_full == 1:
+        parts.append((chunk_stats(X[:n_full], y[:n_full]), None))
+    elif num_full > 1:
+        Xc = X[:n_full].reshape(num_full, chunk_size, d)
+        yc = y[:n_full].reshape(num_full, chunk_size)
+        first = jax.eval_shape(chunk_stats, Xc[0], yc[0])
+        zeros = tuple(jnp.zeros(s.shape, s.dtype) for s in first)
 
         def body(carry, inputs):
             sums, comps = carry
-            new = chunk_stats(*inputs)
-            pairs = [_two_sum(s, c, x) for s, c, x in zip(sums, comps, new, strict=True)]
+            pairs = [_two_sum(s, c, x) for s, c, x in zip(sums, comps, chunk_stats(*inputs), strict=True)]
             return (tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)), None
 
-        (sums, comps), _ = lax.scan(body, (zeros, zeros), (Xc, yc, mc))
-        yty, Phity, PhitPhi = jax.tree.map(jnp.add, sums, comps)
+        (sums, comps), _ = lax.scan(body, (zeros, zeros), (Xc, yc))
+        parts.append((sums, comps))
+    if n_full < n:
+        parts.append((chunk_stats(X[n_full:], y[n_full:]), None))
+    sums, comps = parts[0]
+    for new, new_comps in parts[1:]:
+        comps = comps if comps is not None else tuple(jnp.zeros_like(s) for s in sums)
+        if new_comps is not None:
+            comps = tuple(c + nc for c, nc in zip(comps, new_comps, strict=True))
+        pairs = [_two_sum(s, c, x) for s, c, x in zip(sums, comps, new, strict=True)]
+        sums, comps = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+    if comps is not None:
+        sums = tuple(s + c for s, c in zip(sums, comps, strict=True))
+    yty, Phity, PhitPhi = sums
     PhitPhi = 0.5 * (PhitPhi + PhitPhi.T)
     return RegressionStats(jnp.asarray(n, X.dtype), yty, Phity, PhitPhi)
 

@@ -1,0 +1,108 @@
+"""Speed of the core primitives against the dense operation each one is built on.
+
+1. ELBO and ELBO+gradient (w.r.t. all logits) for b = 2000, m = 15 against one matrix-vector product with
+   Phi^T Phi alone (target: ELBO+gradient within 3x of that product).
+2. `regression_stats` (chunked, compensated) against the plain jitted `Phi.T @ Phi` (target: within 1.5x).
+3. One CAVI sweep (b coordinate updates + the noise update) for reference.
+
+Medians of `--repeats` runs after compilation, and their ratios, all measured in the same process.
+Run: python benchmarks/bench_core.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import kronvi
+
+
+def median_seconds(fn, *args, repeats):
+    jax.block_until_ready(fn(*args))  # compile + warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--b", type=int, default=2000)
+    ap.add_argument("--levels", type=int, default=15)
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=30)
+    args = ap.parse_args()
+    b, m, n = args.b, args.levels, args.n
+    rng = np.random.default_rng(0)
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, float32, b={b}, m={m}, n={n}")
+
+    Phi = jnp.asarray(rng.normal(size=(n, b)) / np.sqrt(b), jnp.float32)
+    y = jnp.asarray(rng.normal(size=n), jnp.float32)
+
+    # --- 2. statistics vs the plain matmul
+    plain = jax.jit(lambda P: P.T @ P)
+    plain_all = jax.jit(lambda P, t: (t @ t, P.T @ t, P.T @ P))
+    t_mm = median_seconds(plain, Phi, repeats=max(3, args.repeats // 5))
+    t_mm_all = median_seconds(plain_all, Phi, y, repeats=max(3, args.repeats // 5))
+    rows = []
+    for chunk in (None, 1024, 8192, n):
+        t = median_seconds(
+            lambda P, t_, c=chunk: kronvi.regression_stats(P, t_, chunk_size=c),
+            Phi,
+            y,
+            repeats=max(3, args.repeats // 5),
+        )
+        rows.append((chunk, t))
+    print("\n## Sufficient statistics")
+    print(f"plain jitted Phi.T @ Phi: {t_mm * 1e3:.1f} ms; with Phi.T @ y and y.y: {t_mm_all * 1e3:.1f} ms")
+    print("| chunk_size | seconds | ratio to Phi.T @ Phi |")
+    print("|---:|---:|---:|")
+    for chunk, t in rows:
+        label = "None (auto: 4096)" if chunk is None else str(chunk)
+        print(f"| {label} | {t:.4f} | {t / t_mm:.2f} |")
+
+    # --- 1. ELBO and its gradient vs one matvec
+    stats = kronvi.regression_stats(Phi, y)
+    pw = kronvi.gaussian_prior(b, 1.0, levels=m)
+    pn = kronvi.noise_prior(0.5)
+    logits = jnp.asarray(rng.normal(size=(b, m)), jnp.float32)
+    ln = pn.log_probs
+
+    def elbo(lw, ln, stats):
+        return kronvi.regression_elbo(
+            kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, pn, stats
+        )
+
+    v = jnp.asarray(rng.normal(size=b), jnp.float32)
+    matvec = jax.jit(lambda A, v: A @ v)
+    f_val = jax.jit(elbo)
+    f_grad = jax.jit(jax.value_and_grad(elbo, argnums=(0, 1)))
+    t_mv = median_seconds(matvec, stats.PhitPhi, v, repeats=args.repeats)
+    t_val = median_seconds(f_val, logits, ln, stats, repeats=args.repeats)
+    t_grad = median_seconds(f_grad, logits, ln, stats, repeats=args.repeats)
+    print(f"\n## ELBO (b={b}, m={m})")
+    print("| operation | milliseconds | ratio to one matvec |")
+    print("|---|---:|---:|")
+    print(f"| Phi^T Phi @ v alone | {t_mv * 1e3:.3f} | 1.00 |")
+    print(f"| ELBO | {t_val * 1e3:.3f} | {t_val / t_mv:.2f} |")
+    print(f"| ELBO + gradient | {t_grad * 1e3:.3f} | {t_grad / t_mv:.2f} |")
+
+    # --- 3. one CAVI sweep
+    sweep = jax.jit(lambda lw, ln, st: kronvi.cavi_sweep(lw, ln, pw, pn, st, jnp.arange(b)))
+    t_sweep = median_seconds(sweep, logits, ln, stats, repeats=max(3, args.repeats // 3))
+    gains = jax.jit(lambda lw, ln, st: kronvi._fit.coordinate_gains(lw, ln, pw, pn, st))
+    t_gain = median_seconds(gains, logits, ln, stats, repeats=args.repeats)
+    print("\n## Coordinate ascent")
+    print(f"one CAVI sweep over b={b} weights + noise: {t_sweep * 1e3:.2f} ms ({t_sweep / t_mv:.1f} matvecs)")
+    print(f"Gauss-Southwell gains for the 'gain' order: {t_gain * 1e3:.3f} ms ({t_gain / t_mv:.2f} matvecs)")
+
+
+if __name__ == "__main__":
+    main()
