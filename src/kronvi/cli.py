@@ -45,6 +45,13 @@ def _parser():
     f.add_argument("--levels", type=int, default=15, help="weight grid levels (15 = 4 bits)")
     f.add_argument("--method", default="cavi", choices=["cavi", "lbfgs", "optax-lbfgs"])
     f.add_argument("--max-folds", type=int, default=None, help="run only the first K folds")
+    f.add_argument(
+        "--noise-recentres",
+        type=int,
+        default=0,
+        help="refit up to this many times with the noise grid recentred on E[sigma^2] while the "
+        "noise posterior piles up on an end of its grid (default 0: the paper's fixed grid)",
+    )
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--json", help="write per-fold results and the summary to this file")
     return p
@@ -71,7 +78,12 @@ def main(argv=None):
         name = args.source
     folds = fold_indices(mask)
     K = mask.shape[1] if args.max_folds is None else min(args.max_folds, mask.shape[1])
-    config = DirectConfig(num_frequencies=args.num_features // 2, levels=args.levels, method=args.method)
+    config = DirectConfig(
+        num_frequencies=args.num_features // 2,
+        levels=args.levels,
+        method=args.method,
+        max_noise_recentres=args.noise_recentres,
+    )
     print(
         f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={args.num_features}, "
         f"{args.levels}-level grid, method={args.method}, {K} folds, jax on {jax.devices()[0].platform}"
