@@ -32,8 +32,8 @@ class DiscretePrior:
     Example:
       >>> import jax.numpy as jnp, kronvi
       >>> p = kronvi.DiscretePrior(jnp.array([[-1.0, 0.0, 1.0]]), jnp.zeros((1, 3)))
-      >>> p.probs.round(3).tolist()
-      [[0.333, 0.333, 0.333]]
+      >>> [round(float(x), 3) for x in p.probs[0]]
+      [0.333, 0.333, 0.333]
     """
 
     _fields = ("values", "log_probs")
@@ -128,8 +128,8 @@ def noise_prior(variance, *, levels: int = 15, span: float = 10.0, dtype=None):
 
     Example:
       >>> import kronvi
-      >>> kronvi.noise_prior(1.0, levels=3, span=100.0).values.tolist()
-      [[0.009999999776482582, 1.0, 100.0]]
+      >>> [round(float(v), 4) for v in kronvi.noise_prior(1.0, levels=3, span=100.0).values[0]]
+      [0.01, 1.0, 100.0]
     """
     variance = as_float_array(variance, "variance")
     if dtype is not None:
