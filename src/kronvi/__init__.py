@@ -68,3 +68,13 @@ from ._quantize import predict_from_codes as predict_from_codes
 from ._quantize import predict_integer as predict_integer
 from ._quantize import sample_codes as sample_codes
 from ._quantize import unpack_codes as unpack_codes
+from ._gaussian_vi import GaussianMeanField as GaussianMeanField
+from ._gaussian_vi import ReparamInfo as ReparamInfo
+from ._gaussian_vi import ReparamState as ReparamState
+from ._gaussian_vi import fit_gaussian_mf as fit_gaussian_mf
+from ._gaussian_vi import fit_gaussian_reparam as fit_gaussian_reparam
+from ._gaussian_vi import gaussian_mf_elbo as gaussian_mf_elbo
+from ._gaussian_vi import gaussian_reparam_init as gaussian_reparam_init
+from ._gaussian_vi import gaussian_reparam_step as gaussian_reparam_step
+from ._gaussian_vi import predict_gaussian_mf as predict_gaussian_mf
+from ._gaussian_vi import reparam_noise_variance as reparam_noise_variance

@@ -1,0 +1,193 @@
+"""Gaussian mean-field baselines: exact ELBO against dense / Monte Carlo float64 references, gradients
+against finite differences, the closed-form fit against the exact posterior, REPARAM against the exact
+optimum."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import tol
+from jax.test_util import check_grads
+
+import kronvi
+
+
+def _problem(dtype, *, n=60, b=4, seed=0, noise=0.3):
+    rng = np.random.default_rng(seed)
+    Phi = rng.normal(size=(n, b))
+    y = Phi @ rng.normal(size=b) + noise * rng.normal(size=n)
+    stats = kronvi.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
+    return stats, Phi, y
+
+
+def _dense_elbo(Phi, y, mean, std, s2, sw):
+    """ELBO straight from the data in float64: E||y - Phi w||^2 from the dense matrices, Gaussian KL."""
+    n = len(y)
+    rss = np.sum((y - Phi @ mean) ** 2) + np.sum((Phi**2) @ std**2)
+    ell = -0.5 * n * np.log(2 * np.pi * s2) - 0.5 * rss / s2
+    kl = 0.5 * np.sum((std**2 + mean**2) / sw**2 - 1 - np.log(std**2 / sw**2))
+    return ell - kl
+
+
+def test_exact_elbo_matches_dense_reference(dtype):
+    stats, Phi, y = _problem(dtype)
+    rng = np.random.default_rng(1)
+    mean, std = rng.normal(size=4), rng.uniform(0.1, 1.0, size=4)
+    q = kronvi.GaussianMeanField(jnp.asarray(mean, dtype), jnp.asarray(np.log(std), dtype))
+    got = kronvi.gaussian_mf_elbo(q, 0.4, stats, prior_scale=0.7)
+    assert got.dtype == jnp.dtype(dtype)
+    want = _dense_elbo(Phi, y, mean, std, 0.4, 0.7)
+    np.testing.assert_allclose(float(got), want, rtol=tol(dtype, x32=1e-5, x64=1e-11))
+
+
+def test_exact_elbo_matches_monte_carlo():
+    # E_q[log N(y | Phi w, s2) + log N(w | 0, sw^2) - log q(w)] by sampling w ~ q, float64.
+    with jax.enable_x64(True):
+        stats, Phi, y = _problem(np.float64, n=30, b=3)
+        rng = np.random.default_rng(2)
+        mean, std = rng.normal(size=3), rng.uniform(0.2, 0.8, size=3)
+        s2, sw = 0.5, 1.3
+        W = mean + std * rng.normal(size=(200_000, 3))
+        log_lik = -0.5 * len(y) * np.log(2 * np.pi * s2) - 0.5 * np.sum((y - W @ Phi.T) ** 2, 1) / s2
+        log_p = np.sum(-0.5 * np.log(2 * np.pi * sw**2) - 0.5 * W**2 / sw**2, 1)
+        log_q = np.sum(-0.5 * np.log(2 * np.pi * std**2) - 0.5 * ((W - mean) / std) ** 2, 1)
+        f = log_lik + log_p - log_q
+        mc, se = f.mean(), f.std() / np.sqrt(len(f))
+        q = kronvi.GaussianMeanField(jnp.asarray(mean), jnp.asarray(np.log(std)))
+        got = float(kronvi.gaussian_mf_elbo(q, s2, stats, prior_scale=sw))
+        assert abs(got - mc) < 5 * se, (got, mc, se)
+
+
+def test_elbo_gradient_matches_finite_differences():
+    with jax.enable_x64(True):
+        stats, _, _ = _problem(np.float64, b=3)
+        rng = np.random.default_rng(3)
+        mean, log_std = jnp.asarray(rng.normal(size=3)), jnp.asarray(rng.normal(size=3) * 0.3)
+        scale = jnp.asarray([0.5, 1.0, 2.0])
+
+        def f(mean, log_std, log_s2):
+            q = kronvi.GaussianMeanField(mean, log_std)
+            return kronvi.gaussian_mf_elbo(q, jnp.exp(log_s2), stats, prior_scale=scale)
+
+        check_grads(f, (mean, log_std, jnp.asarray(-0.5)), order=2, modes=["rev"], eps=1e-4)
+
+
+def test_closed_form_fit_fixed_noise_is_the_stationary_point_and_the_posterior_mean(dtype):
+    stats, Phi, y = _problem(dtype)
+    q, s2, info = kronvi.fit_gaussian_mf(stats, prior_scale=0.8, noise_variance=0.2, learn_noise=False)
+    assert float(s2) == pytest.approx(0.2)
+    assert int(info.num_iter) == 1 and bool(info.converged)
+    # Mean equals the exact Gaussian posterior mean (float64 reference).
+    A = Phi.T @ Phi
+    mu = np.linalg.solve(A + 0.2 / 0.8**2 * np.eye(4), Phi.T @ y)
+    np.testing.assert_allclose(np.asarray(q.mean), mu, rtol=tol(dtype, x32=1e-4, x64=1e-9))
+    np.testing.assert_allclose(
+        np.exp(2 * np.asarray(q.log_std)), 1 / (np.diag(A) / 0.2 + 1 / 0.8**2), rtol=tol(dtype, x32=1e-5)
+    )
+    if np.dtype(dtype) == np.float64:
+        g = jax.grad(
+            lambda m, ls: kronvi.gaussian_mf_elbo(
+                kronvi.GaussianMeanField(m, ls), 0.2, stats, prior_scale=0.8
+            ),
+            argnums=(0, 1),
+        )(q.mean, q.log_std)
+        assert max(float(jnp.max(jnp.abs(x))) for x in g) < 1e-8
+
+
+def test_closed_form_fit_learned_noise_is_monotone_and_stationary(dtype):
+    stats, _, _ = _problem(dtype, n=200, noise=0.5)
+    q, s2, info = kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=5.0)
+    trace = np.asarray(info.elbo, np.float64)
+    assert np.all(np.diff(trace) >= -tol(dtype, x32=1e-5, x64=1e-11) * abs(trace[-1]))
+    assert bool(info.converged)
+    assert 0.15 < float(s2) < 0.4  # true noise variance 0.25
+    with jax.enable_x64(True):
+        stats64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), stats)
+        qq = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), q)
+        dlog = jax.grad(lambda t: kronvi.gaussian_mf_elbo(qq, jnp.exp(t), stats64, prior_scale=1.0))(
+            jnp.log(jnp.asarray(float(s2), jnp.float64))
+        )
+        assert abs(float(dlog)) < 1e-2 * float(stats.n) * tol(dtype, x32=1.0, x64=1e-4)
+
+
+def test_noise_bounds_clip_the_learned_noise():
+    stats, _, _ = _problem(np.float32, n=200, noise=0.5)
+    _, s2, _ = kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1.0, noise_bounds=(0.5, 2.0))
+    assert float(s2) == pytest.approx(0.5)
+
+
+def test_reparam_converges_near_the_exact_optimum():
+    stats, Phi, y = _problem(np.float32, n=400, b=3, noise=0.5, seed=4)
+    q_ex, s2_ex, _ = kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1.0)
+    e_ex = float(kronvi.gaussian_mf_elbo(q_ex, s2_ex, stats, prior_scale=1.0))
+    q0 = kronvi.GaussianMeanField(jnp.zeros(3), jnp.full(3, -2.0))
+    opt = optax.adam(optax.exponential_decay(0.03, 3000, 0.05))
+    q, s2, info = kronvi.fit_gaussian_reparam(
+        jax.random.key(0), Phi, y, init=(q0, 1.0), prior_scale=1.0, optimizer=opt, num_steps=3000,
+        batch_size=100, num_samples=10,
+    )  # fmt: skip
+    assert info.elbo.shape == (3000,)
+    np.testing.assert_allclose(np.asarray(q.mean), np.asarray(q_ex.mean), atol=0.03)
+    np.testing.assert_allclose(np.asarray(q.log_std), np.asarray(q_ex.log_std), atol=0.25)
+    assert float(s2) == pytest.approx(float(s2_ex), rel=0.15)
+    e = float(kronvi.gaussian_mf_elbo(q, s2, stats, prior_scale=1.0))
+    assert e_ex - 2.0 < e <= e_ex + 1e-3
+
+
+def test_reparam_with_feature_map_equals_precomputed_features():
+    X = jax.random.normal(jax.random.key(0), (300, 2))
+    params = kronvi.rff_init(jax.random.key(1), jnp.ones(2), 8)
+    Phi = kronvi.rff_features(params, X)
+    y = jnp.sin(X[:, 0])
+    q0 = kronvi.GaussianMeanField(jnp.zeros(16), jnp.full(16, -2.0))
+    kw = dict(init=(q0, 0.5), prior_scale=1.0, optimizer=optax.adam(0.01), num_steps=50)
+    a = kronvi.fit_gaussian_reparam(jax.random.key(2), Phi, y, **kw)
+    b = kronvi.fit_gaussian_reparam(
+        jax.random.key(2), X, y, feature_map=jax.tree_util.Partial(kronvi.rff_features, params), **kw
+    )
+    np.testing.assert_allclose(np.asarray(a[0].mean), np.asarray(b[0].mean), atol=1e-5)
+
+
+def test_reparam_step_and_bounded_noise():
+    stats, Phi, y = _problem(np.float32, n=100, b=3)
+    q0 = kronvi.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
+    opt = optax.adam(0.1)
+    state = kronvi.gaussian_reparam_init(q0, 1.0, optimizer=opt, noise_bounds=(0.5, 2.0))
+    assert float(kronvi.reparam_noise_variance(state, noise_bounds=(0.5, 2.0))) == pytest.approx(
+        1.0, rel=1e-4
+    )
+    for i in range(200):
+        state, info = kronvi.gaussian_reparam_step(
+            jax.random.key(i), state, Phi[:50], y[:50], num_data=100, prior_scale=1.0, optimizer=opt,
+            noise_bounds=(0.5, 2.0),
+        )  # fmt: skip
+    s2 = float(kronvi.reparam_noise_variance(state, noise_bounds=(0.5, 2.0)))
+    assert 0.5 <= s2 <= 2.0 and s2 < 0.6  # the data want ~0.09: pushed to the lower bound
+    assert np.isfinite(float(info.elbo))
+
+
+def test_contracts_jit_vmap_dtype():
+    stats, _, _ = _problem(np.float32)
+    folds = jax.tree.map(lambda a: jnp.stack([a, 2 * a]), stats)
+    q = kronvi.GaussianMeanField(jnp.zeros(4), jnp.zeros(4))
+    e = jax.vmap(lambda s: kronvi.gaussian_mf_elbo(q, 0.5, s, prior_scale=1.0))(folds)
+    assert e.shape == (2,) and e.dtype == jnp.float32
+    e0 = jax.jit(lambda s: kronvi.gaussian_mf_elbo(q, 0.5, s, prior_scale=1.0))(stats)
+    np.testing.assert_allclose(float(e0), float(e[0]), rtol=1e-6)
+    m, v = kronvi.predict_gaussian_mf(q, 0.5, jnp.ones((3, 4)))
+    assert m.shape == v.shape == (3,) and float(v[0]) == pytest.approx(4.5)
+
+
+def test_bad_inputs():
+    stats, _, _ = _problem(np.float32)
+    q = kronvi.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
+    with pytest.raises(ValueError, match="weights"):
+        kronvi.gaussian_mf_elbo(q, 0.5, stats, prior_scale=1.0)
+    q = kronvi.GaussianMeanField(jnp.zeros(4), jnp.zeros(4))
+    with pytest.raises(ValueError, match="positive"):
+        kronvi.gaussian_mf_elbo(q, -0.5, stats, prior_scale=1.0)
+    with pytest.raises(ValueError, match="lo < hi"):
+        kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1.0, noise_bounds=(2.0, 1.0))
+    with pytest.raises(TypeError, match="GradientTransformation"):
+        kronvi.gaussian_reparam_init(q, 1.0, optimizer="adam")
