@@ -207,6 +207,11 @@ def mixture_log_density_regular(
     return jax.lax.map(lambda a: one(*a), (Phi, y), batch_size=batch_size)
 
 
+def _padded(n: int) -> int:
+    """Next power of two >= max(n, 16): a handful of shapes (compiles) serve the whole study."""
+    return max(16, 1 << (int(n) - 1).bit_length())
+
+
 def discrete_log_density(probs, log_alpha, q_noise, prior_w, prior_noise, Phi, y, *, cfg: StudyConfig):
     """Exact log predictive density of a discrete mixture posterior (``r = 1``: mean field) at ``(Phi, y)``.
 
@@ -214,7 +219,7 @@ def discrete_log_density(probs, log_alpha, q_noise, prior_w, prior_noise, Phi, y
     ``cfg.nlpd_nodes`` nodes and redo points whose truncation bound exceeds ``cfg.nlpd_tail_tol`` with 4x
     the nodes, up to ``cfg.nlpd_nodes_max``; other grids go through ``kronvi.predictive_log_density`` per
     component.
-    Inputs are padded to a multiple of 16 points so that one compile serves every fold.
+    Inputs are padded to a power of two >= 16 points so that a few compiles serve every fold.
     """
     N = Phi.shape[0]
     if _regular_grid_step(prior_w.values) is None:
@@ -226,7 +231,7 @@ def discrete_log_density(probs, log_alpha, q_noise, prior_w, prior_noise, Phi, y
         return np.asarray(jax.nn.logsumexp(jnp.stack(logs), axis=0))
     log_probs = jnp.log(jnp.maximum(probs, jnp.finfo(probs.dtype).tiny))
     args = (log_probs, log_alpha, q_noise.log_probs[0], prior_w.values, prior_noise.values[0])
-    pad = (-N) % 16
+    pad = _padded(N) - N
     Phi_p = jnp.pad(Phi, ((0, pad), (0, 0)))
     y_p = jnp.pad(y, (0, pad))
     ld, tail = mixture_log_density_regular(*args, Phi_p, y_p, num_nodes=cfg.nlpd_nodes)
@@ -237,7 +242,7 @@ def discrete_log_density(probs, log_alpha, q_noise, prior_w, prior_noise, Phi, y
         if not redo.size:
             break
         nodes *= 4
-        idx = np.concatenate([redo, np.zeros((-redo.size) % 16, int)])
+        idx = np.concatenate([redo, np.zeros(_padded(redo.size) - redo.size, int)])
         ld2, tail2 = mixture_log_density_regular(*args, Phi[idx], y[idx], num_nodes=nodes)
         ld[redo] = np.asarray(ld2)[: redo.size]
         tail[redo] = np.asarray(tail2)[: redo.size]
@@ -300,6 +305,13 @@ def nlpd_subset(num_test: int, cap: int, seed: int, fold: int) -> np.ndarray:
 
 def _block(x):
     return jax.block_until_ready(x)
+
+
+@functools.cache
+def adam(lr: float):
+    """One optax.adam object per learning rate: the optimizer is a static argument of the jitted fits, and
+    a fresh object (new closures, new hash) per fold would recompile the whole training loop every fold."""
+    return optax.adam(lr)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -382,7 +394,7 @@ def run_mix_sgd(setup: Setup):
     k_init, k_fit, k_eval = jax.random.split(jax.random.fold_in(setup.key, 2), 3)
     q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.mix_init_noise)
     q, qn, info = kronvi.fit_mixture_sgd(
-        k_fit, setup.stats, setup.prior_w, setup.prior_n, init=(q0, q_n), optimizer=optax.adam(cfg.sgd_lr),
+        k_fit, setup.stats, setup.prior_w, setup.prior_n, init=(q0, q_n), optimizer=adam(cfg.sgd_lr),
         num_steps=cfg.sgd_steps, num_samples=cfg.sgd_samples,
     )  # fmt: skip
     _block(q.logits)
@@ -469,7 +481,7 @@ def run_reparam(setup: Setup):
     Phi_train = setup.sw * kronvi.rff_features(setup.feats, fold.X_train)
     qu, s2, info = kronvi.fit_gaussian_reparam(
         jax.random.fold_in(setup.key, 4), Phi_train, fold.y_train, init=(u0, setup.s2), prior_scale=1.0,
-        optimizer=optax.adam(cfg.reparam_lr), num_steps=steps, batch_size=cfg.reparam_batch,
+        optimizer=adam(cfg.reparam_lr), num_steps=steps, batch_size=cfg.reparam_batch,
         num_samples=cfg.reparam_samples, noise_bounds=setup.noise_bounds,
     )  # fmt: skip
     _block(qu.mean)
