@@ -242,14 +242,14 @@ def _fit_cavi(
     return MeanField._unchecked(lw), MeanField._unchecked(ln), FitInfo(tr, it, done)
 
 
-@functools.partial(jax.jit, static_argnames=("max_iter", "tol", "backend"))
-def _fit_lbfgs(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol, backend):
-    def loss(params):
-        lw, ln = params
-        return -_elbo_from_logits(lw, ln, prior_w, prior_noise, stats) / stats.n
+def minimize_lbfgs(loss, params, scale, *, max_iter, tol, backend):
+    """L-BFGS on ``loss(params)`` in a ``lax.while_loop`` (traceable; call inside ``jit``).
 
-    params = (logits_w, logits_n)
-    trace = jnp.full((max_iter + 1,), -loss(params) * stats.n)
+    ``backend="lbfgs"`` uses ``jaxopt.LBFGS`` (the paper's recipe), anything else ``optax.lbfgs``. Stops
+    after ``max_iter`` iterations or when the gradient norm falls below ``tol``. Returns
+    ``(params, FitInfo)`` whose trace holds ``-loss * scale`` (the ELBO when ``loss = -ELBO / scale``).
+    """
+    trace = jnp.full((max_iter + 1,), -loss(params) * scale)
 
     if backend == "lbfgs":
         from ._jaxopt import LBFGS
@@ -280,11 +280,22 @@ def _fit_lbfgs(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol
     def body(st):
         it, params, state, tr, _ = st
         params, state, value, err = step(params, state)
-        return it + 1, params, state, tr.at[it + 1].set(-value * stats.n), err <= tol
+        return it + 1, params, state, tr.at[it + 1].set(-value * scale), err <= tol
 
     it, params, state, tr, done = lax.while_loop(
         cond, body, (jnp.asarray(0), params, state, trace, jnp.asarray(False))
     )
     tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    lw, ln = params
-    return MeanField._unchecked(lw), MeanField._unchecked(ln), FitInfo(tr, it, done)
+    return params, FitInfo(tr, it, done)
+
+
+@functools.partial(jax.jit, static_argnames=("max_iter", "tol", "backend"))
+def _fit_lbfgs(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol, backend):
+    def loss(params):
+        lw, ln = params
+        return -_elbo_from_logits(lw, ln, prior_w, prior_noise, stats) / stats.n
+
+    (lw, ln), info = minimize_lbfgs(
+        loss, (logits_w, logits_n), stats.n, max_iter=max_iter, tol=tol, backend=backend
+    )
+    return MeanField._unchecked(lw), MeanField._unchecked(ln), info

@@ -40,7 +40,7 @@ from jax import lax
 
 from ._checks import as_float_array, check_finite, check_ndim, is_concrete
 from ._families import MeanField, check_family, entropy, grid_moments
-from ._fit import FitInfo
+from ._fit import minimize_lbfgs
 from ._grids import DiscretePrior, check_noise_prior
 from ._kron import kron_log_inner_from_logs
 from ._pytree import validated_pytree
@@ -848,45 +848,8 @@ def _fit_bound(q, log_center, q_noise, prior_w, prior_noise, stats, *, max_iter,
         return -_bound(qq, lc, qn, prior_w, prior_noise, stats, rescale=rescale) / stats.n
 
     params = (q.logits, q.weight_logits, log_center, q_noise.logits)
-    trace = jnp.full((max_iter + 1,), -loss(params) * stats.n)
-
-    if method == "lbfgs":
-        from ._jaxopt import LBFGS
-
-        solver = LBFGS(fun=loss, maxiter=max_iter, tol=tol)
-        state = solver.init_state(params)
-
-        def step(params, state):
-            params, state = solver.update(params, state)
-            return params, state, state.value, state.error
-
-    else:
-        opt = optax.lbfgs()
-        state = opt.init(params)
-        value_and_grad = optax.value_and_grad_from_state(loss)
-
-        def step(params, state):
-            value, grad = value_and_grad(params, state=state)
-            updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=loss)
-            params = optax.apply_updates(params, updates)
-            v, g = value_and_grad(params, state=state)
-            return params, state, v, optax.tree.norm(g)
-
-    def cond(st):
-        it, _, _, _, done = st
-        return (it < max_iter) & ~done
-
-    def body(st):
-        it, params, state, tr, _ = st
-        params, state, value, err = step(params, state)
-        return it + 1, params, state, tr.at[it + 1].set(-value * stats.n), err <= tol
-
-    it, params, state, tr, done = lax.while_loop(
-        cond, body, (jnp.asarray(0), params, state, trace, jnp.asarray(False))
-    )
-    tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    lw, wl, lc, ln = params
-    return Mixture._unchecked(lw, wl), lc, MeanField._unchecked(ln), FitInfo(tr, it, done)
+    (lw, wl, lc, ln), info = minimize_lbfgs(loss, params, stats.n, max_iter=max_iter, tol=tol, backend=method)
+    return Mixture._unchecked(lw, wl), lc, MeanField._unchecked(ln), info
 
 
 # ----------------------------------------------------------------------------------------------------
