@@ -16,7 +16,13 @@ import optax
 from jax import lax
 
 from ._families import MeanField, grid_moments
-from ._regression import _elbo_terms, check_regression_args, expected_rss, noise_moments
+from ._regression import (
+    _elbo_terms,
+    check_regression_args,
+    expected_rss,
+    noise_moments,
+    noise_optimum_logits,
+)
 
 METHODS = ("cavi", "lbfgs", "optax-lbfgs")
 ORDERS = ("random", "cyclic", "greedy", "gain")
@@ -137,9 +143,8 @@ def fit_regression(
 
 
 def _noise_update(logits_w, prior_w, prior_noise, stats):
-    s = prior_noise.values
     rss = expected_rss(MeanField._unchecked(logits_w), prior_w, stats)
-    return prior_noise.log_probs - 0.5 * stats.n * jnp.log(s) - 0.5 * rss / s
+    return noise_optimum_logits(rss, prior_noise, stats.n)
 
 
 def _coordinate_optimum(logits_w, e_inv, mean, g, prior_w, stats):

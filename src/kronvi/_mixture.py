@@ -44,7 +44,7 @@ from ._fit import minimize_lbfgs
 from ._grids import DiscretePrior, check_noise_prior
 from ._kron import kron_log_inner_from_logs
 from ._pytree import validated_pytree
-from ._regression import _LOG_2PI, _check_phi_new, expected_rss, noise_moments
+from ._regression import _LOG_2PI, _check_phi_new, expected_rss, noise_moments, noise_optimum_logits
 from ._stats import RegressionStats
 
 NOISE_UPDATES = ("cavi", "gradient")
@@ -332,9 +332,7 @@ def _noise_terms(q_noise, prior_noise):
 
 def _noise_cavi_logits(q, prior_w, prior_noise, stats):
     r"""Exact coordinate-ascent update of :math:`q_\sigma` given the mixture (the ELBO is concave in it)."""
-    s = prior_noise.values
-    rss = _expected_rss(q, prior_w, stats)
-    return prior_noise.log_probs - 0.5 * stats.n * jnp.log(s) - 0.5 * rss / s
+    return noise_optimum_logits(_expected_rss(q, prior_w, stats), prior_noise, stats.n)
 
 
 def mixture_expected_loglik(q, q_noise, prior_w, prior_noise, stats):

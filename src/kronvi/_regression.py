@@ -60,6 +60,14 @@ def noise_moments(q_noise: MeanField, prior_noise: DiscretePrior):
     )
 
 
+def noise_optimum_logits(expected_rss_value, prior_noise: DiscretePrior, n):
+    r"""Exact coordinate-ascent update of the noise factor given :math:`E_q\|y - \Phi w\|^2`:
+    :math:`\log q_\sigma(s) = \log p_\sigma(s) - \tfrac n2 \log s - E\|y-\Phi w\|^2 / (2s)` (unnormalized).
+    Shared by every family whose expected residual is available (mean-field, mixtures)."""
+    s = prior_noise.values
+    return prior_noise.log_probs - 0.5 * n * jnp.log(s) - 0.5 * expected_rss_value / s
+
+
 def expected_rss(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionStats):
     r""":math:`E_q\|y - \Phi w\|^2` from the statistics (one matrix-vector product)."""
     mean, var = grid_moments(q_w.probs, prior_w.values)
