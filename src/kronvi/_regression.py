@@ -177,7 +177,10 @@ def predictive_log_density(
     ``num_nodes`` nodes of step :math:`h = 2\pi / L`, :math:`L = 2(|y-\mu| + 12\,\mathrm{sd})`, so the
     aliasing error is a 12-sd tail; the product over ``j`` is taken in log-space. The returned
     ``error_bound`` bounds the truncation error :math:`\sum_s q_\sigma(s)\frac1\pi\int_T^\infty
-    e^{-st^2/2}dt` relative to the density (increase ``num_nodes`` if it is not small).
+    e^{-st^2/2}dt` plus the rounding floor of the quadrature sum, relative to the density. A bound that
+    is not small flags an unreliable value: raise ``num_nodes`` for truncation; for a point so far in the
+    tail that its density is below the rounding floor (many standard deviations out, notably in
+    float32), use float64.
 
     Returns:
       ``(log_density, rel_error_bound)``, each ``(num_points,)``.
@@ -230,8 +233,12 @@ def _log_density_impl(qw, qn, values, svals, Phi_new, y_new, num_nodes, batch_si
             jnp.sum(qn * jnp.sqrt(0.5 * jnp.pi / svals) * jax.scipy.special.erfc(T * jnp.sqrt(0.5 * svals)))
             / jnp.pi
         )
+        # Rounding floor of the quadrature sum: terms of size up to w_k e^{-s t_k^2 / 2} / pi cancel to give
+        # the density, so a density far below eps times their total is noise (a point many sd out).
+        rounding = 64.0 * jnp.finfo(dtype).eps * jnp.sum(qn * (gauss @ w)) / jnp.pi
         tiny = jnp.finfo(dtype).tiny
-        return jnp.log(jnp.maximum(dens, tiny)), tail / jnp.maximum(dens, tiny)
+        safe = jnp.maximum(dens, tiny)
+        return jnp.log(safe), (tail + rounding) / safe
 
     # lax.map over points (vmapped in small batches) keeps memory at O(batch * K * b * m).
     return jax.lax.map(lambda a: one(*a), (Phi_new, y_new), batch_size=batch_size)
