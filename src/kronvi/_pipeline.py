@@ -138,13 +138,6 @@ def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig,
     return q_w, q_n, info, prior_noise, recentres
 
 
-def predict_direct(model: FittedDirect, X_new):
-    """Exact predictive mean and variance in the original target units."""
-    Phi = rff_features(model.features, standardize(model.standardizer, jnp.asarray(X_new)))
-    mean, var = predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
-    return mean + model.y_offset, var
-
-
 def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None = None):
     """Fits on the training rows and evaluates on the test rows. Returns ``(FoldResult, model)``."""
     model, timings, info = fit_direct(key, X_train, y_train, config)
