@@ -247,3 +247,23 @@ def test_fit_validation():
     bad = kronvi.GPHyperparameters(jnp.ones((2, 2)), jnp.ones(2), -jnp.ones(2))
     with pytest.raises(ValueError, match="init.noise_variance` must be strictly positive"):
         kronvi.fit_gp_hyperparameters(key, X, y, init=bad)
+
+
+def test_noise_pinned_at_its_bound_is_not_preferred_on_wine():
+    # Wine's integer targets let the GP interpolate: the start with noise pinned at its lower bound has the
+    # largest marginal likelihood but predicts worse by leave-one-out. The fit must return an unpinned start.
+    import pathlib
+
+    folder = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci" / "wine"
+    if not folder.exists():
+        pytest.skip("../shared/data/uci/wine not available")
+    X, y, mask = kronvi.load_uci(folder)
+    train = mask[:, 1] == 0
+    Xtr = jnp.asarray(X[train], jnp.float32)
+    ytr = jnp.asarray(y[train] - y[train].mean(), jnp.float32)
+    Xs = kronvi.standardize(kronvi.fit_standardizer(Xtr), Xtr)
+    hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xs, ytr, num_points=600)
+    assert bool(jnp.any(info.noise_at_bound))  # the trap is there ...
+    assert not bool(info.noise_at_bound[info.chosen])  # ... and is avoided
+    assert float(info.loo_mse[info.chosen]) <= float(jnp.min(info.loo_mse)) + 1e-6
+    assert float(hyper.noise_variance) > 0.01 * float(jnp.var(ytr))

@@ -66,6 +66,7 @@ class GPFitInfo(NamedTuple):
       converged: ``(S,)`` whether the gradient-norm criterion was met (rather than ``max_iter`` or a stall).
       grad_norms: ``(S,)`` final gradient norm of :math:`-\\log p / n` in the unconstrained parameters.
       num_points: ``()`` rows of the subsample the likelihood was computed on.
+      noise_at_bound: ``(S,)`` which starts ended with the noise variance pinned at its lower bound.
     """
 
     log_marginal_likelihoods: jax.Array
@@ -78,6 +79,7 @@ class GPFitInfo(NamedTuple):
     converged: jax.Array
     grad_norms: jax.Array
     num_points: jax.Array
+    noise_at_bound: jax.Array
 
 
 def _sq_dists(X1, X2, lengthscales):
@@ -343,7 +345,10 @@ def fit_gp_hyperparameters(
     marginal likelihood is returned, unless it is degenerate and a non-degenerate start is within
     ``degenerate_margin`` nats of it, in which case the best non-degenerate start is returned instead.
     ``info.degenerate`` reports whether the returned optimum is still degenerate (then the data show no
-    signal the GP can find: check the inputs).
+    signal the GP can find: check the inputs). A start whose noise variance ends pinned at its lower bound
+    (``info.noise_at_bound``) optimized the bound, not the data (integer targets that the GP can
+    interpolate do this); when the chosen start is pinned and an unpinned, non-degenerate start has a
+    leave-one-out error at least as small, the best such start is returned instead.
 
     Inputs are expected standardized (:func:`kronvi.fit_standardizer`) and ``y`` centred.
 
@@ -496,6 +501,14 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
     loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)
     degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
     chosen = _select(lmls, degenerate, margin)
+    # A start whose noise is pinned at its lower bound is an optimum of the bound, not of the data (e.g.
+    # integer targets that the GP interpolates: wine picked noise 1e-4 var(y), 160 nats "better" than
+    # 0.14 var(y) yet worse by leave-one-out). Its likelihood is not comparable; prefer the best unpinned
+    # non-degenerate start that predicts at least as well by leave-one-out.
+    pinned = hypers.noise_variance <= 1.5 * min_noise
+    alt_ok = ~pinned & ~degenerate & (loo <= loo[chosen])
+    alt = jnp.argmax(jnp.where(alt_ok, lmls, -jnp.inf))
+    chosen = jnp.where(pinned[chosen] & jnp.any(alt_ok), alt, chosen)
     hyper = jax.tree.map(lambda a: a[chosen], hypers)
     info = GPFitInfo(
         log_marginal_likelihoods=lmls,
@@ -508,5 +521,6 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
         converged=converged,
         grad_norms=gnorms,
         num_points=jnp.asarray(m, jnp.int32),
+        noise_at_bound=pinned,
     )
     return hyper, info
