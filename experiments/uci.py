@@ -664,6 +664,9 @@ def parse_args(argv=None):
     p.add_argument("--sgd-samples", type=int, default=StudyConfig.sgd_samples)
     p.add_argument("--lb-iters", type=int, default=StudyConfig.lb_max_iter)
     p.add_argument("--num-features", type=int, default=2 * StudyConfig.num_frequencies, help="b (even)")
+    p.add_argument(
+        "--noise-span", type=float, default=StudyConfig.noise_span, help="noise grid s2 x [1/span, span]"
+    )
     p.add_argument("--reparam-steps", type=int, default=None, help="override the paper's 1000 / 10000 steps")
     p.add_argument("--resume", action="store_true", help="keep records already in --json, skip those pairs")
     p.add_argument("--log", help="also append progress lines to this file")
@@ -682,8 +685,9 @@ def main(argv=None):
     if args.reparam_steps is not None:
         steps = dict(reparam_steps_small=args.reparam_steps, reparam_steps_large=args.reparam_steps)
     cfg = StudyConfig(
-        num_frequencies=args.num_features // 2, direct_fit=args.direct_fit, nlpd_points=args.nlpd_points,
-        sgd_steps=args.sgd_steps, sgd_samples=args.sgd_samples, lb_max_iter=args.lb_iters, **steps,
+        num_frequencies=args.num_features // 2, noise_span=args.noise_span, direct_fit=args.direct_fit,
+        nlpd_points=args.nlpd_points, sgd_steps=args.sgd_steps, sgd_samples=args.sgd_samples,
+        lb_max_iter=args.lb_iters, **steps,
     )  # fmt: skip
     folders = list_datasets(pathlib.Path(args.data_dir), args.datasets)
     out = pathlib.Path(args.json)
