@@ -250,8 +250,9 @@ def test_fit_validation():
 
 
 def test_noise_pinned_at_its_bound_is_not_preferred_on_wine():
-    # Wine's integer targets let the GP interpolate: the start with noise pinned at its lower bound has the
-    # largest marginal likelihood but predicts worse by leave-one-out. The fit must return an unpinned start.
+    # Wine's integer targets let the GP interpolate: on fold 1's training rows (1000-point subsample, as in
+    # the pipeline) the start with the largest marginal likelihood has its noise pinned at the lower bound,
+    # yet predicts worse by leave-one-out. The fit must return an unpinned start that predicts better.
     import pathlib
 
     folder = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci" / "wine"
@@ -262,8 +263,9 @@ def test_noise_pinned_at_its_bound_is_not_preferred_on_wine():
     Xtr = jnp.asarray(X[train], jnp.float32)
     ytr = jnp.asarray(y[train] - y[train].mean(), jnp.float32)
     Xs = kronvi.standardize(kronvi.fit_standardizer(Xtr), Xtr)
-    hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xs, ytr, num_points=600)
-    assert bool(jnp.any(info.noise_at_bound))  # the trap is there ...
-    assert not bool(info.noise_at_bound[info.chosen])  # ... and is avoided
-    assert float(info.loo_mse[info.chosen]) <= float(jnp.min(info.loo_mse)) + 1e-6
+    hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xs, ytr)
+    best_lml = int(jnp.argmax(info.log_marginal_likelihoods))
+    assert bool(info.noise_at_bound[best_lml])  # the trap is active: likelihood prefers the pinned start
+    assert not bool(info.noise_at_bound[info.chosen])  # ... and it is avoided
+    assert float(info.loo_mse[info.chosen]) <= float(info.loo_mse[best_lml])
     assert float(hyper.noise_variance) > 0.01 * float(jnp.var(ytr))
