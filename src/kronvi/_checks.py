@@ -48,3 +48,14 @@ def check_positive(x, name: str):
 def check_nonempty(x, name: str, axis: int = 0):
     if x.shape[axis] == 0:
         raise ValueError(f"`{name}` is empty (shape {tuple(x.shape)})")
+
+
+def check_xy(X, y, xname: str = "X", yname: str = "y", what: str = "(num_points, num_features)"):
+    """Float arrays ``X (n, d)`` and ``y (n,)`` with matching rows; errors name the arguments."""
+    X = as_float_array(X, xname)
+    y = as_float_array(y, yname)
+    check_ndim(X, 2, xname, what)
+    check_ndim(y, 1, yname, f"({what[1:].split(',')[0]},)")
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"`{xname}` has {X.shape[0]} rows but `{yname}` has {y.shape[0]}")
+    return X, y

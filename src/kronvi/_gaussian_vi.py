@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from ._checks import as_float_array, check_finite, check_ndim, check_positive, is_concrete
+from ._checks import as_float_array, check_finite, check_ndim, check_positive, check_xy, is_concrete
 from ._fit import FitInfo
 from ._stats import RegressionStats, _as_traced_callable
 
@@ -456,12 +456,7 @@ def gaussian_reparam_step(
     """
     if not isinstance(state, ReparamState):
         raise TypeError(f"`state` must be a ReparamState, got {type(state).__name__}")
-    Phi_batch = as_float_array(Phi_batch, "Phi_batch")
-    y_batch = as_float_array(y_batch, "y_batch")
-    check_ndim(Phi_batch, 2, "Phi_batch", "(batch_size, num_features)")
-    check_ndim(y_batch, 1, "y_batch", "(batch_size,)")
-    if Phi_batch.shape[0] != y_batch.shape[0]:
-        raise ValueError(f"`Phi_batch` has {Phi_batch.shape[0]} rows but `y_batch` has {y_batch.shape[0]}")
+    Phi_batch, y_batch = check_xy(Phi_batch, y_batch, "Phi_batch", "y_batch", "(batch_size, num_features)")
     _check_q(state.q, Phi_batch.shape[1], "state.q")
     _check_optimizer(optimizer)
     dtype = state.q.mean.dtype

@@ -21,7 +21,14 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from ._checks import as_float_array, check_finite, check_ndim, check_nonempty, check_positive, is_concrete
+from ._checks import (
+    as_float_array,
+    check_finite,
+    check_nonempty,
+    check_positive,
+    check_xy,
+    is_concrete,
+)
 
 # Bounds, relative to the reference scales (lengthscales: median column std of X; variances: var(y)).
 _LENGTHSCALE_BOUNDS = (1e-2, 1e3)
@@ -163,12 +170,7 @@ def _check_hyper(hyper, d, name="hyper"):
 
 
 def _validate_xy(X, y):
-    X = as_float_array(X, "X")
-    y = as_float_array(y, "y")
-    check_ndim(X, 2, "X", "(num_points, num_inputs)")
-    check_ndim(y, 1, "y", "(num_points,)")
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"`X` has {X.shape[0]} rows but `y` has {y.shape[0]}")
+    X, y = check_xy(X, y, what="(num_points, num_inputs)")
     check_nonempty(X, "X")
     if X.shape[1] == 0:
         raise ValueError(f"`X` has no columns (shape {tuple(X.shape)})")

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._checks import as_float_array, check_finite, check_ndim, check_nonempty
+from ._checks import as_float_array, check_finite, check_nonempty, check_xy
 
 
 class RegressionStats(NamedTuple):
@@ -61,14 +61,10 @@ def _two_sum(s, c, x):
 
 
 def _validate_xy(X, y, xname):
-    X = as_float_array(X, xname)
     y = as_float_array(y, "y")
-    check_ndim(X, 2, xname, "(num_points, num_features)")
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
-    check_ndim(y, 1, "y", "(num_points,)")
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"`{xname}` has {X.shape[0]} rows but `y` has {y.shape[0]}")
+    X, y = check_xy(X, y, xname)
     check_nonempty(X, xname)
     if X.shape[1] == 0:
         raise ValueError(f"`{xname}` has no columns (shape {tuple(X.shape)})")
