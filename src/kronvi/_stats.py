@@ -157,33 +157,19 @@ def _chunked_stats_jit(feature_map, X, y, chunk_size):
         F = feature_map(x)
         return (jnp.dot(yy, yy), F.T @ yy, F.T @ F)
 
-    parts = []
-    if num_full == 1:
-        parts.append((chunk_stats(X[:n_full], y[:n_full]), None))
-    elif num_full > 1:
+    def add(acc, new):
+        pairs = [_two_sum(s, c, x) for s, c, x in zip(*acc, new, strict=True)]
+        return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+    zeros = tuple(jnp.zeros(a.shape, a.dtype) for a in jax.eval_shape(chunk_stats, X[:1], y[:1]))
+    acc = (zeros, zeros)  # compensated running (sums, errors)
+    if num_full:
         Xc = X[:n_full].reshape(num_full, chunk_size, d)
         yc = y[:n_full].reshape(num_full, chunk_size)
-        first = jax.eval_shape(chunk_stats, Xc[0], yc[0])
-        zeros = tuple(jnp.zeros(s.shape, s.dtype) for s in first)
-
-        def body(carry, inputs):
-            sums, comps = carry
-            pairs = [_two_sum(s, c, x) for s, c, x in zip(sums, comps, chunk_stats(*inputs), strict=True)]
-            return (tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)), None
-
-        (sums, comps), _ = lax.scan(body, (zeros, zeros), (Xc, yc))
-        parts.append((sums, comps))
+        acc, _ = lax.scan(lambda a, xs: (add(a, chunk_stats(*xs)), None), acc, (Xc, yc))
     if n_full < n:
-        parts.append((chunk_stats(X[n_full:], y[n_full:]), None))
-    sums, comps = parts[0]
-    for new, new_comps in parts[1:]:
-        comps = comps if comps is not None else tuple(jnp.zeros_like(s) for s in sums)
-        if new_comps is not None:
-            comps = tuple(c + nc for c, nc in zip(comps, new_comps, strict=True))
-        pairs = [_two_sum(s, c, x) for s, c, x in zip(sums, comps, new, strict=True)]
-        sums, comps = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
-    if comps is not None:
-        sums = tuple(s + c for s, c in zip(sums, comps, strict=True))
+        acc = add(acc, chunk_stats(X[n_full:], y[n_full:]))
+    sums = tuple(s_ + c for s_, c in zip(*acc, strict=True))
     yty, Phity, PhitPhi = sums
     PhitPhi = 0.5 * (PhitPhi + PhitPhi.T)
     return RegressionStats(jnp.asarray(n, X.dtype), yty, Phity, PhitPhi)
