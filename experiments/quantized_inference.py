@@ -223,8 +223,10 @@ def run_dataset(name, args):
     t_stats, t_fit = timings["stats_seconds"], timings["fit_seconds"]
     info = fit_info["fit"]
     log(f"   n_train={n} n_test={len(yte)} d={d} b={b}")
-    log(f"   GP init {timings['init_seconds']:.1f}s, stats {t_stats:.1f}s, CAVI fit {t_fit:.1f}s "
-        f"({int(info.num_iter)} sweeps)")
+    log(
+        f"   GP init {timings['init_seconds']:.1f}s, stats {t_stats:.1f}s, CAVI fit {t_fit:.1f}s "
+        f"({int(info.num_iter)} sweeps)"
+    )
 
     mean_exact, var_pred = kronvi.predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_te)
     mean_exact = np.asarray(mean_exact, np.float64)
@@ -346,7 +348,8 @@ def run_dataset(name, args):
         size = os.path.getsize(path)
         loaded = kronvi.load_model(path)
     Phi_loaded = kronvi.rff_features(
-        loaded.features["rff"], kronvi.standardize(loaded.features["standardizer"], jnp.asarray(Xte, jnp.float32))
+        loaded.features["rff"],
+        kronvi.standardize(loaded.features["standardizer"], jnp.asarray(Xte, jnp.float32)),
     )
     same = bool(
         np.array_equal(

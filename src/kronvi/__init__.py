@@ -70,6 +70,7 @@ from ._regression import expected_sparsity as expected_sparsity
 from ._regression import predict_regression as predict_regression
 from ._regression import predictive_log_density as predictive_log_density
 from ._regression import regression_elbo as regression_elbo
+from ._starts import gaussian_start as gaussian_start
 from ._stats import RegressionStats as RegressionStats
 from ._stats import kfold_stats as kfold_stats
 from ._stats import merge_stats as merge_stats

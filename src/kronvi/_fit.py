@@ -81,7 +81,8 @@ def fit_regression(
       prior_w: :class:`DiscretePrior` ``(b, m)``.
       prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
       method: one of ``"cavi"``, ``"lbfgs"``, ``"optax-lbfgs"``.
-      init: optional ``(q_w, q_noise)`` to start from; default: the prior.
+      init: where to start: ``"prior"`` (default, also ``None``), ``"gaussian"`` (the exact optimum of
+        the continuous mean-field problem, :func:`kronvi.gaussian_start`) or a tuple ``(q_w, q_noise)``.
       max_iter: sweeps (CAVI, default 100) or iterations (L-BFGS, default 1000).
       tol: stop when the ELBO gains less than ``tol * n`` nats in a sweep (CAVI, default 1e-7) or when
         the gradient norm of :math:`-\mathcal{L}/n` falls below ``tol`` (L-BFGS, default 1e-6).
@@ -103,11 +104,15 @@ def fit_regression(
         raise ValueError(f"`method` must be one of {METHODS}, got {method!r}")
     if order not in ORDERS:
         raise ValueError(f"`order` must be one of {ORDERS}, got {order!r}")
-    if init is None:
+    if init is None or (isinstance(init, str) and init == "prior"):
         q_w0, q_n0 = MeanField.from_prior(prior_w), MeanField.from_prior(prior_noise)
+    elif isinstance(init, str) and init == "gaussian":
+        from ._starts import gaussian_start  # noqa: PLC0415 (it builds on this module)
+
+        q_w0, q_n0 = gaussian_start(stats, prior_w, prior_noise)
     else:
         if not (isinstance(init, tuple) and len(init) == 2):
-            raise TypeError("`init` must be a tuple (q_w, q_noise) of MeanField")
+            raise TypeError('`init` must be "prior", "gaussian" or a tuple (q_w, q_noise) of MeanField')
         q_w0, q_n0 = init
     check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)
     if method == "cavi":
