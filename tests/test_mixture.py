@@ -308,8 +308,9 @@ def test_mixture_prior_bound_exact_for_one_prior_component():
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("estimator", ["stratified", "score"])
 @pytest.mark.parametrize("mixture_prior", [False, True])
-def test_estimator_gradient_is_unbiased(mixture_prior):
+def test_estimator_gradient_is_unbiased(mixture_prior, estimator):
     """Averaged over many keys the surrogate's gradient matches the enumerated ELBO gradient.
 
     num_samples=2 is the hardest case for the leave-one-out baseline: a baseline that used the sample
@@ -329,7 +330,9 @@ def test_estimator_gradient_is_unbiased(mixture_prior):
         def grad_one(key):
             def f(logits, wl, ln):
                 qq, qn = kronvi.Mixture._unchecked(logits, wl), kronvi.MeanField._unchecked(ln)
-                return kronvi.mixture_elbo_estimate(key, qq, qn, prior_w, prior_n, stats, num_samples=2)
+                return kronvi.mixture_elbo_estimate(
+                    key, qq, qn, prior_w, prior_n, stats, num_samples=2, estimator=estimator
+                )
 
             return jax.grad(f, argnums=(0, 1, 2))(*args)
 
@@ -344,19 +347,49 @@ def test_estimator_gradient_is_unbiased(mixture_prior):
         assert np.max(np.std(grads[0], axis=0)) > 1e-3
 
 
-def test_unbiased_value_matches_exact_elbo():
+@pytest.mark.parametrize("estimator", ["stratified", "score"])
+def test_unbiased_value_matches_exact_elbo(estimator):
     with jax.enable_x64(True):
         p = _problem(8, num_prior_components=2)
         for mixture_prior in (False, True):
             q, q_n, prior_w, prior_n, stats = _model(p, mixture_prior=mixture_prior)
             exact = _ref_elbo(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"], mixture_prior)
             key = jax.random.key(1)
-            est, se = kronvi.mixture_elbo_unbiased(key, q, q_n, prior_w, prior_n, stats, num_samples=50000)
+            kw = dict(num_samples=50000, estimator=estimator)
+            est, se = kronvi.mixture_elbo_unbiased(key, q, q_n, prior_w, prior_n, stats, **kw)
             assert abs(float(est) - exact) < 5 * float(se)
             assert 0 < float(se) < 0.05
             # The surrogate's value is the same estimate on the same draws.
-            sur = kronvi.mixture_elbo_estimate(key, q, q_n, prior_w, prior_n, stats, num_samples=50000)
+            sur = kronvi.mixture_elbo_estimate(key, q, q_n, prior_w, prior_n, stats, **kw)
             np.testing.assert_allclose(float(sur), float(est), rtol=1e-12)
+
+
+def test_stratified_estimator_is_exact_for_one_component_and_has_lower_variance():
+    with jax.enable_x64(True):
+        p = _problem(9)
+        q, q_n, prior_w, prior_n, stats = _model(p, mixture_prior=False)
+        one = kronvi.Mixture(q.logits[:1], q.weight_logits[:1])
+        exact = kronvi.regression_elbo(kronvi.MeanField(q.logits[0]), q_n, prior_w, prior_n, stats)
+        est, se = kronvi.mixture_elbo_unbiased(
+            jax.random.key(0), one, q_n, prior_w, prior_n, stats, num_samples=8
+        )
+        np.testing.assert_allclose(float(est), float(exact), rtol=1e-12)
+        assert float(se) == 0.0
+        # Overlapping components (a perturbed mean field, as the SGD fit starts): far smaller error.
+        close = kronvi.mixture_from_mean_field(
+            jax.random.key(1), kronvi.MeanField(q.logits[0]), 3, noise_scale=0.1
+        )
+        ses = {
+            e: float(kronvi.mixture_elbo_unbiased(
+                jax.random.key(2), close, q_n, prior_w, prior_n, stats, num_samples=3000, estimator=e
+            )[1])
+            for e in ("stratified", "score")
+        }  # fmt: skip
+        assert ses["stratified"] < 0.2 * ses["score"], ses
+    with pytest.raises(ValueError, match="estimator"):
+        kronvi.mixture_elbo_estimate(
+            jax.random.key(0), q, q_n, prior_w, prior_n, stats, num_samples=4, estimator="rb"
+        )
 
 
 def test_sampling_matches_mixture_probabilities():
