@@ -110,32 +110,24 @@ def sample_codes(key, q, num_samples: int):
     :math:`c = \#\{k < m - 1 : u \ge F_{jk}\}`, exact up to the rounding of the CDF :math:`F_j` in the
     working dtype. The weights of sample ``s`` are ``prior_w.values[j, codes[s, j]]``.
 
-    Parameters
-    ----------
-    key
-        A ``jax.random`` key.
-    q
-        A :class:`kronvi.MeanField` with logits ``(b, m)`` (or a :class:`kronvi.Mixture` with logits
-        ``(r, b, m)``), ``m <= 256``.
-    num_samples
-        ``S >= 1``, the number of samples (a Python int).
+    Args:
+      key: A ``jax.random`` key.
+      q: A :class:`kronvi.MeanField` with logits ``(b, m)`` (or a :class:`kronvi.Mixture` with logits
+          ``(r, b, m)``), ``m <= 256``.
+      num_samples: ``S >= 1``, the number of samples (a Python int).
 
-    Returns
-    -------
-    jax.Array
-        ``(S, b)`` codes, ``uint8``.
+    Returns:
+      jax.Array: ``(S, b)`` codes, ``uint8``.
 
-    References
-    ----------
-    Evans & Nair (2018), section 3.1.
+    References:
+      Evans & Nair (2018), section 3.1.
 
-    Examples
-    --------
-    >>> import jax, jax.numpy as jnp, kronvi
-    >>> q = kronvi.MeanField(jnp.log(jnp.array([[0.9, 0.1], [0.5, 0.5]])))
-    >>> codes = kronvi.sample_codes(jax.random.key(0), q, 4000)
-    >>> codes.shape, codes.dtype, [round(float(f), 1) for f in codes.mean(0)]
-    ((4000, 2), dtype('uint8'), [0.1, 0.5])
+    Example:
+      >>> import jax, jax.numpy as jnp, kronvi
+      >>> q = kronvi.MeanField(jnp.log(jnp.array([[0.9, 0.1], [0.5, 0.5]])))
+      >>> codes = kronvi.sample_codes(jax.random.key(0), q, 4000)
+      >>> codes.shape, codes.dtype, [round(float(f), 1) for f in codes.mean(0)]
+      ((4000, 2), dtype('uint8'), [0.1, 0.5])
     """
     num_samples = _check_count(num_samples, "num_samples")
     if _sample.dispatch(type(q)) is _sample.dispatch(object):
@@ -179,31 +171,23 @@ def pack_codes(codes, *, bits: int = 4):
     (little-endian within the byte: at 4 bits, the first code is the low nibble). The last byte of a row
     is padded with zero bits.
 
-    Parameters
-    ----------
-    codes
-        ``(..., b)`` integer array with ``0 <= codes < 2**bits`` (e.g. ``(S, b)`` from
-        :func:`sample_codes`).
-    bits
-        Bits per code, one of 1, 2, 4, 8 (4 holds the 15-level grids of :func:`kronvi.gaussian_prior`).
+    Args:
+      codes: ``(..., b)`` integer array with ``0 <= codes < 2**bits`` (e.g. ``(S, b)`` from
+          :func:`sample_codes`).
+      bits: Bits per code, one of 1, 2, 4, 8 (4 holds the 15-level grids of :func:`kronvi.gaussian_prior`).
 
-    Returns
-    -------
-    jax.Array
-        ``(..., ceil(b * bits / 8))`` ``uint8``.
+    Returns:
+      jax.Array: ``(..., ceil(b * bits / 8))`` ``uint8``.
 
-    Raises
-    ------
-    ValueError
-        If a code does not fit in ``bits`` bits (checked when ``codes`` is concrete).
+    Raises:
+      ValueError: If a code does not fit in ``bits`` bits (checked when ``codes`` is concrete).
 
-    Examples
-    --------
-    >>> import jax.numpy as jnp, kronvi
-    >>> kronvi.pack_codes(jnp.array([[1, 2, 15]]), bits=4).tolist()  # 0x21, 0x0f
-    [[33, 15]]
-    >>> kronvi.unpack_codes(kronvi.pack_codes(jnp.array([[1, 2, 15]])), 3).tolist()
-    [[1, 2, 15]]
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> kronvi.pack_codes(jnp.array([[1, 2, 15]]), bits=4).tolist()  # 0x21, 0x0f
+      [[33, 15]]
+      >>> kronvi.unpack_codes(kronvi.pack_codes(jnp.array([[1, 2, 15]])), 3).tolist()
+      [[1, 2, 15]]
     """
     bits = _check_bits(bits)
     codes = _host_or_traced(codes)
@@ -249,25 +233,18 @@ _pack_jit = jax.jit(functools.partial(_pack, xp=jnp), static_argnums=1)
 def unpack_codes(packed, num_weights: int, *, bits: int = 4):
     r"""Inverse of :func:`pack_codes`.
 
-    Parameters
-    ----------
-    packed
-        ``(..., ceil(num_weights * bits / 8))`` ``uint8``.
-    num_weights
-        ``b``, the number of codes per row.
-    bits
-        Bits per code, one of 1, 2, 4, 8 (as given to :func:`pack_codes`).
+    Args:
+      packed: ``(..., ceil(num_weights * bits / 8))`` ``uint8``.
+      num_weights: ``b``, the number of codes per row.
+      bits: Bits per code, one of 1, 2, 4, 8 (as given to :func:`pack_codes`).
 
-    Returns
-    -------
-    jax.Array
-        ``(..., b)`` ``uint8`` codes.
+    Returns:
+      jax.Array: ``(..., b)`` ``uint8`` codes.
 
-    Examples
-    --------
-    >>> import jax.numpy as jnp, kronvi
-    >>> kronvi.unpack_codes(jnp.array([[0b11100100]], jnp.uint8), 4, bits=2).tolist()
-    [[0, 1, 2, 3]]
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> kronvi.unpack_codes(jnp.array([[0b11100100]], jnp.uint8), 4, bits=2).tolist()
+      [[0, 1, 2, 3]]
     """
     bits = _check_bits(bits)
     num_weights = _check_count(num_weights, "num_weights")
@@ -368,40 +345,30 @@ def predict_from_codes(packed, prior_w, Phi_new, *, integer: bool = False, bits:
     :func:`integer_samples`: int8 features, int32 accumulation, within :func:`integer_error_bound` of the
     float result. It requires evenly spaced grids.
 
-    Parameters
-    ----------
-    packed
-        ``(S, ceil(b * bits / 8))`` ``uint8`` packed codes (:func:`pack_codes`).
-    prior_w
-        The :class:`kronvi.DiscretePrior` ``(b, m)`` whose grid the codes index.
-    Phi_new
-        ``(N, b)`` test features.
-    integer
-        Use the integer path.
-    bits
-        Bits per code; by default inferred from the width of ``packed`` (an error when ambiguous).
+    Args:
+      packed: ``(S, ceil(b * bits / 8))`` ``uint8`` packed codes (:func:`pack_codes`).
+      prior_w: The :class:`kronvi.DiscretePrior` ``(b, m)`` whose grid the codes index.
+      Phi_new: ``(N, b)`` test features.
+      integer: Use the integer path.
+      bits: Bits per code; by default inferred from the width of ``packed`` (an error when ambiguous).
 
-    Returns
-    -------
-    jax.Array
-        ``(N, S)`` predictions (no noise, no ``y`` offset). Their mean over samples estimates the
-        predictive mean of :func:`kronvi.predict_regression` with standard error
-        :math:`\sqrt{\mathrm{Var}_q(\Phi^*_i w)/S}`.
+    Returns:
+      jax.Array: ``(N, S)`` predictions (no noise, no ``y`` offset). Their mean over samples estimates the
+          predictive mean of :func:`kronvi.predict_regression` with standard error
+          :math:`\sqrt{\mathrm{Var}_q(\Phi^*_i w)/S}`.
 
-    References
-    ----------
-    Evans & Nair (2018), section 3.1; Jacob et al. (2018), eq. 7.
+    References:
+      Evans & Nair (2018), section 3.1; Jacob et al. (2018), eq. 7.
 
-    Examples
-    --------
-    >>> import jax, jax.numpy as jnp, kronvi
-    >>> prior = kronvi.gaussian_prior(3, 1.0, levels=5, width=2.0)   # levels -2, -1, 0, 1, 2
-    >>> packed = kronvi.pack_codes(jnp.array([[4, 2, 0], [2, 2, 2]]))
-    >>> Phi = jnp.array([[1.0, 5.0, 0.5]])
-    >>> kronvi.predict_from_codes(packed, prior, Phi).tolist()        # 1*2 + 5*0 + 0.5*(-2), 0
-    [[1.0, 0.0]]
-    >>> kronvi.predict_from_codes(packed, prior, Phi, integer=True).round(2).tolist()
-    [[1.0, 0.0]]
+    Example:
+      >>> import jax, jax.numpy as jnp, kronvi
+      >>> prior = kronvi.gaussian_prior(3, 1.0, levels=5, width=2.0)   # levels -2, -1, 0, 1, 2
+      >>> packed = kronvi.pack_codes(jnp.array([[4, 2, 0], [2, 2, 2]]))
+      >>> Phi = jnp.array([[1.0, 5.0, 0.5]])
+      >>> kronvi.predict_from_codes(packed, prior, Phi).tolist()        # 1*2 + 5*0 + 0.5*(-2), 0
+      [[1.0, 0.0]]
+      >>> kronvi.predict_from_codes(packed, prior, Phi, integer=True).round(2).tolist()
+      [[1.0, 0.0]]
     """
     if integer:
         return predict_integer(integer_samples(packed, prior_w, bits=bits), Phi_new)
@@ -428,22 +395,15 @@ class IntegerSamples(NamedTuple):
     Weight ``j`` of sample ``s`` is :math:`w_{sj} = \beta_j + \delta_j d_{sj} + r_{sj}` with
     :math:`|r_{sj}| \le` ``residual[j]``; weights not in ``index`` have :math:`d_{sj} = 0` in every sample.
 
-    Attributes
-    ----------
-    deltas
-        ``(S, k)`` signed integer code offsets :math:`d = c - z` (int8, or int16 for ``m > 128``) of the
-        ``k`` kept weights.
-    index
-        ``(k,)`` int32 positions of the kept weights among the ``b`` features.
-    step
-        ``(k,)`` grid steps :math:`\delta_j` of the kept weights.
-    base_index
-        ``(k_0,)`` int32 positions of the weights whose zero level is not zero (usually none).
-    base
-        ``(k_0,)`` their zero-level values :math:`\beta_j`.
-    residual
-        ``(b,)`` largest deviation :math:`\max_k |v_{jk} - \beta_j - \delta_j (k - z_j)|` of each grid from
-        its affine form (rounding-level for :func:`kronvi.gaussian_prior`).
+    Attributes:
+      deltas: ``(S, k)`` signed integer code offsets :math:`d = c - z` (int8, or int16 for ``m > 128``) of the
+          ``k`` kept weights.
+      index: ``(k,)`` int32 positions of the kept weights among the ``b`` features.
+      step: ``(k,)`` grid steps :math:`\delta_j` of the kept weights.
+      base_index: ``(k_0,)`` int32 positions of the weights whose zero level is not zero (usually none).
+      base: ``(k_0,)`` their zero-level values :math:`\beta_j`.
+      residual: ``(b,)`` largest deviation :math:`\max_k |v_{jk} - \beta_j - \delta_j (k - z_j)|` of each grid
+          from its affine form (rounding-level for :func:`kronvi.gaussian_prior`).
     """
 
     deltas: jax.Array
@@ -460,21 +420,15 @@ def _affine_grid(prior_w: DiscretePrior):
     :math:`z_j = \arg\min_k |v_{jk}|` is the zero level, :math:`\delta_j = (v_{j,m-1} - v_{j0}) / (m-1)`
     and :math:`\beta_j = v_{j z_j}`, replaced by 0 when :math:`|v_{j z_j}| \le 10^{-5}\max_k |v_{jk}|`.
 
-    Parameters
-    ----------
-    prior_w
-        A concrete :class:`kronvi.DiscretePrior` ``(b, m)``.
+    Args:
+      prior_w: A concrete :class:`kronvi.DiscretePrior` ``(b, m)``.
 
-    Returns
-    -------
-    tuple of numpy.ndarray
-        ``(zero, step, base, residual)``: ``(b,)`` int zero levels, ``(b,)`` steps and ``(b,)`` bases in
-        the dtype of the grid, ``(b,)`` float64 largest affine deviations.
+    Returns:
+      tuple of numpy.ndarray: ``(zero, step, base, residual)``: ``(b,)`` int zero levels, ``(b,)`` steps
+          and ``(b,)`` bases in the dtype of the grid, ``(b,)`` float64 largest affine deviations.
 
-    Raises
-    ------
-    ValueError
-        If a grid deviates from its affine form by more than :math:`10^{-5}\max_k |v_{jk}|`.
+    Raises:
+      ValueError: If a grid deviates from its affine form by more than :math:`10^{-5}\max_k |v_{jk}|`.
     """
     if not isinstance(prior_w, DiscretePrior):
         raise TypeError(f"`prior_w` must be a DiscretePrior, got {type(prior_w).__name__}")
@@ -511,34 +465,25 @@ def integer_samples(packed, prior_w, *, bits: int | None = None, prune: bool = T
     zero level :math:`d_{sj} = c_{sj} - z_j`, and with ``prune=True`` drops the weights whose code is the
     zero level in every sample (they contribute exactly nothing). Pruning changes speed, not results.
 
-    Parameters
-    ----------
-    packed
-        ``(S, ceil(b * bits / 8))`` ``uint8`` packed codes.
-    prior_w
-        The :class:`kronvi.DiscretePrior` ``(b, m)`` of the codes, with evenly spaced grids.
-    bits
-        Bits per code; inferred from ``packed`` by default.
-    prune
-        Drop the weights that are zero in every sample.
+    Args:
+      packed: ``(S, ceil(b * bits / 8))`` ``uint8`` packed codes.
+      prior_w: The :class:`kronvi.DiscretePrior` ``(b, m)`` of the codes, with evenly spaced grids.
+      bits: Bits per code; inferred from ``packed`` by default.
+      prune: Drop the weights that are zero in every sample.
 
-    Returns
-    -------
-    IntegerSamples
+    Returns:
+      IntegerSamples
 
-    Raises
-    ------
-    ValueError
-        If a grid is not evenly spaced, or if the int32 accumulator could overflow
-        (:math:`255\,\max|d|\,k \ge 2^{31}`).
+    Raises:
+      ValueError: If a grid is not evenly spaced, or if the int32 accumulator could overflow
+          (:math:`255\,\max|d|\,k \ge 2^{31}`).
 
-    Examples
-    --------
-    >>> import jax.numpy as jnp, kronvi
-    >>> prior = kronvi.gaussian_prior(4, 1.0, levels=5, width=2.0)
-    >>> isamp = kronvi.integer_samples(kronvi.pack_codes(jnp.array([[2, 3, 2, 0], [2, 1, 2, 2]])), prior)
-    >>> isamp.index.tolist(), isamp.deltas.tolist()
-    ([1, 3], [[1, -2], [-1, 0]])
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> prior = kronvi.gaussian_prior(4, 1.0, levels=5, width=2.0)
+      >>> isamp = kronvi.integer_samples(kronvi.pack_codes(jnp.array([[2, 3, 2, 0], [2, 1, 2, 2]])), prior)
+      >>> isamp.index.tolist(), isamp.deltas.tolist()
+      ([1, 3], [[1, -2], [-1, 0]])
     """
     zero, step, base, residual = _affine_grid(prior_w)
     codes = np.asarray(_codes_for(packed, prior_w, bits))
@@ -602,33 +547,26 @@ def predict_integer(isamples: IntegerSamples, Phi_new):
     XLA fuse the column gather or the quantization into the GEMM (e.g. by wrapping this function in
     ``jax.jit``) gives the same result but can be several times slower.
 
-    Parameters
-    ----------
-    isamples
-        :class:`IntegerSamples` from :func:`integer_samples`.
-    Phi_new
-        ``(N, b)`` test features, or ``(N, k)`` features of the kept weights only
-        (``Phi_new[:, isamples.index]``; not allowed when some grid's zero level is nonzero).
+    Args:
+      isamples: :class:`IntegerSamples` from :func:`integer_samples`.
+      Phi_new: ``(N, b)`` test features, or ``(N, k)`` features of the kept weights only
+          (``Phi_new[:, isamples.index]``; not allowed when some grid's zero level is nonzero).
 
-    Returns
-    -------
-    jax.Array
-        ``(N, S)`` predictions in the promoted dtype of ``Phi_new`` and the grid.
+    Returns:
+      jax.Array: ``(N, S)`` predictions in the promoted dtype of ``Phi_new`` and the grid.
 
-    References
-    ----------
-    Jacob et al. (2018), sections 2.1-2.3 (affine quantization, int32 accumulation, zero-point terms).
+    References:
+      Jacob et al. (2018), sections 2.1-2.3 (affine quantization, int32 accumulation, zero-point terms).
 
-    Examples
-    --------
-    >>> import jax.numpy as jnp, kronvi
-    >>> prior = kronvi.gaussian_prior(3, 1.0, levels=5, width=2.0)
-    >>> isamp = kronvi.integer_samples(kronvi.pack_codes(jnp.array([[4, 2, 0]])), prior)
-    >>> Phi = jnp.array([[1.0, 5.0, 0.5]])
-    >>> kronvi.predict_integer(isamp, Phi).round(2).tolist()
-    [[1.0]]
-    >>> kronvi.predict_integer(isamp, Phi[:, isamp.index]).round(2).tolist()  # kept features only
-    [[1.0]]
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> prior = kronvi.gaussian_prior(3, 1.0, levels=5, width=2.0)
+      >>> isamp = kronvi.integer_samples(kronvi.pack_codes(jnp.array([[4, 2, 0]])), prior)
+      >>> Phi = jnp.array([[1.0, 5.0, 0.5]])
+      >>> kronvi.predict_integer(isamp, Phi).round(2).tolist()
+      [[1.0]]
+      >>> kronvi.predict_integer(isamp, Phi[:, isamp.index]).round(2).tolist()  # kept features only
+      [[1.0]]
     """
     kept, full = _kept_features(isamples, Phi_new)
     out = _predict_kept(kept, isamples.step, isamples.deltas)
@@ -732,29 +670,23 @@ def integer_error_bound(isamples: IntegerSamples, Phi_new):
     :math:`\varepsilon \sum_j |\Phi^*_{ij}|(|w_{sj}| + |\delta_j d_{sj}|)`, with :math:`\varepsilon` the
     machine epsilon of the working dtype.
 
-    Parameters
-    ----------
-    isamples
-        :class:`IntegerSamples`.
-    Phi_new
-        ``(N, b)`` test features (all of them: the second term involves every weight).
+    Args:
+      isamples: :class:`IntegerSamples`.
+      Phi_new: ``(N, b)`` test features (all of them: the second term involves every weight).
 
-    Returns
-    -------
-    jax.Array
-        ``(N, S)`` error bounds.
+    Returns:
+      jax.Array: ``(N, S)`` error bounds.
 
-    Examples
-    --------
-    >>> import jax, jax.numpy as jnp, kronvi
-    >>> prior = kronvi.gaussian_prior(50, 1.0)
-    >>> codes = jax.random.randint(jax.random.key(0), (8, 50), 0, 15)
-    >>> isamp = kronvi.integer_samples(kronvi.pack_codes(codes), prior)
-    >>> Phi = jax.random.normal(jax.random.key(1), (20, 50))
-    >>> exact = kronvi.predict_from_codes(kronvi.pack_codes(codes), prior, Phi)
-    >>> err = jnp.abs(kronvi.predict_integer(isamp, Phi) - exact)
-    >>> bool(jnp.all(err <= kronvi.integer_error_bound(isamp, Phi) + 1e-4))
-    True
+    Example:
+      >>> import jax, jax.numpy as jnp, kronvi
+      >>> prior = kronvi.gaussian_prior(50, 1.0)
+      >>> codes = jax.random.randint(jax.random.key(0), (8, 50), 0, 15)
+      >>> isamp = kronvi.integer_samples(kronvi.pack_codes(codes), prior)
+      >>> Phi = jax.random.normal(jax.random.key(1), (20, 50))
+      >>> exact = kronvi.predict_from_codes(kronvi.pack_codes(codes), prior, Phi)
+      >>> err = jnp.abs(kronvi.predict_integer(isamp, Phi) - exact)
+      >>> bool(jnp.all(err <= kronvi.integer_error_bound(isamp, Phi) + 1e-4))
+      True
     """
     b = _check_integer_samples(isamples)
     Phi_new = _check_features(Phi_new, b)
