@@ -191,3 +191,23 @@ def test_bad_inputs():
         kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1.0, noise_bounds=(2.0, 1.0))
     with pytest.raises(TypeError, match="GradientTransformation"):
         kronvi.gaussian_reparam_init(q, 1.0, optimizer="adam")
+
+
+def test_ill_conditioned_float32_ridge_system_gets_a_jitter_not_nan():
+    # Nearly collinear features, many rows, a tiny noise variance: float32 cannot factor A + s2/sw^2 I
+    # (seen on a 44,000-row keggdirected fold). The fit must stay finite and close to float64.
+    rng = np.random.default_rng(0)
+    n, b = 50000, 60
+    base = rng.normal(size=(n, 3))
+    Phi = base @ rng.normal(size=(3, b)) + 1e-4 * rng.normal(size=(n, b))
+    y = Phi[:, 0] + 1e-3 * rng.normal(size=n)
+    stats = kronvi.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
+    M = stats.PhitPhi + 1e-9 * jnp.eye(b)
+    assert not bool(jnp.all(jnp.isfinite(jnp.linalg.cholesky(M))))  # the plain factorization fails
+    q, _, _ = kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1e-9, learn_noise=False)
+    assert bool(jnp.all(jnp.isfinite(q.mean)))
+    fitted = np.asarray(Phi @ np.asarray(q.mean, np.float64))
+    assert np.sqrt(np.mean((fitted - y) ** 2)) < 0.05 * np.std(y)
+    # The start built on it is finite too.
+    qw, qn = kronvi.gaussian_start(stats, kronvi.gaussian_prior(b, 1.0), kronvi.noise_prior(1e-8, levels=5))
+    assert bool(jnp.all(jnp.isfinite(qw.logits))) and bool(jnp.all(jnp.isfinite(qn.logits)))

@@ -248,7 +248,9 @@ def fit_gaussian_mf(
        s_j^2 = \Big(\frac{(\Phi^\top\Phi)_{jj}}{\sigma^2} + \frac{1}{\sigma_w^2}\Big)^{-1},\qquad
        \mu = \Big(\Phi^\top\Phi + \frac{\sigma^2}{\sigma_w^2} I\Big)^{-1}\Phi^\top y
 
-    (one Cholesky factorization; with a per-weight :math:`\sigma_w` the ridge term is diagonal), then, when
+    (one Cholesky factorization; with a per-weight :math:`\sigma_w` the ridge term is diagonal; where the
+    working precision cannot factor it, a jitter of :math:`10^{k-7}` times the mean diagonal is added for
+    the smallest ``k`` that works, instead of returning NaN), then, when
     ``learn_noise``, the noise variance to its exact optimum :math:`E_q\|y - \Phi w\|^2/n`, clipped into
     ``noise_bounds`` (the constrained maximum: the ELBO is unimodal in :math:`\sigma^2`). Every update is
     a block maximum, so the ELBO trace never decreases. With ``learn_noise=False`` one iteration is exact.
@@ -294,13 +296,34 @@ def fit_gaussian_mf(
     )
 
 
+def _jittered_cholesky(M, max_tries=8):
+    r"""Cholesky factor of a symmetric matrix that should be positive definite; where the working precision
+    cannot factor it (a float32 ridge system with a tiny ridge, e.g. a 45,000-row fold with a small noise
+    variance), adds :math:`10^{k-7}\,\overline{\mathrm{diag}(M)}\,I` for the smallest :math:`k \ge 0` that
+    works (:math:`k < ` ``max_tries``), a slightly stronger ridge instead of a silent NaN."""
+    scale = jnp.mean(jnp.diagonal(M))
+    eye = jnp.eye(M.shape[-1], dtype=M.dtype)
+
+    def cond(st):
+        k, L = st
+        return (k < max_tries) & ~jnp.all(jnp.isfinite(L))
+
+    def body(st):
+        k, _ = st
+        jitter = scale * 10.0 ** (k.astype(M.dtype) - 7.0)
+        return k + 1, jnp.linalg.cholesky(M + jitter * eye)
+
+    _, L = lax.while_loop(cond, body, (jnp.asarray(0), jnp.linalg.cholesky(M)))
+    return L
+
+
 def _optimal_q(stats, scale, noise_variance):
     A = stats.PhitPhi
     b = A.shape[-1]
     prec_prior = jnp.broadcast_to(1.0 / scale**2, (b,))
     log_std = -0.5 * jnp.log(jnp.diagonal(A) / noise_variance + prec_prior)
     # Scaled system (I-regularized in the units of A): (A + s2 / sw^2) mu = Phi^T y.
-    L = jnp.linalg.cholesky(A + jnp.diag(noise_variance * prec_prior))
+    L = _jittered_cholesky(A + jnp.diag(noise_variance * prec_prior))
     mean = jax.scipy.linalg.cho_solve((L, True), stats.Phity)
     return mean, log_std
 
