@@ -112,3 +112,28 @@ def test_gaussian_start_checks_its_arguments():
     stats = kronvi.regression_stats(jnp.ones((5, 3)), jnp.arange(5.0))
     with pytest.raises(ValueError, match="prior_w"):
         kronvi.gaussian_start(stats, kronvi.gaussian_prior(4, 1.0), kronvi.noise_prior(1.0, levels=3))
+
+
+def test_best_start_skips_a_non_finite_fit_loudly(monkeypatch):
+    import kronvi._pipeline as pipeline
+
+    Phi, y = _problem(np.float32, n=200, b=8, seed=4)
+    stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+    prior_w, prior_n = kronvi.gaussian_prior(8, 1.0), kronvi.noise_prior(0.01, levels=5)
+    real = pipeline.fit_regression
+
+    def broken(*args, init=None, **kw):
+        q_w, q_n, info = real(*args, init=init, **kw)
+        if init == "gaussian":
+            info = info._replace(elbo=jnp.full_like(info.elbo, jnp.nan))
+        return q_w, q_n, info
+
+    monkeypatch.setattr(pipeline, "fit_regression", broken)
+    cfg = pipeline.DirectConfig()
+    with pytest.warns(UserWarning, match="'gaussian'"):
+        best = pipeline.fit_best_start(stats, prior_w, prior_n, cfg, key=jax.random.key(0))
+    assert np.isfinite(float(best[2].elbo[int(best[2].num_iter)]))
+    with pytest.warns(UserWarning), pytest.raises(FloatingPointError, match="every start"):
+        pipeline.fit_best_start(
+            stats, prior_w, prior_n, cfg._replace(starts=("gaussian",)), key=jax.random.key(0)
+        )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -122,8 +123,15 @@ def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
             stats, prior_w, prior_noise, method=config.method, max_iter=config.max_iter, key=key, init=start
         )
         elbo = float(fit[2].elbo[int(fit[2].num_iter)])
+        if not np.isfinite(elbo):
+            warnings.warn(
+                f"the fit from start {start!r} ended with a non-finite ELBO; it is skipped", stacklevel=2
+            )
+            continue
         if best is None or elbo > best_elbo:
             best, best_elbo = fit, elbo
+    if best is None:
+        raise FloatingPointError(f"every start in {config.starts} ended with a non-finite ELBO")
     return best
 
 
