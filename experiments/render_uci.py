@@ -182,8 +182,10 @@ def main(argv=None):
         lines.append(f"- Not run: {', '.join(f'{d}/{m}' for d, m in missing)}.")
     if args.log and pathlib.Path(args.log).is_file():
         tail = [ln for ln in pathlib.Path(args.log).read_text().splitlines() if ln.startswith("# total")]
-        if tail:
-            lines.append(f"- Whole run: {tail[-1][2:]}.")
+        if len(tail) == 1:
+            lines.append(f"- Whole run: {tail[0][2:]}.")
+        elif tail:
+            lines.append("- Whole run, in parts (see the log): " + "; ".join(t[2:] for t in tail) + ".")
     lines.append("")
 
     # --- RMSE table
