@@ -114,16 +114,16 @@ def main(argv=None):
         # Fit from both starts and keep the higher ELBO (the library pipeline's default); the first call of
         # each compiles (once for every n: the statistics have the same shapes).
         if not results:
-            for start in ("prior", "gaussian"):
-                kronvi.fit_regression(stats, prior_w, prior_n, max_iter=2, init=start)
+            for init in ("prior", "gaussian"):
+                kronvi.fit_regression(stats, prior_w, prior_n, max_iter=2, init=init)
         t0 = time.perf_counter()
         fits = {}
-        for start in ("prior", "gaussian"):
+        for init in ("prior", "gaussian"):
             q_w, q_n, finfo = kronvi.fit_regression(
-                stats, prior_w, prior_n, key=jax.random.key(2), init=start
+                stats, prior_w, prior_n, key=jax.random.key(2), init=init
             )
             jax.block_until_ready(q_w)
-            fits[start] = (q_w, q_n, finfo, float(finfo.elbo[int(finfo.num_iter)]))
+            fits[init] = (q_w, q_n, finfo, float(finfo.elbo[int(finfo.num_iter)]))
         t_fit = time.perf_counter() - t0
         best = max(fits, key=lambda k: fits[k][3])
         q_w, q_n, finfo, _ = fits[best]
