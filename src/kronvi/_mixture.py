@@ -516,14 +516,19 @@ def mixture_elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, *, r
 # ----------------------------------------------------------------------------------------------------
 
 
+def _inverse_cdf(probs, u):
+    """Grid index of each uniform ``u (..., b)`` under factor probabilities ``probs (..., b, m)``."""
+    cdf = jnp.cumsum(probs, axis=-1)[..., :-1]
+    return jnp.sum(cdf <= u[..., None], axis=-1, dtype=jnp.int32)
+
+
 @functools.partial(jax.jit, static_argnames=("num_samples",))
 def _sample_indices(key, probs, log_weights, num_samples):
     """Component by categorical draw, then each weight by inverse CDF: ``(S, b)`` int32 grid indices."""
     key_c, key_u = jax.random.split(key)
     comps = jax.random.categorical(key_c, log_weights, shape=(num_samples,))
-    cdf = jnp.cumsum(probs, axis=-1)[..., :-1]  # (r, b, m - 1)
     u = jax.random.uniform(key_u, (num_samples, probs.shape[-2]), probs.dtype)
-    return jnp.sum(cdf[comps] <= u[..., None], axis=-1, dtype=jnp.int32)
+    return _inverse_cdf(probs[comps], u)
 
 
 def _log_prob_at(log_probs, log_weights, idx):
@@ -561,10 +566,9 @@ def _estimate(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
 
 def _sample_per_component(key, probs, per_component):
     """``per_component`` draws from each component by inverse CDF: ``(r, S_k, b)`` int32 grid indices."""
-    cdf = jnp.cumsum(probs, axis=-1)[..., :-1]  # (r, b, m - 1)
     r, b = probs.shape[0], probs.shape[1]
     u = jax.random.uniform(key, (r, per_component, b), probs.dtype)
-    return jnp.sum(cdf[:, None] <= u[..., None], axis=-1, dtype=jnp.int32)
+    return _inverse_cdf(probs[:, None], u)
 
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
@@ -577,7 +581,7 @@ def _estimate_stratified(key, q, q_noise, prior_w, prior_noise, stats, num_sampl
     exact = _expected_loglik(q, q_noise, prior_w, prior_noise, stats) + _noise_terms(q_noise, prior_noise)
     log_probs, log_w = q.log_probs, q.log_weights
     # H[q] = sum_k a_k (H[q_k] - E_{q_k}[log q(x) - log q_k(x)]); H[q_k] is exact (mean field).
-    comp_entropy = -jnp.sum(jnp.exp(log_probs) * log_probs, axis=(-2, -1))  # (r,)
+    comp_entropy = jax.vmap(lambda logits: entropy(MeanField._unchecked(logits)))(q.logits)  # (r,)
     exact = exact + jnp.sum(jnp.exp(log_w) * comp_entropy)
     idx = _sample_per_component(key, sg(q.probs), per)  # (r, S_k, b), x ~ q_k
     cols = jnp.arange(b)
