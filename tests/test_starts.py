@@ -112,6 +112,11 @@ def test_gaussian_start_checks_its_arguments():
     stats = kronvi.regression_stats(jnp.ones((5, 3)), jnp.arange(5.0))
     with pytest.raises(ValueError, match="prior_w"):
         kronvi.gaussian_start(stats, kronvi.gaussian_prior(4, 1.0), kronvi.noise_prior(1.0, levels=3))
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_iter"):
+            kronvi.gaussian_start(
+                stats, kronvi.gaussian_prior(3, 1.0), kronvi.noise_prior(1.0, levels=3), max_iter=bad
+            )
 
 
 def test_best_start_skips_a_non_finite_fit_loudly(monkeypatch):

@@ -69,7 +69,9 @@ def gaussian_start(stats, prior_w, prior_noise, *, max_iter: int = 3):
       >>> [round(float(v), 2) for v in (q_w.probs * prior_w.values).sum(-1)]
       [0.86, 0.0, -0.86, 0.43]
     """
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"`max_iter` must be an int >= 1, got {max_iter!r}")
     q_w0, q_n0 = MeanField.from_prior(prior_w), MeanField.from_prior(prior_noise)
     check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)
-    logits_w, logits_n = _gaussian_start(prior_w, prior_noise, stats, int(max_iter))
+    logits_w, logits_n = _gaussian_start(prior_w, prior_noise, stats, max_iter)
     return MeanField._unchecked(logits_w), MeanField._unchecked(logits_n)
