@@ -291,14 +291,17 @@ def main(argv=None):
             "of the final mixture minus the mean-field ELBO; where it "
             "is below, the fold keeps the mean-field posterior (`fallback`). LB: the Theorem-3 bound (a "
             "certified lower bound on the mixture's ELBO) minus the mean-field ELBO, and the unbiased ELBO "
-            "estimate of the bound-fitted mixture."
+            "estimate of the bound-fitted mixture. `compared in`: the precision of these ELBO values (the fits "
+            "are float32 throughout). float32 values carry rounding errors of several nats at n >= 4000 "
+            "(`experiments/results/elbo_precision_check.txt`), so those datasets are compared in float64 from "
+            "the same q and statistics."
         )
         lines.append("")
         head = (
             "| dataset | MF ELBO | SGD start − MF | SGD final − MF | SGD fallback folds | LB bound − MF | "
-            "LB ELBO est. − MF | LB fallback folds |"
+            "LB ELBO est. − MF | LB fallback folds | compared in |"
         )
-        lines += [head, "|" + "|".join(["---"] * 8) + "|"]
+        lines += [head, "|" + "|".join(["---"] * 9) + "|"]
         for d in datasets:
             s, lb = get(d, "direct-mix5-sgd"), get(d, "direct-mix5-lb")
             ref = s or lb
@@ -320,6 +323,7 @@ def main(argv=None):
                 mean_diff(lb, "mix_bound"),
                 mean_diff(lb, "mix_elbo"),
                 f"{lb['fallback_folds']}/{lb['folds']}" if lb else "not run",
+                ref["per_fold"][0].get("compared_in", "float32"),
             ]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
@@ -370,6 +374,8 @@ def write_mixture_folds(records, datasets, path):
     lines = [
         "# Mixtures vs the mean field they start from, per fold (nats)",
         "",
+        "ELBO values in float64 for the datasets whose records say `compared_in: float64` (n >= 4000), float32 "
+        "otherwise (see `uci_table.md`). "
         "`SGD start/final` = unbiased ELBO estimates (3000 draws, stratified estimator) minus the mean-field "
         "ELBO, ± Monte Carlo "
         "standard error; `fallback` = the final SGD mixture was below the mean field, so the fold reports "

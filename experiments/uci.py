@@ -398,6 +398,27 @@ def run_direct_mf(setup: Setup):
     return _discrete_result(setup, probs, log_alpha, q_n, secs, elbo, dict(iterations=iters))
 
 
+def _f64(fn, *trees):
+    """``fn(*trees)`` with every array cast to float64 under ``jax.enable_x64``: at UCI scale float32 ELBO
+    values carry rounding errors of several nats (experiments/results/elbo_precision_check.txt), larger
+    than the mixture-vs-mean-field differences they are compared for."""
+    with jax.enable_x64(True):
+        cast = [jax.tree.map(lambda a: jnp.asarray(np.asarray(a, np.float64)), t) for t in trees]
+        return jax.tree.map(float, fn(*cast))
+
+
+def _mf_elbo64(setup, q_w, q_n):
+    return _f64(kronvi.regression_elbo, q_w, q_n, setup.prior_w, setup.prior_n, setup.stats)
+
+
+def _unbiased64(setup, key, q, qn):
+    n = setup.cfg.sgd_eval_samples
+    return _f64(
+        lambda *a: kronvi.mixture_elbo_unbiased(key, *a, num_samples=n), q, qn, setup.prior_w, setup.prior_n,
+        setup.stats,
+    )  # fmt: skip
+
+
 def run_mix_sgd(setup: Setup):
     cfg = setup.cfg
     q_w, q_n, mf_elbo, mf_secs, _ = _mean_field(setup)
@@ -411,17 +432,15 @@ def run_mix_sgd(setup: Setup):
     )  # fmt: skip
     _block(q.logits)
     secs = time.perf_counter() - t0
-    est, se = kronvi.mixture_elbo_unbiased(
-        k_eval, q, qn, setup.prior_w, setup.prior_n, setup.stats, num_samples=cfg.sgd_eval_samples
-    )
-    est0, se0 = kronvi.mixture_elbo_unbiased(
-        k_eval, q0, q_n, setup.prior_w, setup.prior_n, setup.stats, num_samples=cfg.sgd_eval_samples
-    )
-    est, se, est0, se0 = float(est), float(se), float(est0), float(se0)
-    fallback = not est >= mf_elbo
+    # Compared in float64 (same q and statistics): float32 rounding exceeds the differences at large n.
+    mf64 = _mf_elbo64(setup, q_w, q_n)
+    est, se = _unbiased64(setup, k_eval, q, qn)
+    est0, se0 = _unbiased64(setup, k_eval, q0, q_n)
+    fallback = not est >= mf64
     extra = dict(
-        mf_elbo=mf_elbo, mix_elbo=est, mix_elbo_se=se, mix_start_elbo=est0, mix_start_elbo_se=se0,
-        fallback_to_mf=fallback, mixture_seconds=secs, weights=[float(a) for a in q.weights],
+        mf_elbo=mf64, mf_elbo_f32=mf_elbo, mix_elbo=est, mix_elbo_se=se, mix_start_elbo=est0,
+        mix_start_elbo_se=se0, fallback_to_mf=fallback, mixture_seconds=secs,
+        weights=[float(a) for a in q.weights], compared_in="float64",
     )  # fmt: skip
     total = mf_secs + secs
     if fallback:
@@ -440,16 +459,17 @@ def run_mix_lb(setup: Setup):
     )
     _block(q.logits)
     secs = time.perf_counter() - t0
-    bound = float(info.elbo[int(info.num_iter)])
-    bound0 = float(info.elbo[0])
-    est, se = kronvi.mixture_elbo_unbiased(
-        k_eval, q, qn, setup.prior_w, setup.prior_n, setup.stats, num_samples=cfg.sgd_eval_samples
-    )
-    fallback = not bound >= mf_elbo
+    # Compared in float64 (same q and statistics): float32 rounding exceeds the differences at large n.
+    mf64 = _mf_elbo64(setup, q_w, q_n)
+    pw, pn, st = setup.prior_w, setup.prior_n, setup.stats
+    bound = _f64(kronvi.mixture_elbo_bound, q, log_c, qn, pw, pn, st)
+    bound0 = _f64(kronvi.mixture_elbo_bound, q0, q0.log_marginals, q_n, pw, pn, st)  # the fit's start
+    est, se = _unbiased64(setup, k_eval, q, qn)
+    fallback = not bound >= mf64
     extra = dict(
-        mf_elbo=mf_elbo, mix_bound=bound, mix_start_bound=bound0, mix_elbo=float(est), mix_elbo_se=float(se),
-        fallback_to_mf=fallback, mixture_seconds=secs, iterations=int(info.num_iter),
-        weights=[float(a) for a in q.weights],
+        mf_elbo=mf64, mf_elbo_f32=mf_elbo, mix_bound=bound, mix_bound_f32=float(info.elbo[int(info.num_iter)]),
+        mix_start_bound=bound0, mix_elbo=est, mix_elbo_se=se, fallback_to_mf=fallback, mixture_seconds=secs,
+        iterations=int(info.num_iter), weights=[float(a) for a in q.weights], compared_in="float64",
     )  # fmt: skip
     total = mf_secs + secs
     if fallback:
