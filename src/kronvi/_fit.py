@@ -152,7 +152,7 @@ def _noise_update(logits_w, prior_w, prior_noise, stats):
     return noise_optimum_logits(rss, prior_noise, stats.n)
 
 
-def _coordinate_optimum(logits_w, e_inv, mean, g, prior_w, stats):
+def _coordinate_optimum(e_inv, mean, g, prior_w, stats):
     """Optimal logits of every weight given all the others (a Jacobi candidate), ``(b, m)``."""
     A_diag = jnp.diagonal(stats.PhitPhi)
     h = stats.Phity - (g - A_diag * mean)
@@ -171,7 +171,7 @@ def coordinate_gains(logits_w, logits_n, prior_w, prior_noise, stats):
     probs = jax.nn.softmax(logits_w, -1)
     mean, _ = grid_moments(probs, prior_w.values)
     star = jax.nn.log_softmax(
-        _coordinate_optimum(logits_w, e_inv, mean, stats.PhitPhi @ mean, prior_w, stats), -1
+        _coordinate_optimum(e_inv, mean, stats.PhitPhi @ mean, prior_w, stats), -1
     )
     return jnp.sum(probs * (jax.nn.log_softmax(logits_w, -1) - star), axis=-1)
 

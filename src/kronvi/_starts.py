@@ -30,7 +30,7 @@ def _gaussian_start(prior_w, prior_noise, stats, max_iter):
         stats, scale, s0, jnp.min(s), jnp.max(s), learn_noise=True, max_iter=max_iter, tol=1e-7
     )
     # Each factor's optimum given every other weight at its Gaussian mean (one Jacobi CAVI step).
-    logits_w = _coordinate_optimum(None, 1.0 / s2, q.mean, stats.PhitPhi @ q.mean, prior_w, stats)
+    logits_w = _coordinate_optimum(1.0 / s2, q.mean, stats.PhitPhi @ q.mean, prior_w, stats)
     logits_w = jax.nn.log_softmax(logits_w, axis=-1)
     logits_n = jax.nn.log_softmax(_noise_update(logits_w, prior_w, prior_noise, stats), axis=-1)
     return logits_w, logits_n
