@@ -14,7 +14,6 @@ Usage: python experiments/elbo_precision_check.py [--datasets yacht,sml,parkinso
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import pathlib
 
@@ -23,11 +22,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from sparsity_gap import DATA, prepare  # noqa: E402  (the same fold setup: standardize, GP, features)
 
 import kronvi  # noqa: E402
 from kronvi._pipeline import DirectConfig, fit_best_start  # noqa: E402
-
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"
 
 
 def to64(tree):
@@ -51,14 +49,7 @@ def main(argv=None):
     ]
     for name in args.datasets.split(","):
         X, y, mask = kronvi.load_uci(DATA / name)
-        folds = kronvi.fold_indices(mask)
-        tr = folds != 0
-        st = kronvi.fit_standardizer(jnp.asarray(X[tr], jnp.float32))
-        Xs = kronvi.standardize(st, jnp.asarray(X[tr], jnp.float32))
-        yc = jnp.asarray(y[tr] - np.mean(y[tr]), jnp.float32)
-        hyper, _ = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xs, yc)
-        feats = kronvi.rff_init(jax.random.key(1), hyper.lengthscales, 1000)
-        stats = kronvi.regression_stats_from_inputs(functools.partial(kronvi.rff_features, feats), Xs, yc)
+        hyper, stats, *_ = prepare(X, y, kronvi.fold_indices(mask), 0, jax.random.key(0))
         pw = kronvi.gaussian_prior(2000, jnp.sqrt(hyper.signal_variance))
         pn = kronvi.noise_prior(hyper.noise_variance, levels=15, span=10.0)
         q_w, q_n, _ = fit_best_start(stats, pw, pn, DirectConfig(), key=jax.random.key(2))

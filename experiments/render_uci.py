@@ -292,7 +292,7 @@ def main(argv=None):
             "is below, the fold keeps the mean-field posterior (`fallback`). LB: the Theorem-3 bound (a "
             "certified lower bound on the mixture's ELBO) minus the mean-field ELBO, and the unbiased ELBO "
             "estimate of the bound-fitted mixture. `compared in`: the precision of these ELBO values (the fits "
-            "are float32 throughout). float32 values carry rounding errors of several nats at n >= 4000 "
+            "are float32 throughout). float32 values carry rounding errors of up to about a nat at n >= 4000 "
             "(`experiments/results/elbo_precision_check.txt`), so those datasets are compared in float64 from "
             "the same q and statistics."
         )

@@ -400,7 +400,7 @@ def run_direct_mf(setup: Setup):
 
 def _f64(fn, *trees):
     """``fn(*trees)`` with every array cast to float64 under ``jax.enable_x64``: at UCI scale float32 ELBO
-    values carry rounding errors of several nats (experiments/results/elbo_precision_check.txt), larger
+    values carry rounding errors of up to about a nat (experiments/results/elbo_precision_check.txt), larger
     than the mixture-vs-mean-field differences they are compared for."""
     with jax.enable_x64(True):
         cast = [jax.tree.map(lambda a: jnp.asarray(np.asarray(a, np.float64)), t) for t in trees]
