@@ -7,8 +7,13 @@ Fourier features (1000 frequencies, cos and sin), compute the sufficient statist
 and fit every requested method:
 
   direct-mf        DIRECT mean field: weights on linspace(-3 sw, 3 sw, 15) with a discretized N(0, sw^2)
-                   prior, a uniform prior over 15 log-spaced noise variances in [s2/10, 10 s2]; exact CAVI
-                   (--direct-fit lbfgs: the paper's L-BFGS recipe).
+                   prior, a uniform prior over 15 log-spaced noise variances in [s2/span, span s2]; exact
+                   CAVI from the prior and from kronvi.gaussian_start, the higher ELBO kept (--direct-fit
+                   lbfgs: the paper's L-BFGS recipe). The span is chosen per fold among --noise-cv (default
+                   10, 3 and 1 = the noise fixed at s2) by inner 5-fold cross-validation on the training rows,
+                   from per-inner-fold statistics of the same pass (kronvi.select_prior: pooled-variance
+                   held-out log density); --noise-cv none is the paper's single grid of span 10. The mixtures
+                   start from this fit and use the same noise grid.
   direct-mix5-sgd  r = 5 mixture started from the mean-field fit with perturbed components; optax Adam on
                    the unbiased ELBO gradient (REINFORCE entropy term with a leave-one-out baseline).
   direct-mix5-lb   r = 5 mixture, Theorem-3 lower bound maximized by L-BFGS jointly over q and the centre,
@@ -57,7 +62,7 @@ from jax import lax  # noqa: E402
 
 import kronvi  # noqa: E402
 from kronvi._families import grid_moments  # noqa: E402
-from kronvi._pipeline import DirectConfig, fit_best_start  # noqa: E402
+from kronvi._pipeline import DirectConfig, fit_best_start, noise_prior_for_span  # noqa: E402
 from kronvi._regression import noise_moments  # noqa: E402
 
 METHODS = ("direct-mf", "direct-mix5-sgd", "direct-mix5-lb", "reparam-mf", "gauss-mf-exact")
@@ -72,7 +77,16 @@ class StudyConfig:
     levels: int = 15  # 4-bit weight grid
     width: float = 3.0  # grid spans +-3 prior standard deviations
     noise_levels: int = 15
-    noise_span: float = 10.0  # noise grid [s2 / span, s2 * span]
+    noise_span: float = (
+        10.0  # noise grid [s2 / span, s2 * span] (without noise_cv; the Gaussian baselines' range)
+    )
+    # DIRECT's noise grid chosen per fold among these spans by cv_folds-fold cross-validation of the squared
+    # error on the training rows (kronvi.select_prior); 1 = noise fixed at the GP estimate. (): the paper's
+    # single grid of noise_span.
+    noise_cv: tuple = (10.0, 3.0, 1.0)
+    cv_folds: int = 5
+    cv_criterion: str = "log_density"  # kronvi.select_prior: pooled-variance held-out log density
+    cv_max_iter: int = 10  # CAVI sweeps per inner fit, from kronvi.gaussian_start
     direct_fit: str = "cavi"
     direct_max_iter: int = 100
     direct_starts: tuple = ("prior", "gaussian")  # fit from each, keep the highest ELBO
@@ -330,7 +344,7 @@ def adam_cosine(lr: float, steps: int):
 class Setup:
     """Everything shared by the methods of one fold: GP hyperparameters, features, statistics, priors."""
 
-    def __init__(self, fold: Fold, hyper, feats, stats, cfg: StudyConfig, key):
+    def __init__(self, fold: Fold, hyper, feats, stats, cfg: StudyConfig, key, cv_stats=None):
         self.fold, self.hyper, self.feats, self.stats, self.cfg, self.key = (
             fold,
             hyper,
@@ -339,15 +353,41 @@ class Setup:
             cfg,
             key,
         )
+        self.cv_stats = cv_stats  # (train, test) inner-fold statistics of the training rows, or None
+        self.selection = None  # dict(noise_span, cv_mse, select_seconds) once DIRECT's noise grid is chosen
         b = 2 * cfg.num_frequencies
         self.sw = jnp.sqrt(hyper.signal_variance)
         self.s2 = hyper.noise_variance
         self.prior_w = kronvi.gaussian_prior(b, self.sw, levels=cfg.levels, width=cfg.width)
-        self.prior_n = kronvi.noise_prior(self.s2, levels=cfg.noise_levels, span=cfg.noise_span)
+        self.prior_n = kronvi.noise_prior(self.s2, levels=cfg.noise_levels, span=cfg.noise_span)  # see select
         self.noise_bounds = (self.s2 / cfg.noise_span, self.s2 * cfg.noise_span)
         self.Phi_test = kronvi.rff_features(feats, fold.X_test)
         self.nlpd_idx = None
         self.mf = None  # (q_w, q_n, elbo, seconds): the mean-field fit the mixtures start from
+
+    def select_noise_grid(self):
+        """DIRECT's noise grid: the paper's single grid, or the cross-validated choice among cfg.noise_cv."""
+        cfg = self.cfg
+        if self.selection is None:
+            if not cfg.noise_cv:
+                self.selection = dict(
+                    noise_span=cfg.noise_span, cv_mse=None, cv_log_density=None, select_seconds=0.0
+                )
+                return self.selection
+            t0 = time.perf_counter()
+            cands = [
+                (self.prior_w, noise_prior_for_span(self.s2, span, cfg.noise_levels)) for span in cfg.noise_cv
+            ]
+            best, sc = kronvi.select_prior(
+                *self.cv_stats, cands, criterion=cfg.cv_criterion, max_iter=cfg.cv_max_iter
+            )
+            self.prior_n = cands[best][1]
+            self.selection = dict(
+                noise_span=float(cfg.noise_cv[best]), cv_mse=[float(v) for v in sc.sq_error],
+                cv_log_density=[float(v) for v in sc.log_density],
+                select_seconds=time.perf_counter() - t0,
+            )  # fmt: skip
+        return self.selection
 
     def metrics(self, mean, log_dens_fn):
         y = self.fold.y_test
@@ -360,6 +400,7 @@ class Setup:
 def _mean_field(setup: Setup):
     cfg = setup.cfg
     if setup.mf is None:
+        setup.select_noise_grid()
         t0 = time.perf_counter()
         fit_cfg = DirectConfig(
             method=cfg.direct_fit, max_iter=cfg.direct_max_iter if cfg.direct_fit == "cavi" else 1000,
@@ -387,7 +428,7 @@ def _discrete_result(setup, probs, log_alpha, q_n, fit_seconds, elbo, extra):
     noise = float(noise_moments(q_n, pn)[2])
     return dict(
         rmse=rmse, nlpd=nlpd, sparsity_pct=sparsity, fit_seconds=fit_seconds, elbo=elbo,
-        noise_variance=noise, **extra,
+        noise_variance=noise, **setup.selection, **extra,
     )  # fmt: skip
 
 
@@ -549,12 +590,22 @@ def prepare_fold_per_fold(X, y, train, test, cfg, key):
     _block(hyper)
     t1 = time.perf_counter()
     feats = kronvi.rff_init(k_rff, hyper.lengthscales, cfg.num_frequencies)
-    stats = kronvi.regression_stats_from_inputs(
-        functools.partial(kronvi.rff_features, feats), fold.X_train, fold.y_train, chunk_size=cfg.chunk_size
-    )
+    fmap = functools.partial(kronvi.rff_features, feats)
+    cv_stats = None
+    if cfg.noise_cv:  # inner folds for the noise-grid choice, from the same single pass
+        n = fold.X_train.shape[0]
+        inner = np.asarray(jax.random.permutation(jax.random.fold_in(k_rff, 1), n)) % cfg.cv_folds
+        cv_stats = kronvi.kfold_stats_from_inputs(
+            fmap, fold.X_train, fold.y_train, inner, chunk_size=cfg.chunk_size
+        )
+        stats = jax.tree.map(lambda a: jnp.sum(a, axis=0), cv_stats[1])
+    else:
+        stats = kronvi.regression_stats_from_inputs(
+            fmap, fold.X_train, fold.y_train, chunk_size=cfg.chunk_size
+        )
     _block(stats)
     t2 = time.perf_counter()
-    return fold, hyper, feats, stats, t1 - t0, t2 - t1, bool(gp_info.degenerate)
+    return fold, hyper, feats, stats, t1 - t0, t2 - t1, bool(gp_info.degenerate), cv_stats
 
 
 class SharedHyper:
@@ -592,7 +643,16 @@ class SharedHyper:
     def fold(self, X, y, train, test, k):
         fold = Fold(X, y, train, test, self.st, self.offset)
         stats = jax.tree.map(lambda a: a[k], self.train_stats)
-        return fold, self.hyper, self.feats, stats, self.init_seconds, self.stats_seconds, self.degenerate
+        return (
+            fold,
+            self.hyper,
+            self.feats,
+            stats,
+            self.init_seconds,
+            self.stats_seconds,
+            self.degenerate,
+            None,
+        )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -612,6 +672,10 @@ def summarize(dataset, method, n, d, per_fold, protocol, cfg):
         stats_seconds=ms("stats_seconds")[0], init_seconds=ms("init_seconds")[0], folds=len(per_fold),
         protocol=protocol, elbo_mean=ms("elbo")[0],
     )  # fmt: skip
+    if "select_seconds" in per_fold[0]:
+        rec["select_seconds"] = ms("select_seconds")[0]
+        spans = [f["noise_span"] for f in per_fold]
+        rec["noise_span_counts"] = {str(s): spans.count(s) for s in sorted(set(spans))}
     if "fallback_to_mf" in per_fold[0]:
         rec["fallback_folds"] = int(sum(bool(f["fallback_to_mf"]) for f in per_fold))
         rec["mf_elbo_mean"] = ms("mf_elbo")[0]
@@ -642,8 +706,8 @@ def run_dataset(folder, methods, args, cfg, log):
             prep = prepare_fold_per_fold(X, y, train, test, cfg, fkey)
         else:
             prep = shared.fold(X, y, train, test, k)
-        fold, hyper, feats, stats, t_init, t_stats, degenerate = prep
-        setup = Setup(fold, hyper, feats, stats, cfg, fkey)
+        fold, hyper, feats, stats, t_init, t_stats, degenerate, cv_stats = prep
+        setup = Setup(fold, hyper, feats, stats, cfg, fkey, cv_stats)
         setup.nlpd_idx = nlpd_subset(len(fold.y_test), cfg.nlpd_points, args.seed, k)
         parts = []
         for m in methods:
@@ -654,6 +718,8 @@ def run_dataset(folder, methods, args, cfg, log):
             )  # fmt: skip
             per_method[m].append(res)
             fb = "*" if res.get("fallback_to_mf") else ""
+            if m == "direct-mf" and "noise_span" in res:
+                fb += f" span {res['noise_span']:g} (cv {res['select_seconds']:.2f}s)"
             parts.append(
                 f"{m}: rmse {res['rmse']:.4g} nlpd {res['nlpd']:.3f} fit {res['fit_seconds']:.2f}s{fb}"
             )
@@ -703,6 +769,11 @@ def parse_args(argv=None):
     p.add_argument(
         "--noise-span", type=float, default=StudyConfig.noise_span, help="noise grid s2 x [1/span, span]"
     )
+    p.add_argument(
+        "--noise-cv", default="10,3,1",
+        help="DIRECT noise grids s2 x [1/span, span] to choose from per fold by inner 5-fold CV of the squared "
+        "error (1 = noise fixed at s2); 'none' = the paper's single grid of --noise-span",
+    )  # fmt: skip
     p.add_argument("--reparam-steps", type=int, default=None, help="override the paper's 1000 / 10000 steps")
     p.add_argument("--resume", action="store_true", help="keep records already in --json, skip those pairs")
     p.add_argument("--log", help="also append progress lines to this file")
@@ -717,13 +788,20 @@ def main(argv=None):
         raise SystemExit(f"unknown method(s) {bad}; choose from {METHODS}")
     if args.num_features < 2 or args.num_features % 2:
         raise SystemExit("--num-features must be an even number >= 2 (cos and sin pairs)")
+    noise_cv = (
+        () if args.noise_cv.strip().lower() == "none" else tuple(float(x) for x in args.noise_cv.split(","))
+    )
+    if any(not s >= 1.0 for s in noise_cv):
+        raise SystemExit("--noise-cv spans must be >= 1 (1 = fixed noise)")
+    if noise_cv and args.shared_hyper:
+        raise SystemExit("--noise-cv needs the per-fold protocol; pass --noise-cv none with --shared-hyper")
     steps = {}
     if args.reparam_steps is not None:
         steps = dict(reparam_steps_small=args.reparam_steps, reparam_steps_large=args.reparam_steps)
     cfg = StudyConfig(
         num_frequencies=args.num_features // 2, noise_span=args.noise_span, direct_fit=args.direct_fit,
         nlpd_points=args.nlpd_points, sgd_steps=args.sgd_steps, sgd_samples=args.sgd_samples,
-        lb_max_iter=args.lb_iters, direct_starts=tuple(x.strip() for x in args.direct_starts.split(",")),
+        lb_max_iter=args.lb_iters, noise_cv=noise_cv, direct_starts=tuple(x.strip() for x in args.direct_starts.split(",")),
         **steps,
     )  # fmt: skip
     folders = list_datasets(pathlib.Path(args.data_dir), args.datasets)

@@ -74,7 +74,8 @@ def test_shared_hyper_one_pass_equals_per_fold_statistics(uci, tmp_path):
     fmap = lambda Z: kronvi.rff_features(shared.feats, Z)  # noqa: E731
     for k in range(mask.shape[1]):
         train, test = uci.fold_masks(mask, k)
-        fold, _, _, stats, _, _, _ = shared.fold(X, y, train, test, k)
+        fold, _, _, stats, _, _, _, cv_stats = shared.fold(X, y, train, test, k)
+        assert cv_stats is None  # the noise-grid CV runs only in the per-fold protocol
         direct = kronvi.regression_stats(fmap(fold.X_train), fold.y_train)
         for a, b in zip(stats, direct, strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-4)
@@ -165,3 +166,27 @@ def test_command_line_writes_one_record_per_dataset_and_method(uci, tmp_path):
     # --resume keeps the records and runs nothing new
     assert uci.main(argv + ["--resume"]) == 0
     assert len(json.loads(out.read_text())) == len(recs)
+    # DIRECT's noise grid is chosen per fold by inner CV among the spans 10, 3, 1 (the default).
+    for r in recs:
+        if r["method"].startswith("direct-"):
+            assert set(r["noise_span_counts"]) <= {"1.0", "3.0", "10.0"}
+            assert sum(r["noise_span_counts"].values()) == 2 and r["select_seconds"] > 0
+            assert all(len(f["cv_log_density"]) == 3 for f in r["per_fold"])
+    with pytest.raises(SystemExit, match="per-fold"):
+        uci.main(argv + ["--shared-hyper"])
+    with pytest.raises(SystemExit, match=">= 1"):
+        uci.main(argv + ["--noise-cv", "0.5,10"])
+
+
+def test_per_fold_inner_statistics_sum_to_the_training_statistics(uci, tmp_path):
+    X, y, mask = _write_dataset(tmp_path / "toy", n=80)
+    cfg = uci.StudyConfig(num_frequencies=8, gp_points=40, gp_restarts=2)
+    train, test = uci.fold_masks(mask, 1)
+    fold, _, feats, stats, _, _, _, (cv_train, cv_test) = uci.prepare_fold_per_fold(
+        X, y, train, test, cfg, jax.random.key(0)
+    )
+    assert cv_train.PhitPhi.shape == (cfg.cv_folds, 16, 16)
+    direct = kronvi.regression_stats(kronvi.rff_features(feats, fold.X_train), fold.y_train)
+    for a, b in zip(stats, direct, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(np.asarray(cv_train.n + cv_test.n), float(fold.n_train))

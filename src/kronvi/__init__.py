@@ -70,9 +70,15 @@ from ._regression import expected_sparsity as expected_sparsity
 from ._regression import predict_regression as predict_regression
 from ._regression import predictive_log_density as predictive_log_density
 from ._regression import regression_elbo as regression_elbo
+from ._select import HeldoutScores as HeldoutScores
+from ._select import cv_scores as cv_scores
+from ._select import heldout_scores as heldout_scores
+from ._select import heldout_sq_error as heldout_sq_error
+from ._select import select_prior as select_prior
 from ._starts import gaussian_start as gaussian_start
 from ._stats import RegressionStats as RegressionStats
 from ._stats import kfold_stats as kfold_stats
+from ._stats import kfold_stats_from_inputs as kfold_stats_from_inputs
 from ._stats import merge_stats as merge_stats
 from ._stats import regression_stats as regression_stats
 from ._stats import regression_stats_from_inputs as regression_stats_from_inputs

@@ -170,9 +170,7 @@ def coordinate_gains(logits_w, logits_n, prior_w, prior_noise, stats):
     e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
     probs = jax.nn.softmax(logits_w, -1)
     mean, _ = grid_moments(probs, prior_w.values)
-    star = jax.nn.log_softmax(
-        _coordinate_optimum(e_inv, mean, stats.PhitPhi @ mean, prior_w, stats), -1
-    )
+    star = jax.nn.log_softmax(_coordinate_optimum(e_inv, mean, stats.PhitPhi @ mean, prior_w, stats), -1)
     return jnp.sum(probs * (jax.nn.log_softmax(logits_w, -1) - star), axis=-1)
 
 

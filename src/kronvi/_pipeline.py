@@ -21,7 +21,8 @@ from ._fit import fit_regression
 from ._gp import GPHyperparameters, fit_gp_hyperparameters
 from ._grids import gaussian_prior, noise_prior
 from ._regression import expected_sparsity, noise_moments, predict_regression, predictive_log_density
-from ._stats import regression_stats_from_inputs
+from ._select import select_prior
+from ._stats import kfold_stats_from_inputs, regression_stats_from_inputs
 
 
 class DirectConfig(NamedTuple):
@@ -31,7 +32,14 @@ class DirectConfig(NamedTuple):
     levels: int = 15  # 4-bit weight grid
     width: float = 3.0  # grid spans +-width prior standard deviations
     noise_levels: int = 15
-    noise_span: float = 10.0
+    noise_span: float = 10.0  # the noise grid when ``noise_cv`` is empty: s2 x [1/span, span]
+    # Noise grids s2 x [1/span, span] to choose from by ``cv_folds``-fold cross-validation on the training
+    # rows (kronvi.select_prior, ``cv_criterion``); span 1 = the noise fixed at the GP estimate s2.
+    # Empty: the paper's protocol, one grid of ``noise_span``.
+    noise_cv: tuple[float, ...] = (10.0, 3.0, 1.0)
+    cv_folds: int = 5
+    cv_criterion: str = "log_density"  # or "sq_error" (kronvi.select_prior)
+    cv_max_iter: int = 10  # CAVI sweeps per inner fit (from kronvi.gaussian_start, which is close)
     method: str = "cavi"
     max_iter: int | None = None
     # Fit from each start and keep the highest ELBO: "prior" and/or "gaussian" (kronvi.gaussian_start).
@@ -57,6 +65,8 @@ class FoldResult(NamedTuple):
     noise_variance: float
     gp_degenerate: bool
     noise_recentres: int
+    select_seconds: float  # cross-validated choice of the noise grid (part of initialization)
+    noise_span: float  # the noise grid used: s2 x [1/span, span]; 1 = fixed at the GP estimate
 
 
 class FittedDirect(NamedTuple):
@@ -76,9 +86,34 @@ def _block(x):
     return jax.block_until_ready(x)
 
 
+def noise_prior_for_span(noise_variance, span, levels):
+    """The noise grid ``noise_variance x [1/span, span]`` with ``levels`` levels; ``span == 1``: one level,
+    the noise fixed at ``noise_variance``."""
+    if float(span) == 1.0:
+        return noise_prior(noise_variance, levels=1)
+    return noise_prior(noise_variance, levels=levels, span=span)
+
+
+def _check_config(config: DirectConfig):
+    if config.noise_cv:
+        if any(not float(s) >= 1.0 for s in config.noise_cv):
+            raise ValueError(f"`noise_cv` spans must be >= 1 (1 = fixed noise), got {config.noise_cv}")
+        if isinstance(config.cv_folds, bool) or not isinstance(config.cv_folds, int) or config.cv_folds < 2:
+            raise ValueError(f"`cv_folds` must be an int >= 2, got {config.cv_folds!r}")
+
+
 def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32):
-    """Fits DIRECT mean-field regression on raw training data. Returns ``(model, timings, info)``."""
+    """Fits DIRECT mean-field regression on raw training data. Returns ``(model, timings, info)``.
+
+    With ``config.noise_cv`` (the default) the noise grid is chosen among those spans by
+    ``config.cv_folds``-fold cross-validation on the training rows: the statistics are accumulated per
+    inner fold in the same single pass (their sum is the training statistics), each candidate is fitted
+    on every ``total - fold`` (vmapped, CAVI from :func:`kronvi.gaussian_start`) and scored exactly on the
+    held-out fold (:func:`kronvi.select_prior` with ``config.cv_criterion``). That time is
+    ``select_seconds``.
+    """
     config = DirectConfig() if config is None else config
+    _check_config(config)
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     t0 = time.perf_counter()
     X = jnp.asarray(X, dtype)
@@ -93,20 +128,48 @@ def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float
     _block(hyper)
     t1 = time.perf_counter()
     feats = rff_init(k_rff, hyper.lengthscales, config.num_frequencies)
-    stats = regression_stats_from_inputs(
-        functools.partial(rff_features, feats), Xs, yc, chunk_size=config.chunk_size
-    )
+    fmap = functools.partial(rff_features, feats)
+    if config.noise_cv:
+        n = Xs.shape[0]
+        if n < config.cv_folds:
+            raise ValueError(f"{n} training rows cannot make `cv_folds`={config.cv_folds} folds")
+        inner = np.asarray(jax.random.permutation(jax.random.fold_in(k_fit, 1), n)) % config.cv_folds
+        cv_train, cv_test = kfold_stats_from_inputs(fmap, Xs, yc, inner, chunk_size=config.chunk_size)
+        stats = jax.tree.map(lambda a: jnp.sum(a, axis=0), cv_test)
+    else:
+        stats = regression_stats_from_inputs(fmap, Xs, yc, chunk_size=config.chunk_size)
     _block(stats)
     t2 = time.perf_counter()
     b = 2 * config.num_frequencies
     prior_w = gaussian_prior(b, jnp.sqrt(hyper.signal_variance), levels=config.levels, width=config.width)
-    prior_n = noise_prior(hyper.noise_variance, levels=config.noise_levels, span=config.noise_span)
-    q_w, q_n, info, prior_n, recentres = fit_with_noise_recentring(stats, prior_w, prior_n, config, key=k_fit)
-    _block(q_w)
+    cv = None
+    if config.noise_cv:
+        cands = [
+            (prior_w, noise_prior_for_span(hyper.noise_variance, s, config.noise_levels))
+            for s in config.noise_cv
+        ]
+        best, cv = select_prior(
+            cv_train, cv_test, cands, criterion=config.cv_criterion, max_iter=config.cv_max_iter
+        )
+        span, prior_n = float(config.noise_cv[best]), cands[best][1]
+    else:
+        span = float(config.noise_span)
+        prior_n = noise_prior(hyper.noise_variance, levels=config.noise_levels, span=span)
     t3 = time.perf_counter()
+    q_w, q_n, info, prior_n, recentres = fit_with_noise_recentring(
+        stats, prior_w, prior_n, config._replace(noise_span=span), key=k_fit
+    )
+    _block(q_w)
+    t4 = time.perf_counter()
     model = FittedDirect(std, feats, y_offset, prior_w, prior_n, q_w, q_n, hyper)
-    timings = dict(init_seconds=t1 - t0, stats_seconds=t2 - t1, fit_seconds=t3 - t2)
-    return model, timings, dict(fit=info, gp=gp_info, noise_recentres=recentres)
+    timings = dict(
+        init_seconds=t1 - t0,
+        stats_seconds=t2 - t1,
+        select_seconds=(t3 - t2) if config.noise_cv else 0.0,
+        fit_seconds=t4 - t3,
+    )
+    info = dict(fit=info, gp=gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv)
+    return model, timings, info
 
 
 def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
@@ -146,7 +209,7 @@ def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig,
     """
     q_w, q_n, info = fit_best_start(stats, prior_w, prior_noise, config, key=key)
     recentres = 0
-    while recentres < config.max_noise_recentres:
+    while recentres < config.max_noise_recentres and prior_noise.values.shape[-1] > 1:
         probs = q_n.probs[0]
         if not (float(probs[0]) > 0.5 or float(probs[-1]) > 0.5):
             break
@@ -188,6 +251,7 @@ def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None 
         noise_variance=float(noise_moments(model.q_noise, model.prior_noise)[2]),
         gp_degenerate=bool(info["gp"].degenerate),
         noise_recentres=int(info["noise_recentres"]),
+        noise_span=float(info["noise_span"]),
         **timings,
     )
     return result, model

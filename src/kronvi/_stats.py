@@ -188,16 +188,44 @@ def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
       ``train[k] = total - test[k]``, ready for ``jax.vmap`` over folds.
     """
     Phi, y = _validate_xy(Phi, y, "Phi")
+    folds = _check_folds(folds, Phi.shape[0])
+    return _stack_folds(_identity, Phi, y, folds, chunk_size)
+
+
+def kfold_stats_from_inputs(feature_map, X, y, folds, *, chunk_size: int | None = None):
+    r""":func:`kfold_stats` of ``feature_map(X)``, the features built chunk by chunk (as in
+    :func:`regression_stats_from_inputs`): one pass over the rows, memory :math:`O(K b^2)`.
+
+    Args:
+      feature_map: a pure function ``(c, d) -> (c, b)``.
+      X: raw inputs ``(n, d)``.
+      y: targets ``(n,)``.
+      folds: integer fold index per row ``(n,)`` in ``[0, K)``; every fold must be non-empty.
+
+    Returns:
+      ``(train, test)`` stacked on a leading fold axis, ``train[k] = total - test[k]``; the statistics of
+      all rows are ``jax.tree.map(lambda t: t.sum(0), test)``.
+    """
+    X, y = _validate_xy(X, y, "X")
+    folds = _check_folds(folds, X.shape[0])
+    return _stack_folds(feature_map, X, y, folds, chunk_size)
+
+
+def _check_folds(folds, n):
     folds = np.asarray(folds)
-    if folds.shape != (Phi.shape[0],):
-        raise ValueError(f"`folds` must have shape ({Phi.shape[0]},), got {folds.shape}")
+    if folds.shape != (n,):
+        raise ValueError(f"`folds` must have shape ({n},), got {folds.shape}")
     if not np.issubdtype(folds.dtype, np.integer) or folds.min() < 0:
         raise ValueError("`folds` must hold non-negative integer fold indices")
-    K = int(folds.max()) + 1
-    counts = np.bincount(folds, minlength=K)
+    counts = np.bincount(folds, minlength=int(folds.max()) + 1)
     if np.any(counts == 0):
         raise ValueError(f"`folds` leaves fold(s) {np.flatnonzero(counts == 0).tolist()} empty")
-    test = [regression_stats(Phi[folds == k], y[folds == k], chunk_size=chunk_size) for k in range(K)]
+    return folds
+
+
+def _stack_folds(feature_map, X, y, folds, chunk_size):
+    K = int(folds.max()) + 1
+    test = [_chunked_stats(feature_map, X[folds == k], y[folds == k], chunk_size) for k in range(K)]
     test = jax.tree.map(lambda *xs: jnp.stack(xs), *test)
     total = jax.tree.map(lambda x: jnp.sum(x, axis=0), test)
     train = jax.tree.map(lambda t, x: t[None] - x, total, test)

@@ -1,0 +1,174 @@
+r"""Choosing among priors by K-fold cross-validation computed from sufficient statistics.
+
+The held-out squared error of the posterior-mean predictor needs only the held-out rows' statistics:
+:math:`\|y - \Phi\bar w\|^2 = y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w`. With
+fold statistics from one pass (:func:`kronvi.kfold_stats`, :func:`kronvi.kfold_stats_from_inputs`), a
+K-fold cross-validation score is K fits on ``total - fold_k`` (vmapped) and K such evaluations: no
+second pass over the data.
+
+Why a study needs it: the mean-field ELBO prefers a noise variance well above the GP's estimate when the
+posterior has many weakly determined weights (their prior variance is counted as residual), and on several
+UCI datasets that choice costs test RMSE (``experiments/results/rmse_gap.md``). The ELBO cannot arbitrate
+between noise priors that it is itself biased about; held-out error can.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ._families import MeanField, grid_moments
+from ._fit import fit_regression
+from ._grids import DiscretePrior
+from ._regression import noise_moments
+from ._stats import RegressionStats
+
+CRITERIA = ("log_density", "sq_error")
+
+
+class HeldoutScores(NamedTuple):
+    r"""Held-out scores of a fitted posterior, exact functions of the held-out statistics.
+
+    Attributes:
+      sq_error: :math:`\sum_i (y_i - \bar f_i)^2`, the squared error of the posterior-mean predictor.
+      log_density: :math:`\sum_i \log N(y_i;\ \bar f_i,\ \bar v)` with :math:`\bar v` the held-out rows'
+        average predictive variance,
+        :math:`\bar v = \frac1{n}\sum_j \mathrm{Var}_q(w_j)(\Phi^\top\Phi)_{jj} + E_q[\sigma^2]`: a
+        Gaussian predictive density with one pooled variance. It rewards a small error and penalizes
+        overconfidence (a variance too small for the error), which the squared error alone does not.
+    """
+
+    sq_error: jax.Array
+    log_density: jax.Array
+
+
+def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionStats):
+    r"""Exact sum of squared errors of the posterior-mean predictor :math:`\Phi\,E_q[w]` on the rows that
+    ``stats`` summarizes: :math:`y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w`.
+
+    Args:
+      q_w: :class:`MeanField` ``(b, m)`` over the weights.
+      prior_w: :class:`DiscretePrior` ``(b, m)``: the grid values of ``q_w``.
+      stats: :class:`RegressionStats` of held-out rows (targets centred like the training targets).
+
+    Returns:
+      A scalar, the sum (not the mean) of squared errors; divide by ``stats.n`` for the mean.
+
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> prior_w = kronvi.gaussian_prior(2, 1.0, levels=3)  # grid {-3, 0, 3}
+      >>> q_w = kronvi.MeanField(jnp.log(jnp.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]) + 1e-30))
+      >>> stats = kronvi.regression_stats(jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.array([2.0, -3.0]))
+      >>> round(float(kronvi.heldout_sq_error(q_w, prior_w, stats)), 4)  # (2 - 3)^2 + (-3 + 3)^2
+      1.0
+    """
+    if q_w.logits.shape[-2:] != prior_w.values.shape[-2:]:
+        raise ValueError(
+            f"`q_w` has shape {q_w.logits.shape[-2:]} but `prior_w` has {prior_w.values.shape[-2:]}"
+        )
+    if stats.Phity.shape[-1] != prior_w.values.shape[-2]:
+        raise ValueError(
+            f"`stats` has {stats.Phity.shape[-1]} features but `prior_w` has {prior_w.values.shape[-2]}"
+        )
+    mean, _ = grid_moments(q_w.probs, prior_w.values)
+    return stats.yty - jnp.dot(mean, 2.0 * stats.Phity - stats.PhitPhi @ mean)
+
+
+def heldout_scores(q_w: MeanField, q_noise: MeanField, prior_w: DiscretePrior, prior_noise, stats):
+    r"""Both :class:`HeldoutScores` of ``(q_w, q_noise)`` on the rows that ``stats`` summarizes.
+
+    Args:
+      q_w: :class:`MeanField` ``(b, m)`` over the weights.
+      q_noise: :class:`MeanField` ``(1, m_sigma)`` over the noise variance.
+      prior_w: :class:`DiscretePrior` ``(b, m)``.
+      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
+      stats: :class:`RegressionStats` of held-out rows.
+
+    Returns:
+      :class:`HeldoutScores` (sums over the held-out rows).
+    """
+    sq = heldout_sq_error(q_w, prior_w, stats)
+    _, var = grid_moments(q_w.probs, prior_w.values)
+    v = jnp.sum(var * jnp.diagonal(stats.PhitPhi, axis1=-2, axis2=-1)) / stats.n
+    v = v + noise_moments(q_noise, prior_noise)[2]
+    return HeldoutScores(sq, -0.5 * stats.n * jnp.log(2.0 * jnp.pi * v) - 0.5 * sq / v)
+
+
+def cv_scores(
+    train_stats: RegressionStats,
+    test_stats: RegressionStats,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    *,
+    init="gaussian",
+    method: str = "cavi",
+    max_iter: int | None = None,
+):
+    r"""Held-out scores of DIRECT mean field on every fold, one vmapped fit per fold.
+
+    Args:
+      train_stats: :class:`RegressionStats` stacked on a leading fold axis ``(K, ...)`` (e.g. the first
+        output of :func:`kronvi.kfold_stats`).
+      test_stats: the held-out statistics, stacked the same way.
+      prior_w: :class:`DiscretePrior` ``(b, m)``, shared by the folds.
+      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``, shared by the folds.
+      init, method, max_iter: passed to :func:`kronvi.fit_regression` (default: CAVI from
+        :func:`kronvi.gaussian_start`).
+
+    Returns:
+      :class:`HeldoutScores` of ``(K,)`` arrays, one entry per held-out fold.
+    """
+    if train_stats.PhitPhi.ndim != 3 or test_stats.PhitPhi.ndim != 3:
+        raise ValueError(
+            "`train_stats` and `test_stats` must be stacked on a leading fold axis (PhitPhi of shape "
+            f"(K, b, b)), got {train_stats.PhitPhi.shape} and {test_stats.PhitPhi.shape}"
+        )
+    if train_stats.PhitPhi.shape != test_stats.PhitPhi.shape:
+        raise ValueError(
+            f"`train_stats` {train_stats.PhitPhi.shape} and `test_stats` {test_stats.PhitPhi.shape} differ"
+        )
+
+    def one(train, test):
+        q_w, q_n, _ = fit_regression(train, prior_w, prior_noise, init=init, method=method, max_iter=max_iter)
+        return heldout_scores(q_w, q_n, prior_w, prior_noise, test)
+
+    return jax.vmap(one)(train_stats, test_stats)
+
+
+def select_prior(train_stats, test_stats, candidates, *, criterion: str = "log_density", **fit_kwargs):
+    r"""Picks the ``(prior_w, prior_noise)`` pair with the best K-fold cross-validated score.
+
+    The candidates may differ in shape (e.g. a 15-level noise grid and a single fixed noise level), so
+    they are scored one after another; the folds of each are fitted in one vmapped call.
+
+    Args:
+      train_stats, test_stats: stacked fold statistics, as for :func:`cv_sq_error`.
+      candidates: a non-empty sequence of ``(prior_w, prior_noise)`` pairs.
+      criterion: ``"log_density"`` (default: the highest pooled-variance predictive log density, see
+        :class:`HeldoutScores`) or ``"sq_error"`` (the lowest squared error).
+      **fit_kwargs: ``init``, ``method``, ``max_iter`` for :func:`cv_scores`.
+
+    Returns:
+      ``(index, scores)``: the index of the best candidate (the first one on ties) and
+      :class:`HeldoutScores` of ``(C,)`` arrays, per held-out row: the mean squared error and the mean log
+      density over all held-out rows.
+    """
+    if criterion not in CRITERIA:
+        raise ValueError(f"`criterion` must be one of {CRITERIA}, got {criterion!r}")
+    candidates = list(candidates)
+    if not candidates:
+        raise ValueError("`candidates` must hold at least one (prior_w, prior_noise) pair")
+    rows = jnp.sum(test_stats.n)
+    per = [cv_scores(train_stats, test_stats, pw, pn, **fit_kwargs) for pw, pn in candidates]
+    scores = HeldoutScores(
+        *(jnp.stack([jnp.sum(f) / rows for f in field]) for field in zip(*per, strict=True))
+    )
+    for name, v in scores._asdict().items():
+        if not bool(jnp.all(jnp.isfinite(v))):
+            raise FloatingPointError(
+                f"cross-validated {name} is not finite for every candidate: {v.tolist()}"
+            )
+    best = jnp.argmin(scores.sq_error) if criterion == "sq_error" else jnp.argmax(scores.log_density)
+    return int(best), scores
