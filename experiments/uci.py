@@ -77,12 +77,11 @@ class StudyConfig:
     levels: int = 15  # 4-bit weight grid
     width: float = 3.0  # grid spans +-3 prior standard deviations
     noise_levels: int = 15
-    noise_span: float = (
-        10.0  # noise grid [s2 / span, s2 * span] (without noise_cv; the Gaussian baselines' range)
-    )
-    # DIRECT's noise grid chosen per fold among these spans by cv_folds-fold cross-validation of the squared
-    # error on the training rows (kronvi.select_prior); 1 = noise fixed at the GP estimate. (): the paper's
-    # single grid of noise_span.
+    # noise grid [s2 / span, s2 * span] without noise_cv; also the Gaussian baselines' noise range
+    noise_span: float = 10.0
+    # DIRECT's noise grid chosen per fold among these spans by cv_folds-fold cross-validation (cv_criterion)
+    # on the training rows (kronvi.select_prior); 1 = noise fixed at the GP estimate. (): the paper's single
+    # grid of noise_span.
     noise_cv: tuple = (10.0, 3.0, 1.0)
     cv_folds: int = 5
     cv_criterion: str = "log_density"  # kronvi.select_prior: pooled-variance held-out log density
@@ -354,7 +353,7 @@ class Setup:
             key,
         )
         self.cv_stats = cv_stats  # (train, test) inner-fold statistics of the training rows, or None
-        self.selection = None  # dict(noise_span, cv_mse, select_seconds) once DIRECT's noise grid is chosen
+        self.selection = None  # dict(noise_span, cv_mse, cv_log_density, select_seconds) once DIRECT's noise grid is chosen
         b = 2 * cfg.num_frequencies
         self.sw = jnp.sqrt(hyper.signal_variance)
         self.s2 = hyper.noise_variance
@@ -771,8 +770,8 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--noise-cv", default="10,3,1",
-        help="DIRECT noise grids s2 x [1/span, span] to choose from per fold by inner 5-fold CV of the squared "
-        "error (1 = noise fixed at s2); 'none' = the paper's single grid of --noise-span",
+        help="DIRECT noise grids s2 x [1/span, span] to choose from per fold by inner 5-fold CV (pooled-variance "
+        "held-out log density; 1 = noise fixed at s2); 'none' = the paper's single grid of --noise-span",
     )  # fmt: skip
     p.add_argument("--reparam-steps", type=int, default=None, help="override the paper's 1000 / 10000 steps")
     p.add_argument("--resume", action="store_true", help="keep records already in --json, skip those pairs")
@@ -788,11 +787,14 @@ def main(argv=None):
         raise SystemExit(f"unknown method(s) {bad}; choose from {METHODS}")
     if args.num_features < 2 or args.num_features % 2:
         raise SystemExit("--num-features must be an even number >= 2 (cos and sin pairs)")
-    noise_cv = (
-        () if args.noise_cv.strip().lower() == "none" else tuple(float(x) for x in args.noise_cv.split(","))
-    )
+    try:
+        noise_cv = (
+            () if args.noise_cv.strip().lower() == "none" else tuple(map(float, args.noise_cv.split(",")))
+        )
+    except ValueError:
+        noise_cv = (0.0,)  # rejected below
     if any(not s >= 1.0 for s in noise_cv):
-        raise SystemExit("--noise-cv spans must be >= 1 (1 = fixed noise)")
+        raise SystemExit(f"--noise-cv must be 'none' or spans >= 1 (1 = fixed noise), got {args.noise_cv!r}")
     if noise_cv and args.shared_hyper:
         raise SystemExit("--noise-cv needs the per-fold protocol; pass --noise-cv none with --shared-hyper")
     steps = {}

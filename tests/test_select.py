@@ -71,13 +71,21 @@ def test_log_density_penalizes_overconfidence():
     assert float(good.log_density) > float(bad.log_density) + 100
 
 
-def test_heldout_sq_error_rejects_mismatched_shapes():
+def test_heldout_scores_reject_mismatched_shapes():
     prior_w = kronvi.gaussian_prior(4, 1.0)
+    q_w = kronvi.MeanField.from_prior(prior_w)
     stats = kronvi.regression_stats(jnp.ones((3, 5)), jnp.ones(3))
     with pytest.raises(ValueError, match="features"):
-        kronvi.heldout_sq_error(kronvi.MeanField.from_prior(prior_w), prior_w, stats)
+        kronvi.heldout_sq_error(q_w, prior_w, stats)
     with pytest.raises(ValueError, match="q_w"):
         kronvi.heldout_sq_error(kronvi.MeanField(jnp.zeros((4, 3))), prior_w, stats)
+    stats4 = kronvi.regression_stats(jnp.ones((3, 4)), jnp.ones(3))
+    stacked = jax.tree.map(lambda a: jnp.stack([a, a]), stats4)
+    with pytest.raises(ValueError, match="stacked folds"):
+        kronvi.heldout_sq_error(q_w, prior_w, stacked)
+    prior_n = kronvi.noise_prior(0.1, levels=5)
+    with pytest.raises(ValueError, match="q_noise"):
+        kronvi.heldout_scores(q_w, kronvi.MeanField(jnp.zeros((1, 1))), prior_w, prior_n, stats4)
 
 
 def test_kfold_stats_from_inputs_equals_dense_kfold_stats(dtype):
@@ -115,6 +123,10 @@ def test_cv_scores_match_a_loop_of_fits_and_dense_errors():
             mean = np.asarray((q_w.probs * prior_w.values).sum(-1))
             err = np.sum((y[folds == k] - Phi[folds == k] @ mean) ** 2)
             np.testing.assert_allclose(float(got.sq_error[k]), err, rtol=1e-8)
+            held = kronvi.regression_stats(jnp.asarray(Phi[folds == k]), jnp.asarray(y[folds == k]))
+            q_w, q_n, _ = kronvi.fit_regression(st, prior_w, prior_n, init="gaussian", max_iter=20)
+            ref = kronvi.heldout_scores(q_w, q_n, prior_w, prior_n, held)
+            np.testing.assert_allclose(float(got.log_density[k]), float(ref.log_density), rtol=1e-8)
         with pytest.raises(ValueError, match="leading fold axis"):
             kronvi.cv_scores(jax.tree.map(lambda a: a[0], train), test, prior_w, prior_n)
 
@@ -139,6 +151,19 @@ def test_select_prior_prefers_the_right_prior_scale(criterion):
         kronvi.select_prior(train, test, [])
 
 
+def test_select_prior_log_density_rejects_an_overconfident_fixed_noise():
+    # Noise sd 0.5: a noise variance fixed 1000x too small makes the posterior far too confident for its
+    # held-out error; the log density must prefer the grid around the truth (different grid shapes).
+    Phi, y = _problem(np.float32, n=400, noise=0.5)
+    b = Phi.shape[1]
+    train, test = kronvi.kfold_stats(jnp.asarray(Phi), jnp.asarray(y), np.arange(400) % 5)
+    pw = kronvi.gaussian_prior(b, 0.8)
+    cands = [(pw, noise_prior_for_span(0.25e-3, 1.0, 15)), (pw, noise_prior_for_span(0.25, 3.0, 15))]
+    best, scores = kronvi.select_prior(train, test, cands)
+    assert best == 1
+    assert float(scores.log_density[1]) > float(scores.log_density[0]) + 1.0
+
+
 def test_noise_prior_for_span():
     fixed = noise_prior_for_span(0.3, 1.0, 15)
     assert fixed.values.shape == (1, 1)
@@ -158,8 +183,8 @@ def test_fit_direct_chooses_a_noise_grid_by_cross_validation():
     assert info["noise_span"] in (10.0, 3.0, 1.0)
     assert info["cv_scores"].sq_error.shape == (3,)
     assert timings["select_seconds"] > 0
-    levels = 1 if info["noise_span"] == 1.0 else 15
-    assert model.prior_noise.values.shape == (1, levels)
+    chosen = noise_prior_for_span(model.hyper.noise_variance, info["noise_span"], 15)
+    np.testing.assert_allclose(model.prior_noise.values, chosen.values, rtol=1e-6)  # the fit used it
     # The paper's protocol: one grid of `noise_span`, no selection.
     model0, timings0, info0 = fit_direct(jax.random.key(0), X, y, cfg._replace(noise_cv=()))
     assert info0["noise_span"] == 10.0 and info0["cv_scores"] is None

@@ -21,7 +21,7 @@ from ._fit import fit_regression
 from ._gp import GPHyperparameters, fit_gp_hyperparameters
 from ._grids import gaussian_prior, noise_prior
 from ._regression import expected_sparsity, noise_moments, predict_regression, predictive_log_density
-from ._select import select_prior
+from ._select import CRITERIA, select_prior
 from ._stats import kfold_stats_from_inputs, regression_stats_from_inputs
 
 
@@ -96,6 +96,8 @@ def noise_prior_for_span(noise_variance, span, levels):
 
 def _check_config(config: DirectConfig):
     if config.noise_cv:
+        if config.cv_criterion not in CRITERIA:
+            raise ValueError(f"`cv_criterion` must be one of {CRITERIA}, got {config.cv_criterion!r}")
         if any(not float(s) >= 1.0 for s in config.noise_cv):
             raise ValueError(f"`noise_cv` spans must be >= 1 (1 = fixed noise), got {config.noise_cv}")
         if isinstance(config.cv_folds, bool) or not isinstance(config.cv_folds, int) or config.cv_folds < 2:

@@ -68,6 +68,11 @@ def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionSt
         raise ValueError(
             f"`q_w` has shape {q_w.logits.shape[-2:]} but `prior_w` has {prior_w.values.shape[-2:]}"
         )
+    if stats.PhitPhi.ndim != 2:
+        raise ValueError(
+            f"`stats` must be one data set's statistics (PhitPhi of shape (b, b)), got {stats.PhitPhi.shape}; "
+            "for stacked folds use kronvi.cv_scores"
+        )
     if stats.Phity.shape[-1] != prior_w.values.shape[-2]:
         raise ValueError(
             f"`stats` has {stats.Phity.shape[-1]} features but `prior_w` has {prior_w.values.shape[-2]}"
@@ -89,6 +94,10 @@ def heldout_scores(q_w: MeanField, q_noise: MeanField, prior_w: DiscretePrior, p
     Returns:
       :class:`HeldoutScores` (sums over the held-out rows).
     """
+    if q_noise.logits.shape[-2:] != prior_noise.values.shape[-2:]:
+        raise ValueError(
+            f"`q_noise` has shape {q_noise.logits.shape[-2:]} but `prior_noise` has {prior_noise.values.shape[-2:]}"
+        )
     sq = heldout_sq_error(q_w, prior_w, stats)
     _, var = grid_moments(q_w.probs, prior_w.values)
     v = jnp.sum(var * jnp.diagonal(stats.PhitPhi, axis1=-2, axis2=-1)) / stats.n
@@ -144,7 +153,7 @@ def select_prior(train_stats, test_stats, candidates, *, criterion: str = "log_d
     they are scored one after another; the folds of each are fitted in one vmapped call.
 
     Args:
-      train_stats, test_stats: stacked fold statistics, as for :func:`cv_sq_error`.
+      train_stats, test_stats: stacked fold statistics, as for :func:`cv_scores`.
       candidates: a non-empty sequence of ``(prior_w, prior_noise)`` pairs.
       criterion: ``"log_density"`` (default: the highest pooled-variance predictive log density, see
         :class:`HeldoutScores`) or ``"sq_error"`` (the lowest squared error).

@@ -194,7 +194,8 @@ def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
 
 def kfold_stats_from_inputs(feature_map, X, y, folds, *, chunk_size: int | None = None):
     r""":func:`kfold_stats` of ``feature_map(X)``, the features built chunk by chunk (as in
-    :func:`regression_stats_from_inputs`): one pass over the rows, memory :math:`O(K b^2)`.
+    :func:`regression_stats_from_inputs`): one pass over the rows. Memory: the ``K`` statistics,
+    :math:`O(K b^2)`, plus one fold's copy of the inputs at a time (no feature matrix).
 
     Args:
       feature_map: a pure function ``(c, d) -> (c, b)``.

@@ -90,9 +90,11 @@ def main(argv=None):
         try:
             noise_cv = tuple(float(x) for x in args.noise_cv.split(","))
         except ValueError:
+            noise_cv = (0.0,)
+        if any(not s >= 1.0 for s in noise_cv):
             raise SystemExit(
                 f"--noise-cv must be a comma list of spans >= 1 or 'none', got {args.noise_cv!r}"
-            ) from None
+            )
     config = DirectConfig(
         noise_cv=noise_cv,
         num_frequencies=args.num_features // 2,
