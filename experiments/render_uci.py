@@ -84,7 +84,12 @@ def main(argv=None):
     p.add_argument("--table2", default=str(REF / "direct_table2.csv"))
     p.add_argument("--out", default="experiments/results/uci_table.md")
     p.add_argument("--plot", default="experiments/results/uci_rmse.png")
-    p.add_argument("--log", default=None, help="the run's log, to quote its total time")
+    p.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        help="a log of the run(s) behind the JSON, to quote total times (repeatable)",
+    )
     p.add_argument(
         "--mixture-out",
         default="experiments/results/uci_mixture_folds.md",
@@ -109,7 +114,8 @@ def main(argv=None):
         "Produced by `python experiments/uci.py --datasets all --methods all --json "
         "experiments/results/uci.json` and `python experiments/render_uci.py`. 10 folds per dataset "
         "(the published `test_mask` splits), per-fold GP hyperparameters and feature maps, b = 2000 "
-        "random Fourier features, 15-level weight grid on ±3 σ_w. RMSE in the stored target units "
+        "random Fourier features, 15-level weight grid on ±3 σ_w; the records may come from several runs "
+        "of that command with `--resume` (listed under Headline with their methods). RMSE in the stored target units "
         "(mean ± sd over folds). Ratio = ours / paper. The paper's numbers are from "
         "`../shared/reference/direct_table1.csv` and `direct_table2.csv`; '—' = not in the paper."
     )
@@ -180,12 +186,21 @@ def main(argv=None):
     missing = [(d, m) for d in datasets for m in METHOD_LABELS if get(d, m) is None]
     if missing:
         lines.append(f"- Not run: {', '.join(f'{d}/{m}' for d, m in missing)}.")
-    if args.log and pathlib.Path(args.log).is_file():
-        tail = [ln for ln in pathlib.Path(args.log).read_text().splitlines() if ln.startswith("# total")]
+    for log in args.log:
+        if not pathlib.Path(log).is_file():
+            raise SystemExit(f"--log {log}: no such file")
+        text = pathlib.Path(log).read_text().splitlines()
+        tail = [ln for ln in text if ln.startswith("# total")]
+        head = next((ln for ln in text if ln.startswith("# uci study")), "")
+        which = head.split("methods ")[1].split("]")[0] + "]" if "methods " in head else "?"
         if len(tail) == 1:
-            lines.append(f"- Whole run: {tail[0][2:]}.")
+            lines.append(f"- Run `{pathlib.Path(log).name}` (methods {which}): {tail[0][2:]}.")
         elif tail:
-            lines.append("- Whole run, in parts (see the log): " + "; ".join(t[2:] for t in tail) + ".")
+            lines.append(
+                f"- Run `{pathlib.Path(log).name}` (methods of its first part: {which}), in parts: "
+                + "; ".join(t[2:] for t in tail)
+                + "."
+            )
     lines.append("")
 
     # --- RMSE table
@@ -301,9 +316,9 @@ def main(argv=None):
             "is below, the fold keeps the mean-field posterior (`fallback`). LB: the Theorem-3 bound (a "
             "certified lower bound on the mixture's ELBO) minus the mean-field ELBO, and the unbiased ELBO "
             "estimate of the bound-fitted mixture. `compared in`: the precision of these ELBO values (the fits "
-            "are float32 throughout). float32 values carry rounding errors of up to about a nat at n >= 4000 "
-            "(`experiments/results/elbo_precision_check.txt`), so those datasets are compared in float64 from "
-            "the same q and statistics."
+            "are float32 throughout; the comparison casts the same q and statistics to float64, because float32 "
+            "ELBO values carry rounding errors of up to about a nat at n >= 4000, "
+            "`experiments/results/elbo_precision_check.txt`)."
         )
         lines.append("")
         head = (
@@ -383,8 +398,7 @@ def write_mixture_folds(records, datasets, path):
     lines = [
         "# Mixtures vs the mean field they start from, per fold (nats)",
         "",
-        "ELBO values in float64 for the datasets whose records say `compared_in: float64` (n >= 4000), float32 "
-        "otherwise (see `uci_table.md`). "
+        "ELBO values computed in the precision that each record's `compared_in` names (see `uci_table.md`). "
         "`SGD start/final` = unbiased ELBO estimates (3000 draws, stratified estimator) minus the mean-field "
         "ELBO, ± Monte Carlo "
         "standard error; `fallback` = the final SGD mixture was below the mean field, so the fold reports "
