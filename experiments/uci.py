@@ -62,7 +62,7 @@ from jax import lax  # noqa: E402
 
 import kronvi  # noqa: E402
 from kronvi._families import grid_moments  # noqa: E402
-from kronvi._pipeline import DirectConfig, fit_best_start, noise_prior_for_span  # noqa: E402
+from kronvi._pipeline import DirectConfig, choose_noise_prior, fit_best_start, inner_fold_stats  # noqa: E402
 from kronvi._regression import noise_moments  # noqa: E402
 
 METHODS = ("direct-mf", "direct-mix5-sgd", "direct-mix5-lb", "reparam-mf", "gauss-mf-exact")
@@ -374,15 +374,12 @@ class Setup:
                 )
                 return self.selection
             t0 = time.perf_counter()
-            cands = [
-                (self.prior_w, noise_prior_for_span(self.s2, span, cfg.noise_levels)) for span in cfg.noise_cv
-            ]
-            best, sc = kronvi.select_prior(
-                *self.cv_stats, cands, criterion=cfg.cv_criterion, max_iter=cfg.cv_max_iter
-            )
-            self.prior_n = cands[best][1]
+            span, self.prior_n, sc = choose_noise_prior(
+                self.cv_stats, self.prior_w, self.s2, cfg.noise_cv, levels=cfg.noise_levels,
+                criterion=cfg.cv_criterion, max_iter=cfg.cv_max_iter,
+            )  # fmt: skip
             self.selection = dict(
-                noise_span=float(cfg.noise_cv[best]), cv_mse=[float(v) for v in sc.sq_error],
+                noise_span=span, cv_mse=[float(v) for v in sc.sq_error],
                 cv_log_density=[float(v) for v in sc.log_density],
                 select_seconds=time.perf_counter() - t0,
             )  # fmt: skip
@@ -592,12 +589,14 @@ def prepare_fold_per_fold(X, y, train, test, cfg, key):
     fmap = functools.partial(kronvi.rff_features, feats)
     cv_stats = None
     if cfg.noise_cv:  # inner folds for the noise-grid choice, from the same single pass
-        n = fold.X_train.shape[0]
-        inner = np.asarray(jax.random.permutation(jax.random.fold_in(k_rff, 1), n)) % cfg.cv_folds
-        cv_stats = kronvi.kfold_stats_from_inputs(
-            fmap, fold.X_train, fold.y_train, inner, chunk_size=cfg.chunk_size
+        stats, cv_stats = inner_fold_stats(
+            jax.random.fold_in(k_rff, 1),
+            fmap,
+            fold.X_train,
+            fold.y_train,
+            cfg.cv_folds,
+            chunk_size=cfg.chunk_size,
         )
-        stats = jax.tree.map(lambda a: jnp.sum(a, axis=0), cv_stats[1])
     else:
         stats = kronvi.regression_stats_from_inputs(
             fmap, fold.X_train, fold.y_train, chunk_size=cfg.chunk_size

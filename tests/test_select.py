@@ -212,3 +212,18 @@ def test_command_line_reports_the_chosen_noise_grid(tmp_path):
     assert fold["noise_span"] == 10.0 and fold["select_seconds"] == 0.0
     with pytest.raises(SystemExit, match="noise-cv"):
         cli.main(["fit", *common, "--noise-cv", "ten"])
+
+
+def test_inner_fold_stats_sum_to_all_rows_and_need_enough_rows():
+    from kronvi._pipeline import inner_fold_stats
+
+    rng = np.random.default_rng(3)
+    X, y = jnp.asarray(rng.normal(size=(23, 2)), jnp.float32), jnp.asarray(rng.normal(size=23), jnp.float32)
+    feats = kronvi.rff_init(jax.random.key(0), jnp.ones(2), 4)
+    fmap = functools.partial(kronvi.rff_features, feats)
+    stats, (cv_train, cv_test) = inner_fold_stats(jax.random.key(1), fmap, X, y, 5)
+    np.testing.assert_array_equal(np.asarray(cv_test.n), [5, 5, 5, 4, 4])
+    for a, b in zip(stats, kronvi.regression_stats(fmap(X), y), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="cannot make 5"):
+        inner_fold_stats(jax.random.key(1), fmap, X[:4], y[:4], 5)

@@ -94,6 +94,26 @@ def noise_prior_for_span(noise_variance, span, levels):
     return noise_prior(noise_variance, levels=levels, span=span)
 
 
+def inner_fold_stats(key, feature_map, X, y, num_folds: int, *, chunk_size=None):
+    """Training statistics accumulated per random inner fold in one pass: ``(stats, (cv_train, cv_test))``,
+    ``stats`` being their sum (all rows) and the pair the stacked fold statistics for :func:`choose_noise_prior`."""
+    n = X.shape[0]
+    if n < num_folds:
+        raise ValueError(f"{n} training rows cannot make {num_folds} cross-validation folds")
+    inner = np.asarray(jax.random.permutation(key, n)) % num_folds
+    cv_train, cv_test = kfold_stats_from_inputs(feature_map, X, y, inner, chunk_size=chunk_size)
+    return jax.tree.map(lambda a: jnp.sum(a, axis=0), cv_test), (cv_train, cv_test)
+
+
+def choose_noise_prior(cv_stats, prior_w, noise_variance, spans, *, levels, criterion, max_iter):
+    """The noise grid ``noise_variance x [1/span, span]`` (:func:`noise_prior_for_span`) among ``spans`` that
+    :func:`kronvi.select_prior` prefers on the inner folds ``cv_stats = (cv_train, cv_test)``.
+    Returns ``(span, prior_noise, scores)``."""
+    cands = [(prior_w, noise_prior_for_span(noise_variance, s, levels)) for s in spans]
+    best, scores = select_prior(*cv_stats, cands, criterion=criterion, max_iter=max_iter)
+    return float(spans[best]), cands[best][1], scores
+
+
 def _check_config(config: DirectConfig):
     if config.noise_cv:
         if config.cv_criterion not in CRITERIA:
@@ -132,12 +152,9 @@ def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float
     feats = rff_init(k_rff, hyper.lengthscales, config.num_frequencies)
     fmap = functools.partial(rff_features, feats)
     if config.noise_cv:
-        n = Xs.shape[0]
-        if n < config.cv_folds:
-            raise ValueError(f"{n} training rows cannot make `cv_folds`={config.cv_folds} folds")
-        inner = np.asarray(jax.random.permutation(jax.random.fold_in(k_fit, 1), n)) % config.cv_folds
-        cv_train, cv_test = kfold_stats_from_inputs(fmap, Xs, yc, inner, chunk_size=config.chunk_size)
-        stats = jax.tree.map(lambda a: jnp.sum(a, axis=0), cv_test)
+        stats, cv_stats = inner_fold_stats(
+            jax.random.fold_in(k_fit, 1), fmap, Xs, yc, config.cv_folds, chunk_size=config.chunk_size
+        )
     else:
         stats = regression_stats_from_inputs(fmap, Xs, yc, chunk_size=config.chunk_size)
     _block(stats)
@@ -146,14 +163,10 @@ def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float
     prior_w = gaussian_prior(b, jnp.sqrt(hyper.signal_variance), levels=config.levels, width=config.width)
     cv = None
     if config.noise_cv:
-        cands = [
-            (prior_w, noise_prior_for_span(hyper.noise_variance, s, config.noise_levels))
-            for s in config.noise_cv
-        ]
-        best, cv = select_prior(
-            cv_train, cv_test, cands, criterion=config.cv_criterion, max_iter=config.cv_max_iter
-        )
-        span, prior_n = float(config.noise_cv[best]), cands[best][1]
+        span, prior_n, cv = choose_noise_prior(
+            cv_stats, prior_w, hyper.noise_variance, config.noise_cv, levels=config.noise_levels,
+            criterion=config.cv_criterion, max_iter=config.cv_max_iter,
+        )  # fmt: skip
     else:
         span = float(config.noise_span)
         prior_n = noise_prior(hyper.noise_variance, levels=config.noise_levels, span=span)
