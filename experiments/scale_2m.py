@@ -119,9 +119,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         fits = {}
         for init in ("prior", "gaussian"):
-            q_w, q_n, finfo = kronvi.fit_regression(
-                stats, prior_w, prior_n, key=jax.random.key(2), init=init
-            )
+            q_w, q_n, finfo = kronvi.fit_regression(stats, prior_w, prior_n, key=jax.random.key(2), init=init)
             jax.block_until_ready(q_w)
             fits[init] = (q_w, q_n, finfo, float(finfo.elbo[int(finfo.num_iter)]))
         t_fit = time.perf_counter() - t0
