@@ -62,7 +62,13 @@ from jax import lax  # noqa: E402
 
 import kronvi  # noqa: E402
 from kronvi._families import grid_moments  # noqa: E402
-from kronvi._pipeline import DirectConfig, choose_noise_prior, fit_best_start, inner_fold_stats  # noqa: E402
+from kronvi._pipeline import (  # noqa: E402
+    DirectConfig,
+    choose_noise_prior,
+    fit_best_start,
+    inner_fold_stats,
+    parse_noise_cv,
+)
 from kronvi._regression import noise_moments  # noqa: E402
 
 METHODS = ("direct-mf", "direct-mix5-sgd", "direct-mix5-lb", "reparam-mf", "gauss-mf-exact")
@@ -787,13 +793,9 @@ def main(argv=None):
     if args.num_features < 2 or args.num_features % 2:
         raise SystemExit("--num-features must be an even number >= 2 (cos and sin pairs)")
     try:
-        noise_cv = (
-            () if args.noise_cv.strip().lower() == "none" else tuple(map(float, args.noise_cv.split(",")))
-        )
-    except ValueError:
-        noise_cv = (0.0,)  # rejected below
-    if any(not s >= 1.0 for s in noise_cv):
-        raise SystemExit(f"--noise-cv must be 'none' or spans >= 1 (1 = fixed noise), got {args.noise_cv!r}")
+        noise_cv = parse_noise_cv(args.noise_cv)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     if noise_cv and args.shared_hyper:
         raise SystemExit("--noise-cv needs the per-fold protocol; pass --noise-cv none with --shared-hyper")
     steps = {}

@@ -114,6 +114,21 @@ def choose_noise_prior(cv_stats, prior_w, noise_variance, spans, *, levels, crit
     return float(spans[best]), cands[best][1], scores
 
 
+def parse_noise_cv(text: str) -> tuple[float, ...]:
+    """The ``--noise-cv`` command-line value: ``"none"`` -> ``()``, else a comma list of spans >= 1."""
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        spans = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        spans = ()
+    if not spans or any(not s >= 1.0 for s in spans):
+        raise ValueError(
+            f"--noise-cv must be 'none' or a comma list of spans >= 1 (1 = fixed noise), got {text!r}"
+        )
+    return spans
+
+
 def _check_config(config: DirectConfig):
     if config.noise_cv:
         if config.cv_criterion not in CRITERIA:

@@ -64,6 +64,16 @@ def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionSt
       >>> round(float(kronvi.heldout_sq_error(q_w, prior_w, stats)), 4)  # (2 - 3)^2 + (-3 + 3)^2
       1.0
     """
+    _check_heldout(q_w, prior_w, stats)
+    mean, _ = grid_moments(q_w.probs, prior_w.values)
+    return _sq_error(mean, stats)
+
+
+def _sq_error(mean, stats):
+    return stats.yty - jnp.dot(mean, 2.0 * stats.Phity - stats.PhitPhi @ mean)
+
+
+def _check_heldout(q_w, prior_w, stats):
     if q_w.logits.shape[-2:] != prior_w.values.shape[-2:]:
         raise ValueError(
             f"`q_w` has shape {q_w.logits.shape[-2:]} but `prior_w` has {prior_w.values.shape[-2:]}"
@@ -77,8 +87,6 @@ def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionSt
         raise ValueError(
             f"`stats` has {stats.Phity.shape[-1]} features but `prior_w` has {prior_w.values.shape[-2]}"
         )
-    mean, _ = grid_moments(q_w.probs, prior_w.values)
-    return stats.yty - jnp.dot(mean, 2.0 * stats.Phity - stats.PhitPhi @ mean)
 
 
 def heldout_scores(q_w: MeanField, q_noise: MeanField, prior_w: DiscretePrior, prior_noise, stats):
@@ -98,8 +106,9 @@ def heldout_scores(q_w: MeanField, q_noise: MeanField, prior_w: DiscretePrior, p
         raise ValueError(
             f"`q_noise` has shape {q_noise.logits.shape[-2:]} but `prior_noise` has {prior_noise.values.shape[-2:]}"
         )
-    sq = heldout_sq_error(q_w, prior_w, stats)
-    _, var = grid_moments(q_w.probs, prior_w.values)
+    _check_heldout(q_w, prior_w, stats)
+    mean, var = grid_moments(q_w.probs, prior_w.values)
+    sq = _sq_error(mean, stats)
     v = jnp.sum(var * jnp.diagonal(stats.PhitPhi, axis1=-2, axis2=-1)) / stats.n
     v = v + noise_moments(q_noise, prior_noise)[2]
     return HeldoutScores(sq, -0.5 * stats.n * jnp.log(2.0 * jnp.pi * v) - 0.5 * sq / v)

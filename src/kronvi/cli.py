@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from ._data import fold_indices, load_csv, load_demo, load_uci
-from ._pipeline import DirectConfig, run_fold, summarize
+from ._pipeline import DirectConfig, parse_noise_cv, run_fold, summarize
 
 
 def _progress(done: int, total: int, start: float, note: str = "", stream=sys.stderr):
@@ -84,17 +84,10 @@ def main(argv=None):
         name = args.source
     folds = fold_indices(mask)
     K = mask.shape[1] if args.max_folds is None else min(args.max_folds, mask.shape[1])
-    if args.noise_cv.strip().lower() == "none":
-        noise_cv = ()
-    else:
-        try:
-            noise_cv = tuple(float(x) for x in args.noise_cv.split(","))
-        except ValueError:
-            noise_cv = (0.0,)
-        if any(not s >= 1.0 for s in noise_cv):
-            raise SystemExit(
-                f"--noise-cv must be a comma list of spans >= 1 or 'none', got {args.noise_cv!r}"
-            )
+    try:
+        noise_cv = parse_noise_cv(args.noise_cv)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     config = DirectConfig(
         noise_cv=noise_cv,
         num_frequencies=args.num_features // 2,
