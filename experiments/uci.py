@@ -15,7 +15,8 @@ and fit every requested method:
                    held-out log density); --noise-cv none is the paper's single grid of span 10. The mixtures
                    start from this fit and use the same noise grid.
   direct-mix5-sgd  r = 5 mixture started from the mean-field fit with perturbed components; optax Adam on
-                   the unbiased ELBO gradient (REINFORCE entropy term with a leave-one-out baseline).
+                   the unbiased ELBO gradient (REINFORCE entropy term with a leave-one-out baseline), the
+                   paper's t = 3000 draws per step (--sgd-samples), 150 steps.
   direct-mix5-lb   r = 5 mixture, Theorem-3 lower bound maximized by L-BFGS jointly over q and the centre,
                    started from the mean-field fit.
   reparam-mf       the paper's REPARAM: continuous prior N(0, sw^2), diagonal Gaussian q, reparameterization
@@ -107,11 +108,14 @@ class StudyConfig:
     reparam_init_std: float = 0.1  # initial q std, in prior standard deviations
     # mixtures
     mix_components: int = 5
-    mix_init_noise: float = 0.03  # logit perturbation of the components
+    mix_init_noise: float = 0.03  # logit perturbation of the components (bound fit)
+    sgd_init_noise: float = 0.03  # logit perturbation of the components (SGD fit)
     sgd_steps: int = 150
-    sgd_samples: int = 300  # draws per step (stratified over the components: 60 each)
+    sgd_samples: int = 3000  # the paper's t; draws per step, stratified over the components (600 each)
     sgd_lr: float = 1e-2  # Adam, cosine-decayed to 0
-    sgd_eval_samples: int = 3000
+    sgd_estimator: str = "stratified"  # kronvi.mixture_elbo_estimate's estimator
+    sgd_eval_samples: int = 30000  # final unbiased ELBO estimates, in chunks of sgd_eval_chunk draws
+    sgd_eval_chunk: int = 3000
     lb_max_iter: int = 30
     # evaluation
     nlpd_points: int = 100
@@ -454,12 +458,26 @@ def _mf_elbo64(setup, q_w, q_n):
     return _f64(kronvi.regression_elbo, q_w, q_n, setup.prior_w, setup.prior_n, setup.stats)
 
 
-def _unbiased64(setup, key, q, qn):
-    n = setup.cfg.sgd_eval_samples
-    return _f64(
-        lambda *a: kronvi.mixture_elbo_unbiased(key, *a, num_samples=n), q, qn, setup.prior_w, setup.prior_n,
-        setup.stats,
-    )  # fmt: skip
+def _unbiased64(setup, key, q, qn, *, num_samples=None):
+    """Unbiased float64 ELBO estimate and its standard error from ``num_samples`` (default
+    ``sgd_eval_samples``) draws, the mean of independent ``sgd_eval_chunk``-draw estimates (memory stays
+    that of one chunk)."""
+    cfg = setup.cfg
+    chunks = max(1, (num_samples or cfg.sgd_eval_samples) // cfg.sgd_eval_chunk)
+    parts = [
+        _f64(
+            lambda *a, k=k: kronvi.mixture_elbo_unbiased(k, *a, num_samples=cfg.sgd_eval_chunk),
+            q,
+            qn,
+            setup.prior_w,
+            setup.prior_n,
+            setup.stats,
+        )  # fmt: skip
+        for k in jax.random.split(key, chunks)
+    ]
+    est = sum(e for e, _ in parts) / chunks
+    se = sum(s**2 for _, s in parts) ** 0.5 / chunks
+    return est, se
 
 
 def run_mix_sgd(setup: Setup):
@@ -467,23 +485,24 @@ def run_mix_sgd(setup: Setup):
     q_w, q_n, mf_elbo, mf_secs, _ = _mean_field(setup)
     t0 = time.perf_counter()
     k_init, k_fit, k_eval = jax.random.split(jax.random.fold_in(setup.key, 2), 3)
-    q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.mix_init_noise)
+    q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.sgd_init_noise)
     q, qn, info = kronvi.fit_mixture_sgd(
         k_fit, setup.stats, setup.prior_w, setup.prior_n, init=(q0, q_n),
         optimizer=adam_cosine(cfg.sgd_lr, cfg.sgd_steps),
-        num_steps=cfg.sgd_steps, num_samples=cfg.sgd_samples,
+        num_steps=cfg.sgd_steps, num_samples=cfg.sgd_samples, estimator=cfg.sgd_estimator,
     )  # fmt: skip
     _block(q.logits)
     secs = time.perf_counter() - t0
     # Compared in float64 (same q and statistics): float32 rounding exceeds the differences at large n.
     mf64 = _mf_elbo64(setup, q_w, q_n)
     est, se = _unbiased64(setup, k_eval, q, qn)
-    est0, se0 = _unbiased64(setup, k_eval, q0, q_n)
+    est0, se0 = _unbiased64(setup, k_eval, q0, q_n, num_samples=cfg.sgd_eval_chunk)  # for the record only
     fallback = not est >= mf64
     extra = dict(
         mf_elbo=mf64, mf_elbo_f32=mf_elbo, mix_elbo=est, mix_elbo_se=se, mix_start_elbo=est0,
         mix_start_elbo_se=se0, fallback_to_mf=fallback, mixture_seconds=secs,
-        weights=[float(a) for a in q.weights], compared_in="float64",
+        weights=[float(a) for a in q.weights], compared_in="float64", estimator=cfg.sgd_estimator,
+        eval_samples=cfg.sgd_eval_samples,
     )  # fmt: skip
     total = mf_secs + secs
     if fallback:
@@ -767,7 +786,15 @@ def parse_args(argv=None):
         "--nlpd-points", type=int, default=StudyConfig.nlpd_points, help="test rows per fold for NLPD"
     )
     p.add_argument("--sgd-steps", type=int, default=StudyConfig.sgd_steps)
-    p.add_argument("--sgd-samples", type=int, default=StudyConfig.sgd_samples)
+    p.add_argument("--sgd-samples", type=int, default=StudyConfig.sgd_samples, help="draws per SGD step")
+    p.add_argument(
+        "--sgd-init-noise", type=float, default=StudyConfig.sgd_init_noise,
+        help="logit perturbation of the SGD mixture's components around the mean-field fit",
+    )  # fmt: skip
+    p.add_argument(
+        "--sgd-estimator", default=StudyConfig.sgd_estimator, choices=("stratified", "stratified-pathwise", "score"),
+        help="entropy-gradient estimator (kronvi.mixture_elbo_estimate)",
+    )  # fmt: skip
     p.add_argument("--lb-iters", type=int, default=StudyConfig.lb_max_iter)
     p.add_argument("--num-features", type=int, default=2 * StudyConfig.num_frequencies, help="b (even)")
     p.add_argument(
@@ -804,6 +831,7 @@ def main(argv=None):
     cfg = StudyConfig(
         num_frequencies=args.num_features // 2, noise_span=args.noise_span, direct_fit=args.direct_fit,
         nlpd_points=args.nlpd_points, sgd_steps=args.sgd_steps, sgd_samples=args.sgd_samples,
+        sgd_init_noise=args.sgd_init_noise, sgd_estimator=args.sgd_estimator,
         lb_max_iter=args.lb_iters, noise_cv=noise_cv, direct_starts=tuple(x.strip() for x in args.direct_starts.split(",")),
         **steps,
     )  # fmt: skip

@@ -308,7 +308,7 @@ def test_mixture_prior_bound_exact_for_one_prior_component():
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("estimator", ["stratified", "score"])
+@pytest.mark.parametrize("estimator", ["stratified", "stratified-pathwise", "score"])
 @pytest.mark.parametrize("mixture_prior", [False, True])
 def test_estimator_gradient_is_unbiased(mixture_prior, estimator):
     """Averaged over many keys the surrogate's gradient matches the enumerated ELBO gradient.
@@ -347,7 +347,7 @@ def test_estimator_gradient_is_unbiased(mixture_prior, estimator):
         assert np.max(np.std(grads[0], axis=0)) > 1e-3
 
 
-@pytest.mark.parametrize("estimator", ["stratified", "score"])
+@pytest.mark.parametrize("estimator", ["stratified", "stratified-pathwise", "score"])
 def test_unbiased_value_matches_exact_elbo(estimator):
     with jax.enable_x64(True):
         p = _problem(8, num_prior_components=2)

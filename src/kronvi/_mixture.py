@@ -571,41 +571,92 @@ def _sample_per_component(key, probs, per_component):
     return _inverse_cdf(probs[:, None], u)
 
 
-@functools.partial(jax.jit, static_argnames=("num_samples",))
-def _estimate_stratified(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
-    r"""Returns ``(surrogate, estimate, stderr)`` with component-stratified draws and exact component
-    entropies; see :func:`mixture_elbo_estimate` (``estimator="stratified"``)."""
-    sg = lax.stop_gradient
+def _stratified_terms(key, q, prior_w, num_samples):
+    r"""Draws ``num_samples // r`` (>= 2) configurations from each component and evaluates, with no gradient
+    through the draws: ``idx (r, S_k, b)``, ``at (k, S_k, l)`` = :math:`\log q_l(x_{ks})` and
+    :math:`g = \log q_k(x) - \log q(x)` (plus :math:`\log p(x)` for a :class:`MixturePrior`)."""
     r, b = q.logits.shape[0], q.logits.shape[1]
     per = max(2, num_samples // r)
-    exact = _expected_loglik(q, q_noise, prior_w, prior_noise, stats) + _noise_terms(q_noise, prior_noise)
-    log_probs, log_w = q.log_probs, q.log_weights
-    # H[q] = sum_k a_k (H[q_k] - E_{q_k}[log q(x) - log q_k(x)]); H[q_k] is exact (mean field).
-    comp_entropy = jax.vmap(lambda logits: entropy(MeanField._unchecked(logits)))(q.logits)  # (r,)
-    exact = exact + jnp.sum(jnp.exp(log_w) * comp_entropy)
-    idx = _sample_per_component(key, sg(q.probs), per)  # (r, S_k, b), x ~ q_k
+    idx = _sample_per_component(key, lax.stop_gradient(q.probs), per)  # (r, S_k, b), x ~ q_k
     cols = jnp.arange(b)
-    # log q_l(x) for every component l at the draws of every component k: (k, S_k, l)
-    at = jnp.moveaxis(jnp.sum(log_probs[:, cols[None, None, :], idx], axis=-1), 0, -1)
-    log_q_mix = jax.nn.logsumexp(log_w + at, axis=-1)  # (k, S_k): log q(x)
+    at = jnp.moveaxis(jnp.sum(q.log_probs[:, cols[None, None, :], idx], axis=-1), 0, -1)  # (k, S_k, l)
+    log_q_mix = jax.nn.logsumexp(q.log_weights + at, axis=-1)  # (k, S_k): log q(x)
     log_q_own = at[jnp.arange(r), :, jnp.arange(r)]  # (k, S_k): log q_k(x)
-    g = log_q_own - log_q_mix  # E_{q_k}[g] = -(H[q] contribution beyond H[q_k]); pathwise in q
+    log_p = None
     if isinstance(prior_w, MixturePrior):
-        g = g + _log_prob_at(prior_w.log_probs, prior_w.log_weights, idx.reshape(-1, b)).reshape(r, per)
-    else:
+        log_p = _log_prob_at(prior_w.log_probs, prior_w.log_weights, idx.reshape(-1, b)).reshape(r, per)
+    return idx, log_q_own, log_q_mix, log_p
+
+
+def _estimate_stratified_common(q, q_noise, prior_w, prior_noise, stats):
+    r"""The exact part of the stratified estimate: expected log-likelihood, noise terms, the component
+    entropies :math:`\sum_k \alpha_k H[q_k]` and, for a factorized prior, the expected log prior."""
+    exact = _expected_loglik(q, q_noise, prior_w, prior_noise, stats) + _noise_terms(q_noise, prior_noise)
+    comp_entropy = jax.vmap(lambda logits: entropy(MeanField._unchecked(logits)))(q.logits)  # (r,)
+    exact = exact + jnp.sum(jnp.exp(q.log_weights) * comp_entropy)
+    if not isinstance(prior_w, MixturePrior):
         exact = exact + _expected_log_prior_w(q, prior_w)
-    f = sg(g)
-    baseline = (jnp.sum(f, axis=1, keepdims=True) - f) / (per - 1)  # leave-one-out within a component
-    weights = jnp.exp(log_w)
-    # Value: exact + sum_k a_k mean_s g. Gradient: pathwise through g (and a_k), plus the score-function
-    # term of the draws x ~ q_k: mean_s (f - baseline) grad log q_k(x).
-    sampled = jnp.sum(weights * jnp.mean(g + (f - baseline) * (log_q_own - sg(log_q_own)), axis=1))
-    estimate = sg(exact) + jnp.sum(sg(weights) * jnp.mean(f, axis=1))
-    stderr = jnp.sqrt(jnp.sum(sg(weights) ** 2 * jnp.var(f, axis=1, ddof=1) / per))
+    return exact
+
+
+def _loo_baseline(f):
+    """Leave-one-out mean over the draws of each component (axis 1): independent of the draw itself."""
+    return (jnp.sum(f, axis=1, keepdims=True) - f) / (f.shape[1] - 1)
+
+
+def _value_and_stderr(exact, weights, f):
+    estimate = lax.stop_gradient(exact) + jnp.sum(weights * jnp.mean(f, axis=1))
+    stderr = jnp.sqrt(jnp.sum(weights**2 * jnp.var(f, axis=1, ddof=1) / f.shape[1]))
+    return estimate, stderr
+
+
+@functools.partial(jax.jit, static_argnames=("num_samples",))
+def _estimate_stratified(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
+    r"""Returns ``(surrogate, estimate, stderr)`` with component-stratified draws, exact component
+    entropies and a pure score-function gradient; see :func:`mixture_elbo_estimate`."""
+    sg = lax.stop_gradient
+    exact = _estimate_stratified_common(q, q_noise, prior_w, prior_noise, stats)
+    sq = Mixture._unchecked(sg(q.logits), sg(q.weight_logits))
+    idx, _, log_q_mix, log_p = _stratified_terms(key, sq, prior_w, num_samples)
+    r, b = q.logits.shape[0], q.logits.shape[1]
+    # log q_k(x) at component k's own draws, the one quantity that carries a gradient (the score).
+    own = jnp.sum(q.log_probs[jnp.arange(r)[:, None, None], jnp.arange(b)[None, None, :], idx], axis=-1)
+    f = sg(own) - log_q_mix  # g = log q_k - log q, E_{q_k}[g] = KL(q_k || q)
+    if log_p is not None:
+        f = f + sg(log_p)
+    weights = jnp.exp(q.log_weights)
+    # Value: exact + sum_k a_k mean_s f, which also gives the weight gradient sum_k (grad a_k) E_{q_k}[f].
+    # Component gradient: a_k E_{q_k}[(f - baseline) grad log q_k], the score-function identity applied
+    # to -sum_x grad q(x) log q(x); log p keeps its pathwise gradient in the prior's parameters.
+    sampled = jnp.sum(weights * jnp.mean(f, axis=1)) + jnp.sum(
+        sg(weights) * jnp.mean((f - _loo_baseline(f)) * (own - sg(own)), axis=1)
+    )
+    if log_p is not None:
+        sampled = sampled + jnp.sum(sg(weights) * jnp.mean(log_p - sg(log_p), axis=1))
+    estimate, stderr = _value_and_stderr(exact, sg(weights), f)
     return exact + sampled, estimate, stderr
 
 
-ESTIMATORS = ("stratified", "score")
+@functools.partial(jax.jit, static_argnames=("num_samples",))
+def _estimate_stratified_pathwise(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
+    r"""As :func:`_estimate_stratified`, with the gradient of the log-ratio taken pathwise as well
+    (``estimator="stratified-pathwise"``, kept for comparison)."""
+    sg = lax.stop_gradient
+    exact = _estimate_stratified_common(q, q_noise, prior_w, prior_noise, stats)
+    _, log_q_own, log_q_mix, log_p = _stratified_terms(key, q, prior_w, num_samples)
+    g = log_q_own - log_q_mix  # pathwise in q
+    if log_p is not None:
+        g = g + log_p
+    f = sg(g)
+    weights = jnp.exp(q.log_weights)
+    # Value: exact + sum_k a_k mean_s g. Gradient: pathwise through g (and a_k), plus the score-function
+    # term of the draws x ~ q_k: mean_s (f - baseline) grad log q_k(x).
+    sampled = jnp.sum(weights * jnp.mean(g + (f - _loo_baseline(f)) * (log_q_own - sg(log_q_own)), axis=1))
+    estimate, stderr = _value_and_stderr(exact, sg(weights), f)
+    return exact + sampled, estimate, stderr
+
+
+ESTIMATORS = ("stratified", "stratified-pathwise", "score")
 
 
 def mixture_elbo_estimate(
@@ -638,12 +689,24 @@ def mixture_elbo_estimate(
     .. math::
        H[q] = \sum_k \alpha_k \Big(H[q^{(k)}] - E_{q^{(k)}}\big[\log q(x) - \log q^{(k)}(x)\big]\Big),
 
-    where the component entropies :math:`H[q^{(k)}]` are exact (mean field) and only the log-ratio is
-    sampled, with the gradient :math:`E_{q^{(k)}}[\nabla g] + E_{q^{(k)}}[(g - \beta)\nabla\log q^{(k)}]`
-    for :math:`g = \log q^{(k)} - \log q`. The log-ratio is zero for ``r = 1`` and small while the
-    components overlap, so its variance does not grow with the entropy of the factors: on the b = 2000
-    benchmark it is far smaller (``benchmarks/results/bench_mixture.txt``). Both are unbiased (tested
-    against enumeration).
+    where the component entropies :math:`H[q^{(k)}]` are exact (mean field) and only the log-ratio
+    :math:`g = \log q^{(k)} - \log q` is sampled. Its gradient is the pure score-function form: from
+    :math:`\nabla H = -\sum_x \nabla q(x)\log q(x)` and :math:`\nabla_{\theta_k} q = \alpha_k q^{(k)}
+    \nabla\log q^{(k)}`,
+
+    .. math::
+       \nabla_{\theta_k} H = \alpha_k\nabla H[q^{(k)}]
+         + \alpha_k E_{q^{(k)}}\big[(g(x) - \beta)\,\nabla_{\theta_k}\log q^{(k)}(x)\big],
+       \qquad \nabla_{w} H = \sum_k \nabla_w\alpha_k\,\big(H[q^{(k)}] + E_{q^{(k)}}[g]\big).
+
+    The log-ratio is zero for ``r = 1`` and small while the components overlap, so its variance does not
+    grow with the entropy of the factors, and at identical components the gradient is exact (zero
+    variance). ``estimator="stratified-pathwise"`` (this library's earlier default) also differentiates
+    :math:`g` through :math:`\log q^{(k)}(x) - \log q(x)` at the draws; that term has expectation zero
+    (:math:`\sum_k\alpha_k E_{q^{(k)}}[\nabla\log q] = E_q[\nabla \log q] = 0`) and only adds variance:
+    about 7 times the total gradient variance at a perturbed mean-field start
+    (``benchmarks/results/bench_mixture.txt``). All three are unbiased (tested against enumeration) and
+    give the same value on the same draws.
 
     Args:
       key: PRNG key.
@@ -653,7 +716,8 @@ def mixture_elbo_estimate(
       prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
       stats: :class:`RegressionStats`.
       num_samples: draws ``S`` (>= 2, for the baseline); the paper's "5-Mixture SGD" uses 3000.
-      estimator: ``"stratified"`` (default) or ``"score"`` (eq. 13 as written).
+      estimator: ``"stratified"`` (default), ``"stratified-pathwise"`` or ``"score"`` (eq. 13 as
+        written).
 
     Returns:
       A scalar: differentiate it with ``jax.grad`` for the unbiased ELBO gradient.
@@ -681,6 +745,8 @@ def mixture_elbo_estimate(
 def _estimator(name):
     if name == "stratified":
         return _estimate_stratified
+    if name == "stratified-pathwise":
+        return _estimate_stratified_pathwise
     if name == "score":
         return _estimate
     raise ValueError(f"`estimator` must be one of {ESTIMATORS}, got {name!r}")
@@ -700,8 +766,8 @@ def mixture_elbo_unbiased(
     Args:
       key, q, q_noise, prior_w, prior_noise, stats: as in :func:`mixture_elbo_estimate`.
       num_samples: draws (>= 2).
-      estimator: ``"stratified"`` (default: exact component entropies, sampled log-ratios) or
-        ``"score"``, as in :func:`mixture_elbo_estimate`.
+      estimator: ``"stratified"`` (default: exact component entropies, sampled log-ratios),
+        ``"stratified-pathwise"`` (the same value) or ``"score"``, as in :func:`mixture_elbo_estimate`.
 
     Returns:
       ``(estimate, stderr)``: scalars; ``stderr`` is the sample standard deviation of the sampled term
@@ -993,7 +1059,8 @@ def mixture_sgd_step(
       optimizer: the ``optax.GradientTransformation`` given to :func:`mixture_sgd_init`.
       num_samples: draws per step (>= 2); the paper uses 3000.
       noise_update: ``"cavi"`` or ``"gradient"``.
-      estimator: ``"stratified"`` (default) or ``"score"``, see :func:`mixture_elbo_estimate`.
+      estimator: ``"stratified"`` (default), ``"stratified-pathwise"`` or ``"score"``, see
+        :func:`mixture_elbo_estimate`.
 
     Returns:
       ``(state, info)`` with ``info`` a :class:`MixtureSGDInfo`.
@@ -1063,7 +1130,8 @@ def fit_mixture_sgd(
       num_steps: number of steps.
       num_samples: draws per step (>= 2); the paper's "5-Mixture SGD" uses 3000.
       noise_update: ``"cavi"`` (default) or ``"gradient"``, see :func:`mixture_sgd_step`.
-      estimator: ``"stratified"`` (default) or ``"score"``, see :func:`mixture_elbo_estimate`.
+      estimator: ``"stratified"`` (default), ``"stratified-pathwise"`` or ``"score"``, see
+        :func:`mixture_elbo_estimate`.
 
     Returns:
       ``(q, q_noise, info)``; ``info`` is a :class:`MixtureSGDInfo` of ``(num_steps,)`` arrays.
