@@ -70,6 +70,12 @@ VARIANTS = {
         ("score only, 3000 draws, perturbation 0.01", 1e-2, 0.01, 1e-8, 3000, "stratified"),
         ("score only, 300 draws, perturbation 0.03", 1e-2, 0.03, 1e-8, 300, "stratified"),
     ],
+    # The study's new setting (3000 draws, score-only) against smaller Adam steps.
+    "lr3000": [
+        ("study: lr 1e-2, perturbation 0.03", 1e-2, 0.03, 1e-8, 3000, "stratified"),
+        ("lr 3e-3, perturbation 0.03", 3e-3, 0.03, 1e-8, 3000, "stratified"),
+        ("lr 1e-3, perturbation 0.01", 1e-3, 0.01, 1e-8, 3000, "stratified"),
+    ],
 }
 
 

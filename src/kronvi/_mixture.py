@@ -572,9 +572,10 @@ def _sample_per_component(key, probs, per_component):
 
 
 def _stratified_terms(key, q, prior_w, num_samples):
-    r"""Draws ``num_samples // r`` (>= 2) configurations from each component and evaluates, with no gradient
-    through the draws: ``idx (r, S_k, b)``, ``at (k, S_k, l)`` = :math:`\log q_l(x_{ks})` and
-    :math:`g = \log q_k(x) - \log q(x)` (plus :math:`\log p(x)` for a :class:`MixturePrior`)."""
+    r"""Draws ``num_samples // r`` (>= 2) configurations from each component (no gradient through the
+    draws) and returns ``(idx, log_q_own, log_q_mix, log_p)``: the grid indices ``(r, S_k, b)``,
+    :math:`\log q_k(x_{ks})` and :math:`\log q(x_{ks})`, both ``(r, S_k)``, and :math:`\log p(x_{ks})` for a
+    :class:`MixturePrior` (else ``None``)."""
     r, b = q.logits.shape[0], q.logits.shape[1]
     per = max(2, num_samples // r)
     idx = _sample_per_component(key, lax.stop_gradient(q.probs), per)  # (r, S_k, b), x ~ q_k
@@ -619,7 +620,9 @@ def _estimate_stratified(key, q, q_noise, prior_w, prior_noise, stats, num_sampl
     sq = Mixture._unchecked(sg(q.logits), sg(q.weight_logits))
     idx, _, log_q_mix, log_p = _stratified_terms(key, sq, prior_w, num_samples)
     r, b = q.logits.shape[0], q.logits.shape[1]
-    # log q_k(x) at component k's own draws, the one quantity that carries a gradient (the score).
+    # log q_k(x) at component k's own draws, the one quantity that carries a gradient (the score). A gather
+    # of its own: slicing it out of the (k, S_k, l) table instead would send the backward pass through the
+    # whole r-times-larger gather.
     own = jnp.sum(q.log_probs[jnp.arange(r)[:, None, None], jnp.arange(b)[None, None, :], idx], axis=-1)
     f = sg(own) - log_q_mix  # g = log q_k - log q, E_{q_k}[g] = KL(q_k || q)
     if log_p is not None:
@@ -705,8 +708,8 @@ def mixture_elbo_estimate(
     :math:`g` through :math:`\log q^{(k)}(x) - \log q(x)` at the draws; that term has expectation zero
     (:math:`\sum_k\alpha_k E_{q^{(k)}}[\nabla\log q] = E_q[\nabla \log q] = 0`) and only adds variance:
     about 70 times the total gradient variance at a mean-field start perturbed by 0.03, 1.3 times at
-    0.3 (b = 2000, 3000 draws; ``benchmarks/results/bench_mixture.txt``). All three are unbiased (tested against enumeration) and
-    give the same value on the same draws.
+    0.3 (b = 2000, 3000 draws; ``benchmarks/results/bench_mixture.txt``). All three are unbiased (tested
+    against enumeration) and give the same value on the same draws.
 
     Args:
       key: PRNG key.
