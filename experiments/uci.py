@@ -463,21 +463,12 @@ def _unbiased64(setup, key, q, qn, *, num_samples=None):
     ``sgd_eval_samples``) draws, the mean of independent ``sgd_eval_chunk``-draw estimates (memory stays
     that of one chunk)."""
     cfg = setup.cfg
-    chunks = max(1, (num_samples or cfg.sgd_eval_samples) // cfg.sgd_eval_chunk)
-    parts = [
-        _f64(
-            lambda *a, k=k: kronvi.mixture_elbo_unbiased(k, *a, num_samples=cfg.sgd_eval_chunk),
-            q,
-            qn,
-            setup.prior_w,
-            setup.prior_n,
-            setup.stats,
-        )  # fmt: skip
-        for k in jax.random.split(key, chunks)
-    ]
-    est = sum(e for e, _ in parts) / chunks
-    se = sum(s**2 for _, s in parts) ** 0.5 / chunks
-    return est, se
+    return _f64(
+        lambda *a: kronvi.mixture_elbo_unbiased(
+            key, *a, num_samples=num_samples or cfg.sgd_eval_samples, chunk_size=cfg.sgd_eval_chunk
+        ),
+        q, qn, setup.prior_w, setup.prior_n, setup.stats,
+    )  # fmt: skip
 
 
 def run_mix_sgd(setup: Setup):
@@ -792,7 +783,7 @@ def parse_args(argv=None):
         help="logit perturbation of the SGD mixture's components around the mean-field fit",
     )  # fmt: skip
     p.add_argument(
-        "--sgd-estimator", default=StudyConfig.sgd_estimator, choices=("stratified", "stratified-pathwise", "score"),
+        "--sgd-estimator", default=StudyConfig.sgd_estimator, choices=kronvi._mixture.ESTIMATORS,
         help="entropy-gradient estimator (kronvi.mixture_elbo_estimate)",
     )  # fmt: skip
     p.add_argument("--lb-iters", type=int, default=StudyConfig.lb_max_iter)

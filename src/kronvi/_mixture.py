@@ -756,7 +756,16 @@ def _estimator(name):
 
 
 def mixture_elbo_unbiased(
-    key, q, q_noise, prior_w, prior_noise, stats, *, num_samples: int, estimator: str = "stratified"
+    key,
+    q,
+    q_noise,
+    prior_w,
+    prior_noise,
+    stats,
+    *,
+    num_samples: int,
+    estimator: str = "stratified",
+    chunk_size: int | None = None,
 ):
     r"""Unbiased Monte Carlo estimate of the ELBO of a mixture posterior, with its standard error.
 
@@ -771,10 +780,14 @@ def mixture_elbo_unbiased(
       num_samples: draws (>= 2).
       estimator: ``"stratified"`` (default: exact component entropies, sampled log-ratios),
         ``"stratified-pathwise"`` (the same value) or ``"score"``, as in :func:`mixture_elbo_estimate`.
+      chunk_size: draws per chunk (>= 2, dividing ``num_samples``), or ``None`` for one chunk. The
+        chunks run one after another with keys ``jax.random.split(key, num_samples // chunk_size)``, so
+        memory is that of one chunk; the result is the mean of the chunk estimates and their standard
+        errors combined.
 
     Returns:
       ``(estimate, stderr)``: scalars; ``stderr`` is the sample standard deviation of the sampled term
-      over :math:`\sqrt S`.
+      over :math:`\sqrt S` (per chunk, then combined).
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -789,8 +802,19 @@ def mixture_elbo_unbiased(
     _check_args(q, q_noise, prior_w, prior_noise, stats)
     num_samples = _check_num_samples(num_samples, 2)
     fn = _estimator(estimator)
-    _, est, se = fn(key, q, q_noise, prior_w, prior_noise, stats, num_samples=num_samples)
-    return lax.stop_gradient(est), se
+    if chunk_size is None:
+        _, est, se = fn(key, q, q_noise, prior_w, prior_noise, stats, num_samples=num_samples)
+        return lax.stop_gradient(est), se
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 2:
+        raise ValueError(f"`chunk_size` must be an int >= 2 or None, got {chunk_size!r}")
+    if num_samples % chunk_size:
+        raise ValueError(f"`chunk_size` ({chunk_size}) must divide `num_samples` ({num_samples})")
+
+    def one(k):
+        return fn(k, q, q_noise, prior_w, prior_noise, stats, num_samples=chunk_size)[1:]
+
+    est, se = lax.map(one, jax.random.split(key, num_samples // chunk_size))
+    return lax.stop_gradient(jnp.mean(est)), jnp.sqrt(jnp.sum(se**2)) / se.shape[0]
 
 
 def sample_mixture(key, q, num_samples: int):
