@@ -88,6 +88,38 @@ def sgd_setting(records):
     return "; ".join(f"{s} draws per step, `{e}` gradient, final estimate from {v} draws" for s, e, v in seen)
 
 
+def lb_setting(records):
+    """The bound fits' L-BFGS iterations, tolerance and precision, as text (records written before those
+    were configurable: 30 iterations, tolerance 1e-6, float32)."""
+    seen = sorted(
+        {
+            (
+                r.get("config", {}).get("lb_max_iter", 30),
+                r.get("config", {}).get("lb_tol", 1e-6),
+                r.get("config", {}).get("lb_precision", "float32"),
+            )
+            for r in records
+            if r["method"] == "direct-mix5-lb"
+        }
+    )
+    return "; ".join(f"at most {i} L-BFGS iterations, tolerance {t:g}, fitted in {p}" for i, t, p in seen)
+
+
+def estimate_counts(rec):
+    """Folds whose unbiased mixture ELBO estimate is >= the mean-field ELBO, below it by at most two
+    standard errors, and below by more: ``(above, within, below)``."""
+    above = within = below = 0
+    for f in rec["per_fold"]:
+        d = f["mix_elbo"] - f["mf_elbo"]
+        if d >= 0:
+            above += 1
+        elif d >= -2 * f["mix_elbo_se"]:
+            within += 1
+        else:
+            below += 1
+    return above, within, below
+
+
 def max_nlpd_points(records):
     """The study's cap on NLPD test rows per fold (the largest count used), '?' without records."""
     counts = [f.get("nlpd_points", 0) for r in records for f in r.get("per_fold", [])]
@@ -329,21 +361,32 @@ def main(argv=None):
         lines.append("## Mixtures against the mean field they start from (ELBO, nats, mean over folds)")
         lines.append("")
         lines.append(
-            f"SGD ({sgd_setting(records)}): unbiased ELBO estimate (stratified over the components, exact "
-            "component entropies) of the final mixture minus the mean-field ELBO; where it "
-            "is below, the fold keeps the mean-field posterior (`fallback`). LB: the Theorem-3 bound (a "
-            "certified lower bound on the mixture's ELBO) minus the mean-field ELBO, and the unbiased ELBO "
-            "estimate of the bound-fitted mixture. `compared in`: the precision of these ELBO values (the fits "
-            "are float32 throughout; the comparison casts the same q and statistics to float64, because float32 "
-            "ELBO values carry rounding errors of up to about a nat at n >= 4000, "
-            "`experiments/results/elbo_precision_check.txt`)."
+            f"SGD ({sgd_setting(records)}; fitted in float32): unbiased ELBO estimate (stratified over the "
+            "components, exact component entropies) of the final mixture minus the mean-field ELBO; where it "
+            f"is below, the fold keeps the mean-field posterior (`fallback`). LB ({lb_setting(records)}): the "
+            "Theorem-3 bound (a certified lower bound on the mixture's ELBO) minus the mean-field ELBO, and the "
+            "unbiased ELBO estimate of the bound-fitted mixture; where the bound is below, the fold keeps the "
+            "mean-field posterior. `est. ≥ MF`: folds whose unbiased estimate is at least the mean-field ELBO, "
+            "+ those below it by at most 2 standard errors (Monte Carlo ties), / folds. `compared in`: the "
+            "precision of these ELBO values (the mean field is fitted in float32; the comparison casts the same "
+            "q and statistics to float64, because float32 ELBO values carry rounding errors of up to about a "
+            "nat at n >= 4000, `experiments/results/elbo_precision_check.txt`)."
         )
         lines.append("")
         head = (
-            "| dataset | MF ELBO | SGD start − MF | SGD final − MF | SGD fallback folds | LB bound − MF | "
-            "LB ELBO est. − MF | LB fallback folds | compared in |"
+            "| dataset | MF ELBO | SGD start − MF | SGD final − MF | SGD est. ≥ MF | SGD fallback folds | "
+            "LB bound − MF | LB ELBO est. − MF | LB est. ≥ MF | LB fallback folds | compared in |"
         )
-        lines += [head, "|" + "|".join(["---"] * 9) + "|"]
+        lines += [head, "|" + "|".join(["---"] * 11) + "|"]
+        totals = {"direct-mix5-sgd": np.zeros(4, int), "direct-mix5-lb": np.zeros(4, int)}
+
+        def count_cell(r):
+            if r is None:
+                return "not run"
+            a, w, b = estimate_counts(r)
+            totals[r["method"]] += (a, w, b, r["fallback_folds"])
+            return f"{a} + {w} / {a + w + b}"
+
         for d in datasets:
             s, lb = get(d, "direct-mix5-sgd"), get(d, "direct-mix5-lb")
             ref = s or lb
@@ -361,13 +404,20 @@ def main(argv=None):
                 f"{ref['mf_elbo_mean']:.1f}",
                 mean_diff(s, "mix_start_elbo"),
                 mean_diff(s, "mix_elbo"),
+                count_cell(s),
                 f"{s['fallback_folds']}/{s['folds']}" if s else "not run",
                 mean_diff(lb, "mix_bound"),
                 mean_diff(lb, "mix_elbo"),
+                count_cell(lb),
                 f"{lb['fallback_folds']}/{lb['folds']}" if lb else "not run",
                 ref["per_fold"][0].get("compared_in", "float32"),
             ]
             lines.append("| " + " | ".join(cells) + " |")
+        ts, tl = totals["direct-mix5-sgd"], totals["direct-mix5-lb"]
+        lines.append(
+            f"| all folds | | | | {ts[0]} + {ts[1]} / {ts[:3].sum()} | {ts[3]} | | | {tl[0]} + {tl[1]} / "
+            f"{tl[:3].sum()} | {tl[3]} | |"
+        )
         lines.append("")
 
     # --- shared-hyper comparison
@@ -417,7 +467,7 @@ def write_mixture_folds(records, datasets, path):
         "# Mixtures vs the mean field they start from, per fold (nats)",
         "",
         "ELBO values computed in the precision that each record's `compared_in` names (see `uci_table.md`). "
-        f"SGD: {sgd_setting(records)}. `SGD start/final` = unbiased ELBO estimates (stratified estimator) minus "
+        f"SGD: {sgd_setting(records)}. LB: {lb_setting(records)}. `SGD start/final` = unbiased ELBO estimates (stratified estimator) minus "
         "the mean-field ELBO, ± Monte Carlo "
         "standard error; `fallback` = the final SGD mixture was below the mean field, so the fold reports "
         "the mean-field posterior. `LB bound` = Theorem-3 bound minus the mean-field ELBO (a certified lower "
@@ -438,16 +488,16 @@ def write_mixture_folds(records, datasets, path):
             cells = [d, str(k), f"{mf:.2f}"]
             if fs:
                 cells += [
-                    f"{fs['mix_start_elbo'] - mf:+.2f} ± {fs['mix_start_elbo_se']:.2f}",
-                    f"{fs['mix_elbo'] - mf:+.2f} ± {fs['mix_elbo_se']:.2f}",
+                    f"{fs['mix_start_elbo'] - mf:+.3f} ± {fs['mix_start_elbo_se']:.3f}",
+                    f"{fs['mix_elbo'] - mf:+.3f} ± {fs['mix_elbo_se']:.3f}",
                     "yes" if fs["fallback_to_mf"] else "no",
                 ]
             else:
                 cells += ["not run"] * 3
             if fl:
                 cells += [
-                    f"{fl['mix_bound'] - mf:+.2f}",
-                    f"{fl['mix_elbo'] - mf:+.2f} ± {fl['mix_elbo_se']:.2f}",
+                    f"{fl['mix_bound'] - mf:+.3f}",
+                    f"{fl['mix_elbo'] - mf:+.3f} ± {fl['mix_elbo_se']:.3f}",
                     "yes" if fl["fallback_to_mf"] else "no",
                 ]
             else:

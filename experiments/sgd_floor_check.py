@@ -76,6 +76,13 @@ VARIANTS = {
         ("lr 3e-3, perturbation 0.03", 3e-3, 0.03, 1e-8, 3000, "stratified"),
         ("lr 1e-3, perturbation 0.01", 1e-3, 0.01, 1e-8, 3000, "stratified"),
     ],
+    # The local-expectation gradient (each factor's score integrated over its own level): about the time
+    # per step of 3000 stratified draws at 300 draws.
+    "local": [
+        ("study: stratified, 3000 draws", 1e-2, 0.03, 1e-8, 3000, "stratified"),
+        ("local, 300 draws", 1e-2, 0.03, 1e-8, 300, "local"),
+        ("local, 100 draws", 1e-2, 0.03, 1e-8, 100, "local"),
+    ],
 }
 
 

@@ -199,3 +199,18 @@ def test_per_fold_inner_statistics_sum_to_the_training_statistics(uci, tmp_path)
     for a, b in zip(stats, direct, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(np.asarray(cv_train.n + cv_test.n), float(fold.n_train))
+
+
+def test_merge_records_replaces_rerun_pairs_and_keeps_the_rest():
+    spec = importlib.util.spec_from_file_location("kronvi_merge_records", _PATH.parent / "merge_records.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    base = [
+        {"dataset": "a", "method": "mf", "v": 1},
+        {"dataset": "a", "method": "mix", "v": 2},
+        {"dataset": "b", "method": "mix", "v": 3},
+    ]
+    rerun = [{"dataset": "b", "method": "mix", "v": 30}, {"dataset": "c", "method": "mix", "v": 40}]
+    assert [r["v"] for r in mod.merge(base, rerun)] == [1, 2, 30, 40]
+    with pytest.raises(ValueError, match="twice"):
+        mod.merge(base, rerun + rerun[:1])

@@ -1,0 +1,46 @@
+"""Replace records of a study JSON with those of a rerun: every (dataset, method) pair present in --from
+replaces the same pair in --into (pairs only in --from are added); everything else in --into is kept.
+
+Usage: python experiments/merge_records.py --into experiments/results/uci.json \
+           --from experiments/results/uci_mix.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+
+def merge(base, rerun):
+    """Records of ``base`` with each (dataset, method) pair of ``rerun`` swapped in, in ``base``'s order."""
+    new = {(r["dataset"], r["method"]): r for r in rerun}
+    if len(new) != len(rerun):
+        raise ValueError("the rerun holds a (dataset, method) pair twice")
+    out, used = [], set()
+    for r in base:
+        key = (r["dataset"], r["method"])
+        out.append(new.get(key, r))
+        used.add(key)
+    out += [r for k, r in new.items() if k not in used]
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--into", required=True, help="study JSON to update in place")
+    p.add_argument("--from", dest="src", required=True, help="rerun JSON whose records take precedence")
+    args = p.parse_args(argv)
+    into = pathlib.Path(args.into)
+    base, rerun = json.loads(into.read_text()), json.loads(pathlib.Path(args.src).read_text())
+    merged = merge(base, rerun)
+    replaced = sum((r["dataset"], r["method"]) in {(b["dataset"], b["method"]) for b in base} for r in rerun)
+    tmp = into.with_suffix(".tmp")
+    tmp.write_text(json.dumps(merged, indent=1))
+    tmp.replace(into)
+    print(f"{into}: {replaced} records replaced, {len(rerun) - replaced} added, {len(merged)} in all")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
