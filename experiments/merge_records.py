@@ -11,12 +11,30 @@ import argparse
 import json
 import pathlib
 
+MIXTURE_KEYS = ("mix_", "sgd_", "lb_")  # config keys a mixture rerun may change
+
+
+def _shared_config(rec):
+    return {k: v for k, v in rec.get("config", {}).items() if not k.startswith(MIXTURE_KEYS)}
+
 
 def merge(base, rerun):
-    """Records of ``base`` with each (dataset, method) pair of ``rerun`` swapped in, in ``base``'s order."""
+    """Records of ``base`` with each (dataset, method) pair of ``rerun`` swapped in, in ``base``'s order.
+
+    Raises ``ValueError`` if a rerun record's configuration differs from a base record of its dataset in
+    anything but the mixture settings (features, noise grid, folds, ...; keys that both record): those rows
+    would not be comparable with the rest of the table."""
     new = {(r["dataset"], r["method"]): r for r in rerun}
     if len(new) != len(rerun):
         raise ValueError("the rerun holds a (dataset, method) pair twice")
+    for r in rerun:
+        for b in base:
+            cb, cr = _shared_config(b), _shared_config(r)
+            if b["dataset"] == r["dataset"] and any(cb[k] != cr[k] for k in cb.keys() & cr.keys()):
+                raise ValueError(
+                    f"{r['dataset']}/{r['method']}: the rerun's configuration differs from {b['method']}'s "
+                    "in more than the mixture settings"
+                )
     out, used = [], set()
     for r in base:
         key = (r["dataset"], r["method"])

@@ -15,10 +15,11 @@ and fit every requested method:
                    held-out log density); --noise-cv none is the paper's single grid of span 10. The mixtures
                    start from this fit and use the same noise grid.
   direct-mix5-sgd  r = 5 mixture started from the mean-field fit with perturbed components; optax Adam on
-                   the unbiased ELBO gradient (REINFORCE entropy term with a leave-one-out baseline), the
-                   paper's t = 3000 draws per step (--sgd-samples), 150 steps.
+                   the unbiased ELBO gradient (score-function entropy term, each factor's score summed
+                   exactly over its levels: --sgd-estimator local), 300 draws per step (--sgd-samples;
+                   the paper's t = 3000 with --sgd-estimator stratified), 150 steps; fitted in float32.
   direct-mix5-lb   r = 5 mixture, Theorem-3 lower bound maximized by L-BFGS jointly over q and the centre,
-                   started from the mean-field fit.
+                   started from the mean-field fit; 100 iterations, fitted in float64 (--lb-precision).
   reparam-mf       the paper's REPARAM: continuous prior N(0, sw^2), diagonal Gaussian q, reparameterization
                    gradients with minibatches of 100 and 10 Monte Carlo samples, 1000 steps (n < 3000) or
                    10000 (larger).
@@ -111,9 +112,9 @@ class StudyConfig:
     mix_init_noise: float = 0.03  # logit perturbation of the components (bound fit)
     sgd_init_noise: float = 0.03  # logit perturbation of the components (SGD fit)
     sgd_steps: int = 150
-    # draws per step, stratified over the components (60 each): with the local-expectation gradient about
-    # 1/4 of the time of the paper's t = 3000 stratified draws per step, and 1/2700 of their gradient variance
-    # at the start (benchmarks/results/bench_mixture.txt)
+    # draws per step, stratified over the components (60 each): with the local-expectation gradient less
+    # time per step than the paper's t = 3000 stratified draws and a small fraction of their gradient
+    # variance near the start (benchmarks/results/bench_mixture.txt)
     sgd_samples: int = 300
     sgd_lr: float = 1e-2  # Adam, cosine-decayed to 0
     sgd_estimator: str = "local"  # kronvi.mixture_elbo_estimate's estimator

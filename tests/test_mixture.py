@@ -348,6 +348,39 @@ def test_estimator_gradient_is_unbiased(mixture_prior, estimator):
 
 
 @pytest.mark.parametrize("estimator", kronvi._mixture.ESTIMATORS)
+def test_estimator_gradient_in_mixture_prior_parameters_is_unbiased(estimator):
+    """The prior's own parameters (a learnable MixturePrior) get the pathwise gradient of the sampled
+    log p: averaged over keys it matches the enumerated gradient of E_q[log p]."""
+    with jax.enable_x64(True):
+        p = _problem(15, num_prior_components=2)
+        q, q_n, prior_w, prior_n, stats = _model(p, mixture_prior=True)
+        b, m = p["values"].shape
+        cfg = enumerate_configs(b, m)
+        qx = np.exp(_ref_log_q(p["mix_logits"], p["mix_wlogits"]))
+
+        def e_log_p(lp, lw):
+            per = jnp.sum(lp[:, np.arange(b), cfg], -1)  # (C, configs)
+            return jnp.sum(qx * jax.nn.logsumexp(lw[:, None] + per, axis=0))
+
+        exact = jax.grad(e_log_p, argnums=(0, 1))(prior_w.log_probs, prior_w.log_weights)
+
+        def grad_one(key):
+            g = jax.grad(
+                lambda pw: kronvi.mixture_elbo_estimate(
+                    key, q, q_n, pw, prior_n, stats, num_samples=2, estimator=estimator
+                )
+            )(prior_w)
+            return g.log_probs, g.log_weights
+
+        K = 20000
+        grads = jax.jit(jax.vmap(grad_one))(jax.random.split(jax.random.key(0), K))
+        for g, e in zip(grads, exact, strict=True):
+            mean, se = np.mean(g, axis=0), np.std(g, axis=0) / np.sqrt(K)
+            assert np.all(np.abs(mean - e) < 5 * se + 1e-12), (mean, e)
+            assert np.max(np.abs(e)) > 1e-2
+
+
+@pytest.mark.parametrize("estimator", kronvi._mixture.ESTIMATORS)
 def test_unbiased_value_matches_exact_elbo(estimator):
     with jax.enable_x64(True):
         p = _problem(8, num_prior_components=2)
@@ -384,6 +417,16 @@ def test_unbiased_in_chunks_is_the_mean_of_the_chunk_estimates():
         )
         exact = _ref_elbo(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"])
         assert 0 < float(se) and abs(float(est) - exact) < 5 * float(se)
+        # One compiled program for repeated calls with new values (a study calls it thousands of times).
+        from kronvi._mixture import _unbiased_in_chunks
+
+        before = _unbiased_in_chunks._cache_size()
+        for shift in (0.1, 0.2, 0.3):
+            q2 = kronvi.Mixture(q.logits + shift, q.weight_logits)
+            kronvi.mixture_elbo_unbiased(
+                key, q2, q_n, prior_w, prior_n, stats, num_samples=4000, chunk_size=1000
+            )
+        assert _unbiased_in_chunks._cache_size() == before
         for bad in (0, 1, 3000, 1.5):
             with pytest.raises(ValueError, match="chunk_size"):
                 kronvi.mixture_elbo_unbiased(
@@ -509,6 +552,21 @@ def test_local_scores_float32_survive_peaked_and_separated_components():
         assert np.max(np.abs(want)) > 1e-2
         anywhere = jnp.asarray(rng.integers(0, 4, size=(3, 20, 6)))
         assert np.all(np.isfinite(np.asarray(_local_scores(q32, prior_w, anywhere, batch_size=16))))
+        # A mixture prior whose components exclude most configurations (levels 0 or 3 only, the rest
+        # e^-100): its table has no link to q's draws, so it must be exact in float32 as well.
+        lp = np.full((2, 6, 4), -100.0)
+        lp[0, :, 0] = lp[1, :, 3] = 0.0
+        soft = np.zeros((3, 6, 4))
+        soft[:, :, 0] = [[0.5], [0.0], [-0.5]]
+        out = {}
+        for dt in (jnp.float32, jnp.float64):
+            pw = kronvi.MixturePrior(jnp.zeros((6, 4), dt), jnp.asarray(lp, dt), jnp.zeros(2, dt))
+            qq = kronvi.Mixture(jnp.asarray(soft, dt), jnp.zeros(3, dt))
+            draws = _sample_per_component(jax.random.key(1), qq.probs.astype(jnp.float64), 40)
+            out[dt] = np.asarray(_local_scores(qq, pw, draws, batch_size=16))
+        scale = np.max(np.abs(out[jnp.float64]))
+        assert scale > 1.0
+        np.testing.assert_allclose(out[jnp.float32], out[jnp.float64], atol=1e-5 * scale)
 
 
 def test_local_gradient_has_far_lower_variance_than_stratified():

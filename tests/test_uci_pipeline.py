@@ -214,3 +214,10 @@ def test_merge_records_replaces_rerun_pairs_and_keeps_the_rest():
     assert [r["v"] for r in mod.merge(base, rerun)] == [1, 2, 30, 40]
     with pytest.raises(ValueError, match="twice"):
         mod.merge(base, rerun + rerun[:1])
+    # the mixture settings may differ, nothing else
+    cfg = {"num_frequencies": 1000, "sgd_samples": 3000}
+    base = [dict(r, config=cfg) for r in base]
+    ok = [dict(rerun[0], config=dict(cfg, sgd_samples=300, lb_tol=0.0))]
+    assert mod.merge(base, ok)[2]["v"] == 30
+    with pytest.raises(ValueError, match="configuration"):
+        mod.merge(base, [dict(rerun[0], config=dict(cfg, num_frequencies=500))])

@@ -10,8 +10,8 @@ exact and cheap: the expected log-likelihood and the expected log of a factorize
   :math:`\log` at a Kronecker-product centre :math:`a`), trained with L-BFGS by
   :func:`fit_mixture_bound`;
 * :func:`mixture_elbo_estimate`, an unbiased stochastic ELBO (and ELBO-gradient) estimate with exact
-  likelihood and prior terms and a REINFORCE entropy term (eq. 13) with a leave-one-out baseline,
-  trained with any optax optimizer by :func:`mixture_sgd_init` / :func:`mixture_sgd_step` /
+  likelihood and prior terms and a score-function (REINFORCE, eq. 13) entropy term, by default with each
+  factor's score integrated exactly over its own levels (local expectation gradients), trained with any optax optimizer by :func:`mixture_sgd_init` / :func:`mixture_sgd_step` /
   :func:`fit_mixture_sgd`.
 
 A :class:`MixturePrior` :math:`p(w) = \sum_c \beta_c \bigotimes_j p^{(c)}_j` has no exact expected
@@ -669,27 +669,32 @@ def _level_scale(log_probs):
     return N, jnp.exp(log_probs - N)
 
 
-def _local_table(log_probs, log_weights, scale, x):
+def _local_table(log_probs, log_weights, x, scale=None):
     r"""For one configuration ``x (b,)``: :math:`\log\sum_c w_c \prod_i p^{(c)}_i(x'_i)` at every single-site
-    change :math:`x' = (x_{-j}, l)`, a ``(b, m)`` table (``log_probs (C, b, m)``, ``scale`` from
-    :func:`_level_scale`).
+    change :math:`x' = (x_{-j}, l)`, a ``(b, m)`` table (``log_probs (C, b, m)``), *less a per-site
+    constant* :math:`M_j = \max_c \rho_{cj}`, where :math:`\rho_{cj}` is the log weight plus the other
+    sites' log product. The callers only use differences across levels, and leaving out :math:`M_j`
+    (and the other sites' sum, of order ``b`` nats) avoids float32 cancellation between large numbers.
 
-    :math:`\mathrm{LSE}_c(\rho_{cj} + \log p^{(c)}_j(l))` with :math:`\rho_{cj}` the log weight times the
-    other sites' product is evaluated as :math:`M_j + N_{jl} + \log\sum_c e^{\rho_{cj} - M_j} E_{cjl}`,
-    :math:`M_j = \max_c \rho_{cj}`: ``C * b`` exponentials per configuration instead of ``C * b * m``, a
-    multiply-add for the rest (4x faster at C = 5, m = 15). Each factor is at most 1 and the sum at least
-    its largest term, so it can only underflow where every term is below the smallest normal number,
-    about :math:`e^{-87}` in float32, relative to the maxima; the sum is floored there. Where that
-    happens to component ``k``'s own term the caller's log-ratio stays bounded and enters weighted by
-    probabilities of that order (a level :math:`e^{-87}` below the likeliest component's, or a draw
-    from :math:`q^{(k)}` that another component explains :math:`e^{87}` times better, which has
-    probability below :math:`e^{-87}/\alpha_k` by Markov's inequality)."""
-    N, E = scale
+    ``scale=None``: :math:`\mathrm{LSE}_c(\rho_{cj} - M_j + \log p^{(c)}_j(l))`, exact, ``C * b * m``
+    exponentials. With ``scale`` from :func:`_level_scale`: :math:`N_{jl} + \log\sum_c e^{\rho_{cj} - M_j}
+    E_{cjl}`, ``C * b`` exponentials and a multiply-add (4x faster at C = 5, m = 15). Every factor is at
+    most 1 and the sum at least its largest term, so it underflows only where every term is below the
+    smallest normal number (about :math:`e^{-87}` in float32) and is floored there. Use it only for the
+    posterior's own table (:func:`_local_scores`): there the floor can touch component ``k``'s own term
+    only where it is below :math:`e^{-87}`, i.e. where :math:`q^{(k)}_j(l)` is that far below the
+    likeliest component's, or at a draw from :math:`q^{(k)}` that another component explains
+    :math:`e^{87}` times better (probability below :math:`e^{-87}/\alpha_k`, Markov's inequality), and
+    the score :math:`q^{(k)}_j(l)\,(F_{jl} - \bar F_j)` changes by that order. A mixture prior's table has
+    no such link to the draws, so it is computed exactly."""
     at = log_probs[:, jnp.arange(x.shape[0]), x]  # (C, b): log p_c,j(x_j)
     rest = (log_weights + jnp.sum(at, axis=-1))[:, None] - at  # (C, b): without site j
-    M = jnp.max(rest, axis=0)
-    s = jnp.einsum("cj,cjl->jl", jnp.exp(rest - M), E)
-    return M[:, None] + N + jnp.log(jnp.maximum(s, jnp.finfo(s.dtype).tiny))
+    rest = rest - jnp.max(rest, axis=0)
+    if scale is None:
+        return jax.nn.logsumexp(rest[..., None] + log_probs, axis=0)
+    N, E = scale
+    s = jnp.einsum("cj,cjl->jl", jnp.exp(rest), E)
+    return N + jnp.log(jnp.maximum(s, jnp.finfo(s.dtype).tiny))
 
 
 def _local_scores(q, prior_w, idx, batch_size):
@@ -697,21 +702,20 @@ def _local_scores(q, prior_w, idx, batch_size):
     the mean over draws of :math:`q^{(k)}_j(l)\,(F_{jl} - \sum_{l'} q^{(k)}_j(l')F_{jl'})`, where
     :math:`F_{jl} = f(x_{-j}, l)` and :math:`f = \log q^{(k)} - \log q\ (+ \log p)`: the exact
     expectation over :math:`x_j` of :math:`f(x)\nabla_{\text{logits}_{kj}}\log q^{(k)}_j(x_j)`, given the
-    draw's other coordinates. Returns ``(r, b, m)``; no gradient flows through it."""
+    draw's other coordinates. ``F`` enters only through differences across levels, so each site's
+    constant (the other sites' log-probabilities) is left out. Returns ``(r, b, m)``; no gradient flows
+    through it."""
     r, per, b = idx.shape
     probs = q.probs
     comp = jnp.repeat(jnp.arange(r), per)
     q_scale = _level_scale(q.log_probs)
     mixture_prior = isinstance(prior_w, MixturePrior)
-    p_scale = _level_scale(prior_w.log_probs) if mixture_prior else None
 
     def one(args):
         k, x = args
-        own = q.log_probs[k]  # (b, m)
-        at = own[jnp.arange(b), x]
-        F = (jnp.sum(at) - at)[:, None] + own - _local_table(q.log_probs, q.log_weights, q_scale, x)
+        F = q.log_probs[k] - _local_table(q.log_probs, q.log_weights, x, q_scale)  # (b, m)
         if mixture_prior:
-            F = F + _local_table(prior_w.log_probs, prior_w.log_weights, p_scale, x)
+            F = F + _local_table(prior_w.log_probs, prior_w.log_weights, x)
         p = probs[k]
         return p * (F - jnp.sum(p * F, axis=-1, keepdims=True))
 
@@ -791,8 +795,9 @@ def mixture_elbo_estimate(
     :math:`g` through :math:`\log q^{(k)}(x) - \log q(x)` at the draws; that term has expectation zero
     (:math:`\sum_k\alpha_k E_{q^{(k)}}[\nabla\log q] = E_q[\nabla \log q] = 0`) and only adds variance:
     about 70 times the total gradient variance at a mean-field start perturbed by 0.03, 1.3 times at
-    0.3 (b = 2000, 3000 draws; ``benchmarks/results/bench_mixture.txt``). All three are unbiased (tested
-    against enumeration) and give the same value on the same draws.
+    0.3 (b = 2000, 3000 draws; ``benchmarks/results/bench_mixture.txt``). All estimators are unbiased
+    (tested against enumeration); the stratified ones, including ``"local"`` below, give the same value
+    on the same draws.
 
     The default, ``estimator="local"`` (local expectation gradients), Rao-Blackwellizes the score term
     once more: the score of factor :math:`j` depends on :math:`x_j` alone, so given a draw's other
@@ -805,10 +810,11 @@ def mixture_elbo_estimate(
 
     with :math:`\eta_{kj}` the logits and :math:`g(x_{-j}, l)` the log-ratio at the draw with site
     :math:`j` set to level :math:`l`: all :math:`b\,m` single-site changes of a draw come from one
-    :math:`(r, b, m)` log-sum-exp, :math:`O(r\,b\,m)` per draw against :math:`O(r\,b)`. The other
-    :math:`b-1` factors' noise no longer enters factor :math:`j`'s gradient: at b = 2000, m = 15, r = 5,
-    300 draws cost about what 3000 stratified draws cost per step and give 1/2700 of their gradient
-    variance at a start perturbed by 0.03, 1/20 at 0.3 (``benchmarks/results/bench_mixture.txt``).
+    :math:`(r, b, m)` table, :math:`O(r\,b\,m)` per draw against :math:`O(r\,b)`; no baseline is
+    needed (the sum over levels is centred exactly). The other :math:`b-1` factors' noise no longer
+    enters factor :math:`j`'s gradient: at b = 2000, m = 15, r = 5, an SGD step with 300 draws takes less
+    time than one with 3000 stratified draws and its gradient has a small fraction of their variance
+    near a mean field (figures in ``benchmarks/results/bench_mixture.txt``).
 
     Args:
       key: PRNG key.
@@ -913,10 +919,22 @@ def mixture_elbo_unbiased(
     if num_samples % chunk_size:
         raise ValueError(f"`chunk_size` ({chunk_size}) must divide `num_samples` ({num_samples})")
 
+    return _unbiased_in_chunks(
+        key, q, q_noise, prior_w, prior_noise, stats, estimator=estimator, num_chunks=num_samples // chunk_size,
+        chunk_size=chunk_size,
+    )  # fmt: skip
+
+
+@functools.partial(jax.jit, static_argnames=("estimator", "num_chunks", "chunk_size"))
+def _unbiased_in_chunks(key, q, q_noise, prior_w, prior_noise, stats, *, estimator, num_chunks, chunk_size):
+    # Compiled once per (estimator, sizes, shapes): a lax.map over a fresh closure outside jit compiles a
+    # new executable on every call, and thousands of those (one study) exhaust the JIT's code memory.
+    fn = _estimator(estimator)
+
     def one(k):
         return fn(k, q, q_noise, prior_w, prior_noise, stats, num_samples=chunk_size)[1:]
 
-    est, se = lax.map(one, jax.random.split(key, num_samples // chunk_size))
+    est, se = lax.map(one, jax.random.split(key, num_chunks))
     return lax.stop_gradient(jnp.mean(est)), jnp.sqrt(jnp.sum(se**2)) / se.shape[0]
 
 
