@@ -172,13 +172,22 @@ def test_command_line_writes_one_record_per_dataset_and_method(uci, tmp_path):
             assert set(r["noise_span_counts"]) <= {"1.0", "3.0", "10.0"}
             assert sum(r["noise_span_counts"].values()) == 2 and r["select_seconds"] > 0
             assert all(len(f["cv_log_density"]) == 3 for f in r["per_fold"])
-        if r["method"] == "direct-mix5-sgd":  # the default score-only gradient, compared from 30000 draws
+        if r["method"] == "direct-mix5-sgd":  # default local-expectation gradient, 30000 eval draws
             assert r["config"]["sgd_samples"] == 8 and r["config"]["sgd_init_noise"] == 0.03
             for f in r["per_fold"]:
-                assert f["estimator"] == "stratified" and f["eval_samples"] == 30000
+                assert f["estimator"] == "local" and f["eval_samples"] == 30000
                 assert f["fallback_to_mf"] == (not f["mix_elbo"] >= f["mf_elbo"])
+        if r["method"] == "direct-mix5-lb":  # fitted in float64, tolerance 0, certified-bound fallback
+            assert r["config"]["lb_precision"] == "float64" and r["config"]["lb_tol"] == 0.0
+            for f in r["per_fold"]:
+                assert f["fit_precision"] == "float64"
+                assert f["fallback_to_mf"] == (not f["mix_bound"] >= f["mf_elbo"])
     args = uci.parse_args(argv + ["--sgd-estimator", "stratified-pathwise", "--sgd-init-noise", "0.1"])
     assert (args.sgd_estimator, args.sgd_init_noise) == ("stratified-pathwise", 0.1)
+    args = uci.parse_args(argv + ["--lb-precision", "float32", "--lb-tol", "1e-6"])
+    assert (args.lb_precision, args.lb_tol) == ("float32", 1e-6)
+    with pytest.raises(SystemExit):
+        uci.parse_args(argv + ["--lb-precision", "float16"])
     with pytest.raises(SystemExit):
         uci.parse_args(argv + ["--sgd-estimator", "pathwise"])
     with pytest.raises(SystemExit, match="per-fold"):
