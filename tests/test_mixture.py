@@ -463,6 +463,22 @@ def test_score_only_gradient_is_exact_at_identical_components():
         assert np.max(np.abs(a - exact[0])) > 1e-3
 
 
+def _total_variance(estimator, q, q_n, prior_w, prior_n, stats, num_samples=40, num_keys=400):
+    """Variance of the estimator's gradient in the component logits over keys, summed over the logits."""
+
+    def g(key):
+        def f(lg):
+            qq = kronvi.Mixture._unchecked(lg, q.weight_logits)
+            return kronvi.mixture_elbo_estimate(
+                key, qq, q_n, prior_w, prior_n, stats, num_samples=num_samples, estimator=estimator
+            )
+
+        return jax.grad(f)(q.logits)
+
+    G = jax.jit(jax.vmap(g))(jax.random.split(jax.random.key(1), num_keys))
+    return float(np.sum(np.var(G, axis=0)))
+
+
 def test_score_only_gradient_has_lower_variance_near_the_mean_field():
     """At a perturbed copy of one factorized q (as the SGD fit starts) the score-only gradient's total
     variance is a fraction of the pathwise variant's; both are unbiased (test above)."""
@@ -473,25 +489,9 @@ def test_score_only_gradient_has_lower_variance_near_the_mean_field():
             jax.random.key(0), kronvi.MeanField(jnp.asarray(p["mix_logits"][0])), 4, noise_scale=0.05
         )
 
-        def total_variance(estimator):
-            def g(key):
-                return jax.grad(
-                    lambda lg: kronvi.mixture_elbo_estimate(
-                        key,
-                        kronvi.Mixture._unchecked(lg, q.weight_logits),
-                        q_n,
-                        prior_w,
-                        prior_n,
-                        stats,
-                        num_samples=40,
-                        estimator=estimator,
-                    )  # fmt: skip
-                )(q.logits)
-
-            G = jax.jit(jax.vmap(g))(jax.random.split(jax.random.key(1), 400))
-            return float(np.sum(np.var(G, axis=0)))
-
-        score_only, pathwise = total_variance("stratified"), total_variance("stratified-pathwise")
+        score_only, pathwise = (
+            _total_variance(e, q, q_n, prior_w, prior_n, stats) for e in ("stratified", "stratified-pathwise")
+        )
         assert 0 < score_only < 0.2 * pathwise, (score_only, pathwise)
 
 
@@ -579,25 +579,9 @@ def test_local_gradient_has_far_lower_variance_than_stratified():
             jax.random.key(0), kronvi.MeanField(jnp.asarray(p["mix_logits"][0])), 4, noise_scale=0.1
         )
 
-        def total_variance(estimator):
-            def g(key):
-                return jax.grad(
-                    lambda lg: kronvi.mixture_elbo_estimate(
-                        key,
-                        kronvi.Mixture._unchecked(lg, q.weight_logits),
-                        q_n,
-                        prior_w,
-                        prior_n,
-                        stats,
-                        num_samples=40,
-                        estimator=estimator,
-                    )  # fmt: skip
-                )(q.logits)
-
-            G = jax.jit(jax.vmap(g))(jax.random.split(jax.random.key(1), 400))
-            return float(np.sum(np.var(G, axis=0)))
-
-        local, stratified = total_variance("local"), total_variance("stratified")
+        local, stratified = (
+            _total_variance(e, q, q_n, prior_w, prior_n, stats) for e in ("local", "stratified")
+        )
         assert 0 < local < 0.01 * stratified, (local, stratified)  # measured ~1/2000
 
 
