@@ -52,7 +52,8 @@ def main(argv=None):
     into = pathlib.Path(args.into)
     base, rerun = json.loads(into.read_text()), json.loads(pathlib.Path(args.src).read_text())
     merged = merge(base, rerun)
-    replaced = sum((r["dataset"], r["method"]) in {(b["dataset"], b["method"]) for b in base} for r in rerun)
+    base_keys = {(b["dataset"], b["method"]) for b in base}
+    replaced = sum((r["dataset"], r["method"]) in base_keys for r in rerun)
     tmp = into.with_suffix(".tmp")
     tmp.write_text(json.dumps(merged, indent=1))
     tmp.replace(into)

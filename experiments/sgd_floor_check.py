@@ -108,13 +108,8 @@ def main(argv=None):
         "|---|---|---|---|---|---|---|",
     ]
     for name in args.datasets.split(","):
-        X, y, mask = kronvi.load_uci(uci.DEFAULT_DATA / name)
-        key = jax.random.fold_in(jax.random.key(0), sum(map(ord, name)))
-        train, test = uci.fold_masks(mask, 0)
-        fkey = jax.random.fold_in(key, 0)
-        *prep, cv_stats = uci.prepare_fold_per_fold(X, y, train, test, cfg, fkey)
-        fold, hyper, feats, stats = prep[:4]
-        setup = uci.Setup(fold, hyper, feats, stats, cfg, fkey, cv_stats)
+        setup = uci.fold_setup(name, 0, cfg)
+        stats = setup.stats
         q_w, q_n, _, _, _ = uci._mean_field(setup)
         mf = uci._mf_elbo64(setup, q_w, q_n)
         q0 = kronvi.mixture_from_mean_field(jax.random.key(1), q_w, 5, noise_scale=0.03)

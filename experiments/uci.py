@@ -725,12 +725,27 @@ def _fmt(x, w=8, p=3):
     return f"{x:{w}.{p}f}"
 
 
+def dataset_key(name: str, seed: int):
+    """The study's PRNG key for a dataset; fold ``k`` uses ``jax.random.fold_in(key, k)``."""
+    return jax.random.fold_in(jax.random.key(seed), sum(map(ord, name)))
+
+
+def fold_setup(name: str, k: int, cfg: StudyConfig, *, data_dir=DEFAULT_DATA, seed: int = 0):
+    """The :class:`Setup` that :func:`run_dataset` builds for fold ``k`` of a dataset (per-fold protocol, same
+    keys): check scripts start from exactly the study's fold."""
+    X, y, mask = kronvi.load_uci(pathlib.Path(data_dir) / name)
+    train, test = fold_masks(mask, k)
+    fkey = jax.random.fold_in(dataset_key(name, seed), k)
+    fold, hyper, feats, stats, *_, cv_stats = prepare_fold_per_fold(X, y, train, test, cfg, fkey)
+    return Setup(fold, hyper, feats, stats, cfg, fkey, cv_stats)
+
+
 def run_dataset(folder, methods, args, cfg, log):
     name = folder.name
     X, y, mask = kronvi.load_uci(folder)
     n, d = X.shape
     K = mask.shape[1] if args.max_folds is None else min(args.max_folds, mask.shape[1])
-    key = jax.random.fold_in(jax.random.key(args.seed), sum(map(ord, name)))
+    key = dataset_key(name, args.seed)
     log(f"== {name}: n={n} d={d} folds={K} protocol={'shared-hyper' if args.shared_hyper else 'per-fold'}")
     shared = SharedHyper(X, y, mask, cfg, jax.random.fold_in(key, 10_000)) if args.shared_hyper else None
     per_method = {m: [] for m in methods}
