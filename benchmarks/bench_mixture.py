@@ -98,14 +98,14 @@ def timing(r, sample_sizes, lbfgs_iters):
     it = int(out[3].num_iter)
     print(f"fit_mixture_bound (jaxopt L-BFGS): {it} iterations in {sec:.1f} s = {1e3 * sec / it:.1f} ms/it")
     # Where the time goes: bound evaluations per L-BFGS iteration (zoom line search), same objective.
-    from kronvi._jaxopt import LBFGS
+    from kronvi._fit import jaxopt_lbfgs
 
     def loss(params):
         lw, wl, lc, ln = params
         qq, qn = kronvi.Mixture._unchecked(lw, wl), kronvi.MeanField._unchecked(ln)
         return -kronvi.mixture_elbo_bound(qq, lc, qn, prior_w, prior_n, stats) / stats.n
 
-    solver = LBFGS(fun=loss, maxiter=lbfgs_iters, tol=0.0)
+    solver = jaxopt_lbfgs(loss, max_iter=lbfgs_iters, tol=0.0)
     params = (q.logits, q.weight_logits, q.log_marginals, q_n.logits)
     state = solver.init_state(params)
     update = jax.jit(solver.update)

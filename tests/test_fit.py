@@ -5,6 +5,7 @@ import pytest
 from conftest import tol
 
 import kronvi
+from kronvi._fit import minimize_lbfgs
 
 
 def _problem(dtype, *, n=200, b=12, seed=0, levels=7):
@@ -85,6 +86,60 @@ def test_lbfgs_stays_at_the_cavi_optimum(method):
         cavi = float(info.elbo[int(info.num_iter)])
         _, _, info2 = kronvi.fit_regression(stats, pw, pn, method=method, init=(q_w, q_n))
         assert float(info2.elbo[int(info2.num_iter)]) >= cavi - 1e-8 * abs(cavi)
+
+
+def _minimize(loss, x0, backend, max_iter):
+    return jax.jit(lambda x: minimize_lbfgs(loss, x, 1.0, max_iter=max_iter, tol=0.0, backend=backend))(x0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-4])
+def test_lbfgs_leaves_a_saddle_at_any_loss_scale(scale):
+    # f = 1 + scale * sum(x^4/4 - x^2/2): a saddle at 0, minima at x = +-1. Started at 1e-3 the first
+    # (raw-gradient) direction sees negative curvature. jaxopt's default step cap of 1 kept that first
+    # step at |grad| and the negative-curvature pair turned every later direction uphill: it ended at
+    # x = 0.002 even for scale 1 (and at 0.001 for scale 1e-4). (At scale 1e-7 the whole descent, 1e-7,
+    # is below the line search's approximate-Wolfe tolerance of 1e-6 |f|; neither backend leaves.)
+    with jax.enable_x64(True):
+        x0 = jnp.full((5,), 1e-3)
+        x, info = _minimize(lambda x: 1.0 + scale * jnp.sum(x**4 / 4 - x**2 / 2), x0, "lbfgs", 100)
+        np.testing.assert_allclose(np.abs(np.asarray(x)), 1.0, atol=1e-4)
+        np.testing.assert_allclose(info.elbo[int(info.num_iter)], -(1.0 - 1.25 * scale), rtol=1e-12)
+
+
+@jax.custom_jvp
+def _uphill_square(x):
+    return jnp.sum(x**2)
+
+
+@_uphill_square.defjvp
+def _uphill_square_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return _uphill_square(x), jnp.sum(-2.0 * x * dx)  # a wrong gradient: it points uphill
+
+
+def _nan_beyond_two(x):
+    return jnp.where(jnp.all(x < 2.0), jnp.sum((x - 3.0) ** 2), jnp.nan)
+
+
+@pytest.mark.parametrize("backend", ["lbfgs", "optax-lbfgs"])
+@pytest.mark.parametrize(
+    "loss, max_iter",
+    [(_uphill_square, 1), (_uphill_square, 10), (_nan_beyond_two, 20)],
+    ids=["uphill-1", "uphill-10", "nan"],
+)
+def test_lbfgs_returns_the_best_iterate(backend, loss, max_iter):
+    # A line search that fails may still take its step (jaxopt's first step along the uphill gradient
+    # raised the loss from 3 to 3.0000021), and steps may land where the loss is NaN. The result must be
+    # the best finite iterate, never worse than the start, with a non-decreasing trace whose entry at
+    # num_iter is the returned parameters' value.
+    with jax.enable_x64(True):
+        x0 = jnp.ones(3)
+        x, info = _minimize(loss, x0, backend, max_iter)
+        trace = np.asarray(info.elbo)
+        assert np.all(np.isfinite(np.asarray(x))) and np.all(np.isfinite(trace))
+        assert float(loss(x)) <= float(loss(x0))
+        assert np.all(np.diff(trace) >= 0)
+        assert trace[int(info.num_iter)] == -float(loss(x))
 
 
 @pytest.mark.parametrize("method", ["cavi", "lbfgs", "optax-lbfgs"])

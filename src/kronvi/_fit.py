@@ -250,19 +250,46 @@ def _fit_cavi(
     return MeanField._unchecked(lw), MeanField._unchecked(ln), FitInfo(tr, it, done)
 
 
+def jaxopt_lbfgs(loss, *, max_iter, tol):
+    """The ``jaxopt.LBFGS`` solver of :func:`minimize_lbfgs` (``backend="lbfgs"``), with its own zoom line
+    search.
+
+    jaxopt.LBFGS hands the line search it builds a step cap of ``max_stepsize`` (default 1). Its first
+    direction is the raw gradient, so its first step moved the parameters by at most ``|grad|``: about
+    2e-6 for the ``-bound/n`` loss of a mixture at n = 44,000 (keggdirected). A curvature pair from so
+    short a step is dominated by rounding or, near a saddle such as a mixture started at a perturbed mean
+    field, has ``s.y < 0``; jaxopt keeps it, the next direction points uphill, the line search fails, and
+    its approximate-Wolfe test (value within ``1e-6 |f|``) still accepted steps that lowered the bound at
+    every iteration (``experiments/results/lb_method_check.md``;
+    ``tests/test_fit.py::test_lbfgs_leaves_a_saddle_at_any_loss_scale``). A line search passed in keeps
+    its own cap, ``2**maxiter``, so a search may expand a step past 1 until the strong-Wolfe curvature
+    condition holds, as ``optax.lbfgs``'s does. Every search starts at a step of 1 (``linesearch_init=
+    "max"`` with LBFGS's ``max_stepsize`` of 1), the natural L-BFGS step, as optax's does; jaxopt's default
+    (``"increase"``: 1.5 times the last step) started the searches after a long first step far out on
+    the plateaus where the softmax saturates, and from the prior the mean-field fit ended 2,700 nats lower
+    at b = 2000 (``benchmarks/results/bench_fit_methods_init_increase.txt``).
+    """
+    from ._jaxopt import LBFGS, ZoomLineSearch
+
+    linesearch = ZoomLineSearch(fun=loss, maxiter=30)
+    return LBFGS(fun=loss, maxiter=max_iter, tol=tol, linesearch=linesearch, linesearch_init="max")
+
+
 def minimize_lbfgs(loss, params, scale, *, max_iter, tol, backend):
     """L-BFGS on ``loss(params)`` in a ``lax.while_loop`` (traceable; call inside ``jit``).
 
-    ``backend="lbfgs"`` uses ``jaxopt.LBFGS`` (the paper's recipe), anything else ``optax.lbfgs``. Stops
-    after ``max_iter`` iterations or when the gradient norm falls below ``tol``. Returns
-    ``(params, FitInfo)`` whose trace holds ``-loss * scale`` (the ELBO when ``loss = -ELBO / scale``).
+    ``backend="lbfgs"`` uses ``jaxopt.LBFGS`` (the paper's recipe, configured by
+    :func:`jaxopt_lbfgs`), anything else ``optax.lbfgs``. Stops after ``max_iter`` iterations or when the
+    gradient norm falls below ``tol``. Returns the best iterate (lowest finite ``loss``; the start if
+    no step improved on it), so the fit never ends worse than it began, and a :class:`FitInfo` whose
+    trace holds ``-(best loss so far) * scale`` (the ELBO when ``loss = -ELBO / scale``): non-decreasing,
+    its entry at ``num_iter`` that of the returned parameters.
     """
-    trace = jnp.full((max_iter + 1,), -loss(params) * scale)
+    value0 = loss(params)
+    trace = jnp.full((max_iter + 1,), -value0 * scale)
 
     if backend == "lbfgs":
-        from ._jaxopt import LBFGS
-
-        solver = LBFGS(fun=loss, maxiter=max_iter, tol=tol)
+        solver = jaxopt_lbfgs(loss, max_iter=max_iter, tol=tol)
         state = solver.init_state(params)
 
         def step(params, state):
@@ -282,19 +309,21 @@ def minimize_lbfgs(loss, params, scale, *, max_iter, tol, backend):
             return params, state, v, optax.tree.norm(g)
 
     def cond(st):
-        it, _, _, _, done = st
+        it, *_, done = st
         return (it < max_iter) & ~done
 
     def body(st):
-        it, params, state, tr, _ = st
+        it, params, state, best, best_value, tr, _ = st
         params, state, value, err = step(params, state)
-        return it + 1, params, state, tr.at[it + 1].set(-value * scale), err <= tol
+        better = value < best_value  # False for NaN
+        best = jax.tree.map(lambda new, old: jnp.where(better, new, old), params, best)
+        best_value = jnp.where(better, value, best_value)
+        return it + 1, params, state, best, best_value, tr.at[it + 1].set(-best_value * scale), err <= tol
 
-    it, params, state, tr, done = lax.while_loop(
-        cond, body, (jnp.asarray(0), params, state, trace, jnp.asarray(False))
-    )
+    init = (jnp.asarray(0), params, state, params, value0, trace, jnp.asarray(False))
+    it, _, _, best, _, tr, done = lax.while_loop(cond, body, init)
     tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    return params, FitInfo(tr, it, done)
+    return best, FitInfo(tr, it, done)
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter", "tol", "backend"))

@@ -12,5 +12,6 @@ with warnings.catch_warnings():
     import jaxopt
 
 LBFGS = jaxopt.LBFGS
+ZoomLineSearch = jaxopt.ZoomLineSearch
 
-__all__ = ["LBFGS"]
+__all__ = ["LBFGS", "ZoomLineSearch"]
