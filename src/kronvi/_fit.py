@@ -33,7 +33,8 @@ class FitInfo(NamedTuple):
 
     Attributes:
       elbo: ``(max_iter + 1,)`` ELBO at the start (index 0) and after each iteration (sweep for
-        ``"cavi"``); entries past ``num_iter`` repeat the final value.
+        ``"cavi"``); entries past ``num_iter`` repeat the final value. For L-BFGS each entry is the
+        best value so far (the fit returns its best iterate), so the trace never decreases.
       num_iter: iterations run.
       converged: whether the stopping criterion was met before ``max_iter``.
     """
