@@ -10,23 +10,16 @@ Usage: python experiments/lb_iters_check.py --folds keggdirected:7,yacht:0 --ite
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import pathlib
-import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import jax  # noqa: E402
+import uci  # noqa: E402  (run as a script, experiments/ is sys.path[0])
 
 import kronvi  # noqa: E402
-
-HERE = pathlib.Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("kronvi_uci_study", HERE / "uci.py")
-uci = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = uci
-_spec.loader.exec_module(uci)
 
 
 def check_fold(dataset, fold, runs, cfg):
