@@ -81,7 +81,7 @@ def timing(r, sample_sizes, lbfgs_iters):
     print(f"bound value only:                  {1e3 * sec:8.2f} ms")
     opt = optax.adam(1e-2)
     state = kronvi.mixture_sgd_init(q, q_n, optimizer=opt)
-    for est in kronvi._mixture.ESTIMATORS:
+    for est in kronvi.mixtures.ESTIMATORS:
         for S in sample_sizes:
             step = jax.jit(
                 lambda k, s, S=S, est=est: kronvi.mixture_sgd_step(
@@ -98,7 +98,7 @@ def timing(r, sample_sizes, lbfgs_iters):
     it = int(out[3].num_iter)
     print(f"fit_mixture_bound (jaxopt L-BFGS): {it} iterations in {sec:.1f} s = {1e3 * sec / it:.1f} ms/it")
     # Where the time goes: bound evaluations per L-BFGS iteration (zoom line search), same objective.
-    from kronvi._fit import jaxopt_lbfgs
+    from kronvi._solvers.lbfgs import jaxopt_lbfgs
 
     def loss(params):
         lw, wl, lc, ln = params
@@ -146,7 +146,7 @@ def quality(r, sgd_runs, lbfgs_iters):
 
         for scale in (0.03, 0.3):
             qs = kronvi.mixture_from_mean_field(jax.random.key(4), q_w, r, noise_scale=scale)
-            for est, S in [(e, 3000) for e in kronvi._mixture.ESTIMATORS] + [("local", 300)]:
+            for est, S in [(e, 3000) for e in kronvi.mixtures.ESTIMATORS] + [("local", 300)]:
                 grad = jax.jit(
                     lambda k, est=est, qs=qs, S=S: jax.grad(
                         lambda lg: kronvi.mixture_elbo_estimate(

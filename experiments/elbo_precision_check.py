@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 from sparsity_gap import DATA, prepare  # noqa: E402  (the same fold setup: standardize, GP, features)
 
 import kronvi  # noqa: E402
-from kronvi._pipeline import DirectConfig, fit_best_start  # noqa: E402
+from kronvi.pipeline import DirectConfig, fit_best_start  # noqa: E402
 
 
 def to64(tree):

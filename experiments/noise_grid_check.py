@@ -11,8 +11,8 @@ import argparse
 
 import jax
 
-from kronvi._data import fold_indices, load_demo
-from kronvi._pipeline import DirectConfig, run_fold
+from kronvi import fold_indices, load_demo
+from kronvi.pipeline import DirectConfig, run_fold
 
 
 def main():

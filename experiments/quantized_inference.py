@@ -39,7 +39,7 @@ import numpy as np
 from jax import lax
 
 import kronvi
-from kronvi._pipeline import DirectConfig, fit_direct
+from kronvi.pipeline import DirectConfig, fit_direct
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASETS = ("yacht", "energy", "concrete", "kin40k", "protein")

@@ -26,7 +26,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import kronvi  # noqa: E402
-from kronvi._regression import noise_moments  # noqa: E402
+from kronvi import noise_moments  # noqa: E402
 
 
 def peak_rss_mb():

@@ -28,7 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import kronvi  # noqa: E402
-from kronvi._regression import noise_moments  # noqa: E402
+from kronvi import noise_moments  # noqa: E402
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"
 REF = pathlib.Path(__file__).resolve().parents[2] / "shared" / "reference" / "direct_table1.csv"

@@ -63,15 +63,15 @@ import optax  # noqa: E402
 from jax import lax  # noqa: E402
 
 import kronvi  # noqa: E402
-from kronvi._families import grid_moments  # noqa: E402
-from kronvi._pipeline import (  # noqa: E402
+from kronvi import grid_moments  # noqa: E402
+from kronvi.pipeline import (  # noqa: E402
     DirectConfig,
     choose_noise_prior,
     fit_best_start,
     inner_fold_stats,
     parse_noise_cv,
 )
-from kronvi._regression import noise_moments  # noqa: E402
+from kronvi import noise_moments  # noqa: E402
 
 METHODS = ("direct-mf", "direct-mix5-sgd", "direct-mix5-lb", "reparam-mf", "gauss-mf-exact")
 DEFAULT_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"
@@ -820,7 +820,7 @@ def parse_args(argv=None):
         help="logit perturbation of the SGD mixture's components around the mean-field fit",
     )  # fmt: skip
     p.add_argument(
-        "--sgd-estimator", default=StudyConfig.sgd_estimator, choices=kronvi._mixture.ESTIMATORS,
+        "--sgd-estimator", default=StudyConfig.sgd_estimator, choices=kronvi.mixtures.ESTIMATORS,
         help="entropy-gradient estimator (kronvi.mixture_elbo_estimate)",
     )  # fmt: skip
     p.add_argument("--lb-iters", type=int, default=StudyConfig.lb_max_iter)

@@ -5,7 +5,7 @@ import pytest
 from conftest import tol
 
 import kronvi
-from kronvi._fit import minimize_lbfgs
+from kronvi._solvers.lbfgs import minimize_lbfgs
 
 
 def _problem(dtype, *, n=200, b=12, seed=0, levels=7):

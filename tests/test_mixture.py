@@ -10,7 +10,7 @@ from jax.test_util import check_grads
 from scipy.special import logsumexp
 
 import kronvi
-from kronvi._mixture import _noise_cavi_logits
+from kronvi.mixtures._core import _noise_cavi_logits
 
 R = 2  # mixture components in the tiny problems (b = 3, m = 3)
 
@@ -308,7 +308,7 @@ def test_mixture_prior_bound_exact_for_one_prior_component():
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("estimator", kronvi._mixture.ESTIMATORS)
+@pytest.mark.parametrize("estimator", kronvi.mixtures.ESTIMATORS)
 @pytest.mark.parametrize("mixture_prior", [False, True])
 def test_estimator_gradient_is_unbiased(mixture_prior, estimator):
     """Averaged over many keys the surrogate's gradient matches the enumerated ELBO gradient.
@@ -347,7 +347,7 @@ def test_estimator_gradient_is_unbiased(mixture_prior, estimator):
         assert np.max(np.std(grads[0], axis=0)) > 1e-3
 
 
-@pytest.mark.parametrize("estimator", kronvi._mixture.ESTIMATORS)
+@pytest.mark.parametrize("estimator", kronvi.mixtures.ESTIMATORS)
 def test_estimator_gradient_in_mixture_prior_parameters_is_unbiased(estimator):
     """The prior's own parameters (a learnable MixturePrior) get the pathwise gradient of the sampled
     log p: averaged over keys it matches the enumerated gradient of E_q[log p]."""
@@ -380,7 +380,7 @@ def test_estimator_gradient_in_mixture_prior_parameters_is_unbiased(estimator):
             assert np.max(np.abs(e)) > 1e-2
 
 
-@pytest.mark.parametrize("estimator", kronvi._mixture.ESTIMATORS)
+@pytest.mark.parametrize("estimator", kronvi.mixtures.ESTIMATORS)
 def test_unbiased_value_matches_exact_elbo(estimator):
     with jax.enable_x64(True):
         p = _problem(8, num_prior_components=2)
@@ -418,7 +418,7 @@ def test_unbiased_in_chunks_is_the_mean_of_the_chunk_estimates():
         exact = _ref_elbo(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"])
         assert 0 < float(se) and abs(float(est) - exact) < 5 * float(se)
         # One compiled program for repeated calls with new values (a study calls it thousands of times).
-        from kronvi._mixture import _unbiased_in_chunks
+        from kronvi.mixtures._core import _unbiased_in_chunks
 
         before = _unbiased_in_chunks._cache_size()
         for shift in (0.1, 0.2, 0.3):
@@ -499,7 +499,7 @@ def test_score_only_gradient_has_lower_variance_near_the_mean_field():
 def test_local_scores_match_enumeration_over_each_site(mixture_prior):
     """For one draw x of component k, the local score of factor j is sum_l q_kj(l) f(x_-j, l) (e_l - q_kj)
     with f = log q_k - log q (+ log p): every single-site change of x evaluated by brute force."""
-    from kronvi._mixture import _local_scores
+    from kronvi.mixtures._core import _local_scores
 
     with jax.enable_x64(True):
         p = _problem(14, b=4, m=3, r=3, num_prior_components=2)
@@ -535,7 +535,7 @@ def test_local_scores_float32_survive_peaked_and_separated_components():
     float32 probabilities. At draws from each component the scores match float64; at arbitrary
     configurations (which another component may explain e^100 times better: probability below e^-87 for a
     real draw) they stay finite."""
-    from kronvi._mixture import _local_scores, _sample_per_component
+    from kronvi.mixtures._core import _local_scores, _sample_per_component
 
     with jax.enable_x64(True):
         rng = np.random.default_rng(3)

@@ -11,7 +11,7 @@ import pytest
 from conftest import tol
 
 import kronvi
-from kronvi._pipeline import DirectConfig, fit_direct, noise_prior_for_span
+from kronvi.pipeline import DirectConfig, fit_direct, noise_prior_for_span
 
 
 def _problem(dtype, *, n=300, b=10, seed=0, noise=0.1):
@@ -215,7 +215,7 @@ def test_command_line_reports_the_chosen_noise_grid(tmp_path):
 
 
 def test_inner_fold_stats_sum_to_all_rows_and_need_enough_rows():
-    from kronvi._pipeline import inner_fold_stats
+    from kronvi.pipeline import inner_fold_stats
 
     rng = np.random.default_rng(3)
     X, y = jnp.asarray(rng.normal(size=(23, 2)), jnp.float32), jnp.asarray(rng.normal(size=23), jnp.float32)

@@ -87,7 +87,7 @@ def test_gaussian_start_factor_is_restricted_gaussian_for_a_gaussian_prior():
 def test_fit_from_gaussian_start_and_best_of_starts():
     # init="gaussian" is the same as passing gaussian_start's result, and the pipeline keeps the start with
     # the highest final ELBO (neither start wins everywhere: experiments/results/rmse_gap.md).
-    from kronvi._pipeline import DirectConfig, fit_best_start
+    from kronvi.pipeline import DirectConfig, fit_best_start
 
     Phi, y = _problem(np.float32, n=3000, b=40, seed=2)
     stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
@@ -120,7 +120,7 @@ def test_gaussian_start_checks_its_arguments():
 
 
 def test_best_start_skips_a_non_finite_fit_loudly(monkeypatch):
-    import kronvi._pipeline as pipeline
+    import kronvi.pipeline as pipeline
 
     Phi, y = _problem(np.float32, n=200, b=8, seed=4)
     stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))

@@ -14,8 +14,8 @@ import time
 import jax
 import numpy as np
 
-from ._data import fold_indices, load_csv, load_demo, load_uci
-from ._pipeline import DirectConfig, parse_noise_cv, run_fold, summarize
+from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
+from .pipeline import DirectConfig, parse_noise_cv, run_fold, summarize
 
 
 def _progress(done: int, total: int, start: float, note: str = "", stream=sys.stderr):

@@ -46,9 +46,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._checks import as_float_array, check_finite, check_ndim, is_concrete
-from ._families import MeanField
-from ._grids import DiscretePrior
+from .._base.checks import as_float_array, check_finite, check_ndim, is_concrete
+from .._model.families import MeanField
+from .._model.grids import DiscretePrior
+from ..mixtures._core import Mixture, sample_mixture
 
 BITS = (1, 2, 4, 8)
 
@@ -85,19 +86,9 @@ def _categorical(key, logits, num_samples):
     return jnp.sum(u[..., None] >= cdf, axis=-1, dtype=jnp.int32)
 
 
-def _register_mixture():
-    """Supports :class:`kronvi.Mixture` (component first, then codes) when the mixture module is present."""
-    try:
-        from ._mixture import Mixture, sample_mixture
-    except ImportError:  # pragma: no cover - the mixture family is optional
-        return
-
-    @_sample.register(Mixture)
-    def _sample_mixture(q, key, num_samples: int):
-        return sample_mixture(key, q, num_samples)
-
-
-_register_mixture()
+@_sample.register(Mixture)
+def _sample_mixture(q, key, num_samples: int):
+    return sample_mixture(key, q, num_samples)
 
 
 def sample_codes(key, q, num_samples: int):
@@ -153,13 +144,13 @@ def _check_count(n, name: str) -> int:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _check_bits(bits) -> int:
+def check_bits(bits) -> int:
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or int(bits) not in BITS:
         raise ValueError(f"`bits` must be one of {BITS}, got {bits!r}")
     return int(bits)
 
 
-def _packed_width(num_weights: int, bits: int) -> int:
+def packed_width(num_weights: int, bits: int) -> int:
     """Bytes per packed sample: ``ceil(num_weights * bits / 8)``."""
     return -(-int(num_weights) * int(bits) // 8)
 
@@ -189,7 +180,7 @@ def pack_codes(codes, *, bits: int = 4):
       >>> kronvi.unpack_codes(kronvi.pack_codes(jnp.array([[1, 2, 15]])), 3).tolist()
       [[1, 2, 15]]
     """
-    bits = _check_bits(bits)
+    bits = check_bits(bits)
     codes = _host_or_traced(codes)
     if not jnp.issubdtype(codes.dtype, jnp.integer):
         raise TypeError(f"`codes` must be an integer array, got dtype {codes.dtype}")
@@ -216,7 +207,7 @@ def _host_or_traced(x):
 def _pack(codes, bits, xp):
     per = 8 // bits
     b = codes.shape[-1]
-    width = _packed_width(b, bits)
+    width = packed_width(b, bits)
     c = codes.astype(xp.uint8)
     pad = width * per - b
     if pad:
@@ -246,10 +237,10 @@ def unpack_codes(packed, num_weights: int, *, bits: int = 4):
       >>> kronvi.unpack_codes(jnp.array([[0b11100100]], jnp.uint8), 4, bits=2).tolist()
       [[0, 1, 2, 3]]
     """
-    bits = _check_bits(bits)
+    bits = check_bits(bits)
     num_weights = _check_count(num_weights, "num_weights")
     packed = _check_packed(packed)
-    width = _packed_width(num_weights, bits)
+    width = packed_width(num_weights, bits)
     if packed.shape[-1] != width:
         raise ValueError(
             f"`packed` has {packed.shape[-1]} bytes per row but {num_weights} codes of {bits} bits need "
@@ -285,12 +276,12 @@ _unpack_jit = jax.jit(functools.partial(_unpack, xp=jnp), static_argnums=(1, 2))
 def _resolve_bits(packed, num_weights: int, num_levels: int, bits):
     """``bits`` if given, else the unique width in BITS that holds ``num_levels`` and matches ``packed``."""
     if bits is not None:
-        bits = _check_bits(bits)
+        bits = check_bits(bits)
         if 2**bits < num_levels:
             raise ValueError(f"`bits`={bits} cannot hold the {num_levels} grid levels of `prior_w`")
         return bits
     width = packed.shape[-1]
-    fits = [bb for bb in BITS if 2**bb >= num_levels and _packed_width(num_weights, bb) == width]
+    fits = [bb for bb in BITS if 2**bb >= num_levels and packed_width(num_weights, bb) == width]
     if len(fits) == 1:
         return fits[0]
     if not fits:

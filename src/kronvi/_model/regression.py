@@ -24,13 +24,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._checks import as_float_array, check_finite, check_ndim, is_concrete
-from ._families import MeanField, check_family, grid_moments
-from ._grids import DiscretePrior, check_noise_prior, check_weight_prior
-from ._kron import expected_quadratic, kron_sum_expectation
-from ._stats import RegressionStats
+from .._base.checks import as_float_array, check_finite, check_ndim, is_concrete
+from .._base.kron import expected_quadratic, kron_sum_expectation
+from .._stats.regression import RegressionStats
+from .families import MeanField, check_family, grid_moments
+from .grids import DiscretePrior, check_noise_prior, check_weight_prior
 
-_LOG_2PI = math.log(2.0 * math.pi)
+LOG_2PI = math.log(2.0 * math.pi)
 
 
 def check_regression_args(q_w, q_noise, prior_w, prior_noise, stats=None):
@@ -77,9 +77,9 @@ def expected_rss(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionStats)
     )
 
 
-def _elbo_terms(q_w, q_noise, prior_w, prior_noise, stats):
+def elbo_terms(q_w, q_noise, prior_w, prior_noise, stats):
     e_inv, e_log, _ = noise_moments(q_noise, prior_noise)
-    ell = -0.5 * stats.n * (_LOG_2PI + e_log) - 0.5 * e_inv * expected_rss(q_w, prior_w, stats)
+    ell = -0.5 * stats.n * (LOG_2PI + e_log) - 0.5 * e_inv * expected_rss(q_w, prior_w, stats)
     # E_q[log p] and E_q[log q]: inner products of Kronecker sums with Kronecker products (Prop. 3).
     qw, qn = q_w.probs, q_noise.probs
     log_prior = kron_sum_expectation(prior_w.log_probs, qw) + kron_sum_expectation(prior_noise.log_probs, qn)
@@ -118,11 +118,11 @@ def regression_elbo(q_w, q_noise, prior_w, prior_noise, stats):
       True
     """
     check_regression_args(q_w, q_noise, prior_w, prior_noise, stats)
-    ell, log_prior, log_q = _elbo_terms(q_w, q_noise, prior_w, prior_noise, stats)
+    ell, log_prior, log_q = elbo_terms(q_w, q_noise, prior_w, prior_noise, stats)
     return ell + log_prior - log_q
 
 
-def _check_phi_new(Phi_new, prior_w):
+def check_phi_new(Phi_new, prior_w):
     Phi_new = as_float_array(Phi_new, "Phi_new")
     check_ndim(Phi_new, 2, "Phi_new", "(num_points, num_features)")
     if Phi_new.shape[1] != prior_w.values.shape[-2]:
@@ -147,7 +147,7 @@ def predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_new):
       ``(mean, variance)``, each ``(num_points,)``.
     """
     check_regression_args(q_w, q_noise, prior_w, prior_noise)
-    Phi_new = _check_phi_new(Phi_new, prior_w)
+    Phi_new = check_phi_new(Phi_new, prior_w)
     mean, var = grid_moments(q_w.probs, prior_w.values)
     _, _, e_s = noise_moments(q_noise, prior_noise)
     return Phi_new @ mean, (Phi_new**2) @ var + e_s
@@ -193,7 +193,7 @@ def predictive_log_density(
       ``(log_density, rel_error_bound)``, each ``(num_points,)``.
     """
     check_regression_args(q_w, q_noise, prior_w, prior_noise)
-    Phi_new = _check_phi_new(Phi_new, prior_w)
+    Phi_new = check_phi_new(Phi_new, prior_w)
     y_new = as_float_array(y_new, "y_new")
     check_ndim(y_new, 1, "y_new", "(num_points,)")
     if y_new.shape[0] != Phi_new.shape[0]:
@@ -277,3 +277,22 @@ def _log_density_impl(qw, qn, values, svals, Phi_new, y_new, num_nodes, batch_si
 
     # lax.map over points (vmapped in small batches) keeps memory at O(batch * K * b * m).
     return jax.lax.map(lambda a: one(*a), (Phi_new, y_new), batch_size=batch_size)
+
+def elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats):
+    ell, lp, lq = elbo_terms(
+        MeanField._unchecked(logits_w), MeanField._unchecked(logits_n), prior_w, prior_noise, stats
+    )
+    return ell + lp - lq
+
+
+def noise_update(logits_w, prior_w, prior_noise, stats):
+    rss = expected_rss(MeanField._unchecked(logits_w), prior_w, stats)
+    return noise_optimum_logits(rss, prior_noise, stats.n)
+
+
+def coordinate_optimum(e_inv, mean, g, prior_w, stats):
+    """Optimal logits of every weight given all the others (a Jacobi candidate), ``(b, m)``."""
+    A_diag = jnp.diagonal(stats.PhitPhi)
+    h = stats.Phity - (g - A_diag * mean)
+    V = prior_w.values
+    return prior_w.log_probs + e_inv * (V * h[:, None] - 0.5 * A_diag[:, None] * V * V)

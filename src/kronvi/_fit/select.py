@@ -19,11 +19,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._families import MeanField, grid_moments
-from ._fit import fit_regression
-from ._grids import DiscretePrior
-from ._regression import noise_moments
-from ._stats import RegressionStats
+from .._model.families import MeanField, grid_moments
+from .._model.grids import DiscretePrior
+from .._model.regression import noise_moments
+from .._stats.regression import RegressionStats
+from .regression import fit_regression
 
 CRITERIA = ("log_density", "sq_error")
 

@@ -7,6 +7,8 @@ must not go through validation, so :func:`validated_pytree` registers an unflatt
 
 from __future__ import annotations
 
+import functools
+
 import jax
 
 
@@ -53,3 +55,14 @@ def validated_pytree(cls):
     cls._replace = replace
     jax.tree_util.register_pytree_node(cls, flatten, unflatten)
     return cls
+
+
+def as_traced_callable(fn):
+    """A pytree callable whose array arguments are traced, so one compile serves every fold."""
+    if isinstance(fn, jax.tree_util.Partial):
+        return fn
+    if isinstance(fn, functools.partial):
+        return jax.tree_util.Partial(fn.func, *fn.args, **fn.keywords)
+    if not callable(fn):
+        raise TypeError(f"`feature_map` must be callable, got {type(fn).__name__}")
+    return jax.tree_util.Partial(fn)

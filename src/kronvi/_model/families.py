@@ -9,8 +9,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ._checks import as_float_array, check_finite, check_ndim
-from ._pytree import validated_pytree
+from .._base.checks import as_float_array, check_finite, check_ndim
+from .._base.pytree import validated_pytree
 
 
 @validated_pytree

@@ -26,16 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._families import MeanField
-from ._grids import DiscretePrior, check_noise_prior
-from ._quantize import BITS, _check_bits, _packed_width, unpack_codes
-
-try:  # the mixture family is optional
-    from ._mixture import Mixture
-
-    _MIXTURES: tuple = (Mixture,)
-except ImportError:  # pragma: no cover
-    _MIXTURES = ()
+from .._model.families import MeanField
+from .._model.grids import DiscretePrior, check_noise_prior
+from ..mixtures._core import Mixture
+from ._codes import BITS, check_bits, packed_width, unpack_codes
 
 FORMAT = "kronvi"
 KIND = "DirectModel"
@@ -95,7 +89,7 @@ def check_model(model) -> None:
     if prior_noise.values.ndim != 2:
         raise ValueError(f"`model.prior_noise` must have shape (1, m_sigma), got {prior_noise.values.shape}")
     logits = getattr(q_w, "logits", None)
-    mixture = isinstance(q_w, _MIXTURES)
+    mixture = isinstance(q_w, Mixture)
     if not (isinstance(q_w, MeanField) or mixture):
         raise TypeError(f"`model.q_w` must be a MeanField or Mixture, got {type(q_w).__name__}")
     want = logits.shape[:1] + (b, m) if mixture else (b, m)
@@ -115,7 +109,7 @@ def check_model(model) -> None:
         raise ValueError(f"`model.y_offset` must be a finite real scalar, got {model.y_offset!r}")
     if model.packed_codes is not None:
         try:
-            bits = _check_bits(model.bits)
+            bits = check_bits(model.bits)
         except ValueError:
             raise ValueError(f"`model.bits` must be one of {BITS}, got {model.bits!r}") from None
         if 2**bits < m:
@@ -126,7 +120,7 @@ def check_model(model) -> None:
                 "`model.packed_codes` must be a 2-D uint8 array (num_samples, num_bytes), got "
                 f"{getattr(packed, 'dtype', type(packed).__name__)} of shape {np.shape(packed)}"
             )
-        width = _packed_width(b, bits)
+        width = packed_width(b, bits)
         if packed.shape[1] != width:
             raise ValueError(
                 f"`model.packed_codes` has {packed.shape[1]} bytes per sample but {b} weights at {bits} bits "
@@ -150,7 +144,15 @@ def _is_kronvi_pytree(x) -> bool:
     return cls.__module__.startswith("kronvi.") and isinstance(getattr(cls, "_fields", None), tuple)
 
 
+# Where each public data class is exported; files name classes by these paths, so that moving a class
+# between private modules never breaks a saved file.
+_PUBLIC_MODULES = ("kronvi", "kronvi.mixtures", "kronvi.gaussian", "kronvi.quantize", "kronvi.pipeline")
+
+
 def _class_name(cls) -> str:
+    for name in _PUBLIC_MODULES:
+        if getattr(importlib.import_module(name), cls.__name__, None) is cls:
+            return f"{name}:{cls.__qualname__}"
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
@@ -193,6 +195,10 @@ def _resolve_class(name: str, path: str):
     if not (module == "kronvi" or module.startswith("kronvi.")):
         return None
     try:
+        if module not in _PUBLIC_MODULES and "." not in qualname:
+            # Files written before the public paths (version 1 named private modules, e.g.
+            # ``kronvi._families:MeanField``): find the class among the public exports.
+            module = next((m for m in _PUBLIC_MODULES if hasattr(importlib.import_module(m), qualname)), module)
         obj = importlib.import_module(module)
         for part in qualname.split("."):
             obj = getattr(obj, part)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from ._checks import (
+from .._base.checks import (
     as_float_array,
     check_finite,
     check_nonempty,

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_float_array, check_finite, check_ndim, check_nonempty
+from .._base.checks import as_float_array, check_finite, check_ndim, check_nonempty
 
 # ----------------------------------------------------------------------------------------------------
 # Standardization

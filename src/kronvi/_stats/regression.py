@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._checks import as_float_array, check_finite, check_nonempty, check_xy
+from .._base.checks import as_float_array, check_finite, check_nonempty, check_xy
+from .._base.pytree import as_traced_callable
 
 
 class RegressionStats(NamedTuple):
@@ -124,17 +125,6 @@ def _identity(x):
     return x
 
 
-def _as_traced_callable(fn):
-    """A pytree callable whose array arguments are traced, so one compile serves every fold."""
-    if isinstance(fn, jax.tree_util.Partial):
-        return fn
-    if isinstance(fn, functools.partial):
-        return jax.tree_util.Partial(fn.func, *fn.args, **fn.keywords)
-    if not callable(fn):
-        raise TypeError(f"`feature_map` must be callable, got {type(fn).__name__}")
-    return jax.tree_util.Partial(fn)
-
-
 def _chunked_stats(feature_map, X, y, chunk_size):
     n = X.shape[0]
     if chunk_size is None:
@@ -142,7 +132,7 @@ def _chunked_stats(feature_map, X, y, chunk_size):
     chunk_size = int(chunk_size)
     if chunk_size < 1:
         raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
-    return _chunked_stats_jit(_as_traced_callable(feature_map), X, y, chunk_size)
+    return _chunked_stats_jit(as_traced_callable(feature_map), X, y, chunk_size)
 
 
 @functools.partial(jax.jit, static_argnums=(3,))

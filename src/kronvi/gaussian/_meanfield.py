@@ -33,7 +33,6 @@ References:
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import jax
@@ -41,11 +40,11 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from ._checks import as_float_array, check_finite, check_ndim, check_positive, check_xy, is_concrete
-from ._fit import FitInfo
-from ._stats import RegressionStats, _as_traced_callable
-
-_LOG_2PI = math.log(2.0 * math.pi)
+from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, check_xy, is_concrete
+from .._base.pytree import as_traced_callable
+from .._model.regression import LOG_2PI
+from .._solvers.lbfgs import FitInfo
+from .._stats.regression import RegressionStats
 
 
 class GaussianMeanField(NamedTuple):
@@ -181,7 +180,7 @@ def _expected_rss(mean, log_std, stats):
 
 
 def _elbo(mean, log_std, noise_variance, stats, prior_scale):
-    ell = -0.5 * stats.n * (_LOG_2PI + jnp.log(noise_variance))
+    ell = -0.5 * stats.n * (LOG_2PI + jnp.log(noise_variance))
     ell = ell - 0.5 * _expected_rss(mean, log_std, stats) / noise_variance
     return ell - _kl(mean, log_std, prior_scale)
 
@@ -291,7 +290,7 @@ def fit_gaussian_mf(
     else:
         lo, hi = bounds
         s0 = jnp.clip(s0, lo, hi)
-    return _fit_exact(
+    return fit_exact(
         stats, scale, s0, lo, hi, learn_noise=bool(learn_noise), max_iter=max_iter, tol=float(tol)
     )
 
@@ -329,7 +328,7 @@ def _optimal_q(stats, scale, noise_variance):
 
 
 @functools.partial(jax.jit, static_argnames=("learn_noise", "max_iter", "tol"))
-def _fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
+def fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
     dtype = stats.PhitPhi.dtype
     b = stats.PhitPhi.shape[-1]
     mean0 = jnp.zeros((b,), dtype)
@@ -433,7 +432,7 @@ def _minibatch_elbo(key, params, Phi_b, y_b, n, scale, bounds, num_samples, lear
     W = mean[None] + jnp.exp(log_std)[None] * eps  # (S, b)
     resid = y_b[:, None] - Phi_b @ W.T  # (B, S)
     B = y_b.shape[0]
-    ll = -0.5 * B * (_LOG_2PI + jnp.log(s2)) - 0.5 * jnp.mean(jnp.sum(resid**2, axis=0)) / s2
+    ll = -0.5 * B * (LOG_2PI + jnp.log(s2)) - 0.5 * jnp.mean(jnp.sum(resid**2, axis=0)) / s2
     return (n / B) * ll - _kl(mean, log_std, scale)
 
 
@@ -580,7 +579,7 @@ def fit_gaussian_reparam(
             raise ValueError(f"`X` has {X.shape[1]} columns (features) but `init[0]` has {b} weights")
         fmap = jax.tree_util.Partial(_identity)
     else:
-        fmap = _as_traced_callable(feature_map)
+        fmap = as_traced_callable(feature_map)
     _check_optimizer(optimizer)
     scale = _check_scale(prior_scale, b, dtype)
     bounds = _check_bounds(noise_bounds, dtype)

@@ -15,14 +15,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._data import fit_standardizer, standardize
-from ._features import RandomFourierFeatures, rff_features, rff_init
-from ._fit import fit_regression
-from ._gp import GPHyperparameters, fit_gp_hyperparameters
-from ._grids import gaussian_prior, noise_prior
-from ._regression import expected_sparsity, noise_moments, predict_regression, predictive_log_density
-from ._select import CRITERIA, select_prior
-from ._stats import kfold_stats_from_inputs, regression_stats_from_inputs
+from ._fit.regression import fit_regression
+from ._fit.select import CRITERIA, select_prior
+from ._inputs.data import fit_standardizer, standardize
+from ._inputs.features import RandomFourierFeatures, rff_features, rff_init
+from ._inputs.gp import GPHyperparameters, fit_gp_hyperparameters
+from ._model.grids import gaussian_prior, noise_prior
+from ._model.regression import expected_sparsity, noise_moments, predict_regression, predictive_log_density
+from ._stats.regression import kfold_stats_from_inputs, regression_stats_from_inputs
 
 
 class DirectConfig(NamedTuple):

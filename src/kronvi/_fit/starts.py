@@ -14,10 +14,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._families import MeanField, grid_moments
-from ._fit import _coordinate_optimum, _noise_update
-from ._gaussian_vi import _fit_exact
-from ._regression import check_regression_args
+from .._model.families import MeanField, grid_moments
+from .._model.regression import check_regression_args, coordinate_optimum, noise_update
+from ..gaussian._meanfield import fit_exact
 
 
 @functools.partial(jax.jit, static_argnames="max_iter")
@@ -26,13 +25,13 @@ def _gaussian_start(prior_w, prior_noise, stats, max_iter):
     scale = jnp.sqrt(prior_var)
     s = prior_noise.values[0]
     s0 = jnp.sum(jnp.exp(prior_noise.log_probs[0]) * s)
-    q, s2, _ = _fit_exact(
+    q, s2, _ = fit_exact(
         stats, scale, s0, jnp.min(s), jnp.max(s), learn_noise=True, max_iter=max_iter, tol=1e-7
     )
     # Each factor's optimum given every other weight at its Gaussian mean (one Jacobi CAVI step).
-    logits_w = _coordinate_optimum(1.0 / s2, q.mean, stats.PhitPhi @ q.mean, prior_w, stats)
+    logits_w = coordinate_optimum(1.0 / s2, q.mean, stats.PhitPhi @ q.mean, prior_w, stats)
     logits_w = jax.nn.log_softmax(logits_w, axis=-1)
-    logits_n = jax.nn.log_softmax(_noise_update(logits_w, prior_w, prior_noise, stats), axis=-1)
+    logits_n = jax.nn.log_softmax(noise_update(logits_w, prior_w, prior_noise, stats), axis=-1)
     return logits_w, logits_n
 
 

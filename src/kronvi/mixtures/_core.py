@@ -38,14 +38,14 @@ import numpy as np
 import optax
 from jax import lax
 
-from ._checks import as_float_array, check_finite, check_ndim, is_concrete
-from ._families import MeanField, check_family, entropy, grid_moments
-from ._fit import minimize_lbfgs
-from ._grids import DiscretePrior, check_noise_prior
-from ._kron import kron_log_inner_from_logs
-from ._pytree import validated_pytree
-from ._regression import _LOG_2PI, _check_phi_new, expected_rss, noise_moments, noise_optimum_logits
-from ._stats import RegressionStats
+from .._base.checks import as_float_array, check_finite, check_ndim, is_concrete
+from .._base.kron import kron_log_inner_from_logs
+from .._base.pytree import validated_pytree
+from .._model.families import MeanField, check_family, entropy, grid_moments
+from .._model.grids import DiscretePrior, check_noise_prior
+from .._model.regression import LOG_2PI, check_phi_new, expected_rss, noise_moments, noise_optimum_logits
+from .._solvers.lbfgs import minimize_lbfgs
+from .._stats.regression import RegressionStats
 
 NOISE_UPDATES = ("cavi", "gradient")
 BOUND_METHODS = ("lbfgs", "optax-lbfgs")
@@ -308,7 +308,7 @@ def _expected_rss(q, prior_w, stats):
 @jax.jit
 def _expected_loglik(q, q_noise, prior_w, prior_noise, stats):
     e_inv, e_log, _ = noise_moments(q_noise, prior_noise)
-    return -0.5 * stats.n * (_LOG_2PI + e_log) - 0.5 * e_inv * _expected_rss(q, prior_w, stats)
+    return -0.5 * stats.n * (LOG_2PI + e_log) - 0.5 * e_inv * _expected_rss(q, prior_w, stats)
 
 
 def _prior_bound(log_probs, log_weights, prior):
@@ -991,7 +991,7 @@ def predict_mixture(q, q_noise, prior_w, prior_noise, Phi_new):
       [0.0, 2.0]
     """
     _check_args(q, q_noise, prior_w, prior_noise)
-    Phi_new = _check_phi_new(Phi_new, prior_w)
+    Phi_new = check_phi_new(Phi_new, prior_w)
     return _predict(q, q_noise, prior_w.values, prior_noise, Phi_new)
 
 

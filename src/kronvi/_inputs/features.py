@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ._checks import as_float_array, check_finite, check_ndim, check_positive
+from .._base.checks import as_float_array, check_finite, check_ndim, check_positive
 
 
 class RandomFourierFeatures(NamedTuple):

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._checks import as_float_array, check_finite, check_ndim, check_positive, is_concrete
-from ._pytree import validated_pytree
+from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, is_concrete
+from .._base.pytree import validated_pytree
 
 
 @validated_pytree
