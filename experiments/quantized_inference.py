@@ -24,7 +24,6 @@ Writes ``experiments/results/quantized_inference.{json,md,png}``. Run from the r
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -39,7 +38,7 @@ import numpy as np
 from jax import lax
 
 import kronvi
-from kronvi.pipeline import DirectConfig, fit_direct
+from kronvi.pipeline import DirectConfig, fit_direct, fold_features
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASETS = ("yacht", "energy", "concrete", "kin40k", "protein")
@@ -55,13 +54,10 @@ def log(msg):
 
 
 def load_fold(data_dir: Path, name: str, fold: int):
-    """Train/test split ``fold`` of ``<data_dir>/<name>`` (format: /work/shared/data/README.md)."""
-    with gzip.open(data_dir / name / "data.csv.gz", "rt") as f:
-        data = np.loadtxt(f, delimiter=",", ndmin=2)
-    with gzip.open(data_dir / name / "test_mask.csv.gz", "rt") as f:
-        mask = np.loadtxt(f, delimiter=",", ndmin=2).astype(bool)
-    test = mask[:, fold]
-    X, y = data[:, :-1], data[:, -1]
+    """Train/test split ``fold`` of ``<data_dir>/<name>`` (``kronvi.load_uci``): ``(X_train, y_train, X_test,
+    y_test)``."""
+    X, y, mask = kronvi.load_uci(data_dir / name)
+    test = kronvi.fold_indices(mask) == fold
     return X[~test], y[~test], X[test], y[test]
 
 
@@ -79,28 +75,6 @@ def paper_reference(path: Path, name: str):
                     "sparsity": float(row["direct_mf_sparsity_pct"]) / 100,
                 }
     return None
-
-
-def standardizer(X):
-    mean, scale = X.mean(0), X.std(0)
-    scale = np.where(scale > 1e-12 * np.maximum(1.0, np.abs(mean)), scale, 1.0)  # constant columns
-    return {"x_mean": mean, "x_scale": scale}
-
-
-def rff_params(key, d: int, num_features: int, lengthscale: float):
-    """Frequencies ``(d, b/2)`` of a unit-variance squared-exponential random Fourier feature map."""
-    if hasattr(kronvi, "rff_init"):
-        return kronvi.rff_init(key, jnp.full((d,), lengthscale, jnp.float32), num_features // 2)
-    return {"frequencies": jax.random.normal(key, (d, num_features // 2)) / lengthscale}
-
-
-def featurize(params, std, X):
-    Z = jnp.asarray((X - std["x_mean"]) / std["x_scale"], jnp.float32)
-    if hasattr(kronvi, "rff_features") and not isinstance(params, dict):
-        return kronvi.rff_features(params, Z)
-    W = params["frequencies"]
-    proj = Z @ W
-    return jnp.concatenate([jnp.cos(proj), jnp.sin(proj)], axis=1) / np.sqrt(W.shape[1])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -219,7 +193,7 @@ def run_dataset(name, args):
     std, params = fitted.standardizer, fitted.features
     y_offset = float(fitted.y_offset)
     prior_w, prior_noise, q_w, q_noise = fitted.prior_w, fitted.prior_noise, fitted.q_w, fitted.q_noise
-    Phi_te = kronvi.rff_features(params, kronvi.standardize(std, jnp.asarray(Xte, jnp.float32)))
+    Phi_te = fold_features(fitted, Xte)
     t_stats, t_fit = timings["stats_seconds"], timings["fit_seconds"]
     info = fit_info["fit"]
     log(f"   n_train={n} n_test={len(yte)} d={d} b={b}")
@@ -363,7 +337,7 @@ def run_dataset(name, args):
     )
     log(f"   saved model {size / 1e3:.0f} kB, reload predicts identically: {same}")
 
-    return {
+    return Phi_te, {
         "dataset": name,
         "n_train": int(n),
         "n_test": int(len(yte)),
@@ -765,9 +739,9 @@ def plot(results, sweep_sparsity, path):
     fig.savefig(path, dpi=120)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", default=str(ROOT / ".." / "shared" / "data" / "uci"))
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "uci"))
     parser.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS))
     parser.add_argument("--fold", type=int, default=0)
     parser.add_argument("--num-features", type=int, default=2000)
@@ -783,20 +757,19 @@ def main():
     parser.add_argument(
         "--reference", default=str(ROOT / ".." / "shared" / "reference" / "direct_table1.csv")
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     t_start = time.perf_counter()
     log(f"devices {jax.devices()}, {os.cpu_count()} CPUs, load average {os.getloadavg()}")
-    results = [run_dataset(name, args) for name in args.datasets]
+    features, results = {}, []
+    for name in args.datasets:
+        features[name], res = run_dataset(name, args)
+        results.append(res)
     sweep_sparsity = []
     if args.sweep_sparsity:
         name = max(results, key=lambda r: r["n_test"])["dataset"]
         log(f"== synthetic sparsity sweep on the {name} test features")
-        Xtr, _, Xte, _ = load_fold(Path(args.data_dir), name, args.fold)
-        params = rff_params(
-            jax.random.key(args.seed), Xtr.shape[1], args.num_features, float(np.sqrt(Xtr.shape[1]))
-        )
-        Phi = featurize(params, standardizer(Xtr), Xte)
+        Phi = features[name]  # the fitted model's test features
         sweep_sparsity = {
             "dataset": name,
             "N": int(Phi.shape[0]),

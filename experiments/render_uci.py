@@ -1,8 +1,10 @@
 """Renders the UCI study JSON (experiments/uci.py) next to the DIRECT paper's Table 1 and Table 2.
 
+Reads only what ``experiments/uci.py`` writes: its JSON and, for total times, its --log.
+
 Usage:
   python experiments/render_uci.py --json experiments/results/uci.json \
-      [--shared experiments/results/uci_shared.json] --out experiments/results/uci_table.md \
+      --log experiments/results/uci_run.log --out experiments/results/uci_table.md \
       --plot experiments/results/uci_rmse.png
 
 Ratio columns are ours / paper (below 1: ours is better for RMSE, faster for time). The paper's times are
@@ -23,7 +25,9 @@ import numpy as np
 
 REF = pathlib.Path(__file__).resolve().parents[2] / "shared" / "reference"
 METHOD_LABELS = {
-    "direct-mf": "DIRECT mean field",
+    "direct-mf": "DIRECT mean field (default recipe, eigenbasis)",
+    "exact-blr": "Exact Bayesian linear regression",
+    "direct-mf-sparse": "DIRECT mean field (the paper's sparse 4-bit recipe)",
     "direct-mix5-sgd": "DIRECT 5-mixture SGD",
     "direct-mix5-lb": "DIRECT 5-mixture bound",
     "reparam-mf": "REPARAM",
@@ -70,13 +74,41 @@ def paper_cell(row, prefix):
     return f"{fmt(num(row[f'{prefix}_rmse']))} ± {fmt(num(row[f'{prefix}_rmse_sd']), 2)}"
 
 
+def study_setting(rec, key, default):
+    """A study-only setting of a record: from its ``settings`` (records since 2026-11-22), else from the
+    ``config`` of records made before, else ``default``."""
+    if "settings" in rec:
+        return rec["settings"]["study"].get(key, default)
+    return rec.get("config", {}).get(key, default)
+
+
+def provenance(records):
+    """Lines on the records' settings: how many predate the ``settings`` field (made by the study before
+    2026-11-22: their NLPD came from the study's own copy of the tilted predictive density, not
+    ``kronvi.predictive_log_density``), and whether the rest share one setting."""
+    old = [r for r in records if "settings" not in r]
+    new = [r for r in records if "settings" in r]
+    out = []
+    if old:
+        out.append(
+            f"- {len(old)} of {len(records)} records predate per-record settings (made by `uci.py` before "
+            "2026-11-22, partly by reruns merged into this JSON; their NLPD came from the study's own copy of "
+            "the tilted predictive density, not `kronvi.predictive_log_density`). A rerun of the one study "
+            "command replaces them."
+        )
+    distinct = {json.dumps(r["settings"], sort_keys=True) for r in new}
+    if len(distinct) > 1:
+        out.append(f"- Warning: the records carry {len(distinct)} different settings.")
+    return out
+
+
 def sgd_setting(records):
     """The SGD records' draws per step, entropy-gradient estimator and evaluation draws, as text (records
     written before those were recorded: 300 draws, the gradient now called ``stratified-pathwise``, 3000)."""
     seen = sorted(
         {
             (
-                r.get("config", {}).get("sgd_samples", 300),
+                study_setting(r, "sgd_samples", 300),
                 f.get("estimator", "stratified-pathwise"),
                 f.get("eval_samples", 3000),
             )
@@ -94,9 +126,9 @@ def lb_setting(records):
     seen = sorted(
         {
             (
-                r.get("config", {}).get("lb_max_iter", 30),
-                r.get("config", {}).get("lb_tol", 1e-6),
-                r.get("config", {}).get("lb_precision", "float32"),
+                study_setting(r, "lb_max_iter", 30),
+                study_setting(r, "lb_tol", 1e-6),
+                study_setting(r, "lb_precision", "float32"),
             )
             for r in records
             if r["method"] == "direct-mix5-lb"
@@ -131,14 +163,54 @@ def max_nlpd_points(records):
     return max(counts) if counts else "?"
 
 
+def legacy_name(rec):
+    """Records made before the default recipe existed call the paper's recipe ``direct-mf``."""
+    if rec["method"] == "direct-mf" and "default" not in (rec.get("settings") or {}):
+        rec = dict(rec, method="direct-mf-sparse")
+    return rec
+
+
+def default_vs_exact(get, datasets, *, rmse_ratio=1.02, nlpd_gap=0.05):
+    """Markdown lines: the default recipe against exact BLR on the same folds (issue 19's criterion)."""
+    rows, met, total = [], 0, 0
+    for d in datasets:
+        a, e = get(d, "direct-mf"), get(d, "exact-blr")
+        if a is None or e is None:
+            continue
+        total += 1
+        r = a["rmse_mean"] / e["rmse_mean"]
+        g = a["nlpd_mean"] - e["nlpd_mean"]
+        ok = r <= rmse_ratio and g <= nlpd_gap
+        met += ok
+        sparse = get(d, "direct-mf-sparse")
+        sp = f"{fmt(sparse['rmse_mean'])} / {sparse['nlpd_mean']:.3f}" if sparse else "—"
+        rows.append(
+            f"| {d} | {fmt(a['rmse_mean'])} / {a['nlpd_mean']:.3f} | {fmt(e['rmse_mean'])} / {e['nlpd_mean']:.3f} "
+            f"| {r:.3f} | {g:+.3f} | {'yes' if ok else 'no'} | {sp} | {a['fit_seconds']:.2f} |"
+        )
+    if not total:
+        return []
+    return [
+        "## kronvi's default recipe against exact Bayesian linear regression (same folds and features)",
+        "",
+        f"Met (RMSE ≤ {rmse_ratio}× exact-blr and NLPD ≤ exact-blr + {nlpd_gap}): **{met} of {total}** datasets. "
+        "NLPD of exact-blr over every test row (closed form); DIRECT's over the rows the record states.",
+        "",
+        "| dataset | DIRECT default RMSE / NLPD | exact-blr RMSE / NLPD | RMSE ratio | NLPD gap | met | "
+        "paper recipe (sparse) RMSE / NLPD | DIRECT fit s |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--json", default="experiments/results/uci.json")
-    p.add_argument("--shared", default=None, help="optional JSON of a --shared-hyper run to compare")
     p.add_argument("--table1", default=str(REF / "direct_table1.csv"))
     p.add_argument("--table2", default=str(REF / "direct_table2.csv"))
     p.add_argument("--out", default="experiments/results/uci_table.md")
-    p.add_argument("--plot", default="experiments/results/uci_rmse.png")
+    p.add_argument("--plot", default="experiments/results/uci_rmse.png", help="'' for no plot")
     p.add_argument(
         "--log",
         action="append",
@@ -152,7 +224,7 @@ def main(argv=None):
     )
     args = p.parse_args(argv)
 
-    records = json.loads(pathlib.Path(args.json).read_text())
+    records = [legacy_name(r) for r in json.loads(pathlib.Path(args.json).read_text())]
     t1, t2 = read_reference(args.table1), read_reference(args.table2)
     by = {(r["dataset"], r["method"]): r for r in records}
     datasets = []
@@ -167,20 +239,22 @@ def main(argv=None):
     lines = ["# UCI regression study: ours next to the DIRECT paper (Evans & Nair 2018, Tables 1 and 2)", ""]
     lines.append(
         "Produced by `python experiments/uci.py --datasets all --methods all --json "
-        "experiments/results/uci.json` and `python experiments/render_uci.py`. 10 folds per dataset "
+        "experiments/results/uci.json --log experiments/results/uci_run.log` and `python "
+        "experiments/render_uci.py --log experiments/results/uci_run.log`. 10 folds per dataset "
         "(the published `test_mask` splits), per-fold GP hyperparameters and feature maps, b = 2000 "
-        "random Fourier features, 15-level weight grid on ±3 σ_w; the records may come from several runs "
-        "of that command with `--resume` (listed under Headline with their methods). RMSE in the stored target units "
+        "random Fourier features, 15-level weight grid on ±3 σ_w. RMSE in the stored target units "
         "(mean ± sd over folds). Ratio = ours / paper. The paper's numbers are from "
         "`../shared/reference/direct_table1.csv` and `direct_table2.csv`; '—' = not in the paper."
     )
     lines.append("")
 
+    lines += default_vs_exact(get, datasets)
+
     # --- headline
     mf_wins, mf_total, worse = 0, 0, []
     faster, slower = 0, []
     for d in datasets:
-        r, row = get(d, "direct-mf"), t1.get(d)
+        r, row = get(d, "direct-mf-sparse"), t1.get(d)
         if r is None or row is None:
             continue
         mf_total += 1
@@ -194,6 +268,7 @@ def main(argv=None):
             slower.append(d)
     lines.append("## Headline")
     lines.append("")
+    lines += provenance(records)
     lines.append(
         f"- DIRECT mean-field RMSE at or below the paper's on **{mf_wins} of {mf_total}** datasets that "
         f"the paper reports; worse on: {', '.join(worse) if worse else 'none'}."
@@ -228,7 +303,7 @@ def main(argv=None):
         )
     wins = tot = 0
     for d in datasets:
-        a, b = get(d, "direct-mf"), get(d, "gauss-mf-exact")
+        a, b = get(d, "direct-mf-sparse"), get(d, "gauss-mf-exact")
         if a is None or b is None:
             continue
         tot += 1
@@ -273,7 +348,7 @@ def main(argv=None):
         for m, row, prefix in (
             ("reparam-mf", row1, "reparam"),
             ("gauss-mf-exact", None, None),
-            ("direct-mf", row1, "direct_mf"),
+            ("direct-mf-sparse", row1, "direct_mf"),
             ("direct-mix5-sgd", row1, "direct_mix5_sgd"),
             ("direct-mix5-lb", row2, "direct_mix5_lb"),
         ):
@@ -308,7 +383,7 @@ def main(argv=None):
     lines += [head, "|" + "|".join(["---"] * 13) + "|"]
     for d in datasets:
         row1, row2 = t1.get(d, {}), t2.get(d, {})
-        mf = get(d, "direct-mf")
+        mf = get(d, "direct-mf-sparse")
         base = mf or next(r for r in records if r["dataset"] == d)
 
         def sec(m, d=d):
@@ -345,8 +420,9 @@ def main(argv=None):
     lines.append("## Test NLPD (ours; the paper reports none)")
     lines.append("")
     lines.append(
-        "Exact predictive densities: DIRECT posteriors by characteristic-function quadrature with an "
-        "exponential tilt (accurate far in the tails), Gaussian posteriors in closed form; on a fixed "
+        "Exact predictive densities: DIRECT posteriors by `kronvi.predictive_log_density` "
+        "(characteristic-function quadrature with an exponential tilt; records made before 2026-11-22: the "
+        "study's own copy of it), Gaussian posteriors in closed form; on a fixed "
         f"random subset of at most {max_nlpd_points(records)} of each fold's test rows (all of them in smaller "
         "folds; the count is `nlpd_points` in the JSON), the same rows for every method."
     )
@@ -377,7 +453,7 @@ def main(argv=None):
             "components collapsed onto the mean field): ties, / folds. `compared in`: the "
             "precision of these ELBO values (the mean field is fitted in float32; the comparison casts the same "
             "q and statistics to float64, because float32 ELBO values carry rounding errors of up to about a "
-            "nat at n >= 4000, `experiments/results/elbo_precision_check.txt`)."
+            "nat at n >= 4000, `docs/notes/2026-11-22-elbo-precision.md`)."
         )
         lines.append("")
         head = (
@@ -437,34 +513,6 @@ def main(argv=None):
             f"{tl[0]} + {tl[1]} / "
             f"{tl[:3].sum()} | {tl[3]} | |"
         )
-        lines.append("")
-
-    # --- shared-hyper comparison
-    if args.shared and pathlib.Path(args.shared).is_file():
-        shared = {(r["dataset"], r["method"]): r for r in json.loads(pathlib.Path(args.shared).read_text())}
-        lines.append("## `--shared-hyper` (one feature map, one pass for all folds) against per-fold")
-        lines.append("")
-        lines.append(
-            "Shared: standardizer, GP hyperparameters and feature map from fold 0's training rows; every "
-            "fold's training statistics from one pass with `kronvi.kfold_stats` (train = total − fold). "
-            "Slight leak: fold 0's hyperparameters saw rows that are test rows of the other folds. Seconds "
-            "are per fold (the shared GP fit and pass amortized over the 10 folds)."
-        )
-        lines.append("")
-        head = (
-            "| dataset | method | RMSE per-fold | RMSE shared | init s per-fold / shared | stats s per-fold / "
-            "shared | fit s per-fold / shared |"
-        )
-        lines += [head, "|" + "|".join(["---"] * 7) + "|"]
-        for (d, m), r in shared.items():
-            a = get(d, m)
-            if a is None:
-                continue
-            lines.append(
-                f"| {d} | {m} | {rmse_cell(a)} | {rmse_cell(r)} | {fmt(a['init_seconds'], 3)} / "
-                f"{fmt(r['init_seconds'], 3)} | {fmt(a['stats_seconds'], 3)} / {fmt(r['stats_seconds'], 3)} | "
-                f"{fmt(a['fit_seconds'], 3)} / {fmt(r['fit_seconds'], 3)} |"
-            )
         lines.append("")
 
     out = pathlib.Path(args.out)
@@ -537,7 +585,7 @@ def plot(records, datasets, t1, t2, path):
     x = np.arange(len(ds))
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.45 * len(ds) + 2), 8), sharex=True)
     series = (
-        ("direct-mf", t1, "direct_mf", "DIRECT MF", "o"),
+        ("direct-mf-sparse", t1, "direct_mf", "DIRECT MF", "o"),
         ("direct-mix5-sgd", t1, "direct_mix5_sgd", "mix5 SGD", "^"),
         ("direct-mix5-lb", t2, "direct_mix5_lb", "mix5 LB (Table 2)", "v"),
         ("reparam-mf", t1, "reparam", "REPARAM", "s"),
@@ -556,7 +604,7 @@ def plot(records, datasets, t1, t2, path):
     axes[0].legend(fontsize=8, ncol=4)
     axes[0].set_title("UCI study: ratio to the DIRECT paper (below 1 = ours better)")
     paper_t = [num(t1[d]["direct_mf_time_s"]) for d in ds]
-    ours_t = [by[(d, "direct-mf")]["fit_seconds"] if (d, "direct-mf") in by else np.nan for d in ds]
+    ours_t = [by[(d, "direct-mf-sparse")]["fit_seconds"] if (d, "direct-mf-sparse") in by else np.nan for d in ds]
     axes[1].scatter(x, paper_t, marker="x", color="k", label="paper DIRECT MF (time per fold)")
     axes[1].scatter(x, ours_t, marker="o", label="ours DIRECT MF fit (2 cores)")
     lb_t = [by[(d, "direct-mix5-lb")]["fit_seconds"] if (d, "direct-mix5-lb") in by else np.nan for d in ds]

@@ -1,23 +1,31 @@
 """The DIRECT paper's UCI regression study (Evans & Nair 2018, Table 1 and Table 2), reproducible.
 
-For every dataset folder (``data.csv.gz`` + ``test_mask.csv.gz``) and each of its 10 folds: standardize the
-inputs with training-fold statistics, centre y on the training mean, fit the GP hyperparameters (ARD
-lengthscales, signal variance sw^2, noise variance s2) on min(n, 1000) training rows, draw b = 2000 random
-Fourier features (1000 frequencies, cos and sin), compute the sufficient statistics in one chunked pass,
-and fit every requested method:
+For every dataset folder (``data.csv.gz`` + ``test_mask.csv.gz``) and each of its 10 folds, the training rows
+go through ``kronvi.pipeline.prepare_fold`` (standardize the inputs with training-fold statistics, centre y on
+the training mean, GP hyperparameters on min(n, 1000) training rows, b = 2000 random Fourier features, the
+sufficient statistics in one chunked pass, per inner fold for the noise grid's choice), and every requested
+method is fitted on that one preparation (``direct-mf`` and ``exact-blr`` on a second one that reuses its GP
+hyperparameters and features):
 
-  direct-mf        DIRECT mean field: weights on linspace(-3 sw, 3 sw, 15) with a discretized N(0, sw^2)
-                   prior, a uniform prior over 15 log-spaced noise variances in [s2/span, span s2]; exact
-                   CAVI from the prior and from kronvi.gaussian_start, the higher ELBO kept (--direct-fit
-                   lbfgs: the paper's L-BFGS recipe). The span is chosen per fold among --noise-cv (default
-                   10, 3 and 1 = the noise fixed at s2) by inner 5-fold cross-validation on the training rows,
-                   from per-inner-fold statistics of the same pass (kronvi.select_prior: pooled-variance
-                   held-out log density); --noise-cv none is the paper's single grid of span 10. The mixtures
-                   start from this fit and use the same noise grid.
+  direct-mf        DIRECT mean field with kronvi's default recipe (``DirectConfig()``, basis "eigen"): the
+                   weights discretized in the eigenbasis of Phi^T Phi, each on 15 levels spanning +-4 sds of
+                   its exact posterior under N(0, sw^2), the noise on 15 levels spanning 3x around the exact
+                   evidence maximizer; CAVI from kronvi.gaussian_start.
+  exact-blr        exact Bayesian linear regression on the same features, prior N(0, sw^2 I), the noise at
+                   the evidence maximizer (kronvi.blr_posterior, kronvi.blr_evidence_noise); closed-form
+                   NLPD on every test row.
+  direct-mf-sparse DIRECT mean field with the paper's recipe (basis "features"), ``kronvi.pipeline.fit_prepared``:
+                   weights on linspace(-3 sw, 3 sw, 15)
+                   with a discretized N(0, sw^2) prior, a uniform prior over 15 log-spaced noise variances in
+                   [s2/span, span s2]; exact CAVI from the prior and from kronvi.gaussian_start, the higher
+                   ELBO kept (--direct-fit lbfgs: the paper's L-BFGS recipe). The span is chosen per fold among
+                   --noise-cv (default 10, 3 and 1 = the noise fixed at s2) by inner 5-fold cross-validation on
+                   the training rows (kronvi.select_prior: pooled-variance held-out log density); --noise-cv
+                   none is the paper's single grid of span 10. The mixtures start from this fit and use its
+                   noise grid: sparse 4-bit weights.
   direct-mix5-sgd  r = 5 mixture started from the mean-field fit with perturbed components; optax Adam on
-                   the unbiased ELBO gradient (score-function entropy term, each factor's score summed
-                   exactly over its levels: --sgd-estimator local), 300 draws per step (--sgd-samples;
-                   the paper's t = 3000 with --sgd-estimator stratified), 150 steps; fitted in float32.
+                   the unbiased ELBO gradient (--sgd-estimator, default local), 300 draws per step
+                   (--sgd-samples; the paper's t = 3000 with --sgd-estimator stratified), 150 steps; float32.
   direct-mix5-lb   r = 5 mixture, Theorem-3 lower bound maximized by L-BFGS jointly over q and the centre,
                    started from the mean-field fit; 100 iterations, fitted in float64 (--lb-precision).
   reparam-mf       the paper's REPARAM: continuous prior N(0, sw^2), diagonal Gaussian q, reparameterization
@@ -27,17 +35,24 @@ and fit every requested method:
                    (closed-form coordinate ascent).
 
 Both Gaussian baselines learn the noise variance as a point estimate, started at the GP estimate and kept
-inside DIRECT's noise grid range [s2/10, 10 s2], so all methods see the same noise range.
+inside [s2/span, span s2] (span = DirectConfig.noise_span, 10).
 
-Metrics per fold: test RMSE (all test rows, stored target units), test NLPD (exact predictive density: the
-discrete posterior's by characteristic-function quadrature, the Gaussian posteriors' in closed form) on a
-fixed random subset of at most --nlpd-points test rows per fold (the same rows for every method),
-expected sparsity of a posterior sample, and seconds: GP initialization, features + statistics, fit.
+Metrics per fold: test RMSE (all test rows, stored target units), test NLPD on a fixed random subset of at
+most --nlpd-points test rows per fold (the same rows for every method; ``all``: every test row): discrete
+posteriors by ``kronvi.predictive_log_density`` (a mixture: its components' densities weighted by alpha),
+Gaussian posteriors in closed form; expected sparsity; seconds: GP initialization, features + statistics,
+noise-grid choice, fit.
+
+The JSON is the table's only input (``experiments/render_uci.py``). Every record carries ``settings``, the
+configuration that made it; an existing JSON is extended only with --resume, and only by records of the same
+settings (--rerun-mismatched reruns the (dataset, method) pairs whose settings differ), or replaced with
+--overwrite.
 
 Usage:
-  python experiments/uci.py --data-dir ../shared/data/uci --datasets yacht,concrete \
-      --methods direct-mf,reparam-mf,gauss-mf-exact --json out.json
-  python experiments/uci.py --datasets all --methods all --json experiments/results/uci.json --resume
+  python experiments/uci.py --datasets all --methods all --json experiments/results/uci.json \
+      --log experiments/results/uci_run.log
+  python experiments/uci.py --datasets yacht --methods direct-mf --max-folds 2 --num-features 100 \
+      --json /tmp/smoke.json          # a smoke run
 """
 
 from __future__ import annotations
@@ -51,6 +66,7 @@ import os
 import pathlib
 import platform
 import sys
+import tempfile
 import time
 
 # OpenBLAS threads inside XLA's thread pool deadlock on small machines: single-threaded before numpy loads.
@@ -60,46 +76,35 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from jax import lax  # noqa: E402
+from jax.scipy.stats import norm  # noqa: E402
 
 import kronvi  # noqa: E402
-from kronvi import grid_moments  # noqa: E402
 from kronvi.pipeline import (  # noqa: E402
     DirectConfig,
-    choose_noise_prior,
-    fit_best_start,
-    inner_fold_stats,
+    fit_prepared,
+    fold_features,
     parse_noise_cv,
+    prepare_fold,
+    resolve_config,
 )
-from kronvi import noise_moments  # noqa: E402
 
-METHODS = ("direct-mf", "direct-mix5-sgd", "direct-mix5-lb", "reparam-mf", "gauss-mf-exact")
+METHODS = (
+    "direct-mf", "exact-blr", "direct-mf-sparse", "direct-mix5-sgd", "direct-mix5-lb", "reparam-mf",
+    "gauss-mf-exact",
+)  # fmt: skip
 DEFAULT_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"
+EXIT_REFUSED = 2  # the JSON on disk would be replaced or mixed with records of other settings
 
 
 @dataclasses.dataclass(frozen=True)
 class StudyConfig:
-    """Every setting of the study (recorded in the JSON)."""
+    """Every setting of the study: the DIRECT pipeline's (``direct``) and the study's own."""
 
-    num_frequencies: int = 1000  # b = 2000 features
-    levels: int = 15  # 4-bit weight grid
-    width: float = 3.0  # grid spans +-3 prior standard deviations
-    noise_levels: int = 15
-    # noise grid [s2 / span, s2 * span] without noise_cv; also the Gaussian baselines' noise range
-    noise_span: float = 10.0
-    # DIRECT's noise grid chosen per fold among these spans by cv_folds-fold cross-validation (cv_criterion)
-    # on the training rows (kronvi.select_prior); 1 = noise fixed at the GP estimate. (): the paper's single
-    # grid of noise_span.
-    noise_cv: tuple = (10.0, 3.0, 1.0)
-    cv_folds: int = 5
-    cv_criterion: str = "log_density"  # kronvi.select_prior: pooled-variance held-out log density
-    cv_max_iter: int = 10  # CAVI sweeps per inner fit, from kronvi.gaussian_start
-    direct_fit: str = "cavi"
-    direct_max_iter: int = 100
-    direct_starts: tuple = ("prior", "gaussian")  # fit from each, keep the highest ELBO
-    gp_points: int = 1000
-    gp_restarts: int = 4
-    chunk_size: int = 2048
+    # The paper's recipe (direct-mf-sparse; the mixtures start from it): the fold preparation, its features,
+    # noise grid and GP settings, which every method shares.
+    direct: DirectConfig = resolve_config(DirectConfig(basis="features"))
+    # kronvi's default recipe (direct-mf, exact-blr): the same GP hyperparameters and features.
+    default: DirectConfig = resolve_config(DirectConfig())
     # REPARAM (the paper's settings) and its optimizer
     reparam_batch: int = 100
     reparam_samples: int = 10
@@ -123,165 +128,95 @@ class StudyConfig:
     lb_max_iter: int = 100
     lb_tol: float = 0.0  # gradient-norm tolerance on -bound/n: at n ~ 1e4, 1e-6 stops 0.04 nats short
     lb_precision: str = "float64"  # float32 bound values carry ~1 nat of rounding at UCI scale
-    # evaluation
-    nlpd_points: int = 100
-    nlpd_nodes: int = 64
-    nlpd_nodes_max: int = 4096  # quadrupled for points whose truncation bound exceeds the tolerance
-    nlpd_tail_tol: float = 1e-4
+    # evaluation: NLPD on at most this many test rows per fold (None: all of them)
+    nlpd_points: int | None = 100
+    nlpd_tol: float = 1e-4  # points whose density's relative error bound exceeds this are redone ...
+    nlpd_max_nodes: int = 4096  # ... with 4x the quadrature nodes, up to this many
 
 
-# ----------------------------------------------------------------------------------------------------
-# Exact predictive density of discrete (mean-field or mixture) posteriors on regular grids
+def _jsonable(x):
+    return json.loads(json.dumps(x))
 
 
-def _regular_grid_step(values):
-    """``(b,)`` step of each row of ``values`` if every row is an evenly spaced grid, else ``None``."""
-    v = np.asarray(values, np.float64)
-    step = v[:, 1] - v[:, 0]
-    k = np.arange(v.shape[1])
-    ok = np.allclose(v, v[:, :1] + step[:, None] * k[None, :], rtol=1e-5, atol=1e-6 * np.abs(v).max())
-    return step if ok else None
+def study_settings(cfg: StudyConfig, *, seed: int, max_folds: int | None) -> dict:
+    """The settings a record carries: everything that changes its numbers (not the dataset or method)."""
+    study = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("direct", "default")}
+    return _jsonable(
+        dict(
+            direct=cfg.direct._asdict(), default=cfg.default._asdict(), study=study, seed=seed, max_folds=max_folds
+        )
+    )
 
 
-def _tilted_log_density(log_q, log_qn, values, svals, phi, y0, num_nodes, max_newton):
-    r"""log p(y0) of y = phi.w + eps, w_j ~ q_j on the evenly spaced grid values[j], eps ~ sum_s qn_s N(0, s).
+def _flatten(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
-    Exponential tilting (the saddlepoint shift of the integration contour), an exact identity for any tau:
 
-        p(y0) = M(tau) exp(-tau y0) p_tau(y0),   log M(tau) = sum_j LSE_k(log q_jk + tau phi_j v_jk)
-                                                              + LSE_s(log qn_s + tau^2 s / 2),
+def settings_diff(recorded, current) -> list[str] | None:
+    """``None`` when a record's ``recorded`` settings equal ``current``; else the differing settings as
+    ``"name: recorded -> current"`` (``["no settings ..."]`` for records made before records carried them)."""
+    if recorded is None:
+        return ["no settings (made by the study before records carried them, 2026-11-22)"]
+    a, b = _flatten(recorded), _flatten(current)
+    diff = [f"{k}: {a.get(k, '(unset)')} -> {b.get(k, '(unset)')}" for k in sorted(a.keys() | b.keys())]
+    diff = [d for d, k in zip(diff, sorted(a.keys() | b.keys()), strict=True) if a.get(k) != b.get(k)]
+    return diff or None
 
-    where p_tau is the density of the tilted variables, again independent: q^tau_jk ~ q_jk e^{tau phi_j v_jk},
-    noise component s with weight ~ qn_s e^{tau^2 s/2} and mean tau s. Newton steps on tau move the tilted
-    mean to y0, so p_tau(y0) is evaluated near its mode, where the characteristic-function quadrature
-    (trapezoid rule, step 2 pi / L, L = 2 (|y0 - mean| + 12 sd): a 12-sd aliasing error) is accurate in
-    relative terms. Without the tilt, a test point many standard deviations out has a density below the
-    quadrature's float32 rounding floor (``kronvi.predictive_log_density`` then returns log(tiny) = -87).
-    Each factor's characteristic function is the polynomial sum_k q_jk z^k, z = exp(i t phi_j step_j),
-    evaluated by Horner's rule. Returns ``(log_density, tail_bound)`` (truncation bound relative to p_tau).
+
+class RefusedError(Exception):
+    """The run would replace the JSON, or mix its records with records of other settings."""
+
+
+def records_to_keep(path: pathlib.Path, current: dict, pairs: set, *, resume, overwrite, rerun_mismatched):
+    """The records of ``path`` the run keeps (it skips their (dataset, method) pairs).
+
+    Raises :class:`RefusedError` when ``path`` exists without ``resume`` or ``overwrite``, or, with
+    ``resume``, when a record's settings differ from ``current`` (with ``rerun_mismatched``: only when that
+    record's pair is not among the run's ``pairs``; the others are rerun).
     """
-    dtype = phi.dtype
-    m = values.shape[-1]
-    a = phi[:, None] * values  # (b, m) contribution of each level
-    step = phi * (values[:, 1] - values[:, 0])  # (b,)
-
-    def moments(tau):
-        lt = log_q + tau * a
-        lse = jax.nn.logsumexp(lt, axis=-1)
-        p = jnp.exp(lt - lse[:, None])
-        mj = jnp.sum(p * a, axis=-1)
-        vf = jnp.sum(p * (a - mj[:, None]) ** 2)
-        lw = log_qn + 0.5 * tau**2 * svals
-        lme = jax.nn.logsumexp(lw)
-        w = jnp.exp(lw - lme)
-        me = jnp.sum(w * tau * svals)
-        ve = jnp.sum(w * (svals + (tau * svals) ** 2)) - me**2
-        return jnp.sum(mj) + me, vf + jnp.maximum(ve, 0.0), jnp.sum(lse) + lme, p, mj, w
-
-    def cond(c):
-        it, tau, mean, var = c
-        return (it < max_newton) & (jnp.abs(mean - y0) > 0.5 * jnp.sqrt(var))
-
-    def body(c):
-        it, tau, mean, var = c
-        delta = (y0 - mean) / var  # Newton on the convex log M(tau) - tau y0
-        delta = jnp.clip(delta, -3.0 / jnp.sqrt(var), 3.0 / jnp.sqrt(var))  # move <= 3 sd per step
-        tau = tau + delta
-        mean, var = moments(tau)[:2]
-        return it + 1, tau, mean, var
-
-    mean0, var0 = moments(jnp.zeros((), dtype))[:2]
-    _, tau, _, _ = lax.while_loop(cond, body, (jnp.asarray(0), jnp.zeros((), dtype), mean0, var0))
-    mean, var, log_m, p, mj, w = moments(tau)
-    var_f = var - (jnp.sum(w * (svals + (tau * svals) ** 2)) - jnp.sum(w * tau * svals) ** 2)
-    s_max = jnp.max(jnp.where(w > 1e-12, svals, 0.0))
-    L = 2.0 * (jnp.abs(y0 - mean) + 12.0 * jnp.sqrt(jnp.maximum(var_f, 0.0) + s_max))
-    h = 2.0 * jnp.pi / L
-    t = h * jnp.arange(num_nodes, dtype=dtype)
-    theta = t[:, None] * step[None, :]  # (K, b)
-    zr, zi = jnp.cos(theta), jnp.sin(theta)
-    ar = jnp.broadcast_to(p[:, m - 1], theta.shape)
-    ai = jnp.zeros_like(theta)
-    for lvl in range(m - 2, -1, -1):
-        ar, ai = ar * zr - ai * zi + p[:, lvl], ar * zi + ai * zr
-    log_mod = 0.5 * jnp.sum(jnp.log(ar * ar + ai * ai), axis=-1)  # (K,)
-    # phase of the centred tilted f: polynomial phases + t * sum_j (a_j0 - E_tau[phi_j w_j])
-    ang = jnp.sum(jnp.arctan2(ai, ar), axis=-1) + t * jnp.sum(a[:, 0] - mj)
-    f_mean = jnp.sum(mj)
-    # Re[phi_fc(t) exp(-i t (y0 - f_mean - tau s))] for every noise level s: (S, K)
-    base = jnp.exp(log_mod)[None] * jnp.cos(ang[None] - t[None] * (y0 - f_mean - tau * svals[:, None]))
-    wts = jnp.full((num_nodes,), h, dtype).at[0].set(0.5 * h)
-    gauss = jnp.exp(-0.5 * svals[:, None] * t[None] ** 2)
-    dens = jnp.sum(w * jnp.sum(base * gauss * wts[None], axis=-1)) / jnp.pi
-    T = h * (num_nodes - 0.5)
-    tail = jnp.sum(w * jnp.sqrt(0.5 * jnp.pi / svals) * jax.scipy.special.erfc(T * jnp.sqrt(0.5 * svals)))
-    tiny = jnp.finfo(dtype).tiny
-    log_dens = log_m - tau * y0 + jnp.log(jnp.maximum(dens, tiny))
-    return log_dens, tail / jnp.pi / jnp.maximum(dens, tiny)
+    if not path.exists():
+        return []
+    if overwrite:
+        return []
+    if not resume:
+        raise RefusedError(
+            f"{path} exists; pass --resume to add this run's missing records to it or --overwrite to replace it"
+        )
+    keep, refused = [], []
+    for r in json.loads(path.read_text()):
+        diff = settings_diff(r.get("settings"), current)
+        if diff is None:
+            keep.append(r)
+        elif not (rerun_mismatched and (r["dataset"], r["method"]) in pairs):
+            refused.append(f"  {r['dataset']}/{r['method']}: " + "; ".join(diff))
+    if refused:
+        raise RefusedError(
+            f"{path} holds {len(refused)} record(s) made with other settings than this run's:\n"
+            + "\n".join(refused)
+            + "\nrerun with the same settings, --rerun-mismatched (reruns those pairs if this run covers them) "
+            "or --overwrite, or write to another --json"
+        )
+    return keep
 
 
-@functools.partial(jax.jit, static_argnames=("num_nodes", "batch_size", "max_newton"))
-def mixture_log_density_regular(
-    log_probs, log_alpha, log_qn, values, svals, Phi, y, *, num_nodes: int = 64, batch_size: int = 8,
-    max_newton: int = 50,
-):  # fmt: skip
-    """log q(y*) for q(w) = sum_k alpha_k prod_j q_kj on evenly spaced grids (see _tilted_log_density):
-    ``log_probs (r, b, m)``, ``log_alpha (r,)``, ``log_qn (S,)``, ``values (b, m)``, ``svals (S,)``,
-    ``Phi (N, b)``, ``y (N,)``. Returns ``(log_density, tail_bound)``, each ``(N,)``."""
-
-    def one(phi, yy):
-        ld, tail = jax.vmap(
-            lambda lq: _tilted_log_density(lq, log_qn, values, svals, phi, yy, num_nodes, max_newton)
-        )(log_probs)
-        return jax.nn.logsumexp(log_alpha + ld), jnp.max(tail)
-
-    return jax.lax.map(lambda a: one(*a), (Phi, y), batch_size=batch_size)
-
-
-def _padded(n: int) -> int:
-    """Next power of two >= max(n, 16): a handful of shapes (compiles) serve the whole study."""
-    return max(16, 1 << (int(n) - 1).bit_length())
-
-
-def discrete_log_density(probs, log_alpha, q_noise, prior_w, prior_noise, Phi, y, *, cfg: StudyConfig):
-    """Exact log predictive density of a discrete mixture posterior (``r = 1``: mean field) at ``(Phi, y)``.
-
-    Regular grids (``kronvi.gaussian_prior``) use :func:`mixture_log_density_regular` with
-    ``cfg.nlpd_nodes`` nodes and redo points whose truncation bound exceeds ``cfg.nlpd_tail_tol`` with 4x
-    the nodes, up to ``cfg.nlpd_nodes_max``; other grids go through ``kronvi.predictive_log_density`` per
-    component.
-    Inputs are padded to a power of two >= 16 points so that a few compiles serve every fold.
-    """
-    N = Phi.shape[0]
-    if _regular_grid_step(prior_w.values) is None:
-        logs = []
-        for k in range(probs.shape[0]):
-            qk = kronvi.MeanField(jnp.log(probs[k]))
-            ld, _ = kronvi.predictive_log_density(qk, q_noise, prior_w, prior_noise, Phi, y)
-            logs.append(ld + log_alpha[k])
-        return np.asarray(jax.nn.logsumexp(jnp.stack(logs), axis=0))
-    log_probs = jnp.log(jnp.maximum(probs, jnp.finfo(probs.dtype).tiny))
-    args = (log_probs, log_alpha, q_noise.log_probs[0], prior_w.values, prior_noise.values[0])
-    pad = _padded(N) - N
-    Phi_p = jnp.pad(Phi, ((0, pad), (0, 0)))
-    y_p = jnp.pad(y, (0, pad))
-    ld, tail = mixture_log_density_regular(*args, Phi_p, y_p, num_nodes=cfg.nlpd_nodes)
-    ld, tail = np.array(ld[:N]), np.array(tail[:N])
-    nodes = cfg.nlpd_nodes
-    while nodes < cfg.nlpd_nodes_max:
-        redo = np.flatnonzero(~(tail <= cfg.nlpd_tail_tol))
-        if not redo.size:
-            break
-        nodes *= 4
-        idx = np.concatenate([redo, np.zeros(_padded(redo.size) - redo.size, int)])
-        ld2, tail2 = mixture_log_density_regular(*args, Phi[idx], y[idx], num_nodes=nodes)
-        ld[redo] = np.asarray(ld2)[: redo.size]
-        tail[redo] = np.asarray(tail2)[: redo.size]
-    return ld
-
-
-def gaussian_log_density(mean, var, y):
-    return np.asarray(-0.5 * (jnp.log(2 * jnp.pi * var) + (y - mean) ** 2 / var))
+def write_json(path: pathlib.Path, records) -> None:
+    """Writes ``records`` to ``path`` atomically (a temporary file in the same folder, then a rename)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(records, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -308,30 +243,24 @@ def list_datasets(data_dir: pathlib.Path, names: str):
     return sorted(folders, key=lambda p: (sizes[p], p.name))
 
 
-class Fold:
-    """One train/test split prepared for every method (inputs standardized, y centred)."""
-
-    def __init__(self, X, y, train, test, standardizer, y_offset, dtype=jnp.float32):
-        self.X_train = kronvi.standardize(standardizer, jnp.asarray(X[train], dtype))
-        self.X_test = kronvi.standardize(standardizer, jnp.asarray(X[test], dtype))
-        self.y_train = jnp.asarray(y[train] - y_offset, dtype)
-        self.y_test = jnp.asarray(y[test] - y_offset, dtype)
-        self.n_train = int(train.sum())
-
-
 def fold_masks(test_mask, k):
     """Boolean ``(train, test)`` rows of fold ``k``: test = the mask's column k, train = the rest."""
-    folds = kronvi.fold_indices(test_mask)
-    test = folds == k
+    test = kronvi.fold_indices(test_mask) == k
     return ~test, test
 
 
-def nlpd_subset(num_test: int, cap: int, seed: int, fold: int) -> np.ndarray:
-    """Indices of the test rows used for NLPD: all of them, or a fixed random subset of ``cap``."""
-    if num_test <= cap:
+def nlpd_subset(num_test: int, cap: int | None, seed: int, fold: int) -> np.ndarray:
+    """Indices of the test rows used for NLPD: all of them (``cap`` None or >= ``num_test``), or a fixed
+    random subset of ``cap``."""
+    if cap is None or num_test <= cap:
         return np.arange(num_test)
     rng = np.random.default_rng([seed, fold, 7919])
     return np.sort(rng.choice(num_test, cap, replace=False))
+
+
+def dataset_key(name: str, seed: int):
+    """The study's PRNG key for a dataset; fold ``k`` uses ``jax.random.fold_in(key, k)``."""
+    return jax.random.fold_in(jax.random.key(seed), sum(map(ord, name)))
 
 
 def _block(x):
@@ -353,117 +282,208 @@ def adam_cosine(lr: float, steps: int):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Methods
+# One fold
 
 
 class Setup:
-    """Everything shared by the methods of one fold: GP hyperparameters, features, statistics, priors."""
+    """One fold for every method: the pipeline's preparation of the training rows, the test rows through
+    its features, and (once fitted) DIRECT's mean field that the mixtures start from."""
 
-    def __init__(self, fold: Fold, hyper, feats, stats, cfg: StudyConfig, key, cv_stats=None):
-        self.fold, self.hyper, self.feats, self.stats, self.cfg, self.key = (
-            fold,
-            hyper,
-            feats,
-            stats,
-            cfg,
-            key,
-        )
-        self.cv_stats = cv_stats  # (train, test) inner-fold statistics of the training rows, or None
-        self.selection = None  # dict(noise_span, cv_mse, cv_log_density, select_seconds) once DIRECT's noise grid is chosen
-        b = 2 * cfg.num_frequencies
-        self.sw = jnp.sqrt(hyper.signal_variance)
-        self.s2 = hyper.noise_variance
-        self.prior_w = kronvi.gaussian_prior(b, self.sw, levels=cfg.levels, width=cfg.width)
-        self.prior_n = kronvi.noise_prior(self.s2, levels=cfg.noise_levels, span=cfg.noise_span)  # see select
-        self.noise_bounds = (self.s2 / cfg.noise_span, self.s2 * cfg.noise_span)
-        self.Phi_test = kronvi.rff_features(feats, fold.X_test)
-        self.nlpd_idx = None
-        self.mf = None  # (q_w, q_n, elbo, seconds): the mean-field fit the mixtures start from
+    def __init__(self, fold, X_test, y_test, cfg: StudyConfig, key, nlpd_idx=None, *, train=None):
+        self.fold, self.cfg, self.key = fold, cfg, key
+        self.train = train  # the raw training rows (X, y), for the eigenbasis preparation
+        self.X_test = X_test
+        self.Phi_test = fold_features(fold, X_test)
+        self.y_test = jnp.asarray(y_test, fold.y.dtype) - fold.y_offset
+        self.nlpd_idx = np.arange(len(self.y_test)) if nlpd_idx is None else nlpd_idx
+        self.sw = jnp.sqrt(fold.hyper.signal_variance)
+        self.s2 = fold.hyper.noise_variance
+        span = cfg.direct.noise_span
+        self.noise_bounds = (self.s2 / span, self.s2 * span)
+        self._direct = None
+        self._eigen = None
 
-    def select_noise_grid(self):
-        """DIRECT's noise grid: the paper's single grid, or the cross-validated choice among cfg.noise_cv."""
-        cfg = self.cfg
-        if self.selection is None:
-            if not cfg.noise_cv:
-                self.selection = dict(
-                    noise_span=cfg.noise_span, cv_mse=None, cv_log_density=None, select_seconds=0.0
-                )
-                return self.selection
-            t0 = time.perf_counter()
-            span, self.prior_n, sc = choose_noise_prior(
-                self.cv_stats, self.prior_w, self.s2, cfg.noise_cv, levels=cfg.noise_levels,
-                criterion=cfg.cv_criterion, max_iter=cfg.cv_max_iter,
-            )  # fmt: skip
-            self.selection = dict(
-                noise_span=span, cv_mse=[float(v) for v in sc.sq_error],
-                cv_log_density=[float(v) for v in sc.log_density],
-                select_seconds=time.perf_counter() - t0,
-            )  # fmt: skip
-        return self.selection
+    def eigen(self):
+        """``(fold, Phi_test)`` of the default recipe's preparation (basis "eigen"), with this fold's GP
+        hyperparameters and features; prepared once per fold."""
+        if self._eigen is None:
+            if self.train is None:
+                raise ValueError("this Setup was built without its training rows")
+            fold = prepare_fold(
+                self.key, *self.train, self.cfg.default, gp=(self.fold.hyper, self.fold.gp_info)
+            )
+            self._eigen = fold, fold_features(fold, self.X_test)
+        return self._eigen
 
-    def metrics(self, mean, log_dens_fn):
-        y = self.fold.y_test
+    stats = property(lambda self: self.fold.stats)
+    prior_w = property(lambda self: self.fold.prior_w)
+
+    def direct(self):
+        """``(model, timings, info)`` of ``kronvi.pipeline.fit_prepared``, fitted once per fold."""
+        if self._direct is None:
+            self._direct = fit_prepared(self.fold, self.cfg.direct)
+        return self._direct
+
+    @property
+    def prior_n(self):
+        """DIRECT's noise grid, as the mean-field fit chose it."""
+        return self.direct()[0].prior_noise
+
+    def selection(self) -> dict:
+        _, timings, info = self.direct()
+        sc = info["cv_scores"]
+        return dict(
+            noise_span=float(info["noise_span"]), select_seconds=timings["select_seconds"],
+            cv_mse=None if sc is None else [float(v) for v in sc.sq_error],
+            cv_log_density=None if sc is None else [float(v) for v in sc.log_density],
+        )  # fmt: skip
+
+    def metrics(self, mean, log_density, Phi_test=None):
+        """Test RMSE (all rows), NLPD and the density's largest error bound (``nlpd_idx`` rows)."""
+        y = self.y_test
+        Phi_test = self.Phi_test if Phi_test is None else Phi_test
         rmse = float(jnp.sqrt(jnp.mean((mean - y) ** 2)))
         idx = self.nlpd_idx
-        ld = log_dens_fn(self.Phi_test[idx], y[idx])
-        return rmse, float(-np.mean(ld))
+        ld, err = log_density(Phi_test[idx], y[idx])
+        return rmse, float(-np.mean(ld)), err
 
 
-def _mean_field(setup: Setup):
-    cfg = setup.cfg
-    if setup.mf is None:
-        setup.select_noise_grid()
-        t0 = time.perf_counter()
-        fit_cfg = DirectConfig(
-            method=cfg.direct_fit, max_iter=cfg.direct_max_iter if cfg.direct_fit == "cavi" else 1000,
-            starts=tuple(cfg.direct_starts),
-        )  # fmt: skip
-        q_w, q_n, info = fit_best_start(
-            setup.stats, setup.prior_w, setup.prior_n, fit_cfg, key=jax.random.fold_in(setup.key, 1)
+def fold_setup(name: str, k: int, cfg: StudyConfig, *, data_dir=DEFAULT_DATA, seed: int = 0) -> Setup:
+    """The :class:`Setup` that :func:`run_dataset` builds for fold ``k`` of a dataset (same keys): other
+    scripts start from exactly the study's fold."""
+    X, y, mask = kronvi.load_uci(pathlib.Path(data_dir) / name)
+    train, test = fold_masks(mask, k)
+    fkey = jax.random.fold_in(dataset_key(name, seed), k)
+    fold = prepare_fold(fkey, X[train], y[train], cfg.direct)
+    nlpd_idx = nlpd_subset(int(test.sum()), cfg.nlpd_points, seed, k)
+    return Setup(fold, X[test], y[test], cfg, fkey, nlpd_idx, train=(X[train], y[train]))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Methods
+
+
+def _padded(n: int) -> int:
+    """Next power of two >= n: a few shapes (compiles) serve every redo."""
+    return 1 << (int(n) - 1).bit_length()
+
+
+def _refined_log_density(q_w, q_n, prior_w, prior_noise, Phi, y, *, tol, max_nodes):
+    """``kronvi.predictive_log_density`` at its default nodes, the points whose relative error bound
+    exceeds ``tol`` redone with 4x the nodes, up to ``max_nodes``: ``(log_density, error_bound)``."""
+    nodes = 256
+    ld, err = kronvi.predictive_log_density(q_w, q_n, prior_w, prior_noise, Phi, y, num_nodes=nodes)
+    ld, err = np.array(ld), np.array(err)
+    while nodes < max_nodes:
+        redo = np.flatnonzero(~(err <= tol))
+        if not redo.size:
+            break
+        nodes *= 4
+        idx = np.concatenate([redo, np.full(_padded(redo.size) - redo.size, redo[0])])
+        ld2, err2 = kronvi.predictive_log_density(
+            q_w, q_n, prior_w, prior_noise, Phi[idx], y[idx], num_nodes=nodes
         )
-        _block(q_w)
-        secs = time.perf_counter() - t0
-        setup.mf = (q_w, q_n, float(info.elbo[int(info.num_iter)]), secs, int(info.num_iter))
-    return setup.mf
+        ld[redo], err[redo] = np.asarray(ld2)[: redo.size], np.asarray(err2)[: redo.size]
+    return ld, err
 
 
-def _discrete_result(setup, probs, log_alpha, q_n, fit_seconds, elbo, extra):
+def discrete_log_density(q, q_n, prior_w, prior_noise, Phi, y, *, tol=1e-4, max_nodes=4096):
+    """``(log q(y), largest relative error bound)`` of a discrete posterior (``kronvi.MeanField`` or
+    ``kronvi.Mixture``) by ``kronvi.predictive_log_density`` (points whose error bound exceeds ``tol``
+    redone with more nodes, up to ``max_nodes``); a mixture's is its components' weighted by alpha, summed
+    in log space."""
+    comps = [q] if isinstance(q, kronvi.MeanField) else [kronvi.MeanField(lg) for lg in q.logits]
+    parts = [
+        _refined_log_density(c, q_n, prior_w, prior_noise, Phi, y, tol=tol, max_nodes=max_nodes)
+        for c in comps
+    ]
+    lds = np.stack([p[0] for p in parts])
+    if isinstance(q, kronvi.Mixture):
+        lds = np.asarray(jax.nn.logsumexp(np.asarray(q.log_weights)[:, None] + lds, axis=0))
+    return lds.reshape(-1), max(float(np.max(p[1])) for p in parts)
+
+
+def _discrete_result(setup: Setup, q, q_n, fit_seconds, elbo, extra):
     pw, pn = setup.prior_w, setup.prior_n
-    mean_k, _ = grid_moments(probs, pw.values)  # (r, b)
-    mean = setup.Phi_test @ (jnp.exp(log_alpha) @ mean_k)
-    marg = jnp.einsum("k,kjm->jm", jnp.exp(log_alpha), probs)  # (b, m) mixture marginals
-    sparsity = 100.0 * float(jnp.mean(jnp.sum(jnp.where(pw.values == 0, marg, 0.0), axis=-1)))
-    rmse, nlpd = setup.metrics(
+    if isinstance(q, kronvi.Mixture):
+        mean, _ = kronvi.predict_mixture(q, q_n, pw, pn, setup.Phi_test)
+        marginals = kronvi.MeanField(q.log_marginals)
+    else:
+        mean, _ = kronvi.predict_regression(q, q_n, pw, pn, setup.Phi_test)
+        marginals = q
+    cfg = setup.cfg
+    rmse, nlpd, err = setup.metrics(
         mean,
-        lambda P, y: discrete_log_density(probs, log_alpha, q_n, pw, pn, P, y, cfg=setup.cfg),
+        lambda P, y: discrete_log_density(
+            q, q_n, pw, pn, P, y, tol=cfg.nlpd_tol, max_nodes=cfg.nlpd_max_nodes
+        ),
     )
-    noise = float(noise_moments(q_n, pn)[2])
     return dict(
-        rmse=rmse, nlpd=nlpd, sparsity_pct=sparsity, fit_seconds=fit_seconds, elbo=elbo,
-        noise_variance=noise, **setup.selection, **extra,
+        rmse=rmse, nlpd=nlpd, nlpd_max_rel_error=err,
+        sparsity_pct=100.0 * float(kronvi.expected_sparsity(marginals, pw)), fit_seconds=fit_seconds,
+        elbo=elbo, noise_variance=float(kronvi.noise_moments(q_n, pn)[2]), **setup.selection(), **extra,
+    )  # fmt: skip
+
+
+def run_direct_default(setup: Setup):
+    """kronvi's default recipe (basis "eigen"), timed from its own preparation's statistics."""
+    fold, Phi_test = setup.eigen()
+    t0 = time.perf_counter()
+    model, timings, info = fit_prepared(fold, setup.cfg.default)
+    _block(model.q_w.logits)
+    secs = time.perf_counter() - t0
+    fit = info["fit"]
+    pw, pn, q, q_n = model.prior_w, model.prior_noise, model.q_w, model.q_noise
+    mean, _ = kronvi.predict_regression(q, q_n, pw, pn, Phi_test)
+    cfg = setup.cfg
+    rmse, nlpd, err = setup.metrics(
+        mean,
+        lambda P, y: discrete_log_density(q, q_n, pw, pn, P, y, tol=cfg.nlpd_tol, max_nodes=cfg.nlpd_max_nodes),
+        Phi_test,
+    )
+    return dict(
+        rmse=rmse, nlpd=nlpd, nlpd_max_rel_error=err,
+        sparsity_pct=100.0 * float(kronvi.expected_sparsity(q, pw)), fit_seconds=secs,
+        elbo=float(fit.elbo[int(fit.num_iter)]), noise_variance=float(kronvi.noise_moments(q_n, pn)[2]),
+        iterations=int(fit.num_iter), eigen_stats_seconds=fold.stats_seconds,
+    )  # fmt: skip
+
+
+def run_exact_blr(setup: Setup):
+    """Exact Bayesian linear regression on the same features and prior, the noise at the evidence maximizer
+    (the centre of the default recipe's noise grid); NLPD in closed form on every test row."""
+    fold, Phi_test = setup.eigen()
+    t0 = time.perf_counter()
+    s2 = fold.noise_variance
+    mean_w, cov = kronvi.blr_posterior(fold.stats, setup.sw, s2)
+    _block(cov)
+    secs = time.perf_counter() - t0
+    m, v = kronvi.predict_blr(mean_w, cov, s2, Phi_test)
+
+    def log_density(P, y):
+        mp, vp = kronvi.predict_blr(mean_w, cov, s2, P)
+        return np.asarray(norm.logpdf(y, mp, jnp.sqrt(vp))), 0.0  # closed form: no quadrature error
+
+    rmse, nlpd, _ = setup.metrics(m, log_density, Phi_test)
+    nlpd_all = float(-jnp.mean(norm.logpdf(setup.y_test, m, jnp.sqrt(v))))
+    return dict(
+        rmse=rmse, nlpd=nlpd, nlpd_all_rows=nlpd_all, sparsity_pct=0.0, fit_seconds=secs,
+        elbo=float(kronvi.blr_log_evidence(fold.stats, setup.sw, s2)), noise_variance=float(s2),
+        eigen_stats_seconds=fold.stats_seconds,
     )  # fmt: skip
 
 
 def run_direct_mf(setup: Setup):
-    q_w, q_n, elbo, secs, iters = _mean_field(setup)
-    probs = q_w.probs[None]
-    log_alpha = jnp.zeros((1,), probs.dtype)
-    return _discrete_result(setup, probs, log_alpha, q_n, secs, elbo, dict(iterations=iters))
+    model, timings, info = setup.direct()
+    fit = info["fit"]
+    elbo = float(fit.elbo[int(fit.num_iter)])
+    extra = dict(iterations=int(fit.num_iter))
+    return _discrete_result(setup, model.q_w, model.q_noise, timings["fit_seconds"], elbo, extra)
 
 
-def _f64(fn, *trees):
-    """``fn(*trees)`` with every array cast to float64 under ``jax.enable_x64``: at UCI scale float32 ELBO
-    values carry rounding errors of up to about a nat (experiments/results/elbo_precision_check.txt), larger
-    than the mixture-vs-mean-field differences they are compared for."""
-    with jax.enable_x64(True):
-        cast = [jax.tree.map(lambda a: jnp.asarray(np.asarray(a, np.float64)), t) for t in trees]
-        return jax.tree.map(float, fn(*cast))
-
-
-def _in_precision(precision, fn, *trees):
+def in_precision(precision, fn, *trees):
     """``fn(*trees)`` computed in ``precision`` ("float32": as given; "float64": every array cast under
-    ``jax.enable_x64``), the result's arrays returned as NumPy arrays in that precision (float64 ones
-    feed :func:`_f64` without rounding; jnp.asarray outside x64 makes them float32)."""
+    ``jax.enable_x64``), the result's arrays returned as NumPy arrays in that precision."""
     if precision == "float32":
         return jax.tree.map(np.asarray, jax.block_until_ready(fn(*trees)))
     if precision != "float64":
@@ -473,16 +493,22 @@ def _in_precision(precision, fn, *trees):
         return jax.tree.map(np.asarray, jax.block_until_ready(fn(*cast)))
 
 
-def _mf_elbo64(setup, q_w, q_n):
-    return _f64(kronvi.regression_elbo, q_w, q_n, setup.prior_w, setup.prior_n, setup.stats)
+def f64(fn, *trees):
+    """``fn(*trees)`` in float64, as Python floats: at UCI scale float32 ELBO values carry rounding errors
+    of up to about a nat (``docs/notes/2026-11-22-elbo-precision.md``), larger than the
+    mixture-vs-mean-field differences they are compared for."""
+    return jax.tree.map(float, in_precision("float64", fn, *trees))
 
 
-def _unbiased64(setup, key, q, qn, *, num_samples=None):
+def mf_elbo64(setup: Setup, q_w, q_n):
+    return f64(kronvi.regression_elbo, q_w, q_n, setup.prior_w, setup.prior_n, setup.stats)
+
+
+def unbiased64(setup: Setup, key, q, qn, *, num_samples=None):
     """Unbiased float64 ELBO estimate and its standard error from ``num_samples`` (default
-    ``sgd_eval_samples``) draws, the mean of independent ``sgd_eval_chunk``-draw estimates (memory stays
-    that of one chunk)."""
+    ``sgd_eval_samples``) draws, in chunks of ``sgd_eval_chunk``."""
     cfg = setup.cfg
-    return _f64(
+    return f64(
         lambda *a: kronvi.mixture_elbo_unbiased(
             key, *a, num_samples=num_samples or cfg.sgd_eval_samples, chunk_size=cfg.sgd_eval_chunk
         ),
@@ -490,9 +516,16 @@ def _unbiased64(setup, key, q, qn, *, num_samples=None):
     )  # fmt: skip
 
 
+def _mean_field(setup: Setup):
+    """``(q_w, q_n, elbo, fit seconds)`` of DIRECT's mean field."""
+    model, timings, info = setup.direct()
+    fit = info["fit"]
+    return model.q_w, model.q_noise, float(fit.elbo[int(fit.num_iter)]), timings["fit_seconds"]
+
+
 def run_mix_sgd(setup: Setup):
     cfg = setup.cfg
-    q_w, q_n, mf_elbo, mf_secs, _ = _mean_field(setup)
+    q_w, q_n, mf_elbo, mf_secs = _mean_field(setup)
     t0 = time.perf_counter()
     k_init, k_fit, k_eval = jax.random.split(jax.random.fold_in(setup.key, 2), 3)
     q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.sgd_init_noise)
@@ -504,9 +537,9 @@ def run_mix_sgd(setup: Setup):
     _block(q.logits)
     secs = time.perf_counter() - t0
     # Compared in float64 (same q and statistics): float32 rounding exceeds the differences at large n.
-    mf64 = _mf_elbo64(setup, q_w, q_n)
-    est, se = _unbiased64(setup, k_eval, q, qn)
-    est0, se0 = _unbiased64(setup, k_eval, q0, q_n, num_samples=cfg.sgd_eval_chunk)  # for the record only
+    mf64 = mf_elbo64(setup, q_w, q_n)
+    est, se = unbiased64(setup, k_eval, q, qn)
+    est0, se0 = unbiased64(setup, k_eval, q0, q_n, num_samples=cfg.sgd_eval_chunk)  # for the record only
     fallback = not est >= mf64
     extra = dict(
         mf_elbo=mf64, mf_elbo_f32=mf_elbo, mix_elbo=est, mix_elbo_se=se, mix_start_elbo=est0,
@@ -516,17 +549,17 @@ def run_mix_sgd(setup: Setup):
     )  # fmt: skip
     total = mf_secs + secs
     if fallback:
-        return _discrete_result(setup, q_w.probs[None], jnp.zeros((1,)), q_n, total, mf_elbo, extra)
-    return _discrete_result(setup, q.probs, q.log_weights, qn, total, est, extra)
+        return _discrete_result(setup, q_w, q_n, total, mf_elbo, extra)
+    return _discrete_result(setup, q, qn, total, est, extra)
 
 
 def run_mix_lb(setup: Setup):
     cfg = setup.cfg
-    q_w, q_n, mf_elbo, mf_secs, _ = _mean_field(setup)
+    q_w, q_n, mf_elbo, mf_secs = _mean_field(setup)
     t0 = time.perf_counter()
     k_init, k_eval = jax.random.split(jax.random.fold_in(setup.key, 3))
     q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.mix_init_noise)
-    q, log_c, qn, info = _in_precision(
+    q, log_c, qn, info = in_precision(
         cfg.lb_precision,
         lambda *a: kronvi.fit_mixture_bound(
             *a[:3], init=a[3:], method="lbfgs", max_iter=cfg.lb_max_iter, tol=cfg.lb_tol
@@ -535,11 +568,11 @@ def run_mix_lb(setup: Setup):
     )  # fmt: skip
     secs = time.perf_counter() - t0
     # Compared in float64 (same q and statistics): float32 rounding exceeds the differences at large n.
-    mf64 = _mf_elbo64(setup, q_w, q_n)
+    mf64 = mf_elbo64(setup, q_w, q_n)
     pw, pn, st = setup.prior_w, setup.prior_n, setup.stats
-    bound = _f64(kronvi.mixture_elbo_bound, q, log_c, qn, pw, pn, st)
-    bound0 = _f64(kronvi.mixture_elbo_bound, q0, q0.log_marginals, q_n, pw, pn, st)  # the fit's start
-    est, se = _unbiased64(setup, k_eval, q, qn)
+    bound = f64(kronvi.mixture_elbo_bound, q, log_c, qn, pw, pn, st)
+    bound0 = f64(kronvi.mixture_elbo_bound, q0, q0.log_marginals, q_n, pw, pn, st)  # the fit's start
+    est, se = unbiased64(setup, k_eval, q, qn)
     fallback = not bound >= mf64
     extra = dict(
         mf_elbo=mf64, mf_elbo_f32=mf_elbo, mix_bound=bound, fit_precision=cfg.lb_precision,
@@ -548,16 +581,21 @@ def run_mix_lb(setup: Setup):
     )  # fmt: skip
     total = mf_secs + secs
     if fallback:
-        return _discrete_result(setup, q_w.probs[None], jnp.zeros((1,)), q_n, total, mf_elbo, extra)
-    return _discrete_result(setup, q.probs, q.log_weights, qn, total, bound, extra)
+        return _discrete_result(setup, q_w, q_n, total, mf_elbo, extra)
+    q = kronvi.Mixture(jnp.asarray(q.logits, jnp.float32), jnp.asarray(q.weight_logits, jnp.float32))
+    qn = kronvi.MeanField(jnp.asarray(qn.logits, jnp.float32))
+    return _discrete_result(setup, q, qn, total, bound, extra)
 
 
-def _gaussian_result(setup, q, s2, fit_seconds, extra):
-    mean, var = kronvi.predict_gaussian_mf(q, s2, setup.Phi_test)
+def _gaussian_result(setup: Setup, q, s2, fit_seconds, extra):
+    mean, _ = kronvi.predict_gaussian_mf(q, s2, setup.Phi_test)
     elbo = float(kronvi.gaussian_mf_elbo(q, s2, setup.stats, prior_scale=setup.sw))
-    rmse, nlpd = setup.metrics(
-        mean, lambda P, y: gaussian_log_density(*kronvi.predict_gaussian_mf(q, s2, P), y)
-    )
+
+    def log_density(P, y):
+        m, v = kronvi.predict_gaussian_mf(q, s2, P)
+        return np.asarray(norm.logpdf(y, m, jnp.sqrt(v))), 0.0  # closed form: no quadrature error
+
+    rmse, nlpd, _ = setup.metrics(mean, log_density)
     return dict(
         rmse=rmse, nlpd=nlpd, sparsity_pct=0.0, fit_seconds=fit_seconds, elbo=elbo, noise_variance=float(s2),
         **extra,
@@ -577,17 +615,18 @@ def run_gauss_exact(setup: Setup):
 def run_reparam(setup: Setup):
     cfg = setup.cfg
     fold = setup.fold
-    b = 2 * cfg.num_frequencies
-    steps = cfg.reparam_steps_small if fold.n_train + len(fold.y_test) < 3000 else cfg.reparam_steps_large
+    b = 2 * cfg.direct.num_frequencies
+    n_total = fold.X.shape[0] + len(setup.y_test)
+    steps = cfg.reparam_steps_small if n_total < 3000 else cfg.reparam_steps_large
     # Weights in prior-standard-deviation units (w = sw * u, features scaled by sw): Adam's step size is
     # then independent of the target units; the model and its ELBO are unchanged. The training features are
     # computed once (counted in the fit time): gathering minibatch rows is ~7x cheaper than recomputing
     # 100 x 2000 cos/sin features every step.
     u0 = kronvi.GaussianMeanField(jnp.zeros((b,)), jnp.full((b,), float(np.log(cfg.reparam_init_std))))
     t0 = time.perf_counter()
-    Phi_train = setup.sw * kronvi.rff_features(setup.feats, fold.X_train)
+    Phi_train = setup.sw * kronvi.rff_features(fold.features, fold.X)
     qu, s2, info = kronvi.fit_gaussian_reparam(
-        jax.random.fold_in(setup.key, 4), Phi_train, fold.y_train, init=(u0, setup.s2), prior_scale=1.0,
+        jax.random.fold_in(setup.key, 4), Phi_train, fold.y, init=(u0, setup.s2), prior_scale=1.0,
         optimizer=adam(cfg.reparam_lr), num_steps=steps, batch_size=cfg.reparam_batch,
         num_samples=cfg.reparam_samples, noise_bounds=setup.noise_bounds,
     )  # fmt: skip
@@ -600,7 +639,9 @@ def run_reparam(setup: Setup):
 
 
 RUNNERS = {
-    "direct-mf": run_direct_mf,
+    "direct-mf": run_direct_default,
+    "exact-blr": run_exact_blr,
+    "direct-mf-sparse": run_direct_mf,
     "direct-mix5-sgd": run_mix_sgd,
     "direct-mix5-lb": run_mix_lb,
     "reparam-mf": run_reparam,
@@ -609,93 +650,10 @@ RUNNERS = {
 
 
 # ----------------------------------------------------------------------------------------------------
-# Folds
-
-
-def prepare_fold_per_fold(X, y, train, test, cfg, key):
-    """Faithful protocol: standardizer, GP hyperparameters and feature map from this fold's training rows."""
-    k_gp, k_rff = jax.random.split(key)
-    t0 = time.perf_counter()
-    st = kronvi.fit_standardizer(jnp.asarray(X[train], jnp.float32))
-    fold = Fold(X, y, train, test, st, float(np.mean(y[train])))
-    hyper, gp_info = kronvi.fit_gp_hyperparameters(
-        k_gp, fold.X_train, fold.y_train, num_points=cfg.gp_points, num_restarts=cfg.gp_restarts
-    )
-    _block(hyper)
-    t1 = time.perf_counter()
-    feats = kronvi.rff_init(k_rff, hyper.lengthscales, cfg.num_frequencies)
-    fmap = functools.partial(kronvi.rff_features, feats)
-    cv_stats = None
-    if cfg.noise_cv:  # inner folds for the noise-grid choice, from the same single pass
-        stats, cv_stats = inner_fold_stats(
-            jax.random.fold_in(k_rff, 1),
-            fmap,
-            fold.X_train,
-            fold.y_train,
-            cfg.cv_folds,
-            chunk_size=cfg.chunk_size,
-        )
-    else:
-        stats = kronvi.regression_stats_from_inputs(
-            fmap, fold.X_train, fold.y_train, chunk_size=cfg.chunk_size
-        )
-    _block(stats)
-    t2 = time.perf_counter()
-    return fold, hyper, feats, stats, t1 - t0, t2 - t1, bool(gp_info.degenerate), cv_stats
-
-
-class SharedHyper:
-    """``--shared-hyper``: one standardizer, GP fit and feature map from fold 0's training rows; training
-    statistics of every fold from one pass over the data with ``kronvi.kfold_stats`` (train = total - fold).
-
-    Slight leak: fold 0's hyperparameters (and the standardizer and y offset) saw rows that are test rows
-    of the other folds.
-    """
-
-    def __init__(self, X, y, test_mask, cfg, key):
-        folds = kronvi.fold_indices(test_mask)
-        train0 = folds != 0
-        k_gp, k_rff = jax.random.split(key)
-        t0 = time.perf_counter()
-        self.st = kronvi.fit_standardizer(jnp.asarray(X[train0], jnp.float32))
-        self.offset = float(np.mean(y[train0]))
-        Xs = kronvi.standardize(self.st, jnp.asarray(X, jnp.float32))
-        yc = jnp.asarray(y - self.offset, jnp.float32)
-        self.hyper, info = kronvi.fit_gp_hyperparameters(
-            k_gp, Xs[train0], yc[train0], num_points=cfg.gp_points, num_restarts=cfg.gp_restarts
-        )
-        _block(self.hyper)
-        t1 = time.perf_counter()
-        self.feats = kronvi.rff_init(k_rff, self.hyper.lengthscales, cfg.num_frequencies)
-        Phi = kronvi.rff_features(self.feats, Xs)
-        self.train_stats, _ = kronvi.kfold_stats(Phi, yc, folds, chunk_size=cfg.chunk_size)
-        _block(self.train_stats)
-        t2 = time.perf_counter()
-        K = test_mask.shape[1]
-        self.init_seconds = (t1 - t0) / K  # amortized per fold
-        self.stats_seconds = (t2 - t1) / K
-        self.degenerate = bool(info.degenerate)
-
-    def fold(self, X, y, train, test, k):
-        fold = Fold(X, y, train, test, self.st, self.offset)
-        stats = jax.tree.map(lambda a: a[k], self.train_stats)
-        return (
-            fold,
-            self.hyper,
-            self.feats,
-            stats,
-            self.init_seconds,
-            self.stats_seconds,
-            self.degenerate,
-            None,
-        )
-
-
-# ----------------------------------------------------------------------------------------------------
 # Driver
 
 
-def summarize(dataset, method, n, d, per_fold, protocol, cfg):
+def summarize_record(dataset, method, n, d, per_fold, settings):
     def ms(key):
         v = np.asarray([f[key] for f in per_fold], float)
         return float(v.mean()), (float(v.std(ddof=1)) if len(v) > 1 else 0.0)
@@ -706,7 +664,7 @@ def summarize(dataset, method, n, d, per_fold, protocol, cfg):
         dataset=dataset, method=method, n=n, d=d, rmse_mean=rmse, rmse_sd=rmse_sd, nlpd_mean=nlpd,
         nlpd_sd=nlpd_sd, sparsity_pct=ms("sparsity_pct")[0], fit_seconds=ms("fit_seconds")[0],
         stats_seconds=ms("stats_seconds")[0], init_seconds=ms("init_seconds")[0], folds=len(per_fold),
-        protocol=protocol, elbo_mean=ms("elbo")[0],
+        elbo_mean=ms("elbo")[0],
     )  # fmt: skip
     if "select_seconds" in per_fold[0]:
         rec["select_seconds"] = ms("select_seconds")[0]
@@ -717,59 +675,37 @@ def summarize(dataset, method, n, d, per_fold, protocol, cfg):
         rec["mf_elbo_mean"] = ms("mf_elbo")[0]
         rec["mix_elbo_mean"] = ms("mix_elbo")[0]
         rec["mixture_seconds"] = ms("mixture_seconds")[0]
+    rec["settings"] = settings
     rec["per_fold"] = per_fold
     return rec
 
 
-def _fmt(x, w=8, p=3):
-    return f"{x:{w}.{p}f}"
-
-
-def dataset_key(name: str, seed: int):
-    """The study's PRNG key for a dataset; fold ``k`` uses ``jax.random.fold_in(key, k)``."""
-    return jax.random.fold_in(jax.random.key(seed), sum(map(ord, name)))
-
-
-def fold_setup(name: str, k: int, cfg: StudyConfig, *, data_dir=DEFAULT_DATA, seed: int = 0):
-    """The :class:`Setup` that :func:`run_dataset` builds for fold ``k`` of a dataset (per-fold protocol, same
-    keys): check scripts start from exactly the study's fold."""
-    X, y, mask = kronvi.load_uci(pathlib.Path(data_dir) / name)
-    train, test = fold_masks(mask, k)
-    fkey = jax.random.fold_in(dataset_key(name, seed), k)
-    fold, hyper, feats, stats, *_, cv_stats = prepare_fold_per_fold(X, y, train, test, cfg, fkey)
-    return Setup(fold, hyper, feats, stats, cfg, fkey, cv_stats)
-
-
-def run_dataset(folder, methods, args, cfg, log):
+def run_dataset(folder, methods, cfg: StudyConfig, *, seed, max_folds, settings, log):
     name = folder.name
     X, y, mask = kronvi.load_uci(folder)
     n, d = X.shape
-    K = mask.shape[1] if args.max_folds is None else min(args.max_folds, mask.shape[1])
-    key = dataset_key(name, args.seed)
-    log(f"== {name}: n={n} d={d} folds={K} protocol={'shared-hyper' if args.shared_hyper else 'per-fold'}")
-    shared = SharedHyper(X, y, mask, cfg, jax.random.fold_in(key, 10_000)) if args.shared_hyper else None
+    K = mask.shape[1] if max_folds is None else min(max_folds, mask.shape[1])
+    key = dataset_key(name, seed)
+    log(f"== {name}: n={n} d={d} folds={K}")
     per_method = {m: [] for m in methods}
     t_start = time.perf_counter()
     for k in range(K):
         train, test = fold_masks(mask, k)
         fkey = jax.random.fold_in(key, k)
-        if shared is None:
-            prep = prepare_fold_per_fold(X, y, train, test, cfg, fkey)
-        else:
-            prep = shared.fold(X, y, train, test, k)
-        fold, hyper, feats, stats, t_init, t_stats, degenerate, cv_stats = prep
-        setup = Setup(fold, hyper, feats, stats, cfg, fkey, cv_stats)
-        setup.nlpd_idx = nlpd_subset(len(fold.y_test), cfg.nlpd_points, args.seed, k)
+        fold = prepare_fold(fkey, X[train], y[train], cfg.direct)
+        nlpd_idx = nlpd_subset(int(test.sum()), cfg.nlpd_points, seed, k)
+        setup = Setup(fold, X[test], y[test], cfg, fkey, nlpd_idx, train=(X[train], y[train]))
+        t_init, t_stats = fold.init_seconds, fold.stats_seconds
         parts = []
         for m in methods:
             res = RUNNERS[m](setup)
             res.update(
                 fold=k, init_seconds=t_init, stats_seconds=0.0 if m == "reparam-mf" else t_stats,
-                gp_degenerate=degenerate, nlpd_points=len(setup.nlpd_idx),
+                gp_degenerate=bool(fold.gp_info.degenerate), nlpd_points=len(nlpd_idx),
             )  # fmt: skip
             per_method[m].append(res)
             fb = "*" if res.get("fallback_to_mf") else ""
-            if m == "direct-mf" and "noise_span" in res:
+            if m == "direct-mf-sparse":
                 fb += f" span {res['noise_span']:g} (cv {res['select_seconds']:.2f}s)"
             parts.append(
                 f"{m}: rmse {res['rmse']:.4g} nlpd {res['nlpd']:.3f} fit {res['fit_seconds']:.2f}s{fb}"
@@ -779,8 +715,7 @@ def run_dataset(folder, methods, args, cfg, log):
             f"  [{name} fold {k + 1}/{K}] init {t_init:.2f}s stats {t_stats:.2f}s | " + " | ".join(parts)
             + f" | elapsed {elapsed:.0f}s, eta {elapsed / (k + 1) * (K - k - 1):.0f}s"
         )  # fmt: skip
-    protocol = "shared-hyper" if args.shared_hyper else "per-fold"
-    recs = [summarize(name, m, n, d, per_method[m], protocol, cfg) for m in methods]
+    recs = [summarize_record(name, m, n, d, per_method[m], settings) for m in methods]
     for r in recs:
         log(
             f"  {name:14s} {r['method']:16s} RMSE {r['rmse_mean']:.4g} +- {r['rmse_sd']:.3g}  NLPD "
@@ -792,6 +727,18 @@ def run_dataset(folder, methods, args, cfg, log):
     return recs
 
 
+def _nlpd_points(text: str) -> int | None:
+    if text.strip().lower() == "all":
+        return None
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'all', got {text!r}")
+    return v
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default=str(DEFAULT_DATA), help="folder of dataset folders")
@@ -799,9 +746,20 @@ def parse_args(argv=None):
     p.add_argument(
         "--methods", default="direct-mf,reparam-mf,gauss-mf-exact", help=f"comma list of {METHODS} or 'all'"
     )
-    p.add_argument("--json", required=True, help="output JSON list (rewritten after every dataset)")
+    p.add_argument(
+        "--json", required=True, help="output JSON list (rewritten atomically after every dataset)"
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--resume", action="store_true",
+        help="keep the records already in --json (they must have this run's settings) and skip their pairs",
+    )  # fmt: skip
+    mode.add_argument("--overwrite", action="store_true", help="replace an existing --json")
+    p.add_argument(
+        "--rerun-mismatched", action="store_true",
+        help="with --resume: rerun this run's (dataset, method) pairs whose records have other settings",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shared-hyper", action="store_true", help="one feature map from fold 0 serves all folds")
     p.add_argument(
         "--direct-fit", default="cavi", choices=["cavi", "lbfgs"], help="lbfgs: the paper's recipe"
     )
@@ -811,8 +769,9 @@ def parse_args(argv=None):
     )  # fmt: skip
     p.add_argument("--max-folds", type=int, default=None, help="run only the first K folds")
     p.add_argument(
-        "--nlpd-points", type=int, default=StudyConfig.nlpd_points, help="test rows per fold for NLPD"
-    )
+        "--nlpd-points", type=_nlpd_points, default=StudyConfig.nlpd_points,
+        help=f"test rows per fold for NLPD (default {StudyConfig.nlpd_points}), or 'all'",
+    )  # fmt: skip
     p.add_argument("--sgd-steps", type=int, default=StudyConfig.sgd_steps)
     p.add_argument("--sgd-samples", type=int, default=StudyConfig.sgd_samples, help="draws per SGD step")
     p.add_argument(
@@ -829,9 +788,14 @@ def parse_args(argv=None):
         help="precision of the Theorem-3 bound fit (float32 bound values carry ~1 nat of rounding at UCI scale)",
     )  # fmt: skip
     p.add_argument("--lb-tol", type=float, default=StudyConfig.lb_tol, help="L-BFGS gradient-norm tolerance")
-    p.add_argument("--num-features", type=int, default=2 * StudyConfig.num_frequencies, help="b (even)")
     p.add_argument(
-        "--noise-span", type=float, default=StudyConfig.noise_span, help="noise grid s2 x [1/span, span]"
+        "--num-features", type=int, default=2 * StudyConfig.direct.num_frequencies, help="b (even)"
+    )
+    p.add_argument(
+        "--noise-span",
+        type=float,
+        default=StudyConfig.direct.noise_span,
+        help="noise grid s2 x [1/span, span]",
     )
     p.add_argument(
         "--noise-cv", default="10,3,1",
@@ -839,9 +803,30 @@ def parse_args(argv=None):
         "held-out log density; 1 = noise fixed at s2); 'none' = the paper's single grid of --noise-span",
     )  # fmt: skip
     p.add_argument("--reparam-steps", type=int, default=None, help="override the paper's 1000 / 10000 steps")
-    p.add_argument("--resume", action="store_true", help="keep records already in --json, skip those pairs")
     p.add_argument("--log", help="also append progress lines to this file")
     return p.parse_args(argv)
+
+
+def config_from_args(args) -> StudyConfig:
+    if args.num_features < 2 or args.num_features % 2:
+        raise SystemExit("--num-features must be an even number >= 2 (cos and sin pairs)")
+    try:
+        noise_cv = parse_noise_cv(args.noise_cv)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    direct = resolve_config(DirectConfig(
+        basis="features", num_frequencies=args.num_features // 2, noise_span=args.noise_span, noise_cv=noise_cv,
+        method=args.direct_fit, starts=tuple(x.strip() for x in args.direct_starts.split(",")),
+    ))  # fmt: skip
+    steps = {}
+    if args.reparam_steps is not None:
+        steps = dict(reparam_steps_small=args.reparam_steps, reparam_steps_large=args.reparam_steps)
+    default = resolve_config(DirectConfig(num_frequencies=args.num_features // 2))
+    return StudyConfig(
+        direct=direct, default=default, nlpd_points=args.nlpd_points, sgd_steps=args.sgd_steps, sgd_samples=args.sgd_samples,
+        sgd_init_noise=args.sgd_init_noise, sgd_estimator=args.sgd_estimator, lb_max_iter=args.lb_iters,
+        lb_tol=args.lb_tol, lb_precision=args.lb_precision, **steps,
+    )  # fmt: skip
 
 
 def main(argv=None):
@@ -850,29 +835,21 @@ def main(argv=None):
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise SystemExit(f"unknown method(s) {bad}; choose from {METHODS}")
-    if args.num_features < 2 or args.num_features % 2:
-        raise SystemExit("--num-features must be an even number >= 2 (cos and sin pairs)")
-    try:
-        noise_cv = parse_noise_cv(args.noise_cv)
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
-    if noise_cv and args.shared_hyper:
-        raise SystemExit("--noise-cv needs the per-fold protocol; pass --noise-cv none with --shared-hyper")
-    steps = {}
-    if args.reparam_steps is not None:
-        steps = dict(reparam_steps_small=args.reparam_steps, reparam_steps_large=args.reparam_steps)
-    cfg = StudyConfig(
-        num_frequencies=args.num_features // 2, noise_span=args.noise_span, direct_fit=args.direct_fit,
-        nlpd_points=args.nlpd_points, sgd_steps=args.sgd_steps, sgd_samples=args.sgd_samples,
-        sgd_init_noise=args.sgd_init_noise, sgd_estimator=args.sgd_estimator,
-        lb_max_iter=args.lb_iters, lb_tol=args.lb_tol, lb_precision=args.lb_precision, noise_cv=noise_cv, direct_starts=tuple(x.strip() for x in args.direct_starts.split(",")),
-        **steps,
-    )  # fmt: skip
+    if args.rerun_mismatched and not args.resume:
+        raise SystemExit("--rerun-mismatched needs --resume")
+    cfg = config_from_args(args)
+    settings = study_settings(cfg, seed=args.seed, max_folds=args.max_folds)
     folders = list_datasets(pathlib.Path(args.data_dir), args.datasets)
     out = pathlib.Path(args.json)
-    records = []
-    if args.resume and out.is_file():
-        records = json.loads(out.read_text())
+    pairs = {(f.name, m) for f in folders for m in methods}
+    try:
+        records = records_to_keep(
+            out, settings, pairs, resume=args.resume, overwrite=args.overwrite,
+            rerun_mismatched=args.rerun_mismatched,
+        )  # fmt: skip
+    except RefusedError as err:
+        print(f"uci.py: refused: {err}", file=sys.stderr)
+        return EXIT_REFUSED
     done = {(r["dataset"], r["method"]) for r in records}
     logf = open(args.log, "a") if args.log else None  # noqa: SIM115
 
@@ -885,8 +862,7 @@ def main(argv=None):
     log(f"# started {time.strftime('%Y-%m-%d %H:%M:%S')}, load average {os.getloadavg()}")
     log(
         f"# uci study: jax {jax.__version__} on {jax.devices()[0].platform} ({platform.machine()}, "
-        f"{os.cpu_count()} cores), {len(folders)} datasets, methods {methods}, seed {args.seed}, "
-        f"{'shared-hyper' if args.shared_hyper else 'per-fold'}; config {dataclasses.asdict(cfg)}"
+        f"{os.cpu_count()} cores), {len(folders)} datasets, methods {methods}; settings {settings}"
     )
     t0 = time.perf_counter()
     for i, folder in enumerate(folders):
@@ -895,16 +871,16 @@ def main(argv=None):
             log(f"== {folder.name}: already in {out}, skipped")
             continue
         log(f"[{i + 1}/{len(folders)}] {time.perf_counter() - t0:.0f}s elapsed")
-        recs = run_dataset(folder, todo, args, cfg, log)
-        for r in recs:
-            r["config"] = dataclasses.asdict(cfg)
+        recs = run_dataset(
+            folder, todo, cfg, seed=args.seed, max_folds=args.max_folds, settings=settings, log=log
+        )
         records.extend(recs)
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(records, indent=1))
-        tmp.replace(out)
+        write_json(out, records)
     log(
         f"# total {time.perf_counter() - t0:.0f}s, finished {time.strftime('%Y-%m-%d %H:%M:%S')}, load average {os.getloadavg()}"
     )
+    if logf:
+        logf.close()
     return 0
 
 

@@ -3,6 +3,13 @@
 # Every precision-sensitive test runs in float32 and float64 (the `dtype` fixture).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# OpenBLAS threads inside XLA's thread pool oversubscribe a small machine (and deadlocked a vmapped
+# Cholesky on 2 cores); the variable must be set before Python loads OpenBLAS, so it is set here.
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 python -m pip install -q -e ".[test]"
 python -m ruff check src tests benchmarks experiments
 python -m pytest -p no:cacheprovider "$@"
+# The experiments' own tests (the library's suite never loads the experiment scripts).
+if [ "$#" -eq 0 ]; then
+  python -m pytest -p no:cacheprovider experiments/tests
+fi

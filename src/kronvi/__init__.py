@@ -46,6 +46,7 @@ from ._model.families import grid_moments as grid_moments
 from ._model.grids import DiscretePrior as DiscretePrior
 from ._model.grids import gaussian_prior as gaussian_prior
 from ._model.grids import noise_prior as noise_prior
+from ._model.posterior_grid import posterior_grid_prior as posterior_grid_prior
 from ._model.regression import expected_sparsity as expected_sparsity
 from ._model.regression import noise_moments as noise_moments
 from ._model.regression import predict_regression as predict_regression
@@ -53,6 +54,9 @@ from ._model.regression import predictive_log_density as predictive_log_density
 from ._model.regression import regression_elbo as regression_elbo
 from ._solvers.lbfgs import FitInfo as FitInfo
 from ._solvers.lbfgs import minimize_lbfgs as minimize_lbfgs
+from ._stats.eigen import Eigenbasis as Eigenbasis
+from ._stats.eigen import eigenbasis as eigenbasis
+from ._stats.eigen import rotate_features as rotate_features
 
 # Sufficient statistics
 from ._stats.regression import RegressionStats as RegressionStats
@@ -62,16 +66,20 @@ from ._stats.regression import merge_stats as merge_stats
 from ._stats.regression import regression_stats as regression_stats
 from ._stats.regression import regression_stats_from_inputs as regression_stats_from_inputs
 from ._stats.regression import subtract_stats as subtract_stats
-
-# Families: re-exported from their namespaces
 from .gaussian import GaussianMeanField as GaussianMeanField
 from .gaussian import ReparamInfo as ReparamInfo
 from .gaussian import ReparamState as ReparamState
+
+# Families: re-exported from their namespaces
+from .gaussian import blr_evidence_noise as blr_evidence_noise
+from .gaussian import blr_log_evidence as blr_log_evidence
+from .gaussian import blr_posterior as blr_posterior
 from .gaussian import fit_gaussian_mf as fit_gaussian_mf
 from .gaussian import fit_gaussian_reparam as fit_gaussian_reparam
 from .gaussian import gaussian_mf_elbo as gaussian_mf_elbo
 from .gaussian import gaussian_reparam_init as gaussian_reparam_init
 from .gaussian import gaussian_reparam_step as gaussian_reparam_step
+from .gaussian import predict_blr as predict_blr
 from .gaussian import predict_gaussian_mf as predict_gaussian_mf
 from .gaussian import reparam_noise_variance as reparam_noise_variance
 from .mixtures import Mixture as Mixture

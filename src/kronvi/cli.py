@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+import tempfile
 import time
 
 import jax
 import numpy as np
 
 from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
-from .pipeline import DirectConfig, parse_noise_cv, run_fold, summarize
+from .pipeline import BASES, DirectConfig, parse_noise_cv, run_fold, summarize
 
 
 def _progress(done: int, total: int, start: float, note: str = "", stream=sys.stderr):
@@ -30,7 +33,8 @@ def _progress(done: int, total: int, start: float, note: str = "", stream=sys.st
     stream.flush()
 
 
-def _parser():
+def _parsers():
+    """The ``kronvi`` parser and its ``fit`` subparser."""
     p = argparse.ArgumentParser(prog="kronvi", description=__doc__)
     sub = p.add_subparsers(dest="command")
     f = sub.add_parser("fit", help="cross-validate DIRECT regression (default command)")
@@ -53,28 +57,139 @@ def _parser():
         "noise posterior piles up on an end of its grid (default 0: the paper's fixed grid)",
     )
     f.add_argument(
+        "--basis",
+        choices=BASES,
+        default=DirectConfig().basis,
+        help="'eigen': weights in the eigenbasis of Phi^T Phi (accurate); 'features': the paper's sparse "
+        "4-bit recipe on the random Fourier features (kronvi.pipeline.DirectConfig.basis)",
+    )
+    f.add_argument(
         "--noise-cv",
-        default="10,3,1",
-        help="noise grids s2 x [1/span, span] to choose from per fold by inner 5-fold cross-validation on "
-        "the training rows (1 = noise fixed at the GP estimate s2); 'none' = the paper's single grid, span 10",
+        default=None,
+        help="--basis features only: noise grids s2 x [1/span, span] to choose from per fold by inner 5-fold "
+        "cross-validation on the training rows (1 = noise fixed at the GP estimate s2); 'none' = the paper's "
+        "single grid, span 10; default 10,3,1",
     )
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--json", help="write per-fold results and the summary to this file")
-    return p
+    f.add_argument(
+        "--json",
+        metavar="PATH",
+        help="write per-fold results and the summary to this JSON file (checked before any compute, "
+        "written atomically; NaN/inf values are written as null); an existing file is an error unless --force",
+    )
+    f.add_argument("--force", action="store_true", help="let --json overwrite an existing file")
+    f.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    return p, f
+
+
+def _check_args(parser, args):
+    """One-line argparse errors (exit code 2) for bad option values, before any data is read."""
+    if args.folds < 2:
+        parser.error(f"--folds must be >= 2, got {args.folds}")
+    if args.num_features < 2 or args.num_features % 2:
+        parser.error(
+            f"--num-features must be an even number >= 2 (cos and sin pairs), got {args.num_features}"
+        )
+    if args.levels < 2:
+        parser.error(f"--levels must be >= 2, got {args.levels}")
+    if args.max_folds is not None and args.max_folds < 1:
+        parser.error(f"--max-folds must be >= 1, got {args.max_folds}")
+    if args.noise_recentres < 0:
+        parser.error(f"--noise-recentres must be >= 0, got {args.noise_recentres}")
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
+    if args.noise_cv is not None:
+        try:
+            args.noise_cv = parse_noise_cv(args.noise_cv)
+        except ValueError as err:
+            parser.error(str(err))
+        if args.noise_cv and args.basis != "features":
+            parser.error("--noise-cv applies to --basis features only")
+
+
+def _input_files(source) -> list[str]:
+    if source is None:
+        return []
+    if os.path.isdir(source):
+        return [os.path.join(source, "data.csv.gz"), os.path.join(source, "test_mask.csv.gz")]
+    return [source]
+
+
+def _check_output(path: str, inputs: list[str], force: bool):
+    """Raises ``ValueError`` unless ``path`` can take the JSON output: its folder exists, it is not a
+    folder, not an input file, and not an existing file (unless ``force``)."""
+    if not path:
+        raise ValueError("--json needs a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--json {path!r}: no such folder {folder!r}")
+    if os.path.isdir(path):
+        raise ValueError(f"--json {path!r} is a folder")
+    if os.path.exists(path):
+        for f in inputs:
+            if os.path.exists(f) and os.path.samefile(path, f):
+                raise ValueError(f"--json {path!r} is the input data file: refusing to overwrite it")
+        if not force:
+            raise ValueError(f"--json {path!r} exists: pass --force to overwrite it")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--json {path!r}: folder {folder!r} is not writable")
+
+
+def _finite_or_none(x):
+    """``x`` with every non-finite float replaced by ``None`` (JSON has no NaN or inf)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_or_none(v) for v in x]
+    return x
+
+
+def _write_json(path: str, obj):
+    """Writes strict JSON atomically: a temporary file in the same folder, then ``os.replace``."""
+    text = json.dumps(_finite_or_none(obj), indent=1, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(
+        prefix=".kronvi-", suffix=".json.tmp", dir=os.path.dirname(os.path.abspath(path))
+    )
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def main(argv=None):
+    """Runs ``kronvi fit``. Errors in the user's input print ``kronvi: error: <message>`` and return 2
+    (``--debug``: the traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("fit", "-h", "--help"):
         argv = ["fit"] + argv
-    args = _parser().parse_args(argv)
-    if args.num_features < 2 or args.num_features % 2:
-        raise SystemExit("--num-features must be an even number >= 2 (cos and sin pairs)")
+    parser, fit_parser = _parsers()
+    args = parser.parse_args(argv)
+    _check_args(fit_parser, args)
+    try:
+        return _fit(args)
+    except (ValueError, TypeError, OSError) as err:
+        if args.debug:
+            raise
+        sys.stderr.write(f"kronvi: error: {err}\n")
+        return 2
+
+
+def _fit(args):
+    if args.json is not None:
+        _check_output(args.json, _input_files(args.source), args.force)
     if args.source is None:
         X, y, mask = load_demo()
         name = "yacht (shipped)"
     elif args.source.endswith((".csv", ".csv.gz", ".txt")):
         X, y = load_csv(args.source)
+        if args.folds > len(y):
+            raise ValueError(f"--folds {args.folds} is more than the {len(y)} rows of {args.source!r}")
         rng = np.random.default_rng(args.seed)
         ids = rng.permutation(len(y)) % args.folds
         mask = np.eye(args.folds, dtype=int)[ids]
@@ -84,12 +199,9 @@ def main(argv=None):
         name = args.source
     folds = fold_indices(mask)
     K = mask.shape[1] if args.max_folds is None else min(args.max_folds, mask.shape[1])
-    try:
-        noise_cv = parse_noise_cv(args.noise_cv)
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
     config = DirectConfig(
-        noise_cv=noise_cv,
+        basis=args.basis,
+        noise_cv=args.noise_cv,
         num_frequencies=args.num_features // 2,
         levels=args.levels,
         method=args.method,
@@ -97,7 +209,8 @@ def main(argv=None):
     )
     print(
         f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={args.num_features}, "
-        f"{args.levels}-level grid, method={args.method}, {K} folds, jax on {jax.devices()[0].platform}"
+        f"{args.levels}-level grid, basis={args.basis}, method={args.method}, {K} folds, "
+        f"jax on {jax.devices()[0].platform}"
     )
     header = (
         f"{'fold':>4} {'n_train':>7} {'RMSE':>9} {'NLPD':>8} {'sparsity%':>9} {'init s':>7} "
@@ -128,9 +241,8 @@ def main(argv=None):
         f"{s['select_seconds_mean']:.2f}, fit {s['fit_seconds_mean']:.2f}"
         f" | total {time.perf_counter() - start:.1f}s"
     )
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"folds": [r._asdict() for r in results], "summary": s}, fh, indent=1)
+    if args.json is not None:
+        _write_json(args.json, {"folds": [r._asdict() for r in results], "summary": s})
     return 0
 
 

@@ -1,7 +1,18 @@
-"""The DIRECT regression pipeline for one train/test split, shared by the CLI and the experiments.
+r"""The DIRECT regression pipeline for one train/test split, shared by the CLI and the experiments.
 
 raw inputs -> standardized inputs -> GP hyperparameters -> random Fourier features -> statistics ->
 exact ELBO fit -> exact predictive mean, variance and density.
+
+Two recipes (``DirectConfig.basis``):
+
+- ``"eigen"`` (default): the weights are discretized in the eigenbasis of :math:`\Phi^\top\Phi`
+  (:func:`kronvi.eigenbasis`), where the likelihood factorizes; the noise grid is centred on the exact
+  evidence maximizer (:func:`kronvi.blr_evidence_noise`) and each weight's 15 levels span its exact
+  posterior (:func:`kronvi.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
+  same features; the weights are not sparse and each needs its own grid (2 floats) plus the rotation.
+- ``"features"``: the paper's recipe, weights of the random Fourier features on one grid of
+  ``±width`` prior sds with a zero level: sparse 4-bit codes, less accurate
+  (``docs/notes/2026-11-22-accuracy-defaults.md``).
 """
 
 from __future__ import annotations
@@ -15,37 +26,53 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._fit.regression import fit_regression
+from ._base.checks import check_int
+from ._fit.regression import METHODS, fit_regression
 from ._fit.select import CRITERIA, select_prior
-from ._inputs.data import fit_standardizer, standardize
+from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import RandomFourierFeatures, rff_features, rff_init
-from ._inputs.gp import GPHyperparameters, fit_gp_hyperparameters
-from ._model.grids import gaussian_prior, noise_prior
+from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
+from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
+from ._model.posterior_grid import posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression, predictive_log_density
-from ._stats.regression import kfold_stats_from_inputs, regression_stats_from_inputs
+from ._stats.eigen import Eigenbasis, eigenbasis, rotate_features
+from ._stats.regression import RegressionStats, kfold_stats_from_inputs, regression_stats_from_inputs
+from .gaussian._blr import blr_evidence_noise
+
+BASES = ("eigen", "features")
+# Defaults that depend on the basis (``None`` in DirectConfig): see :func:`resolve_config`.
+_BASIS_DEFAULTS = {
+    "eigen": dict(width=4.0, noise_span=3.0, noise_cv=(), starts=("gaussian",)),
+    "features": dict(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian")),
+}
 
 
 class DirectConfig(NamedTuple):
-    """Settings of the DIRECT regression pipeline (the paper's appendix E defaults)."""
+    """Settings of the DIRECT regression pipeline. ``None`` fields take the default of the ``basis``
+    (:func:`resolve_config`): ``"eigen"`` width 4 posterior sds, noise grid spanning 3x around the evidence
+    maximizer, no noise CV, the Gaussian start; ``"features"`` (the paper's appendix E) width 3 prior sds,
+    noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts."""
 
+    basis: str = "eigen"  # "eigen" (accurate) or "features" (the paper's sparse 4-bit recipe)
     num_frequencies: int = 1000  # b = 2 * num_frequencies features
     levels: int = 15  # 4-bit weight grid
-    width: float = 3.0  # grid spans +-width prior standard deviations
+    width: float | None = None  # grid half-width: posterior sds ("eigen") or prior sds ("features")
     noise_levels: int = 15
-    noise_span: float = 10.0  # the noise grid when ``noise_cv`` is empty: s2 x [1/span, span]
-    # Noise grids s2 x [1/span, span] to choose from by ``cv_folds``-fold cross-validation on the training
-    # rows (kronvi.select_prior, ``cv_criterion``); span 1 = the noise fixed at the GP estimate s2.
-    # Empty: the paper's protocol, one grid of ``noise_span``.
-    noise_cv: tuple[float, ...] = (10.0, 3.0, 1.0)
+    noise_span: float | None = None  # the noise grid when ``noise_cv`` is empty: s2 x [1/span, span]
+    # "features" only: noise grids s2 x [1/span, span] to choose from by ``cv_folds``-fold cross-validation
+    # on the training rows (kronvi.select_prior, ``cv_criterion``); span 1 = the noise fixed at the GP
+    # estimate s2. Empty: the paper's protocol, one grid of ``noise_span``.
+    noise_cv: tuple[float, ...] | None = None
     cv_folds: int = 5
     cv_criterion: str = "log_density"  # or "sq_error" (kronvi.select_prior)
     cv_max_iter: int = 10  # CAVI sweeps per inner fit (from kronvi.gaussian_start, which is close)
     method: str = "cavi"
     max_iter: int | None = None
     # Fit from each start and keep the highest ELBO: "prior" and/or "gaussian" (kronvi.gaussian_start).
-    starts: tuple[str, ...] = ("prior", "gaussian")
+    starts: tuple[str, ...] | None = None
     gp_points: int = 1000
     gp_restarts: int = 4
+    gp_degenerate_margin: float = 2.0  # kronvi.fit_gp_hyperparameters(degenerate_margin=...)
     chunk_size: int = 2048
     # Opt-in: refit with the noise grid recentred while q_noise piles up on an end of it (paper protocol: 0).
     max_noise_recentres: int = 0
@@ -70,7 +97,8 @@ class FoldResult(NamedTuple):
 
 
 class FittedDirect(NamedTuple):
-    """Everything needed to predict on new raw inputs."""
+    """Everything needed to predict on new raw inputs (:func:`fold_features` maps them to the features the
+    weights belong to)."""
 
     standardizer: object
     features: RandomFourierFeatures
@@ -80,6 +108,29 @@ class FittedDirect(NamedTuple):
     q_w: object
     q_noise: object
     hyper: GPHyperparameters
+    basis: Eigenbasis | None = None  # the rotation of the features ("eigen"), else None
+
+
+class PreparedFold(NamedTuple):
+    """A training set prepared for fitting (:func:`prepare_fold`): everything before the noise grid's choice."""
+
+    standardizer: Standardizer  # from the training rows
+    y_offset: jax.Array  # the training targets' mean
+    X: jax.Array  # standardized training inputs ``(n, d)``
+    y: jax.Array  # centred training targets ``(n,)``
+    hyper: GPHyperparameters
+    gp_info: GPFitInfo
+    features: RandomFourierFeatures
+    # Training statistics of the ``b = 2 * config.num_frequencies`` features the weights belong to (rotated
+    # to ``basis`` for "eigen").
+    stats: RegressionStats
+    cv_stats: tuple | None  # ``(cv_train, cv_test)`` per inner fold when ``config.noise_cv``, else ``None``
+    prior_w: DiscretePrior  # the weight grids
+    key: jax.Array  # the key of the fits that follow (:func:`fit_prepared`)
+    init_seconds: float  # standardizing and the GP hyperparameters
+    stats_seconds: float  # features and statistics (with the inner folds', and the eigenbasis)
+    basis: Eigenbasis | None  # "eigen": the rotation of the features
+    noise_variance: jax.Array  # the centre of the noise grid: the evidence maximizer or the GP estimate
 
 
 def _block(x):
@@ -129,27 +180,79 @@ def parse_noise_cv(text: str) -> tuple[float, ...]:
     return spans
 
 
+def resolve_config(config: DirectConfig | None = None) -> DirectConfig:
+    """``config`` (default ``DirectConfig()``) with every ``None`` field set to its basis's default.
+
+    Example:
+      >>> from kronvi.pipeline import DirectConfig, resolve_config
+      >>> c = resolve_config(DirectConfig(basis="features"))
+      >>> c.width, c.noise_span, c.noise_cv, c.starts
+      (3.0, 10.0, (10.0, 3.0, 1.0), ('prior', 'gaussian'))
+    """
+    config = DirectConfig() if config is None else config
+    if not isinstance(config, DirectConfig):
+        raise TypeError(f"`config` must be a DirectConfig, got {type(config).__name__}")
+    if config.basis not in BASES:
+        raise ValueError(f"`config.basis` must be one of {BASES}, got {config.basis!r}")
+    defaults = _BASIS_DEFAULTS[config.basis]
+    return config._replace(**{k: v for k, v in defaults.items() if getattr(config, k) is None})
+
+
 def _check_config(config: DirectConfig):
+    """Validates every field before any compute; errors name the field (``config.<field>``)."""
+    config = resolve_config(config)
+    if config.basis == "eigen" and config.noise_cv:
+        raise ValueError(
+            "`config.noise_cv` applies to basis='features' only: with basis='eigen' the noise grid is centred "
+            "on the evidence maximizer (set noise_cv=() or basis='features')"
+        )
+    for field, minimum in [
+        ("num_frequencies", 1), ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1),
+        ("chunk_size", 1), ("max_noise_recentres", 0), ("cv_max_iter", 1),
+    ]:  # fmt: skip
+        check_int(getattr(config, field), f"config.{field}", minimum)
+    if config.max_iter is not None:
+        check_int(config.max_iter, "config.max_iter", 1)
+    if not float(config.width) > 0:
+        raise ValueError(f"`config.width` must be positive, got {config.width!r}")
+    if not float(config.noise_span) > 1.0:
+        raise ValueError(f"`config.noise_span` must be > 1, got {config.noise_span!r}")
+    if config.method not in METHODS:
+        raise ValueError(f"`config.method` must be one of {METHODS}, got {config.method!r}")
+    if not config.starts or any(s not in ("prior", "gaussian") for s in config.starts):
+        raise ValueError(f"`config.starts` must name 'prior' and/or 'gaussian', got {config.starts!r}")
     if config.noise_cv:
         if config.cv_criterion not in CRITERIA:
             raise ValueError(f"`cv_criterion` must be one of {CRITERIA}, got {config.cv_criterion!r}")
         if any(not float(s) >= 1.0 for s in config.noise_cv):
             raise ValueError(f"`noise_cv` spans must be >= 1 (1 = fixed noise), got {config.noise_cv}")
-        if isinstance(config.cv_folds, bool) or not isinstance(config.cv_folds, int) or config.cv_folds < 2:
-            raise ValueError(f"`cv_folds` must be an int >= 2, got {config.cv_folds!r}")
+        check_int(config.cv_folds, "cv_folds", 2)
 
 
-def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32):
-    """Fits DIRECT mean-field regression on raw training data. Returns ``(model, timings, info)``.
+def prepare_fold(
+    key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32, gp=None
+) -> PreparedFold:
+    """Prepares raw training rows for a DIRECT fit: standardizer and centred targets from these rows, GP
+    hyperparameters on at most ``config.gp_points`` of them, ``config.num_frequencies`` random Fourier
+    frequencies, the weight grid, and the training statistics in one chunked pass (accumulated per inner
+    fold when ``config.noise_cv`` is set, for :func:`choose_noise_prior`).
 
-    With ``config.noise_cv`` (the default) the noise grid is chosen among those spans by
-    ``config.cv_folds``-fold cross-validation on the training rows: the statistics are accumulated per
-    inner fold in the same single pass (their sum is the training statistics), each candidate is fitted
-    on every ``total - fold`` (vmapped, CAVI from :func:`kronvi.gaussian_start`) and scored exactly on the
-    held-out fold (:func:`kronvi.select_prior` with ``config.cv_criterion``). That time is
-    ``select_seconds``.
+    Every study that fits one train/test split starts here; :func:`fit_prepared` continues from it, and
+    :func:`fold_features` maps test inputs through the same standardizer and features.
+
+    Args:
+      key: PRNG key; split into the GP's, the features' and the fits' (``PreparedFold.key``).
+      X: raw training inputs ``(n, d)``.
+      y: raw training targets ``(n,)``.
+      config: :class:`DirectConfig` (default: the paper's settings).
+      dtype: floating dtype of the inputs, statistics and fits.
+      gp: ``None``, or ``(hyper, gp_info)`` of an earlier preparation of the same rows with the same key
+        (another ``basis``, say), to skip refitting the GP hyperparameters.
+
+    Returns:
+      :class:`PreparedFold`.
     """
-    config = DirectConfig() if config is None else config
+    config = resolve_config(config)
     _check_config(config)
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     t0 = time.perf_counter()
@@ -159,55 +262,161 @@ def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float
     Xs = standardize(std, X)
     y_offset = jnp.mean(y)
     yc = y - y_offset
-    hyper, gp_info = fit_gp_hyperparameters(
-        k_gp, Xs, yc, num_points=config.gp_points, num_restarts=config.gp_restarts
-    )
+    if gp is None:
+        hyper, gp_info = fit_gp_hyperparameters(
+            k_gp, Xs, yc, num_points=config.gp_points, num_restarts=config.gp_restarts,
+            degenerate_margin=config.gp_degenerate_margin,
+        )  # fmt: skip
+    else:
+        hyper, gp_info = gp
     _block(hyper)
     t1 = time.perf_counter()
     feats = rff_init(k_rff, hyper.lengthscales, config.num_frequencies)
     fmap = functools.partial(rff_features, feats)
-    if config.noise_cv:
-        stats, cv_stats = inner_fold_stats(
-            jax.random.fold_in(k_fit, 1), fmap, Xs, yc, config.cv_folds, chunk_size=config.chunk_size
-        )
+    cv_stats = None
+    prior_scale = jnp.sqrt(hyper.signal_variance)
+    basis = None
+    if config.basis == "eigen":
+        stats, basis, prior_w, s2 = _eigen_setup(feats, Xs, yc, prior_scale, hyper.noise_variance, config)
     else:
-        stats = regression_stats_from_inputs(fmap, Xs, yc, chunk_size=config.chunk_size)
-    _block(stats)
+        if config.noise_cv:
+            stats, cv_stats = inner_fold_stats(
+                jax.random.fold_in(k_fit, 1), fmap, Xs, yc, config.cv_folds, chunk_size=config.chunk_size
+            )
+        else:
+            stats = regression_stats_from_inputs(fmap, Xs, yc, chunk_size=config.chunk_size)
+        s2 = hyper.noise_variance
+        b = 2 * config.num_frequencies
+        prior_w = gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)
+    _block((stats, prior_w))
     t2 = time.perf_counter()
-    b = 2 * config.num_frequencies
-    prior_w = gaussian_prior(b, jnp.sqrt(hyper.signal_variance), levels=config.levels, width=config.width)
+    return PreparedFold(
+        std, y_offset, Xs, yc, hyper, gp_info, feats, stats, cv_stats, prior_w, k_fit, t1 - t0, t2 - t1,
+        basis, s2,
+    )  # fmt: skip
+
+
+def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
+    r"""Statistics, eigenbasis, noise-grid centre and weight grids of the eigenbasis recipe.
+
+    Computed in float64 whatever the working dtype: the small eigenvalues of :math:`\Phi^\top\Phi` that
+    still carry signal (down to :math:`\sigma^2/\sigma_w^2`, e.g. 1e-4 of the largest on yacht) are below
+    the rounding of float32 statistics. The results are cast back to the working dtype; in the eigenbasis
+    the fit is well conditioned (``docs/notes/2026-11-22-accuracy-defaults.md``).
+    """
+    dtype = X.dtype
+    with jax.enable_x64(True):
+        f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+        feats64 = jax.tree.map(f64, feats)
+        stats = regression_stats_from_inputs(
+            functools.partial(rff_features, feats64), f64(X), f64(y), chunk_size=config.chunk_size
+        )
+        scale = f64(prior_scale)
+        s2 = evidence_noise_variance(stats, scale, f64(gp_noise))
+        stats, basis = eigenbasis(stats)
+        prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
+        to = functools.partial(jnp.asarray, dtype=dtype)
+        stats, basis, s2 = jax.tree.map(to, (stats, basis, s2))
+        prior_w = DiscretePrior(to(prior_w.values), to(prior_w.log_probs))
+    return stats, basis, prior_w, s2
+
+
+def evidence_noise_variance(stats, prior_scale, guess, *, log_range: float = 12.0):
+    """The noise variance maximizing the exact evidence (:func:`kronvi.blr_evidence_noise`) within
+    ``guess * exp(±log_range)``; ``guess`` is e.g. the GP estimate."""
+    guess = jnp.asarray(guess, stats.PhitPhi.dtype)
+    return blr_evidence_noise(
+        stats, prior_scale, lower=guess * np.exp(-log_range), upper=guess * np.exp(log_range)
+    )
+
+
+def eigen_posterior_grid(rotated, basis, prior_scale, noise_variance, *, levels: int, width: float):
+    r"""Weight grids for the eigenbasis recipe: coordinate ``j`` gets ``levels`` values spanning its exact
+    posterior :math:`N(\mu_j, \tau_j^2)` ± ``width`` sds, :math:`\tau_j^{-2} = \lambda_j/\sigma^2 +
+    \sigma_w^{-2}`, :math:`\mu_j = \tau_j^2 c_j/\sigma^2` (:func:`kronvi.posterior_grid_prior`)."""
+    precision = basis.eigenvalues / noise_variance + 1.0 / prior_scale**2
+    center = rotated.Phity / noise_variance / precision
+    return posterior_grid_prior(center, 1.0 / jnp.sqrt(precision), prior_scale, levels=levels, width=width)
+
+
+def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None):
+    """Chooses the noise grid and fits DIRECT mean field on a :func:`prepare_fold` result (with the same
+    ``config``). Returns ``(model, timings, info)`` as :func:`fit_direct`.
+
+    With ``config.noise_cv`` the grid ``s2 x [1/span, span]`` is chosen among those spans on the inner folds
+    (:func:`choose_noise_prior`, timed as ``select_seconds``); otherwise it is the grid of
+    ``config.noise_span``. The fit keeps the best of ``config.starts`` (:func:`fit_best_start`), refitted
+    with a recentred noise grid up to ``config.max_noise_recentres`` times.
+    """
+    config = resolve_config(config)
+    _check_config(config)
+    if (config.basis == "eigen") != (fold.basis is not None):
+        raise ValueError("`fold` was prepared with another `basis` than `config`'s: prepare it with this config")
+    if bool(config.noise_cv) != (fold.cv_stats is not None):
+        raise ValueError(
+            "`fold` was prepared with another `noise_cv` setting than `config`'s: prepare it with this config"
+        )
+    s2 = fold.noise_variance
+    t2 = time.perf_counter()
     cv = None
     if config.noise_cv:
         span, prior_n, cv = choose_noise_prior(
-            cv_stats, prior_w, hyper.noise_variance, config.noise_cv, levels=config.noise_levels,
+            fold.cv_stats, fold.prior_w, s2, config.noise_cv, levels=config.noise_levels,
             criterion=config.cv_criterion, max_iter=config.cv_max_iter,
         )  # fmt: skip
     else:
         span = float(config.noise_span)
-        prior_n = noise_prior(hyper.noise_variance, levels=config.noise_levels, span=span)
+        prior_n = noise_prior(s2, levels=config.noise_levels, span=span)
     t3 = time.perf_counter()
     q_w, q_n, info, prior_n, recentres = fit_with_noise_recentring(
-        stats, prior_w, prior_n, config._replace(noise_span=span), key=k_fit
+        fold.stats, fold.prior_w, prior_n, config._replace(noise_span=span), key=fold.key
     )
     _block(q_w)
     t4 = time.perf_counter()
-    model = FittedDirect(std, feats, y_offset, prior_w, prior_n, q_w, q_n, hyper)
+    model = FittedDirect(
+        fold.standardizer, fold.features, fold.y_offset, fold.prior_w, prior_n, q_w, q_n, fold.hyper, fold.basis
+    )
     timings = dict(
-        init_seconds=t1 - t0,
-        stats_seconds=t2 - t1,
+        init_seconds=fold.init_seconds,
+        stats_seconds=fold.stats_seconds,
         select_seconds=(t3 - t2) if config.noise_cv else 0.0,
         fit_seconds=t4 - t3,
     )
-    info = dict(fit=info, gp=gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv)
+    info = dict(fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv)
     return model, timings, info
+
+
+def fold_features(fitted, X):
+    """Features of raw inputs ``X (N, d)`` through a :class:`PreparedFold`'s or :class:`FittedDirect`'s
+    standardizer and random Fourier features (rotated to its eigenbasis, if any), in the dtype of its
+    statistics: ``(N, b)``."""
+    dtype = fitted.y_offset.dtype
+    Phi = rff_features(fitted.features, standardize(fitted.standardizer, jnp.asarray(X, dtype)))
+    return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
+
+
+def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32):
+    """Fits DIRECT mean-field regression on raw training data: :func:`prepare_fold` then
+    :func:`fit_prepared`. Returns ``(model, timings, info)``.
+
+    With ``config.noise_cv`` (the default) the noise grid is chosen among those spans by
+    ``config.cv_folds``-fold cross-validation on the training rows: the statistics are accumulated per
+    inner fold in the same single pass (their sum is the training statistics), each candidate is fitted
+    on every ``total - fold`` (vmapped, CAVI from :func:`kronvi.gaussian_start`) and scored exactly on the
+    held-out fold (:func:`kronvi.select_prior` with ``config.cv_criterion``). That time is
+    ``select_seconds``.
+    """
+    config = resolve_config(config)
+    return fit_prepared(prepare_fold(key, X, y, config, dtype=dtype), config)
 
 
 def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
     """Fits from each of ``config.starts`` and returns the ``(q_w, q_noise, info)`` with the highest ELBO.
 
     Coordinate ascent on a grid stops at a local optimum that depends on the start; neither the prior nor
-    the continuous optimum is the better start on every dataset (``experiments/results/rmse_gap.md``).
+    the continuous optimum is the better start on every dataset (``docs/notes/2026-11-22-rmse-gap.md``).
     """
+    config = resolve_config(config)
     if not config.starts:
         raise ValueError("`config.starts` must name at least one start")
     best, best_elbo = None, -float("inf")
@@ -263,7 +472,7 @@ def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None 
     model, timings, info = fit_direct(key, X_train, y_train, config)
     t0 = time.perf_counter()
     dtype = model.q_w.logits.dtype
-    Phi = rff_features(model.features, standardize(model.standardizer, jnp.asarray(X_test, dtype)))
+    Phi = fold_features(model, X_test)
     mean, _ = predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     y_c = jnp.asarray(y_test, dtype) - model.y_offset
     log_dens, _ = predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c)

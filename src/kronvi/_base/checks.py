@@ -50,6 +50,27 @@ def check_nonempty(x, name: str, axis: int = 0):
         raise ValueError(f"`{name}` is empty (shape {tuple(x.shape)})")
 
 
+def check_int(x, name: str, minimum: int | None = None) -> int:
+    """``x`` as a Python int; ``ValueError`` for bools, floats (``2.7`` or ``3.0``) and values below
+    ``minimum``."""
+    is_int = isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+    if not is_int or (minimum is not None and x < minimum):
+        at_least = "" if minimum is None else f" >= {minimum}"
+        raise ValueError(f"`{name}` must be an int{at_least}, got {x!r}")
+    return int(x)
+
+
+def check_same_dtype(named_arrays: dict):
+    """Raises ``TypeError`` naming the arguments when the arrays ``{name: array}`` differ in dtype."""
+    dtypes = {name: a.dtype for name, a in named_arrays.items()}
+    if len(set(dtypes.values())) > 1:
+        listing = ", ".join(f"`{name}` {dt}" for name, dt in dtypes.items())
+        raise TypeError(
+            f"dtypes differ: {listing}; build the priors with `dtype=` the statistics' dtype "
+            "(or cast with jax.tree.map(lambda a: a.astype(dtype), ...))"
+        )
+
+
 def check_xy(X, y, xname: str = "X", yname: str = "y", what: str = "(num_points, num_features)"):
     """Float arrays ``X (n, d)`` and ``y (n,)`` with matching rows; errors name the arguments."""
     X = as_float_array(X, xname)
@@ -59,3 +80,11 @@ def check_xy(X, y, xname: str = "X", yname: str = "y", what: str = "(num_points,
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"`{xname}` has {X.shape[0]} rows but `{yname}` has {y.shape[0]}")
     return X, y
+
+
+def check_optimizer(optimizer, name: str = "optimizer"):
+    """Checks that ``optimizer`` is an ``optax.GradientTransformation``."""
+    import optax
+
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise TypeError(f"`{name}` must be an optax.GradientTransformation, got {type(optimizer).__name__}")

@@ -22,7 +22,7 @@ ORDERS = ("random", "cyclic", "greedy", "gain")
 def coordinate_gains(logits_w, logits_n, prior_w, prior_noise, stats):
     r"""ELBO gain of updating each weight alone to its coordinate optimum: :math:`KL(q_j \| q_j^*)`.
 
-    As a function of one factor the ELBO is :math:`-KL(q_j \| q_j^*) + 	ext{const}`, so this is the
+    As a function of one factor the ELBO is :math:`-KL(q_j \| q_j^*) + \text{const}`, so this is the
     exact gain of each single-coordinate update; ``order="gain"`` visits weights by decreasing gain
     (Gauss-Southwell). Cost :math:`O(b^2 + bm)`.
     """

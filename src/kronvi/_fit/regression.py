@@ -55,7 +55,7 @@ def fit_regression(
       max_iter: sweeps (CAVI, default 100) or iterations (L-BFGS, default 1000).
       tol: stop when the ELBO gains less than ``tol * n`` nats in a sweep (CAVI, default 1e-7) or when
         the gradient norm of :math:`-\mathcal{L}/n` falls below ``tol`` (L-BFGS, default 1e-6).
-      order: CAVI update order (default ``"gain"``, which reached the highest ELBO in
+      order: CAVI update order (default ``"gain"``; the orders are compared in
         ``benchmarks/bench_fit_methods.py``): ``"random"`` (a fresh permutation per sweep from ``key``),
         ``"cyclic"`` (0..b-1), ``"greedy"`` (each sweep visits weights by decreasing
         :math:`|(\Phi^\top y)_j| / \sqrt{(\Phi^\top\Phi)_{jj}}`) or ``"gain"`` (each sweep visits

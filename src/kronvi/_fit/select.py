@@ -6,10 +6,9 @@ fold statistics from one pass (:func:`kronvi.kfold_stats`, :func:`kronvi.kfold_s
 K-fold cross-validation score is K fits on ``total - fold_k`` (vmapped) and K such evaluations: no
 second pass over the data.
 
-Why a study needs it: the mean-field ELBO prefers a noise variance well above the GP's estimate when the
-posterior has many weakly determined weights (their prior variance is counted as residual), and on several
-UCI datasets that choice costs test RMSE (``experiments/results/rmse_gap.md``). The ELBO cannot arbitrate
-between noise priors that it is itself biased about; held-out error can.
+The mean-field ELBO is biased about the noise variance when many weights are weakly determined (their prior
+variance counts as residual), so it cannot arbitrate between noise priors; held-out error can
+(``docs/notes/2026-11-22-noise-grid.md``).
 """
 
 from __future__ import annotations

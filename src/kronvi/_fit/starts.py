@@ -2,7 +2,7 @@ r"""Starting points for mean-field DIRECT fits.
 
 Coordinate ascent on a discrete grid stops at the first configuration that no single-weight update
 improves. With many rows each factor is close to a point mass, so a fit started from the prior can stop far
-from the continuous optimum (``experiments/results/init_check.md``). :func:`gaussian_start` starts instead
+from the continuous optimum. :func:`gaussian_start` starts instead
 from the exact optimum of the *continuous* mean-field problem with the same prior variances, which is one
 Cholesky factorization of :math:`\Phi^\top\Phi` away.
 """

@@ -12,6 +12,7 @@ import gzip
 import importlib.resources
 import io
 import os
+import zlib
 from typing import NamedTuple
 
 import jax
@@ -91,21 +92,29 @@ def standardize(st: Standardizer, X) -> jax.Array:
 # Reading tables
 
 
-def _open_text(source, name: str):
-    """Opens a path (``.gz`` decompressed) or a binary file-like object as text."""
+def _read_text(source, name: str) -> str:
+    """The text of a path or a binary file-like object: gzip (by its magic bytes) decompressed, UTF-8 with
+    an optional byte-order mark. Raises ``ValueError`` naming ``name`` for truncated or corrupt gzip data
+    and for bytes that are not UTF-8."""
     if hasattr(source, "read"):
         raw = source.read()
-        if isinstance(raw, bytes) and raw[:2] == b"\x1f\x8b":
+    else:
+        path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{name}: no such file {path!r}")
+        with open(path, "rb") as f:
+            raw = f.read()
+    if isinstance(raw, str):
+        return raw.removeprefix("\ufeff")
+    if raw[:2] == b"\x1f\x8b":
+        try:
             raw = gzip.decompress(raw)
-        if isinstance(raw, bytes):
-            raw = raw.decode("utf-8")
-        return io.StringIO(raw)
-    path = os.fspath(source)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{name}: no such file {path!r}")
-    if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        except (EOFError, OSError, zlib.error) as e:
+            raise ValueError(f"{name}: truncated or corrupt gzip data ({type(e).__name__}: {e})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{name} is not UTF-8 text (byte {e.start}: {e.reason})") from None
 
 
 def _is_number(s: str) -> bool:
@@ -116,18 +125,30 @@ def _is_number(s: str) -> bool:
     return True
 
 
-def _read_table(source, name: str, *, header: str = "never"):
+def _read_table(source, name: str, *, header="never"):
     """Reads a comma-separated numeric table into a float64 ``(rows, cols)`` array.
 
-    ``header`` is ``"never"`` (every row must be numeric) or ``"auto"`` (a first row with a non-numeric
-    field is a header and is skipped). Blank lines are ignored. Raises ``ValueError`` naming the file
-    and the 1-based line for ragged rows and non-numeric fields, and for NaN/inf values.
+    ``header``: ``False``/``"never"`` (every row is data), ``True`` (the first row is a header) or
+    ``"auto"`` (the first row is a header when none of its fields is a number; some numbers and some
+    not is an error). Blank lines are ignored. Raises ``ValueError`` naming the file and the 1-based line
+    for ragged rows and non-numeric fields, and for NaN/inf values.
     """
-    with _open_text(source, name) as f:
-        rows = [(i + 1, [c.strip() for c in r]) for i, r in enumerate(csv.reader(f))]
+    text = _read_text(source, name)
+    rows = [(i + 1, [c.strip() for c in r]) for i, r in enumerate(csv.reader(io.StringIO(text, newline="")))]
     rows = [(i, r) for i, r in rows if any(r)]
-    if header == "auto" and rows and not all(_is_number(c) for c in rows[0][1]):
+    if header is True and rows:
         rows = rows[1:]
+    elif header == "auto" and rows:
+        line, first = rows[0]
+        numeric = [_is_number(c) for c in first]
+        if not any(numeric):
+            rows = rows[1:]
+        elif not all(numeric):
+            col = numeric.index(False)
+            raise ValueError(
+                f"{name}: line {line} mixes numbers and text (column {col}: {first[col]!r}), so it is "
+                "neither a header nor data; pass `header=True` to skip it or fix the value"
+            )
     if not rows:
         raise ValueError(f"{name} has no data rows")
     width = len(rows[0][1])
@@ -238,16 +259,17 @@ def load_demo():
         return _load_pair(fd, fm, "kronvi demo data.csv.gz", "kronvi demo test_mask.csv.gz")
 
 
-def load_csv(path, *, target_column: int = -1):
+def load_csv(path, *, target_column: int = -1, header="auto"):
     r"""Loads a plain comma-separated numeric table as ``(X, y)``.
 
-    A first row containing a non-numeric field is taken as a header and skipped; otherwise every row is
-    data. Files ending in ``.gz`` are decompressed.
+    gzip files are decompressed; a UTF-8 byte-order mark is ignored.
 
     Args:
       path: The CSV file.
       target_column: index of the target column (negative indices count from the end); the other
         columns are ``X`` in their original order.
+      header: ``"auto"``: the first row is a header when none of its fields is a number, data when all
+        are, and an error otherwise; ``True``: the first row is a header; ``False``: every row is data.
 
     Returns:
       (X, y): ``X`` float64 ``(n, d)``, ``y`` float64 ``(n,)``.
@@ -260,7 +282,9 @@ def load_csv(path, *, target_column: int = -1):
       >>> X.tolist(), y.tolist()
       ([[1.0, 2.0], [4.0, 5.0]], [3.0, 6.0])
     """
-    data = _read_table(path, f"`path` {os.fspath(path)!r}", header="auto")
+    if not (header == "auto" or isinstance(header, bool)):
+        raise ValueError(f"`header` must be 'auto', True or False, got {header!r}")
+    data = _read_table(path, f"`path` {os.fspath(path)!r}", header=header)
     k = data.shape[1]
     if k < 2:
         raise ValueError(f"`path` needs at least 2 columns (inputs and target), got {k}")

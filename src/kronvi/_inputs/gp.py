@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 from jax import lax
 
 from .._base.checks import (
@@ -29,11 +28,15 @@ from .._base.checks import (
     check_xy,
     is_concrete,
 )
+from .._solvers.lbfgs import minimize_lbfgs
 
 # Bounds, relative to the reference scales (lengthscales: median column std of X; variances: var(y)).
 _LENGTHSCALE_BOUNDS = (1e-2, 1e3)
 _SIGNAL_BOUNDS = (1e-4, 1e2)
 _NOISE_UPPER = 10.0
+# Starts whose log marginal likelihoods differ by less than this are a tie (float32 rounding of the
+# likelihood is ~0.2 nats at 300 rows): the first such start is returned.
+_TIE_NATS = 0.5
 # Start i uses lengthscales sqrt(d) * _LENGTHSCALE_FACTORS[i % 8] and noise _NOISE_FRACTIONS[i % 8] * var(y).
 _LENGTHSCALE_FACTORS = (1.0, 0.3, 3.0, 0.1, 1.0, 0.3, 3.0, 10.0)
 _NOISE_FRACTIONS = (0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)
@@ -253,40 +256,6 @@ def _default_starts(num_restarts, d, var_y, dtype):
     return GPHyperparameters(ls, var_y * (1 - fracs), var_y * fracs)
 
 
-def _minimize(loss, u0, max_iter, tol):
-    """Minimizes ``loss`` from ``u0`` with ``optax.lbfgs`` inside ``lax.while_loop``.
-
-    Stops after ``max_iter`` iterations, when the gradient norm falls below ``tol`` (converged), or when an
-    iteration no longer decreases the loss (the line search found no better point: a stall at machine
-    precision). Returns ``(u, loss(u), iterations, converged, gradient norm)``.
-    """
-    opt = optax.lbfgs()
-    ftol = 10 * jnp.finfo(u0.dtype).eps
-
-    def cond(carry):
-        k, done = carry[2], carry[5]
-        return (k < max_iter) & ~done
-
-    def body(carry):
-        u, state, k, f, g, _, _ = carry
-        updates, state = opt.update(g, state, u, value=f, grad=g, value_fn=loss)
-        u = optax.apply_updates(u, updates)
-        # The line search stores the value and gradient at the accepted point: no re-evaluation (the
-        # ``lax.cond`` of ``optax.value_and_grad_from_state`` would evaluate both branches under ``vmap``).
-        f_new = optax.tree.get(state, "value")
-        g_new = optax.tree.get(state, "grad")
-        gnorm = optax.tree.norm(g_new)
-        stalled = ~(f - f_new > ftol * jnp.maximum(1.0, jnp.abs(f_new)))
-        return u, state, k + 1, f_new, g_new, (gnorm <= tol) | stalled, gnorm
-
-    f0, g0 = jax.value_and_grad(loss)(u0)
-    gnorm0 = optax.tree.norm(g0)
-    done0 = ~jnp.isfinite(f0) | (gnorm0 <= tol)
-    init = (u0, opt.init(u0), jnp.asarray(0, jnp.int32), f0, g0, done0, gnorm0)
-    u, _, k, f, _, _, gnorm = lax.while_loop(cond, body, init)
-    return u, f, k, gnorm <= tol, gnorm
-
-
 def _is_degenerate(hyper, loo_mse, var_y, ls_lo, ls_hi, active):
     """A start explains the data as noise: its leave-one-out error or its noise variance is ~ var(y),
     or every lengthscale (of a non-constant input) sits at the same bound."""
@@ -299,12 +268,16 @@ def _is_degenerate(hyper, loo_mse, var_y, ls_lo, ls_hi, active):
 
 
 def _select(lmls, degenerate, margin):
-    """Index of the best start, preferring a non-degenerate one within ``margin`` nats of the best."""
+    """Index of the best start, preferring a non-degenerate one within ``margin`` nats of the best; among
+    starts within ``_TIE_NATS`` of that one (and as degenerate), the first: a near-tie is decided by start
+    order, not by rounding (docs/notes/2026-11-22-input-scale-sensitivity.md)."""
     best = jnp.argmax(lmls)
     good_lmls = jnp.where(degenerate, -jnp.inf, lmls)
     best_good = jnp.argmax(good_lmls)
     use_good = degenerate[best] & (good_lmls[best_good] >= lmls[best] - margin)
-    return jnp.where(use_good, best_good, best)
+    chosen = jnp.where(use_good, best_good, best)
+    tied = (lmls >= lmls[chosen] - _TIE_NATS) & (degenerate == degenerate[chosen])
+    return jnp.argmax(tied)
 
 
 def fit_gp_hyperparameters(
@@ -449,7 +422,7 @@ def fit_gp_hyperparameters(
         starts,
         min_noise,
         jnp.asarray(degenerate_margin, dtype),
-        jnp.asarray(max_iter, jnp.int32),
+        int(max_iter),
         jnp.asarray(tol, dtype),
         parallel,
     )
@@ -462,7 +435,7 @@ def fit_gp_hyperparameters(
     return hyper, info
 
 
-@functools.partial(jax.jit, static_argnums=(7,))
+@functools.partial(jax.jit, static_argnums=(5, 7))
 def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
     m, d = X.shape
     dtype = X.dtype
@@ -491,8 +464,11 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
         return -_lml(_unpack(u, bounds), X, y) / m
 
     def run(start):
-        u, f, k, converged, gnorm = _minimize(loss, _pack(start, bounds), max_iter, tol)
-        return _unpack(u, bounds), -f * m, k, converged, gnorm
+        # Stops at a stall too (no decrease beyond rounding: the line search found no better point).
+        u, info = minimize_lbfgs(
+            loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=10 * jnp.finfo(dtype).eps
+        )
+        return _unpack(u, bounds), info.elbo[info.num_iter], info.num_iter, info.converged, info.grad_norm
 
     # vmap batches the starts' Cholesky factorizations into one LAPACK call per step; lax.map runs the
     # starts one after another (see ``parallel_restarts``).
@@ -504,9 +480,9 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
     degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
     chosen = _select(lmls, degenerate, margin)
     # A start whose noise is pinned at its lower bound is an optimum of the bound, not of the data (e.g.
-    # integer targets that the GP interpolates: wine picked noise 1e-4 var(y), 160 nats "better" than
-    # 0.14 var(y) yet worse by leave-one-out). Its likelihood is not comparable; prefer the best unpinned
-    # non-degenerate start that predicts at least as well by leave-one-out.
+    # integer targets that the GP interpolates): its likelihood is not comparable. Prefer the best unpinned
+    # non-degenerate start that predicts at least as well by leave-one-out
+    # (docs/notes/2026-11-22-library-history.md).
     pinned = hypers.noise_variance <= 1.5 * min_noise
     alt_ok = ~pinned & ~degenerate & (loo <= loo[chosen])
     alt = jnp.argmax(jnp.where(alt_ok, lmls, -jnp.inf))

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, is_concrete
+from .._base.checks import as_float_array, check_finite, check_int, check_ndim, check_positive, is_concrete
 from .._base.pytree import validated_pytree
 
 
@@ -77,8 +77,11 @@ def gaussian_prior(num_weights: int, scale, *, levels: int = 15, width: float = 
     Args:
       num_weights: ``b``, the number of weights.
       scale: prior standard deviation, positive scalar or ``(b,)`` array (one scale per weight).
-      levels: grid size ``m`` (>= 2).
+      levels: grid size ``m``, an int >= 2 (the grid ``(k - (m-1)/2) / ((m-1)/2)``, ``k = 0..m-1``,
+        needs two points; odd ``m`` puts a level at exactly 0, even ``m`` has none).
       width: half-width of the grid in prior standard deviations.
+      dtype: float dtype of the grid; ``None`` keeps the dtype of ``scale``. Fits need the priors and
+        the statistics in one dtype (float32 or float64).
 
     Returns:
       A :class:`DiscretePrior` of shape ``(b, levels)``.
@@ -89,15 +92,11 @@ def gaussian_prior(num_weights: int, scale, *, levels: int = 15, width: float = 
       >>> p.values[0].tolist()
       [-1.0, -0.5, 0.0, 0.5, 1.0]
     """
-    if int(num_weights) < 1:
-        raise ValueError(f"`num_weights` must be >= 1, got {num_weights}")
-    if int(levels) < 2:
-        raise ValueError(f"`levels` must be >= 2, got {levels}")
+    num_weights = check_int(num_weights, "num_weights", 1)
+    levels = check_int(levels, "levels", 2)
     if not float(width) > 0:
         raise ValueError(f"`width` must be positive, got {width}")
-    scale = as_float_array(scale, "scale")
-    if dtype is not None:
-        scale = scale.astype(dtype)
+    scale = _as_dtype(as_float_array(scale, "scale"), dtype)
     if scale.ndim > 1 or (scale.ndim == 1 and scale.shape[0] != num_weights):
         raise ValueError(f"`scale` must be a scalar or shape ({num_weights},), got {scale.shape}")
     check_finite(scale, "scale")
@@ -120,8 +119,9 @@ def noise_prior(variance, *, levels: int = 15, span: float = 10.0, dtype=None):
 
     Args:
       variance: the noise-variance estimate, a positive scalar.
-      levels: number of grid points ``m_sigma``.
+      levels: number of grid points ``m_sigma``, an int >= 1 (1: the noise fixed at ``variance``).
       span: ratio between the estimate and either end of the grid (> 1).
+      dtype: float dtype of the grid; ``None`` keeps the dtype of ``variance``.
 
     Returns:
       A :class:`DiscretePrior` of shape ``(1, levels)`` over positive variances.
@@ -131,20 +131,27 @@ def noise_prior(variance, *, levels: int = 15, span: float = 10.0, dtype=None):
       >>> [round(float(v), 4) for v in kronvi.noise_prior(1.0, levels=3, span=100.0).values[0]]
       [0.01, 1.0, 100.0]
     """
-    variance = as_float_array(variance, "variance")
-    if dtype is not None:
-        variance = variance.astype(dtype)
+    variance = _as_dtype(as_float_array(variance, "variance"), dtype)
     if variance.ndim != 0:
         raise ValueError(f"`variance` must be a scalar, got shape {variance.shape}")
     check_finite(variance, "variance")
     check_positive(variance, "variance")
-    if int(levels) < 1:
-        raise ValueError(f"`levels` must be >= 1, got {levels}")
+    levels = check_int(levels, "levels", 1)
     if not float(span) > 1.0:
         raise ValueError(f"`span` must be > 1, got {span}")
-    exps = jnp.linspace(-1.0, 1.0, levels, dtype=variance.dtype) if levels > 1 else jnp.zeros(1)
-    values = variance * jnp.exp(exps.astype(variance.dtype) * np.log(span))
+    # exponents in float64 NumPy, then one cast: a NumPy float64 scalar would promote the grid's dtype
+    exps = np.linspace(-1.0, 1.0, levels) if levels > 1 else np.zeros(1)
+    values = variance * jnp.asarray(np.exp(exps * np.log(float(span))), variance.dtype)
     return DiscretePrior(values[None, :], jnp.zeros((1, levels), variance.dtype))
+
+
+def _as_dtype(x, dtype):
+    """``x`` cast to ``dtype`` (a float dtype), or unchanged for ``None``."""
+    if dtype is None:
+        return x
+    if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        raise TypeError(f"`dtype` must be a floating dtype, got {jnp.dtype(dtype)}")
+    return x.astype(dtype)
 
 
 def check_noise_prior(prior: DiscretePrior, name: str = "prior_noise"):

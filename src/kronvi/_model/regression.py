@@ -21,12 +21,11 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_ndim, is_concrete
+from .._base.checks import as_float_array, check_finite, check_ndim, check_same_dtype
 from .._base.kron import expected_quadratic, kron_sum_expectation
-from .._stats.regression import RegressionStats
+from .._stats.regression import RegressionStats, check_stats
 from .families import MeanField, check_family, grid_moments
 from .grids import DiscretePrior, check_noise_prior, check_weight_prior
 
@@ -34,20 +33,24 @@ LOG_2PI = math.log(2.0 * math.pi)
 
 
 def check_regression_args(q_w, q_noise, prior_w, prior_noise, stats=None):
-    """Static (shape/type) validation shared by the ELBO, the fit and prediction."""
+    """Validation shared by the ELBO, the fit and prediction: shapes and types, and with ``stats`` one
+    float dtype for statistics, priors and ``q`` plus finite statistics (:func:`check_stats`)."""
     check_weight_prior(prior_w)
     check_noise_prior(prior_noise)
     check_family(q_w, prior_w, "q_w", "prior_w")
     check_family(q_noise, prior_noise, "q_noise", "prior_noise")
     if stats is not None:
-        if not isinstance(stats, RegressionStats):
-            raise TypeError(f"`stats` must be RegressionStats, got {type(stats).__name__}")
-        b = stats.Phity.shape[-1]
-        if stats.PhitPhi.shape[-2:] != (b, b):
-            raise ValueError(f"`stats.PhitPhi` must be ({b}, {b}), got {stats.PhitPhi.shape}")
-        check_weight_prior(prior_w, b)
-        if is_concrete(stats.n) and np.any(np.asarray(stats.n) <= 0):
-            raise ValueError("`stats.n` must be positive: the statistics describe empty data")
+        check_stats(stats)
+        check_weight_prior(prior_w, stats.Phity.shape[-1])
+        check_same_dtype(
+            {
+                "stats": stats.PhitPhi,
+                "prior_w": prior_w.values,
+                "prior_noise": prior_noise.values,
+                "q_w": q_w.logits,
+                "q_noise": q_noise.logits,
+            }
+        )
 
 
 def noise_moments(q_noise: MeanField, prior_noise: DiscretePrior):

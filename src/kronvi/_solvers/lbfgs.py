@@ -1,7 +1,7 @@
 r"""One L-BFGS driver for every exact objective in kronvi (mean field, mixtures, GP hyperparameters).
 
 Two backends: ``jaxopt.LBFGS`` (the paper's recipe; configured in :func:`jaxopt_lbfgs`) and ``optax.lbfgs``.
-Why jaxopt is configured the way it is: ``docs/notes/2026-11-15-lbfgs-safeguards.md``.
+Why jaxopt is configured the way it is: ``docs/notes/2026-11-22-library-history.md``.
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ class FitInfo(NamedTuple):
         best value so far (the fit returns its best iterate), so the trace never decreases.
       num_iter: iterations run.
       converged: whether the stopping criterion was met before ``max_iter``.
+      grad_norm: L-BFGS only: the gradient norm at the returned parameters (``None`` for CAVI).
     """
 
     elbo: jax.Array
     num_iter: jax.Array
     converged: jax.Array
+    grad_norm: jax.Array | None = None
 
 
 def jaxopt_lbfgs(loss, *, max_iter, tol):
@@ -37,7 +39,7 @@ def jaxopt_lbfgs(loss, *, max_iter, tol):
 
     The line search passed in keeps its own step cap (``2**maxiter``) instead of LBFGS's ``max_stepsize=1``,
     so a first step along a tiny gradient can expand until the strong-Wolfe curvature condition holds, as
-    ``optax.lbfgs``'s does (``docs/notes/2026-11-15-lbfgs-safeguards.md``).
+    ``optax.lbfgs``'s does (``docs/notes/2026-11-22-library-history.md``).
     """
     from .jaxopt import LBFGS, ZoomLineSearch
 
@@ -45,52 +47,71 @@ def jaxopt_lbfgs(loss, *, max_iter, tol):
     return LBFGS(fun=loss, maxiter=max_iter, tol=tol, linesearch=linesearch, linesearch_init="max")
 
 
-def minimize_lbfgs(loss, params, scale, *, max_iter, tol, backend):
-    """L-BFGS on ``loss(params)`` in a ``lax.while_loop`` (traceable; call inside ``jit``).
+def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbfgs", stall_rtol=None):
+    """L-BFGS on ``loss(params)`` in a ``lax.while_loop`` (traceable; call inside ``jit`` or ``vmap``).
 
-    ``backend="lbfgs"`` uses ``jaxopt.LBFGS`` (the paper's recipe, configured by
-    :func:`jaxopt_lbfgs`), anything else ``optax.lbfgs``. Stops after ``max_iter`` iterations or when the
-    gradient norm falls below ``tol``. Returns the best iterate (lowest finite ``loss``; the start if
-    no step improved on it), so the fit never ends worse than it began, and a :class:`FitInfo` whose
-    trace holds ``-(best loss so far) * scale`` (the ELBO when ``loss = -ELBO / scale``): non-decreasing,
-    its entry at ``num_iter`` that of the returned parameters.
+    ``backend="lbfgs"`` uses ``jaxopt.LBFGS`` (the paper's recipe, configured by :func:`jaxopt_lbfgs`),
+    ``"optax-lbfgs"`` uses ``optax.lbfgs``; both take the value and gradient their line search stored at
+    the accepted point, so an iteration costs one line search and nothing more.
+
+    Stops after ``max_iter`` iterations, when the gradient norm falls below ``tol`` (converged), or, with
+    ``stall_rtol``, when an iteration lowers the loss by no more than ``stall_rtol * max(1, |loss|)``.
+
+    Returns:
+      ``(best, info)``: the best iterate (lowest finite ``loss``; the start if no step improved on it),
+      so a fit never ends worse than it began, and a :class:`FitInfo` whose trace holds
+      ``-(best loss so far) * scale`` (the ELBO when ``loss = -ELBO / scale``) and whose ``grad_norm`` is
+      the gradient norm at ``best``.
+
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> x, info = kronvi.minimize_lbfgs(lambda x: jnp.sum((x - 2.0) ** 2), jnp.zeros(3), max_iter=50, tol=1e-6)
+      >>> [round(float(v), 4) for v in x], bool(info.converged)
+      ([2.0, 2.0, 2.0], True)
     """
-    value0 = loss(params)
+    if backend not in BACKENDS:
+        raise ValueError(f"`backend` must be one of {BACKENDS}, got {backend!r}")
+    value0, grad0 = jax.value_and_grad(loss)(params)
+    gnorm0 = optax.tree.norm(grad0)
     trace = jnp.full((max_iter + 1,), -value0 * scale)
 
     if backend == "lbfgs":
         solver = jaxopt_lbfgs(loss, max_iter=max_iter, tol=tol)
         state = solver.init_state(params)
 
-        def step(params, state):
+        def step(params, state, value, grad):
             params, state = solver.update(params, state)
-            return params, state, state.value, state.error
+            return params, state, state.value, state.grad
 
     else:
         opt = optax.lbfgs()
         state = opt.init(params)
-        value_and_grad = optax.value_and_grad_from_state(loss)
 
-        def step(params, state):
-            value, grad = value_and_grad(params, state=state)
+        def step(params, state, value, grad):
             updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=loss)
             params = optax.apply_updates(params, updates)
-            v, g = value_and_grad(params, state=state)
-            return params, state, v, optax.tree.norm(g)
+            return params, state, optax.tree.get(state, "value"), optax.tree.get(state, "grad")
 
     def cond(st):
         it, *_, done = st
         return (it < max_iter) & ~done
 
     def body(st):
-        it, params, state, best, best_value, tr, _ = st
-        params, state, value, err = step(params, state)
-        better = value < best_value  # False for NaN
+        it, params, state, value, grad, best, best_value, best_gnorm, tr, _ = st
+        params, state, new_value, grad = step(params, state, value, grad)
+        gnorm = optax.tree.norm(grad)
+        better = new_value < best_value  # False for NaN
         best = jax.tree.map(lambda new, old: jnp.where(better, new, old), params, best)
-        best_value = jnp.where(better, value, best_value)
-        return it + 1, params, state, best, best_value, tr.at[it + 1].set(-best_value * scale), err <= tol
+        best_value = jnp.where(better, new_value, best_value)
+        best_gnorm = jnp.where(better, gnorm, best_gnorm)
+        done = gnorm <= tol
+        if stall_rtol is not None:
+            done = done | ~(value - new_value > stall_rtol * jnp.maximum(1.0, jnp.abs(new_value)))
+        tr = tr.at[it + 1].set(-best_value * scale)
+        return it + 1, params, state, new_value, grad, best, best_value, best_gnorm, tr, done
 
-    init = (jnp.asarray(0), params, state, params, value0, trace, jnp.asarray(False))
-    it, _, _, best, _, tr, done = lax.while_loop(cond, body, init)
+    done0 = ~jnp.isfinite(value0)
+    init = (jnp.asarray(0), params, state, value0, grad0, params, value0, gnorm0, trace, done0)
+    it, *_, best, _, best_gnorm, tr, _ = lax.while_loop(cond, body, init)
     tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    return best, FitInfo(tr, it, done)
+    return best, FitInfo(tr, it, best_gnorm <= tol, best_gnorm)

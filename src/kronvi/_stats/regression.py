@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_nonempty, check_xy
+from .._base.checks import as_float_array, check_finite, check_nonempty, check_xy, is_concrete
 from .._base.pytree import as_traced_callable
 
 
@@ -33,6 +33,49 @@ class RegressionStats(NamedTuple):
     yty: jax.Array
     Phity: jax.Array
     PhitPhi: jax.Array
+
+
+def _nonfinite(stats: RegressionStats, name: str = "stats") -> list[str]:
+    """``"`<name>.<field>` (k of size entries)"`` per concrete field holding NaN or inf; tracers are skipped."""
+    bad = []
+    for field, x in zip(stats._fields, stats, strict=True):
+        if is_concrete(x) and getattr(x, "size", 1):
+            k = int(jnp.sum(~jnp.isfinite(x)))
+            if k:
+                bad.append(f"`{name}.{field}` ({k} of {x.size} entries)")
+    return bad
+
+
+def check_stats(stats, name: str = "stats") -> None:
+    r"""Validates the statistics a fit receives: a :class:`RegressionStats` in float32 or float64 with
+    ``PhitPhi`` of shape ``(..., b, b)``, and, when the arrays are concrete (not traced inside ``jit`` or
+    ``vmap``), ``n > 0`` and no NaN or inf.
+
+    float16 statistics are rejected: float16 overflows at 65504 and has no Cholesky factorization.
+
+    Raises:
+      TypeError: ``stats`` is not a :class:`RegressionStats` or not float32/float64.
+      ValueError: ``PhitPhi`` has the wrong shape, ``n <= 0``, or an entry is NaN or infinite.
+    """
+    if not isinstance(stats, RegressionStats):
+        raise TypeError(f"`{name}` must be RegressionStats, got {type(stats).__name__}")
+    b = stats.Phity.shape[-1]
+    if stats.PhitPhi.shape[-2:] != (b, b):
+        raise ValueError(f"`{name}.PhitPhi` must be ({b}, {b}), got {stats.PhitPhi.shape}")
+    dtype = jnp.dtype(stats.PhitPhi.dtype)
+    if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise TypeError(
+            f"`{name}` are {dtype}: fits run in float32 or float64 (compute the statistics from float32 "
+            "inputs and build the priors with `dtype=jnp.float32`)"
+        )
+    if is_concrete(stats.n) and np.any(np.asarray(stats.n) <= 0):
+        raise ValueError(f"`{name}.n` must be positive: the statistics describe empty data")
+    bad = _nonfinite(stats, name)
+    if bad:
+        raise ValueError(
+            f"`{name}` contains NaN or infinite values: {', '.join(bad)} "
+            "(statistics that overflowed: compute them in float32/float64 or rescale the inputs)"
+        )
 
 
 def merge_stats(a: RegressionStats, b: RegressionStats) -> RegressionStats:
@@ -96,6 +139,10 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None) -> RegressionStat
     Returns:
       :class:`RegressionStats` in the dtype of the inputs.
 
+    Raises:
+      ValueError: for bad shapes or NaN/inf inputs, and when a statistic overflows the dtype (e.g. float16
+        ``y^T y`` above 65504); the check is skipped when called inside ``jit``.
+
     Example:
       >>> import jax.numpy as jnp, kronvi
       >>> s = kronvi.regression_stats(jnp.ones((5, 2)), jnp.arange(5.0))
@@ -103,7 +150,7 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None) -> RegressionStat
       (5.0, 30.0, [10.0, 10.0])
     """
     Phi, y = _validate_xy(Phi, y, "Phi")
-    return _chunked_stats(_identity, Phi, y, chunk_size)
+    return _chunked_stats(_identity, Phi, y, chunk_size, "Phi")
 
 
 def regression_stats_from_inputs(feature_map, X, y, *, chunk_size: int | None = None):
@@ -125,14 +172,21 @@ def _identity(x):
     return x
 
 
-def _chunked_stats(feature_map, X, y, chunk_size):
+def _chunked_stats(feature_map, X, y, chunk_size, xname="X"):
     n = X.shape[0]
     if chunk_size is None:
         chunk_size = min(n, 4096)
     chunk_size = int(chunk_size)
     if chunk_size < 1:
         raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
-    return _chunked_stats_jit(as_traced_callable(feature_map), X, y, chunk_size)
+    stats = _chunked_stats_jit(as_traced_callable(feature_map), X, y, chunk_size)
+    bad = _nonfinite(stats)
+    if bad:
+        raise ValueError(
+            f"statistics overflowed in {stats.PhitPhi.dtype}: {', '.join(bad)} not finite; use "
+            f"float32/float64 or rescale `{xname}` and `y`"
+        )
+    return stats
 
 
 @functools.partial(jax.jit, static_argnums=(3,))
@@ -179,7 +233,7 @@ def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
     """
     Phi, y = _validate_xy(Phi, y, "Phi")
     folds = _check_folds(folds, Phi.shape[0])
-    return _stack_folds(_identity, Phi, y, folds, chunk_size)
+    return _stack_folds(_identity, Phi, y, folds, chunk_size, "Phi")
 
 
 def kfold_stats_from_inputs(feature_map, X, y, folds, *, chunk_size: int | None = None):
@@ -214,9 +268,9 @@ def _check_folds(folds, n):
     return folds
 
 
-def _stack_folds(feature_map, X, y, folds, chunk_size):
+def _stack_folds(feature_map, X, y, folds, chunk_size, xname="X"):
     K = int(folds.max()) + 1
-    test = [_chunked_stats(feature_map, X[folds == k], y[folds == k], chunk_size) for k in range(K)]
+    test = [_chunked_stats(feature_map, X[folds == k], y[folds == k], chunk_size, xname) for k in range(K)]
     test = jax.tree.map(lambda *xs: jnp.stack(xs), *test)
     total = jax.tree.map(lambda x: jnp.sum(x, axis=0), test)
     train = jax.tree.map(lambda t, x: t[None] - x, total, test)

@@ -1,12 +1,21 @@
-"""Gaussian baselines on the same statistics: the exact mean-field Gaussian and REPARAM."""
+"""Gaussian baselines on the same statistics: exact Bayesian linear regression, the exact mean-field
+Gaussian and REPARAM.
 
+Modules: ``_blr`` (the exact posterior, evidence and predictive), ``_meanfield`` (the family, its exact ELBO, closed-form coordinate-ascent fit and prediction)
+and ``_reparam`` (minibatch reparameterization gradients with any optax optimizer).
+"""
+
+from ._blr import blr_evidence_noise as blr_evidence_noise
+from ._blr import blr_log_evidence as blr_log_evidence
+from ._blr import blr_posterior as blr_posterior
+from ._blr import predict_blr as predict_blr
 from ._meanfield import GaussianMeanField as GaussianMeanField
-from ._meanfield import ReparamInfo as ReparamInfo
-from ._meanfield import ReparamState as ReparamState
 from ._meanfield import fit_gaussian_mf as fit_gaussian_mf
-from ._meanfield import fit_gaussian_reparam as fit_gaussian_reparam
 from ._meanfield import gaussian_mf_elbo as gaussian_mf_elbo
-from ._meanfield import gaussian_reparam_init as gaussian_reparam_init
-from ._meanfield import gaussian_reparam_step as gaussian_reparam_step
 from ._meanfield import predict_gaussian_mf as predict_gaussian_mf
-from ._meanfield import reparam_noise_variance as reparam_noise_variance
+from ._reparam import ReparamInfo as ReparamInfo
+from ._reparam import ReparamState as ReparamState
+from ._reparam import fit_gaussian_reparam as fit_gaussian_reparam
+from ._reparam import gaussian_reparam_init as gaussian_reparam_init
+from ._reparam import gaussian_reparam_step as gaussian_reparam_step
+from ._reparam import reparam_noise_variance as reparam_noise_variance

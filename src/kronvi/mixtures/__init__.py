@@ -1,19 +1,42 @@
-"""Mixture posteriors (r mean-field components) and mixture priors: Theorems 3 and 4 of the DIRECT paper."""
+r"""Mixture posteriors and mixture priors beyond mean field (Evans & Nair 2018, section 4).
 
-from ._core import ESTIMATORS as ESTIMATORS
-from ._core import Mixture as Mixture
-from ._core import MixturePrior as MixturePrior
-from ._core import MixtureSGDInfo as MixtureSGDInfo
-from ._core import MixtureSGDState as MixtureSGDState
-from ._core import fit_mixture_bound as fit_mixture_bound
-from ._core import fit_mixture_sgd as fit_mixture_sgd
-from ._core import mixture_elbo_bound as mixture_elbo_bound
-from ._core import mixture_elbo_estimate as mixture_elbo_estimate
-from ._core import mixture_elbo_unbiased as mixture_elbo_unbiased
-from ._core import mixture_expected_loglik as mixture_expected_loglik
-from ._core import mixture_from_mean_field as mixture_from_mean_field
-from ._core import mixture_prior_bound as mixture_prior_bound
-from ._core import mixture_sgd_init as mixture_sgd_init
-from ._core import mixture_sgd_step as mixture_sgd_step
-from ._core import predict_mixture as predict_mixture
-from ._core import sample_mixture as sample_mixture
+A :class:`Mixture` is :math:`q(w) = \sum_{k=1}^r \alpha_k \bigotimes_{j=1}^b q^{(k)}_j`. Everything linear in
+``q`` (expected log-likelihood, expected log of a factorized prior, predictive moments) is exact; the entropy
+is not, and two ways around it are implemented:
+
+* :func:`mixture_elbo_bound`, the deterministic lower bound of Theorem 3, fitted with L-BFGS by
+  :func:`fit_mixture_bound`;
+* :func:`mixture_elbo_estimate`, an unbiased stochastic ELBO and gradient (score function, eq. 13, by
+  default Rao-Blackwellized per factor), fitted with any optax optimizer by :func:`mixture_sgd_init` /
+  :func:`mixture_sgd_step` / :func:`fit_mixture_sgd`.
+
+A :class:`MixturePrior` has no exact expected log-density; :func:`mixture_prior_bound` is the lower bound
+of Theorem 4. The noise variance keeps a mean-field factor, whose exact coordinate-ascent update stays
+closed form for mixtures.
+
+Modules: ``_family`` (pytrees, validation, starts), ``_sampling``, ``_bounds`` (exact terms, Theorems 3
+and 4), ``_local`` (local-expectation score tables), ``_estimators``, ``_predict``, ``_fit_bound``,
+``_sgd``.
+
+References:
+  Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",
+  NeurIPS; section 4, Theorems 3 and 4, eq. 13, appendix C.
+"""
+
+from ._bounds import mixture_elbo_bound as mixture_elbo_bound
+from ._bounds import mixture_expected_loglik as mixture_expected_loglik
+from ._bounds import mixture_prior_bound as mixture_prior_bound
+from ._estimators import ESTIMATORS as ESTIMATORS
+from ._estimators import mixture_elbo_estimate as mixture_elbo_estimate
+from ._estimators import mixture_elbo_unbiased as mixture_elbo_unbiased
+from ._family import Mixture as Mixture
+from ._family import MixturePrior as MixturePrior
+from ._family import mixture_from_mean_field as mixture_from_mean_field
+from ._fit_bound import fit_mixture_bound as fit_mixture_bound
+from ._predict import predict_mixture as predict_mixture
+from ._sampling import sample_mixture as sample_mixture
+from ._sgd import MixtureSGDInfo as MixtureSGDInfo
+from ._sgd import MixtureSGDState as MixtureSGDState
+from ._sgd import fit_mixture_sgd as fit_mixture_sgd
+from ._sgd import mixture_sgd_init as mixture_sgd_init
+from ._sgd import mixture_sgd_step as mixture_sgd_step

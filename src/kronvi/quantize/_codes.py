@@ -23,11 +23,8 @@ Each row of :math:`A` is quantized to int8 with an affine map (Jacob et al. 2018
 :math:`A_{ij} \approx s_i (q_{ij} - o_i)`, and :math:`\sum_j (q_{ij} - o_i) d_{sj}
 = \sum_j q_{ij} d_{sj} - o_i \sum_j d_{sj}` is accumulated exactly in int32. Weights whose code is the
 zero level have :math:`d_{sj} = 0` and contribute nothing; weights at the zero level in *every* stored
-sample are dropped (``prune=True``), and the rest is a dense int8 GEMM. On a 2-core CPU
-(``experiments/quantized_inference.py``) that GEMM path runs at 0.5x / 1.05x / 1.6x the speed of a
-float32 GEMM for 10 / 100 / 1000 samples (quantizing :math:`\Phi^*` is paid once per call), pruning
-speeds float and integer paths alike in proportion to the kept weights, and skipping zero codes sample
-by sample (sparse gathers) is 40-60x slower than the dense product at ~20% sparsity.
+sample are dropped (``prune=True``), and the rest is a dense int8 GEMM (its speed:
+``docs/notes/2026-11-22-library-history.md``).
 
 References:
   Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",
@@ -49,7 +46,8 @@ from jax import lax
 from .._base.checks import as_float_array, check_finite, check_ndim, is_concrete
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior
-from ..mixtures._core import Mixture, sample_mixture
+from ..mixtures._family import Mixture
+from ..mixtures._sampling import sample_mixture
 
 BITS = (1, 2, 4, 8)
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior, check_noise_prior
-from ..mixtures._core import Mixture
+from ..mixtures._family import Mixture
 from ._codes import BITS, check_bits, packed_width, unpack_codes
 
 FORMAT = "kronvi"
@@ -198,7 +198,9 @@ def _resolve_class(name: str, path: str):
         if module not in _PUBLIC_MODULES and "." not in qualname:
             # Files written before the public paths (version 1 named private modules, e.g.
             # ``kronvi._families:MeanField``): find the class among the public exports.
-            module = next((m for m in _PUBLIC_MODULES if hasattr(importlib.import_module(m), qualname)), module)
+            module = next(
+                (m for m in _PUBLIC_MODULES if hasattr(importlib.import_module(m), qualname)), module
+            )
         obj = importlib.import_module(module)
         for part in qualname.split("."):
             obj = getattr(obj, part)
@@ -289,6 +291,8 @@ def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
     TypeError, ValueError
         If the model is inconsistent or holds something other than arrays, scalars, ``None`` and
         containers.
+    FileNotFoundError, IsADirectoryError
+        If the folder of ``path`` does not exist, or ``path`` is a folder.
 
     Examples
     --------
@@ -317,6 +321,10 @@ def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
     arrays[_HEADER] = np.array(json.dumps(header))
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"`path` {path!r}: no such folder {directory!r}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"`path` {path!r} is a folder; give a file name")
     fd, tmp = tempfile.mkstemp(prefix=".kronvi-", suffix=".npz.tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:

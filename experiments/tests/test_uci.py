@@ -1,0 +1,309 @@
+"""The UCI study (experiments/uci.py) and its renderer on tiny synthetic data: fold handling, the mixture's
+predictive density against enumeration, the command-line JSON contract, and what an existing JSON accepts
+(records carry their settings; mismatches are refused or rerun; writes are atomic)."""
+
+import gzip
+import itertools
+import json
+import pathlib
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import render_uci
+import uci
+
+import kronvi
+
+EXPERIMENTS = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _write_dataset(folder, n=60, d=3, K=5, seed=0, constant_column=True):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    if constant_column:
+        X[:, -1] = 7.0
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
+    ids = rng.permutation(n) % K
+    mask = np.eye(K, dtype=int)[ids]
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "data.csv.gz", "wt") as f:
+        np.savetxt(f, np.column_stack([X, y]), delimiter=",")
+    with gzip.open(folder / "test_mask.csv.gz", "wt") as f:
+        np.savetxt(f, mask, delimiter=",", fmt="%d")
+    return X, y, mask
+
+
+def _argv(data, out, *extra, methods="direct-mf", datasets="small"):
+    return [
+        "--data-dir", str(data), "--datasets", datasets, "--methods", methods, "--json", str(out),
+        "--num-features", "16", "--sgd-steps", "3", "--sgd-samples", "8", "--lb-iters", "2",
+        "--reparam-steps", "5", "--max-folds", "1", *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """One run of every method on one fold of a tiny dataset: ``(data dir, argv, records)``."""
+    root = tmp_path_factory.mktemp("study")
+    _write_dataset(root / "data" / "small", n=40, seed=2)
+    out = root / "all.json"
+    argv = _argv(root / "data", out, methods="all")
+    assert uci.main(argv) == 0
+    return root / "data", argv, json.loads(out.read_text())
+
+
+def test_folds_partition_the_rows_and_train_is_the_complement(tmp_path):
+    X, y, mask = _write_dataset(tmp_path / "toy")
+    seen = np.zeros(len(y), int)
+    for k in range(mask.shape[1]):
+        train, test = uci.fold_masks(mask, k)
+        np.testing.assert_array_equal(test, mask[:, k] == 1)
+        np.testing.assert_array_equal(train, ~test)
+        seen += test
+    np.testing.assert_array_equal(seen, 1)  # every row is a test row exactly once
+
+
+def test_nlpd_subset_is_deterministic_capped_or_all():
+    a = uci.nlpd_subset(1000, 100, 0, 3)
+    np.testing.assert_array_equal(a, uci.nlpd_subset(1000, 100, 0, 3))
+    assert len(a) == 100 and len(np.unique(a)) == 100 and np.all(np.diff(a) > 0)
+    assert not np.array_equal(a, uci.nlpd_subset(1000, 100, 0, 4))
+    np.testing.assert_array_equal(uci.nlpd_subset(30, 100, 0, 0), np.arange(30))
+    np.testing.assert_array_equal(uci.nlpd_subset(1000, None, 0, 0), np.arange(1000))
+    assert uci.parse_args(["--json", "x", "--nlpd-points", "all"]).nlpd_points is None
+    assert uci.parse_args(["--json", "x"]).nlpd_points == 100
+    with pytest.raises(SystemExit):
+        uci.parse_args(["--json", "x", "--nlpd-points", "0"])
+
+
+def test_datasets_are_listed_small_to_large(tmp_path):
+    _write_dataset(tmp_path / "b_big", n=70)
+    _write_dataset(tmp_path / "a_small", n=40)
+    assert [p.name for p in uci.list_datasets(tmp_path, "all")] == ["a_small", "b_big"]
+    assert [p.name for p in uci.list_datasets(tmp_path, "b_big,a_small")] == ["a_small", "b_big"]
+    with pytest.raises(SystemExit, match="no dataset folder"):
+        uci.list_datasets(tmp_path, "missing")
+
+
+def test_study_fold_setup_standardizes_with_training_rows_and_sums_inner_statistics(study):
+    data, argv, _ = study
+    X, y, mask = kronvi.load_uci(data / "small")
+    cfg = uci.config_from_args(uci.parse_args(argv))  # the study's compiled shapes
+    setup = uci.fold_setup("small", 1, cfg, data_dir=data)
+    fold = setup.fold
+    train, test = uci.fold_masks(mask, 1)
+    np.testing.assert_allclose(np.asarray(fold.X[:, 0]).mean(), 0.0, atol=1e-5)
+    np.testing.assert_allclose(float(jnp.mean(fold.y)), 0.0, atol=1e-6)
+    assert setup.Phi_test.shape == (int(test.sum()), 16) and np.all(np.isfinite(np.asarray(setup.Phi_test)))
+    np.testing.assert_allclose(np.asarray(setup.y_test), y[test] - y[train].mean(), atol=1e-5)
+    cv_train, cv_test = fold.cv_stats
+    assert cv_train.PhitPhi.shape == (cfg.direct.cv_folds, 16, 16)
+    direct = kronvi.regression_stats(kronvi.rff_features(fold.features, fold.X), fold.y)
+    for a, b in zip(fold.stats, direct, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(np.asarray(cv_train.n + cv_test.n), float(train.sum()))
+
+
+def _enumerated_log_density(values, probs, alpha, qs, svals, Phi, y):
+    b, m = values.shape
+    out = np.zeros(len(y))
+    for cfg in itertools.product(range(m), repeat=b):
+        w = values[np.arange(b), cfg]
+        pq = sum(a * np.prod(p[np.arange(b), cfg]) for a, p in zip(alpha, probs, strict=True))
+        f = Phi @ w
+        for s, q in zip(svals, qs, strict=True):
+            out += pq * q * np.exp(-0.5 * (y - f) ** 2 / s) / np.sqrt(2 * np.pi * s)
+    return np.log(out)
+
+
+@pytest.mark.parametrize("r", [1, 2])
+def test_discrete_log_density_matches_enumeration(r):
+    rng = np.random.default_rng(r)
+    b, m, S = 3, 5, 3
+    pw = kronvi.gaussian_prior(b, 0.8, levels=m)
+    pn = kronvi.noise_prior(0.1, levels=S, span=4.0)
+    q = kronvi.Mixture(jnp.asarray(rng.normal(size=(r, b, m)) * 2), jnp.asarray(rng.normal(size=r)))
+    if r == 1:
+        q = kronvi.MeanField(q.logits[0])
+    qn = kronvi.MeanField(jnp.asarray(rng.normal(size=(1, S))))
+    Phi = rng.normal(size=(10, b))
+    y = rng.normal(size=10) * 2
+    probs = np.asarray(q.probs, np.float64).reshape(-1, b, m)
+    alpha = [1.0] if r == 1 else np.asarray(q.weights, np.float64)
+    want = _enumerated_log_density(
+        np.asarray(pw.values, np.float64), probs, alpha, np.asarray(qn.probs[0], np.float64),
+        np.asarray(pn.values[0], np.float64), Phi, y,
+    )  # fmt: skip
+    got, err = uci.discrete_log_density(
+        q, qn, pw, pn, jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32)
+    )
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    assert np.isfinite(err) and err >= 0
+
+
+def test_command_line_writes_one_record_per_dataset_and_method_with_its_settings(study):
+    _, argv, recs = study
+    assert [(r["dataset"], r["method"]) for r in recs] == [("small", m) for m in uci.METHODS]
+    keys = {"dataset", "method", "n", "d", "rmse_mean", "rmse_sd", "nlpd_mean", "nlpd_sd", "sparsity_pct"}
+    keys |= {"fit_seconds", "stats_seconds", "init_seconds", "settings"}
+    want = uci.study_settings(uci.config_from_args(uci.parse_args(argv)), seed=0, max_folds=1)
+    for r in recs:
+        assert keys <= set(r)
+        assert r["settings"] == want
+        assert r["d"] == 3 and r["folds"] == 1 and np.isfinite(r["rmse_mean"]) and np.isfinite(r["nlpd_mean"])
+    assert want["direct"]["num_frequencies"] == 8 and want["max_folds"] == 1
+    assert want["study"]["sgd_samples"] == 8 and want["study"]["nlpd_points"] == 100
+    for r in recs:
+        if r["method"] in ("direct-mf", "exact-blr"):  # the default recipe: eigenbasis, evidence noise
+            assert r["settings"]["default"]["basis"] == "eigen"
+            assert r["sparsity_pct"] == 0.0
+            assert all(f["eigen_stats_seconds"] > 0 for f in r["per_fold"])
+            if r["method"] == "direct-mf":
+                assert all(0 <= f["nlpd_max_rel_error"] < 1e-2 for f in r["per_fold"])
+            continue
+        if r["method"].startswith("direct-"):  # noise grid chosen per fold among the spans 10, 3, 1
+            assert set(r["noise_span_counts"]) <= {"1.0", "3.0", "10.0"}
+            assert all(len(f["cv_log_density"]) == 3 for f in r["per_fold"])
+            assert all(0 <= f["nlpd_max_rel_error"] < 1e-2 for f in r["per_fold"])
+        if r["method"] == "direct-mix5-sgd":  # default local-expectation gradient, 30000 eval draws
+            for f in r["per_fold"]:
+                assert f["estimator"] == "local" and f["eval_samples"] == 30000
+                assert f["fallback_to_mf"] == (not f["mix_elbo"] >= f["mf_elbo"])
+        if r["method"] == "direct-mix5-lb":  # fitted in float64, tolerance 0, certified-bound fallback
+            assert (
+                r["settings"]["study"]["lb_precision"] == "float64"
+                and r["settings"]["study"]["lb_tol"] == 0.0
+            )
+            for f in r["per_fold"]:
+                assert f["fit_precision"] == "float64"
+                assert f["fallback_to_mf"] == (not f["mix_bound"] >= f["mf_elbo"])
+
+
+def test_command_line_options_parse_and_bad_values_exit():
+    argv = ["--json", "x"]
+    args = uci.parse_args(argv + ["--sgd-estimator", "stratified-pathwise", "--sgd-init-noise", "0.1"])
+    assert (args.sgd_estimator, args.sgd_init_noise) == ("stratified-pathwise", 0.1)
+    args = uci.parse_args(argv + ["--lb-precision", "float32", "--lb-tol", "1e-6"])
+    assert (args.lb_precision, args.lb_tol) == ("float32", 1e-6)
+    for bad in (["--lb-precision", "float16"], ["--sgd-estimator", "pathwise"], ["--resume", "--overwrite"]):
+        with pytest.raises(SystemExit):
+            uci.parse_args(argv + bad)
+    with pytest.raises(SystemExit, match=">= 1"):
+        uci.main(argv + ["--noise-cv", "0.5,10"])
+    with pytest.raises(SystemExit, match="needs --resume"):
+        uci.main(argv + ["--rerun-mismatched"])
+
+
+# --- an existing JSON: refused, resumed with the same settings, rerun or overwritten
+
+
+@pytest.fixture
+def existing(study, tmp_path):
+    """A JSON of one direct-mf record of 'small' made with the fixture's settings: ``(data, path, text)``."""
+    data, _, recs = study
+    path = tmp_path / "out.json"
+    path.write_text(json.dumps([r for r in recs if (r["dataset"], r["method"]) == ("small", "direct-mf")]))
+    return data, path, path.read_text()
+
+
+def test_an_existing_json_without_resume_or_overwrite_is_refused_and_left_alone(existing, capsys):
+    data, path, text = existing
+    assert uci.main(_argv(data, path)) == uci.EXIT_REFUSED == 2
+    err = capsys.readouterr().err
+    assert "exists" in err and "--resume" in err and "--overwrite" in err
+    assert path.read_text() == text
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--num-features", "12"], "direct.num_frequencies: 8 -> 6"),
+        (["--max-folds", "2"], "max_folds: 1 -> 2"),
+    ],
+)
+def test_resume_refuses_records_made_with_other_settings_naming_them(existing, capsys, extra, named):
+    data, path, text = existing
+    assert uci.main(_argv(data, path, "--resume", *extra)) == 2
+    err = capsys.readouterr().err
+    assert "small/direct-mf" in err and named in err
+    assert path.read_text() == text
+
+
+def test_resume_refuses_records_that_predate_settings(existing, capsys):
+    data, path, _ = existing
+    old = json.loads(path.read_text())
+    for r in old:
+        r["config"] = r.pop("settings")["study"]  # the shape of the records made before settings
+    path.write_text(json.dumps(old))
+    assert uci.main(_argv(data, path, "--resume")) == 2
+    assert "no settings" in capsys.readouterr().err
+
+
+def test_resume_with_the_same_settings_keeps_the_records_and_runs_only_missing_pairs(existing):
+    data, path, text = existing
+    assert uci.main(_argv(data, path, "--resume")) == 0  # nothing to run
+    assert path.read_text() == text
+    assert uci.main(_argv(data, path, "--resume", methods="direct-mf,gauss-mf-exact")) == 0
+    recs = json.loads(path.read_text())
+    assert [r["method"] for r in recs] == ["direct-mf", "gauss-mf-exact"]
+    assert recs[0] == json.loads(text)[0]
+
+
+def test_rerun_mismatched_replaces_only_the_pairs_this_run_covers(existing, capsys):
+    data, path, text = existing
+    stale = json.loads(text)[0]
+    other = dict(stale, dataset="big")
+    path.write_text(json.dumps([stale, other]))
+    argv = _argv(data, path, "--resume", "--rerun-mismatched", "--seed", "1")
+    assert uci.main(argv) == 2  # big/direct-mf is not in this run: refused, not dropped
+    assert "big/direct-mf" in capsys.readouterr().err
+    path.write_text(json.dumps([stale]))
+    assert uci.main(argv) == 0
+    (rec,) = json.loads(path.read_text())
+    assert rec["settings"]["seed"] == 1 and rec["rmse_mean"] != stale["rmse_mean"]
+
+
+def test_overwrite_replaces_the_json(existing):
+    data, path, _ = existing
+    assert uci.main(_argv(data, path, "--overwrite", methods="gauss-mf-exact")) == 0
+    assert [r["method"] for r in json.loads(path.read_text())] == ["gauss-mf-exact"]
+
+
+def test_writes_are_atomic(tmp_path):
+    path = tmp_path / "out.json"
+    uci.write_json(path, [{"a": 1}])
+    with pytest.raises(TypeError):
+        uci.write_json(path, [{"a": object()}])  # fails halfway through serializing
+    assert json.loads(path.read_text()) == [{"a": 1}]
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary file left behind
+
+
+# --- the renderer reads what the study writes, and the committed records made before settings
+
+
+def test_render_reads_the_study_json(study, tmp_path):
+    data, argv, recs = study
+    path = tmp_path / "uci.json"
+    path.write_text(json.dumps(recs))
+    out = tmp_path / "table.md"
+    argv = ["--json", str(path), "--out", str(out), "--plot", "", "--mixture-out", str(tmp_path / "mix.md")]
+    assert render_uci.main(argv) == 0
+    text = out.read_text()
+    assert "predate" not in text and "different settings" not in text
+    assert "| small |" in text
+
+
+def test_render_marks_the_committed_records_that_predate_settings(tmp_path):
+    committed = EXPERIMENTS / "results" / "uci.json"
+    out = tmp_path / "table.md"
+    argv = ["--json", str(committed), "--out", str(out), "--plot", "", "--mixture-out", ""]
+    assert render_uci.main(argv) == 0
+    assert "predate per-record settings" in out.read_text()
+
+
+def test_experiments_use_only_the_public_api():
+    private = re.compile(r"\bkronvi\._\w")
+    for path in EXPERIMENTS.rglob("*.py"):
+        assert not private.search(path.read_text()), path

@@ -1,0 +1,120 @@
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import tol
+
+import kronvi
+
+
+def _se_kernel(X, lengthscales):
+    """Dense unit-variance squared-exponential ARD kernel in float64."""
+    Z = np.asarray(X, np.float64) / np.asarray(lengthscales, np.float64)
+    d2 = ((Z[:, None, :] - Z[None, :, :]) ** 2).sum(-1)
+    return np.exp(-0.5 * d2)
+
+
+def _inputs(seed=0, n=25, d=3):
+    return np.random.default_rng(seed).normal(size=(n, d))
+
+
+def test_shapes_and_dtype(dtype):
+    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3, dtype), 7)
+    assert isinstance(params, kronvi.RandomFourierFeatures)
+    assert params.frequencies.shape == (3, 7)
+    assert params.frequencies.dtype == jnp.dtype(dtype)
+    Phi = kronvi.rff_features(params, jnp.asarray(_inputs(), dtype))
+    assert Phi.shape == (25, 14)
+    assert Phi.dtype == jnp.dtype(dtype)
+    # cos^2 + sin^2: the diagonal of Phi Phi^T is k(x, x) / s2 = 1 for any draw.
+    np.testing.assert_allclose(np.sum(np.asarray(Phi, np.float64) ** 2, axis=1), 1.0, rtol=tol(dtype))
+
+
+def test_frequencies_are_scaled_by_lengthscales():
+    ls = jnp.array([0.5, 2.0, 10.0])
+    W = np.asarray(kronvi.rff_init(jax.random.key(1), ls, 20000).frequencies)
+    np.testing.assert_allclose(W.std(axis=1), 1.0 / np.asarray(ls), rtol=0.03)
+
+
+def test_converges_to_exact_kernel_like_one_over_sqrt_d():
+    """max |Phi Phi^T - K| shrinks like 1/sqrt(D) (averaged over draws to steady the constant)."""
+    X = _inputs()
+    ls = np.array([0.7, 1.5, 3.0])
+    K = _se_kernel(X, ls)
+    Ds = [16, 256, 4096]
+    errs = []
+    for D in Ds:
+        e = []
+        for seed in range(4):
+            Phi = np.asarray(kronvi.rff_features(kronvi.rff_init(jax.random.key(seed), ls, D), X), np.float64)
+            e.append(np.abs(Phi @ Phi.T - K).max())
+        errs.append(np.mean(e))
+    errs = np.array(errs)
+    assert np.all(np.diff(errs) < 0), errs
+    # D grows 256x from first to last: the error should drop ~16x; demand at least 8x.
+    assert errs[-1] < errs[0] / 8, errs
+    # Rate: err * sqrt(D) stays within a factor 3 of its first value.
+    scaled = errs * np.sqrt(Ds)
+    assert np.all((scaled / scaled[0] > 1 / 3) & (scaled / scaled[0] < 3)), scaled
+    assert errs[-1] < 0.1
+
+
+def test_weight_prior_variance_scales_the_kernel():
+    """With w ~ N(0, s2 I), Cov(Phi w) = s2 Phi Phi^T ~ s2 k_unit: the signal variance lives in the prior."""
+    X = _inputs(n=6)
+    ls = np.ones(3)
+    s2 = 2.5
+    Phi = np.asarray(kronvi.rff_features(kronvi.rff_init(jax.random.key(0), ls, 8192), X), np.float64)
+    np.testing.assert_allclose(s2 * Phi @ Phi.T, s2 * _se_kernel(X, ls), atol=s2 * 0.05)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 8])
+def test_feature_map_for_streaming_statistics(dtype, chunk_size):
+    X = jnp.asarray(_inputs(n=37), dtype)
+    y = jnp.asarray(np.random.default_rng(1).normal(size=37), dtype)
+    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3, dtype), 5)
+    fmap = functools.partial(kronvi.rff_features, params)
+    chunked = kronvi.regression_stats_from_inputs(fmap, X, y, chunk_size=chunk_size)
+    dense = kronvi.regression_stats(kronvi.rff_features(params, X), y)
+    for a, b in zip(chunked, dense, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol(dtype, x32=1e-4), atol=1e-5)
+
+
+def test_jit_vmap_grad():
+    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3), 4)
+    X = jnp.asarray(_inputs(n=5), jnp.float32)
+    f = jax.jit(kronvi.rff_features)
+    np.testing.assert_allclose(f(params, X), kronvi.rff_features(params, X), rtol=1e-6)
+    batched = jax.vmap(kronvi.rff_features, in_axes=(None, 0))(params, jnp.stack([X, 2 * X]))
+    assert batched.shape == (2, 5, 8)
+    g = jax.grad(lambda W: kronvi.rff_features(kronvi.RandomFourierFeatures(W), X).sum())(params.frequencies)
+    assert g.shape == (3, 4) and bool(jnp.all(jnp.isfinite(g)))
+
+
+@pytest.mark.parametrize(
+    "lengthscales, num_frequencies, error, match",
+    [
+        ([1.0, -1.0], 4, ValueError, "lengthscales"),
+        ([1.0, 0.0], 4, ValueError, "lengthscales"),
+        ([1.0, np.nan], 4, ValueError, "lengthscales"),
+        ([[1.0, 1.0]], 4, ValueError, "lengthscales"),
+        ([], 4, ValueError, "lengthscales"),
+        ([1.0, 1.0], 0, ValueError, "num_frequencies"),
+        ([1.0, 1.0], 2.5, TypeError, "num_frequencies"),
+    ],
+)
+def test_init_validation(lengthscales, num_frequencies, error, match):
+    with pytest.raises(error, match=match):
+        kronvi.rff_init(jax.random.key(0), np.asarray(lengthscales), num_frequencies)
+
+
+def test_features_validation():
+    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3), 4)
+    with pytest.raises(ValueError, match="`X` has 2 columns"):
+        kronvi.rff_features(params, jnp.ones((5, 2)))
+    with pytest.raises(ValueError, match="`X` must be 2-D"):
+        kronvi.rff_features(params, jnp.ones(3))
+    with pytest.raises(TypeError, match="params"):
+        kronvi.rff_features(params.frequencies, jnp.ones((5, 3)))

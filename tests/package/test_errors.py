@@ -1,0 +1,173 @@
+"""Bad input gets a clear error that names the argument."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kronvi
+
+
+def _ok(b=3):
+    rng = np.random.default_rng(0)
+    Phi = jnp.asarray(rng.normal(size=(10, b)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=10), jnp.float32)
+    pw = kronvi.gaussian_prior(b, 1.0, levels=5)
+    pn = kronvi.noise_prior(0.5, levels=3)
+    return Phi, y, pw, pn, kronvi.regression_stats(Phi, y)
+
+
+@pytest.mark.parametrize(
+    "Phi,y,match",
+    [
+        (np.ones((5, 2)), np.ones(4), "`Phi` has 5 rows but `y` has 4"),
+        (np.ones(5), np.ones(5), "`Phi` must be 2-D"),
+        (np.ones((5, 2)), np.ones((5, 2)), "`y` must be 1-D"),
+        (np.ones((0, 2)), np.ones(0), "`Phi` is empty"),
+        (np.ones((5, 0)), np.ones(5), "`Phi` has no columns"),
+        (np.array([[1.0, np.nan]] * 3), np.ones(3), "`Phi` contains 3 NaN or infinite"),
+        (np.ones((3, 2)), np.array([1.0, np.inf, 0.0]), "`y` contains 1 NaN or infinite"),
+    ],
+)
+def test_regression_stats_rejects_bad_data(Phi, y, match):
+    with pytest.raises(ValueError, match=match):
+        kronvi.regression_stats(Phi, y)
+
+
+def test_chunk_size_and_folds_are_validated():
+    Phi, y, *_ = _ok()
+    with pytest.raises(ValueError, match="chunk_size"):
+        kronvi.regression_stats(Phi, y, chunk_size=0)
+    with pytest.raises(ValueError, match="`folds` leaves fold"):
+        kronvi.kfold_stats(Phi, y, np.array([0, 0, 0, 2, 2, 2, 0, 0, 2, 2]))
+    with pytest.raises(ValueError, match="`folds` must have shape"):
+        kronvi.kfold_stats(Phi, y, np.zeros(3, int))
+
+
+def test_priors_are_validated():
+    with pytest.raises(ValueError, match="`log_probs` shape"):
+        kronvi.DiscretePrior(np.zeros((2, 3)), np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="`values` must be 2-D"):
+        kronvi.DiscretePrior(np.zeros(3), np.zeros(3))
+    with pytest.raises(ValueError, match="`log_probs` contains"):
+        kronvi.DiscretePrior(np.zeros((1, 2)), np.array([[0.0, -np.inf]]))
+    with pytest.raises(ValueError, match="`scale` must be strictly positive"):
+        kronvi.gaussian_prior(3, 0.0)
+    with pytest.raises(ValueError, match="`scale` must be a scalar or shape"):
+        kronvi.gaussian_prior(3, np.ones(2))
+    with pytest.raises(ValueError, match="`levels`"):
+        kronvi.gaussian_prior(3, 1.0, levels=1)
+    with pytest.raises(ValueError, match="`variance` must be strictly positive"):
+        kronvi.noise_prior(-1.0)
+    with pytest.raises(ValueError, match="`variance` contains"):
+        kronvi.noise_prior(np.nan)
+    with pytest.raises(ValueError, match="`span`"):
+        kronvi.noise_prior(1.0, span=1.0)
+
+
+def test_noise_prior_must_be_positive_and_one_row():
+    Phi, y, pw, pn, stats = _ok()
+    q = kronvi.MeanField.from_prior(pw)
+    bad = kronvi.DiscretePrior(np.array([[-1.0, 1.0]]), np.zeros((1, 2)))
+    with pytest.raises(ValueError, match="noise variances"):
+        kronvi.regression_elbo(q, kronvi.MeanField(np.zeros((1, 2))), pw, bad, stats)
+    two_rows = kronvi.DiscretePrior(np.ones((2, 2)), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match=r"`prior_noise` must have shape \(1, m_sigma\)"):
+        kronvi.fit_regression(stats, pw, two_rows)
+
+
+def test_mismatched_grids_and_logits():
+    Phi, y, pw, pn, stats = _ok()
+    qn = kronvi.MeanField.from_prior(pn)
+    with pytest.raises(ValueError, match="`q_w.logits` has shape"):
+        kronvi.regression_elbo(kronvi.MeanField(np.zeros((3, 4))), qn, pw, pn, stats)
+    with pytest.raises(ValueError, match="`q_noise.logits` has shape"):
+        kronvi.regression_elbo(
+            kronvi.MeanField.from_prior(pw), kronvi.MeanField(np.zeros((1, 7))), pw, pn, stats
+        )
+    with pytest.raises(ValueError, match="`prior_w` has 4 weights but the data have 3 features"):
+        kronvi.fit_regression(stats, kronvi.gaussian_prior(4, 1.0, levels=5), pn)
+    with pytest.raises(ValueError, match="`logits` must be 2-D"):
+        kronvi.MeanField(np.zeros(3))
+    with pytest.raises(ValueError, match="`logits` contains"):
+        kronvi.MeanField(np.array([[0.0, np.nan]]))
+    with pytest.raises(TypeError, match="`q_w` must be a MeanField"):
+        kronvi.regression_elbo(pw, qn, pw, pn, stats)
+
+
+def test_prediction_inputs_are_validated():
+    Phi, y, pw, pn, stats = _ok()
+    q, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    with pytest.raises(ValueError, match="`Phi_new` has 2 features but the model has 3 weights"):
+        kronvi.predict_regression(q, qn, pw, pn, np.ones((4, 2)))
+    with pytest.raises(ValueError, match="`Phi_new` contains"):
+        kronvi.predict_regression(q, qn, pw, pn, np.full((4, 3), np.inf))
+    with pytest.raises(ValueError, match="`y_new` has 3 points but `Phi_new` has 4"):
+        kronvi.predictive_log_density(q, qn, pw, pn, np.ones((4, 3)), np.ones(3))
+
+
+def test_empty_statistics_are_rejected():
+    Phi, y, pw, pn, stats = _ok()
+    empty = kronvi.subtract_stats(stats, stats)
+    q, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    with pytest.raises(ValueError, match="`stats.n` must be positive"):
+        kronvi.regression_elbo(q, qn, pw, pn, empty)
+
+
+@pytest.mark.parametrize("init", ["prior", "gaussian"])
+def test_float32_fit_with_x64_on(init):
+    with jax.enable_x64(True):
+        Phi, y = np.random.default_rng(0).normal(size=(30, 3)), np.ones(30)
+        stats = kronvi.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
+        pw = kronvi.gaussian_prior(3, 1.0, dtype=jnp.float32)
+        pn = kronvi.noise_prior(0.5, dtype=jnp.float32)
+        q_w, q_n, info = kronvi.fit_regression(stats, pw, pn, init=init)
+        assert q_w.logits.dtype == q_n.logits.dtype == jnp.float32
+        assert np.isfinite(float(info.elbo[int(info.num_iter)]))
+
+
+def test_mixed_dtypes_and_float16_are_rejected_by_fits():
+    with jax.enable_x64(True):
+        Phi, y = np.random.default_rng(0).normal(size=(30, 3)), np.ones(30)
+        s32 = kronvi.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
+        pw64, pn64 = kronvi.gaussian_prior(3, 1.0), kronvi.noise_prior(0.5)
+        pw32 = kronvi.gaussian_prior(3, 1.0, dtype=jnp.float32)
+        with pytest.raises(TypeError, match="dtypes differ: `stats` float32, `prior_w` float64"):
+            kronvi.fit_regression(s32, pw64, pn64)
+        with pytest.raises(TypeError, match="`prior_w` float32, `prior_noise` float64"):
+            kronvi.fit_regression(s32, pw32, pn64, init="gaussian")
+        with pytest.raises(TypeError, match="`prior_noise` float64"):
+            kronvi.gaussian_start(s32, pw32, pn64)
+    s16 = kronvi.regression_stats(jnp.asarray(Phi, jnp.float16), jnp.asarray(y, jnp.float16))
+    pw16 = kronvi.gaussian_prior(3, 1.0, dtype=jnp.float16)
+    pn16 = kronvi.noise_prior(0.5, dtype=jnp.float16)
+    for init in ("prior", "gaussian"):
+        with pytest.raises(TypeError, match="`stats` are float16: fits run in float32 or float64"):
+            kronvi.fit_regression(s16, pw16, pn16, init=init)
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("levels", 0, "`config.levels` must be an int >= 2"),
+        ("levels", 2.7, "`config.levels` must be an int >= 2, got 2.7"),
+        ("noise_levels", 0, "`config.noise_levels`"),
+        ("num_frequencies", 0, "`config.num_frequencies`"),
+        ("method", "newton", "`config.method` must be one of"),
+        ("starts", ("prior", "bogus"), "`config.starts`"),
+        ("noise_span", 1.0, "`config.noise_span` must be > 1"),
+        ("width", -1.0, "`config.width` must be positive"),
+        ("max_iter", 0, "`config.max_iter`"),
+    ],
+)
+def test_pipeline_config_is_checked_before_any_compute(monkeypatch, field, value, match):
+    from kronvi import pipeline
+
+    def gp(*args, **kwargs):
+        raise AssertionError("the pipeline started computing")
+
+    monkeypatch.setattr(pipeline, "fit_gp_hyperparameters", gp)
+    X, y = np.random.default_rng(0).normal(size=(20, 2)), np.ones(20)
+    config = pipeline.DirectConfig(**{field: value})
+    with pytest.raises(ValueError, match=match):
+        pipeline.fit_direct(jax.random.key(0), X, y, config)

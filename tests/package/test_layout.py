@@ -1,0 +1,101 @@
+"""The package's shape: data flows one way, no module imports another's private names, no side effects."""
+
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+
+import kronvi
+
+SRC = pathlib.Path(kronvi.__file__).parent
+
+
+def _modules():
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def _imports(name, path):
+    """``(imported module, [names])`` for every ``from`` import of a kronvi module (relative or absolute)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target == "kronvi" or target.startswith("kronvi."):
+                out.append((target, [a.name for a in node.names]))
+    return out
+
+
+def _graph():
+    modules = dict(_modules())
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for target, names in _imports(name, path):
+            for n in names:  # `from . import gaussian` imports a submodule
+                if f"{target}.{n}" in modules:
+                    deps.add(f"{target}.{n}")
+            if target in modules:
+                deps.add(target)
+        graph[name] = deps - {name}
+    return graph
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    # The top-level package and the public sub-packages' __init__ only re-export.
+    inits = {"kronvi"} | {m for m in graph if (SRC.parent / m.replace(".", "/") / "__init__.py").exists()}
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for d in graph[m]:
+            if d in inits:
+                continue
+            if state.get(d) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(d) :] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = "done"
+
+    for m in graph:
+        if m not in state and m not in inits:
+            visit(m)
+
+
+def test_no_module_imports_another_modules_private_names():
+    offenders = []
+    for name, path in _modules():
+        for target, names in _imports(name, path):
+            private = [n for n in names if n.startswith("_") and n != "__version__"]
+            if private:
+                offenders.append(f"{name} imports {private} from {target}")
+    assert not offenders, offenders
+
+
+def test_import_has_no_side_effects_on_the_environment():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENBLAS", "OMP_", "MKL_"))}
+    code = "import os, json; before = dict(os.environ); import kronvi; print(json.dumps(dict(os.environ) == before))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "true"
+
+
+def test_every_public_name_is_documented():
+    missing = [
+        n for n in dir(kronvi)
+        if not n.startswith("_") and callable(getattr(kronvi, n)) and not (getattr(kronvi, n).__doc__ or "").strip()
+    ]  # fmt: skip
+    assert not missing, missing

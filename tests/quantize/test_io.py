@@ -1,0 +1,278 @@
+"""Saving and loading DirectModel files: exact round trips, and a clear error for every kind of bad file."""
+
+import hashlib
+import json
+import os
+import pathlib
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kronvi
+
+
+@pytest.fixture(params=["float32", "float64"])
+def precision(request):
+    x64 = request.param == "float64"
+    with jax.enable_x64(x64):
+        yield np.float64 if x64 else np.float32
+
+
+class Scaler(NamedTuple):  # a NamedTuple kronvi does not know
+    mean: np.ndarray
+    scale: np.ndarray
+
+
+def make_model(dtype, *, b=6, m=15, S=5, features=None, q_w=None):
+    rng = np.random.default_rng(0)
+    prior_w = kronvi.gaussian_prior(b, 0.8, levels=m, dtype=dtype)
+    prior_noise = kronvi.noise_prior(0.3, levels=5, dtype=dtype)
+    q_w = kronvi.MeanField(rng.normal(size=(b, m)).astype(dtype)) if q_w is None else q_w
+    q_noise = kronvi.MeanField(rng.normal(size=(1, 5)).astype(dtype))
+    codes = rng.integers(0, m, size=(S, b))
+    return kronvi.DirectModel(
+        prior_w,
+        prior_noise,
+        q_w,
+        q_noise,
+        features=features,
+        y_offset=jnp.asarray(1.25, dtype),
+        packed_codes=kronvi.pack_codes(codes),
+        bits=4,
+    )
+
+
+def assert_same_tree(a, b):
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb, strict=True):
+        assert type(x) is type(y) or (isinstance(x, jax.Array) and isinstance(y, jax.Array))
+        if isinstance(x, (np.ndarray, jax.Array)):
+            assert x.dtype == y.dtype and x.shape == y.shape
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        else:
+            assert x == y
+
+
+def test_round_trip_predicts_identically(precision, tmp_path):
+    features = {"freq": jnp.asarray(np.random.default_rng(1).normal(size=(2, 3)), precision)}
+    model = make_model(precision, features=features)
+    path = tmp_path / "model.npz"
+    kronvi.save_model(path, model)
+    loaded = kronvi.load_model(path)
+    assert isinstance(loaded, kronvi.DirectModel)
+    assert_same_tree(model, loaded)
+    Phi = np.random.default_rng(2).normal(size=(4, 6)).astype(precision)
+
+    def moments(md):
+        return kronvi.predict_regression(md.q_w, md.q_noise, md.prior_w, md.prior_noise, Phi)
+
+    for x, y in zip(moments(model), moments(loaded), strict=True):
+        np.testing.assert_array_equal(x, y)
+    for integer in (False, True):
+        np.testing.assert_array_equal(
+            kronvi.predict_from_codes(model.packed_codes, model.prior_w, Phi, integer=integer),
+            kronvi.predict_from_codes(loaded.packed_codes, loaded.prior_w, Phi, integer=integer),
+        )
+    # Uncompressed files read back the same.
+    kronvi.save_model(tmp_path / "raw.npz", model, compress=False)
+    assert_same_tree(model, kronvi.load_model(tmp_path / "raw.npz"))
+
+
+def test_round_trip_of_generic_feature_pytrees(tmp_path):
+    rff = getattr(kronvi, "RandomFourierFeatures", None)
+    features = {
+        "scaler": Scaler(np.arange(3.0), np.ones(3, np.float32)),
+        "stack": [jnp.ones((2, 2)), (None, 3, 2.5, True)],
+        "isamples": kronvi.integer_samples(
+            kronvi.pack_codes(np.full((2, 3), 7)), kronvi.gaussian_prior(3, 1.0)
+        ),
+    }
+    if rff is not None:
+        features["rff"] = rff(jnp.ones((2, 4)))
+    model = make_model(np.float32, features=features)._replace(packed_codes=None, y_offset=-0.5)
+    kronvi.save_model(tmp_path / "m.npz", model)
+    loaded = kronvi.load_model(tmp_path / "m.npz")
+    f = loaded.features
+    assert isinstance(f["isamples"], kronvi.IntegerSamples)  # kronvi classes come back as themselves
+    assert type(f["scaler"]).__name__ == "Scaler" and f["scaler"]._fields == ("mean", "scale")
+    assert isinstance(f["scaler"].mean, np.ndarray)  # NumPy leaves stay NumPy
+    assert f["stack"][1] == (None, 3, 2.5, True) and isinstance(f["stack"], list)
+    if rff is not None:
+        assert isinstance(f["rff"], rff)
+    assert loaded.packed_codes is None and loaded.y_offset == -0.5
+    # A foreign NamedTuple comes back as a namedtuple with the same name, fields and leaves.
+    assert_same_tree(
+        model._replace(features={**features, "scaler": tuple(features["scaler"])}),
+        loaded._replace(features={**f, "scaler": tuple(f["scaler"])}),
+    )
+
+
+def test_round_trip_mixture_posterior(tmp_path):
+    Mixture = getattr(kronvi, "Mixture", None)
+    if Mixture is None:
+        pytest.skip("kronvi.Mixture not available")
+    rng = np.random.default_rng(3)
+    q = Mixture(rng.normal(size=(3, 6, 15)).astype(np.float32), rng.normal(size=3).astype(np.float32))
+    model = make_model(np.float32, q_w=q)
+    kronvi.save_model(tmp_path / "mix.npz", model)
+    loaded = kronvi.load_model(tmp_path / "mix.npz")
+    assert isinstance(loaded.q_w, Mixture)
+    assert_same_tree(model, loaded)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------------------
+
+
+def rewrite(src, dst, edit):
+    """Copies a model file, letting ``edit(header, arrays)`` change the header and arrays on the way."""
+    with np.load(src) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays.pop("__kronvi__")))
+    edit(header, arrays)
+    with open(dst, "wb") as f:
+        np.savez(f, __kronvi__=np.array(json.dumps(header)), **arrays)
+    return dst
+
+
+@pytest.fixture
+def saved(tmp_path):
+    path = tmp_path / "good.npz"
+    kronvi.save_model(path, make_model(np.float32))
+    return path
+
+
+def set_(d, key, value):
+    d[key] = value
+
+
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (lambda h, a: set_(h, "version", 2), "format version 2, newer than this kronvi reads"),
+        (lambda h, a: set_(h, "version", "1"), "invalid format version"),
+        (lambda h, a: set_(h, "kind", "LogisticModel"), "holds a kronvi 'LogisticModel', not a DirectModel"),
+        (lambda h, a: set_(h, "format", "other"), "not a kronvi model file"),
+        (lambda h, a: a.pop("q_w.logits"), r"missing array\(s\) \['q_w.logits'\]"),
+        (lambda h, a: set_(a, "spare", np.zeros(2)), r"array\(s\) \['spare'\] that its header does not list"),
+        (lambda h, a: set_(a, "q_w.logits", a["q_w.logits"][:, :5]), "has shape .* but the header records"),
+        (lambda h, a: set_(a, "q_w.logits", a["q_w.logits"] + 1), "does not match its checksum"),
+        (lambda h, a: set_(h["tree"]["fields"]["q_w"], "cls", "kronvi._families:Nope"), "does not have"),
+        (lambda h, a: set_(h["tree"]["fields"]["q_w"], "cls", "os:system"), "non-kronvi class"),
+        (lambda h, a: set_(h["tree"], "cls", "kronvi._io:save_model"), "not a kronvi data class"),
+    ],
+)
+def test_bad_header_or_arrays(saved, tmp_path, edit, match):
+    bad = rewrite(saved, tmp_path / "bad.npz", edit)
+    with pytest.raises(ValueError, match=match):
+        kronvi.load_model(bad)
+
+
+def test_mismatched_shapes_in_file(saved, tmp_path):
+    """A file whose arrays are each intact but do not fit together (q_w for another grid)."""
+
+    def edit(h, a):
+        a["q_w.logits"] = np.zeros((6, 7), np.float32)
+        h["arrays"]["q_w.logits"] = {"shape": [6, 7], "dtype": "<f4", "sha256": _sha(a["q_w.logits"])}
+
+    with pytest.raises(ValueError, match=r"inconsistent model: `model.q_w.logits` has shape \(6, 7\)"):
+        kronvi.load_model(rewrite(saved, tmp_path / "bad.npz", edit))
+
+    def nan(h, a):
+        a["prior_w.values"] = np.full((6, 15), np.nan, np.float32)
+        h["arrays"]["prior_w.values"]["sha256"] = _sha(a["prior_w.values"])
+
+    with pytest.raises(ValueError, match=r"invalid `prior_w` in the file: `values` contains 90 NaN"):
+        kronvi.load_model(rewrite(saved, tmp_path / "nan.npz", nan))
+
+
+def _sha(a):
+    return hashlib.sha256(a.tobytes(order="C")).hexdigest()
+
+
+def test_corrupted_and_foreign_files(saved, tmp_path):
+    data = bytearray(saved.read_bytes())
+    flipped = tmp_path / "flipped.npz"
+    data[len(data) // 2] ^= 0xFF
+    flipped.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="corrupted|not a readable"):
+        kronvi.load_model(flipped)
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(saved.read_bytes()[: len(data) // 2])
+    with pytest.raises(ValueError, match="not a readable kronvi model file"):
+        kronvi.load_model(truncated)
+    garbage = tmp_path / "garbage.npz"
+    garbage.write_bytes(b"hello, not a model")
+    with pytest.raises(ValueError, match="not a readable kronvi model file"):
+        kronvi.load_model(garbage)
+    other = tmp_path / "other.npz"
+    np.savez(other, x=np.zeros(3))
+    with pytest.raises(ValueError, match="not a kronvi model file"):
+        kronvi.load_model(other)
+    npy = tmp_path / "plain.npy"
+    np.save(npy, np.zeros(3))
+    with pytest.raises(ValueError, match="plain .npy array"):
+        kronvi.load_model(npy)
+    with pytest.raises(FileNotFoundError):
+        kronvi.load_model(tmp_path / "missing.npz")
+
+
+def test_save_rejects_bad_models(tmp_path):
+    model = make_model(np.float32)
+    path = tmp_path / "x.npz"
+    with pytest.raises(TypeError, match="`model` must be a DirectModel"):
+        kronvi.save_model(path, tuple(model))
+    with pytest.raises(ValueError, match="`model.q_w.logits` has shape"):
+        kronvi.save_model(path, model._replace(q_w=kronvi.MeanField(jnp.zeros((6, 5)))))
+    with pytest.raises(ValueError, match="`model.q_noise` must be a MeanField of shape"):
+        kronvi.save_model(path, model._replace(q_noise=kronvi.MeanField(jnp.zeros((1, 3)))))
+    with pytest.raises(ValueError, match="bytes per sample but 6 weights at 4 bits need 3"):
+        kronvi.save_model(path, model._replace(packed_codes=kronvi.pack_codes(np.zeros((2, 6), int), bits=8)))
+    with pytest.raises(ValueError, match="`model.bits`=2 cannot hold the 15 levels"):
+        kronvi.save_model(path, model._replace(bits=2))
+    with pytest.raises(ValueError, match="holds codes >= the 3 levels"):
+        small = make_model(np.float32, m=3)
+        kronvi.save_model(path, small._replace(packed_codes=kronvi.pack_codes(np.full((1, 6), 9))))
+    with pytest.raises(ValueError, match="`model.y_offset` must be a finite real scalar"):
+        kronvi.save_model(path, model._replace(y_offset=np.zeros(2)))
+    with pytest.raises(TypeError, match="cannot save `features.f` of type str"):
+        kronvi.save_model(path, model._replace(features={"f": "a string"}))
+    with pytest.raises(TypeError, match="dict keys must be strings"):
+        kronvi.save_model(path, model._replace(features={1: np.zeros(2)}))
+    with pytest.raises(TypeError, match="dtype complex64"):
+        kronvi.save_model(path, model._replace(features=np.zeros(2, np.complex64)))
+    with pytest.raises(ValueError, match="two leaves map to the same key"):
+        kronvi.save_model(path, model._replace(features={"a.b": np.zeros(1), "a": {"b": np.zeros(1)}}))
+    assert not os.listdir(tmp_path)  # nothing half-written
+
+
+def test_save_into_a_missing_folder_names_the_path(tmp_path):
+    model = make_model(np.float32)
+    path = tmp_path / "missing" / "m.npz"
+    with pytest.raises(FileNotFoundError, match=r"m\.npz'?: no such folder") as err:
+        kronvi.save_model(path, model)
+    assert ".kronvi-" not in str(err.value)  # not the temporary file's name
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        kronvi.save_model(tmp_path, model)
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["model_v1_meanfield.npz", "model_v1_mixture.npz"])
+def test_files_written_by_version_1_still_load(name):
+    # Written by kronvi 0.1.0 before the package layout changed; their headers name private modules
+    # (kronvi._families:MeanField, kronvi._mixture:Mixture, ...).
+    path = pathlib.Path(__file__).parents[1] / "data" / name
+    model = kronvi.load_model(path)
+    assert isinstance(model, kronvi.DirectModel)
+    assert isinstance(model.prior_w, kronvi.DiscretePrior)
+    expected = kronvi.Mixture if "mixture" in name else kronvi.MeanField
+    assert isinstance(model.q_w, expected)
+    # Saving again writes the public class paths, and the round trip is exact.
+    header = json.dumps(kronvi.quantize._io._encode(model, "", {}))
+    assert "kronvi._" not in header
