@@ -1,0 +1,72 @@
+"""Before/after table for kronvi's default recipe: the paper's recipe (the committed study's DIRECT mean field)
+against the default eigenbasis recipe and exact Bayesian linear regression, on the folds both runs cover.
+
+usage: python experiments/compare_default.py [--before experiments/results/uci.json]
+           [--after experiments/results/uci_default.json] [--out experiments/results/uci_default_compare.md]
+
+Per-fold records are matched by fold index; the runs differ in their GP hyperparameters and features (each
+prepares its folds with its own keys), not in the train/test splits.
+"""
+
+import argparse
+import json
+import pathlib
+
+import numpy as np
+
+
+def per_fold(records, method, aliases=()):
+    out = {}
+    for r in records:
+        if r["method"] == method or (r["method"] in aliases and "default" not in (r.get("settings") or {})):
+            out[r["dataset"]] = {f["fold"]: f for f in r["per_fold"]}
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--before", default="experiments/results/uci.json")
+    p.add_argument("--after", default="experiments/results/uci_default.json")
+    p.add_argument("--out", default="experiments/results/uci_default_compare.md")
+    a = p.parse_args(argv)
+    before = json.loads(pathlib.Path(a.before).read_text())
+    after = json.loads(pathlib.Path(a.after).read_text())
+    old = per_fold(before, "direct-mf-sparse", aliases=("direct-mf",))
+    new, exact = per_fold(after, "direct-mf"), per_fold(after, "exact-blr")
+    lines = [
+        "| dataset | folds | paper's recipe RMSE / NLPD (before) | default recipe RMSE / NLPD (after) | "
+        "exact-blr RMSE / NLPD | after / exact RMSE | after − exact NLPD | sparsity before → after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    met = total = better = 0
+    for d in new:
+        folds = sorted(set(new[d]) & set(exact.get(d, {})) & set(old.get(d, {})))
+        if not folds:
+            continue
+
+        def m(src, key, d=d, folds=folds):
+            return float(np.mean([src[d][k][key] for k in folds]))
+
+        r_ratio = m(new, "rmse") / m(exact, "rmse")
+        gap = m(new, "nlpd") - m(exact, "nlpd")
+        total += 1
+        met += r_ratio <= 1.02 and gap <= 0.05
+        better += m(new, "rmse") < m(old, "rmse")
+        lines.append(
+            f"| {d} | {len(folds)} | {m(old, 'rmse'):.4g} / {m(old, 'nlpd'):.3f} | {m(new, 'rmse'):.4g} / "
+            f"{m(new, 'nlpd'):.3f} | {m(exact, 'rmse'):.4g} / {m(exact, 'nlpd'):.3f} | {r_ratio:.3f} | {gap:+.3f} | "
+            f"{m(old, 'sparsity_pct'):.0f}% → {m(new, 'sparsity_pct'):.0f}% |"
+        )
+    head = [
+        f"Default recipe within 1.02x exact-blr's RMSE and 0.05 nats of its NLPD on **{met} of {total}** datasets; "
+        f"lower RMSE than the paper's recipe on **{better} of {total}**. NLPD over the study's fixed test-row "
+        "subset (at most 100 rows per fold, the same rows for every method); the before records' NLPD came "
+        "from the study's former copy of the density.",
+        "",
+    ]
+    pathlib.Path(a.out).write_text("\n".join(head + lines) + "\n")
+    print("\n".join(head + lines))
+
+
+if __name__ == "__main__":
+    main()
