@@ -36,6 +36,11 @@ METHOD_LABELS = {
 
 
 def read_reference(path):
+    """The paper's table as ``{dataset: row}``; empty (every paper column '—') without ``../shared``."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        print(f"render_uci: {path} not found: the paper's columns are left empty")
+        return {}
     with open(path) as f:
         return {row["dataset"]: row for row in csv.DictReader(f)}
 
