@@ -18,9 +18,9 @@ Algorithm per point (all points vectorized, no Python loop over points):
 3. :math:`\varphi_\tau(t_n) = \prod_j (1 + \psi_j(n))`, :math:`\psi_j(n) = \sum_k p_{jk}(\omega_{jk}^n - 1)`,
    :math:`\omega_{jk} = e^{ih d_{jk}}`, :math:`d_{jk} = a_{jk} - m_j` (centred at the tilted factor mean).
    :math:`\omega - 1` comes from a short Taylor series after range reduction and 3 angle doublings (no
-   libm sin/cos); powers use :math:`n = aB + r`:
-   :math:`\omega^n - 1 = E_a + e_r + E_a e_r` with :math:`e_r = \omega^r - 1`, :math:`E_a = \omega^{aB}-1`
-   from ``B + K/B`` recurrence steps. The product over ``j`` is a pairwise tree in the "minus one"
+   libm sin/cos); the powers from the running recurrence :math:`z_{n+1} = z_n + \epsilon + z_n\epsilon`
+   (:math:`z_n = \omega^n - 1`), a ``lax.scan`` over nodes with the ``(m, b)`` arrays levels-major so the
+   work vectorizes along ``j``. The product over ``j`` is a pairwise tree in the "minus one"
    representation :math:`\psi_{ab} = \psi_a + \psi_b + \psi_a\psi_b` (no log/atan2, no underflow issue:
    all :math:`|1+\psi| \le 1`). Cost per point: ``K*b*m`` complex multiply-adds, no transcendentals.
 
@@ -31,13 +31,14 @@ Error bound (absolute, on the tilted density :math:`Q \approx p_\tau(y)`):
   :math:`p_\tau(x) \le e^{-\lambda x} M_{F_\tau}(\lambda)\sum_s w_s e^{\lambda\tau s+\lambda^2 s/2}/\sqrt{2\pi s}`
   (Chernoff on the Gaussian components), so the :math:`k \ge 1` aliases sum to at most that bound at
   :math:`x=y` times :math:`r/(1-r)`, :math:`r=e^{-\lambda L}`; the same with :math:`-\lambda` for
-  :math:`k \le -1`. :math:`M_{F_\tau}` is evaluated exactly (one log-sum-exp over ``b*m``).
+  :math:`k \le -1`. :math:`M_{F_\tau}` is evaluated exactly (log-sum-exp over ``b*m``) at 4 values of
+  :math:`\lambda` per side (``lam_mults`` / sd); the best of them, over 48 candidate ``L``, picks ``L``.
 * truncation (rigorous): :math:`|\varphi_F| \le 1` and :math:`h\sum_{n\ge K} f(nh) \le \int_{(K-1)h}^\infty f`
   for decreasing :math:`f`, giving :math:`\frac1\pi\sum_s w_s\sqrt{\pi/2s}\,\mathrm{erfc}((K-1)h\sqrt{s/2})`.
 * rounding (first-order worst-case model, constants with a safety factor ``kappa``, assuming
   elementary functions accurate to a few ulp): per node
-  :math:`E_n = \kappa u[t_n((m+A+B+8)\sum_{jk}p_{jk}|d_{jk}| + \sum_{jk}p_{jk}|a_{jk}| + |y| + \lceil\log_2 b\rceil\sum_j|m_j|
-  + |\tau| s_{max}) + \mathrm{tree}_n + 8]`, summed with the quadrature weights, plus
+  :math:`E_n = \kappa u[t_n((m+1.5n+12)\sum_{jk}p_{jk}|d_{jk}| + \sum_{jk}p_{jk}|a_{jk}| + |y| + \lceil\log_2 b\rceil\sum_j|m_j|
+  + |\tau| s_{max}) + \mathrm{tree}_n + 8 + s_{max}t_n^2/2]`, summed with the quadrature weights, plus
   :math:`(K+S+8)u` times the sum of the moduli of the quadrature terms, plus the relative rounding
   error of the prefactor :math:`M(\tau)e^{-\tau y}`.
 
