@@ -37,7 +37,7 @@ from ._model.posterior_grid import posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression, predictive_log_density
 from ._stats.eigen import Eigenbasis, eigenbasis, rotate_features
 from ._stats.regression import RegressionStats, kfold_stats_from_inputs, regression_stats_from_inputs
-from .gaussian._blr import blr_evidence_noise
+from .gaussian._blr import spectral_evidence_noise
 
 BASES = ("eigen", "features")
 # Defaults that depend on the basis (``None`` in DirectConfig): see :func:`resolve_config`.
@@ -312,8 +312,8 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
             functools.partial(rff_features, feats64), f64(X), f64(y), chunk_size=config.chunk_size
         )
         scale = f64(prior_scale)
-        s2 = evidence_noise_variance(stats, scale, f64(gp_noise))
         stats, basis = eigenbasis(stats)
+        s2 = evidence_noise_variance(stats, basis, scale, f64(gp_noise))
         prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
         to = functools.partial(jnp.asarray, dtype=dtype)
         stats, basis, s2 = jax.tree.map(to, (stats, basis, s2))
@@ -321,12 +321,14 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
     return stats, basis, prior_w, s2
 
 
-def evidence_noise_variance(stats, prior_scale, guess, *, log_range: float = 12.0):
+def evidence_noise_variance(rotated, basis, prior_scale, guess, *, log_range: float = 12.0):
     """The noise variance maximizing the exact evidence (:func:`kronvi.blr_evidence_noise`) within
-    ``guess * exp(±log_range)``; ``guess`` is e.g. the GP estimate."""
-    guess = jnp.asarray(guess, stats.PhitPhi.dtype)
-    return blr_evidence_noise(
-        stats, prior_scale, lower=guess * np.exp(-log_range), upper=guess * np.exp(log_range)
+    ``guess * exp(±log_range)`` (``guess``: e.g. the GP estimate), from the eigenbasis already computed:
+    ``(rotated, basis)`` of :func:`kronvi.eigenbasis`."""
+    guess = jnp.asarray(guess, rotated.PhitPhi.dtype)
+    lower, upper = guess * np.exp(-log_range), guess * np.exp(log_range)
+    return spectral_evidence_noise(
+        basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, prior_scale, lower, upper
     )
 
 

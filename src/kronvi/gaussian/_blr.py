@@ -177,12 +177,20 @@ def spectral_log_evidence(eigenvalues, c, yty, n, prior_scale, noise_variance):
 def _evidence_noise(stats, scale, lo, hi, num_steps):
     lam, V = jnp.linalg.eigh(stats.PhitPhi)
     c = V.T @ stats.Phity  # (null directions are masked in spectral_log_evidence)
+    return spectral_evidence_noise(lam, c, stats.yty, stats.n, scale, lo, hi, num_steps=num_steps)
+
+
+@functools.partial(jax.jit, static_argnames="num_steps")
+def spectral_evidence_noise(eigenvalues, c, yty, n, prior_scale, lower, upper, *, num_steps: int = 60):
+    r"""The golden-section search of :func:`blr_evidence_noise` on an eigendecomposition already at hand:
+    ``eigenvalues`` of :math:`\Phi^\top\Phi` and ``c`` :math:`= V^\top\Phi^\top y` (e.g. the ``Phity`` of
+    :func:`kronvi.eigenbasis`'s rotated statistics). Unchecked: validate with :func:`blr_evidence_noise`'s
+    rules first."""
 
     def f(t):
-        return spectral_log_evidence(lam, c, stats.yty, stats.n, scale, jnp.exp(t))
+        return spectral_log_evidence(eigenvalues, c, yty, n, prior_scale, jnp.exp(t))
 
     g = (math.sqrt(5.0) - 1.0) / 2.0
-    a, b = jnp.log(lo), jnp.log(hi)
 
     def body(_, st):
         a, b = st
@@ -190,7 +198,7 @@ def _evidence_noise(stats, scale, lo, hi, num_steps):
         keep_left = f(x1) >= f(x2)
         return jnp.where(keep_left, a, x1), jnp.where(keep_left, x2, b)
 
-    a, b = lax.fori_loop(0, num_steps, body, (a, b))
+    a, b = lax.fori_loop(0, num_steps, body, (jnp.log(lower), jnp.log(upper)))
     return jnp.exp(0.5 * (a + b))
 
 
