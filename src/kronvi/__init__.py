@@ -38,6 +38,7 @@ from ._inputs.gp import GPFitInfo as GPFitInfo
 from ._inputs.gp import GPHyperparameters as GPHyperparameters
 from ._inputs.gp import fit_gp_hyperparameters as fit_gp_hyperparameters
 from ._inputs.gp import gp_log_marginal_likelihood as gp_log_marginal_likelihood
+from ._model.density import predictive_log_density as predictive_log_density
 
 # Priors, variational families and the exact objective
 from ._model.families import MeanField as MeanField
@@ -50,7 +51,6 @@ from ._model.posterior_grid import posterior_grid_prior as posterior_grid_prior
 from ._model.regression import expected_sparsity as expected_sparsity
 from ._model.regression import noise_moments as noise_moments
 from ._model.regression import predict_regression as predict_regression
-from ._model.regression import predictive_log_density as predictive_log_density
 from ._model.regression import regression_elbo as regression_elbo
 from ._solvers.lbfgs import FitInfo as FitInfo
 from ._solvers.lbfgs import minimize_lbfgs as minimize_lbfgs
@@ -65,6 +65,7 @@ from ._stats.regression import kfold_stats_from_inputs as kfold_stats_from_input
 from ._stats.regression import merge_stats as merge_stats
 from ._stats.regression import regression_stats as regression_stats
 from ._stats.regression import regression_stats_from_inputs as regression_stats_from_inputs
+from ._stats.streaming import regression_stats_from_chunks as regression_stats_from_chunks
 from ._stats.regression import subtract_stats as subtract_stats
 from .gaussian import GaussianMeanField as GaussianMeanField
 from .gaussian import ReparamInfo as ReparamInfo

@@ -32,9 +32,10 @@ from ._fit.select import CRITERIA, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import RandomFourierFeatures, rff_features, rff_init
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
+from ._model.density import predictive_log_density
 from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
 from ._model.posterior_grid import posterior_grid_prior
-from ._model.regression import expected_sparsity, noise_moments, predict_regression, predictive_log_density
+from ._model.regression import expected_sparsity, noise_moments, predict_regression
 from ._stats.eigen import Eigenbasis, eigenbasis, rotate_features
 from ._stats.regression import RegressionStats, kfold_stats_from_inputs, regression_stats_from_inputs
 from .gaussian._blr import spectral_evidence_noise

@@ -16,15 +16,13 @@ computed in :math:`O(bm + b^2)` from the sufficient statistics, whatever ``n`` i
 
 from __future__ import annotations
 
-import functools
 import math
 
-import jax
 import jax.numpy as jnp
-from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_same_dtype
 from .._base.kron import expected_quadratic, kron_sum_expectation
+from .._base.precision import matmul
 from .._stats.regression import RegressionStats, check_stats
 from .families import MeanField, check_family, grid_moments
 from .grids import DiscretePrior, check_noise_prior, check_weight_prior
@@ -153,7 +151,7 @@ def predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_new):
     Phi_new = check_phi_new(Phi_new, prior_w)
     mean, var = grid_moments(q_w.probs, prior_w.values)
     _, _, e_s = noise_moments(q_noise, prior_noise)
-    return Phi_new @ mean, (Phi_new**2) @ var + e_s
+    return matmul(Phi_new, mean), matmul(Phi_new**2, var) + e_s
 
 
 def expected_sparsity(q_w: MeanField, prior_w: DiscretePrior):
@@ -163,123 +161,6 @@ def expected_sparsity(q_w: MeanField, prior_w: DiscretePrior):
     is_zero = prior_w.values == 0
     return jnp.mean(jnp.sum(jnp.where(is_zero, q_w.probs, 0.0), axis=-1), axis=-1)
 
-
-def predictive_log_density(
-    q_w, q_noise, prior_w, prior_noise, Phi_new, y_new, *, num_nodes: int = 256, batch_size: int = 8
-):
-    r"""Exact log predictive density :math:`\log q(y^*)` of the discrete posterior, without sampling.
-
-    :math:`f = \Phi^* w` is a sum of ``b`` independent discrete variables, so its characteristic
-    function is :math:`\varphi(t) = \prod_j \sum_k q_{jk} e^{i t \Phi^*_j v_{jk}}`; with Gaussian noise
-    of variance :math:`s` drawn from :math:`q_\sigma`,
-
-    .. math::
-       q(y) = \sum_s q_\sigma(s)\,\frac{1}{\pi}\int_0^\infty
-              \mathrm{Re}\big[\varphi(t) e^{-i t (y - \mu)}\big] e^{-s t^2/2}\,dt
-
-    (with :math:`\varphi` of the centred :math:`f - \mu`). Points in the tail are handled by exponential
-    tilting, an exact identity for any :math:`\tau`: :math:`q(y) = M(\tau) e^{-\tau y} q_\tau(y)` with
-    :math:`M` the moment generating function of :math:`f + \varepsilon` and :math:`q_\tau` the density of
-    the tilted variables (still independent: :math:`q^\tau_{jk} \propto q_{jk} e^{\tau \Phi^*_j v_{jk}}`,
-    noise level :math:`s` reweighted by :math:`e^{\tau^2 s/2}` with mean :math:`\tau s`); Newton steps
-    on :math:`\tau` put the tilted mean at :math:`y` (a saddlepoint shift), so the quadrature works near a
-    mode. The integral is the trapezoid rule on
-    ``num_nodes`` nodes of step :math:`h = 2\pi / L`, :math:`L = 2(|y-\mu| + 12\,\mathrm{sd})`, so the
-    aliasing error is a 12-sd tail; the product over ``j`` is taken in log-space. The returned
-    ``error_bound`` bounds the truncation error :math:`\sum_s q_\sigma(s)\frac1\pi\int_T^\infty
-    e^{-st^2/2}dt` plus the rounding floor of the quadrature sum, relative to the density. A bound that
-    is not small flags an unreliable value: raise ``num_nodes`` for truncation; for a point so far in the
-    tail that its density is below the rounding floor (many standard deviations out, notably in
-    float32), use float64.
-
-    Returns:
-      ``(log_density, rel_error_bound)``, each ``(num_points,)``.
-    """
-    check_regression_args(q_w, q_noise, prior_w, prior_noise)
-    Phi_new = check_phi_new(Phi_new, prior_w)
-    y_new = as_float_array(y_new, "y_new")
-    check_ndim(y_new, 1, "y_new", "(num_points,)")
-    if y_new.shape[0] != Phi_new.shape[0]:
-        raise ValueError(f"`y_new` has {y_new.shape[0]} points but `Phi_new` has {Phi_new.shape[0]}")
-    check_finite(y_new, "y_new")
-    return _log_density_impl(
-        q_w.probs,
-        q_noise.probs[0],
-        prior_w.values,
-        prior_noise.values[0],
-        Phi_new,
-        y_new,
-        num_nodes,
-        batch_size,
-    )
-
-
-@functools.partial(jax.jit, static_argnums=(6, 7))
-def _log_density_impl(qw, qn, values, svals, Phi_new, y_new, num_nodes, batch_size):
-    log_qw = jnp.log(qw)
-    log_qn = jnp.log(qn)
-    dtype = Phi_new.dtype
-    cdtype = jnp.complex128 if dtype == jnp.float64 else jnp.complex64
-
-    def one(phi, y):
-        a = phi[:, None] * values  # (b, m): contribution of each level to f = phi . w
-
-        def tilted(tau):
-            # q_jk^tau ~ q_jk e^{tau a_jk}; noise level s gets weight ~ q_s e^{tau^2 s / 2} and mean tau s.
-            lt = log_qw + tau * a
-            lse = jax.nn.logsumexp(lt, axis=-1)
-            log_p = lt - lse[:, None]
-            p = jnp.exp(log_p)
-            mj = jnp.sum(p * a, axis=-1)
-            var_f = jnp.sum(p * (a - mj[:, None]) ** 2)
-            lw = log_qn + 0.5 * tau**2 * svals
-            lme = jax.nn.logsumexp(lw)
-            w = jnp.exp(lw - lme)
-            me = jnp.sum(w * tau * svals)
-            ve = jnp.maximum(jnp.sum(w * (svals + (tau * svals) ** 2)) - me**2, 0.0)
-            return jnp.sum(mj) + me, var_f + ve, var_f, jnp.sum(lse) + lme, log_p, mj, w
-
-        def cond(c):
-            it, tau, mean, var = c
-            return (it < 50) & (jnp.abs(mean - y) > 0.5 * jnp.sqrt(var))
-
-        def body(c):
-            it, tau, mean, var = c
-            step = jnp.clip((y - mean) / var, -3.0 / jnp.sqrt(var), 3.0 / jnp.sqrt(var))
-            mean, var = tilted(tau + step)[:2]
-            return it + 1, tau + step, mean, var
-
-        zero = jnp.zeros((), dtype)
-        mean0, var0 = tilted(zero)[:2]
-        _, tau, _, _ = lax.while_loop(cond, body, (jnp.asarray(0), zero, mean0, var0))
-        mean, _, var_f, log_m, log_p, mj, w = tilted(tau)
-        s_max = jnp.max(jnp.where(w > 1e-12, svals, 0.0))
-        L = 2.0 * (jnp.abs(y - mean) + 12.0 * jnp.sqrt(var_f + s_max))
-        h = 2.0 * jnp.pi / L
-        t = h * jnp.arange(num_nodes, dtype=dtype)  # (K,)
-        # log phi(t) of the centred tilted f: sum_j logsumexp_k(log p_jk + i t (a_jk - m_j))
-        arg = t[:, None, None] * (a - mj[:, None])[None]  # (K, b, m)
-        z = log_p[None].astype(cdtype) + 1j * arg.astype(cdtype)
-        log_phi = jnp.sum(jax.scipy.special.logsumexp(z, axis=-1), axis=-1)  # (K,)
-        f_mean = jnp.sum(mj)
-        shift = y - f_mean - tau * svals  # (S,): offset of y from each tilted noise component's mean
-        base = jnp.real(jnp.exp(log_phi[None, :] - 1j * (t[None, :] * shift[:, None]).astype(cdtype)))
-        wts = jnp.full((num_nodes,), h, dtype).at[0].set(0.5 * h)
-        gauss = jnp.exp(-0.5 * svals[:, None] * t[None] ** 2)  # (S, K)
-        dens = jnp.sum(w * jnp.sum(base * gauss * wts[None], axis=-1)) / jnp.pi
-        T = h * (num_nodes - 0.5)
-        tail = (
-            jnp.sum(w * jnp.sqrt(0.5 * jnp.pi / svals) * jax.scipy.special.erfc(T * jnp.sqrt(0.5 * svals)))
-            / jnp.pi
-        )
-        # Rounding floor of the quadrature sum: terms of size up to w_k e^{-s t_k^2 / 2} / pi cancel to give
-        # the density; a density far below eps times their total is noise.
-        rounding = 64.0 * jnp.finfo(dtype).eps * jnp.sum(w * (gauss @ wts)) / jnp.pi
-        safe = jnp.maximum(dens, jnp.finfo(dtype).tiny)
-        return log_m - tau * y + jnp.log(safe), (tail + rounding) / safe
-
-    # lax.map over points (vmapped in small batches) keeps memory at O(batch * K * b * m).
-    return jax.lax.map(lambda a: one(*a), (Phi_new, y_new), batch_size=batch_size)
 
 def elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats):
     ell, lp, lq = elbo_terms(

@@ -1,0 +1,429 @@
+r"""Exact predictive log density of a mean-field DIRECT regression posterior, batched over points.
+
+Model: :math:`Y = F + E`, :math:`F = \sum_j \Phi^*_j w_j` with independent discrete :math:`w_j`
+(levels ``values[j, k]``, probabilities ``qw[j, k]``), :math:`E \sim N(0, s)` with :math:`s` discrete
+(levels ``svals``, probabilities ``qn``). Per point, with no Python loop over points:
+
+1. Exponential tilting (an exact identity): :math:`p(y) = M(\tau) e^{-\tau y} p_\tau(y)`, with Newton steps
+   on :math:`\tau` until the tilted mean is within ``newton_tol`` tilted sds of ``y`` (points near the mean
+   keep :math:`\tau = 0`). :math:`\log M_F` is accumulated as
+   :math:`\tau c_j + \mathrm{log1p}(\sum_k \hat q_{jk}\,\mathrm{expm1}(\tau(a_{jk}-c_j)))`, so its rounding
+   error scales with the tilt, not with ``b``.
+2. The trapezoid rule for :math:`p_\tau(y) = \frac1{2\pi}\int \varphi_\tau(t) e^{-ity}dt` on a static number
+   ``K`` of nodes :math:`t_n = nh`; the step :math:`h = 2\pi/L` is chosen per point to balance aliasing
+   against truncation, so the cost per point is fixed.
+3. :math:`\varphi_\tau(t_n) = \prod_j (1 + \psi_j(n))`, :math:`\psi_j(n) = \sum_k p_{jk}(\omega_{jk}^n - 1)`,
+   :math:`\omega_{jk} = e^{ih d_{jk}}`, :math:`d_{jk} = a_{jk} - m_j` centred at the tilted factor mean.
+   :math:`\omega - 1` comes from a short Taylor series after range reduction and three angle doublings; the
+   powers from the recurrence :math:`z_{n+1} = z_n + \epsilon + z_n\epsilon` (:math:`z_n = \omega^n - 1`),
+   a ``lax.scan`` over nodes with levels-major ``(m, b)`` arrays. The product over ``j`` is a pairwise tree
+   in the "minus one" form :math:`\psi_{ab} = \psi_a + \psi_b + \psi_a\psi_b` (all :math:`|1+\psi| \le 1`,
+   so nothing under- or overflows). Cost per point: ``K*b*m`` complex multiply-adds, no transcendentals.
+
+Error bound (absolute, on the tilted density :math:`Q \approx p_\tau(y)`):
+
+* aliasing (rigorous): Poisson summation gives :math:`\sum_k p_\tau(y + kL)`; for any :math:`\lambda > 0`,
+  :math:`p_\tau(x) \le e^{-\lambda x} M_{F_\tau}(\lambda)\sum_s w_s e^{\lambda\tau s+\lambda^2 s/2}/\sqrt{2\pi s}`
+  (Chernoff on the Gaussian components), so the aliases :math:`k \ge 1` sum to at most that bound times
+  :math:`r/(1-r)`, :math:`r=e^{-\lambda L}`, and likewise with :math:`-\lambda` for :math:`k \le -1`.
+  :math:`M_{F_\tau}` is evaluated exactly at 4 values of :math:`\lambda` per side; the best over 48
+  candidate ``L`` picks ``L``.
+* truncation (rigorous): :math:`|\varphi_F| \le 1` and :math:`h\sum_{n\ge K} f(nh) \le \int_{(K-1)h}^\infty f`
+  for decreasing :math:`f`, giving :math:`\frac1\pi\sum_s w_s\sqrt{\pi/2s}\,\mathrm{erfc}((K-1)h\sqrt{s/2})`.
+* rounding (a first-order worst-case model with safety factor ``kappa``, assuming elementary functions
+  accurate to a few ulp): a per-node term proportional to :math:`t_n` times the sizes of the atoms and
+  levels, plus the tree product's and the quadrature sum's rounding, plus the relative rounding error of
+  the prefactor :math:`M(\tau)e^{-\tau y}`.
+
+The relative bound is :math:`\rho_{pre} + \mathrm{abs}/(Q-\mathrm{abs})` (``inf`` if :math:`Q \le \mathrm{abs}`).
+Where it exceeds the caller's tolerance, :func:`predictive_log_density` redoes the point with 4x the nodes.
+The derivation and its measurements: docs/notes/2026-11-22-fast-density-prototype.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .._base.checks import as_float_array, check_finite, check_ndim
+from .regression import check_phi_new, check_regression_args
+
+
+def _pad_pow2(x, axis=-1):
+    n = x.shape[axis]
+    p = 1 << max(0, (n - 1).bit_length())
+    if p == n:
+        return x
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, p - n)
+    return jnp.pad(x, pad)
+
+
+def _tree_sum(x):
+    """Pairwise sum over the last axis with an explicit tree (error <= ceil(log2 n) u sum|x|)."""
+    x = _pad_pow2(x)
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = x[..., :half] + x[..., half:]
+    return x[..., 0]
+
+
+def _expm1_i(theta, nterms):
+    """(Re, Im) of e^{i theta} - 1 without libm trig: range reduction to [-pi, pi], Taylor series at
+    theta/8, three doublings (1 + e)^2 - 1 = e (2 + e). Accurate relative to |e^{i theta} - 1|."""
+    dt = theta.dtype
+    two_pi = jnp.asarray(2.0 * math.pi, dt)
+    x = theta - two_pi * jnp.round(theta / two_pi)
+    y = x * jnp.asarray(0.125, dt)
+    z = y * y
+    # re = sum_{j>=1} (-1)^j y^{2j}/(2j)!   im = sum_{j>=0} (-1)^j y^{2j+1}/(2j+1)!
+    re = jnp.zeros_like(z)
+    for j in range(nterms, 0, -1):
+        re = re * z + jnp.asarray((-1) ** j / math.factorial(2 * j), dt)
+    re = re * z
+    im = jnp.zeros_like(z)
+    for j in range(nterms, -1, -1):
+        im = im * z + jnp.asarray((-1) ** j / math.factorial(2 * j + 1), dt)
+    im = im * y
+    for _ in range(3):
+        re, im = 2.0 * re + re * re - im * im, 2.0 * im + 2.0 * re * im
+    return re, im
+
+
+def _cmul(ar, ai, br, bi):
+    return ar * br - ai * bi, ar * bi + ai * br
+
+
+def _point(
+    phi, y, *, log_qhat, qhat, values, log_qn, svals, num_nodes, max_newton, newton_tol, kappa, lam_mults
+):
+    dt = phi.dtype
+    fi = jnp.finfo(dt)
+    u = fi.eps * 0.5
+    b, m = values.shape
+    S = svals.shape[0]
+    K = num_nodes
+    nterms = 7 if dt == jnp.float64 else 4  # series terms at |y| <= pi/8
+
+    a = phi[:, None] * values  # (b, m) atoms of phi_j w_j
+    c = jnp.sum(qhat * a, -1)  # untilted factor means
+    d0 = a - c[:, None]
+    mu0 = _tree_sum(c)
+    log_sqrt_2pi_s = 0.5 * jnp.log(2.0 * math.pi * svals)
+
+    def factors(tau):
+        z = tau * d0
+        em = jnp.expm1(z)
+        X = jnp.sum(qhat * em, -1)
+        D_small = jnp.log1p(X)
+        D_big = jax.nn.logsumexp(log_qhat + z, axis=-1)
+        D = jnp.where(jnp.abs(X) < 0.5, D_small, D_big)  # log E_qhat e^{tau (a - c)}
+        log_p = log_qhat + z - D[:, None]
+        p = jnp.exp(log_p)
+        delta = jnp.sum(p * d0, -1)  # tilted mean - c_j
+        var_f = jnp.sum(p * (d0 - delta[:, None]) ** 2)
+        lw = log_qn + 0.5 * tau**2 * svals
+        lme = jax.nn.logsumexp(lw)
+        w = jnp.exp(lw - lme)
+        me = jnp.sum(w * tau * svals)
+        ve = jnp.maximum(jnp.sum(w * (svals + (tau * svals) ** 2)) - me**2, 0.0)
+        mean = mu0 + _tree_sum(delta) + me
+        Xb = jnp.where(jnp.abs(X) < 0.5, 2.0 * jnp.sum(qhat * jnp.abs(em), -1), 1.0 + u * jnp.abs(D))
+        return dict(
+            D=D,
+            X=Xb,
+            log_p=log_p,
+            p=p,
+            delta=delta,
+            var_f=var_f,
+            lme=lme,
+            w=w,
+            me=me,
+            ve=ve,
+            mean=mean,
+            var=var_f + ve,
+        )
+
+    def moments(tau):
+        f = factors(tau)
+        return f["mean"], f["var"]
+
+    zero = jnp.zeros((), dt)
+    mean0, var0 = moments(zero)
+
+    def cond(cst):
+        it, tau, mean, var = cst
+        return (it < max_newton) & (jnp.abs(mean - y) > newton_tol * jnp.sqrt(var))
+
+    def body(cst):
+        it, tau, mean, var = cst
+        sd = jnp.sqrt(var)
+        step = jnp.clip((y - mean) / var, -3.0 / sd, 3.0 / sd)
+        mean, var = moments(tau + step)
+        return it + 1, tau + step, mean, var
+
+    _, tau, _, _ = lax.while_loop(cond, body, (jnp.asarray(0), zero, mean0, var0))
+    f = factors(tau)
+    p, log_p, delta, w, lme = f["p"], f["log_p"], f["delta"], f["w"], f["lme"]
+    v_tot = f["var"]
+    sd_tot = jnp.sqrt(v_tot)
+    d = d0 - delta[:, None]  # atoms centred at the tilted factor means
+    mu_F = mu0 + _tree_sum(delta)
+    Delta = y - f["mean"]  # offset of y from the tilted mean of Y
+    Delta_F = y - mu_F
+    logw = jnp.log(w)
+
+    # --- step h = 2 pi / L: rigorous alias and truncation bounds evaluated for candidate L, best taken.
+    # Alias (k >= 1 side, any lam > 0): e^{-lam Delta_F} M_{F_tau - mu_F}(lam) C(lam) r/(1-r), r = e^{-lam L};
+    # log M is independent of L, so a few lam per side serve every candidate L.
+    lam_grid = jnp.asarray(lam_mults, dt) / sd_tot
+
+    def log_chernoff(lam, sign):  # log[e^{-sign lam Delta_F} M(sign lam) C(sign lam)], lam: (nl,)
+        lmf = jnp.sum(jax.nn.logsumexp(log_p[None] + sign * lam[:, None, None] * d[None], axis=-1), -1)
+        lc = jax.nn.logsumexp(
+            logw + sign * lam[:, None] * tau * svals + 0.5 * lam[:, None] ** 2 * svals - log_sqrt_2pi_s, -1
+        )
+        return -sign * lam * Delta_F + lmf + lc
+
+    lch_p, lch_m = log_chernoff(lam_grid, 1.0), log_chernoff(lam_grid, -1.0)
+    zc = jnp.asarray([2.0 * 1.12**i for i in range(48)], dt)  # 2 .. ~400 sds
+    Lc = 2.0 * jnp.abs(Delta) + zc * sd_tot
+
+    def log_alias(Lv):  # (nL,) -> (nL,)
+        r = lam_grid[None] * Lv[:, None]
+        geo = -r - jnp.log(-jnp.expm1(-r))
+        return jnp.logaddexp(jnp.min(lch_p[None] + geo, -1), jnp.min(lch_m[None] + geo, -1))
+
+    def log_trunc(T):  # log of (1/pi) sum_s w_s sqrt(pi/(2s)) erfc(T sqrt(s/2))
+        e = jax.scipy.special.erfc(T[..., None] * jnp.sqrt(0.5 * svals))
+        terms = logw + 0.5 * jnp.log(0.5 * math.pi / svals) + jnp.log(jnp.maximum(e, fi.tiny))
+        return jax.nn.logsumexp(terms, axis=-1) - math.log(math.pi)
+
+    Tc = 2.0 * math.pi * (K - 1) / Lc
+    score = jnp.logaddexp(log_alias(Lc), log_trunc(Tc))
+    i_best = jnp.argmin(score)
+    L = Lc[i_best]
+    h = 2.0 * math.pi / L
+    t = h * jnp.arange(K, dtype=dt)
+
+    # --- characteristic function at the nodes: psi_j(n) = sum_k p_jk (omega_jk^n - 1) by the running power
+    # z_{n+1} = z_n + eps + z_n eps (z_n = omega^n - 1, eps = omega - 1), levels-major layout (m, b) so the
+    # elementwise work vectorizes along j.
+    pT, dT = p.T, d.T
+    er1, ei1 = _expm1_i(h * dT, nterms)  # (m, b): omega - 1
+
+    def power_step(zc, _):
+        zr, zi = zc
+        out = (jnp.sum(pT * zr, 0), jnp.sum(pT * zi, 0))
+        return (zr + er1 + (zr * er1 - zi * ei1), zi + ei1 + (zr * ei1 + zi * er1)), out
+
+    _, (psr, psi) = lax.scan(
+        power_step, (jnp.zeros_like(er1), jnp.zeros_like(ei1)), None, length=K, unroll=min(K, 16)
+    )  # (K, b)
+
+    # pairwise tree product in the "minus one" representation, tracking a first-order rounding bound
+    psr, psi = _pad_pow2(psr), _pad_pow2(psi)
+    tree = jnp.zeros((K,), dt)
+    while psr.shape[-1] > 1:
+        half = psr.shape[-1] // 2
+        ar, ai, br_, bi_ = psr[:, :half], psi[:, :half], psr[:, half:], psi[:, half:]
+        na = jnp.abs(ar) + jnp.abs(ai)
+        nb = jnp.abs(br_) + jnp.abs(bi_)
+        tree = tree + jnp.sum(na + nb + na * nb, -1)
+        pr, pi_ = _cmul(ar, ai, br_, bi_)
+        psr, psi = ar + br_ + pr, ai + bi_ + pi_
+    phr, phi_i = 1.0 + psr[:, 0], psi[:, 0]  # (K,) phi of F_tau - mu_F
+
+    shift = Delta_F - tau * svals  # (S,)
+    ang = t[None, :] * shift[:, None]  # (S, K)
+    cos_a, sin_a = jnp.cos(ang), jnp.sin(ang)
+    base = phr[None] * cos_a + phi_i[None] * sin_a  # Re[phi e^{-i t shift}]
+    wts = jnp.full((K,), h, dt).at[0].set(0.5 * h)
+    gauss = jnp.exp(-0.5 * svals[:, None] * t[None] ** 2)  # (S, K)
+    wg = w[:, None] * gauss * wts[None] / math.pi  # (S, K)
+    Q = jnp.sum(wg * base)
+    floor = jnp.sum(wg)
+
+    # --- error bounds (absolute, on Q).
+    T = h * (K - 1)
+    trunc = jnp.exp(log_trunc(T))
+    alias = jnp.exp(log_alias(L[None])[0])
+
+    mad = jnp.sum(p * jnp.abs(d))
+    lin = (
+        0.0 * mad
+        + jnp.sum(p * jnp.abs(a))
+        + jnp.abs(y)
+        + math.ceil(math.log2(max(b, 2))) * jnp.sum(jnp.abs(c + delta))
+        + jnp.abs(tau) * jnp.max(svals)
+    )
+    n_idx = jnp.arange(K, dtype=dt)
+    E_n = kappa * u * (t * (lin + (m + 1.5 * n_idx + 12.0) * mad) + tree + 8.0 + 0.5 * jnp.max(svals) * t**2)
+    rnd = jnp.sum(wg * E_n[None]) + kappa * u * (K + S + 8) * floor
+    abs_err = alias + trunc + rnd
+
+    # prefactor log M(tau) - tau y = sum_j D_j + lme - tau (y - mu0)
+    log_pref = _tree_sum(f["D"]) + lme - tau * (y - mu0)
+    L2 = math.ceil(math.log2(max(b, 2)))
+    rho_pre = (
+        kappa
+        * u
+        * (
+            (m + 2) * jnp.sum(f["X"])
+            + (L2 + 2) * jnp.sum(jnp.abs(f["D"]))
+            + (S + 2) * (1.0 + jnp.abs(lme))
+            + jnp.abs(tau) * (jnp.abs(y) + (L2 + m + 2) * jnp.sum(jnp.abs(c)))
+            + 2.0 * jnp.abs(log_pref)
+            + 8.0
+        )
+    )
+    rel_q = jnp.where(Q > abs_err, abs_err / jnp.maximum(Q - abs_err, fi.tiny), jnp.inf)
+    rel = rho_pre + rel_q + rho_pre * rel_q
+    safe = jnp.maximum(Q, fi.tiny)
+    return log_pref + jnp.log(safe), rel
+
+
+@functools.partial(
+    jax.jit, static_argnames=("num_nodes", "batch_size", "max_newton", "newton_tol", "kappa", "lam_mults")
+)
+def log_density_kernel(
+    qw,
+    qn,
+    values,
+    svals,
+    Phi_new,
+    y_new,
+    *,
+    num_nodes: int,
+    batch_size: int = 16,
+    max_newton: int = 200,
+    newton_tol: float = 0.5,
+    kappa: float = 4.0,
+    lam_mults=(1.0, 2.5, 5.0, 10.0),
+):
+    """``(log_density, rel_error_bound)``, each ``(N,)``, on raw arrays: ``qw`` ``(b, m)`` and ``qn``
+    ``(S,)`` probabilities, ``values`` ``(b, m)`` and ``svals`` ``(S,)`` levels. Memory per batch of points
+    is ``O(batch_size * (b * m + num_nodes * b))``."""
+    dt = Phi_new.dtype
+    qw = qw.astype(dt)
+    qhat = qw / jnp.sum(qw, -1, keepdims=True)
+    qn = qn.astype(dt)
+    qn = qn / jnp.sum(qn)
+    kw = dict(
+        log_qhat=jnp.log(qhat),
+        qhat=qhat,
+        values=values.astype(dt),
+        log_qn=jnp.log(qn),
+        svals=svals.astype(dt),
+        num_nodes=num_nodes,
+        max_newton=max_newton,
+        newton_tol=newton_tol,
+        kappa=kappa,
+        lam_mults=lam_mults,
+    )
+    bs = max(1, min(batch_size, Phi_new.shape[0]))  # lax.map with batch_size > n scans over zero batches
+    return lax.map(lambda xy: _point(xy[0], xy[1], **kw), (Phi_new, y_new.astype(dt)), batch_size=bs)
+
+
+def default_num_nodes(dtype) -> int:
+    """Trapezoid nodes of the first pass: in float32 the rounding floor dominates beyond about 32."""
+    return 64 if jnp.dtype(dtype) == jnp.float64 else 32
+
+
+def predictive_log_density(
+    q_w,
+    q_noise,
+    prior_w,
+    prior_noise,
+    Phi_new,
+    y_new,
+    *,
+    rtol: float | None = 1e-3,
+    num_nodes: int | None = None,
+    max_nodes: int = 1024,
+    batch_size: int = 16,
+):
+    r"""Exact log predictive density :math:`\log q(y^*)` of the discrete posterior, without sampling.
+
+    :math:`f = \Phi^* w` is a sum of ``b`` independent discrete variables, so its characteristic
+    function is :math:`\varphi(t) = \prod_j \sum_k q_{jk} e^{i t \Phi^*_j v_{jk}}`; with Gaussian noise of
+    variance :math:`s` drawn from :math:`q_\sigma`,
+
+    .. math::
+       q(y) = \sum_s q_\sigma(s)\,\frac{1}{2\pi}\int \varphi(t)\, e^{-s t^2/2} e^{-i t y}\,dt .
+
+    Each point is computed by exponential tilting (an exact identity that moves the point to the mode of
+    a reweighted posterior) and the trapezoid rule on ``num_nodes`` nodes whose step is chosen per point;
+    the returned relative error bound covers aliasing and truncation rigorously and rounding by a
+    worst-case first-order model (derivations in the module docstring). Cost per point:
+    ``num_nodes * b * m`` complex multiply-adds, in batches of ``batch_size`` points.
+
+    With concrete inputs, the points whose bound exceeds ``rtol`` are redone with 4x the nodes, up to
+    ``max_nodes``, keeping the better result. Inside a ``jit`` (traced inputs) or with ``rtol=None`` only
+    the first pass runs; the bound is returned either way, so an unreliable value is always flagged. A bound
+    that stays large flags a point so far in the tail (or in so deep a valley of a multimodal density) that
+    its density is below the quadrature's rounding floor: use float64 there.
+
+    Args:
+      q_w, q_noise, prior_w, prior_noise: the mean-field posterior and priors (as for
+        :func:`regression_elbo`).
+      Phi_new: ``(N, b)`` test features.
+      y_new: ``(N,)`` test targets (on the scale the model was fit on).
+      rtol: relative error bound above which a point is refined; ``None``: no refinement.
+      num_nodes: nodes of the first pass; default 32 in float32, 64 in float64.
+      max_nodes: the most nodes refinement goes to.
+      batch_size: points vectorized together.
+
+    Returns:
+      ``(log_density, rel_error_bound)``, each ``(N,)``.
+
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> prior_w = kronvi.gaussian_prior(2, 1.0, levels=3)
+      >>> prior_n = kronvi.noise_prior(0.5, levels=1)
+      >>> q_w, q_n = kronvi.MeanField(prior_w.log_probs), kronvi.MeanField(prior_n.log_probs)
+      >>> ld, err = kronvi.predictive_log_density(
+      ...     q_w, q_n, prior_w, prior_n, jnp.zeros((1, 2)), jnp.zeros(1))
+      >>> round(float(ld[0]), 4), bool(err[0] < 1e-3)  # N(0, 0.5) at 0: -0.5 log(pi)
+      (-0.5724, True)
+    """
+    check_regression_args(q_w, q_noise, prior_w, prior_noise)
+    Phi_new = check_phi_new(Phi_new, prior_w)
+    y_new = as_float_array(y_new, "y_new")
+    check_ndim(y_new, 1, "y_new", "(num_points,)")
+    if y_new.shape[0] != Phi_new.shape[0]:
+        raise ValueError(f"`y_new` has {y_new.shape[0]} points but `Phi_new` has {Phi_new.shape[0]}")
+    check_finite(y_new, "y_new")
+    if num_nodes is None:
+        num_nodes = default_num_nodes(Phi_new.dtype)
+    if int(num_nodes) < 2 or int(max_nodes) < 2:
+        raise ValueError(f"`num_nodes` and `max_nodes` must be >= 2, got {num_nodes} and {max_nodes}")
+    if rtol is not None and not rtol > 0:
+        raise ValueError(f"`rtol` must be positive or None, got {rtol}")
+    arrays = (q_w.probs, q_noise.probs[0], prior_w.values, prior_noise.values[0])
+
+    def run(P, y, K):
+        return log_density_kernel(*arrays, P, y, num_nodes=int(K), batch_size=batch_size)
+
+    ld, err = run(Phi_new, y_new, num_nodes)
+    if rtol is None or isinstance(ld, jax.core.Tracer) or Phi_new.shape[0] == 0:
+        return ld, err
+    ld, err = np.array(ld), np.array(err)
+    K = int(num_nodes)
+    while K < max_nodes:
+        bad = np.flatnonzero(~(err <= rtol))
+        if bad.size == 0:
+            break
+        K = min(4 * K, int(max_nodes))
+        # Pad the subset to a power of two (at least one batch) so that calls reuse a few compiled shapes.
+        size = max(1 << (bad.size - 1).bit_length(), batch_size)
+        idx = np.concatenate([bad, np.full(size - bad.size, bad[0])])
+        l2, e2 = (np.asarray(v)[: bad.size] for v in run(Phi_new[idx], y_new[idx], K))
+        better = e2 < err[bad]
+        ld[bad[better]], err[bad[better]] = l2[better], e2[better]
+    return jnp.asarray(ld), jnp.asarray(err)

@@ -1,0 +1,196 @@
+"""``kronvi.predictive_log_density`` against enumeration of every weight and noise configuration."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kronvi
+from kronvi._model.density import log_density_kernel
+
+B, M, S = 4, 5, 3  # one shape for most tests, so the kernel compiles once per dtype and node count
+
+
+def enumerate_log_density(qw, qn, values, svals, Phi, y):
+    """log q(y) by summing over all m**b weight configurations and all noise levels, in float64."""
+    qw = qw / qw.sum(-1, keepdims=True)
+    qn = qn / qn.sum()
+    b, m = values.shape
+    cfg = np.array(list(itertools.product(range(m), repeat=b))).reshape(-1, b)
+    W = values[np.arange(b), cfg]
+    with np.errstate(divide="ignore"):
+        lp = np.log(qw[np.arange(b), cfg]).sum(-1)
+        lqn = np.log(qn)
+    f = W @ Phi.T  # (C, N)
+    logs = (
+        lp[:, None, None]
+        + lqn[None, :, None]
+        - 0.5 * (y[None, None] - f[:, None]) ** 2 / svals[None, :, None]
+        - 0.5 * np.log(2 * np.pi * svals)[None, :, None]
+    )
+    return np.logaddexp.reduce(logs.reshape(-1, len(y)), axis=0)
+
+
+def problem(rng, noise, *, peaked=False):
+    """Random posterior and 17 test points: 8 random, 9 at fixed predictive z-scores out to 40 sds, with
+    an all-zero feature row, a zero feature and a nearly inert weight."""
+    values = np.sort(rng.normal(size=(B, M)), -1)
+    qw = rng.dirichlet(np.ones(M) * 0.7, size=B) + 1e-300
+    if peaked:  # near one-hot rows
+        qw = np.full((B, M), 1e-9)
+        qw[np.arange(B), rng.integers(0, M, size=B)] = 1.0
+    qw /= qw.sum(-1, keepdims=True)
+    qn = rng.dirichlet(np.ones(S))
+    svals = noise * np.exp(rng.uniform(-1.5, 1.5, size=S))
+    Phi = rng.normal(size=(17, B))
+    Phi[0] = 0.0
+    Phi[1, 0] = 0.0
+    Phi[:, -1] *= 1e-7
+    mw = (qw * values).sum(-1)
+    vw = (qw * values**2).sum(-1) - mw**2
+    mean, var = Phi @ mw, (Phi**2) @ vw + qn @ svals
+    z = np.concatenate([rng.normal(size=8) * 1.5, [0.0, 3.0, -5.0, 8.0, -12.0, 20.0, -30.0, 40.0, 0.3]])
+    return (qw, qn, values, svals, Phi, mean + np.sqrt(var) * z), z
+
+
+def model(qw, qn, values, svals, dtype):
+    return (
+        kronvi.MeanField(jnp.log(jnp.asarray(qw, dtype))),
+        kronvi.MeanField(jnp.log(jnp.asarray(qn, dtype))[None]),
+        kronvi.DiscretePrior(jnp.asarray(values, dtype), jnp.zeros((B, M), dtype)),
+        kronvi.DiscretePrior(jnp.asarray(svals, dtype)[None], jnp.zeros((1, S), dtype)),
+    )
+
+
+def check(args, z, dtype, *, near_upto):
+    args = [np.asarray(a, dtype) for a in args]
+    ref = enumerate_log_density(*[np.asarray(a, np.float64) for a in args])  # on the dtype-rounded inputs
+    q_w, q_n, pw, pn = model(*args[:4], dtype)
+    Phi, y = jnp.asarray(args[4]), jnp.asarray(args[5])
+    limit = 1e-3 if dtype == np.float32 else 1e-9
+    results = [
+        kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, rtol=None),  # one pass, default nodes
+        kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, rtol=0.1 * limit, max_nodes=128),
+    ]
+    for ld, err in results:
+        assert ld.dtype == jnp.dtype(dtype) and err.dtype == jnp.dtype(dtype)
+        ld, err = np.asarray(ld, np.float64), np.asarray(err, np.float64)
+        with np.errstate(over="ignore"):
+            rel = np.abs(np.expm1(ld - ref))
+        # the reported bound covers the actual error
+        assert np.all(rel <= err + 1e-12), np.c_[z, ref, ld, rel, err][~(rel <= err + 1e-12)]
+    # refinement never makes a bound worse
+    assert np.all(np.asarray(results[1][1]) <= np.asarray(results[0][1]))
+    near = np.abs(z) <= near_upto
+    if near.any():  # the bound is small within a few sds (tiny-b posteriors can have deep valleys)
+        loose, typical = (1e-2, 1e-3) if dtype == np.float32 else (1e-6, 1e-9)
+        assert np.mean(err[near] < loose) >= 0.7, np.c_[z, err][near]
+        assert np.median(err[near]) < typical, np.c_[z, err][near]
+    return rel, err
+
+
+@pytest.mark.parametrize("noise", [1e-3, 0.05, 1.0, 30.0])
+def test_matches_enumeration(dtype, noise):
+    args, z = problem(np.random.default_rng(int(noise * 1000)), noise)
+    # noise sd 0.03 against atoms ~1 apart makes the density a comb of spikes: points in a valley lie
+    # below the quadrature's rounding floor, so there only the validity of the bound is asserted
+    check(args, z, dtype, near_upto=-1.0 if noise < 0.01 else 8.0)
+
+
+def test_peaked_posterior(dtype):
+    args, z = problem(np.random.default_rng(45), 0.01, peaked=True)
+    check(args, z, dtype, near_upto=8.0)
+
+
+def test_far_tail_is_accurate(dtype):
+    # 20-30 sds out the density is far below the float32 quadrature floor; tilting keeps it accurate
+    args, z = problem(np.random.default_rng(11), 0.1)
+    _, err = check(args, z, dtype, near_upto=8.0)
+    far = (np.abs(z) >= 20) & (np.abs(z) <= 30)
+    assert np.all(err[far] < (1e-2 if dtype == np.float32 else 1e-6)), np.c_[z, err]
+
+
+def test_noise_only_point_is_a_gaussian_mixture(dtype):
+    args, _ = problem(np.random.default_rng(3), 0.5)
+    qw, qn, values, svals, Phi, y = args
+    Phi = np.zeros_like(Phi)
+    ref = np.logaddexp.reduce(
+        np.log(qn)[:, None] - 0.5 * y[None] ** 2 / svals[:, None] - 0.5 * np.log(2 * np.pi * svals)[:, None],
+        axis=0,
+    )
+    q_w, q_n, pw, pn = model(qw, qn, values, svals, dtype)
+    ld, err = kronvi.predictive_log_density(q_w, q_n, pw, pn, jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
+    rel = np.abs(np.expm1(np.asarray(ld, np.float64) - ref))
+    assert np.all(rel <= np.asarray(err) + 1e-12)
+    assert np.all(np.asarray(err)[np.abs(y) < 5] < (1e-4 if dtype == np.float32 else 1e-8))
+
+
+def test_under_jit_runs_one_pass_and_reports_its_bound(dtype):
+    args, _ = problem(np.random.default_rng(5), 0.05)
+    args = [np.asarray(a, dtype) for a in args]
+    q_w, q_n, pw, pn = model(*args[:4], dtype)
+    Phi, y = jnp.asarray(args[4]), jnp.asarray(args[5])
+    jitted = jax.jit(lambda P, t: kronvi.predictive_log_density(q_w, q_n, pw, pn, P, t, num_nodes=16))
+    ld16, err16 = jitted(Phi, y)
+    eager16 = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, num_nodes=16, rtol=None)
+    np.testing.assert_allclose(ld16, eager16[0], rtol=1e-5 if dtype == np.float32 else 1e-12)
+    ld, err = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, num_nodes=16, rtol=1e-6, max_nodes=64)
+    assert np.all(np.asarray(err) <= np.asarray(eager16[1]))
+    assert np.sum(np.asarray(err) < np.asarray(eager16[1])) > 0  # refinement did something
+    ref = enumerate_log_density(*[np.asarray(a, np.float64) for a in args])
+    rel = np.abs(np.expm1(np.asarray(ld, np.float64) - ref))
+    assert np.all(rel <= np.asarray(err) + 1e-12)
+
+
+def test_matches_a_dense_quadrature_at_b64(dtype):
+    # b = 64: too many configurations to enumerate; compared with the same kernel at 8x the nodes in
+    # float64, whose bound is below 1e-9.
+    rng = np.random.default_rng(7)
+    b, m, s, n = 64, 9, 5, 12
+    grid = np.linspace(-2, 2, m)
+    values = np.broadcast_to(grid, (b, m)).copy()
+    logits = -0.5 * rng.gamma(2.0, 2.0, size=(b, 1)) * (grid[None] - rng.uniform(-1.5, 1.5, (b, 1))) ** 2
+    qw = np.exp(logits - logits.max(-1, keepdims=True))
+    qw /= qw.sum(-1, keepdims=True)
+    qn = rng.dirichlet(np.ones(s) * 3)
+    svals = 0.05 * np.exp(np.linspace(-1, 1, s))
+    X = rng.normal(size=(n, 4))
+    Phi = np.sqrt(2 / b) * np.cos(X @ rng.normal(size=(4, b)) + rng.uniform(0, 6.28, b))
+    mw = (qw * values).sum(-1)
+    var = (Phi**2) @ ((qw * values**2).sum(-1) - mw**2) + qn @ svals
+    y = Phi @ mw + np.sqrt(var) * rng.standard_t(4, size=n)
+    raw = (qw, qn, values, svals, Phi, y)
+    with jax.enable_x64(True):
+        ref, ref_err = log_density_kernel(*[jnp.asarray(a, np.float64) for a in raw], num_nodes=256)
+        assert np.all(np.asarray(ref_err) < 1e-9)
+    ld, err = log_density_kernel(*[jnp.asarray(a, dtype) for a in raw], num_nodes=kronvi_default(dtype))
+    diff = np.abs(np.asarray(ld, np.float64) - np.asarray(ref))
+    assert np.all(np.expm1(diff) <= np.asarray(err, np.float64) + 1e-9)
+    assert np.all(np.asarray(err) < (1e-2 if dtype == np.float32 else 1e-6))
+
+
+def kronvi_default(dtype):
+    from kronvi._model.density import default_num_nodes
+
+    return default_num_nodes(dtype)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"rtol": 0.0}, "rtol"),
+        ({"num_nodes": 1}, "num_nodes"),
+        ({"y_new": np.ones(3)}, "y_new"),
+        ({"y_new": np.array([0.0, np.nan])}, "y_new"),
+        ({"Phi_new": np.ones((2, B + 1))}, "Phi_new"),
+    ],
+)
+def test_bad_input_is_named(kwargs, message):
+    args, _ = problem(np.random.default_rng(0), 1.0)
+    q_w, q_n, pw, pn = model(*args[:4], np.float32)
+    call = {"Phi_new": np.ones((2, B)), "y_new": np.zeros(2)} | kwargs
+    Phi, y = call.pop("Phi_new"), call.pop("y_new")
+    with pytest.raises(ValueError, match=message):
+        kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, **call)
