@@ -17,6 +17,7 @@ from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_nonempty, check_xy, is_concrete
 from .._base.pytree import as_traced_callable
+from .distributed import check_row_mask, is_distributed, sharded_row_sums
 
 
 class RegressionStats(NamedTuple):
@@ -104,7 +105,7 @@ def _two_sum(s, c, x):
     return t, c
 
 
-def _validate_xy(X, y, xname):
+def _validate_xy(X, y, xname, mask=None):
     y = as_float_array(y, "y")
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
@@ -112,13 +113,14 @@ def _validate_xy(X, y, xname):
     check_nonempty(X, xname)
     if X.shape[1] == 0:
         raise ValueError(f"`{xname}` has no columns (shape {tuple(X.shape)})")
-    check_finite(X, xname)
-    check_finite(y, "y")
+    if mask is None and not is_distributed(X, y):  # others are checked through their statistics
+        check_finite(X, xname)
+        check_finite(y, "y")
     dtype = jnp.result_type(X, y)
     return X.astype(dtype), y.astype(dtype)
 
 
-def regression_stats(Phi, y, *, chunk_size: int | None = None) -> RegressionStats:
+def regression_stats(Phi, y, *, chunk_size: int | None = None, mask=None) -> RegressionStats:
     r"""Sufficient statistics :math:`(n, y^\top y, \Phi^\top y, \Phi^\top\Phi)` of a data set.
 
     Rows are processed in chunks of ``chunk_size`` inside ``lax.scan``; the running sums are
@@ -131,10 +133,19 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None) -> RegressionStat
     :math:`y^\top y - 2\bar w^\top \Phi^\top y + \dots` cancels, and that cancellation is milder when
     :math:`y^\top y` is not dominated by the mean.
 
+    Sharded inputs: when ``Phi`` and ``y`` are global ``jax.Array`` s split over the rows of a mesh (any
+    sharding, e.g. ``NamedSharding(mesh, P("rows"))``, on one process or across processes after
+    ``jax.distributed.initialize``), every device accumulates its own rows and the results are summed
+    across devices with one rounding, so the statistics equal the single-device ones; they come back
+    replicated on every device. Use ``mask`` for padding rows (shards are equal in size). Recipe:
+    ``docs/notes/2026-11-22-multi-host.md``; streaming from files: :func:`regression_stats_from_chunks`.
+
     Args:
       Phi: features ``(n, b)``.
       y: targets ``(n,)``.
-      chunk_size: rows per chunk; ``None`` picks ``min(n, 4096)``.
+      chunk_size: rows per chunk (per device when sharded); ``None`` picks ``min(n, 4096)``.
+      mask: optional ``(n,)`` booleans, sharded like ``y``: the rows to count (``False`` marks padding,
+        which may hold any values). ``n`` counts the ``True`` rows.
 
     Returns:
       :class:`RegressionStats` in the dtype of the inputs.
@@ -149,42 +160,51 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None) -> RegressionStat
       >>> float(s.n), float(s.yty), s.Phity.tolist()
       (5.0, 30.0, [10.0, 10.0])
     """
-    Phi, y = _validate_xy(Phi, y, "Phi")
-    return _chunked_stats(_identity, Phi, y, chunk_size, "Phi")
+    Phi, y = _validate_xy(Phi, y, "Phi", mask)
+    return _chunked_stats(_identity, Phi, y, chunk_size, "Phi", mask)
 
 
-def regression_stats_from_inputs(feature_map, X, y, *, chunk_size: int | None = None):
+def regression_stats_from_inputs(feature_map, X, y, *, chunk_size: int | None = None, mask=None):
     r"""Statistics of ``feature_map(X)`` computed chunk by chunk: memory :math:`O(\text{chunk}\cdot b + b^2)`.
 
     Args:
       feature_map: a pure function ``(c, d) -> (c, b)``, e.g. ``functools.partial(rff_features, params)``;
         the arrays bound in a ``functools.partial`` / ``jax.tree_util.Partial`` are traced, so new
         parameters (another fold's feature map) do not recompile.
-      X: raw inputs ``(n, d)``.
+      X: raw inputs ``(n, d)``; may be sharded over rows as in :func:`regression_stats`.
       y: targets ``(n,)``.
-      chunk_size: rows per chunk; ``None`` picks ``min(n, 4096)``.
+      chunk_size: rows per chunk (per device when sharded); ``None`` picks ``min(n, 4096)``.
+      mask: optional ``(n,)`` booleans: the rows to count (``False`` marks padding).
     """
-    X, y = _validate_xy(X, y, "X")
-    return _chunked_stats(feature_map, X, y, chunk_size)
+    X, y = _validate_xy(X, y, "X", mask)
+    return _chunked_stats(feature_map, X, y, chunk_size, "X", mask)
 
 
 def _identity(x):
     return x
 
 
-def _chunked_stats(feature_map, X, y, chunk_size, xname="X"):
+def _chunked_stats(feature_map, X, y, chunk_size, xname="X", mask=None):
     n = X.shape[0]
     if chunk_size is None:
         chunk_size = min(n, 4096)
     chunk_size = int(chunk_size)
     if chunk_size < 1:
         raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
-    stats = _chunked_stats_jit(as_traced_callable(feature_map), X, y, chunk_size)
+    fm = as_traced_callable(feature_map)
+    mask = check_row_mask(mask, n)
+    if mask is None and not is_distributed(X, y):
+        stats = _chunked_stats_jit(fm, X, y, chunk_size)
+    else:  # sharded over devices or processes, or padded
+        identity = feature_map is _identity
+        stats = sharded_row_sums(_chunked_stats_jit, fm, X, y, mask, chunk_size, identity=identity)
     bad = _nonfinite(stats)
     if bad:
+        unchecked = mask is not None or is_distributed(X, y)
+        unchecked = " (sharded or masked inputs are not checked beforehand)" if unchecked else ""
         raise ValueError(
-            f"statistics overflowed in {stats.PhitPhi.dtype}: {', '.join(bad)} not finite; use "
-            f"float32/float64 or rescale `{xname}` and `y`"
+            f"statistics overflowed in {stats.PhitPhi.dtype}: {', '.join(bad)} not finite; check `{xname}` "
+            f"and `y` for NaN/inf{unchecked}, use float32/float64 or rescale them"
         )
     return stats
 
