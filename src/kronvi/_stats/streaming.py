@@ -1,0 +1,92 @@
+r"""Statistics of a stream of row blocks: data sets larger than memory, one block at a time."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .regression import RegressionStats, merge_stats, regression_stats, regression_stats_from_inputs
+
+
+def regression_stats_from_chunks(
+    chunks, *, feature_map=None, chunk_size: int | None = None
+) -> RegressionStats:
+    r"""Sufficient statistics of the rows of every block an iterator yields, one block in memory at a time.
+
+    Each block's statistics come from :func:`regression_stats` (or :func:`regression_stats_from_inputs`
+    with ``feature_map``), compensated within the block, and the blocks are merged with
+    :func:`merge_stats` while the rounding error of every merge is carried along (Neumaier summation
+    across blocks), so the result matches the one-shot statistics to the dtype's accuracy whatever the
+    number of blocks. A block may be a global ``jax.Array`` sharded over devices or processes, as in
+    :func:`regression_stats`: then every process reads its own rows of each block.
+
+    Args:
+      chunks: an iterable of ``(X, y)`` or ``(X, y, mask)`` blocks: ``X`` features ``(c, b)`` (raw inputs
+        ``(c, d)`` with ``feature_map``), ``y`` targets ``(c,)``, ``mask`` optional ``(c,)`` booleans of
+        the rows to count. Blocks may differ in length (each new length compiles once).
+      feature_map: optional pure function ``(c, d) -> (c, b)`` applied to each block's ``X``.
+      chunk_size: rows per chunk within a block; ``None`` picks ``min(c, 4096)``.
+
+    Returns:
+      :class:`RegressionStats` of all the rows, in the dtype of the blocks.
+
+    Raises:
+      ValueError: ``chunks`` yields nothing, or a block is not ``(X, y)`` / ``(X, y, mask)``, or a block's
+        statistics are not finite (the message names the argument).
+
+    Example:
+      A file too large for memory, read through a memory map one block of rows at a time:
+
+      >>> import os, tempfile
+      >>> import numpy as np, kronvi
+      >>> path = os.path.join(tempfile.mkdtemp(), "rows.npy")
+      >>> np.save(path, np.arange(24.0, dtype=np.float32).reshape(8, 3))  # 2 features, then y
+      >>> def blocks(path, rows=3):
+      ...     data = np.load(path, mmap_mode="r")  # nothing read yet
+      ...     for start in range(0, data.shape[0], rows):
+      ...         block = np.asarray(data[start : start + rows])  # only these rows in memory
+      ...         yield block[:, :2], block[:, 2]
+      >>> s = kronvi.regression_stats_from_chunks(blocks(path))
+      >>> float(s.n), s.Phity.tolist()
+      (8.0, [1428.0, 1528.0])
+    """
+    total = errors = None
+    count = 0
+    for count, block in enumerate(chunks, start=1):
+        X, y, mask = _unpack(block, count - 1)
+        if feature_map is None:
+            stats = regression_stats(X, y, chunk_size=chunk_size, mask=mask)
+        else:
+            stats = regression_stats_from_inputs(feature_map, X, y, chunk_size=chunk_size, mask=mask)
+        if total is None:
+            total, errors = stats, jax.tree.map(jnp.zeros_like, stats)
+        else:
+            total, errors = _merge_compensated(total, errors, stats)
+    if total is None:
+        raise ValueError("`chunks` yielded no blocks of rows")
+    return _finish(total, errors)
+
+
+def _unpack(block, index):
+    if isinstance(block, (tuple, list)) and len(block) in (2, 3):
+        X, y, *mask = block
+        return X, y, (mask[0] if mask else None)
+    raise ValueError(
+        f"`chunks` must yield (X, y) or (X, y, mask) blocks; block {index} is a {type(block).__name__}"
+        + (f" of length {len(block)}" if isinstance(block, (tuple, list)) else "")
+    )
+
+
+@jax.jit
+def _merge_compensated(total, errors, stats):
+    """``merge_stats(total, stats)`` and the running sum of its rounding errors (Neumaier's two-sum)."""
+    merged = merge_stats(total, stats)
+    lost = jax.tree.map(
+        lambda s, x, t: jnp.where(jnp.abs(s) >= jnp.abs(x), (s - t) + x, (x - t) + s), total, stats, merged
+    )
+    return merged, merge_stats(errors, lost)
+
+
+@jax.jit
+def _finish(total, errors):
+    return merge_stats(total, errors)
