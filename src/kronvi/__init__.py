@@ -65,8 +65,8 @@ from ._stats.regression import kfold_stats_from_inputs as kfold_stats_from_input
 from ._stats.regression import merge_stats as merge_stats
 from ._stats.regression import regression_stats as regression_stats
 from ._stats.regression import regression_stats_from_inputs as regression_stats_from_inputs
-from ._stats.streaming import regression_stats_from_chunks as regression_stats_from_chunks
 from ._stats.regression import subtract_stats as subtract_stats
+from ._stats.streaming import regression_stats_from_chunks as regression_stats_from_chunks
 from .gaussian import GaussianMeanField as GaussianMeanField
 from .gaussian import ReparamInfo as ReparamInfo
 from .gaussian import ReparamState as ReparamState

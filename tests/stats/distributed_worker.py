@@ -94,6 +94,17 @@ def devices(out):
                         )
                 save(f"{dtype}/{case}", s, mesh)
 
+    # A NaN in a sharded input (not checked on the host) is reported through the statistics.
+    with jax.enable_x64(False):
+        mesh = Mesh(np.array(devs[:2]), ("rows",))
+        Phi, y, _ = data("float32")
+        Phi[5, 1] = np.nan
+        try:
+            kronvi.regression_stats(put(Phi, mesh, P("rows")), put(y, mesh, P("rows")))
+            results["nan/message"] = np.array("no error")
+        except ValueError as e:
+            results["nan/message"] = np.array(str(e))
+
     # Cancellation across shards: the shard sums of Phi^T y are 2^24, 1, -2^24, 0.5. A plain float32
     # psum loses the 1 or the 0.5; the single-device compensated kernel and the exact sum give 1.5.
     with jax.enable_x64(False):

@@ -123,6 +123,11 @@ def test_cross_device_sum_is_exact(four_devices):
     assert four_devices["cancel/Phity"].tolist() == [1.5]
 
 
+def test_nan_in_a_sharded_input_names_the_argument(four_devices):
+    message = str(four_devices["nan/message"])
+    assert "`stats.PhitPhi`" in message and "`Phi` or `y` may hold NaN/inf" in message, message
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("localhost", 0))

@@ -201,10 +201,10 @@ def _chunked_stats(feature_map, X, y, chunk_size, xname="X", mask=None):
     bad = _nonfinite(stats)
     if bad:
         unchecked = mask is not None or is_distributed(X, y)
-        unchecked = " (sharded or masked inputs are not checked beforehand)" if unchecked else ""
+        note = f"; `{xname}` or `y` may hold NaN/inf (unchecked if sharded or masked)" if unchecked else ""
         raise ValueError(
-            f"statistics overflowed in {stats.PhitPhi.dtype}: {', '.join(bad)} not finite; check `{xname}` "
-            f"and `y` for NaN/inf{unchecked}, use float32/float64 or rescale them"
+            f"statistics overflowed in {stats.PhitPhi.dtype}: {', '.join(bad)} not finite; use "
+            f"float32/float64 or rescale `{xname}` and `y`{note}"
         )
     return stats
 
