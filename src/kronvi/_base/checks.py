@@ -4,6 +4,12 @@ Shape and dtype checks are static, so they run under ``jit`` and ``vmap`` too. V
 positivity) need concrete arrays: they run when the caller passes concrete arrays (the usual case: the
 public entry points are called eagerly on user data) and are skipped for tracers, where the check would
 otherwise force a host sync inside a compiled program.
+
+Value checks never copy the data to the host. Data already in host memory (NumPy arrays, JAX arrays on
+a single CPU device, read through a zero-copy view) is checked by NumPy, which needs no compilation;
+data on an accelerator (or sharded over devices) by one compiled reduction on its device, of which only
+the result (a scalar, or a count on the error path) is fetched, explicitly with :func:`fetch`, so the
+checks pass under ``jax.transfer_guard_device_to_host("disallow")``.
 """
 
 from __future__ import annotations
@@ -34,15 +40,87 @@ def check_ndim(x, ndim: int, name: str, what: str = ""):
         raise ValueError(f"`{name}` must be {ndim}-D{extra}, got shape {tuple(x.shape)}")
 
 
+def fetch(x):
+    """A small validation result (a scalar or a few counts) on the host, copied explicitly
+    (``jax.device_get``): allowed under ``jax.transfer_guard_device_to_host("disallow")``, which forbids
+    only implicit copies such as ``np.asarray`` or ``bool`` of a device array."""
+    return jax.device_get(x)
+
+
+def reduce_on_device(fn, *arrays):
+    """``fetch(fn(*arrays))`` for concrete ``arrays``, evaluated now even while the caller traces a ``jit``
+    (closed-over data is concrete there, but operations on it would be staged into the trace)."""
+    with jax.ensure_compile_time_eval():
+        return fetch(fn(*arrays))
+
+
+def host_view(x):
+    """``x`` as a NumPy array when its data already lives in host memory: a NumPy array, or a JAX array on
+    one CPU device (a zero-copy view); ``None`` for data on an accelerator or sharded over devices."""
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, jax.Array) and len(x.devices()) == 1 and next(iter(x.devices())).platform == "cpu":
+        return np.asarray(x)
+    return None
+
+
+@jax.jit
+def _all_finite(x):
+    return jnp.all(jnp.isfinite(x))
+
+
+@jax.jit
+def _num_nonfinite(x):
+    return jnp.sum(~jnp.isfinite(x))
+
+
+@jax.jit
+def _all_positive(x):
+    return jnp.all(x > 0)
+
+
+def all_finite(x) -> bool:
+    """Whether the concrete array ``x`` holds no NaN or inf, without copying it to the host."""
+    h = host_view(x)
+    return bool(np.all(np.isfinite(h))) if h is not None else bool(reduce_on_device(_all_finite, x))
+
+
+def num_nonfinite(x) -> int:
+    """The number of NaN or inf entries of the concrete array ``x``, without copying it to the host."""
+    h = host_view(x)
+    return int(np.sum(~np.isfinite(h))) if h is not None else int(reduce_on_device(_num_nonfinite, x))
+
+
+@jax.jit
+def _nonfinite_counts(arrays):
+    return jnp.stack([jnp.sum(~jnp.isfinite(x)) for x in arrays])
+
+
+def nonfinite_counts(arrays) -> list[int]:
+    """The number of NaN or inf entries of each concrete array, counted where the arrays live (NumPy for
+    host data, else one compiled reduction whose counts alone are fetched)."""
+    with jax.ensure_compile_time_eval():
+        arrays = [jnp.asarray(x) for x in arrays]
+    views = [host_view(x) for x in arrays]
+    if all(v is not None for v in views):
+        return [int(np.sum(~np.isfinite(v))) for v in views]
+    return [int(k) for k in reduce_on_device(_nonfinite_counts, arrays)]
+
+
 def check_finite(x, name: str):
-    if is_concrete(x) and x.size and not bool(np.all(np.isfinite(np.asarray(x)))):
-        bad = int(np.sum(~np.isfinite(np.asarray(x))))
-        raise ValueError(f"`{name}` contains {bad} NaN or infinite value(s)")
+    """``ValueError`` naming ``name`` when a concrete ``x`` holds NaN or inf; skipped for tracers."""
+    if is_concrete(x) and x.size and not all_finite(x):
+        raise ValueError(f"`{name}` contains {num_nonfinite(x)} NaN or infinite value(s)")
 
 
 def check_positive(x, name: str):
-    if is_concrete(x) and x.size and not bool(np.all(np.asarray(x) > 0)):
-        raise ValueError(f"`{name}` must be strictly positive, got min {float(np.min(np.asarray(x)))}")
+    """``ValueError`` naming ``name`` when a concrete ``x`` has an entry <= 0; skipped for tracers."""
+    if not (is_concrete(x) and x.size):
+        return
+    h = host_view(x)
+    if not (bool(np.all(h > 0)) if h is not None else bool(reduce_on_device(_all_positive, x))):
+        low = np.min(h) if h is not None else reduce_on_device(jnp.min, x)
+        raise ValueError(f"`{name}` must be strictly positive, got min {float(low)}")
 
 
 def check_nonempty(x, name: str, axis: int = 0):

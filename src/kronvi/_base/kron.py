@@ -19,6 +19,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .precision import matmul
+
 
 def kron_dense(factors):
     r"""Dense :math:`\bigotimes_j a_j` of factors ``(b, m)`` (length ``m**b``): a test reference."""
@@ -143,17 +145,19 @@ def expected_quadratic(mean, var, A):
     ``A`` must be symmetric (as :math:`\Phi^\top\Phi` is). The derivative reuses :math:`A\bar w` from
     the forward pass, so value and gradient together cost one matrix-vector product.
     """
-    return mean @ (A @ mean) + jnp.sum(jnp.diagonal(A, axis1=-2, axis2=-1) * var, axis=-1)
+    return matmul(mean, matmul(A, mean)) + jnp.sum(jnp.diagonal(A, axis1=-2, axis2=-1) * var, axis=-1)
 
 
 @expected_quadratic.defjvp
 def _expected_quadratic_jvp(primals, tangents):
     mean, var, A = primals
     dmean, dvar, dA = tangents
-    Am = A @ mean
+    Am = matmul(A, mean)
     diag = jnp.diagonal(A, axis1=-2, axis2=-1)
-    out = mean @ Am + jnp.sum(diag * var, axis=-1)
+    out = matmul(mean, Am) + jnp.sum(diag * var, axis=-1)
     # d(m'Am) = 2 dm'Am + m'dA m for symmetric A; d(sum diag(A) var) = diag(dA) var + diag(A) dvar.
-    dout = 2.0 * (dmean @ Am) + jnp.sum(diag * dvar, axis=-1)
-    dout = dout + mean @ (dA @ mean) + jnp.sum(jnp.diagonal(dA, axis1=-2, axis2=-1) * var, axis=-1)
+    dout = 2.0 * matmul(dmean, Am) + jnp.sum(diag * dvar, axis=-1)
+    dout = (
+        dout + matmul(mean, matmul(dA, mean)) + jnp.sum(jnp.diagonal(dA, axis1=-2, axis2=-1) * var, axis=-1)
+    )
     return out, dout

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._base.precision import dot, matmul
 from .._model.families import MeanField, grid_moments
 from .._model.grids import DiscretePrior
 from .._model.regression import noise_moments
@@ -69,7 +70,7 @@ def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionSt
 
 
 def _sq_error(mean, stats):
-    return stats.yty - jnp.dot(mean, 2.0 * stats.Phity - stats.PhitPhi @ mean)
+    return stats.yty - dot(mean, 2.0 * stats.Phity - matmul(stats.PhitPhi, mean))
 
 
 def _check_heldout(q_w, prior_w, stats):

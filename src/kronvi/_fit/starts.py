@@ -14,6 +14,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .._base.precision import matmul
 from .._model.families import MeanField, grid_moments
 from .._model.regression import check_regression_args, coordinate_optimum, noise_update
 from ..gaussian._meanfield import fit_exact
@@ -29,7 +30,7 @@ def _gaussian_start(prior_w, prior_noise, stats, max_iter):
         stats, scale, s0, jnp.min(s), jnp.max(s), learn_noise=True, max_iter=max_iter, tol=1e-7
     )
     # Each factor's optimum given every other weight at its Gaussian mean (one Jacobi CAVI step).
-    logits_w = coordinate_optimum(1.0 / s2, q.mean, stats.PhitPhi @ q.mean, prior_w, stats)
+    logits_w = coordinate_optimum(1.0 / s2, q.mean, matmul(stats.PhitPhi, q.mean), prior_w, stats)
     logits_w = jax.nn.log_softmax(logits_w, axis=-1)
     logits_n = jax.nn.log_softmax(noise_update(logits_w, prior_w, prior_noise, stats), axis=-1)
     return logits_w, logits_n

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_positive
+from .._base.precision import matmul
 
 
 class RandomFourierFeatures(NamedTuple):
@@ -109,6 +110,6 @@ def rff_features(params: RandomFourierFeatures, X) -> jax.Array:
     if X.shape[1] != W.shape[0]:
         raise ValueError(f"`X` has {X.shape[1]} columns but `params` was drawn for {W.shape[0]} inputs")
     dtype = jnp.result_type(X, W)
-    proj = X.astype(dtype) @ W.astype(dtype)
+    proj = matmul(X.astype(dtype), W.astype(dtype))
     scale = jnp.asarray(1.0 / W.shape[1] ** 0.5, dtype)
     return jnp.concatenate([jnp.cos(proj), jnp.sin(proj)], axis=-1) * scale

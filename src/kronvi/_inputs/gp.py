@@ -26,8 +26,10 @@ from .._base.checks import (
     check_nonempty,
     check_positive,
     check_xy,
+    fetch,
     is_concrete,
 )
+from .._base.precision import dot, matmul
 from .._solvers.lbfgs import minimize_lbfgs
 
 # Bounds, relative to the reference scales (lengthscales: median column std of X; variances: var(y)).
@@ -95,7 +97,7 @@ class GPFitInfo(NamedTuple):
 def _sq_dists(X1, X2, lengthscales):
     A = X1 / lengthscales
     B = X2 / lengthscales
-    d2 = jnp.sum(A**2, -1)[:, None] + jnp.sum(B**2, -1)[None, :] - 2.0 * (A @ B.T)
+    d2 = jnp.sum(A**2, -1)[:, None] + jnp.sum(B**2, -1)[None, :] - 2.0 * matmul(A, B.T)
     return jnp.maximum(d2, 0.0)
 
 
@@ -124,7 +126,7 @@ def _gaussian_log_density_fwd(K, y):
     L = jnp.linalg.cholesky(K)
     alpha = jax.scipy.linalg.cho_solve((L, True), y)
     value = (
-        -0.5 * jnp.dot(y, alpha)
+        -0.5 * dot(y, alpha)
         - jnp.sum(jnp.log(jnp.diagonal(L)))
         - 0.5 * n * jnp.log(jnp.asarray(2 * math.pi, K.dtype))
     )
@@ -153,7 +155,7 @@ def _loo_mse(hyper, X, y):
     (\alpha_i / [K_y^{-1}]_{ii})^2` (Rasmussen & Williams 2006, eq. 5.12)."""
     L = _cholesky(hyper, X)
     Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(X.shape[0], dtype=X.dtype), lower=True)
-    alpha = Linv.T @ (Linv @ y)
+    alpha = matmul(Linv.T, matmul(Linv, y))
     return jnp.mean((alpha / jnp.sum(Linv**2, axis=0)) ** 2)
 
 
@@ -379,7 +381,7 @@ def fit_gp_hyperparameters(
         raise ValueError(f"`X` needs at least 2 rows to fit a GP, got {n}")
     dtype = X.dtype
     var_y = jnp.var(y)
-    if is_concrete(var_y) and not float(var_y) > 0:
+    if is_concrete(var_y) and not float(fetch(var_y)) > 0:
         raise ValueError("`y` is constant (zero variance): there is nothing to fit")
     if init is None:
         if int(num_restarts) < 1:
@@ -427,7 +429,7 @@ def fit_gp_hyperparameters(
         parallel,
     )
     lmls = info.log_marginal_likelihoods
-    if is_concrete(lmls) and not bool(jnp.any(jnp.isfinite(lmls))):
+    if is_concrete(lmls) and not bool(fetch(jnp.any(jnp.isfinite(lmls)))):
         raise FloatingPointError(
             "every start of fit_gp_hyperparameters failed (non-finite marginal likelihood); "
             "standardize `X`, centre `y`, or raise `min_noise_variance`"

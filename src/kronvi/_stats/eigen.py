@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base.checks import as_float_array, check_finite, check_ndim
+from .._base.precision import matmul
 from .regression import RegressionStats, check_stats
 
 
@@ -61,7 +62,7 @@ def _eigenbasis(stats):
     lam = jnp.maximum(lam, 0.0)
     # Along a null direction v of Phi^T Phi, v^T Phi^T y = 0 exactly; what the rotation gives there is
     # rounding, and 1/eigenvalue would amplify it.
-    c = jnp.where(null_space(lam), 0.0, V.T @ stats.Phity)
+    c = jnp.where(null_space(lam), 0.0, matmul(V.T, stats.Phity))
     rotated = RegressionStats(stats.n, stats.yty, c, jnp.diag(lam))
     return rotated, Eigenbasis(V, lam)
 
@@ -81,4 +82,4 @@ def rotate_features(basis, Phi):
     if Phi.shape[1] != b:
         raise ValueError(f"`Phi` has {Phi.shape[1]} features but the basis has {b}")
     check_finite(Phi, "Phi")
-    return jnp.matmul(Phi, basis.vectors.astype(Phi.dtype), precision=jax.lax.Precision.HIGHEST)
+    return matmul(Phi, basis.vectors.astype(Phi.dtype))

@@ -15,7 +15,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_nonempty, check_xy, is_concrete
+from .._base.checks import (
+    as_float_array,
+    check_finite,
+    check_nonempty,
+    check_xy,
+    fetch,
+    is_concrete,
+    nonfinite_counts,
+)
+from .._base.precision import dot, matmul
 from .._base.pytree import as_traced_callable
 from .distributed import check_row_mask, is_distributed, sharded_row_sums
 
@@ -37,14 +46,13 @@ class RegressionStats(NamedTuple):
 
 
 def _nonfinite(stats: RegressionStats, name: str = "stats") -> list[str]:
-    """``"`<name>.<field>` (k of size entries)"`` per concrete field holding NaN or inf; tracers are skipped."""
-    bad = []
-    for field, x in zip(stats._fields, stats, strict=True):
-        if is_concrete(x) and getattr(x, "size", 1):
-            k = int(jnp.sum(~jnp.isfinite(x)))
-            if k:
-                bad.append(f"`{name}.{field}` ({k} of {x.size} entries)")
-    return bad
+    """``"`<name>.<field>` (k of size entries)"`` per concrete field holding NaN or inf; tracers are skipped.
+    Counted where the statistics live; only the counts reach the host."""
+    fields = [(f, x) for f, x in zip(stats._fields, stats, strict=True) if is_concrete(x)]
+    counts = nonfinite_counts([x for _, x in fields])
+    return [
+        f"`{name}.{f}` ({k} of {jnp.size(x)} entries)" for (f, x), k in zip(fields, counts, strict=True) if k
+    ]
 
 
 def check_stats(stats, name: str = "stats") -> None:
@@ -69,7 +77,7 @@ def check_stats(stats, name: str = "stats") -> None:
             f"`{name}` are {dtype}: fits run in float32 or float64 (compute the statistics from float32 "
             "inputs and build the priors with `dtype=jnp.float32`)"
         )
-    if is_concrete(stats.n) and np.any(np.asarray(stats.n) <= 0):
+    if is_concrete(stats.n) and bool(np.any(fetch(stats.n) <= 0)):  # n: a scalar (or one per fold)
         raise ValueError(f"`{name}.n` must be positive: the statistics describe empty data")
     bad = _nonfinite(stats, name)
     if bad:
@@ -219,7 +227,7 @@ def _chunked_stats_jit(feature_map, X, y, chunk_size):
 
     def chunk_stats(x, yy):
         F = feature_map(x)
-        return (jnp.dot(yy, yy), F.T @ yy, F.T @ F)
+        return (dot(yy, yy), matmul(F.T, yy), matmul(F.T, F))
 
     def add(acc, new):
         pairs = [_two_sum(s, c, x) for s, c, x in zip(*acc, new, strict=True)]
@@ -277,7 +285,7 @@ def kfold_stats_from_inputs(feature_map, X, y, folds, *, chunk_size: int | None 
 
 
 def _check_folds(folds, n):
-    folds = np.asarray(folds)
+    folds = np.asarray(fetch(folds))  # one index per row, needed on the host to split the rows
     if folds.shape != (n,):
         raise ValueError(f"`folds` must have shape ({n},), got {folds.shape}")
     if not np.issubdtype(folds.dtype, np.integer) or folds.min() < 0:

@@ -21,7 +21,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_int, check_ndim, check_positive, is_concrete
+from .._base.checks import (
+    as_float_array,
+    check_finite,
+    check_int,
+    check_ndim,
+    check_positive,
+    fetch,
+    is_concrete,
+)
+from .._base.precision import matmul
 from .._model.regression import LOG_2PI
 from .._solvers.linalg import jittered_cholesky
 from .._stats.eigen import null_space
@@ -147,8 +156,8 @@ def blr_evidence_noise(stats, prior_scale, *, lower, upper, num_steps: int = 60)
     check_positive(scale, "prior_scale")
     lo = check_noise_variance(lower, dtype, "lower")
     hi = check_noise_variance(upper, dtype, "upper")
-    if is_concrete(lo) and is_concrete(hi) and not float(lo) < float(hi):
-        raise ValueError(f"`lower` must be below `upper`, got {float(lo)} and {float(hi)}")
+    if is_concrete(lo) and is_concrete(hi) and not float(fetch(lo)) < float(fetch(hi)):
+        raise ValueError(f"`lower` must be below `upper`, got {float(fetch(lo))} and {float(fetch(hi))}")
     return _evidence_noise(stats, scale, lo, hi, check_int(num_steps, "num_steps", minimum=1))
 
 
@@ -176,7 +185,7 @@ def spectral_log_evidence(eigenvalues, c, yty, n, prior_scale, noise_variance):
 @functools.partial(jax.jit, static_argnums=4)
 def _evidence_noise(stats, scale, lo, hi, num_steps):
     lam, V = jnp.linalg.eigh(stats.PhitPhi)
-    c = V.T @ stats.Phity  # (null directions are masked in spectral_log_evidence)
+    c = matmul(V.T, stats.Phity)  # (null directions are masked in spectral_log_evidence)
     return spectral_evidence_noise(lam, c, stats.yty, stats.n, scale, lo, hi, num_steps=num_steps)
 
 
@@ -227,4 +236,4 @@ def predict_blr(mean, cov, noise_variance, Phi_new):
             "features"
         )
     s2 = check_noise_variance(noise_variance, Phi_new.dtype)
-    return Phi_new @ mean, jnp.sum((Phi_new @ cov) * Phi_new, axis=-1) + s2
+    return matmul(Phi_new, mean), jnp.sum(matmul(Phi_new, cov) * Phi_new, axis=-1) + s2

@@ -24,10 +24,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, is_concrete
+from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, fetch, is_concrete
 from .._base.kron import expected_quadratic
+from .._base.precision import dot, matmul
 from .._model.regression import LOG_2PI
 from .._solvers.lbfgs import FitInfo
 from .._solvers.linalg import jittered_cholesky
@@ -69,7 +71,7 @@ def check_gaussian_q(q, b=None, name="q"):
 def _check_stats(stats):
     if not isinstance(stats, RegressionStats):
         raise TypeError(f"`stats` must be RegressionStats, got {type(stats).__name__}")
-    if is_concrete(stats.n) and not float(jnp.min(stats.n)) > 0:
+    if is_concrete(stats.n) and not float(np.min(fetch(stats.n))) > 0:
         raise ValueError("`stats.n` must be positive: the statistics describe empty data")
     return stats.Phity.shape[-1]
 
@@ -102,8 +104,8 @@ def check_noise_bounds(noise_bounds, dtype):
         raise TypeError("`noise_bounds` must be None or a pair (lo, hi)")
     lo = check_noise_variance(noise_bounds[0], dtype, "noise_bounds[0]")
     hi = check_noise_variance(noise_bounds[1], dtype, "noise_bounds[1]")
-    if is_concrete(lo) and is_concrete(hi) and not float(lo) < float(hi):
-        raise ValueError(f"`noise_bounds` must satisfy lo < hi, got ({float(lo)}, {float(hi)})")
+    if is_concrete(lo) and is_concrete(hi) and not float(fetch(lo)) < float(fetch(hi)):
+        raise ValueError(f"`noise_bounds` must satisfy lo < hi, got ({float(fetch(lo))}, {float(fetch(hi))})")
     return lo, hi
 
 
@@ -129,7 +131,7 @@ def gaussian_expected_rss(mean, log_std, stats):
     Gaussian ``q``, from the statistics."""
     return (
         stats.yty
-        - 2.0 * jnp.dot(mean, stats.Phity)
+        - 2.0 * dot(mean, stats.Phity)
         + expected_quadratic(mean, jnp.exp(2.0 * log_std), stats.PhitPhi)
     )
 
@@ -309,4 +311,4 @@ def predict_gaussian_mf(q, noise_variance, Phi_new):
     check_ndim(Phi_new, 2, "Phi_new", "(num_points, num_features)")
     check_gaussian_q(q, Phi_new.shape[1])
     s = check_noise_variance(noise_variance, Phi_new.dtype)
-    return Phi_new @ q.mean, (Phi_new**2) @ jnp.exp(2.0 * q.log_std) + s
+    return matmul(Phi_new, q.mean), matmul(Phi_new**2, jnp.exp(2.0 * q.log_std)) + s

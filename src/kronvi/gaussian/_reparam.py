@@ -21,6 +21,7 @@ import optax
 from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_optimizer, check_xy
+from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
 from .._model.regression import LOG_2PI
 from .._solvers.optimizers import cache_by_optimizer
@@ -118,7 +119,7 @@ def _minibatch_elbo(key, params, Phi_b, y_b, n, scale, bounds, num_samples, lear
     s2 = _noise_from_param(u, bounds)
     eps = jax.random.normal(key, (num_samples, mean.shape[0]), mean.dtype)
     W = mean[None] + jnp.exp(log_std)[None] * eps  # (S, b)
-    resid = y_b[:, None] - Phi_b @ W.T  # (B, S)
+    resid = y_b[:, None] - matmul(Phi_b, W.T)  # (B, S)
     B = y_b.shape[0]
     ll = -0.5 * B * (LOG_2PI + jnp.log(s2)) - 0.5 * jnp.mean(jnp.sum(resid**2, axis=0)) / s2
     return (n / B) * ll - gaussian_kl(mean, log_std, scale)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base.kron import kron_log_inner_from_logs
+from .._base.precision import einsum
 from .._model.families import MeanField, entropy
 from .._model.regression import LOG_2PI, expected_rss, noise_moments, noise_optimum_logits
 from ._family import (
@@ -44,7 +45,7 @@ def expected_loglik(q, q_noise, prior_w, prior_noise, stats):
 
 def prior_bound(log_probs, log_weights, prior):
     """Theorem 4 with per-component optimal responsibilities (see :func:`mixture_prior_bound`)."""
-    e = jnp.einsum("kjm,cjm->kc", jnp.exp(log_probs), prior.log_probs)  # E_{q^(k)} log p^(c)
+    e = einsum("kjm,cjm->kc", jnp.exp(log_probs), prior.log_probs)  # E_{q^(k)} log p^(c)
     return jnp.sum(jnp.exp(log_weights) * jax.nn.logsumexp(prior.log_weights[None, :] + e, axis=-1))
 
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base.checks import as_float_array, check_finite, check_ndim, is_concrete
+from .._base.checks import as_float_array, check_finite, check_ndim, fetch, is_concrete
 from .._base.pytree import validated_pytree
 from .._model.families import MeanField, check_family
 from .._model.grids import DiscretePrior, check_noise_prior
@@ -206,7 +206,7 @@ def check_mixture_args(q, q_noise, prior_w, prior_noise, stats=None):
                 f"`stats` describe {stats.Phity.shape[-1]} features (PhitPhi {tuple(stats.PhitPhi.shape)})"
                 f" but the model has {b} weights"
             )
-        if is_concrete(stats.n) and bool(np.any(np.asarray(stats.n) <= 0)):
+        if is_concrete(stats.n) and bool(np.any(fetch(stats.n) <= 0)):
             raise ValueError("`stats.n` must be positive: the statistics describe empty data")
 
 

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._base.precision import einsum
 from ._family import MixturePrior
 
 LOCAL_BATCH = 2**19  # grid cells per batch of draws in the local scores (~2 MB of float32 at a time)
@@ -50,7 +51,7 @@ def local_table(log_probs, log_weights, x, scale=None):
     if scale is None:
         return jax.nn.logsumexp(rest[..., None] + log_probs, axis=0)
     N, E = scale
-    s = jnp.einsum("cj,cjl->jl", jnp.exp(rest), E)
+    s = einsum("cj,cjl->jl", jnp.exp(rest), E)
     return N + jnp.log(jnp.maximum(s, jnp.finfo(s.dtype).tiny))
 
 

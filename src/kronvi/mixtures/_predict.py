@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 
+from .._base.precision import matmul
 from .._model.families import grid_moments
 from .._model.regression import check_phi_new, noise_moments
 from ._family import check_mixture_args
@@ -43,9 +44,9 @@ def predict_mixture(q, q_noise, prior_w, prior_noise, Phi_new):
 @jax.jit
 def _predict(q, q_noise, values, prior_noise, Phi_new):
     mean_k, var_k = grid_moments(q.probs, values)  # (r, b)
-    mu = Phi_new @ mean_k.T  # (N, r)
-    v = (Phi_new**2) @ var_k.T
+    mu = matmul(Phi_new, mean_k.T)  # (N, r)
+    v = matmul(Phi_new**2, var_k.T)
     alpha = q.weights
-    mean = mu @ alpha
+    mean = matmul(mu, alpha)
     _, _, e_s = noise_moments(q_noise, prior_noise)
-    return mean, (v + (mu - mean[:, None]) ** 2) @ alpha + e_s
+    return mean, matmul(v + (mu - mean[:, None]) ** 2, alpha) + e_s

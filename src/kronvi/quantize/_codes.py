@@ -43,7 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_ndim, is_concrete
+from .._base.checks import as_float_array, check_finite, check_ndim, fetch, is_concrete
+from .._base.precision import matmul
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior
 from ..mixtures._family import Mixture
@@ -198,8 +199,9 @@ def pack_codes(codes, *, bits: int = 4):
 
 
 def _host_or_traced(x):
-    """Concrete inputs go to NumPy (bit twiddling there needs no compilation); tracers stay."""
-    return x if not is_concrete(x) else np.asarray(x)
+    """Concrete inputs go to NumPy (bit twiddling there needs no compilation), copied explicitly: codes
+    are small (``b / 2`` bytes per sample at 4 bits); tracers stay."""
+    return x if not is_concrete(x) else np.asarray(fetch(x))
 
 
 def _pack(codes, bits, xp):
@@ -370,7 +372,7 @@ def predict_from_codes(packed, prior_w, Phi_new, *, integer: bool = False, bits:
 def _predict_float(codes, values, Phi_new):
     dtype = jnp.result_type(values, Phi_new)
     W = values[jnp.arange(values.shape[0])[None, :], codes.astype(jnp.int32)]  # (S, b)
-    return jnp.matmul(Phi_new.astype(dtype), W.T.astype(dtype), precision=lax.Precision.HIGHEST)
+    return matmul(Phi_new.astype(dtype), W.T.astype(dtype))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -426,7 +428,7 @@ def _affine_grid(prior_w: DiscretePrior):
     if prior_w.values.ndim != 2:
         raise ValueError(f"`prior_w` must have shape (num_weights, num_levels), got {prior_w.values.shape}")
     dtype = np.dtype(prior_w.values.dtype)
-    v = np.asarray(prior_w.values, np.float64)
+    v = np.asarray(fetch(prior_w.values), np.float64)
     b, m = v.shape
     k = np.arange(m)
     zero = np.argmin(np.abs(v), axis=1)
@@ -591,7 +593,7 @@ _take_columns = jax.jit(lambda Phi, index: jnp.take(Phi, index, axis=1))
 @jax.jit
 def _offset(Phi_new, base_index, base):
     dtype = jnp.result_type(Phi_new, base)
-    return jnp.take(Phi_new.astype(dtype), base_index, axis=1) @ base.astype(dtype)
+    return matmul(jnp.take(Phi_new.astype(dtype), base_index, axis=1), base.astype(dtype))
 
 
 def _quantize_rows(Phi_kept, step, deltas):
@@ -687,5 +689,5 @@ def integer_error_bound(isamples: IntegerSamples, Phi_new):
 def _error_bound(Phi_kept, Phi_new, step, deltas, residual):
     _, scale, _ = _quantize_rows(Phi_kept, step, deltas)
     l1 = jnp.sum(jnp.abs(deltas.astype(jnp.int32)), axis=1).astype(scale.dtype)  # (S,)
-    affine = jnp.abs(Phi_new.astype(scale.dtype)) @ residual.astype(scale.dtype)  # (N,)
+    affine = matmul(jnp.abs(Phi_new.astype(scale.dtype)), residual.astype(scale.dtype))  # (N,)
     return 0.5 * scale[:, None] * l1[None, :] + affine[:, None]

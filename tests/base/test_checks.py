@@ -1,0 +1,119 @@
+"""Value checks run where the data live and never copy it to the host (``kronvi._base.checks``).
+
+On an accelerator ``jax.transfer_guard_device_to_host("disallow")`` rejects every implicit copy; on CPU
+there is no copy to guard, so the tests also force the checks' accelerator path and record every device
+array that reaches the host (``bool``/``int``/``float``/``tolist``/``jax.device_get`` go through
+``ArrayImpl._value``; ``np.asarray``/``np.array`` are wrapped). Only scalars (a few counts) may cross.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src.array import ArrayImpl
+
+import kronvi
+from kronvi._base import checks
+
+SCALARS = 8  # a validation may fetch a few counts (one per statistic), never the data
+
+
+@pytest.fixture
+def on_accelerator(monkeypatch):
+    """Every JAX array takes the checks' accelerator path; returns the sizes of device arrays fetched."""
+    monkeypatch.setattr(checks, "host_view", lambda x: x if isinstance(x, np.ndarray) else None)
+    fetched = []
+    value = ArrayImpl._value
+    monkeypatch.setattr(ArrayImpl, "_value", property(lambda a: (fetched.append(a.size), value.fget(a))[1]))
+    for name in ("asarray", "array"):
+        original = getattr(np, name)
+
+        def wrapped(a, *args, _original=original, **kwargs):
+            if isinstance(a, jax.Array):
+                fetched.append(a.size)
+            return _original(a, *args, **kwargs)
+
+        monkeypatch.setattr(np, name, wrapped)
+    return fetched
+
+
+def _problem(b=6, n=64, m=5):
+    rng = np.random.default_rng(0)
+    Phi = jax.device_put(jnp.asarray(rng.normal(size=(n, b)), jnp.float32))
+    y = jax.device_put(jnp.asarray(rng.normal(size=n), jnp.float32))
+    pw, pn = kronvi.gaussian_prior(b, 1.0, levels=m), kronvi.noise_prior(0.5, levels=3)
+    return Phi, y, pw, pn
+
+
+def test_entry_points_fetch_only_scalars(on_accelerator):
+    Phi, y, pw, pn = _problem()
+    with jax.transfer_guard_device_to_host("disallow"):
+        stats = kronvi.regression_stats(Phi, y, chunk_size=16)
+        stats_x = kronvi.regression_stats_from_inputs(lambda x: 2.0 * x, Phi, y)
+        qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+        elbo = kronvi.regression_elbo(qw, qn, pw, pn, stats)
+        qw, qn, info = kronvi.fit_regression(stats, pw, pn, init="gaussian", max_iter=3)
+        mean, var = kronvi.predict_regression(qw, qn, pw, pn, Phi)
+        rotated, basis = kronvi.eigenbasis(stats)
+        Phi_rot = kronvi.rotate_features(basis, Phi)
+        sq = kronvi.heldout_sq_error(qw, pw, stats)
+    assert on_accelerator, "no scalar was fetched: the checks did not run"
+    assert max(on_accelerator) <= SCALARS, f"fetched arrays of sizes {sorted(set(on_accelerator))}"
+    # the results are right (read after the guarded block)
+    np.testing.assert_allclose(stats.PhitPhi, Phi.T @ Phi, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(stats_x.PhitPhi, 4.0 * stats.PhitPhi, rtol=1e-5)
+    assert np.isfinite(float(elbo)) and np.isfinite(float(sq)) and mean.shape == var.shape == (64,)
+    assert Phi_rot.shape == Phi.shape and rotated.PhitPhi.shape == stats.PhitPhi.shape
+
+
+def test_quantized_prediction_fetches_only_the_codes(on_accelerator):
+    Phi, _, pw, pn = _problem()
+    packed = kronvi.pack_codes(kronvi.sample_codes(jax.random.key(0), kronvi.MeanField.from_prior(pw), 4))
+    isamp = kronvi.integer_samples(packed, pw)
+    on_accelerator.clear()
+    with jax.transfer_guard_device_to_host("disallow"):
+        kronvi.predict_from_codes(packed, pw, Phi)
+        kronvi.predict_integer(isamp, Phi)
+        kronvi.integer_error_bound(isamp, Phi)
+    # the packed codes are unpacked on the host (explicitly); the features stay on the device
+    assert max(on_accelerator) <= max(packed.size, SCALARS), sorted(set(on_accelerator))
+
+
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_errors_name_the_argument_on_both_paths(accelerator, request):
+    if accelerator:
+        request.getfixturevalue("on_accelerator")
+    Phi, y, pw, pn = _problem()
+    qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    with pytest.raises(ValueError, match=r"`Phi` contains 2 NaN or infinite"):
+        kronvi.regression_stats(Phi.at[3, 1].set(jnp.nan).at[5, 0].set(jnp.inf), y)
+    with pytest.raises(ValueError, match=r"`y` contains 1 NaN or infinite"):
+        kronvi.regression_stats(Phi, y.at[0].set(jnp.nan))
+    with pytest.raises(ValueError, match=r"`Phi_new` contains 1 NaN or infinite"):
+        kronvi.predict_regression(qw, qn, pw, pn, Phi.at[2, 2].set(jnp.inf))
+    with pytest.raises(ValueError, match=r"`variance` must be strictly positive, got min -1.0"):
+        kronvi.noise_prior(jnp.asarray(-1.0))
+    stats = kronvi.regression_stats(Phi, y)
+    with pytest.raises(
+        ValueError, match=r"`stats` contains NaN or infinite values: `stats.PhitPhi` \(1 of 36"
+    ):
+        kronvi.fit_regression(stats._replace(PhitPhi=stats.PhitPhi.at[0, 1].set(jnp.nan)), pw, pn)
+    with pytest.raises(ValueError, match=r"`stats.n` must be positive"):
+        kronvi.fit_regression(stats._replace(n=jnp.zeros_like(stats.n)), pw, pn)
+
+
+def test_closed_over_data_is_checked_inside_jit(on_accelerator):
+    """Inside a caller's ``jit`` closed-over arrays are concrete: the reduction runs now, not in the trace."""
+    Phi, y, pw, pn = _problem()
+    qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    bad = Phi.at[1, 1].set(jnp.nan)
+    with pytest.raises(ValueError, match=r"`Phi_new` contains 1 NaN"):
+        jax.jit(lambda s: kronvi.predict_regression(qw, qn, pw, pn, bad)[0] * s)(2.0)
+    stats = kronvi.regression_stats(Phi, y)
+    mean = jax.jit(lambda m: kronvi.gaussian_mf_elbo(m, 0.5, stats, prior_scale=1.0))(
+        kronvi.GaussianMeanField(jnp.zeros(6), jnp.zeros(6))
+    )
+    assert np.isfinite(float(mean))
+    # traced arguments are not checked (the values are unknown): no error, NaN flows through
+    out = jax.jit(lambda P: kronvi.predict_regression(qw, qn, pw, pn, P)[0])(bad)
+    assert np.isnan(np.asarray(out)[1])
