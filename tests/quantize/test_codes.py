@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import kronvi
+from kronvi.quantize import _codes
 
 
 @pytest.fixture(params=["float32", "float64"])
@@ -280,6 +281,37 @@ def test_integer_path_is_the_stated_int8_formula():
         assert np.abs(q).max() == 128 or np.abs(q).max() == 127  # the full int8 range is used
         ref = s[:, None] * acc + (Phi @ base)[:, None]
         np.testing.assert_allclose(kronvi.predict_integer(isamp, Phi), ref, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "N, k, S, ddtype", [(20, 50, 8, np.int8), (37, 300, 5, np.int8), (3, 1, 1, np.int8), (9, 70, 4, np.int16)]
+)
+def test_both_integer_kernels_are_exact(N, k, S, ddtype):
+    """The CPU kernel (int8 or int16 operands, int32 sums) and the kernel of every other backend (operands
+    widened to int32) against NumPy int64; (20, 50, 8) is the shape whose int8 product XLA got wrong on an
+    H100 (jax 0.11.2)."""
+    rng = np.random.default_rng(N * k * S)
+    dmax = 7 if ddtype == np.int8 else 199
+    q = rng.integers(-128, 128, size=(N, k)).astype(np.int8)
+    d = rng.integers(-dmax, dmax + 1, size=(S, k)).astype(ddtype)
+    ref = q.astype(np.int64) @ d.astype(np.int64).T
+    for kernel in (_codes._int_products_narrow, _codes._int_products_int32):
+        out = jax.jit(kernel)(q, d)
+        assert out.dtype == jnp.int32
+        np.testing.assert_array_equal(np.asarray(out, np.int64), ref)
+
+
+@pytest.mark.parametrize(
+    "platform, operands", [("cpu", "i8"), ("cuda", "i32"), ("rocm", "i32"), ("tpu", "i32")]
+)
+def test_integer_kernel_widens_to_int32_off_cpu(platform, operands):
+    """The compiled integer product per backend (lowered here, on CPU): int8 operands on CPU only."""
+    Phi, step = jnp.ones((20, 50), jnp.float32), jnp.ones(50, jnp.float32)
+    deltas = jnp.ones((8, 50), jnp.int8)
+    text = _codes._predict_kept.trace(Phi, step, deltas).lower(lowering_platforms=(platform,)).as_text()
+    dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+    assert len(dots) == 1, dots
+    assert f"tensor<20x50x{operands}>, tensor<8x50x{operands}>" in dots[0], dots[0]
 
 
 def test_pruning_changes_speed_not_results():

@@ -23,8 +23,9 @@ Each row of :math:`A` is quantized to int8 with an affine map (Jacob et al. 2018
 :math:`A_{ij} \approx s_i (q_{ij} - o_i)`, and :math:`\sum_j (q_{ij} - o_i) d_{sj}
 = \sum_j q_{ij} d_{sj} - o_i \sum_j d_{sj}` is accumulated exactly in int32. Weights whose code is the
 zero level have :math:`d_{sj} = 0` and contribute nothing; weights at the zero level in *every* stored
-sample are dropped (``prune=True``), and the rest is a dense int8 GEMM (its speed:
-``docs/notes/2026-11-22-library-history.md``).
+sample are dropped (``prune=True``), and the rest is a dense integer GEMM: int8 operands on CPU (its
+speed: ``docs/notes/2026-11-22-library-history.md``), operands widened to int32 on other backends, where
+XLA's int8 product was not exact (``docs/notes/2026-11-22-precision-policy.md``).
 
 References:
   Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",
@@ -530,13 +531,14 @@ def predict_integer(isamples: IntegerSamples, Phi_new):
 
     with both integer sums accumulated exactly in int32. See :func:`integer_error_bound` for the error.
 
-    The work is an elementwise pass over :math:`\Phi^*` (quantization) plus an int8 GEMM over the ``k``
-    kept weights, done in blocks of 512 points so that each block's int8 copy stays in cache. Pruned
-    weights cost nothing if the caller computes only the kept features
-    (``Phi_new[:, isamples.index]``, e.g. random Fourier features for those frequencies only); given all
-    ``b`` features, their columns are gathered first. The stages are compiled separately: on CPU, letting
-    XLA fuse the column gather or the quantization into the GEMM (e.g. by wrapping this function in
-    ``jax.jit``) gives the same result but can be several times slower.
+    The work is an elementwise pass over :math:`\Phi^*` (quantization) plus an integer GEMM over the
+    ``k`` kept weights (int8 operands on CPU, int32 elsewhere; exact either way), done in blocks of 512
+    points so that each block's int8 copy stays in cache. Pruned weights cost nothing if the caller
+    computes only the kept features (``Phi_new[:, isamples.index]``, e.g. random Fourier features for
+    those frequencies only); given all ``b`` features, their columns are gathered first. The stages are
+    compiled separately: on CPU, letting XLA fuse the column gather or the quantization into the GEMM
+    (e.g. by wrapping this function in ``jax.jit``) gives the same result but can be several times
+    slower.
 
     Args:
       isamples: :class:`IntegerSamples` from :func:`integer_samples`.
@@ -632,13 +634,25 @@ def _predict_kept(Phi_kept, step, deltas):
     return lax.fori_loop(0, -(-N // _ROW_BLOCK), body, out)
 
 
+def _int_products_narrow(q, deltas):
+    """``q @ deltas.T`` ``(N, S)`` int32 from int8 (or int16) operands: XLA:CPU's fast integer GEMM."""
+    return lax.dot_general(
+        q.astype(deltas.dtype), deltas, (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32
+    )
+
+
+def _int_products_int32(q, deltas):
+    """``q @ deltas.T`` ``(N, S)`` with both operands widened to int32 first. Exact on every backend: on
+    CUDA, XLA's int8 x int8 -> int32 product returned wrong sums for some shapes (jax 0.11.2, H100;
+    ``docs/notes/2026-11-22-precision-policy.md``)."""
+    return lax.dot_general(q.astype(jnp.int32), deltas.astype(jnp.int32), (((1,), (1,)), ((), ())))
+
+
 def _predict_block(Phi_kept, step, deltas):
     q, scale, zp = _quantize_rows(Phi_kept, step, deltas)
     # Materialize q: fused into the GEMM as a producer, XLA:CPU recomputes the quantization per tile.
     q = lax.optimization_barrier(q)
-    acc = lax.dot_general(
-        q.astype(deltas.dtype), deltas, (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32
-    )  # (N, S), exact
+    acc = lax.platform_dependent(q, deltas, cpu=_int_products_narrow, default=_int_products_int32)  # exact
     acc = acc - zp[:, None] * jnp.sum(deltas, axis=1, dtype=jnp.int32)[None, :]
     return scale[:, None] * acc.astype(scale.dtype)
 
