@@ -205,5 +205,7 @@ def test_compiled_functions_do_not_mix_modes():
         jitted(Phi, y)
         assert jitted._cache_size() == 2
         assert set(dot_precisions(jax.make_jaxpr(jitted)(Phi, y))) == {HIGHEST}
-    # On CPU both modes compute exact float32 products.
-    np.testing.assert_array_equal(np.asarray(ref.PhitPhi), np.asarray(fast.PhitPhi))
+    if jax.default_backend() == "cpu":  # every precision computes exact float32 products on CPU
+        np.testing.assert_array_equal(np.asarray(ref.PhitPhi), np.asarray(fast.PhitPhi))
+    else:  # TF32 rounds the inputs to 10-bit mantissas
+        np.testing.assert_allclose(np.asarray(ref.PhitPhi), np.asarray(fast.PhitPhi), rtol=1e-2, atol=1e-2)

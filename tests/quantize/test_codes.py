@@ -287,16 +287,18 @@ def test_integer_path_is_the_stated_int8_formula():
     "N, k, S, ddtype", [(20, 50, 8, np.int8), (37, 300, 5, np.int8), (3, 1, 1, np.int8), (9, 70, 4, np.int16)]
 )
 def test_both_integer_kernels_are_exact(N, k, S, ddtype):
-    """The CPU kernel (int8 or int16 operands, int32 sums) and the kernel of every other backend (operands
-    widened to int32) against NumPy int64; (20, 50, 8) is the shape whose int8 product XLA got wrong on an
-    H100 (jax 0.11.2)."""
+    """Each kernel on the backend that runs it, against NumPy int64: the CPU kernel (int8 or int16
+    operands, int32 sums) on the CPU, the kernel of every other backend (operands widened to int32) on the
+    default backend. (20, 50, 8) is the shape whose int8 product XLA got wrong on an H100 (jax 0.11.2:
+    every sum doubled), which is why the CPU kernel runs on CPUs only."""
     rng = np.random.default_rng(N * k * S)
     dmax = 7 if ddtype == np.int8 else 199
     q = rng.integers(-128, 128, size=(N, k)).astype(np.int8)
     d = rng.integers(-dmax, dmax + 1, size=(S, k)).astype(ddtype)
     ref = q.astype(np.int64) @ d.astype(np.int64).T
-    for kernel in (_codes._int_products_narrow, _codes._int_products_int32):
-        out = jax.jit(kernel)(q, d)
+    cpu, default = jax.devices("cpu")[0], jax.devices()[0]
+    for kernel, device in ((_codes._int_products_narrow, cpu), (_codes._int_products_int32, default)):
+        out = jax.jit(kernel)(jax.device_put(q, device), jax.device_put(d, device))
         assert out.dtype == jnp.int32
         np.testing.assert_array_equal(np.asarray(out, np.int64), ref)
 
