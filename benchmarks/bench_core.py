@@ -85,7 +85,7 @@ def main():
     print("| chunk_size | seconds | ratio to full-precision Phi.T @ Phi |")
     print("|---:|---:|---:|")
     for chunk, t in rows:
-        label = "None (auto: 4096)" if chunk is None else str(chunk)
+        label = f"None (auto: {-(-args.n // -(-args.n // 4096))})" if chunk is None else str(chunk)
         print(f"| {label} | {t:.4f} | {t / t_mm:.2f} |")
     print(
         f"| None, fast mode (`jax.default_matmul_precision('tensorfloat32')`) | {t_fast:.4f} | "

@@ -151,7 +151,7 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None, mask=None) -> Reg
     Args:
       Phi: features ``(n, b)``.
       y: targets ``(n,)``.
-      chunk_size: rows per chunk (per device when sharded); ``None`` picks ``min(n, 4096)``.
+      chunk_size: rows per chunk (per device when sharded); ``None`` splits the rows into equal chunks of at most 4096.
       mask: optional ``(n,)`` booleans, sharded like ``y``: the rows to count (``False`` marks padding,
         which may hold any values). ``n`` counts the ``True`` rows.
 
@@ -181,7 +181,7 @@ def regression_stats_from_inputs(feature_map, X, y, *, chunk_size: int | None = 
         parameters (another fold's feature map) do not recompile.
       X: raw inputs ``(n, d)``; may be sharded over rows as in :func:`regression_stats`.
       y: targets ``(n,)``.
-      chunk_size: rows per chunk (per device when sharded); ``None`` picks ``min(n, 4096)``.
+      chunk_size: rows per chunk (per device when sharded); ``None`` splits the rows into equal chunks of at most 4096.
       mask: optional ``(n,)`` booleans: the rows to count (``False`` marks padding).
     """
     X, y = _validate_xy(X, y, "X", mask)
@@ -194,8 +194,8 @@ def _identity(x):
 
 def _chunked_stats(feature_map, X, y, chunk_size, xname="X", mask=None):
     n = X.shape[0]
-    if chunk_size is None:
-        chunk_size = min(n, 4096)
+    if chunk_size is None:  # equal chunks of at most 4096 rows: no remainder pass where n allows
+        chunk_size = -(-n // max(1, -(-n // 4096)))
     chunk_size = int(chunk_size)
     if chunk_size < 1:
         raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
