@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._base.precision import dot
 from .._model.families import MeanField, grid_moments
 from .._model.regression import coordinate_optimum, elbo_from_logits, noise_moments, noise_update
 from .._solvers.lbfgs import FitInfo
@@ -29,16 +30,20 @@ def coordinate_gains(logits_w, logits_n, prior_w, prior_noise, stats):
     e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
     probs = jax.nn.softmax(logits_w, -1)
     mean, _ = grid_moments(probs, prior_w.values)
-    star = jax.nn.log_softmax(coordinate_optimum(e_inv, mean, stats.PhitPhi @ mean, prior_w, stats), -1)
+    star = jax.nn.log_softmax(coordinate_optimum(e_inv, mean, dot(stats.PhitPhi, mean), prior_w, stats), -1)
     return jnp.sum(probs * (jax.nn.log_softmax(logits_w, -1) - star), axis=-1)
 
 
 def cavi_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0):
     """One coordinate-ascent sweep over the weights in ``order``, then the noise. Returns new logits."""
+    return _sequential_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature)
+
+
+def _sequential_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0, unroll=1):
     A, c, V, logp = stats.PhitPhi, stats.Phity, prior_w.values, prior_w.log_probs
     e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
     mean, _ = grid_moments(jax.nn.softmax(logits_w, -1), V)
-    g = A @ mean
+    g = dot(A, mean)
 
     def body(i, carry):
         logits, mean, g = carry
@@ -51,12 +56,138 @@ def cavi_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperatu
         g = g + A[j] * (m_new - mean[j])
         return logits.at[j].set(new), mean.at[j].set(m_new), g
 
-    logits_w, _, _ = lax.fori_loop(0, order.shape[0], body, (logits_w, mean, g))
+    logits_w, _, _ = lax.fori_loop(0, order.shape[0], body, (logits_w, mean, g), unroll=unroll)
     logits_n = noise_update(logits_w, prior_w, prior_noise, stats) / temperature
     return logits_w, logits_n
 
 
-@functools.partial(jax.jit, static_argnames=("max_iter", "tol", "order", "anneal_sweeps", "anneal_start"))
+def _block_indices(order, block_size):
+    """``order`` cut into rows of ``block_size``; the last row is padded with the out-of-range index ``b``.
+    Returns the padded indices, their validity mask and the indices clipped into range (for gathers)."""
+    b = order.shape[0]
+    num_blocks = -(-b // block_size)
+    pad = jnp.full((num_blocks * block_size - b,), b, order.dtype)
+    idx = jnp.concatenate([order, pad]).reshape(num_blocks, block_size)
+    return idx, idx < b, jnp.minimum(idx, b - 1)
+
+
+def _sequential_in_block(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperature):
+    r"""Exact coordinate updates of one block's weights in turn; ``g`` holds :math:`(A\bar w)_S` and is
+    kept current with the block's own coupling ``A_SS``. Masked (padding) slots are left as they are.
+    Unrolled with static indices, which ran faster on a GPU than ``lax.fori_loop(..., unroll=True)``
+    (``docs/notes/2026-11-22-cavi-on-accelerators.md``)."""
+    for i in range(ok.shape[0]):
+        h = c[i] - (g[i] - a[i] * mean[i])
+        new = (logp[i] + e_inv * (V[i] * h - 0.5 * a[i] * V[i] * V[i])) / temperature
+        m_new = jnp.sum(jax.nn.softmax(new) * V[i])
+        g = g + A_SS[i] * jnp.where(ok[i], m_new - mean[i], 0.0)
+        mean = mean.at[i].set(jnp.where(ok[i], m_new, mean[i]))
+        logits = logits.at[i].set(jnp.where(ok[i], new, logits[i]))
+    return logits, mean
+
+
+def jacobi_block_change(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperature=1.0):
+    r"""Moves a block :math:`S` of weights together to their single-coordinate optima :math:`q_j^*` (the
+    others and the noise fixed) and returns ``(new_logits, new_means, change, coupling, rounding)``.
+
+    ``change`` is the exact change of the (tempered) ELBO,
+    :math:`T\sum_{j\in S} KL(q_j \| q_j^*) - E[\sigma^{-2}] \sum_{j<k \in S} A_{jk}\Delta\bar w_j\Delta\bar w_k`,
+    ``coupling`` its second term with the sign flipped, and ``rounding`` a bound on the rounding error of
+    the computed gains (machine epsilon times their terms' magnitudes). Arguments are the block's rows: logits
+    ``(B, m)``, means, :math:`(A\bar w)_S` ``g``, couplings ``A_SS`` ``(B, B)``, :math:`(\Phi^\top y)_S`,
+    :math:`A_{jj}`, grid values and log prior ``(B, m)``, and a mask ``ok`` of the slots in use.
+    """
+    h = c - (g - a * mean)
+    new = (logp + e_inv * (V * h[:, None] - 0.5 * a[:, None] * V * V)) / temperature
+    m_new = jnp.sum(jax.nn.softmax(new, -1) * V, -1)
+    old, star = jax.nn.log_softmax(logits, -1), jax.nn.log_softmax(new, -1)
+    p = jnp.where(ok[:, None], jnp.exp(old), 0.0)
+    gains = temperature * jnp.sum(p * (old - star))
+    rounding = temperature * jnp.finfo(p.dtype).eps * jnp.sum(p * (jnp.abs(old) + jnp.abs(star)))
+    d = jnp.where(ok, m_new - mean, 0.0)
+    coupling = 0.5 * e_inv * (dot(d, dot(A_SS, d)) - jnp.sum(a * d * d))
+    return new, m_new, gains - coupling, coupling, rounding
+
+
+def blocked_sweep(
+    logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0, *, block_size, jacobi
+):
+    r"""A coordinate-ascent sweep in blocks of ``block_size`` consecutive weights of ``order``, then the noise.
+
+    Each block gathers its rows of :math:`A = \Phi^\top\Phi` once and :math:`A\bar w` is brought up to date
+    after the block with one product :math:`A_{S\cdot}^\top \Delta\bar w_S`, so a sweep runs ``b / block_size``
+    loop steps instead of ``b``.
+
+    ``jacobi=False``: the block's weights are updated in turn, exactly as :func:`cavi_sweep` does (the same
+    updates, rounded differently). ``jacobi=True``: the block is first moved together to its
+    single-coordinate optima (:func:`jacobi_block_change`); the move is kept if the coupling term costs at
+    most half of the gains (so the ELBO rises by at least half of them) or no more than the gains' rounding
+    error, and otherwise the block is updated in turn. Either way the ELBO never decreases (beyond
+    rounding), and a fixed point is a point where every factor is at its coordinate optimum, as for
+    :func:`cavi_sweep`.
+    """
+    A, c, V, logp = stats.PhitPhi, stats.Phity, prior_w.values, prior_w.log_probs
+    a_diag = jnp.diagonal(A)
+    e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
+    mean, _ = grid_moments(jax.nn.softmax(logits_w, -1), V)
+    g = dot(A, mean)
+    idx, valid, idx_in = _block_indices(order, block_size)
+
+    def body(k, carry):
+        logits, mean, g = carry
+        S, ok, Si = idx[k], valid[k], idx_in[k]
+        A_S = A[Si]
+        A_SS = A_S[:, Si]
+        g_S, m_S, l_S, c_S, a_S, V_S, lp_S = g[Si], mean[Si], logits[Si], c[Si], a_diag[Si], V[Si], logp[Si]
+        in_turn = functools.partial(
+            _sequential_in_block, l_S, m_S, g_S, A_SS, c_S, a_S, V_S, lp_S, ok, e_inv, temperature
+        )
+        if jacobi:
+            new, m_par, change, coupling, rounding = jacobi_block_change(
+                l_S, m_S, g_S, A_SS, c_S, a_S, V_S, lp_S, ok, e_inv, temperature
+            )
+            # Near a fixed point the gains are at rounding level; a coupling below that is no real cost.
+            accept = coupling <= jnp.maximum(0.5 * (change + coupling), rounding)
+            parallel = (jnp.where(ok[:, None], new, l_S), jnp.where(ok, m_par, m_S))
+            l_new, m_new = lax.cond(accept, lambda: parallel, in_turn)
+        else:
+            l_new, m_new = in_turn()
+        g = g + dot(m_new - m_S, A_S)
+        return logits.at[S].set(l_new, mode="drop"), mean.at[S].set(m_new, mode="drop"), g
+
+    logits_w, _, _ = lax.fori_loop(0, idx.shape[0], body, (logits_w, mean, g))
+    logits_n = noise_update(logits_w, prior_w, prior_noise, stats) / temperature
+    return logits_w, logits_n
+
+
+SWEEPS = ("auto", "sequential", "blocked", "jacobi")
+BLOCK_SIZES = {"blocked": 16, "jacobi": 64}
+
+
+def sweep_function(sweep: str):
+    """The sweep ``fit_cavi`` runs, with the signature of :func:`cavi_sweep`.
+
+    ``"auto"``: :func:`cavi_sweep` when compiled for a CPU, the guarded block-Jacobi sweep for an
+    accelerator, where each loop step costs kernel launches
+    (``docs/notes/2026-11-22-cavi-on-accelerators.md``).
+    """
+    if sweep == "sequential":
+        return cavi_sweep
+    if sweep in BLOCK_SIZES:
+
+        def blocked(logits_w, *args):
+            block_size = min(BLOCK_SIZES[sweep], logits_w.shape[0])
+            return blocked_sweep(logits_w, *args, block_size=block_size, jacobi=sweep == "jacobi")
+
+        return blocked
+    jacobi = sweep_function("jacobi")
+    return lambda *args: lax.platform_dependent(*args, cpu=cavi_sweep, default=jacobi)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("max_iter", "tol", "order", "anneal_sweeps", "anneal_start", "sweep"),
+)
 def fit_cavi(
     logits_w,
     logits_n,
@@ -70,8 +201,10 @@ def fit_cavi(
     order,
     anneal_sweeps,
     anneal_start,
+    sweep="auto",
 ):
     b = logits_w.shape[0]
+    sweep_fn = sweep_function(sweep)
     dtype = logits_w.dtype
     elbo0 = elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats)
     trace = jnp.full((max_iter + 1,), elbo0, dtype)
@@ -96,7 +229,7 @@ def fit_cavi(
             temperature = jnp.asarray(anneal_start, dtype) ** (1.0 - frac)
         else:
             temperature = jnp.asarray(1.0, dtype)
-        lw, ln = cavi_sweep(lw, ln, prior_w, prior_noise, stats, perm, temperature)
+        lw, ln = sweep_fn(lw, ln, prior_w, prior_noise, stats, perm, temperature)
         e = elbo_from_logits(lw, ln, prior_w, prior_noise, stats)
         gain = e - tr[it]
         done = (it + 1 > anneal_sweeps) & (gain < tol * stats.n)

@@ -13,7 +13,8 @@ import jax
 from .._model.families import MeanField
 from .._model.regression import check_regression_args, elbo_from_logits
 from .._solvers.lbfgs import minimize_lbfgs
-from .cavi import ORDERS, fit_cavi
+from .cavi import ORDERS, SWEEPS, fit_cavi
+from .placement import home_sharding, resolve_device, run_on
 from .starts import gaussian_start
 
 METHODS = ("cavi", "lbfgs", "optax-lbfgs")
@@ -32,6 +33,8 @@ def fit_regression(
     key=None,
     anneal_sweeps: int = 0,
     anneal_start: float = 4.0,
+    sweep: str = "auto",
+    device=None,
 ):
     r"""Fits mean-field DIRECT regression by maximizing the exact ELBO.
 
@@ -65,6 +68,19 @@ def fit_regression(
         :math:`E_q[\log p(y, w)] + T\,H[q]` with the temperature ``T`` decaying geometrically from
         ``anneal_start`` to 1 (deterministic annealing, to escape poor local optima); the ELBO is
         monotone only after them.
+      sweep: CAVI only, how a sweep visits the weights. Each schedule keeps the ELBO monotone, and its
+        fixed points are the points where every factor is at its coordinate optimum.
+        ``"sequential"``: one loop step per weight (:func:`cavi_sweep`). ``"blocked"``: the same updates
+        in turn, in blocks of 16 weights that each read their rows of :math:`\Phi^\top\Phi` once (rounded
+        differently). ``"jacobi"``: each block of 64 weights moves together to its single-coordinate
+        optima when the exact ELBO change shows the block's coupling costs at most half of the gain, and
+        in turn otherwise: another path to a fixed point. ``"auto"`` (default): ``"sequential"`` on a
+        CPU, ``"jacobi"`` on an accelerator (GPU, TPU), where each loop step costs kernel launches and
+        ``"jacobi"`` is the fastest schedule
+        (``docs/notes/2026-11-22-cavi-on-accelerators.md``).
+      device: ``None`` (default): the fit runs where the statistics live. A ``jax.Device`` (concrete
+        inputs only): the inputs are copied there once and the results copied back to the statistics'
+        device, e.g. ``jax.devices("cpu")[0]`` to fit on the host exactly as on a CPU-only machine.
 
     Returns:
       ``(q_w, q_noise, info)`` with ``info`` a :class:`FitInfo`.
@@ -73,6 +89,8 @@ def fit_regression(
         raise ValueError(f"`method` must be one of {METHODS}, got {method!r}")
     if order not in ORDERS:
         raise ValueError(f"`order` must be one of {ORDERS}, got {order!r}")
+    if sweep not in SWEEPS:
+        raise ValueError(f"`sweep` must be one of {SWEEPS}, got {sweep!r}")
     if init is None or (isinstance(init, str) and init == "prior"):
         q_w0, q_n0 = MeanField.from_prior(prior_w), MeanField.from_prior(prior_noise)
     elif isinstance(init, str) and init == "gaussian":
@@ -82,36 +100,30 @@ def fit_regression(
             raise TypeError('`init` must be "prior", "gaussian" or a tuple (q_w, q_noise) of MeanField')
         q_w0, q_n0 = init
     check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)
+    args = (q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
+    target = resolve_device(device, args)
     if method == "cavi":
         max_iter = 100 if max_iter is None else int(max_iter)
         tol = 1e-7 if tol is None else float(tol)
         if key is None:
             key = jax.random.key(0)
-        return fit_cavi(
-            q_w0.logits,
-            q_n0.logits,
-            prior_w,
-            prior_noise,
-            stats,
-            key,
+        fit = functools.partial(
+            fit_cavi,
             max_iter=max_iter,
             tol=tol,
             order=order,
             anneal_sweeps=int(anneal_sweeps),
             anneal_start=float(anneal_start),
+            sweep=sweep,
         )
-    max_iter = 1000 if max_iter is None else int(max_iter)
-    tol = 1e-6 if tol is None else float(tol)
-    return _fit_lbfgs(
-        q_w0.logits,
-        q_n0.logits,
-        prior_w,
-        prior_noise,
-        stats,
-        max_iter=max_iter,
-        tol=tol,
-        backend=method,
-    )
+        args = args + (key,)
+    else:
+        max_iter = 1000 if max_iter is None else int(max_iter)
+        tol = 1e-6 if tol is None else float(tol)
+        fit = functools.partial(_fit_lbfgs, max_iter=max_iter, tol=tol, backend=method)
+    if target is None:
+        return fit(*args)
+    return run_on(target, fit, args, home_sharding(stats))
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter", "tol", "backend"))
