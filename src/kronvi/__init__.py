@@ -67,6 +67,7 @@ from ._stats.regression import regression_stats as regression_stats
 from ._stats.regression import regression_stats_from_inputs as regression_stats_from_inputs
 from ._stats.regression import subtract_stats as subtract_stats
 from ._stats.streaming import regression_stats_from_chunks as regression_stats_from_chunks
+from .gaussian import ELRG as ELRG
 from .gaussian import GaussianMeanField as GaussianMeanField
 from .gaussian import ReparamInfo as ReparamInfo
 from .gaussian import ReparamState as ReparamState
@@ -75,12 +76,18 @@ from .gaussian import ReparamState as ReparamState
 from .gaussian import blr_evidence_noise as blr_evidence_noise
 from .gaussian import blr_log_evidence as blr_log_evidence
 from .gaussian import blr_posterior as blr_posterior
+from .gaussian import elrg_elbo as elrg_elbo
+from .gaussian import elrg_kl as elrg_kl
+from .gaussian import elrg_minibatch_elbo as elrg_minibatch_elbo
+from .gaussian import fit_elrg as fit_elrg
 from .gaussian import fit_gaussian_mf as fit_gaussian_mf
 from .gaussian import fit_gaussian_reparam as fit_gaussian_reparam
+from .gaussian import gaussian_kl as gaussian_kl
 from .gaussian import gaussian_mf_elbo as gaussian_mf_elbo
 from .gaussian import gaussian_reparam_init as gaussian_reparam_init
 from .gaussian import gaussian_reparam_step as gaussian_reparam_step
 from .gaussian import predict_blr as predict_blr
+from .gaussian import predict_elrg as predict_elrg
 from .gaussian import predict_gaussian_mf as predict_gaussian_mf
 from .gaussian import reparam_noise_variance as reparam_noise_variance
 from .mixtures import Mixture as Mixture

@@ -3,12 +3,21 @@ Gaussian and REPARAM.
 
 Modules: ``_blr`` (the exact posterior, evidence and predictive), ``_meanfield`` (the family, its exact ELBO, closed-form coordinate-ascent fit and prediction)
 and ``_reparam`` (minibatch reparameterization gradients with any optax optimizer).
+``_elrg``: the low-rank-plus-diagonal Gaussian family (ELRG, Tomczak et al. 2020); ``_kl``: the KL
+divergence between two multivariate Gaussians.
 """
 
 from ._blr import blr_evidence_noise as blr_evidence_noise
 from ._blr import blr_log_evidence as blr_log_evidence
 from ._blr import blr_posterior as blr_posterior
 from ._blr import predict_blr as predict_blr
+from ._elrg import ELRG as ELRG
+from ._elrg import elrg_elbo as elrg_elbo
+from ._elrg import elrg_kl as elrg_kl
+from ._elrg import elrg_minibatch_elbo as elrg_minibatch_elbo
+from ._elrg import fit_elrg as fit_elrg
+from ._elrg import predict_elrg as predict_elrg
+from ._kl import gaussian_kl as gaussian_kl
 from ._meanfield import GaussianMeanField as GaussianMeanField
 from ._meanfield import fit_gaussian_mf as fit_gaussian_mf
 from ._meanfield import gaussian_mf_elbo as gaussian_mf_elbo
