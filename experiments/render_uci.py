@@ -35,6 +35,13 @@ METHOD_LABELS = {
 }
 
 
+def method_label(method: str) -> str:
+    """A column title: ``METHOD_LABELS``, or ``ELRG rank r`` for uci.py's ``elrg-<r>`` methods."""
+    if method.startswith("elrg-"):
+        return f"ELRG rank {method[5:]} (local reparameterization)"
+    return METHOD_LABELS[method]
+
+
 def read_reference(path):
     """The paper's table as ``{dataset: row}``; empty (every paper column '—') without ``../shared``."""
     path = pathlib.Path(path)
@@ -237,6 +244,7 @@ def main(argv=None):
         if r["dataset"] not in datasets:
             datasets.append(r["dataset"])
     methods = [m for m in METHOD_LABELS if any(r["method"] == m for r in records)]
+    methods += sorted({r["method"] for r in records if r["method"].startswith("elrg-")}, key=lambda m: int(m[5:]))
 
     def get(d, m):
         return by.get((d, m))
@@ -443,7 +451,7 @@ def main(argv=None):
         "folds; the count is `nlpd_points` in the JSON), the same rows for every method."
     )
     lines.append("")
-    head = "| dataset | " + " | ".join(METHOD_LABELS[m] for m in methods) + " |"
+    head = "| dataset | " + " | ".join(method_label(m) for m in methods) + " |"
     lines += [head, "|" + "|".join(["---"] * (len(methods) + 1)) + "|"]
     for d in datasets:
         cells = [d]

@@ -33,6 +33,11 @@ hyperparameters and features):
                    10000 (larger).
   gauss-mf-exact   the same Gaussian family fitted with the exact ELBO from the sufficient statistics
                    (closed-form coordinate ascent).
+  elrg-<rank>      Tomczak et al.'s (2020) low-rank-plus-diagonal Gaussian (kronvi.fit_elrg, one variance per
+                   weight plus <rank> factor columns) trained beside REPARAM with its settings: local
+                   reparameterization (outputs sampled per row), minibatches of 100 rows, 10 draws per row,
+                   Adam, 1000 or 10000 steps; the noise variance fixed at exact-blr's (the evidence
+                   maximizer). Not part of ``--methods all``; e.g. ``--methods elrg-4``.
 
 Both Gaussian baselines learn the noise variance as a point estimate, started at the GP estimate and kept
 inside [s2/span, span s2] (span = DirectConfig.noise_span, 10).
@@ -65,6 +70,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -92,6 +98,7 @@ METHODS = (
     "direct-mf", "exact-blr", "direct-mf-sparse", "direct-mix5-sgd", "direct-mix5-lb", "reparam-mf",
     "gauss-mf-exact",
 )  # fmt: skip
+ELRG_METHOD = re.compile(r"elrg-(\d+)")  # elrg-<rank>: not in METHODS ("all"), any rank up to b
 DEFAULT_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"
 EXIT_REFUSED = 2  # the JSON on disk would be replaced or mixed with records of other settings
 
@@ -614,6 +621,66 @@ def run_reparam(setup: Setup):
     return _gaussian_result(setup, q, s2, secs, dict(steps=steps, last_minibatch_elbo=float(last.mean())))
 
 
+def run_elrg(setup: Setup, *, rank: int):
+    """ELRG (kronvi.fit_elrg, local reparameterization) with REPARAM's protocol: prior-sd units (features
+    multiplied by sw, prior N(0, I)), the training features computed once inside the fit time, minibatches of
+    ``reparam_batch`` rows with ``reparam_samples`` draws per row, Adam at ``reparam_lr``, the start at mean 0
+    with variances ``reparam_init_std``^2 and factors a tenth of that scale. The noise variance is fixed at
+    exact-blr's, the exact evidence maximizer of the default recipe's preparation (same features; its
+    float64 eigendecomposition is not counted in the fit time, as for exact-blr)."""
+    cfg = setup.cfg
+    fold = setup.fold
+    eigen_fold, _ = setup.eigen()
+    s2 = float(eigen_fold.noise_variance)
+    b = 2 * cfg.direct.num_frequencies
+    n_total = fold.X.shape[0] + len(setup.y_test)
+    steps = cfg.reparam_steps_small if n_total < 3000 else cfg.reparam_steps_large
+    k_init, k_fit = jax.random.split(jax.random.fold_in(setup.key, 5))
+    z = jax.random.normal(k_init, (b, rank))
+    u0 = kronvi.ELRG(
+        jnp.zeros((b,)), jnp.full((b,), 2.0 * float(np.log(cfg.reparam_init_std))),
+        0.1 * cfg.reparam_init_std * z / np.sqrt(max(rank, 1)),
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    Phi_train = setup.sw * kronvi.rff_features(fold.features, fold.X)
+    qu, info = kronvi.fit_elrg(
+        k_fit, None, 1.0, s2, rank=rank, objective="local-reparam", init=u0, data=(Phi_train, fold.y),
+        optimizer=adam(cfg.reparam_lr), num_steps=steps, batch_size=cfg.reparam_batch,
+        num_samples=cfg.reparam_samples,
+    )  # fmt: skip
+    _block(qu.mean)
+    secs = time.perf_counter() - t0
+    del Phi_train
+    sw = setup.sw
+    q = kronvi.ELRG(sw * qu.mean, qu.log_diag + 2.0 * jnp.log(sw), sw * qu.factors)
+    mean, _ = kronvi.predict_elrg(q, s2, setup.Phi_test)
+
+    def log_density(P, y):
+        m, v = kronvi.predict_elrg(q, s2, P)
+        return np.asarray(norm.logpdf(y, m, jnp.sqrt(v))), 0.0  # closed form: no quadrature error
+
+    rmse, nlpd, _ = setup.metrics(mean, log_density)
+    last = np.asarray(info.elbo[-min(50, steps) :])
+    return dict(
+        rmse=rmse, nlpd=nlpd, sparsity_pct=0.0, fit_seconds=secs,
+        elbo=float(kronvi.elrg_elbo(q, s2, setup.stats, prior_scale=sw)), noise_variance=s2, rank=rank,
+        steps=steps, last_minibatch_elbo=float(last.mean()), eigen_stats_seconds=eigen_fold.stats_seconds,
+    )  # fmt: skip
+
+
+def runner(method: str):
+    """The function that runs ``method`` on a :class:`Setup`: ``RUNNERS[method]`` or, for ``elrg-<rank>``,
+    :func:`run_elrg` at that rank."""
+    match = ELRG_METHOD.fullmatch(method)
+    if match:
+        return functools.partial(run_elrg, rank=int(match.group(1)))
+    return RUNNERS[method]
+
+
+def is_method(method: str) -> bool:
+    return method in METHODS or ELRG_METHOD.fullmatch(method) is not None
+
+
 RUNNERS = {
     "direct-mf": run_direct_default,
     "exact-blr": run_exact_blr,
@@ -674,9 +741,10 @@ def run_dataset(folder, methods, cfg: StudyConfig, *, seed, max_folds, settings,
         t_init, t_stats = fold.init_seconds, fold.stats_seconds
         parts = []
         for m in methods:
-            res = RUNNERS[m](setup)
+            res = runner(m)(setup)
+            uses_stats = not (m == "reparam-mf" or ELRG_METHOD.fullmatch(m))  # these fit from the rows
             res.update(
-                fold=k, init_seconds=t_init, stats_seconds=0.0 if m == "reparam-mf" else t_stats,
+                fold=k, init_seconds=t_init, stats_seconds=t_stats if uses_stats else 0.0,
                 gp_degenerate=bool(fold.gp_info.degenerate), nlpd_points=len(nlpd_idx),
             )  # fmt: skip
             per_method[m].append(res)
@@ -720,8 +788,9 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default=str(DEFAULT_DATA), help="folder of dataset folders")
     p.add_argument("--datasets", default="all", help="comma-separated folder names (or paths), or 'all'")
     p.add_argument(
-        "--methods", default="direct-mf,reparam-mf,gauss-mf-exact", help=f"comma list of {METHODS} or 'all'"
-    )
+        "--methods", default="direct-mf,reparam-mf,gauss-mf-exact",
+        help=f"comma list of {METHODS} and elrg-<rank> (e.g. elrg-4), or 'all' (the former)",
+    )  # fmt: skip
     p.add_argument(
         "--json", required=True, help="output JSON list (rewritten atomically after every dataset)"
     )
@@ -808,9 +877,12 @@ def config_from_args(args) -> StudyConfig:
 def main(argv=None):
     args = parse_args(argv)
     methods = list(METHODS) if args.methods == "all" else [m.strip() for m in args.methods.split(",")]
-    bad = [m for m in methods if m not in METHODS]
+    bad = [m for m in methods if not is_method(m)]
     if bad:
-        raise SystemExit(f"unknown method(s) {bad}; choose from {METHODS}")
+        raise SystemExit(f"unknown method(s) {bad}; choose from {METHODS} or elrg-<rank>")
+    too_high = [m for m in methods if ELRG_METHOD.fullmatch(m) and int(m.split("-")[1]) > args.num_features]
+    if too_high:
+        raise SystemExit(f"{too_high}: the rank must be at most --num-features ({args.num_features})")
     if args.rerun_mismatched and not args.resume:
         raise SystemExit("--rerun-mismatched needs --resume")
     cfg = config_from_args(args)

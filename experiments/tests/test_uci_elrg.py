@@ -1,0 +1,54 @@
+"""The UCI study's ``elrg-<rank>`` methods (experiments/uci.py) on a tiny synthetic dataset."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+import uci
+
+
+def _write_dataset(folder, n=40, d=3, K=5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
+    mask = np.eye(K, dtype=int)[rng.permutation(n) % K]
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "data.csv.gz", "wt") as f:
+        np.savetxt(f, np.column_stack([X, y]), delimiter=",")
+    with gzip.open(folder / "test_mask.csv.gz", "wt") as f:
+        np.savetxt(f, mask, delimiter=",", fmt="%d")
+
+
+def _argv(data, out, methods):
+    return [
+        "--data-dir", str(data), "--datasets", "small", "--methods", methods, "--json", str(out),
+        "--num-features", "16", "--reparam-steps", "5", "--max-folds", "1",
+    ]  # fmt: skip
+
+
+def test_elrg_methods_run_beside_reparam_with_fit_seconds(tmp_path):
+    _write_dataset(tmp_path / "data" / "small")
+    out = tmp_path / "elrg.json"
+    assert uci.main(_argv(tmp_path / "data", out, "elrg-2,exact-blr")) == 0
+    recs = {r["method"]: r for r in json.loads(out.read_text())}
+    assert set(recs) == {"elrg-2", "exact-blr"}
+    rec = recs["elrg-2"]
+    assert np.isfinite(rec["rmse_mean"]) and np.isfinite(rec["nlpd_mean"]) and rec["fit_seconds"] > 0
+    assert rec["stats_seconds"] == 0.0  # fitted from the rows, as REPARAM
+    fold = rec["per_fold"][0]
+    assert fold["rank"] == 2 and fold["steps"] == 5
+    # the noise variance is exact-blr's (the evidence maximizer); its ELBO is below that log evidence
+    assert fold["noise_variance"] == pytest.approx(
+        recs["exact-blr"]["per_fold"][0]["noise_variance"], rel=1e-6
+    )
+    assert fold["elbo"] <= recs["exact-blr"]["per_fold"][0]["elbo"] + 1e-3
+
+
+def test_elrg_method_names_are_checked():
+    assert uci.is_method("elrg-0") and uci.is_method("elrg-12") and not uci.is_method("elrg-x")
+    assert not any(m.startswith("elrg") for m in uci.METHODS)  # not part of --methods all
+    with pytest.raises(SystemExit, match="rank must be at most"):
+        uci.main(["--json", "unused.json", "--methods", "elrg-17", "--num-features", "16"])
+    with pytest.raises(SystemExit, match="unknown method"):
+        uci.main(["--json", "unused.json", "--methods", "elrg-two"])
