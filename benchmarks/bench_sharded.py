@@ -34,7 +34,7 @@ def parse():
 def main():
     args = parse()
     if args.platform:
-        os.environ["JAX_PLATFORMS"] = args.platform
+        os.environ["JAX_PLATFORMS"] = {"gpu": "cuda"}.get(args.platform, args.platform)
     flag = f"--xla_force_host_platform_device_count={max(args.devices)}"
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 

@@ -181,6 +181,7 @@ def kronvi_default(dtype):
     "kwargs, message",
     [
         ({"rtol": 0.0}, "rtol"),
+        ({"rtol": "tight"}, "rtol"),
         ({"num_nodes": 1}, "num_nodes"),
         ({"y_new": np.ones(3)}, "y_new"),
         ({"y_new": np.array([0.0, np.nan])}, "y_new"),
