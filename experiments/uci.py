@@ -370,14 +370,30 @@ def fold_setup(name: str, k: int, cfg: StudyConfig, *, data_dir=DEFAULT_DATA, se
 # Methods
 
 
+def _log_density_or_float64(q, q_n, prior_w, prior_noise, Phi, y, *, tol, max_nodes):
+    """``kronvi.predictive_log_density`` in the model's dtype; the points whose bound still exceeds ``tol``
+    (far-tail points whose float32 density is below the quadrature's rounding floor) redone in float64."""
+    ld, err = kronvi.predictive_log_density(q, q_n, prior_w, prior_noise, Phi, y, rtol=tol, max_nodes=max_nodes)
+    ld, err = np.array(ld, np.float64), np.array(err, np.float64)
+    redo = np.flatnonzero(~(err <= tol))
+    if redo.size and np.asarray(Phi).dtype != np.float64:
+        with jax.enable_x64(True):
+            up = [jax.tree.map(lambda a: jnp.asarray(np.asarray(a, np.float64)), t) for t in (q, q_n, prior_w, prior_noise)]
+            ld64, err64 = kronvi.predictive_log_density(
+                *up, np.asarray(Phi, np.float64)[redo], np.asarray(y, np.float64)[redo], rtol=tol, max_nodes=max_nodes
+            )
+        ld[redo], err[redo] = np.asarray(ld64), np.asarray(err64)
+    return ld, err
+
+
 def discrete_log_density(q, q_n, prior_w, prior_noise, Phi, y, *, tol=1e-2, max_nodes=512):
     """``(log q(y), largest relative error bound)`` of a discrete posterior (``kronvi.MeanField`` or
     ``kronvi.Mixture``) by ``kronvi.predictive_log_density`` (points whose error bound exceeds ``tol``
-    redone with more nodes, up to ``max_nodes``); a mixture's is its components' weighted by alpha, summed
+    redone with more nodes, up to ``max_nodes``, then in float64); a mixture's is its components' weighted by alpha, summed
     in log space."""
     comps = [q] if isinstance(q, kronvi.MeanField) else [kronvi.MeanField(lg) for lg in q.logits]
     parts = [
-        kronvi.predictive_log_density(c, q_n, prior_w, prior_noise, Phi, y, rtol=tol, max_nodes=max_nodes)
+        _log_density_or_float64(c, q_n, prior_w, prior_noise, Phi, y, tol=tol, max_nodes=max_nodes)
         for c in comps
     ]
     lds = np.stack([np.asarray(p[0]) for p in parts])
