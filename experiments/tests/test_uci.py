@@ -73,7 +73,8 @@ def test_nlpd_subset_is_deterministic_capped_or_all():
     np.testing.assert_array_equal(uci.nlpd_subset(30, 100, 0, 0), np.arange(30))
     np.testing.assert_array_equal(uci.nlpd_subset(1000, None, 0, 0), np.arange(1000))
     assert uci.parse_args(["--json", "x", "--nlpd-points", "all"]).nlpd_points is None
-    assert uci.parse_args(["--json", "x"]).nlpd_points == 100
+    assert uci.parse_args(["--json", "x"]).nlpd_points is None  # every test row by default
+    assert uci.parse_args(["--json", "x", "--nlpd-points", "100"]).nlpd_points == 100
     with pytest.raises(SystemExit):
         uci.parse_args(["--json", "x", "--nlpd-points", "0"])
 
@@ -154,7 +155,7 @@ def test_command_line_writes_one_record_per_dataset_and_method_with_its_settings
         assert r["settings"] == want
         assert r["d"] == 3 and r["folds"] == 1 and np.isfinite(r["rmse_mean"]) and np.isfinite(r["nlpd_mean"])
     assert want["direct"]["num_frequencies"] == 8 and want["max_folds"] == 1
-    assert want["study"]["sgd_samples"] == 8 and want["study"]["nlpd_points"] == 100
+    assert want["study"]["sgd_samples"] == 8 and want["study"]["nlpd_points"] is None
     for r in recs:
         if r["method"] in ("direct-mf", "exact-blr"):  # the default recipe: eigenbasis, evidence noise
             assert r["settings"]["default"]["basis"] == "eigen"
