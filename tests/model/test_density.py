@@ -133,6 +133,7 @@ def test_under_jit_runs_one_pass_and_reports_its_bound():
     args = [np.asarray(a, dtype) for a in args]
     q_w, q_n, pw, pn = model(*args[:4], dtype)
     Phi, y = jnp.asarray(args[4]), jnp.asarray(args[5])
+    # 16 nodes: too few for these points, so refinement has something to do
     jitted = jax.jit(lambda P, t: kronvi.predictive_log_density(q_w, q_n, pw, pn, P, t, num_nodes=16))
     ld16, err16 = jitted(Phi, y)
     eager16 = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, num_nodes=16, rtol=None)
