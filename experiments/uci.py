@@ -377,12 +377,10 @@ def _log_density_or_float64(q, q_n, prior_w, prior_noise, Phi, y, *, tol, max_no
     ld, err = np.array(ld, np.float64), np.array(err, np.float64)
     redo = np.flatnonzero(~(err <= tol))
     if redo.size and np.asarray(Phi).dtype != np.float64:
-        with jax.enable_x64(True):
-            up = [jax.tree.map(lambda a: jnp.asarray(np.asarray(a, np.float64)), t) for t in (q, q_n, prior_w, prior_noise)]
-            ld64, err64 = kronvi.predictive_log_density(
-                *up, np.asarray(Phi, np.float64)[redo], np.asarray(y, np.float64)[redo], rtol=tol, max_nodes=max_nodes
-            )
-        ld[redo], err[redo] = np.asarray(ld64), np.asarray(err64)
+        density = functools.partial(kronvi.predictive_log_density, rtol=tol, max_nodes=max_nodes)
+        ld[redo], err[redo] = in_precision(
+            "float64", density, q, q_n, prior_w, prior_noise, np.asarray(Phi)[redo], np.asarray(y)[redo]
+        )
     return ld, err
 
 
