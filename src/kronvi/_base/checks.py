@@ -1,6 +1,6 @@
 """Input validation shared by every public function.
 
-Shape and dtype checks are static, so they run under ``jit`` and ``vmap`` too. Value checks (NaN/inf,
+Shape and dtype checks are static, so they run under `jit` and `vmap` too. Value checks (NaN/inf,
 positivity) need concrete arrays: they run when the caller passes concrete arrays (the usual case: the
 public entry points are called eagerly on user data) and are skipped for tracers, where the check would
 otherwise force a host sync inside a compiled program.
@@ -8,8 +8,8 @@ otherwise force a host sync inside a compiled program.
 Value checks never copy the data to the host. Data already in host memory (NumPy arrays, JAX arrays on
 a single CPU device, read through a zero-copy view) is checked by NumPy, which needs no compilation;
 data on an accelerator (or sharded over devices) by one compiled reduction on its device, of which only
-the result (a scalar, or a count on the error path) is fetched, explicitly with :func:`fetch`, so the
-checks pass under ``jax.transfer_guard_device_to_host("disallow")``.
+the result (a scalar, or a count on the error path) is fetched, explicitly with `fetch`, so the
+checks pass under `jax.transfer_guard_device_to_host("disallow")`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import numpy as np
 
 
 def is_concrete(x) -> bool:
-    """True when ``x`` holds values (not a tracer inside ``jit``/``vmap``/``grad``)."""
+    """True when `x` holds values (not a tracer inside `jit`/`vmap`/`grad`)."""
     return not isinstance(x, jax.core.Tracer)
 
 
 def as_float_array(x, name: str):
-    """Converts ``x`` to a floating JAX array, keeping float32/float64 and promoting ints."""
+    """Converts `x` to a floating JAX array, keeping float32/float64 and promoting ints."""
     if x is None:
         raise ValueError(f"`{name}` must be an array, got None")
     arr = jnp.asarray(x)
@@ -42,21 +42,21 @@ def check_ndim(x, ndim: int, name: str, what: str = ""):
 
 def fetch(x):
     """A small validation result (a scalar or a few counts) on the host, copied explicitly
-    (``jax.device_get``): allowed under ``jax.transfer_guard_device_to_host("disallow")``, which forbids
-    only implicit copies such as ``np.asarray`` or ``bool`` of a device array."""
+    (`jax.device_get`): allowed under `jax.transfer_guard_device_to_host("disallow")`, which forbids
+    only implicit copies such as `np.asarray` or `bool` of a device array."""
     return jax.device_get(x)
 
 
 def reduce_on_device(fn, *arrays):
-    """``fetch(fn(*arrays))`` for concrete ``arrays``, evaluated now even while the caller traces a ``jit``
+    """`fetch(fn(*arrays))` for concrete `arrays`, evaluated now even while the caller traces a `jit`
     (closed-over data is concrete there, but operations on it would be staged into the trace)."""
     with jax.ensure_compile_time_eval():
         return fetch(fn(*arrays))
 
 
 def host_view(x):
-    """``x`` as a NumPy array when its data already lives in host memory: a NumPy array, or a JAX array on
-    one CPU device (a zero-copy view); ``None`` for data on an accelerator or sharded over devices."""
+    """`x` as a NumPy array when its data already lives in host memory: a NumPy array, or a JAX array on
+    one CPU device (a zero-copy view); `None` for data on an accelerator or sharded over devices."""
     if isinstance(x, np.ndarray):
         return x
     if isinstance(x, jax.Array) and len(x.devices()) == 1 and next(iter(x.devices())).platform == "cpu":
@@ -80,13 +80,13 @@ def _all_positive(x):
 
 
 def all_finite(x) -> bool:
-    """Whether the concrete array ``x`` holds no NaN or inf, without copying it to the host."""
+    """Whether the concrete array `x` holds no NaN or inf, without copying it to the host."""
     h = host_view(x)
     return bool(np.all(np.isfinite(h))) if h is not None else bool(reduce_on_device(_all_finite, x))
 
 
 def num_nonfinite(x) -> int:
-    """The number of NaN or inf entries of the concrete array ``x``, without copying it to the host."""
+    """The number of NaN or inf entries of the concrete array `x`, without copying it to the host."""
     h = host_view(x)
     return int(np.sum(~np.isfinite(h))) if h is not None else int(reduce_on_device(_num_nonfinite, x))
 
@@ -108,13 +108,13 @@ def nonfinite_counts(arrays) -> list[int]:
 
 
 def check_finite(x, name: str):
-    """``ValueError`` naming ``name`` when a concrete ``x`` holds NaN or inf; skipped for tracers."""
+    """`ValueError` naming `name` when a concrete `x` holds NaN or inf; skipped for tracers."""
     if is_concrete(x) and x.size and not all_finite(x):
         raise ValueError(f"`{name}` contains {num_nonfinite(x)} NaN or infinite value(s)")
 
 
 def check_positive(x, name: str):
-    """``ValueError`` naming ``name`` when a concrete ``x`` has an entry <= 0; skipped for tracers."""
+    """`ValueError` naming `name` when a concrete `x` has an entry <= 0; skipped for tracers."""
     if not (is_concrete(x) and x.size):
         return
     h = host_view(x)
@@ -129,8 +129,8 @@ def check_nonempty(x, name: str, axis: int = 0):
 
 
 def check_int(x, name: str, minimum: int | None = None) -> int:
-    """``x`` as a Python int; ``ValueError`` for bools, floats (``2.7`` or ``3.0``) and values below
-    ``minimum``."""
+    """`x` as a Python int; `ValueError` for bools, floats (`2.7` or `3.0`) and values below
+    `minimum`."""
     is_int = isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
     if not is_int or (minimum is not None and x < minimum):
         at_least = "" if minimum is None else f" >= {minimum}"
@@ -139,7 +139,7 @@ def check_int(x, name: str, minimum: int | None = None) -> int:
 
 
 def check_same_dtype(named_arrays: dict):
-    """Raises ``TypeError`` naming the arguments when the arrays ``{name: array}`` differ in dtype."""
+    """Raises `TypeError` naming the arguments when the arrays `{name: array}` differ in dtype."""
     dtypes = {name: a.dtype for name, a in named_arrays.items()}
     if len(set(dtypes.values())) > 1:
         listing = ", ".join(f"`{name}` {dt}" for name, dt in dtypes.items())
@@ -150,7 +150,7 @@ def check_same_dtype(named_arrays: dict):
 
 
 def check_xy(X, y, xname: str = "X", yname: str = "y", what: str = "(num_points, num_features)"):
-    """Float arrays ``X (n, d)`` and ``y (n,)`` with matching rows; errors name the arguments."""
+    """Float arrays `X (n, d)` and `y (n,)` with matching rows; errors name the arguments."""
     X = as_float_array(X, xname)
     y = as_float_array(y, yname)
     check_ndim(X, 2, xname, what)
@@ -161,7 +161,7 @@ def check_xy(X, y, xname: str = "X", yname: str = "y", what: str = "(num_points,
 
 
 def check_optimizer(optimizer, name: str = "optimizer"):
-    """Checks that ``optimizer`` is an ``optax.GradientTransformation``."""
+    """Checks that `optimizer` is an `optax.GradientTransformation`."""
     import optax
 
     if not isinstance(optimizer, optax.GradientTransformation):

@@ -1,12 +1,12 @@
-r"""Kronecker-product algebra on factors, never forming the :math:`m^b` dense vectors.
+r"""Kronecker-product algebra on factors, never forming the $m^b$ dense vectors.
 
-A Kronecker-product vector :math:`\bigotimes_{j=1}^b a_j` is stored as its factors ``a`` of shape
-``(b, m)``; a Kronecker sum :math:`\bigoplus_j s_j = \sum_j 1 \otimes \dots \otimes s_j \otimes \dots
-\otimes 1` (Evans & Nair 2018, eq. 6) likewise as ``(b, m)``; a sum of ``R`` Kronecker-product vectors
-as ``(R, b, m)``. Dense vectors follow ``jnp.kron`` order (factor 0 is the slowest-varying index), so
-``dense[i]`` is the configuration ``numpy.unravel_index(i, (m,) * b)``.
+A Kronecker-product vector $\bigotimes_{j=1}^b a_j$ is stored as its factors `a` of shape
+`(b, m)`; a Kronecker sum $\bigoplus_j s_j = \sum_j 1 \otimes \dots \otimes s_j \otimes \dots
+\otimes 1$ (Evans & Nair 2018, eq. 6) likewise as `(b, m)`; a sum of `R` Kronecker-product vectors
+as `(R, b, m)`. Dense vectors follow `jnp.kron` order (factor 0 is the slowest-varying index), so
+`dense[i]` is the configuration `numpy.unravel_index(i, (m,) * b)`.
 
-Every function works on the trailing axes and maps over leading ones under ``jax.vmap``.
+Every function works on the trailing axes and maps over leading ones under `jax.vmap`.
 
 References:
   Evans & Nair (2018), Propositions 1-3 and eq. 6.
@@ -23,12 +23,12 @@ from .precision import matmul
 
 
 def kron_dense(factors):
-    r"""Dense :math:`\bigotimes_j a_j` of factors ``(b, m)`` (length ``m**b``): a test reference."""
+    r"""Dense $\bigotimes_j a_j$ of factors `(b, m)` (length `m**b`): a test reference."""
     return functools.reduce(jnp.kron, list(factors))
 
 
 def kron_sum_dense(factors):
-    r"""Dense Kronecker sum :math:`\bigoplus_j s_j` of factors ``(b, m)``: a test reference."""
+    r"""Dense Kronecker sum $\bigoplus_j s_j$ of factors `(b, m)`: a test reference."""
     b, m = factors.shape
     ones = jnp.ones((m,), factors.dtype)
     out = 0.0
@@ -38,10 +38,10 @@ def kron_sum_dense(factors):
 
 
 def kron_inner(a, b):
-    r"""Prop. 1: :math:`\langle \bigotimes_j a_j, \bigotimes_j b_j \rangle = \prod_j \langle a_j, b_j\rangle`.
+    r"""Prop. 1: $\langle \bigotimes_j a_j, \bigotimes_j b_j \rangle = \prod_j \langle a_j, b_j\rangle$.
 
     Args:
-      a, b: factors ``(..., b, m)``.
+      a, b: factors `(..., b, m)`.
 
     Example:
       >>> import jax.numpy as jnp
@@ -53,40 +53,40 @@ def kron_inner(a, b):
 
 
 def kron_log_inner(a, b):
-    r""":math:`\log \langle \bigotimes_j a_j, \bigotimes_j b_j\rangle = \sum_j \log\langle a_j, b_j\rangle`,
+    r"""$\log \langle \bigotimes_j a_j, \bigotimes_j b_j\rangle = \sum_j \log\langle a_j, b_j\rangle$,
     for nonnegative factors (the log-space form used for products over many weights)."""
     return jnp.sum(jnp.log(jnp.sum(a * b, axis=-1)), axis=-1)
 
 
 def kron_log_inner_from_logs(log_a, log_b):
-    r"""As :func:`kron_log_inner` with factors given as logs: :math:`\sum_j \mathrm{LSE}_k(\log a_{jk} +
-    \log b_{jk})`, stable when factors underflow."""
+    r"""As `kron_log_inner` with factors given as logs: $\sum_j \mathrm{LSE}_k(\log a_{jk} +
+    \log b_{jk})$, stable when factors underflow."""
     return jnp.sum(jax.nn.logsumexp(log_a + log_b, axis=-1), axis=-1)
 
 
 def kron_log(factors):
-    r"""Prop. 2: the element-wise log of :math:`\bigotimes_j a_j` is the Kronecker sum
-    :math:`\bigoplus_j \log a_j`; returns its factors ``log(a)`` (positive ``a``)."""
+    r"""Prop. 2: the element-wise log of $\bigotimes_j a_j$ is the Kronecker sum
+    $\bigoplus_j \log a_j$; returns its factors `log(a)` (positive `a`)."""
     return jnp.log(factors)
 
 
 def kron_mul(a, b):
-    r"""Element-wise product of Kronecker products: :math:`(\bigotimes a_j) \circ (\bigotimes b_j) =
-    \bigotimes (a_j \circ b_j)` (mixed-product property); returns the factors."""
+    r"""Element-wise product of Kronecker products: $(\bigotimes a_j) \circ (\bigotimes b_j) =
+    \bigotimes (a_j \circ b_j)$ (mixed-product property); returns the factors."""
     return a * b
 
 
 def kron_sum_inner(s, a):
-    r"""Prop. 3: :math:`\langle \bigoplus_j s_j, \bigotimes_j a_j\rangle = \sum_j \langle s_j, a_j\rangle
-    \prod_{i \neq j} \langle 1, a_i\rangle`.
+    r"""Prop. 3: $\langle \bigoplus_j s_j, \bigotimes_j a_j\rangle = \sum_j \langle s_j, a_j\rangle
+    \prod_{i \neq j} \langle 1, a_i\rangle$.
 
-    For normalized distributions (:math:`\langle 1, a_i\rangle = 1`) this is the expectation
-    :math:`\sum_j E_{a_j}[s_j]`, which is how :math:`E_q[\log p]` and :math:`E_q[\log q]` of factorized
-    distributions cost :math:`O(bm)`. Computed without division, so zero factors are fine.
+    For normalized distributions ($\langle 1, a_i\rangle = 1$) this is the expectation
+    $\sum_j E_{a_j}[s_j]$, which is how $E_q[\log p]$ and $E_q[\log q]$ of factorized
+    distributions cost $O(bm)$. Computed without division, so zero factors are fine.
 
     Args:
-      s: Kronecker-sum factors ``(..., b, m)``.
-      a: Kronecker-product factors ``(..., b, m)``.
+      s: Kronecker-sum factors `(..., b, m)`.
+      a: Kronecker-product factors `(..., b, m)`.
     """
     dots = jnp.sum(s * a, axis=-1)  # (..., b)
     totals = jnp.sum(a, axis=-1)  # (..., b)
@@ -100,19 +100,19 @@ def kron_sum_inner(s, a):
 
 
 def kron_sum_expectation(s, q):
-    r"""Prop. 3 for normalized factors: :math:`E_{\bigotimes_j q_j}[\bigoplus_j s_j] = \sum_j
-    \langle s_j, q_j\rangle`, valid when every :math:`\langle 1, q_j\rangle = 1` (distributions).
+    r"""Prop. 3 for normalized factors: $E_{\bigotimes_j q_j}[\bigoplus_j s_j] = \sum_j
+    \langle s_j, q_j\rangle$, valid when every $\langle 1, q_j\rangle = 1$ (distributions).
 
-    This is how :math:`E_q[\log p]` and :math:`E_q[\log q]` of factorized distributions cost
-    :math:`O(bm)`; it skips the products of factor totals of :func:`kron_sum_inner` (all ones here),
+    This is how $E_q[\log p]$ and $E_q[\log q]$ of factorized distributions cost
+    $O(bm)$; it skips the products of factor totals of `kron_sum_inner` (all ones here),
     whose gradient would cost more than the rest of the ELBO.
     """
     return jnp.sum(s * q, axis=(-2, -1))
 
 
 def kron_sum_mul_kron(s, a):
-    r"""Element-wise :math:`(\bigoplus_j s_j) \circ (\bigotimes_j a_j)`, a sum of ``b`` Kronecker
-    products: returns factors ``(b, b, m)`` where term ``j`` has factor ``s_j a_j`` at ``j`` and ``a_i``
+    r"""Element-wise $(\bigoplus_j s_j) \circ (\bigotimes_j a_j)$, a sum of `b` Kronecker
+    products: returns factors `(b, b, m)` where term `j` has factor `s_j a_j` at `j` and `a_i`
     elsewhere."""
     b = a.shape[-2]
     eye = jnp.eye(b, dtype=bool)[..., None]
@@ -120,29 +120,29 @@ def kron_sum_mul_kron(s, a):
 
 
 def kron_sum_of_products_dense(terms):
-    r"""Dense :math:`\sum_r \bigotimes_j a^{(r)}_j` of terms ``(R, b, m)``: a test reference."""
+    r"""Dense $\sum_r \bigotimes_j a^{(r)}_j$ of terms `(R, b, m)`: a test reference."""
     return sum(kron_dense(t) for t in terms)
 
 
 def kron_sum_of_products_inner(A, B):
-    r""":math:`\langle \sum_r \bigotimes_j a^{(r)}_j, \sum_s \bigotimes_j b^{(s)}_j\rangle =
-    \sum_{r,s} \prod_j \langle a^{(r)}_j, b^{(s)}_j\rangle` for terms ``A (R, b, m)``, ``B (S, b, m)``,
-    in :math:`O(RSbm)`."""
+    r"""$\langle \sum_r \bigotimes_j a^{(r)}_j, \sum_s \bigotimes_j b^{(s)}_j\rangle =
+    \sum_{r,s} \prod_j \langle a^{(r)}_j, b^{(s)}_j\rangle$ for terms `A (R, b, m)`, `B (S, b, m)`,
+    in $O(RSbm)$."""
     return jnp.sum(jax.vmap(lambda a: jax.vmap(lambda bb: kron_inner(a, bb))(B))(A))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=())
 def expected_quadratic(mean, var, A):
-    r""":math:`E[w^\top A w]` for independent :math:`w_j` with means ``mean`` and variances ``var``
-    (both ``(b,)``): :math:`\bar w^\top A \bar w + \sum_j A_{jj} \mathrm{Var}(w_j)`.
+    r"""$E[w^\top A w]$ for independent $w_j$ with means `mean` and variances `var`
+    (both `(b,)`): $\bar w^\top A \bar w + \sum_j A_{jj} \mathrm{Var}(w_j)$.
 
-    This is the quadratic term of the Gaussian log-likelihood on Kronecker factors: the :math:`m^b`
-    vector of :math:`w^\top A w` over all configurations is a sum of Kronecker sums (pairs
-    :math:`v_i \oplus v_j` and squares :math:`v_j^2`), and its inner product with
-    :math:`\bigotimes_j q_j` reduces to one matrix-vector product with ``A`` (the paper's
-    :math:`H = \bar w^2 \cdot \mathrm{diag}(\Phi^\top\Phi)` term carries the diagonal).
+    This is the quadratic term of the Gaussian log-likelihood on Kronecker factors: the $m^b$
+    vector of $w^\top A w$ over all configurations is a sum of Kronecker sums (pairs
+    $v_i \oplus v_j$ and squares $v_j^2$), and its inner product with
+    $\bigotimes_j q_j$ reduces to one matrix-vector product with `A` (the paper's
+    $H = \bar w^2 \cdot \mathrm{diag}(\Phi^\top\Phi)$ term carries the diagonal).
 
-    ``A`` must be symmetric (as :math:`\Phi^\top\Phi` is). The derivative reuses :math:`A\bar w` from
+    `A` must be symmetric (as $\Phi^\top\Phi$ is). The derivative reuses $A\bar w$ from
     the forward pass, so value and gradient together cost one matrix-vector product.
     """
     return matmul(mean, matmul(A, mean)) + jnp.sum(jnp.diagonal(A, axis1=-2, axis2=-1) * var, axis=-1)

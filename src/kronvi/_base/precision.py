@@ -1,14 +1,14 @@
 r"""Matrix-product precision: full float32 accuracy on every backend unless the caller asks otherwise.
 
 XLA's default float32 matmul on GPUs and TPUs rounds its inputs (TF32 tensor cores: a 10-bit mantissa,
-relative error about :math:`10^{-3}` per product), which breaks the accuracy the statistics, the ELBO and
-the predictions promise. So every matrix product in kronvi goes through :func:`matmul`, :func:`dot` or
-:func:`einsum`, which pass ``precision=lax.Precision.HIGHEST`` (true float32 products; float64 is always
+relative error about $10^{-3}$ per product), which breaks the accuracy the statistics, the ELBO and
+the predictions promise. So every matrix product in kronvi goes through `matmul`, `dot` or
+`einsum`, which pass `precision=lax.Precision.HIGHEST` (true float32 products; float64 is always
 exact) -- unless the caller has set JAX's own default: the context manager
-``jax.default_matmul_precision("tensorfloat32")``, ``jax.config.update("jax_default_matmul_precision",
-...)`` or the ``JAX_DEFAULT_MATMUL_PRECISION`` environment variable. Then kronvi passes no precision and
+`jax.default_matmul_precision("tensorfloat32")`, `jax.config.update("jax_default_matmul_precision",
+...)` or the `JAX_DEFAULT_MATMUL_PRECISION` environment variable. Then kronvi passes no precision and
 the caller's choice applies. That is the opt-in fast mode; kronvi keeps no state of its own. The setting is
-read when a function is traced, and ``jax.jit`` keys its caches on it, so compiled kronvi functions never
+read when a function is traced, and `jax.jit` keys its caches on it, so compiled kronvi functions never
 mix the two modes.
 
 Example:
@@ -21,7 +21,7 @@ Example:
   None
 
 On CPUs float32 products are exact at every setting, so the policy costs nothing there. Measurements:
-``docs/notes/2026-11-22-precision-policy.md``.
+`docs/notes/2026-11-22-precision-policy.md`.
 """
 
 from __future__ import annotations
@@ -32,21 +32,21 @@ from jax import lax
 
 
 def matmul_precision():
-    """``lax.Precision.HIGHEST``, or ``None`` (JAX's configured default) when the caller has set
-    ``jax_default_matmul_precision``; read at trace time."""
+    """`lax.Precision.HIGHEST`, or `None` (JAX's configured default) when the caller has set
+    `jax_default_matmul_precision`; read at trace time."""
     return lax.Precision.HIGHEST if jax.config.jax_default_matmul_precision is None else None
 
 
 def matmul(a, b):
-    """``a @ b`` (``jnp.matmul``) at :func:`matmul_precision`."""
+    """`a @ b` (`jnp.matmul`) at `matmul_precision`."""
     return jnp.matmul(a, b, precision=matmul_precision())
 
 
 def dot(a, b):
-    """``jnp.dot(a, b)`` at :func:`matmul_precision`."""
+    """`jnp.dot(a, b)` at `matmul_precision`."""
     return jnp.dot(a, b, precision=matmul_precision())
 
 
 def einsum(subscripts: str, *operands):
-    """``jnp.einsum(subscripts, *operands)`` at :func:`matmul_precision`."""
+    """`jnp.einsum(subscripts, *operands)` at `matmul_precision`."""
     return jnp.einsum(subscripts, *operands, precision=matmul_precision())

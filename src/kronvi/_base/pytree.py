@@ -1,8 +1,8 @@
 """A tiny helper for pytree classes whose constructor validates its input.
 
-``jax.tree_util`` rebuilds nodes from leaves that may be tracers, ``None`` or sentinel objects; those
-must not go through validation, so :func:`validated_pytree` registers an unflatten that bypasses
-``__init__``.
+`jax.tree_util` rebuilds nodes from leaves that may be tracers, `None` or sentinel objects; those
+must not go through validation, so `validated_pytree` registers an unflatten that bypasses
+`__init__`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import jax
 
 
 def validated_pytree(cls):
-    """Registers ``cls`` (with ``_fields``) as a pytree whose unflatten skips ``__init__``.
+    """Registers `cls` (with `_fields`) as a pytree whose unflatten skips `__init__`.
 
-    Also adds ``cls._unchecked(*leaves)``: construction without validation, for traced code.
+    Also adds `cls._unchecked(*leaves)`: construction without validation, for traced code.
     """
 
     def flatten(obj):
