@@ -1,6 +1,6 @@
 r"""Exact coordinate ascent (CAVI) for mean-field DIRECT regression.
 
-As a function of one factor the ELBO is :math:`-KL(q_j \| q_j^*) + \text{const}`; a sweep sets every weight
+As a function of one factor the ELBO is $-KL(q_j \| q_j^*) + \text{const}$; a sweep sets every weight
 to its optimum in turn, then the noise, so the ELBO never decreases.
 """
 
@@ -21,11 +21,11 @@ ORDERS = ("random", "cyclic", "greedy", "gain")
 
 
 def coordinate_gains(logits_w, logits_n, prior_w, prior_noise, stats):
-    r"""ELBO gain of updating each weight alone to its coordinate optimum: :math:`KL(q_j \| q_j^*)`.
+    r"""ELBO gain of updating each weight alone to its coordinate optimum: $KL(q_j \| q_j^*)$.
 
-    As a function of one factor the ELBO is :math:`-KL(q_j \| q_j^*) + \text{const}`, so this is the
-    exact gain of each single-coordinate update; ``order="gain"`` visits weights by decreasing gain
-    (Gauss-Southwell). Cost :math:`O(b^2 + bm)`.
+    As a function of one factor the ELBO is $-KL(q_j \| q_j^*) + \text{const}$, so this is the
+    exact gain of each single-coordinate update; `order="gain"` visits weights by decreasing gain
+    (Gauss-Southwell). Cost $O(b^2 + bm)$.
     """
     e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
     probs = jax.nn.softmax(logits_w, -1)
@@ -35,7 +35,7 @@ def coordinate_gains(logits_w, logits_n, prior_w, prior_noise, stats):
 
 
 def cavi_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0):
-    """One coordinate-ascent sweep over the weights in ``order``, then the noise. Returns new logits."""
+    """One coordinate-ascent sweep over the weights in `order`, then the noise. Returns new logits."""
     return _sequential_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature)
 
 
@@ -62,7 +62,7 @@ def _sequential_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, te
 
 
 def _block_indices(order, block_size):
-    """``order`` cut into rows of ``block_size``; the last row is padded with the out-of-range index ``b``.
+    """`order` cut into rows of `block_size`; the last row is padded with the out-of-range index `b`.
     Returns the padded indices, their validity mask and the indices clipped into range (for gathers)."""
     b = order.shape[0]
     num_blocks = -(-b // block_size)
@@ -72,10 +72,10 @@ def _block_indices(order, block_size):
 
 
 def _sequential_in_block(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperature):
-    r"""Exact coordinate updates of one block's weights in turn; ``g`` holds :math:`(A\bar w)_S` and is
-    kept current with the block's own coupling ``A_SS``. Masked (padding) slots are left as they are.
-    Unrolled with static indices, which ran faster on a GPU than ``lax.fori_loop(..., unroll=True)``
-    (``docs/notes/2026-11-22-cavi-on-accelerators.md``)."""
+    r"""Exact coordinate updates of one block's weights in turn; `g` holds $(A\bar w)_S$ and is
+    kept current with the block's own coupling `A_SS`. Masked (padding) slots are left as they are.
+    Unrolled with static indices, which ran faster on a GPU than `lax.fori_loop(..., unroll=True)`
+    (`docs/notes/2026-11-22-cavi-on-accelerators.md`)."""
     for i in range(ok.shape[0]):
         h = c[i] - (g[i] - a[i] * mean[i])
         new = (logp[i] + e_inv * (V[i] * h - 0.5 * a[i] * V[i] * V[i])) / temperature
@@ -87,15 +87,15 @@ def _sequential_in_block(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temper
 
 
 def jacobi_block_change(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperature=1.0):
-    r"""Moves a block :math:`S` of weights together to their single-coordinate optima :math:`q_j^*` (the
-    others and the noise fixed) and returns ``(new_logits, new_means, change, coupling, rounding)``.
+    r"""Moves a block $S$ of weights together to their single-coordinate optima $q_j^*$ (the
+    others and the noise fixed) and returns `(new_logits, new_means, change, coupling, rounding)`.
 
-    ``change`` is the exact change of the (tempered) ELBO,
-    :math:`T\sum_{j\in S} KL(q_j \| q_j^*) - E[\sigma^{-2}] \sum_{j<k \in S} A_{jk}\Delta\bar w_j\Delta\bar w_k`,
-    ``coupling`` its second term with the sign flipped, and ``rounding`` a bound on the rounding error of
+    `change` is the exact change of the (tempered) ELBO,
+    $T\sum_{j\in S} KL(q_j \| q_j^*) - E[\sigma^{-2}] \sum_{j<k \in S} A_{jk}\Delta\bar w_j\Delta\bar w_k$,
+    `coupling` its second term with the sign flipped, and `rounding` a bound on the rounding error of
     the computed gains (machine epsilon times their terms' magnitudes). Arguments are the block's rows: logits
-    ``(B, m)``, means, :math:`(A\bar w)_S` ``g``, couplings ``A_SS`` ``(B, B)``, :math:`(\Phi^\top y)_S`,
-    :math:`A_{jj}`, grid values and log prior ``(B, m)``, and a mask ``ok`` of the slots in use.
+    `(B, m)`, means, $(A\bar w)_S$ `g`, couplings `A_SS` `(B, B)`, $(\Phi^\top y)_S$,
+    $A_{jj}$, grid values and log prior `(B, m)`, and a mask `ok` of the slots in use.
     """
     h = c - (g - a * mean)
     new = (logp + e_inv * (V * h[:, None] - 0.5 * a[:, None] * V * V)) / temperature
@@ -112,19 +112,19 @@ def jacobi_block_change(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, tempera
 def blocked_sweep(
     logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0, *, block_size, jacobi
 ):
-    r"""A coordinate-ascent sweep in blocks of ``block_size`` consecutive weights of ``order``, then the noise.
+    r"""A coordinate-ascent sweep in blocks of `block_size` consecutive weights of `order`, then the noise.
 
-    Each block gathers its rows of :math:`A = \Phi^\top\Phi` once and :math:`A\bar w` is brought up to date
-    after the block with one product :math:`A_{S\cdot}^\top \Delta\bar w_S`, so a sweep runs ``b / block_size``
-    loop steps instead of ``b``.
+    Each block gathers its rows of $A = \Phi^\top\Phi$ once and $A\bar w$ is brought up to date
+    after the block with one product $A_{S\cdot}^\top \Delta\bar w_S$, so a sweep runs `b / block_size`
+    loop steps instead of `b`.
 
-    ``jacobi=False``: the block's weights are updated in turn, exactly as :func:`cavi_sweep` does (the same
-    updates, rounded differently). ``jacobi=True``: the block is first moved together to its
-    single-coordinate optima (:func:`jacobi_block_change`); the move is kept if the coupling term costs at
+    `jacobi=False`: the block's weights are updated in turn, exactly as [`cavi_sweep`][kronvi.cavi_sweep] does (the same
+    updates, rounded differently). `jacobi=True`: the block is first moved together to its
+    single-coordinate optima (`jacobi_block_change`); the move is kept if the coupling term costs at
     most half of the gains (so the ELBO rises by at least half of them) or no more than the gains' rounding
     error, and otherwise the block is updated in turn. Either way the ELBO never decreases (beyond
     rounding), and a fixed point is a point where every factor is at its coordinate optimum, as for
-    :func:`cavi_sweep`.
+    [`cavi_sweep`][kronvi.cavi_sweep].
     """
     A, c, V, logp = stats.PhitPhi, stats.Phity, prior_w.values, prior_w.log_probs
     a_diag = jnp.diagonal(A)
@@ -165,11 +165,11 @@ BLOCK_SIZES = {"blocked": 16, "jacobi": 64}
 
 
 def sweep_function(sweep: str):
-    """The sweep ``fit_cavi`` runs, with the signature of :func:`cavi_sweep`.
+    """The sweep `fit_cavi` runs, with the signature of [`cavi_sweep`][kronvi.cavi_sweep].
 
-    ``"auto"``: :func:`cavi_sweep` when compiled for a CPU, the guarded block-Jacobi sweep for an
+    `"auto"`: [`cavi_sweep`][kronvi.cavi_sweep] when compiled for a CPU, the guarded block-Jacobi sweep for an
     accelerator, where each loop step costs kernel launches
-    (``docs/notes/2026-11-22-cavi-on-accelerators.md``).
+    (`docs/notes/2026-11-22-cavi-on-accelerators.md`).
     """
     if sweep == "sequential":
         return cavi_sweep

@@ -1,6 +1,6 @@
 r"""Where a fit runs: on the device that holds its inputs, or on another one (e.g. the host CPU).
 
-The statistics a fit reads are :math:`O(b^2)` whatever :math:`n` is, so copying them once per fit is cheap.
+The statistics a fit reads are $O(b^2)$ whatever $n$ is, so copying them once per fit is cheap.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from .._base.checks import is_concrete
 
 
 def is_traced(tree) -> bool:
-    """Whether any leaf of ``tree`` is a tracer (the call is inside ``jit``, ``vmap``, ``grad``...)."""
+    """Whether any leaf of `tree` is a tracer (the call is inside `jit`, `vmap`, `grad`...)."""
     return not all(is_concrete(x) for x in jax.tree.leaves(tree))
 
 
 def devices_of(tree):
-    """The devices holding the JAX arrays of ``tree``."""
+    """The devices holding the JAX arrays of `tree`."""
     out = set()
     for x in jax.tree.leaves(tree):
         if isinstance(x, jax.Array):
@@ -26,7 +26,7 @@ def devices_of(tree):
 
 
 def resolve_device(device, tree):
-    """The device a fit of the arrays in ``tree`` runs on: ``None`` (where they are) or a ``jax.Device``
+    """The device a fit of the arrays in `tree` runs on: `None` (where they are) or a `jax.Device`
     (concrete arrays only)."""
     if device is None:
         return None
@@ -40,8 +40,8 @@ def resolve_device(device, tree):
 
 
 def home_sharding(tree):
-    """A sharding that puts results back where the arrays of ``tree`` live: their device, or replicated
-    over their devices when they span several. ``None`` for host (NumPy) inputs."""
+    """A sharding that puts results back where the arrays of `tree` live: their device, or replicated
+    over their devices when they span several. `None` for host (NumPy) inputs."""
     devices = devices_of(tree)
     if not devices:
         return None
@@ -52,6 +52,6 @@ def home_sharding(tree):
 
 
 def run_on(device, fn, args, home):
-    """``fn(*args)`` with ``args`` copied to ``device`` once, the results copied back to ``home``."""
+    """`fn(*args)` with `args` copied to `device` once, the results copied back to `home`."""
     out = fn(*jax.device_put(args, device))
     return out if home is None else jax.device_put(out, home)

@@ -1,7 +1,7 @@
 r"""Fitting mean-field DIRECT regression: exact coordinate ascent and L-BFGS on the exact ELBO.
 
-Pure functions built on ``lax.while_loop``: they run under ``jit`` and ``vmap`` (e.g. over CV folds stacked
-on a leading axis) and return ``(q_w, q_noise, info)`` instead of raising inside a compiled program.
+Pure functions built on `lax.while_loop`: they run under `jit` and `vmap` (e.g. over CV folds stacked
+on a leading axis) and return `(q_w, q_noise, info)` instead of raising inside a compiled program.
 """
 
 from __future__ import annotations
@@ -38,52 +38,54 @@ def fit_regression(
 ):
     r"""Fits mean-field DIRECT regression by maximizing the exact ELBO.
 
-    Methods:
-      ``"cavi"`` (default): exact coordinate ascent. Given the rest, the optimal factor is
-      :math:`\log q_j(v) = \log p_j(v) + E[\sigma^{-2}]\,(v h_j - \tfrac12 (\Phi^\top\Phi)_{jj} v^2)` with
-      :math:`h_j = (\Phi^\top y)_j - \sum_{i\ne j}(\Phi^\top\Phi)_{ij}\bar w_i`, and
-      :math:`\log q_\sigma(s) = \log p_\sigma(s) - \tfrac n2\log s - E\|y-\Phi w\|^2/(2s)`. A sweep updates
-      every weight in turn (keeping :math:`\Phi^\top\Phi\bar w` current in :math:`O(b)` per weight) and
-      then the noise: :math:`O(b^2)` per sweep and the ELBO never decreases.
-      ``"lbfgs"``: the paper's recipe, ``jaxopt.LBFGS`` on :math:`-\mathcal{L}/n` over the logits with
-      gradients from ``jax.grad``. ``"optax-lbfgs"``: the same with ``optax.lbfgs``.
+    The methods:
+
+    - `"cavi"` (default): exact coordinate ascent. Given the rest, the optimal factor is
+      $\log q_j(v) = \log p_j(v) + E[\sigma^{-2}]\,(v h_j - \tfrac12 (\Phi^\top\Phi)_{jj} v^2)$ with
+      $h_j = (\Phi^\top y)_j - \sum_{i\ne j}(\Phi^\top\Phi)_{ij}\bar w_i$, and
+      $\log q_\sigma(s) = \log p_\sigma(s) - \tfrac n2\log s - E\|y-\Phi w\|^2/(2s)$. A sweep updates
+      every weight in turn (keeping $\Phi^\top\Phi\bar w$ current in $O(b)$ per weight) and
+      then the noise: $O(b^2)$ per sweep and the ELBO never decreases.
+    - `"lbfgs"`: the paper's recipe, `jaxopt.LBFGS` on $-\mathcal{L}/n$ over the logits with
+      gradients from `jax.grad`.
+    - `"optax-lbfgs"`: the same with `optax.lbfgs`.
 
     Args:
-      stats: :class:`RegressionStats`.
-      prior_w: :class:`DiscretePrior` ``(b, m)``.
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
-      method: one of ``"cavi"``, ``"lbfgs"``, ``"optax-lbfgs"``.
-      init: where to start: ``"prior"`` (default, also ``None``), ``"gaussian"`` (the exact optimum of
-        the continuous mean-field problem, :func:`kronvi.gaussian_start`) or a tuple ``(q_w, q_noise)``.
+      stats: [`RegressionStats`][kronvi.RegressionStats].
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      method: one of `"cavi"`, `"lbfgs"`, `"optax-lbfgs"`.
+      init: where to start: `"prior"` (default, also `None`), `"gaussian"` (the exact optimum of
+        the continuous mean-field problem, [`kronvi.gaussian_start`][kronvi.gaussian_start]) or a tuple `(q_w, q_noise)`.
       max_iter: sweeps (CAVI, default 100) or iterations (L-BFGS, default 1000).
-      tol: stop when the ELBO gains less than ``tol * n`` nats in a sweep (CAVI, default 1e-7) or when
-        the gradient norm of :math:`-\mathcal{L}/n` falls below ``tol`` (L-BFGS, default 1e-6).
-      order: CAVI update order (default ``"gain"``; the orders are compared in
-        ``benchmarks/bench_fit_methods.py``): ``"random"`` (a fresh permutation per sweep from ``key``),
-        ``"cyclic"`` (0..b-1), ``"greedy"`` (each sweep visits weights by decreasing
-        :math:`|(\Phi^\top y)_j| / \sqrt{(\Phi^\top\Phi)_{jj}}`) or ``"gain"`` (each sweep visits
-        weights by decreasing exact single-coordinate gain, see :func:`coordinate_gains`).
-      key: PRNG key for ``order="random"`` (default ``jax.random.key(0)``).
-      anneal_sweeps: CAVI only; the first ``anneal_sweeps`` sweeps maximize
-        :math:`E_q[\log p(y, w)] + T\,H[q]` with the temperature ``T`` decaying geometrically from
-        ``anneal_start`` to 1 (deterministic annealing, to escape poor local optima); the ELBO is
+      tol: stop when the ELBO gains less than `tol * n` nats in a sweep (CAVI, default 1e-7) or when
+        the gradient norm of $-\mathcal{L}/n$ falls below `tol` (L-BFGS, default 1e-6).
+      order: CAVI update order (default `"gain"`; the orders are compared in
+        `benchmarks/bench_fit_methods.py`): `"random"` (a fresh permutation per sweep from `key`),
+        `"cyclic"` (0..b-1), `"greedy"` (each sweep visits weights by decreasing
+        $|(\Phi^\top y)_j| / \sqrt{(\Phi^\top\Phi)_{jj}}$) or `"gain"` (each sweep visits
+        weights by decreasing exact single-coordinate gain, see [`coordinate_gains`][kronvi.coordinate_gains]).
+      key: PRNG key for `order="random"` (default `jax.random.key(0)`).
+      anneal_sweeps: CAVI only; the first `anneal_sweeps` sweeps maximize
+        $E_q[\log p(y, w)] + T\,H[q]$ with the temperature `T` decaying geometrically from
+        `anneal_start` to 1 (deterministic annealing, to escape poor local optima); the ELBO is
         monotone only after them.
       sweep: CAVI only, how a sweep visits the weights. Each schedule keeps the ELBO monotone, and its
         fixed points are the points where every factor is at its coordinate optimum.
-        ``"sequential"``: one loop step per weight (:func:`cavi_sweep`). ``"blocked"``: the same updates
-        in turn, in blocks of 16 weights that each read their rows of :math:`\Phi^\top\Phi` once (rounded
-        differently). ``"jacobi"``: each block of 64 weights moves together to its single-coordinate
+        `"sequential"`: one loop step per weight ([`cavi_sweep`][kronvi.cavi_sweep]). `"blocked"`: the same updates
+        in turn, in blocks of 16 weights that each read their rows of $\Phi^\top\Phi$ once (rounded
+        differently). `"jacobi"`: each block of 64 weights moves together to its single-coordinate
         optima when the exact ELBO change shows the block's coupling costs at most half of the gain, and
-        in turn otherwise: another path to a fixed point. ``"auto"`` (default): ``"sequential"`` on a
-        CPU, ``"jacobi"`` on an accelerator (GPU, TPU), where each loop step costs kernel launches and
-        ``"jacobi"`` is the fastest schedule
-        (``docs/notes/2026-11-22-cavi-on-accelerators.md``).
-      device: ``None`` (default): the fit runs where the statistics live. A ``jax.Device`` (concrete
+        in turn otherwise: another path to a fixed point. `"auto"` (default): `"sequential"` on a
+        CPU, `"jacobi"` on an accelerator (GPU, TPU), where each loop step costs kernel launches and
+        `"jacobi"` is the fastest schedule
+        (`docs/notes/2026-11-22-cavi-on-accelerators.md`).
+      device: `None` (default): the fit runs where the statistics live. A `jax.Device` (concrete
         inputs only): the inputs are copied there once and the results copied back to the statistics'
-        device, e.g. ``jax.devices("cpu")[0]`` to fit on the host exactly as on a CPU-only machine.
+        device, e.g. `jax.devices("cpu")[0]` to fit on the host exactly as on a CPU-only machine.
 
     Returns:
-      ``(q_w, q_noise, info)`` with ``info`` a :class:`FitInfo`.
+      `(q_w, q_noise, info)` with `info` a [`FitInfo`][kronvi.FitInfo].
     """
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}, got {method!r}")

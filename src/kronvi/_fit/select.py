@@ -1,14 +1,14 @@
 r"""Choosing among priors by K-fold cross-validation computed from sufficient statistics.
 
 The held-out squared error of the posterior-mean predictor needs only the held-out rows' statistics:
-:math:`\|y - \Phi\bar w\|^2 = y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w`. With
-fold statistics from one pass (:func:`kronvi.kfold_stats`, :func:`kronvi.kfold_stats_from_inputs`), a
-K-fold cross-validation score is K fits on ``total - fold_k`` (vmapped) and K such evaluations: no
+$\|y - \Phi\bar w\|^2 = y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w$. With
+fold statistics from one pass ([`kronvi.kfold_stats`][kronvi.kfold_stats], [`kronvi.kfold_stats_from_inputs`][kronvi.kfold_stats_from_inputs]), a
+K-fold cross-validation score is K fits on `total - fold_k` (vmapped) and K such evaluations: no
 second pass over the data.
 
 The mean-field ELBO is biased about the noise variance when many weights are weakly determined (their prior
 variance counts as residual), so it cannot arbitrate between noise priors; held-out error can
-(``docs/notes/2026-11-22-noise-grid.md``).
+(`docs/notes/2026-11-22-noise-grid.md`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ class HeldoutScores(NamedTuple):
     r"""Held-out scores of a fitted posterior, exact functions of the held-out statistics.
 
     Attributes:
-      sq_error: :math:`\sum_i (y_i - \bar f_i)^2`, the squared error of the posterior-mean predictor.
-      log_density: :math:`\sum_i \log N(y_i;\ \bar f_i,\ \bar v)` with :math:`\bar v` the held-out rows'
+      sq_error: $\sum_i (y_i - \bar f_i)^2$, the squared error of the posterior-mean predictor.
+      log_density: $\sum_i \log N(y_i;\ \bar f_i,\ \bar v)$ with $\bar v$ the held-out rows'
         average predictive variance,
-        :math:`\bar v = \frac1{n}\sum_j \mathrm{Var}_q(w_j)(\Phi^\top\Phi)_{jj} + E_q[\sigma^2]`: a
+        $\bar v = \frac1{n}\sum_j \mathrm{Var}_q(w_j)(\Phi^\top\Phi)_{jj} + E_q[\sigma^2]$: a
         Gaussian predictive density with one pooled variance. It rewards a small error and penalizes
         overconfidence (a variance too small for the error), which the squared error alone does not.
     """
@@ -45,16 +45,16 @@ class HeldoutScores(NamedTuple):
 
 
 def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionStats):
-    r"""Exact sum of squared errors of the posterior-mean predictor :math:`\Phi\,E_q[w]` on the rows that
-    ``stats`` summarizes: :math:`y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w`.
+    r"""Exact sum of squared errors of the posterior-mean predictor $\Phi\,E_q[w]$ on the rows that
+    `stats` summarizes: $y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w$.
 
     Args:
-      q_w: :class:`MeanField` ``(b, m)`` over the weights.
-      prior_w: :class:`DiscretePrior` ``(b, m)``: the grid values of ``q_w``.
-      stats: :class:`RegressionStats` of held-out rows (targets centred like the training targets).
+      q_w: [`MeanField`][kronvi.MeanField] `(b, m)` over the weights.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`: the grid values of `q_w`.
+      stats: [`RegressionStats`][kronvi.RegressionStats] of held-out rows (targets centred like the training targets).
 
     Returns:
-      A scalar, the sum (not the mean) of squared errors; divide by ``stats.n`` for the mean.
+      A scalar, the sum (not the mean) of squared errors; divide by `stats.n` for the mean.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -90,17 +90,17 @@ def _check_heldout(q_w, prior_w, stats):
 
 
 def heldout_scores(q_w: MeanField, q_noise: MeanField, prior_w: DiscretePrior, prior_noise, stats):
-    r"""Both :class:`HeldoutScores` of ``(q_w, q_noise)`` on the rows that ``stats`` summarizes.
+    r"""Both [`HeldoutScores`][kronvi.HeldoutScores] of `(q_w, q_noise)` on the rows that `stats` summarizes.
 
     Args:
-      q_w: :class:`MeanField` ``(b, m)`` over the weights.
-      q_noise: :class:`MeanField` ``(1, m_sigma)`` over the noise variance.
-      prior_w: :class:`DiscretePrior` ``(b, m)``.
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
-      stats: :class:`RegressionStats` of held-out rows.
+      q_w: [`MeanField`][kronvi.MeanField] `(b, m)` over the weights.
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: [`RegressionStats`][kronvi.RegressionStats] of held-out rows.
 
     Returns:
-      :class:`HeldoutScores` (sums over the held-out rows).
+      [`HeldoutScores`][kronvi.HeldoutScores] (sums over the held-out rows).
     """
     if q_noise.logits.shape[-2:] != prior_noise.values.shape[-2:]:
         raise ValueError(
@@ -127,16 +127,18 @@ def cv_scores(
     r"""Held-out scores of DIRECT mean field on every fold, one vmapped fit per fold.
 
     Args:
-      train_stats: :class:`RegressionStats` stacked on a leading fold axis ``(K, ...)`` (e.g. the first
-        output of :func:`kronvi.kfold_stats`).
+      train_stats: [`RegressionStats`][kronvi.RegressionStats] stacked on a leading fold axis `(K, ...)` (e.g. the first
+        output of [`kronvi.kfold_stats`][kronvi.kfold_stats]).
       test_stats: the held-out statistics, stacked the same way.
-      prior_w: :class:`DiscretePrior` ``(b, m)``, shared by the folds.
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``, shared by the folds.
-      init, method, max_iter: passed to :func:`kronvi.fit_regression` (default: CAVI from
-        :func:`kronvi.gaussian_start`).
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`, shared by the folds.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`, shared by the folds.
+      init: passed to [`kronvi.fit_regression`][kronvi.fit_regression] (default `"gaussian"`: CAVI from
+        [`kronvi.gaussian_start`][kronvi.gaussian_start]).
+      method: passed to [`kronvi.fit_regression`][kronvi.fit_regression] (default `"cavi"`).
+      max_iter: passed to [`kronvi.fit_regression`][kronvi.fit_regression].
 
     Returns:
-      :class:`HeldoutScores` of ``(K,)`` arrays, one entry per held-out fold.
+      [`HeldoutScores`][kronvi.HeldoutScores] of `(K,)` arrays, one entry per held-out fold.
     """
     if train_stats.PhitPhi.ndim != 3 or test_stats.PhitPhi.ndim != 3:
         raise ValueError(
@@ -156,21 +158,22 @@ def cv_scores(
 
 
 def select_prior(train_stats, test_stats, candidates, *, criterion: str = "log_density", **fit_kwargs):
-    r"""Picks the ``(prior_w, prior_noise)`` pair with the best K-fold cross-validated score.
+    r"""Picks the `(prior_w, prior_noise)` pair with the best K-fold cross-validated score.
 
     The candidates may differ in shape (e.g. a 15-level noise grid and a single fixed noise level), so
     they are scored one after another; the folds of each are fitted in one vmapped call.
 
     Args:
-      train_stats, test_stats: stacked fold statistics, as for :func:`cv_scores`.
-      candidates: a non-empty sequence of ``(prior_w, prior_noise)`` pairs.
-      criterion: ``"log_density"`` (default: the highest pooled-variance predictive log density, see
-        :class:`HeldoutScores`) or ``"sq_error"`` (the lowest squared error).
-      **fit_kwargs: ``init``, ``method``, ``max_iter`` for :func:`cv_scores`.
+      train_stats: stacked training statistics of the folds, as for [`cv_scores`][kronvi.cv_scores].
+      test_stats: stacked held-out statistics of the folds, as for [`cv_scores`][kronvi.cv_scores].
+      candidates: a non-empty sequence of `(prior_w, prior_noise)` pairs.
+      criterion: `"log_density"` (default: the highest pooled-variance predictive log density, see
+        [`HeldoutScores`][kronvi.HeldoutScores]) or `"sq_error"` (the lowest squared error).
+      **fit_kwargs: `init`, `method`, `max_iter` for [`cv_scores`][kronvi.cv_scores].
 
     Returns:
-      ``(index, scores)``: the index of the best candidate (the first one on ties) and
-      :class:`HeldoutScores` of ``(C,)`` arrays, per held-out row: the mean squared error and the mean log
+      `(index, scores)`: the index of the best candidate (the first one on ties) and
+      [`HeldoutScores`][kronvi.HeldoutScores] of `(C,)` arrays, per held-out row: the mean squared error and the mean log
       density over all held-out rows.
     """
     if criterion not in CRITERIA:
