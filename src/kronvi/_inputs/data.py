@@ -1,8 +1,8 @@
 r"""Data handling: loading regression data sets, cross-validation folds and input standardization.
 
 Loading happens once, eagerly, in NumPy float64 (the files are small text tables); everything downstream
-is JAX. The UCI folder format is ``data.csv.gz`` (comma-separated, no header, the last column is the target)
-plus ``test_mask.csv.gz`` (an ``n x K`` 0/1 matrix whose column ``k`` marks the test rows of fold ``k``).
+is JAX. The UCI folder format is `data.csv.gz` (comma-separated, no header, the last column is the target)
+plus `test_mask.csv.gz` (an `n x K` 0/1 matrix whose column `k` marks the test rows of fold `k`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from .._base.checks import as_float_array, check_finite, check_ndim, check_nonem
 
 
 class Standardizer(NamedTuple):
-    r"""Per-column affine map :math:`x \mapsto (x - \text{mean}) / \text{scale}`.
+    r"""Per-column affine map $x \mapsto (x - \text{mean}) / \text{scale}$.
 
     Attributes:
-      mean: ``(d,)`` column means of the training inputs.
-      scale: ``(d,)`` column standard deviations, with 1 for constant columns.
+      mean: `(d,)` column means of the training inputs.
+      scale: `(d,)` column standard deviations, with 1 for constant columns.
     """
 
     mean: jax.Array
@@ -38,17 +38,17 @@ class Standardizer(NamedTuple):
 
 
 def fit_standardizer(X) -> Standardizer:
-    r"""Column means and standard deviations of the training inputs ``X``.
+    r"""Column means and standard deviations of the training inputs `X`.
 
-    A column whose standard deviation is zero up to rounding (:math:`\sigma_d \le 100\,\epsilon\,|\mu_d|`,
-    with :math:`\epsilon` the machine epsilon of the dtype) is constant: it gets ``scale = 1``, so that
-    :func:`standardize` maps it to zeros instead of NaN or inf.
+    A column whose standard deviation is zero up to rounding ($\sigma_d \le 100\,\epsilon\,|\mu_d|$,
+    with $\epsilon$ the machine epsilon of the dtype) is constant: it gets `scale = 1`, so that
+    [`standardize`][kronvi.standardize] maps it to zeros instead of NaN or inf.
 
     Args:
-      X: Training inputs ``(n, d)``, ``n >= 1``. Fit on training rows only, then apply to both splits.
+      X: Training inputs `(n, d)`, `n >= 1`. Fit on training rows only, then apply to both splits.
 
     Returns:
-      Standardizer: ``mean`` and ``scale``, both ``(d,)``, in the dtype of ``X``.
+      Standardizer: `mean` and `scale`, both `(d,)`, in the dtype of `X`.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -70,14 +70,14 @@ def fit_standardizer(X) -> Standardizer:
 
 
 def standardize(st: Standardizer, X) -> jax.Array:
-    r"""Applies :math:`(X - \text{mean}) / \text{scale}` column-wise.
+    r"""Applies $(X - \text{mean}) / \text{scale}$ column-wise.
 
     Args:
-      st: A :class:`Standardizer` from :func:`fit_standardizer`.
-      X: Inputs ``(n, d)`` with the same ``d`` as the standardizer.
+      st: A [`Standardizer`][kronvi.Standardizer] from [`fit_standardizer`][kronvi.fit_standardizer].
+      X: Inputs `(n, d)` with the same `d` as the standardizer.
 
     Returns:
-      jax.Array: Standardized inputs ``(n, d)``.
+      jax.Array: Standardized inputs `(n, d)`.
     """
     if not isinstance(st, Standardizer):
         raise TypeError(f"`st` must be a Standardizer, got {type(st).__name__}")
@@ -94,7 +94,7 @@ def standardize(st: Standardizer, X) -> jax.Array:
 
 def _read_text(source, name: str) -> str:
     """The text of a path or a binary file-like object: gzip (by its magic bytes) decompressed, UTF-8 with
-    an optional byte-order mark. Raises ``ValueError`` naming ``name`` for truncated or corrupt gzip data
+    an optional byte-order mark. Raises `ValueError` naming `name` for truncated or corrupt gzip data
     and for bytes that are not UTF-8."""
     if hasattr(source, "read"):
         raw = source.read()
@@ -126,11 +126,11 @@ def _is_number(s: str) -> bool:
 
 
 def _read_table(source, name: str, *, header="never"):
-    """Reads a comma-separated numeric table into a float64 ``(rows, cols)`` array.
+    """Reads a comma-separated numeric table into a float64 `(rows, cols)` array.
 
-    ``header``: ``False``/``"never"`` (every row is data), ``True`` (the first row is a header) or
-    ``"auto"`` (the first row is a header when none of its fields is a number; some numbers and some
-    not is an error). Blank lines are ignored. Raises ``ValueError`` naming the file and the 1-based line
+    `header`: `False`/`"never"` (every row is data), `True` (the first row is a header) or
+    `"auto"` (the first row is a header when none of its fields is a number; some numbers and some
+    not is an error). Blank lines are ignored. Raises `ValueError` naming the file and the 1-based line
     for ragged rows and non-numeric fields, and for NaN/inf values.
     """
     text = _read_text(source, name)
@@ -208,15 +208,15 @@ def _load_pair(data_src, mask_src, data_name: str, mask_name: str):
 
 
 def load_uci(path):
-    r"""Loads a regression data set stored as ``<path>/data.csv.gz`` and ``<path>/test_mask.csv.gz``.
+    r"""Loads a regression data set stored as `<path>/data.csv.gz` and `<path>/test_mask.csv.gz`.
 
     Args:
-      path: a folder in the format of the UCI collection: ``data.csv.gz`` is comma-separated without
-        header, the last column is the target; ``test_mask.csv.gz`` is ``n x K`` 0/1 with exactly one 1
+      path: a folder in the format of the UCI collection: `data.csv.gz` is comma-separated without
+        header, the last column is the target; `test_mask.csv.gz` is `n x K` 0/1 with exactly one 1
         per row (the row's test fold).
 
     Returns:
-      (X, y, test_mask): ``X`` float64 ``(n, d)``, ``y`` float64 ``(n,)``, ``test_mask`` int64 ``(n, K)``.
+      (X, y, test_mask): `X` float64 `(n, d)`, `y` float64 `(n,)`, `test_mask` int64 `(n, K)`.
 
     Raises:
       FileNotFoundError: If the folder or either file is missing.
@@ -244,7 +244,7 @@ def load_demo():
     r"""The yacht hydrodynamics data set (308 rows, 6 inputs, 10 folds) shipped with kronvi.
 
     Returns:
-      (X, y, test_mask): As :func:`load_uci`.
+      (X, y, test_mask): As [`load_uci`][kronvi.load_uci].
 
     Example:
       >>> import kronvi
@@ -260,19 +260,19 @@ def load_demo():
 
 
 def load_csv(path, *, target_column: int = -1, header="auto"):
-    r"""Loads a plain comma-separated numeric table as ``(X, y)``.
+    r"""Loads a plain comma-separated numeric table as `(X, y)`.
 
     gzip files are decompressed; a UTF-8 byte-order mark is ignored.
 
     Args:
       path: The CSV file.
       target_column: index of the target column (negative indices count from the end); the other
-        columns are ``X`` in their original order.
-      header: ``"auto"``: the first row is a header when none of its fields is a number, data when all
-        are, and an error otherwise; ``True``: the first row is a header; ``False``: every row is data.
+        columns are `X` in their original order.
+      header: `"auto"`: the first row is a header when none of its fields is a number, data when all
+        are, and an error otherwise; `True`: the first row is a header; `False`: every row is data.
 
     Returns:
-      (X, y): ``X`` float64 ``(n, d)``, ``y`` float64 ``(n,)``.
+      (X, y): `X` float64 `(n, d)`, `y` float64 `(n,)`.
 
     Example:
       >>> import kronvi, pathlib, tempfile
@@ -297,14 +297,14 @@ def load_csv(path, *, target_column: int = -1, header="auto"):
 
 
 def fold_indices(test_mask) -> np.ndarray:
-    r"""The test fold of every row: ``folds[i] = k`` where ``test_mask[i, k] == 1``.
+    r"""The test fold of every row: `folds[i] = k` where `test_mask[i, k] == 1`.
 
     Args:
-      test_mask: ``(n, K)`` 0/1 matrix with exactly one 1 per row.
+      test_mask: `(n, K)` 0/1 matrix with exactly one 1 per row.
 
     Returns:
-      ``(n,)`` int64 NumPy array of fold ids in ``[0, K)``, the ``folds`` argument of
-      :func:`kronvi.kfold_stats`.
+      `(n,)` int64 NumPy array of fold ids in `[0, K)`, the `folds` argument of
+      [`kronvi.kfold_stats`][kronvi.kfold_stats].
 
     Example:
       >>> import kronvi

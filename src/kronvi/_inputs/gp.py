@@ -2,11 +2,11 @@ r"""Gaussian-process hyperparameters by maximizing the exact log marginal likeli
 
 DIRECT's random-feature models need a kernel (lengthscales, signal variance) and a noise level. They are
 initialized, as in Evans & Nair (2018, Sec. 5), from an exact GP fit on a subsample of at most
-``num_points`` training rows. The GP marginal likelihood is multimodal: besides the optimum that explains
+`num_points` training rows. The GP marginal likelihood is multimodal: besides the optimum that explains
 the data by a function, there is a *degenerate* one that explains everything as noise (noise variance
-:math:`\approx \operatorname{var}(y)`, lengthscales at a bound or no signal variance), and a single
-optimizer run from a poor start can end there (test RMSE = std of y). :func:`fit_gp_hyperparameters`
-therefore runs several starts in parallel (``vmap``), keeps every parameter inside sane bounds by
+$\approx \operatorname{var}(y)$, lengthscales at a bound or no signal variance), and a single
+optimizer run from a poor start can end there (test RMSE = std of y). [`fit_gp_hyperparameters`][kronvi.fit_gp_hyperparameters]
+therefore runs several starts in parallel (`vmap`), keeps every parameter inside sane bounds by
 construction, and prefers a non-degenerate optimum whose likelihood is comparable to the best one.
 """
 
@@ -47,13 +47,13 @@ _NOISE_FRACTIONS = (0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)
 class GPHyperparameters(NamedTuple):
     r"""Hyperparameters of a GP with squared-exponential ARD kernel and Gaussian noise.
 
-    :math:`k(x, x') = s^2 \exp(-\tfrac12 \sum_d (x_d - x'_d)^2 / \ell_d^2)`, :math:`y = f(x) + \varepsilon`,
-    :math:`\varepsilon \sim N(0, \sigma^2)`.
+    $k(x, x') = s^2 \exp(-\tfrac12 \sum_d (x_d - x'_d)^2 / \ell_d^2)$, $y = f(x) + \varepsilon$,
+    $\varepsilon \sim N(0, \sigma^2)$.
 
     Attributes:
-      lengthscales: ``(d,)`` :math:`\ell_d > 0`.
-      signal_variance: ``()`` :math:`s^2 > 0`.
-      noise_variance: ``()`` :math:`\sigma^2 > 0`.
+      lengthscales: `(d,)` $\ell_d > 0$.
+      signal_variance: `()` $s^2 > 0$.
+      noise_variance: `()` $\sigma^2 > 0$.
     """
 
     lengthscales: jax.Array
@@ -62,23 +62,23 @@ class GPHyperparameters(NamedTuple):
 
 
 class GPFitInfo(NamedTuple):
-    """Diagnostics of :func:`fit_gp_hyperparameters`; per-start arrays have a leading ``(S,)`` axis.
+    """Diagnostics of [`fit_gp_hyperparameters`][kronvi.fit_gp_hyperparameters]; per-start arrays have a leading `(S,)` axis.
 
     Attributes:
-      log_marginal_likelihoods: ``(S,)`` final log marginal likelihood of each start on the subsample
-        (``-inf`` where a start failed numerically).
-      chosen: ``()`` index of the start that was returned.
-      degenerate: ``()`` whether the returned optimum is degenerate (explains the data as noise); true
+      log_marginal_likelihoods: `(S,)` final log marginal likelihood of each start on the subsample
+        (`-inf` where a start failed numerically).
+      chosen: `()` index of the start that was returned.
+      degenerate: `()` whether the returned optimum is degenerate (explains the data as noise); true
         only when no start found a comparable non-degenerate optimum.
-      degenerate_starts: ``(S,)`` which starts ended at a degenerate optimum.
-      starts: :class:`GPHyperparameters` stacked ``(S, ...)``, the optimum of every start.
-      loo_mse: ``(S,)`` leave-one-out mean squared error of each start's posterior mean on the subsample
-        (compare with ``var(y)``: a degenerate start predicts no better than the mean).
-      num_iterations: ``(S,)`` L-BFGS iterations of every start.
-      converged: ``(S,)`` whether the gradient-norm criterion was met (rather than ``max_iter`` or a stall).
-      grad_norms: ``(S,)`` final gradient norm of :math:`-\\log p / n` in the unconstrained parameters.
-      num_points: ``()`` rows of the subsample the likelihood was computed on.
-      noise_at_bound: ``(S,)`` which starts ended with the noise variance pinned at its lower bound.
+      degenerate_starts: `(S,)` which starts ended at a degenerate optimum.
+      starts: [`GPHyperparameters`][kronvi.GPHyperparameters] stacked `(S, ...)`, the optimum of every start.
+      loo_mse: `(S,)` leave-one-out mean squared error of each start's posterior mean on the subsample
+        (compare with `var(y)`: a degenerate start predicts no better than the mean).
+      num_iterations: `(S,)` L-BFGS iterations of every start.
+      converged: `(S,)` whether the gradient-norm criterion was met (rather than `max_iter` or a stall).
+      grad_norms: `(S,)` final gradient norm of $-\\log p / n$ in the unconstrained parameters.
+      num_points: `()` rows of the subsample the likelihood was computed on.
+      noise_at_bound: `(S,)` which starts ended with the noise variance pinned at its lower bound.
     """
 
     log_marginal_likelihoods: jax.Array
@@ -114,8 +114,8 @@ def _cholesky(hyper, X):
 
 @jax.custom_vjp
 def _gaussian_log_density(K, y):
-    r""":math:`\log N(y \mid 0, K)`, with the closed-form gradient
-    :math:`\partial/\partial K = \tfrac12(\alpha\alpha^\top - K^{-1})`, :math:`\partial/\partial y = -\alpha`
+    r"""$\log N(y \mid 0, K)$, with the closed-form gradient
+    $\partial/\partial K = \tfrac12(\alpha\alpha^\top - K^{-1})$, $\partial/\partial y = -\alpha$
     (Rasmussen & Williams 2006, eq. 5.9); cheaper than differentiating through the Cholesky factorization.
     """
     return _gaussian_log_density_fwd(K, y)[0]
@@ -151,8 +151,8 @@ def _lml(hyper, X, y):
 
 
 def _loo_mse(hyper, X, y):
-    r"""Leave-one-out mean squared error of the GP posterior mean, :math:`\operatorname{mean}_i
-    (\alpha_i / [K_y^{-1}]_{ii})^2` (Rasmussen & Williams 2006, eq. 5.12)."""
+    r"""Leave-one-out mean squared error of the GP posterior mean, $\operatorname{mean}_i
+    (\alpha_i / [K_y^{-1}]_{ii})^2$ (Rasmussen & Williams 2006, eq. 5.12)."""
     L = _cholesky(hyper, X)
     Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(X.shape[0], dtype=X.dtype), lower=True)
     alpha = matmul(Linv.T, matmul(Linv, y))
@@ -188,20 +188,21 @@ def _validate_xy(X, y):
 def gp_log_marginal_likelihood(hyper: GPHyperparameters, X, y) -> jax.Array:
     r"""Exact log marginal likelihood of a zero-mean GP regression model.
 
-    .. math::
-        \log p(y \mid X, \theta) = -\tfrac12 y^\top (K + \sigma^2 I)^{-1} y
-        - \tfrac12 \log\lvert K + \sigma^2 I\rvert - \tfrac n2 \log 2\pi,
+    $$
+    \log p(y \mid X, \theta) = -\tfrac12 y^\top (K + \sigma^2 I)^{-1} y
+    - \tfrac12 \log\lvert K + \sigma^2 I\rvert - \tfrac n2 \log 2\pi,
+    $$
 
-    computed from the Cholesky factor :math:`LL^\top = K + \sigma^2 I` in :math:`O(n^3)` time and
-    :math:`O(n^2)` memory. Differentiable in ``hyper`` (and ``X``, ``y``); runs under ``jit``/``vmap``.
+    computed from the Cholesky factor $LL^\top = K + \sigma^2 I$ in $O(n^3)$ time and
+    $O(n^2)$ memory. Differentiable in `hyper` (and `X`, `y`); runs under `jit`/`vmap`.
 
     Args:
-      hyper: :class:`GPHyperparameters` with ``lengthscales`` of shape ``(d,)``.
-      X: inputs ``(n, d)``.
-      y: targets ``(n,)`` (centred: the GP has zero mean).
+      hyper: [`GPHyperparameters`][kronvi.GPHyperparameters] with `lengthscales` of shape `(d,)`.
+      X: inputs `(n, d)`.
+      y: targets `(n,)` (centred: the GP has zero mean).
 
     Returns:
-      A scalar in the promoted dtype of ``X`` and ``y``.
+      A scalar in the promoted dtype of `X` and `y`.
 
     References:
       Rasmussen & Williams (2006), *Gaussian Processes for Machine Learning*, eq. (2.30) and Algorithm 2.1.
@@ -224,7 +225,7 @@ def gp_log_marginal_likelihood(hyper: GPHyperparameters, X, y) -> jax.Array:
 
 
 class _Bounds(NamedTuple):
-    """Log-space bounds ``(lo, hi)`` of the packed vector ``[log l (d), log s2, log noise]``."""
+    """Log-space bounds `(lo, hi)` of the packed vector `[log l (d), log s2, log noise]`."""
 
     lo: jax.Array
     hi: jax.Array
@@ -270,8 +271,8 @@ def _is_degenerate(hyper, loo_mse, var_y, ls_lo, ls_hi, active):
 
 
 def _select(lmls, degenerate, margin):
-    """Index of the best start, preferring a non-degenerate one within ``margin`` nats of the best; among
-    starts within ``_TIE_NATS`` of that one (and as degenerate), the first: a near-tie is decided by start
+    """Index of the best start, preferring a non-degenerate one within `margin` nats of the best; among
+    starts within `_TIE_NATS` of that one (and as degenerate), the first: a near-tie is decided by start
     order, not by rounding (docs/notes/2026-11-22-input-scale-sensitivity.md)."""
     best = jnp.argmax(lmls)
     good_lmls = jnp.where(degenerate, -jnp.inf, lmls)
@@ -298,61 +299,61 @@ def fit_gp_hyperparameters(
 ):
     r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
 
-    ``min(n, num_points)`` rows are drawn without replacement with ``key`` (all rows when ``n`` is
-    smaller; the result is deterministic given ``key``). Each start maximizes
-    :func:`gp_log_marginal_likelihood` on that subsample with ``optax.lbfgs`` over an unconstrained
-    :math:`u` with :math:`\log\theta = \log\theta_{lo} + (\log\theta_{hi} - \log\theta_{lo})\,
-    \mathrm{sigmoid}(u)`, so every parameter stays inside its bounds:
+    `min(n, num_points)` rows are drawn without replacement with `key` (all rows when `n` is
+    smaller; the result is deterministic given `key`). Each start maximizes
+    [`gp_log_marginal_likelihood`][kronvi.gp_log_marginal_likelihood] on that subsample with `optax.lbfgs` over an unconstrained
+    $u$ with $\log\theta = \log\theta_{lo} + (\log\theta_{hi} - \log\theta_{lo})\,
+    \mathrm{sigmoid}(u)$, so every parameter stays inside its bounds:
 
-    * lengthscales in :math:`[10^{-2}, 10^{3}] \cdot c` with :math:`c` the median column standard deviation
+    * lengthscales in $[10^{-2}, 10^{3}] \cdot c$ with $c$ the median column standard deviation
       of the subsample (1 for standardized inputs);
-    * signal variance in :math:`[10^{-4}, 10^{2}] \cdot \operatorname{var}(y)`;
-    * noise variance in :math:`[\sigma^2_{\min}, 10\,\operatorname{var}(y)]`.
+    * signal variance in $[10^{-4}, 10^{2}] \cdot \operatorname{var}(y)$;
+    * noise variance in $[\sigma^2_{\min}, 10\,\operatorname{var}(y)]$.
 
-    The starts run in parallel under ``vmap`` (on accelerators; see ``parallel_restarts``). Start ``i``
-    has lengthscales :math:`\sqrt d \cdot (1, 0.3, 3, 0.1, 1, 0.3, 3, 10)_i`, noise variance
-    :math:`(0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)_i \operatorname{var}(y)` and signal variance
-    :math:`\operatorname{var}(y)` minus the noise (cycling for more than 8 starts).
+    The starts run in parallel under `vmap` (on accelerators; see `parallel_restarts`). Start `i`
+    has lengthscales $\sqrt d \cdot (1, 0.3, 3, 0.1, 1, 0.3, 3, 10)_i$, noise variance
+    $(0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)_i \operatorname{var}(y)$ and signal variance
+    $\operatorname{var}(y)$ minus the noise (cycling for more than 8 starts).
 
     A start is *degenerate* when it explains the data as noise: noise variance
-    :math:`\ge 0.9\operatorname{var}(y)`, a leave-one-out mean squared error of its posterior mean
-    :math:`\ge 0.9\operatorname{var}(y)` (it predicts no better than the mean; this also catches a
+    $\ge 0.9\operatorname{var}(y)$, a leave-one-out mean squared error of its posterior mean
+    $\ge 0.9\operatorname{var}(y)$ (it predicts no better than the mean; this also catches a
     lengthscale so short that the "signal" is white noise), or every lengthscale of a non-constant input
     within a factor 2 of the same bound. The start with the largest
     marginal likelihood is returned, unless it is degenerate and a non-degenerate start is within
-    ``degenerate_margin`` nats of it, in which case the best non-degenerate start is returned instead.
-    ``info.degenerate`` reports whether the returned optimum is still degenerate (then the data show no
+    `degenerate_margin` nats of it, in which case the best non-degenerate start is returned instead.
+    `info.degenerate` reports whether the returned optimum is still degenerate (then the data show no
     signal the GP can find: check the inputs). A start whose noise variance ends pinned at its lower bound
-    (``info.noise_at_bound``) optimized the bound, not the data (integer targets that the GP can
+    (`info.noise_at_bound`) optimized the bound, not the data (integer targets that the GP can
     interpolate do this); when the chosen start is pinned and an unpinned, non-degenerate start has a
     leave-one-out error at least as small, the best such start is returned instead.
 
-    Inputs are expected standardized (:func:`kronvi.fit_standardizer`) and ``y`` centred.
+    Inputs are expected standardized ([`kronvi.fit_standardizer`][kronvi.fit_standardizer]) and `y` centred.
 
     Args:
       key: PRNG key for the subsample.
-      X: training inputs ``(n, d)``.
-      y: training targets ``(n,)``, centred.
-      num_points: maximum subsample size (the cost is :math:`O(\text{num\_points}^3)` per iteration).
-      num_restarts: number of starts ``S`` (ignored when ``init`` is given).
+      X: training inputs `(n, d)`.
+      y: training targets `(n,)`, centred.
+      num_points: maximum subsample size (the cost is $O(\text{num\_points}^3)$ per iteration).
+      num_restarts: number of starts `S` (ignored when `init` is given).
       max_iter: maximum L-BFGS iterations per start.
-      tol: stop a start when the gradient norm of :math:`-\log p / n` in :math:`u` falls below ``tol``;
+      tol: stop a start when the gradient norm of $-\log p / n$ in $u$ falls below `tol`;
         a start also stops when an iteration no longer decreases the objective.
       min_noise_variance: lower bound of the noise variance; default
-        :math:`10^{-6}\operatorname{var}(y)` in float64 and :math:`10^{-4}\operatorname{var}(y)` in
+        $10^{-6}\operatorname{var}(y)$ in float64 and $10^{-4}\operatorname{var}(y)$ in
         float32 (where a smaller noise makes the Cholesky factorization fail).
       degenerate_margin: how many nats below the best start a non-degenerate start may be and still be
         preferred to a degenerate best (a log Bayes factor).
-      init: optional starting points, :class:`GPHyperparameters` stacked ``(S, ...)``, replacing the
+      init: optional starting points, [`GPHyperparameters`][kronvi.GPHyperparameters] stacked `(S, ...)`, replacing the
         default starts (clipped into the bounds).
-      parallel_restarts: run the starts in parallel with ``vmap`` (``True``) or one after another with
-        ``lax.map`` (``False``). Default: ``vmap`` on GPU/TPU, ``lax.map`` on CPU, where a ``vmap``-batched
+      parallel_restarts: run the starts in parallel with `vmap` (`True`) or one after another with
+        `lax.map` (`False`). Default: `vmap` on GPU/TPU, `lax.map` on CPU, where a `vmap`-batched
         Cholesky gains nothing over sequential calls and, with few cores, can deadlock XLA's CPU thread
         pool (batched LAPACK kernels waiting on each other's pool tasks; observed on a 2-core machine
         with 277 rows).
 
     Returns:
-      ``(hyper, info)``: the chosen :class:`GPHyperparameters` and a :class:`GPFitInfo`.
+      `(hyper, info)`: the chosen [`GPHyperparameters`][kronvi.GPHyperparameters] and a [`GPFitInfo`][kronvi.GPFitInfo].
 
     References:
       Rasmussen & Williams (2006), Sec. 5.4.1 (marginal likelihood, local optima, Fig. 5.5); Evans &
