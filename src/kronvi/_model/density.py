@@ -1,42 +1,42 @@
 r"""Exact predictive log density of a mean-field DIRECT regression posterior, batched over points.
 
-Model: :math:`Y = F + E`, :math:`F = \sum_j \Phi^*_j w_j` with independent discrete :math:`w_j`
-(levels ``values[j, k]``, probabilities ``qw[j, k]``), :math:`E \sim N(0, s)` with :math:`s` discrete
-(levels ``svals``, probabilities ``qn``). Per point, with no Python loop over points:
+Model: $Y = F + E$, $F = \sum_j \Phi^*_j w_j$ with independent discrete $w_j$
+(levels `values[j, k]`, probabilities `qw[j, k]`), $E \sim N(0, s)$ with $s$ discrete
+(levels `svals`, probabilities `qn`). Per point, with no Python loop over points:
 
-1. Exponential tilting (an exact identity): :math:`p(y) = M(\tau) e^{-\tau y} p_\tau(y)`, with Newton steps
-   on :math:`\tau` until the tilted mean is within ``newton_tol`` tilted sds of ``y`` (points near the mean
-   keep :math:`\tau = 0`). :math:`\log M_F` is accumulated as
-   :math:`\tau c_j + \mathrm{log1p}(\sum_k \hat q_{jk}\,\mathrm{expm1}(\tau(a_{jk}-c_j)))`, so its rounding
-   error scales with the tilt, not with ``b``.
-2. The trapezoid rule for :math:`p_\tau(y) = \frac1{2\pi}\int \varphi_\tau(t) e^{-ity}dt` on a static number
-   ``K`` of nodes :math:`t_n = nh`; the step :math:`h = 2\pi/L` is chosen per point to balance aliasing
+1. Exponential tilting (an exact identity): $p(y) = M(\tau) e^{-\tau y} p_\tau(y)$, with Newton steps
+   on $\tau$ until the tilted mean is within `newton_tol` tilted sds of `y` (points near the mean
+   keep $\tau = 0$). $\log M_F$ is accumulated as
+   $\tau c_j + \mathrm{log1p}(\sum_k \hat q_{jk}\,\mathrm{expm1}(\tau(a_{jk}-c_j)))$, so its rounding
+   error scales with the tilt, not with `b`.
+2. The trapezoid rule for $p_\tau(y) = \frac1{2\pi}\int \varphi_\tau(t) e^{-ity}dt$ on a static number
+   `K` of nodes $t_n = nh$; the step $h = 2\pi/L$ is chosen per point to balance aliasing
    against truncation, so the cost per point is fixed.
-3. :math:`\varphi_\tau(t_n) = \prod_j (1 + \psi_j(n))`, :math:`\psi_j(n) = \sum_k p_{jk}(\omega_{jk}^n - 1)`,
-   :math:`\omega_{jk} = e^{ih d_{jk}}`, :math:`d_{jk} = a_{jk} - m_j` centred at the tilted factor mean.
-   :math:`\omega - 1` comes from a short Taylor series after range reduction and three angle doublings; the
-   powers from the recurrence :math:`z_{n+1} = z_n + \epsilon + z_n\epsilon` (:math:`z_n = \omega^n - 1`),
-   a ``lax.scan`` over nodes with levels-major ``(m, b)`` arrays. The product over ``j`` is a pairwise tree
-   in the "minus one" form :math:`\psi_{ab} = \psi_a + \psi_b + \psi_a\psi_b` (all :math:`|1+\psi| \le 1`,
-   so nothing under- or overflows). Cost per point: ``K*b*m`` complex multiply-adds, no transcendentals.
+3. $\varphi_\tau(t_n) = \prod_j (1 + \psi_j(n))$, $\psi_j(n) = \sum_k p_{jk}(\omega_{jk}^n - 1)$,
+   $\omega_{jk} = e^{ih d_{jk}}$, $d_{jk} = a_{jk} - m_j$ centred at the tilted factor mean.
+   $\omega - 1$ comes from a short Taylor series after range reduction and three angle doublings; the
+   powers from the recurrence $z_{n+1} = z_n + \epsilon + z_n\epsilon$ ($z_n = \omega^n - 1$),
+   a `lax.scan` over nodes with levels-major `(m, b)` arrays. The product over `j` is a pairwise tree
+   in the "minus one" form $\psi_{ab} = \psi_a + \psi_b + \psi_a\psi_b$ (all $|1+\psi| \le 1$,
+   so nothing under- or overflows). Cost per point: `K*b*m` complex multiply-adds, no transcendentals.
 
-Error bound (absolute, on the tilted density :math:`Q \approx p_\tau(y)`):
+Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
 
-* aliasing (rigorous): Poisson summation gives :math:`\sum_k p_\tau(y + kL)`; for any :math:`\lambda > 0`,
-  :math:`p_\tau(x) \le e^{-\lambda x} M_{F_\tau}(\lambda)\sum_s w_s e^{\lambda\tau s+\lambda^2 s/2}/\sqrt{2\pi s}`
-  (Chernoff on the Gaussian components), so the aliases :math:`k \ge 1` sum to at most that bound times
-  :math:`r/(1-r)`, :math:`r=e^{-\lambda L}`, and likewise with :math:`-\lambda` for :math:`k \le -1`.
-  :math:`M_{F_\tau}` is evaluated exactly at 4 values of :math:`\lambda` per side; the best over 48
-  candidate ``L`` picks ``L``.
-* truncation (rigorous): :math:`|\varphi_F| \le 1` and :math:`h\sum_{n\ge K} f(nh) \le \int_{(K-1)h}^\infty f`
-  for decreasing :math:`f`, giving :math:`\frac1\pi\sum_s w_s\sqrt{\pi/2s}\,\mathrm{erfc}((K-1)h\sqrt{s/2})`.
-* rounding (a first-order worst-case model with safety factor ``kappa``, assuming elementary functions
-  accurate to a few ulp): a per-node term proportional to :math:`t_n` times the sizes of the atoms and
+* aliasing (rigorous): Poisson summation gives $\sum_k p_\tau(y + kL)$; for any $\lambda > 0$,
+  $p_\tau(x) \le e^{-\lambda x} M_{F_\tau}(\lambda)\sum_s w_s e^{\lambda\tau s+\lambda^2 s/2}/\sqrt{2\pi s}$
+  (Chernoff on the Gaussian components), so the aliases $k \ge 1$ sum to at most that bound times
+  $r/(1-r)$, $r=e^{-\lambda L}$, and likewise with $-\lambda$ for $k \le -1$.
+  $M_{F_\tau}$ is evaluated exactly at 4 values of $\lambda$ per side; the best over 48
+  candidate `L` picks `L`.
+* truncation (rigorous): $|\varphi_F| \le 1$ and $h\sum_{n\ge K} f(nh) \le \int_{(K-1)h}^\infty f$
+  for decreasing $f$, giving $\frac1\pi\sum_s w_s\sqrt{\pi/2s}\,\mathrm{erfc}((K-1)h\sqrt{s/2})$.
+* rounding (a first-order worst-case model with safety factor `kappa`, assuming elementary functions
+  accurate to a few ulp): a per-node term proportional to $t_n$ times the sizes of the atoms and
   levels, plus the tree product's and the quadrature sum's rounding, plus the relative rounding error of
-  the prefactor :math:`M(\tau)e^{-\tau y}`.
+  the prefactor $M(\tau)e^{-\tau y}$.
 
-The relative bound is :math:`\rho_{pre} + \mathrm{abs}/(Q-\mathrm{abs})` (``inf`` if :math:`Q \le \mathrm{abs}`).
-Where it exceeds the caller's tolerance, :func:`predictive_log_density` redoes the point with 4x the nodes.
+The relative bound is $\rho_{pre} + \mathrm{abs}/(Q-\mathrm{abs})$ (`inf` if $Q \le \mathrm{abs}$).
+Where it exceeds the caller's tolerance, [`predictive_log_density`][kronvi.predictive_log_density] redoes the point with 4x the nodes.
 The derivation and its measurements: docs/notes/2026-11-22-fast-density-prototype.md.
 """
 
@@ -306,9 +306,9 @@ def log_density_kernel(
     kappa: float = 4.0,
     lam_mults=(1.0, 2.5, 5.0, 10.0),
 ):
-    """``(log_density, rel_error_bound)``, each ``(N,)``, on raw arrays: ``qw`` ``(b, m)`` and ``qn``
-    ``(S,)`` probabilities, ``values`` ``(b, m)`` and ``svals`` ``(S,)`` levels. Memory per batch of points
-    is ``O(batch_size * (b * m + num_nodes * b))``."""
+    """`(log_density, rel_error_bound)`, each `(N,)`, on raw arrays: `qw` `(b, m)` and `qn`
+    `(S,)` probabilities, `values` `(b, m)` and `svals` `(S,)` levels. Memory per batch of points
+    is `O(batch_size * (b * m + num_nodes * b))`."""
     dt = Phi_new.dtype
     qw = qw.astype(dt)
     qhat = qw / jnp.sum(qw, -1, keepdims=True)
@@ -348,41 +348,45 @@ def predictive_log_density(
     max_nodes: int = 1024,
     batch_size: int = 16,
 ):
-    r"""Exact log predictive density :math:`\log q(y^*)` of the discrete posterior, without sampling.
+    r"""Exact log predictive density $\log q(y^*)$ of the discrete posterior, without sampling.
 
-    :math:`f = \Phi^* w` is a sum of ``b`` independent discrete variables, so its characteristic
-    function is :math:`\varphi(t) = \prod_j \sum_k q_{jk} e^{i t \Phi^*_j v_{jk}}`; with Gaussian noise of
-    variance :math:`s` drawn from :math:`q_\sigma`,
+    $f = \Phi^* w$ is a sum of `b` independent discrete variables, so its characteristic
+    function is $\varphi(t) = \prod_j \sum_k q_{jk} e^{i t \Phi^*_j v_{jk}}$; with Gaussian noise of
+    variance $s$ drawn from $q_\sigma$,
 
-    .. math::
-       q(y) = \sum_s q_\sigma(s)\,\frac{1}{2\pi}\int \varphi(t)\, e^{-s t^2/2} e^{-i t y}\,dt .
+    $$
+    q(y) = \sum_s q_\sigma(s)\,\frac{1}{2\pi}\int \varphi(t)\, e^{-s t^2/2} e^{-i t y}\,dt .
+    $$
 
     Each point is computed by exponential tilting (an exact identity that moves the point to the mode of
-    a reweighted posterior) and the trapezoid rule on ``num_nodes`` nodes whose step is chosen per point;
+    a reweighted posterior) and the trapezoid rule on `num_nodes` nodes whose step is chosen per point;
     the returned relative error bound covers aliasing and truncation rigorously and rounding by a
     worst-case first-order model (derivations in the module docstring). Cost per point:
-    ``num_nodes * b * m`` complex multiply-adds, in batches of ``batch_size`` points.
+    `num_nodes * b * m` complex multiply-adds, in batches of `batch_size` points.
 
-    With concrete inputs, the points whose bound exceeds ``rtol`` are redone with 4x the nodes, up to
-    ``max_nodes``, keeping the better result; a point whose bound did not at least halve has reached the
-    rounding floor of its dtype and is not refined further. Inside a ``jit`` (traced inputs) or with ``rtol=None`` only
+    With concrete inputs, the points whose bound exceeds `rtol` are redone with 4x the nodes, up to
+    `max_nodes`, keeping the better result; a point whose bound did not at least halve has reached the
+    rounding floor of its dtype and is not refined further. Inside a `jit` (traced inputs) or with `rtol=None` only
     the first pass runs; the bound is returned either way, so an unreliable value is always flagged. A bound
     that stays large flags a point so far in the tail (or in so deep a valley of a multimodal density) that
     its density is below the quadrature's rounding floor: use float64 there.
 
     Args:
-      q_w, q_noise, prior_w, prior_noise: the mean-field posterior and priors (as for
-        :func:`regression_elbo`).
-      Phi_new: ``(N, b)`` test features.
-      y_new: ``(N,)`` test targets (on the scale the model was fit on).
-      rtol: relative error bound above which a point is refined; ``"auto"``: 1e-2 in float32 (whose
-        rounding floor is about 3e-3 at b = 2000) and 1e-6 in float64; ``None``: no refinement.
+      q_w: [`MeanField`][kronvi.MeanField] over the weights, logits `(b, m)`.
+      q_noise: [`MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`, as for
+        [`regression_elbo`][kronvi.regression_elbo].
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
+      Phi_new: `(N, b)` test features.
+      y_new: `(N,)` test targets (on the scale the model was fit on).
+      rtol: relative error bound above which a point is refined; `"auto"`: 1e-2 in float32 (whose
+        rounding floor is about 3e-3 at b = 2000) and 1e-6 in float64; `None`: no refinement.
       num_nodes: nodes of the first pass; default 32 in float32, 64 in float64.
       max_nodes: the most nodes refinement goes to.
       batch_size: points vectorized together.
 
     Returns:
-      ``(log_density, rel_error_bound)``, each ``(N,)``.
+      `(log_density, rel_error_bound)`, each `(N,)`.
 
     Example:
       >>> import jax.numpy as jnp, kronvi

@@ -1,7 +1,7 @@
 """Variational families over discrete grids.
 
-:class:`MeanField` is :math:`q(w) = \\bigotimes_{j=1}^b q_j` with :math:`q_j = \\mathrm{softmax}(\\ell_j)`
-over the ``m`` levels of weight ``j``'s grid.
+[`MeanField`][kronvi.MeanField] is $q(w) = \\bigotimes_{j=1}^b q_j$ with $q_j = \\mathrm{softmax}(\\ell_j)$
+over the `m` levels of weight `j`'s grid.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from .._base.pytree import validated_pytree
 
 @validated_pytree
 class MeanField:
-    r"""Fully factorized discrete distribution, ``q_j = softmax(logits[j])``.
+    r"""Fully factorized discrete distribution, `q_j = softmax(logits[j])`.
 
     Args:
-      logits: ``(b, m)`` unnormalized log-probabilities, finite.
+      logits: `(b, m)` unnormalized log-probabilities, finite.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -63,10 +63,10 @@ def check_family(q, prior, name: str, prior_name: str):
 
 
 def grid_moments(probs, values):
-    r"""Mean and variance of each weight under factor probabilities ``probs`` on grid ``values``.
+    r"""Mean and variance of each weight under factor probabilities `probs` on grid `values`.
 
-    Both arrays ``(..., b, m)``. The variance is computed around the mean (not as
-    :math:`E[w^2] - E[w]^2`) to avoid cancellation.
+    Both arrays `(..., b, m)`. The variance is computed around the mean (not as
+    $E[w^2] - E[w]^2$) to avoid cancellation.
     """
     mean = jnp.sum(probs * values, axis=-1)
     var = jnp.sum(probs * (values - mean[..., None]) ** 2, axis=-1)
@@ -74,6 +74,6 @@ def grid_moments(probs, values):
 
 
 def entropy(q: MeanField):
-    r"""Entropy :math:`-E_q[\log q] = -\sum_j \langle q_j, \log q_j \rangle` (Prop. 2: log of a Kronecker
+    r"""Entropy $-E_q[\log q] = -\sum_j \langle q_j, \log q_j \rangle$ (Prop. 2: log of a Kronecker
     product is a Kronecker sum)."""
     return -jnp.sum(q.probs * q.log_probs, axis=(-2, -1))

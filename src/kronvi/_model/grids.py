@@ -1,9 +1,9 @@
-"""Discrete priors on grids of values: one grid of ``m`` levels per weight.
+"""Discrete priors on grids of values: one grid of `m` levels per weight.
 
-A :class:`DiscretePrior` of shape ``(b, m)`` is the fully factorized prior
-:math:`p(w) = \\prod_{j=1}^b p_j(w_j)` with :math:`w_j \\in \\{v_{j1}, \\dots, v_{jm}\\}`; its log
-probability vector over all :math:`m^b` configurations is the Kronecker sum
-:math:`\\bigoplus_j \\log p_j` (Evans & Nair 2018, eq. 6). The same class with ``b = 1`` and positive
+A [`DiscretePrior`][kronvi.DiscretePrior] of shape `(b, m)` is the fully factorized prior
+$p(w) = \\prod_{j=1}^b p_j(w_j)$ with $w_j \\in \\{v_{j1}, \\dots, v_{jm}\\}$; its log
+probability vector over all $m^b$ configurations is the Kronecker sum
+$\\bigoplus_j \\log p_j$ (Evans & Nair 2018, eq. 6). The same class with `b = 1` and positive
 values is the prior over the noise variance.
 """
 
@@ -19,15 +19,15 @@ from .._base.pytree import validated_pytree
 
 @validated_pytree
 class DiscretePrior:
-    r"""Factorized discrete prior: weight ``j`` takes value ``values[j, k]`` with prob ``exp(log_probs[j, k])``.
+    r"""Factorized discrete prior: weight `j` takes value `values[j, k]` with prob `exp(log_probs[j, k])`.
 
     Args:
-      values: ``(b, m)`` grid values, finite. Each row is one weight's grid.
-      log_probs: ``(b, m)`` log-probabilities, finite (give an impossible level a tiny probability or
+      values: `(b, m)` grid values, finite. Each row is one weight's grid.
+      log_probs: `(b, m)` log-probabilities, finite (give an impossible level a tiny probability or
         drop it). They are normalized over the last axis (a constant shift per row is harmless).
 
-    Leading batch axes (e.g. CV folds stacked for ``vmap``) are allowed when constructing from arrays that
-    were already validated; the constructor itself checks the unbatched ``(b, m)`` form.
+    Leading batch axes (e.g. CV folds stacked for `vmap`) are allowed when constructing from arrays that
+    were already validated; the constructor itself checks the unbatched `(b, m)` form.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -68,23 +68,23 @@ class DiscretePrior:
 
 
 def gaussian_prior(num_weights: int, scale, *, levels: int = 15, width: float = 3.0, dtype=None):
-    r"""A zero-mean Gaussian :math:`N(0, \text{scale}^2)` discretized on an even grid.
+    r"""A zero-mean Gaussian $N(0, \text{scale}^2)$ discretized on an even grid.
 
-    The grid is ``linspace(-width*scale, width*scale, levels)`` for every weight (15 levels fit in 4 bits;
+    The grid is `linspace(-width*scale, width*scale, levels)` for every weight (15 levels fit in 4 bits;
     an odd count contains 0, which makes posterior samples sparse), with probabilities proportional to the
     Gaussian density at the grid points.
 
     Args:
-      num_weights: ``b``, the number of weights.
-      scale: prior standard deviation, positive scalar or ``(b,)`` array (one scale per weight).
-      levels: grid size ``m``, an int >= 2 (the grid ``(k - (m-1)/2) / ((m-1)/2)``, ``k = 0..m-1``,
-        needs two points; odd ``m`` puts a level at exactly 0, even ``m`` has none).
+      num_weights: `b`, the number of weights.
+      scale: prior standard deviation, positive scalar or `(b,)` array (one scale per weight).
+      levels: grid size `m`, an int >= 2 (the grid `(k - (m-1)/2) / ((m-1)/2)`, `k = 0..m-1`,
+        needs two points; odd `m` puts a level at exactly 0, even `m` has none).
       width: half-width of the grid in prior standard deviations.
-      dtype: float dtype of the grid; ``None`` keeps the dtype of ``scale``. Fits need the priors and
+      dtype: float dtype of the grid; `None` keeps the dtype of `scale`. Fits need the priors and
         the statistics in one dtype (float32 or float64).
 
     Returns:
-      A :class:`DiscretePrior` of shape ``(b, levels)``.
+      A [`DiscretePrior`][kronvi.DiscretePrior] of shape `(b, levels)`.
 
     Example:
       >>> import kronvi
@@ -114,17 +114,17 @@ def gaussian_prior(num_weights: int, scale, *, levels: int = 15, width: float = 
 def noise_prior(variance, *, levels: int = 15, span: float = 10.0, dtype=None):
     r"""A uniform prior over a log-spaced grid of noise variances around an estimate.
 
-    The grid runs from ``variance / span`` to ``variance * span`` in ``levels`` log-spaced steps
-    (an odd ``levels`` contains the estimate itself).
+    The grid runs from `variance / span` to `variance * span` in `levels` log-spaced steps
+    (an odd `levels` contains the estimate itself).
 
     Args:
       variance: the noise-variance estimate, a positive scalar.
-      levels: number of grid points ``m_sigma``, an int >= 1 (1: the noise fixed at ``variance``).
+      levels: number of grid points `m_sigma`, an int >= 1 (1: the noise fixed at `variance`).
       span: ratio between the estimate and either end of the grid (> 1).
-      dtype: float dtype of the grid; ``None`` keeps the dtype of ``variance``.
+      dtype: float dtype of the grid; `None` keeps the dtype of `variance`.
 
     Returns:
-      A :class:`DiscretePrior` of shape ``(1, levels)`` over positive variances.
+      A [`DiscretePrior`][kronvi.DiscretePrior] of shape `(1, levels)` over positive variances.
 
     Example:
       >>> import kronvi
@@ -146,7 +146,7 @@ def noise_prior(variance, *, levels: int = 15, span: float = 10.0, dtype=None):
 
 
 def _as_dtype(x, dtype):
-    """``x`` cast to ``dtype`` (a float dtype), or unchanged for ``None``."""
+    """`x` cast to `dtype` (a float dtype), or unchanged for `None`."""
     if dtype is None:
         return x
     if not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
@@ -155,7 +155,7 @@ def _as_dtype(x, dtype):
 
 
 def check_noise_prior(prior: DiscretePrior, name: str = "prior_noise"):
-    """Validates that ``prior`` is a ``(1, m)`` grid of positive variances."""
+    """Validates that `prior` is a `(1, m)` grid of positive variances."""
     if not isinstance(prior, DiscretePrior):
         raise TypeError(f"`{name}` must be a DiscretePrior, got {type(prior).__name__}")
     if prior.values.ndim < 2 or prior.values.shape[-2] != 1:

@@ -1,12 +1,12 @@
 r"""A Gaussian prior discretized on grids placed where each weight's posterior lies.
 
-A fixed grid (e.g. 15 levels on :math:`\pm3\sigma_w`) is coarse wherever the data determine a weight far
-better than the prior does: the posterior sd :math:`\sigma/\sqrt{\lambda_j}` can be a thousandth of
-:math:`\sigma_w`, and the mean field can only snap to the nearest level. :func:`posterior_grid_prior`
-keeps the prior density :math:`N(0, \sigma_w^2)` but evaluates it on ``levels`` points spanning
-``center_j ± width * spread_j``. In the eigenbasis of :math:`\Phi^\top\Phi` (:func:`kronvi.eigenbasis`)
-with the exact per-coordinate posterior as ``center`` and ``spread``, the discrete mean-field posterior
-is the exact Gaussian posterior quantized to ``levels`` points per coordinate.
+A fixed grid (e.g. 15 levels on $\pm3\sigma_w$) is coarse wherever the data determine a weight far
+better than the prior does: the posterior sd $\sigma/\sqrt{\lambda_j}$ can be a thousandth of
+$\sigma_w$, and the mean field can only snap to the nearest level. [`posterior_grid_prior`][kronvi.posterior_grid_prior]
+keeps the prior density $N(0, \sigma_w^2)$ but evaluates it on `levels` points spanning
+`center_j ± width * spread_j`. In the eigenbasis of $\Phi^\top\Phi$ ([`kronvi.eigenbasis`][kronvi.eigenbasis])
+with the exact per-coordinate posterior as `center` and `spread`, the discrete mean-field posterior
+is the exact Gaussian posterior quantized to `levels` points per coordinate.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from .grids import DiscretePrior
 
 
 def posterior_grid_prior(center, spread, prior_scale, *, levels: int = 15, width: float = 4.0):
-    r"""The prior :math:`N(0, \sigma_w^2)` discretized on ``center_j + spread_j * linspace(-width, width, levels)``.
+    r"""The prior $N(0, \sigma_w^2)$ discretized on `center_j + spread_j * linspace(-width, width, levels)`.
 
     Args:
-      center: ``(b,)`` grid centres (e.g. the exact posterior means).
-      spread: ``(b,)`` positive grid scales (e.g. the exact posterior sds).
-      prior_scale: :math:`\sigma_w`, a positive scalar or ``(b,)`` array.
+      center: `(b,)` grid centres (e.g. the exact posterior means).
+      spread: `(b,)` positive grid scales (e.g. the exact posterior sds).
+      prior_scale: $\sigma_w$, a positive scalar or `(b,)` array.
       levels: grid points per weight, an int >= 2.
-      width: half-width of each grid in units of ``spread``.
+      width: half-width of each grid in units of `spread`.
 
     Returns:
-      :class:`kronvi.DiscretePrior` ``(b, levels)`` with ``log_probs`` :math:`\propto -v^2/(2\sigma_w^2)`.
+      [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, levels)` with `log_probs` $\propto -v^2/(2\sigma_w^2)$.
 
     Example:
       >>> import jax.numpy as jnp, kronvi

@@ -1,17 +1,18 @@
 r"""Exact DIRECT inference for Bayesian linear regression with discrete priors.
 
-Model: :math:`y = \Phi w + \varepsilon`, :math:`\varepsilon \sim N(0, \sigma^2 I)`, weights
-:math:`w_j` on grids with prior :math:`p(w) = \prod_j p_j(w_j)` and a discrete prior over
-:math:`\sigma^2`. With :math:`q(w, \sigma^2) = \prod_j q_j(w_j)\, q_\sigma(\sigma^2)` every term of the
+Model: $y = \Phi w + \varepsilon$, $\varepsilon \sim N(0, \sigma^2 I)$, weights
+$w_j$ on grids with prior $p(w) = \prod_j p_j(w_j)$ and a discrete prior over
+$\sigma^2$. With $q(w, \sigma^2) = \prod_j q_j(w_j)\, q_\sigma(\sigma^2)$ every term of the
 ELBO is an inner product of Kronecker-structured vectors (Evans & Nair 2018, Theorem 1):
 
-.. math::
-   \mathcal{L} = -\tfrac{n}{2}\log 2\pi - \tfrac{n}{2}E[\log\sigma^2]
-     - \tfrac12 E[\sigma^{-2}]\big(y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\bar w
-     + \textstyle\sum_j (\Phi^\top\Phi)_{jj}\mathrm{Var}_q(w_j)\big)
-     + E_q[\log p] - E_q[\log q],
+$$
+\mathcal{L} = -\tfrac{n}{2}\log 2\pi - \tfrac{n}{2}E[\log\sigma^2]
+  - \tfrac12 E[\sigma^{-2}]\big(y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\bar w
+  + \textstyle\sum_j (\Phi^\top\Phi)_{jj}\mathrm{Var}_q(w_j)\big)
+  + E_q[\log p] - E_q[\log q],
+$$
 
-computed in :math:`O(bm + b^2)` from the sufficient statistics, whatever ``n`` is.
+computed in $O(bm + b^2)$ from the sufficient statistics, whatever `n` is.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ LOG_2PI = math.log(2.0 * math.pi)
 
 
 def check_regression_args(q_w, q_noise, prior_w, prior_noise, stats=None):
-    """Validation shared by the ELBO, the fit and prediction: shapes and types, and with ``stats`` one
-    float dtype for statistics, priors and ``q`` plus finite statistics (:func:`check_stats`)."""
+    """Validation shared by the ELBO, the fit and prediction: shapes and types, and with `stats` one
+    float dtype for statistics, priors and `q` plus finite statistics (`check_stats`)."""
     check_weight_prior(prior_w)
     check_noise_prior(prior_noise)
     check_family(q_w, prior_w, "q_w", "prior_w")
@@ -52,7 +53,7 @@ def check_regression_args(q_w, q_noise, prior_w, prior_noise, stats=None):
 
 
 def noise_moments(q_noise: MeanField, prior_noise: DiscretePrior):
-    r""":math:`(E[\sigma^{-2}], E[\log\sigma^2], E[\sigma^2])` under ``q_noise``."""
+    r"""$(E[\sigma^{-2}], E[\log\sigma^2], E[\sigma^2])$ under `q_noise`."""
     p = q_noise.probs[..., 0, :]
     s = prior_noise.values[..., 0, :]
     return (
@@ -63,15 +64,15 @@ def noise_moments(q_noise: MeanField, prior_noise: DiscretePrior):
 
 
 def noise_optimum_logits(expected_rss_value, prior_noise: DiscretePrior, n):
-    r"""Exact coordinate-ascent update of the noise factor given :math:`E_q\|y - \Phi w\|^2`:
-    :math:`\log q_\sigma(s) = \log p_\sigma(s) - \tfrac n2 \log s - E\|y-\Phi w\|^2 / (2s)` (unnormalized).
+    r"""Exact coordinate-ascent update of the noise factor given $E_q\|y - \Phi w\|^2$:
+    $\log q_\sigma(s) = \log p_\sigma(s) - \tfrac n2 \log s - E\|y-\Phi w\|^2 / (2s)$ (unnormalized).
     Shared by every family whose expected residual is available (mean-field, mixtures)."""
     s = prior_noise.values
     return prior_noise.log_probs - 0.5 * n * jnp.log(s) - 0.5 * expected_rss_value / s
 
 
 def expected_rss(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionStats):
-    r""":math:`E_q\|y - \Phi w\|^2` from the statistics (one matrix-vector product)."""
+    r"""$E_q\|y - \Phi w\|^2$ from the statistics (one matrix-vector product)."""
     mean, var = grid_moments(q_w.probs, prior_w.values)
     return (
         stats.yty - 2.0 * jnp.sum(mean * stats.Phity, axis=-1) + expected_quadratic(mean, var, stats.PhitPhi)
@@ -91,16 +92,16 @@ def elbo_terms(q_w, q_noise, prior_w, prior_noise, stats):
 def regression_elbo(q_w, q_noise, prior_w, prior_noise, stats):
     r"""Exact mean-field ELBO of DIRECT Bayesian linear regression (Theorem 1).
 
-    The sum over all :math:`m^b m_\sigma` configurations of weights and noise variance, computed in
-    :math:`O(bm + b^2)` from the sufficient statistics; a true lower bound on
-    :math:`\log p(y \mid \Phi)` (the :math:`-\frac n2 \log 2\pi` constant included).
+    The sum over all $m^b m_\sigma$ configurations of weights and noise variance, computed in
+    $O(bm + b^2)$ from the sufficient statistics; a true lower bound on
+    $\log p(y \mid \Phi)$ (the $-\frac n2 \log 2\pi$ constant included).
 
     Args:
-      q_w: :class:`MeanField` over the weights, logits ``(b, m)``.
-      q_noise: :class:`MeanField` over the noise variance, logits ``(1, m_sigma)``.
-      prior_w: :class:`DiscretePrior` ``(b, m)``.
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)`` over positive variances.
-      stats: :class:`RegressionStats` of the data.
+      q_w: [`MeanField`][kronvi.MeanField] over the weights, logits `(b, m)`.
+      q_noise: [`MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
+      stats: [`RegressionStats`][kronvi.RegressionStats] of the data.
 
     Returns:
       The ELBO, a scalar.
@@ -135,17 +136,20 @@ def check_phi_new(Phi_new, prior_w):
 
 
 def predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_new):
-    r"""Exact predictive mean and variance of :math:`y^* = \Phi^* w + \varepsilon` under q.
+    r"""Exact predictive mean and variance of $y^* = \Phi^* w + \varepsilon$ under q.
 
-    Mean :math:`\Phi^*\bar w` (eq. 9); variance :math:`\sum_j (\Phi^*_j)^2 \mathrm{Var}_q(w_j) +
-    E_q[\sigma^2]` (the weights are independent under mean-field q). :math:`O(b)` per point.
+    Mean $\Phi^*\bar w$ (eq. 9); variance $\sum_j (\Phi^*_j)^2 \mathrm{Var}_q(w_j) +
+    E_q[\sigma^2]$ (the weights are independent under mean-field q). $O(b)$ per point.
 
     Args:
-      q_w, q_noise, prior_w, prior_noise: as in :func:`regression_elbo`.
-      Phi_new: test features ``(num_points, b)``.
+      q_w: [`MeanField`][kronvi.MeanField] over the weights, logits `(b, m)`.
+      q_noise: [`MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
+      Phi_new: test features `(num_points, b)`.
 
     Returns:
-      ``(mean, variance)``, each ``(num_points,)``.
+      `(mean, variance)`, each `(num_points,)`.
     """
     check_regression_args(q_w, q_noise, prior_w, prior_noise)
     Phi_new = check_phi_new(Phi_new, prior_w)
@@ -156,7 +160,7 @@ def predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_new):
 
 def expected_sparsity(q_w: MeanField, prior_w: DiscretePrior):
     r"""Expected fraction of zero weights in a posterior sample: the mean over weights of
-    :math:`q_j(w_j = 0)`. Weights whose grid has no zero level count as never zero."""
+    $q_j(w_j = 0)$. Weights whose grid has no zero level count as never zero."""
     check_family(q_w, prior_w, "q_w", "prior_w")
     is_zero = prior_w.values == 0
     return jnp.mean(jnp.sum(jnp.where(is_zero, q_w.probs, 0.0), axis=-1), axis=-1)
@@ -175,7 +179,7 @@ def noise_update(logits_w, prior_w, prior_noise, stats):
 
 
 def coordinate_optimum(e_inv, mean, g, prior_w, stats):
-    """Optimal logits of every weight given all the others (a Jacobi candidate), ``(b, m)``."""
+    """Optimal logits of every weight given all the others (a Jacobi candidate), `(b, m)`."""
     A_diag = jnp.diagonal(stats.PhitPhi)
     h = stats.Phity - (g - A_diag * mean)
     V = prior_w.values
