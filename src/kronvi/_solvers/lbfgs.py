@@ -1,7 +1,7 @@
 r"""One L-BFGS driver for every exact objective in kronvi (mean field, mixtures, GP hyperparameters).
 
-Two backends: ``jaxopt.LBFGS`` (the paper's recipe; configured in :func:`jaxopt_lbfgs`) and ``optax.lbfgs``.
-Why jaxopt is configured the way it is: ``docs/notes/2026-11-22-library-history.md``.
+Two backends: `jaxopt.LBFGS` (the paper's recipe; configured in `jaxopt_lbfgs`) and `optax.lbfgs`.
+Why jaxopt is configured the way it is: `docs/notes/2026-11-22-library-history.md`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ class FitInfo(NamedTuple):
     """Diagnostics of a fit.
 
     Attributes:
-      elbo: ``(max_iter + 1,)`` ELBO at the start (index 0) and after each iteration (sweep for
-        ``"cavi"``); entries past ``num_iter`` repeat the final value. For L-BFGS each entry is the
+      elbo: `(max_iter + 1,)` ELBO at the start (index 0) and after each iteration (sweep for
+        `"cavi"`); entries past `num_iter` repeat the final value. For L-BFGS each entry is the
         best value so far (the fit returns its best iterate), so the trace never decreases.
       num_iter: iterations run.
-      converged: whether the stopping criterion was met before ``max_iter``.
-      grad_norm: L-BFGS only: the gradient norm at the returned parameters (``None`` for CAVI).
+      converged: whether the stopping criterion was met before `max_iter`.
+      grad_norm: L-BFGS only: the gradient norm at the returned parameters (`None` for CAVI).
     """
 
     elbo: jax.Array
@@ -35,11 +35,11 @@ class FitInfo(NamedTuple):
 
 
 def jaxopt_lbfgs(loss, *, max_iter, tol):
-    """``jaxopt.LBFGS`` on ``loss`` with its own zoom line search, every search started at a step of 1.
+    """`jaxopt.LBFGS` on `loss` with its own zoom line search, every search started at a step of 1.
 
-    The line search passed in keeps its own step cap (``2**maxiter``) instead of LBFGS's ``max_stepsize=1``,
+    The line search passed in keeps its own step cap (`2**maxiter`) instead of LBFGS's `max_stepsize=1`,
     so a first step along a tiny gradient can expand until the strong-Wolfe curvature condition holds, as
-    ``optax.lbfgs``'s does (``docs/notes/2026-11-22-library-history.md``).
+    `optax.lbfgs`'s does (`docs/notes/2026-11-22-library-history.md`).
     """
     from .jaxopt import LBFGS, ZoomLineSearch
 
@@ -48,20 +48,20 @@ def jaxopt_lbfgs(loss, *, max_iter, tol):
 
 
 def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbfgs", stall_rtol=None):
-    """L-BFGS on ``loss(params)`` in a ``lax.while_loop`` (traceable; call inside ``jit`` or ``vmap``).
+    """L-BFGS on `loss(params)` in a `lax.while_loop` (traceable; call inside `jit` or `vmap`).
 
-    ``backend="lbfgs"`` uses ``jaxopt.LBFGS`` (the paper's recipe, configured by :func:`jaxopt_lbfgs`),
-    ``"optax-lbfgs"`` uses ``optax.lbfgs``; both take the value and gradient their line search stored at
+    `backend="lbfgs"` uses `jaxopt.LBFGS` (the paper's recipe, configured by `jaxopt_lbfgs`),
+    `"optax-lbfgs"` uses `optax.lbfgs`; both take the value and gradient their line search stored at
     the accepted point, so an iteration costs one line search and nothing more.
 
-    Stops after ``max_iter`` iterations, when the gradient norm falls below ``tol`` (converged), or, with
-    ``stall_rtol``, when an iteration lowers the loss by no more than ``stall_rtol * max(1, |loss|)``.
+    Stops after `max_iter` iterations, when the gradient norm falls below `tol` (converged), or, with
+    `stall_rtol`, when an iteration lowers the loss by no more than `stall_rtol * max(1, |loss|)`.
 
     Returns:
-      ``(best, info)``: the best iterate (lowest finite ``loss``; the start if no step improved on it),
-      so a fit never ends worse than it began, and a :class:`FitInfo` whose trace holds
-      ``-(best loss so far) * scale`` (the ELBO when ``loss = -ELBO / scale``) and whose ``grad_norm`` is
-      the gradient norm at ``best``.
+      `(best, info)`: the best iterate (lowest finite `loss`; the start if no step improved on it),
+      so a fit never ends worse than it began, and a [`FitInfo`][kronvi.FitInfo] whose trace holds
+      `-(best loss so far) * scale` (the ELBO when `loss = -ELBO / scale`) and whose `grad_norm` is
+      the gradient norm at `best`.
 
     Example:
       >>> import jax.numpy as jnp, kronvi

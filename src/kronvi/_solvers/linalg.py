@@ -9,17 +9,17 @@ from jax import lax
 def jittered_cholesky(M, max_tries: int = 8):
     r"""Lower Cholesky factor of a symmetric matrix that should be positive definite, never NaN by default.
 
-    Where the working precision cannot factor ``M`` (e.g. a float32 ridge system with a tiny ridge), adds
-    :math:`10^{k-7}\,\overline{\mathrm{diag}(M)}\,I` for the smallest :math:`k \ge 0` that works
-    (:math:`k <` ``max_tries``): a slightly stronger ridge instead of a silent NaN. Traceable (a
-    ``lax.while_loop``); why: ``docs/notes/2026-11-22-mixture-estimators.md``.
+    Where the working precision cannot factor `M` (e.g. a float32 ridge system with a tiny ridge), adds
+    $10^{k-7}\,\overline{\mathrm{diag}(M)}\,I$ for the smallest $k \ge 0$ that works
+    ($k <$ `max_tries`): a slightly stronger ridge instead of a silent NaN. Traceable (a
+    `lax.while_loop`); why: `docs/notes/2026-11-22-mixture-estimators.md`.
 
     Args:
-      M: ``(b, b)`` symmetric matrix.
+      M: `(b, b)` symmetric matrix.
       max_tries: jitter levels to try after the plain factorization.
 
     Returns:
-      ``(b, b)`` lower-triangular ``L`` with ``L @ L.T`` equal to ``M`` plus the jitter used (NaN only if
+      `(b, b)` lower-triangular `L` with `L @ L.T` equal to `M` plus the jitter used (NaN only if
       every try failed).
 
     Example:

@@ -1,11 +1,11 @@
 r"""One compile per optax optimizer *configuration* for the stochastic-gradient drivers.
 
-An ``optax.GradientTransformation`` is a NamedTuple of closures. Two calls of ``optax.adam(1e-2)``
+An `optax.GradientTransformation` is a NamedTuple of closures. Two calls of `optax.adam(1e-2)`
 return different closures, which hash and compare by identity, so a driver that takes the optimizer as
-a static ``jit`` argument (or builds a fresh ``jax.jit`` per call) traces and compiles again for every
-new optimizer object. :func:`cache_by_optimizer` instead builds the driver once per configuration, closing
-over the optimizer (blackjax's ``as_top_level_api``), and keeps the jitted function under
-:func:`optimizer_key`: the code of every function in the optimizer and the values it closes over.
+a static `jit` argument (or builds a fresh `jax.jit` per call) traces and compiles again for every
+new optimizer object. `cache_by_optimizer` instead builds the driver once per configuration, closing
+over the optimizer (blackjax's `as_top_level_api`), and keeps the jitted function under
+`optimizer_key`: the code of every function in the optimizer and the values it closes over.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ _MAX_ARRAY_SIZE = 4096  # closed-over arrays up to this size are keyed by value,
 
 
 class _Identity:
-    """Key part that compares by identity and keeps its object alive (so its ``id`` is never reused)."""
+    """Key part that compares by identity and keeps its object alive (so its `id` is never reused)."""
 
     __slots__ = ("obj",)
 
@@ -39,7 +39,7 @@ def optimizer_key(optimizer):
     """A hashable structural key: equal for two optimizers built by the same calls with equal arguments.
 
     Functions are keyed by their code, globals and defaults and (recursively) by the contents of their
-    closure cells; tuples (NamedTuples keep their type), lists, dicts and ``functools.partial`` by their
+    closure cells; tuples (NamedTuples keep their type), lists, dicts and `functools.partial` by their
     contents; scalars, strings and small concrete arrays by value; anything else by identity.
 
     Example:
@@ -91,10 +91,10 @@ def _cell_key(cell, memo):
 
 
 def cache_by_optimizer(build, maxsize: int = 8):
-    """Wraps ``build(optimizer) -> function`` so that equal optimizer configurations share one result.
+    """Wraps `build(optimizer) -> function` so that equal optimizer configurations share one result.
 
-    ``build`` should return a jitted function closing over the optimizer; the wrapper returns the one
-    built for the first optimizer with the same :func:`optimizer_key` (the ``maxsize`` most recently used
+    `build` should return a jitted function closing over the optimizer; the wrapper returns the one
+    built for the first optimizer with the same `optimizer_key` (the `maxsize` most recently used
     configurations are kept), so its compiled programs serve every equal optimizer.
 
     Example:
