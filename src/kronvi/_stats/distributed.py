@@ -1,17 +1,17 @@
 r"""Row sums over arrays sharded across devices and processes: one local pass per shard, one exact sum.
 
-Sufficient statistics are sums over rows, so statistics of a row-sharded global ``jax.Array`` are a
-map-reduce: every device runs the single-device chunked kernel on its own rows inside ``shard_map`` and the
+Sufficient statistics are sums over rows, so statistics of a row-sharded global `jax.Array` are a
+map-reduce: every device runs the single-device chunked kernel on its own rows inside `shard_map` and the
 per-shard results are added across the mesh. The cross-device sum is error-free up to a final rounding
-(Rump, Ogita & Oishi's extraction): each shard splits its value :math:`x_i = q_i + r_i` at a power of two
-:math:`\sigma \ge (k + 2)\max_i |x_i|`, so that every :math:`q_i` is a multiple of
-:math:`\epsilon\sigma` and :math:`\sum_i q_i` is exact in any order; the remainders are tiny
-(:math:`|r_i| \le \epsilon\sigma`) and are summed in a second all-reduce. The total error is one rounding
+(Rump, Ogita & Oishi's extraction): each shard splits its value $x_i = q_i + r_i$ at a power of two
+$\sigma \ge (k + 2)\max_i |x_i|$, so that every $q_i$ is a multiple of
+$\epsilon\sigma$ and $\sum_i q_i$ is exact in any order; the remainders are tiny
+($|r_i| \le \epsilon\sigma$) and are summed in a second all-reduce. The total error is one rounding
 of the result, whatever the number of devices, so the compensated accuracy of the local kernel carries
-over to any mesh. The same code runs across processes after ``jax.distributed.initialize`` (the mesh then
+over to any mesh. The same code runs across processes after `jax.distributed.initialize` (the mesh then
 spans every process's devices).
 
-Padding: ``jax.Array`` shards are equal, so data sets whose row count does not divide the mesh (or whose
+Padding: `jax.Array` shards are equal, so data sets whose row count does not divide the mesh (or whose
 processes hold different numbers of rows) are padded, and a row mask says which rows count.
 
 References:
@@ -35,9 +35,9 @@ from .._base.checks import is_concrete
 
 
 def is_distributed(*arrays) -> bool:
-    """True when one of ``arrays`` is a concrete ``jax.Array`` placed on more than one device.
+    """True when one of `arrays` is a concrete `jax.Array` placed on more than one device.
 
-    Tracers (inside a user's ``jit``) are not distributed here: there XLA partitions the single-device
+    Tracers (inside a user's `jit`) are not distributed here: there XLA partitions the single-device
     computation itself.
     """
     return any(_spread(a) for a in arrays)
@@ -48,10 +48,10 @@ def _spread(a) -> bool:
 
 
 def row_mesh(*arrays) -> tuple[Mesh, tuple[str, ...]]:
-    """The mesh and the mesh axes that split the rows of the first array of ``arrays`` spread over devices.
+    """The mesh and the mesh axes that split the rows of the first array of `arrays` spread over devices.
 
-    A ``NamedSharding`` gives its own mesh and the axes of its first dimension (``()`` when the rows are
-    replicated). Any other sharding gives a one-axis mesh ``"rows"`` over its devices, ordered by the first
+    A `NamedSharding` gives its own mesh and the axes of its first dimension (`()` when the rows are
+    replicated). Any other sharding gives a one-axis mesh `"rows"` over its devices, ordered by the first
     row each holds. Arrays on one device give a one-device mesh.
     """
     for a in arrays:
@@ -73,16 +73,16 @@ def row_mesh(*arrays) -> tuple[Mesh, tuple[str, ...]]:
 
 
 def exact_psum(x, axes: tuple[str, ...], num_shards: int):
-    r"""The sum of ``x`` over the mesh ``axes`` (inside ``shard_map``), rounded once.
+    r"""The sum of `x` over the mesh `axes` (inside `shard_map`), rounded once.
 
-    Each entry is split at :math:`\sigma = 2^{M + e}` with :math:`2^M \ge k + 2` and :math:`2^e > \max_i
-    |x_i|` (an elementwise ``pmax``): :math:`q = (\sigma + x) - \sigma` is exact to sum, :math:`r = x - q`
-    carries the rest. Two all-reduces (``pmax``, then ``psum`` of ``q`` and ``r`` together).
+    Each entry is split at $\sigma = 2^{M + e}$ with $2^M \ge k + 2$ and $2^e > \max_i
+    |x_i|$ (an elementwise `pmax`): $q = (\sigma + x) - \sigma$ is exact to sum, $r = x - q$
+    carries the rest. Two all-reduces (`pmax`, then `psum` of `q` and `r` together).
 
     Args:
       x: the local array (any shape, float).
-      axes: mesh axis names to sum over; ``()`` returns ``x``.
-      num_shards: ``k``, the number of participants along ``axes``.
+      axes: mesh axis names to sum over; `()` returns `x`.
+      num_shards: `k`, the number of participants along `axes`.
     """
     if not axes:
         return x
@@ -106,7 +106,7 @@ def _shard_map(f, mesh, in_specs, out_specs):
 
 
 def check_row_mask(mask, n: int):
-    """``mask`` as a ``(n,)`` array of booleans or 0/1 numbers (its values are not read: it may be sharded)."""
+    """`mask` as a `(n,)` array of booleans or 0/1 numbers (its values are not read: it may be sharded)."""
     if mask is None:
         return None
     if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
@@ -120,21 +120,21 @@ def check_row_mask(mask, n: int):
 
 
 def sharded_row_sums(kernel, feature_map, X, y, mask, chunk_size: int, *, identity: bool):
-    """``kernel``'s statistics of the rows of ``(X, y)`` where ``mask`` is true, on the mesh of the inputs.
+    """`kernel`'s statistics of the rows of `(X, y)` where `mask` is true, on the mesh of the inputs.
 
-    Inputs spread over several devices run in ``shard_map`` on their mesh (:func:`row_mesh`), every output
-    replicated; otherwise the masked kernel runs as it is (also inside a user's ``jit``).
+    Inputs spread over several devices run in `shard_map` on their mesh (`row_mesh`), every output
+    replicated; otherwise the masked kernel runs as it is (also inside a user's `jit`).
 
     Args:
-      kernel: ``kernel(feature_map, X, y, chunk_size)`` -> a NamedTuple with a row count ``n`` and fields
-        that are sums over rows (the single-device compensated kernel), traceable inside ``shard_map``.
-      feature_map: a pytree callable ``(c, d) -> (c, b)``; its arrays are replicated.
-      X: ``(n, d)`` rows, any sharding; y: ``(n,)``; mask: ``(n,)`` or ``None`` (every row counts).
+      kernel: `kernel(feature_map, X, y, chunk_size)` -> a NamedTuple with a row count `n` and fields
+        that are sums over rows (the single-device compensated kernel), traceable inside `shard_map`.
+      feature_map: a pytree callable `(c, d) -> (c, b)`; its arrays are replicated.
+      X: `(n, d)` rows, any sharding; y: `(n,)`; mask: `(n,)` or `None` (every row counts).
       chunk_size: rows per chunk of the local kernel.
-      identity: ``feature_map`` is the identity, so zero rows add nothing and padding needs no mask.
+      identity: `feature_map` is the identity, so zero rows add nothing and padding needs no mask.
 
     Returns:
-      The kernel's NamedTuple with ``n`` the number of rows counted.
+      The kernel's NamedTuple with `n` the number of rows counted.
     """
     if not is_distributed(X, y, mask):
         return _sharded_jit(kernel, feature_map, X, y, mask, chunk_size, None, (), identity)
@@ -144,7 +144,7 @@ def sharded_row_sums(kernel, feature_map, X, y, mask, chunk_size: int, *, identi
 
 
 def _on_mesh(a, mesh):
-    """``a`` as an argument of a program on ``mesh``: arrays already on its devices stay (the program
+    """`a` as an argument of a program on `mesh`: arrays already on its devices stay (the program
     reshards them if needed); others, e.g. the arrays a feature map holds, are replicated onto it."""
     if not isinstance(a, (jax.Array, np.ndarray)):
         return a
@@ -192,5 +192,5 @@ def _sharded_jit(kernel, feature_map, X, y, mask, chunk_size, mesh, axes, identi
 
 
 def _masked_features(feature_map, x):
-    """Features of ``x[:, :-1]`` on rows whose last column is 1, zero elsewhere (padding may hold anything)."""
+    """Features of `x[:, :-1]` on rows whose last column is 1, zero elsewhere (padding may hold anything)."""
     return jnp.where(x[:, -1:] > 0, feature_map(x[:, :-1]), 0)

@@ -1,7 +1,7 @@
-r"""The eigenbasis of :math:`\Phi^\top\Phi`: statistics in which the likelihood factorizes.
+r"""The eigenbasis of $\Phi^\top\Phi$: statistics in which the likelihood factorizes.
 
-With :math:`\Phi^\top\Phi = V\Lambda V^\top` and rotated weights :math:`u = V^\top w` (features
-:math:`\Phi V`), the statistics become :math:`(n,\ y^\top y,\ V^\top\Phi^\top y,\ \Lambda)`. An isotropic
+With $\Phi^\top\Phi = V\Lambda V^\top$ and rotated weights $u = V^\top w$ (features
+$\Phi V$), the statistics become $(n,\ y^\top y,\ V^\top\Phi^\top y,\ \Lambda)$. An isotropic
 Gaussian prior is unchanged by the rotation, and the likelihood is a product over coordinates, so the
 exact posterior is a product of independent factors and a mean-field family loses nothing.
 """
@@ -19,22 +19,22 @@ from .regression import RegressionStats, check_stats
 
 
 class Eigenbasis(NamedTuple):
-    r"""An orthonormal basis of the feature space: ``vectors`` ``(b, b)`` (columns) and ``eigenvalues`` ``(b,)``
-    of :math:`\Phi^\top\Phi` (ascending, clipped at 0)."""
+    r"""An orthonormal basis of the feature space: `vectors` `(b, b)` (columns) and `eigenvalues` `(b,)`
+    of $\Phi^\top\Phi$ (ascending, clipped at 0)."""
 
     vectors: jax.Array
     eigenvalues: jax.Array
 
 
 def eigenbasis(stats):
-    r"""Rotates the statistics to the eigenbasis of :math:`\Phi^\top\Phi`.
+    r"""Rotates the statistics to the eigenbasis of $\Phi^\top\Phi$.
 
     Args:
-      stats: :class:`kronvi.RegressionStats` with ``b`` features.
+      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] with `b` features.
 
     Returns:
-      ``(rotated, basis)``: :class:`kronvi.RegressionStats` with diagonal ``PhitPhi`` (the statistics of
-      the features :math:`\Phi V`), and the :class:`Eigenbasis` (use :func:`rotate_features` on new
+      `(rotated, basis)`: [`kronvi.RegressionStats`][kronvi.RegressionStats] with diagonal `PhitPhi` (the statistics of
+      the features $\Phi V$), and the [`Eigenbasis`][kronvi.Eigenbasis] (use [`rotate_features`][kronvi.rotate_features] on new
       features).
 
     Example:
@@ -50,7 +50,7 @@ def eigenbasis(stats):
 
 def null_space(eigenvalues):
     """Mask of the eigenvalues indistinguishable from 0 in the working precision (numpy's rank tolerance
-    ``max(eigenvalues) * b * eps``)."""
+    `max(eigenvalues) * b * eps`)."""
     b = eigenvalues.shape[-1]
     tol = jnp.max(eigenvalues, axis=-1, keepdims=True) * b * jnp.finfo(eigenvalues.dtype).eps
     return eigenvalues <= tol
@@ -68,11 +68,11 @@ def _eigenbasis(stats):
 
 
 def rotate_features(basis, Phi):
-    r"""Features in the eigenbasis, :math:`\Phi V`, ``(num_points, b)``.
+    r"""Features in the eigenbasis, $\Phi V$, `(num_points, b)`.
 
     Args:
-      basis: :class:`Eigenbasis` from :func:`eigenbasis`.
-      Phi: ``(num_points, b)`` features.
+      basis: [`Eigenbasis`][kronvi.Eigenbasis] from [`eigenbasis`][kronvi.eigenbasis].
+      Phi: `(num_points, b)` features.
     """
     if not isinstance(basis, Eigenbasis):
         raise TypeError(f"`basis` must be an Eigenbasis, got {type(basis).__name__}")

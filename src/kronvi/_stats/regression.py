@@ -1,8 +1,8 @@
-r"""Sufficient statistics of the linear-Gaussian model :math:`y = \Phi w + \varepsilon`.
+r"""Sufficient statistics of the linear-Gaussian model $y = \Phi w + \varepsilon$.
 
-Everything the ELBO needs from the data is :math:`n, y^\top y, \Phi^\top y, \Phi^\top\Phi`. They are
+Everything the ELBO needs from the data is $n, y^\top y, \Phi^\top y, \Phi^\top\Phi$. They are
 sums over rows, hence additive: the statistics of a union of data sets are the sum of theirs, K-fold
-training statistics are ``total - fold_k``, and streaming or multi-device accumulation is a map-reduce.
+training statistics are `total - fold_k`, and streaming or multi-device accumulation is a map-reduce.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from .distributed import check_row_mask, is_distributed, sharded_row_sums
 
 
 class RegressionStats(NamedTuple):
-    r"""Sufficient statistics; stack on a leading axis for ``vmap`` over folds.
+    r"""Sufficient statistics; stack on a leading axis for `vmap` over folds.
 
     Attributes:
-      n: number of rows (a float scalar, so it flows through ``grad``/``vmap`` like the rest).
-      yty: :math:`y^\top y`.
-      Phity: :math:`\Phi^\top y`, shape ``(b,)``.
-      PhitPhi: :math:`\Phi^\top \Phi`, shape ``(b, b)``.
+      n: number of rows (a float scalar, so it flows through `grad`/`vmap` like the rest).
+      yty: $y^\top y$.
+      Phity: $\Phi^\top y$, shape `(b,)`.
+      PhitPhi: $\Phi^\top \Phi$, shape `(b, b)`.
     """
 
     n: jax.Array
@@ -46,7 +46,7 @@ class RegressionStats(NamedTuple):
 
 
 def _nonfinite(stats: RegressionStats, name: str = "stats") -> list[str]:
-    """``"`<name>.<field>` (k of size entries)"`` per concrete field holding NaN or inf; tracers are skipped.
+    """A string "`<name>.<field>` (k of size entries)" per concrete field holding NaN or inf; tracers are skipped.
     Counted where the statistics live; only the counts reach the host."""
     fields = [(f, x) for f, x in zip(stats._fields, stats, strict=True) if is_concrete(x)]
     counts = nonfinite_counts([x for _, x in fields])
@@ -56,15 +56,15 @@ def _nonfinite(stats: RegressionStats, name: str = "stats") -> list[str]:
 
 
 def check_stats(stats, name: str = "stats") -> None:
-    r"""Validates the statistics a fit receives: a :class:`RegressionStats` in float32 or float64 with
-    ``PhitPhi`` of shape ``(..., b, b)``, and, when the arrays are concrete (not traced inside ``jit`` or
-    ``vmap``), ``n > 0`` and no NaN or inf.
+    r"""Validates the statistics a fit receives: a [`RegressionStats`][kronvi.RegressionStats] in float32 or float64 with
+    `PhitPhi` of shape `(..., b, b)`, and, when the arrays are concrete (not traced inside `jit` or
+    `vmap`), `n > 0` and no NaN or inf.
 
     float16 statistics are rejected: float16 overflows at 65504 and has no Cholesky factorization.
 
     Raises:
-      TypeError: ``stats`` is not a :class:`RegressionStats` or not float32/float64.
-      ValueError: ``PhitPhi`` has the wrong shape, ``n <= 0``, or an entry is NaN or infinite.
+      TypeError: `stats` is not a [`RegressionStats`][kronvi.RegressionStats] or not float32/float64.
+      ValueError: `PhitPhi` has the wrong shape, `n <= 0`, or an entry is NaN or infinite.
     """
     if not isinstance(stats, RegressionStats):
         raise TypeError(f"`{name}` must be RegressionStats, got {type(stats).__name__}")
@@ -94,7 +94,7 @@ def merge_stats(a: RegressionStats, b: RegressionStats) -> RegressionStats:
 
 
 def subtract_stats(a: RegressionStats, b: RegressionStats) -> RegressionStats:
-    """Statistics of ``a``'s data without the subset ``b`` (e.g. K-fold training = total - fold)."""
+    """Statistics of `a`'s data without the subset `b` (e.g. K-fold training = total - fold)."""
     _check_compatible(a, b)
     return jax.tree.map(jnp.subtract, a, b)
 
@@ -107,7 +107,7 @@ def _check_compatible(a, b):
 
 
 def _two_sum(s, c, x):
-    """Kahan-Babuska (Neumaier) compensated addition of ``x`` into running sum ``s`` with error ``c``."""
+    """Kahan-Babuska (Neumaier) compensated addition of `x` into running sum `s` with error `c`."""
     t = s + x
     c = c + jnp.where(jnp.abs(s) >= jnp.abs(x), (s - t) + x, (x - t) + s)
     return t, c
@@ -129,38 +129,38 @@ def _validate_xy(X, y, xname, mask=None):
 
 
 def regression_stats(Phi, y, *, chunk_size: int | None = None, mask=None) -> RegressionStats:
-    r"""Sufficient statistics :math:`(n, y^\top y, \Phi^\top y, \Phi^\top\Phi)` of a data set.
+    r"""Sufficient statistics $(n, y^\top y, \Phi^\top y, \Phi^\top\Phi)$ of a data set.
 
-    Rows are processed in chunks of ``chunk_size`` inside ``lax.scan``; the running sums are
+    Rows are processed in chunks of `chunk_size` inside `lax.scan`; the running sums are
     compensated (Neumaier summation), so float32 statistics of millions of rows keep float32 accuracy
-    rather than losing digits with ``n``. Working memory beyond the input is
-    :math:`O(\text{chunk}\cdot b + b^2)`. Use :func:`regression_stats_from_inputs` to compute features
-    chunk by chunk so that the ``n x b`` feature matrix never exists.
+    rather than losing digits with `n`. Working memory beyond the input is
+    $O(\text{chunk}\cdot b + b^2)$. Use [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs] to compute features
+    chunk by chunk so that the `n x b` feature matrix never exists.
 
-    For an accurate ELBO, centre ``y`` (subtract its training mean): the expected residual
-    :math:`y^\top y - 2\bar w^\top \Phi^\top y + \dots` cancels, and that cancellation is milder when
-    :math:`y^\top y` is not dominated by the mean.
+    For an accurate ELBO, centre `y` (subtract its training mean): the expected residual
+    $y^\top y - 2\bar w^\top \Phi^\top y + \dots$ cancels, and that cancellation is milder when
+    $y^\top y$ is not dominated by the mean.
 
-    Sharded inputs: when ``Phi`` and ``y`` are global ``jax.Array`` s split over the rows of a mesh (any
-    sharding, e.g. ``NamedSharding(mesh, P("rows"))``, on one process or across processes after
-    ``jax.distributed.initialize``), every device accumulates its own rows and the results are summed
+    Sharded inputs: when `Phi` and `y` are global `jax.Array` s split over the rows of a mesh (any
+    sharding, e.g. `NamedSharding(mesh, P("rows"))`, on one process or across processes after
+    `jax.distributed.initialize`), every device accumulates its own rows and the results are summed
     across devices with one rounding, so the statistics equal the single-device ones; they come back
-    replicated on every device. Use ``mask`` for padding rows (shards are equal in size). Recipe:
-    ``docs/notes/2026-11-22-multi-host.md``; streaming from files: :func:`regression_stats_from_chunks`.
+    replicated on every device. Use `mask` for padding rows (shards are equal in size). Recipe:
+    `docs/notes/2026-11-22-multi-host.md`; streaming from files: [`regression_stats_from_chunks`][kronvi.regression_stats_from_chunks].
 
     Args:
-      Phi: features ``(n, b)``.
-      y: targets ``(n,)``.
-      chunk_size: rows per chunk (per device when sharded); ``None`` splits the rows into equal chunks of at most 4096.
-      mask: optional ``(n,)`` booleans, sharded like ``y``: the rows to count (``False`` marks padding,
-        which may hold any values). ``n`` counts the ``True`` rows.
+      Phi: features `(n, b)`.
+      y: targets `(n,)`.
+      chunk_size: rows per chunk (per device when sharded); `None` splits the rows into equal chunks of at most 4096.
+      mask: optional `(n,)` booleans, sharded like `y`: the rows to count (`False` marks padding,
+        which may hold any values). `n` counts the `True` rows.
 
     Returns:
-      :class:`RegressionStats` in the dtype of the inputs.
+      [`RegressionStats`][kronvi.RegressionStats] in the dtype of the inputs.
 
     Raises:
       ValueError: for bad shapes or NaN/inf inputs, and when a statistic overflows the dtype (e.g. float16
-        ``y^T y`` above 65504); the check is skipped when called inside ``jit``.
+        `y^T y` above 65504); the check is skipped when called inside `jit`.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -173,16 +173,16 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None, mask=None) -> Reg
 
 
 def regression_stats_from_inputs(feature_map, X, y, *, chunk_size: int | None = None, mask=None):
-    r"""Statistics of ``feature_map(X)`` computed chunk by chunk: memory :math:`O(\text{chunk}\cdot b + b^2)`.
+    r"""Statistics of `feature_map(X)` computed chunk by chunk: memory $O(\text{chunk}\cdot b + b^2)$.
 
     Args:
-      feature_map: a pure function ``(c, d) -> (c, b)``, e.g. ``functools.partial(rff_features, params)``;
-        the arrays bound in a ``functools.partial`` / ``jax.tree_util.Partial`` are traced, so new
+      feature_map: a pure function `(c, d) -> (c, b)`, e.g. `functools.partial(rff_features, params)`;
+        the arrays bound in a `functools.partial` / `jax.tree_util.Partial` are traced, so new
         parameters (another fold's feature map) do not recompile.
-      X: raw inputs ``(n, d)``; may be sharded over rows as in :func:`regression_stats`.
-      y: targets ``(n,)``.
-      chunk_size: rows per chunk (per device when sharded); ``None`` splits the rows into equal chunks of at most 4096.
-      mask: optional ``(n,)`` booleans: the rows to count (``False`` marks padding).
+      X: raw inputs `(n, d)`; may be sharded over rows as in [`regression_stats`][kronvi.regression_stats].
+      y: targets `(n,)`.
+      chunk_size: rows per chunk (per device when sharded); `None` splits the rows into equal chunks of at most 4096.
+      mask: optional `(n,)` booleans: the rows to count (`False` marks padding).
     """
     X, y = _validate_xy(X, y, "X", mask)
     return _chunked_stats(feature_map, X, y, chunk_size, "X", mask)
@@ -251,13 +251,13 @@ def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
     r"""Training and test statistics of every fold from one pass over the data.
 
     Args:
-      Phi: features ``(n, b)``.
-      y: targets ``(n,)``.
-      folds: integer fold index per row ``(n,)`` in ``[0, K)``; every fold must be non-empty.
+      Phi: features `(n, b)`.
+      y: targets `(n,)`.
+      folds: integer fold index per row `(n,)` in `[0, K)`; every fold must be non-empty.
 
     Returns:
-      ``(train, test)``: two :class:`RegressionStats` stacked on a leading fold axis ``(K, ...)``, with
-      ``train[k] = total - test[k]``, ready for ``jax.vmap`` over folds.
+      `(train, test)`: two [`RegressionStats`][kronvi.RegressionStats] stacked on a leading fold axis `(K, ...)`, with
+      `train[k] = total - test[k]`, ready for `jax.vmap` over folds.
     """
     Phi, y = _validate_xy(Phi, y, "Phi")
     folds = _check_folds(folds, Phi.shape[0])
@@ -265,19 +265,19 @@ def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
 
 
 def kfold_stats_from_inputs(feature_map, X, y, folds, *, chunk_size: int | None = None):
-    r""":func:`kfold_stats` of ``feature_map(X)``, the features built chunk by chunk (as in
-    :func:`regression_stats_from_inputs`): one pass over the rows. Memory: the ``K`` statistics,
-    :math:`O(K b^2)`, plus one fold's copy of the inputs at a time (no feature matrix).
+    r"""[`kfold_stats`][kronvi.kfold_stats] of `feature_map(X)`, the features built chunk by chunk (as in
+    [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]): one pass over the rows. Memory: the `K` statistics,
+    $O(K b^2)$, plus one fold's copy of the inputs at a time (no feature matrix).
 
     Args:
-      feature_map: a pure function ``(c, d) -> (c, b)``.
-      X: raw inputs ``(n, d)``.
-      y: targets ``(n,)``.
-      folds: integer fold index per row ``(n,)`` in ``[0, K)``; every fold must be non-empty.
+      feature_map: a pure function `(c, d) -> (c, b)`.
+      X: raw inputs `(n, d)`.
+      y: targets `(n,)`.
+      folds: integer fold index per row `(n,)` in `[0, K)`; every fold must be non-empty.
 
     Returns:
-      ``(train, test)`` stacked on a leading fold axis, ``train[k] = total - test[k]``; the statistics of
-      all rows are ``jax.tree.map(lambda t: t.sum(0), test)``.
+      `(train, test)` stacked on a leading fold axis, `train[k] = total - test[k]`; the statistics of
+      all rows are `jax.tree.map(lambda t: t.sum(0), test)`.
     """
     X, y = _validate_xy(X, y, "X")
     folds = _check_folds(folds, X.shape[0])

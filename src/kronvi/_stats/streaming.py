@@ -13,25 +13,25 @@ def regression_stats_from_chunks(
 ) -> RegressionStats:
     r"""Sufficient statistics of the rows of every block an iterator yields, one block in memory at a time.
 
-    Each block's statistics come from :func:`regression_stats` (or :func:`regression_stats_from_inputs`
-    with ``feature_map``), compensated within the block, and the blocks are merged with
-    :func:`merge_stats` while the rounding error of every merge is carried along (Neumaier summation
+    Each block's statistics come from [`regression_stats`][kronvi.regression_stats] (or [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]
+    with `feature_map`), compensated within the block, and the blocks are merged with
+    [`merge_stats`][kronvi.merge_stats] while the rounding error of every merge is carried along (Neumaier summation
     across blocks), so the result matches the one-shot statistics to the dtype's accuracy whatever the
-    number of blocks. A block may be a global ``jax.Array`` sharded over devices or processes, as in
-    :func:`regression_stats`: then every process reads its own rows of each block.
+    number of blocks. A block may be a global `jax.Array` sharded over devices or processes, as in
+    [`regression_stats`][kronvi.regression_stats]: then every process reads its own rows of each block.
 
     Args:
-      chunks: an iterable of ``(X, y)`` or ``(X, y, mask)`` blocks: ``X`` features ``(c, b)`` (raw inputs
-        ``(c, d)`` with ``feature_map``), ``y`` targets ``(c,)``, ``mask`` optional ``(c,)`` booleans of
+      chunks: an iterable of `(X, y)` or `(X, y, mask)` blocks: `X` features `(c, b)` (raw inputs
+        `(c, d)` with `feature_map`), `y` targets `(c,)`, `mask` optional `(c,)` booleans of
         the rows to count. Blocks may differ in length (each new length compiles once).
-      feature_map: optional pure function ``(c, d) -> (c, b)`` applied to each block's ``X``.
-      chunk_size: rows per chunk within a block; ``None`` picks ``min(c, 4096)``.
+      feature_map: optional pure function `(c, d) -> (c, b)` applied to each block's `X`.
+      chunk_size: rows per chunk within a block; `None` picks `min(c, 4096)`.
 
     Returns:
-      :class:`RegressionStats` of all the rows, in the dtype of the blocks.
+      [`RegressionStats`][kronvi.RegressionStats] of all the rows, in the dtype of the blocks.
 
     Raises:
-      ValueError: ``chunks`` yields nothing, or a block is not ``(X, y)`` / ``(X, y, mask)``, or a block's
+      ValueError: `chunks` yields nothing, or a block is not `(X, y)` / `(X, y, mask)`, or a block's
         statistics are not finite (the message names the argument).
 
     Example:
@@ -79,7 +79,7 @@ def _unpack(block, index):
 
 @jax.jit
 def _merge_compensated(total, errors, stats):
-    """``merge_stats(total, stats)`` and the running sum of its rounding errors (Neumaier's two-sum)."""
+    """`merge_stats(total, stats)` and the running sum of its rounding errors (Neumaier's two-sum)."""
     merged = merge_stats(total, stats)
     lost = jax.tree.map(
         lambda s, x, t: jnp.where(jnp.abs(s) >= jnp.abs(x), (s - t) + x, (x - t) + s), total, stats, merged
