@@ -1,9 +1,9 @@
 """Gaussian baselines on the same statistics: exact Bayesian linear regression, the exact mean-field
 Gaussian and REPARAM.
 
-Modules: ``_blr`` (the exact posterior, evidence and predictive), ``_meanfield`` (the family, its exact ELBO, closed-form coordinate-ascent fit and prediction)
-and ``_reparam`` (minibatch reparameterization gradients with any optax optimizer).
-``_elrg``: the low-rank-plus-diagonal Gaussian family (ELRG, Tomczak et al. 2020); ``_kl``: the KL
+Modules: `_blr` (the exact posterior, evidence and predictive), `_meanfield` (the family, its exact ELBO, closed-form coordinate-ascent fit and prediction)
+and `_reparam` (minibatch reparameterization gradients with any optax optimizer).
+`_elrg`: the low-rank-plus-diagonal Gaussian family (ELRG, Tomczak et al. 2020); `_kl`: the KL
 divergence between two multivariate Gaussians.
 """
 

@@ -1,15 +1,16 @@
 r"""Exact Bayesian linear regression from the sufficient statistics: the reference every family is held to.
 
-Model :math:`y = \Phi w + \varepsilon`, :math:`w \sim N(0, D)`, :math:`D = \mathrm{diag}(\sigma_w^2)`,
-:math:`\varepsilon \sim N(0, \sigma^2 I)`. With :math:`A = \Phi^\top\Phi/\sigma^2 + D^{-1}`:
+Model $y = \Phi w + \varepsilon$, $w \sim N(0, D)$, $D = \mathrm{diag}(\sigma_w^2)$,
+$\varepsilon \sim N(0, \sigma^2 I)$. With $A = \Phi^\top\Phi/\sigma^2 + D^{-1}$:
 
-.. math::
-   w \mid y \sim N(A^{-1}\Phi^\top y/\sigma^2,\ A^{-1}), \qquad
-   \log p(y) = -\tfrac12\big(n\log 2\pi + n\log\sigma^2 + \log|D| + \log|A|
-               + (y^\top y - (\Phi^\top y)^\top A^{-1}\Phi^\top y/\sigma^2)/\sigma^2\big)
+$$
+w \mid y \sim N(A^{-1}\Phi^\top y/\sigma^2,\ A^{-1}), \qquad
+\log p(y) = -\tfrac12\big(n\log 2\pi + n\log\sigma^2 + \log|D| + \log|A|
+            + (y^\top y - (\Phi^\top y)^\top A^{-1}\Phi^\top y/\sigma^2)/\sigma^2\big)
+$$
 
-(Woodbury and the matrix determinant lemma), so both cost one Cholesky factorization of a ``b x b``
-matrix, whatever ``n`` is.
+(Woodbury and the matrix determinant lemma), so both cost one Cholesky factorization of a `b x b`
+matrix, whatever `n` is.
 """
 
 from __future__ import annotations
@@ -53,17 +54,17 @@ def _factor(stats, scale, s2):
 
 
 def blr_posterior(stats, prior_scale, noise_variance):
-    r"""Exact posterior :math:`N(\mu, \Sigma)` of the weights under the prior :math:`N(0, \sigma_w^2 I)`.
+    r"""Exact posterior $N(\mu, \Sigma)$ of the weights under the prior $N(0, \sigma_w^2 I)$.
 
-    :math:`\Sigma = (\Phi^\top\Phi/\sigma^2 + \sigma_w^{-2} I)^{-1}`, :math:`\mu = \Sigma\Phi^\top y/\sigma^2`.
+    $\Sigma = (\Phi^\top\Phi/\sigma^2 + \sigma_w^{-2} I)^{-1}$, $\mu = \Sigma\Phi^\top y/\sigma^2$.
 
     Args:
-      stats: :class:`kronvi.RegressionStats` with ``b`` features.
-      prior_scale: :math:`\sigma_w`, a positive scalar or ``(b,)`` array (one prior sd per weight).
-      noise_variance: :math:`\sigma^2`, a positive scalar.
+      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] with `b` features.
+      prior_scale: $\sigma_w$, a positive scalar or `(b,)` array (one prior sd per weight).
+      noise_variance: $\sigma^2$, a positive scalar.
 
     Returns:
-      ``(mean, cov)``: ``(b,)`` and ``(b, b)``.
+      `(mean, cov)`: `(b,)` and `(b, b)`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -87,12 +88,12 @@ def _posterior(stats, scale, s2):
 
 
 def blr_log_evidence(stats, prior_scale, noise_variance):
-    r"""Exact log marginal likelihood :math:`\log p(y) = \log N(y;\ 0,\ \Phi D\Phi^\top + \sigma^2 I)`.
+    r"""Exact log marginal likelihood $\log p(y) = \log N(y;\ 0,\ \Phi D\Phi^\top + \sigma^2 I)$.
 
     Args:
-      stats: :class:`kronvi.RegressionStats`.
-      prior_scale: :math:`\sigma_w`, a positive scalar or ``(b,)`` array.
-      noise_variance: :math:`\sigma^2`, a positive scalar.
+      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats].
+      prior_scale: $\sigma_w$, a positive scalar or `(b,)` array.
+      noise_variance: $\sigma^2$, a positive scalar.
 
     Returns:
       The log evidence, a scalar (nats).
@@ -121,23 +122,23 @@ def _log_evidence(stats, scale, s2):
 
 
 def blr_evidence_noise(stats, prior_scale, *, lower, upper, num_steps: int = 60):
-    r"""The noise variance in ``[lower, upper]`` that maximizes the exact evidence :func:`blr_log_evidence`.
+    r"""The noise variance in `[lower, upper]` that maximizes the exact evidence [`blr_log_evidence`][kronvi.gaussian.blr_log_evidence].
 
-    One eigendecomposition :math:`\Phi^\top\Phi = V\Lambda V^\top` makes each evidence evaluation
-    :math:`O(b)`: with :math:`c = V^\top\Phi^\top y` and a scalar :math:`\sigma_w`,
-    :math:`\log p(y) = -\tfrac12\big(n\log 2\pi\sigma^2 + \sum_j \log(1 + \sigma_w^2\lambda_j/\sigma^2)
-    + (y^\top y - \sum_j c_j^2/(\lambda_j + \sigma^2/\sigma_w^2))/\sigma^2\big)`. Golden-section search
-    on :math:`\log\sigma^2` (``num_steps`` steps shrink the bracket by :math:`0.618^{\text{num\_steps}}`);
+    One eigendecomposition $\Phi^\top\Phi = V\Lambda V^\top$ makes each evidence evaluation
+    $O(b)$: with $c = V^\top\Phi^\top y$ and a scalar $\sigma_w$,
+    $\log p(y) = -\tfrac12\big(n\log 2\pi\sigma^2 + \sum_j \log(1 + \sigma_w^2\lambda_j/\sigma^2)
+    + (y^\top y - \sum_j c_j^2/(\lambda_j + \sigma^2/\sigma_w^2))/\sigma^2\big)$. Golden-section search
+    on $\log\sigma^2$ (`num_steps` steps shrink the bracket by $0.618^{\text{num\_steps}}$);
     the evidence is unimodal in practice but not provably, so the bracket should be a plausible range.
 
     Args:
-      stats: :class:`kronvi.RegressionStats`.
-      prior_scale: :math:`\sigma_w`, a positive scalar.
-      lower, upper: the bracket, positive scalars with ``lower < upper``.
+      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats].
+      prior_scale: $\sigma_w$, a positive scalar.
+      lower, upper: the bracket, positive scalars with `lower < upper`.
       num_steps: golden-section steps.
 
     Returns:
-      :math:`\sigma^2`, a scalar.
+      $\sigma^2$, a scalar.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -162,13 +163,13 @@ def blr_evidence_noise(stats, prior_scale, *, lower, upper, num_steps: int = 60)
 
 
 def spectral_log_evidence(eigenvalues, c, yty, n, prior_scale, noise_variance):
-    r"""Log evidence from the spectrum of :math:`\Phi^\top\Phi` (scalar :math:`\sigma_w`): ``O(b)``.
+    r"""Log evidence from the spectrum of $\Phi^\top\Phi$ (scalar $\sigma_w$): `O(b)`.
 
-    The residual :math:`y^\top y - \sum_j c_j^2/(\lambda_j + \kappa)`, :math:`\kappa = \sigma^2/\sigma_w^2`,
-    is taken as the least-squares residual :math:`r_0 = y^\top y - \sum_j c_j^2/\lambda_j` (clipped at 0:
-    below the rounding of :math:`y^\top y` it is not resolved) plus the positive
-    :math:`\sum_j c_j^2\kappa/(\lambda_j(\lambda_j + \kappa))`, so no small noise variance divides a
-    difference of large numbers; null directions (where :math:`c_j = 0`) drop out.
+    The residual $y^\top y - \sum_j c_j^2/(\lambda_j + \kappa)$, $\kappa = \sigma^2/\sigma_w^2$,
+    is taken as the least-squares residual $r_0 = y^\top y - \sum_j c_j^2/\lambda_j$ (clipped at 0:
+    below the rounding of $y^\top y$ it is not resolved) plus the positive
+    $\sum_j c_j^2\kappa/(\lambda_j(\lambda_j + \kappa))$, so no small noise variance divides a
+    difference of large numbers; null directions (where $c_j = 0$) drop out.
     """
     lam = jnp.maximum(eigenvalues, 0.0)
     s2, v = noise_variance, prior_scale**2
@@ -191,9 +192,9 @@ def _evidence_noise(stats, scale, lo, hi, num_steps):
 
 @functools.partial(jax.jit, static_argnames="num_steps")
 def spectral_evidence_noise(eigenvalues, c, yty, n, prior_scale, lower, upper, *, num_steps: int = 60):
-    r"""The golden-section search of :func:`blr_evidence_noise` on an eigendecomposition already at hand:
-    ``eigenvalues`` of :math:`\Phi^\top\Phi` and ``c`` :math:`= V^\top\Phi^\top y` (e.g. the ``Phity`` of
-    :func:`kronvi.eigenbasis`'s rotated statistics). Unchecked: validate with :func:`blr_evidence_noise`'s
+    r"""The golden-section search of [`blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise] on an eigendecomposition already at hand:
+    `eigenvalues` of $\Phi^\top\Phi$ and `c` $= V^\top\Phi^\top y$ (e.g. the `Phity` of
+    [`kronvi.eigenbasis`][kronvi.eigenbasis]'s rotated statistics). Unchecked: validate with [`blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise]'s
     rules first."""
 
     def f(t):
@@ -212,17 +213,17 @@ def spectral_evidence_noise(eigenvalues, c, yty, n, prior_scale, lower, upper, *
 
 
 def predict_blr(mean, cov, noise_variance, Phi_new):
-    r"""Exact predictive :math:`y^* \sim N(\Phi^*\mu,\ \mathrm{diag}(\Phi^*\Sigma\Phi^{*\top}) + \sigma^2)`.
+    r"""Exact predictive $y^* \sim N(\Phi^*\mu,\ \mathrm{diag}(\Phi^*\Sigma\Phi^{*\top}) + \sigma^2)$.
 
     Args:
-      mean: ``(b,)`` posterior mean from :func:`blr_posterior`.
-      cov: ``(b, b)`` posterior covariance.
-      noise_variance: :math:`\sigma^2`.
-      Phi_new: ``(num_points, b)`` test features.
+      mean: `(b,)` posterior mean from [`blr_posterior`][kronvi.gaussian.blr_posterior].
+      cov: `(b, b)` posterior covariance.
+      noise_variance: $\sigma^2$.
+      Phi_new: `(num_points, b)` test features.
 
     Returns:
-      ``(mean, variance)``, each ``(num_points,)``; the log predictive density of ``y`` is
-      ``-0.5 * (log(2 pi variance) + (y - mean)**2 / variance)``.
+      `(mean, variance)`, each `(num_points,)`; the log predictive density of `y` is
+      `-0.5 * (log(2 pi variance) + (y - mean)**2 / variance)`.
     """
     Phi_new = as_float_array(Phi_new, "Phi_new")
     check_ndim(Phi_new, 2, "Phi_new", "(num_points, num_features)")

@@ -1,11 +1,12 @@
 r"""The KL divergence between two multivariate Gaussians, through their Cholesky factors.
 
-For :math:`q = N(m_q, S_q)` and :math:`p = N(m_p, S_p)` in :math:`k` dimensions, with
-:math:`S_q = L_q L_q^\top` and :math:`S_p = L_p L_p^\top`:
+For $q = N(m_q, S_q)$ and $p = N(m_p, S_p)$ in $k$ dimensions, with
+$S_q = L_q L_q^\top$ and $S_p = L_p L_p^\top$:
 
-.. math::
-   \mathrm{KL}(q \,\|\, p) = \tfrac12\Big(\|L_p^{-1} L_q\|_F^2 + \|L_p^{-1}(m_p - m_q)\|^2 - k
-     + 2\textstyle\sum_i \log (L_p)_{ii} - 2\sum_i \log (L_q)_{ii}\Big).
+$$
+\mathrm{KL}(q \,\|\, p) = \tfrac12\Big(\|L_p^{-1} L_q\|_F^2 + \|L_p^{-1}(m_p - m_q)\|^2 - k
+  + 2\textstyle\sum_i \log (L_p)_{ii} - 2\sum_i \log (L_q)_{ii}\Big).
+$$
 
 Two triangular solves replace the explicit inverse and both log-determinants come from the factors'
 diagonals, so nothing is squared or inverted: the formula keeps the conditioning of the covariances
@@ -36,22 +37,23 @@ def _check_gaussian(mean, cov, mean_name, cov_name):
 
 
 def gaussian_kl(q_mean, q_cov, p_mean, p_cov):
-    r""":math:`\mathrm{KL}(N(m_q, S_q) \,\|\, N(m_p, S_p))` in nats, through Cholesky factors of both covariances.
+    r"""$\mathrm{KL}(N(m_q, S_q) \,\|\, N(m_p, S_p))$ in nats, through Cholesky factors of both covariances.
 
-    .. math::
-       \mathrm{KL} = \tfrac12\Big(\mathrm{tr}(S_p^{-1}S_q) + (m_p - m_q)^\top S_p^{-1}(m_p - m_q) - k
-         + \log|S_p| - \log|S_q|\Big)
+    $$
+    \mathrm{KL} = \tfrac12\Big(\mathrm{tr}(S_p^{-1}S_q) + (m_p - m_q)^\top S_p^{-1}(m_p - m_q) - k
+      + \log|S_p| - \log|S_q|\Big)
+    $$
 
-    with :math:`\mathrm{tr}(S_p^{-1}S_q) = \|L_p^{-1}L_q\|_F^2` and the log-determinants from the factors'
-    diagonals (two triangular solves, :math:`O(k^3)`). Both covariances must be symmetric positive
+    with $\mathrm{tr}(S_p^{-1}S_q) = \|L_p^{-1}L_q\|_F^2$ and the log-determinants from the factors'
+    diagonals (two triangular solves, $O(k^3)$). Both covariances must be symmetric positive
     definite; where the working precision cannot factor one, the result is NaN (no jitter is added: a KL
     against a silently regularized covariance would be a different number).
 
     Args:
-      q_mean: ``(k,)`` mean of the first argument :math:`q`.
-      q_cov: ``(k, k)`` covariance of :math:`q`.
-      p_mean: ``(k,)`` mean of the reference :math:`p`.
-      p_cov: ``(k, k)`` covariance of :math:`p`.
+      q_mean: `(k,)` mean of the first argument $q$.
+      q_cov: `(k, k)` covariance of $q$.
+      p_mean: `(k,)` mean of the reference $p$.
+      p_cov: `(k, k)` covariance of $p$.
 
     Returns:
       The KL divergence, a scalar in the inputs' (promoted) dtype.

@@ -1,17 +1,18 @@
 r"""Exact Gaussian mean-field variational inference for Bayesian linear regression, from the statistics.
 
-Model: :math:`y = \Phi w + \varepsilon`, :math:`w \sim N(0, \sigma_w^2 I)` (the continuous Gaussian prior
-that DIRECT discretizes), :math:`\varepsilon \sim N(0, \sigma^2 I)`; variational family
-:math:`q(w) = \prod_j N(\mu_j, s_j^2)`. The noise variance :math:`\sigma^2` is a point estimate: kept fixed,
-or learned by maximizing the ELBO (type-II maximum likelihood), optionally inside ``noise_bounds``. The
+Model: $y = \Phi w + \varepsilon$, $w \sim N(0, \sigma_w^2 I)$ (the continuous Gaussian prior
+that DIRECT discretizes), $\varepsilon \sim N(0, \sigma^2 I)$; variational family
+$q(w) = \prod_j N(\mu_j, s_j^2)$. The noise variance $\sigma^2$ is a point estimate: kept fixed,
+or learned by maximizing the ELBO (type-II maximum likelihood), optionally inside `noise_bounds`. The
 exact ELBO
 
-.. math::
-   \mathcal{L} = -\tfrac n2\log(2\pi\sigma^2) - \frac{1}{2\sigma^2}\Big(\|y - \Phi\mu\|^2
-     + \textstyle\sum_j (\Phi^\top\Phi)_{jj} s_j^2\Big) - \mathrm{KL}\big(q \,\|\, N(0, \sigma_w^2 I)\big)
+$$
+\mathcal{L} = -\tfrac n2\log(2\pi\sigma^2) - \frac{1}{2\sigma^2}\Big(\|y - \Phi\mu\|^2
+  + \textstyle\sum_j (\Phi^\top\Phi)_{jj} s_j^2\Big) - \mathrm{KL}\big(q \,\|\, N(0, \sigma_w^2 I)\big)
+$$
 
-is maximized by exact coordinate ascent (:func:`fit_gaussian_mf`): for fixed :math:`\sigma^2` the optimal
-factors are closed form, for fixed ``q`` the optimal noise is :math:`E_q\|y-\Phi w\|^2/n`.
+is maximized by exact coordinate ascent ([`fit_gaussian_mf`][kronvi.gaussian.fit_gaussian_mf]): for fixed $\sigma^2$ the optimal
+factors are closed form, for fixed `q` the optimal noise is $E_q\|y-\Phi w\|^2/n$.
 
 References:
   Evans & Nair (2018), section 5; Bishop (2006), section 10.1.2 for the mean-field Gaussian optimum.
@@ -37,11 +38,11 @@ from .._stats.regression import RegressionStats
 
 
 class GaussianMeanField(NamedTuple):
-    r"""Diagonal Gaussian :math:`q(w) = \prod_j N(\mu_j, s_j^2)` with :math:`s_j = \exp(\text{log\_std}_j)`.
+    r"""Diagonal Gaussian $q(w) = \prod_j N(\mu_j, s_j^2)$ with $s_j = \exp(\text{log\_std}_j)$.
 
     Attributes:
-      mean: ``(b,)`` :math:`\mu`.
-      log_std: ``(b,)`` :math:`\log s`.
+      mean: `(b,)` $\mu$.
+      log_std: `(b,)` $\log s$.
     """
 
     mean: jax.Array
@@ -53,7 +54,7 @@ class GaussianMeanField(NamedTuple):
 
 
 def check_gaussian_q(q, b=None, name="q"):
-    """Checks a :class:`GaussianMeanField` with finite ``(b,)`` fields (any ``b`` when ``None``)."""
+    """Checks a [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField] with finite `(b,)` fields (any `b` when `None`)."""
     if not isinstance(q, GaussianMeanField):
         raise TypeError(f"`{name}` must be a GaussianMeanField, got {type(q).__name__}")
     mean, log_std = jnp.asarray(q.mean), jnp.asarray(q.log_std)
@@ -77,7 +78,7 @@ def _check_stats(stats):
 
 
 def check_prior_scale(prior_scale, b, dtype):
-    r""":math:`\sigma_w` as a positive finite scalar or ``(b,)`` array of ``dtype``."""
+    r"""$\sigma_w$ as a positive finite scalar or `(b,)` array of `dtype`."""
     scale = as_float_array(prior_scale, "prior_scale").astype(dtype)
     if scale.ndim > 1 or (scale.ndim == 1 and scale.shape[0] != b):
         raise ValueError(f"`prior_scale` must be a scalar or shape ({b},), got {scale.shape}")
@@ -87,7 +88,7 @@ def check_prior_scale(prior_scale, b, dtype):
 
 
 def check_noise_variance(noise_variance, dtype, name="noise_variance"):
-    """A positive finite scalar of ``dtype``."""
+    """A positive finite scalar of `dtype`."""
     s = as_float_array(noise_variance, name).astype(dtype)
     if s.ndim != 0:
         raise ValueError(f"`{name}` must be a scalar, got shape {s.shape}")
@@ -97,7 +98,7 @@ def check_noise_variance(noise_variance, dtype, name="noise_variance"):
 
 
 def check_noise_bounds(noise_bounds, dtype):
-    """``None``, or ``(lo, hi)`` as positive scalars with ``lo < hi``."""
+    """`None`, or `(lo, hi)` as positive scalars with `lo < hi`."""
     if noise_bounds is None:
         return None
     if not (isinstance(noise_bounds, tuple | list) and len(noise_bounds) == 2):
@@ -110,7 +111,7 @@ def check_noise_bounds(noise_bounds, dtype):
 
 
 def check_count(x, name, minimum=1):
-    """``x`` if it is an ``int >= minimum`` (not a bool), else a ``ValueError`` naming it."""
+    """`x` if it is an `int >= minimum` (not a bool), else a `ValueError` naming it."""
     if isinstance(x, bool) or not isinstance(x, int) or x < minimum:
         raise ValueError(f"`{name}` must be an int >= {minimum}, got {x!r}")
     return x
@@ -121,14 +122,14 @@ def check_count(x, name, minimum=1):
 
 
 def gaussian_kl(mean, log_std, prior_scale):
-    r""":math:`\mathrm{KL}(\prod_j N(\mu_j, s_j^2) \,\|\, N(0, \sigma_w^2 I))`, summed over weights."""
+    r"""$\mathrm{KL}(\prod_j N(\mu_j, s_j^2) \,\|\, N(0, \sigma_w^2 I))$, summed over weights."""
     var_ratio = jnp.exp(2.0 * log_std) / prior_scale**2
     return 0.5 * jnp.sum(var_ratio + mean**2 / prior_scale**2 - 1.0 - jnp.log(var_ratio))
 
 
 def gaussian_expected_rss(mean, log_std, stats):
-    r""":math:`E_q\|y - \Phi w\|^2 = \|y - \Phi\mu\|^2 + \sum_j (\Phi^\top\Phi)_{jj} s_j^2` for a diagonal
-    Gaussian ``q``, from the statistics."""
+    r"""$E_q\|y - \Phi w\|^2 = \|y - \Phi\mu\|^2 + \sum_j (\Phi^\top\Phi)_{jj} s_j^2$ for a diagonal
+    Gaussian `q`, from the statistics."""
     return (
         stats.yty
         - 2.0 * dot(mean, stats.Phity)
@@ -145,19 +146,20 @@ def _elbo(mean, log_std, noise_variance, stats, prior_scale):
 def gaussian_mf_elbo(q, noise_variance, stats, *, prior_scale):
     r"""Exact ELBO of a diagonal Gaussian posterior for Bayesian linear regression, from the statistics.
 
-    .. math::
-       \mathcal{L}(q, \sigma^2) = -\tfrac n2\log(2\pi\sigma^2)
-         - \frac{y^\top y - 2\mu^\top\Phi^\top y + \mu^\top\Phi^\top\Phi\mu
-         + \sum_j(\Phi^\top\Phi)_{jj}s_j^2}{2\sigma^2}
-         - \tfrac12\sum_j\Big(\frac{s_j^2 + \mu_j^2}{\sigma_w^2} - 1 - \log\frac{s_j^2}{\sigma_w^2}\Big),
+    $$
+    \mathcal{L}(q, \sigma^2) = -\tfrac n2\log(2\pi\sigma^2)
+      - \frac{y^\top y - 2\mu^\top\Phi^\top y + \mu^\top\Phi^\top\Phi\mu
+      + \sum_j(\Phi^\top\Phi)_{jj}s_j^2}{2\sigma^2}
+      - \tfrac12\sum_j\Big(\frac{s_j^2 + \mu_j^2}{\sigma_w^2} - 1 - \log\frac{s_j^2}{\sigma_w^2}\Big),
+    $$
 
-    :math:`O(b^2)` whatever ``n`` is; a lower bound on :math:`\log p(y \mid \Phi, \sigma^2)`.
+    $O(b^2)$ whatever `n` is; a lower bound on $\log p(y \mid \Phi, \sigma^2)$.
 
     Args:
-      q: :class:`GaussianMeanField` with ``(b,)`` fields.
-      noise_variance: :math:`\sigma^2`, positive scalar.
-      stats: :class:`RegressionStats` of the data (``b`` features).
-      prior_scale: :math:`\sigma_w`, positive scalar or ``(b,)``.
+      q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField] with `(b,)` fields.
+      noise_variance: $\sigma^2$, positive scalar.
+      stats: [`RegressionStats`][kronvi.RegressionStats] of the data (`b` features).
+      prior_scale: $\sigma_w$, positive scalar or `(b,)`.
 
     Returns:
       The ELBO, a scalar.
@@ -196,33 +198,34 @@ def fit_gaussian_mf(
     max_iter: int = 100,
     tol: float = 1e-7,
 ):
-    r"""Fits the diagonal Gaussian posterior by exact coordinate ascent on :func:`gaussian_mf_elbo`.
+    r"""Fits the diagonal Gaussian posterior by exact coordinate ascent on [`gaussian_mf_elbo`][kronvi.gaussian.gaussian_mf_elbo].
 
     One iteration sets the factors to their exact optimum for the current noise variance,
 
-    .. math::
-       s_j^2 = \Big(\frac{(\Phi^\top\Phi)_{jj}}{\sigma^2} + \frac{1}{\sigma_w^2}\Big)^{-1},\qquad
-       \mu = \Big(\Phi^\top\Phi + \frac{\sigma^2}{\sigma_w^2} I\Big)^{-1}\Phi^\top y
+    $$
+    s_j^2 = \Big(\frac{(\Phi^\top\Phi)_{jj}}{\sigma^2} + \frac{1}{\sigma_w^2}\Big)^{-1},\qquad
+    \mu = \Big(\Phi^\top\Phi + \frac{\sigma^2}{\sigma_w^2} I\Big)^{-1}\Phi^\top y
+    $$
 
-    (one Cholesky factorization; with a per-weight :math:`\sigma_w` the ridge term is diagonal; where the
+    (one Cholesky factorization; with a per-weight $\sigma_w$ the ridge term is diagonal; where the
     working precision cannot factor it, a small jitter is added instead of returning NaN, see
-    :func:`kronvi._solvers.linalg.jittered_cholesky`), then, when
-    ``learn_noise``, the noise variance to its exact optimum :math:`E_q\|y - \Phi w\|^2/n`, clipped into
-    ``noise_bounds`` (the constrained maximum: the ELBO is unimodal in :math:`\sigma^2`). Every update is
-    a block maximum, so the ELBO trace never decreases. With ``learn_noise=False`` one iteration is exact.
+    `kronvi._solvers.linalg.jittered_cholesky`), then, when
+    `learn_noise`, the noise variance to its exact optimum $E_q\|y - \Phi w\|^2/n$, clipped into
+    `noise_bounds` (the constrained maximum: the ELBO is unimodal in $\sigma^2$). Every update is
+    a block maximum, so the ELBO trace never decreases. With `learn_noise=False` one iteration is exact.
 
     Args:
-      stats: :class:`RegressionStats`.
-      prior_scale: :math:`\sigma_w`, positive scalar or ``(b,)``.
-      noise_variance: fixed :math:`\sigma^2`, or the starting value when ``learn_noise``.
-      learn_noise: learn :math:`\sigma^2` as a point estimate (type-II maximum likelihood on the ELBO).
-      noise_bounds: optional ``(lo, hi)`` for the learned noise variance.
+      stats: [`RegressionStats`][kronvi.RegressionStats].
+      prior_scale: $\sigma_w$, positive scalar or `(b,)`.
+      noise_variance: fixed $\sigma^2$, or the starting value when `learn_noise`.
+      learn_noise: learn $\sigma^2$ as a point estimate (type-II maximum likelihood on the ELBO).
+      noise_bounds: optional `(lo, hi)` for the learned noise variance.
       max_iter: maximum iterations.
-      tol: stop when an iteration gains less than ``tol * n`` nats.
+      tol: stop when an iteration gains less than `tol * n` nats.
 
     Returns:
-      ``(q, noise_variance, info)``: a :class:`GaussianMeanField`, the final noise variance and a
-      :class:`kronvi.FitInfo` with the ELBO trace.
+      `(q, noise_variance, info)`: a [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField], the final noise variance and a
+      [`kronvi.FitInfo`][kronvi.FitInfo] with the ELBO trace.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -265,8 +268,8 @@ def _optimal_q(stats, scale, noise_variance):
 
 @functools.partial(jax.jit, static_argnames=("learn_noise", "max_iter", "tol"))
 def fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
-    """The traced coordinate ascent of :func:`fit_gaussian_mf` on validated arrays (``lo``/``hi`` bound the
-    learned noise variance; use ``0`` and ``inf`` for none). Returns ``(q, noise_variance, info)``."""
+    """The traced coordinate ascent of [`fit_gaussian_mf`][kronvi.gaussian.fit_gaussian_mf] on validated arrays (`lo`/`hi` bound the
+    learned noise variance; use `0` and `inf` for none). Returns `(q, noise_variance, info)`."""
     dtype = stats.PhitPhi.dtype
     b = stats.PhitPhi.shape[-1]
     mean0 = jnp.zeros((b,), dtype)
@@ -296,16 +299,16 @@ def fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
 def predict_gaussian_mf(q, noise_variance, Phi_new):
     r"""Predictive mean and variance under a diagonal Gaussian posterior (exact, Gaussian).
 
-    :math:`y^* \sim N(\Phi^*\mu,\ (\Phi^*)^{\circ 2} s^2 + \sigma^2)`.
+    $y^* \sim N(\Phi^*\mu,\ (\Phi^*)^{\circ 2} s^2 + \sigma^2)$.
 
     Args:
-      q: :class:`GaussianMeanField`.
-      noise_variance: :math:`\sigma^2`.
-      Phi_new: test features ``(num_points, b)``.
+      q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField].
+      noise_variance: $\sigma^2$.
+      Phi_new: test features `(num_points, b)`.
 
     Returns:
-      ``(mean, variance)``, each ``(num_points,)``; the log predictive density of ``y`` is
-      ``-0.5 * (log(2 pi variance) + (y - mean)**2 / variance)``.
+      `(mean, variance)`, each `(num_points,)`; the log predictive density of `y` is
+      `-0.5 * (log(2 pi variance) + (y - mean)**2 / variance)`.
     """
     Phi_new = as_float_array(Phi_new, "Phi_new")
     check_ndim(Phi_new, 2, "Phi_new", "(num_points, num_features)")
