@@ -1,8 +1,8 @@
 r"""The deterministic terms of a mixture's ELBO: exact expectations and the Theorem 3 and 4 lower bounds.
 
-Everything linear in ``q`` is an :math:`\alpha`-weighted sum of mean-field terms, exact in
-:math:`O(r(bm + b^2))`. The entropy is not: :func:`mixture_elbo_bound` bounds it below (Theorem 3). A
-:class:`MixturePrior` has no exact expected log-density: :func:`mixture_prior_bound` bounds it below
+Everything linear in `q` is an $\alpha$-weighted sum of mean-field terms, exact in
+$O(r(bm + b^2))$. The entropy is not: [`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound] bounds it below (Theorem 3). A
+[`MixturePrior`][kronvi.mixtures.MixturePrior] has no exact expected log-density: [`mixture_prior_bound`][kronvi.mixtures.mixture_prior_bound] bounds it below
 (Theorem 4).
 
 References:
@@ -31,60 +31,61 @@ from ._family import (
 
 
 def mixture_expected_rss(q, prior_w, stats):
-    r""":math:`E_q\|y - \Phi w\|^2 = \sum_k \alpha_k E_{q^{(k)}}\|y - \Phi w\|^2` (linear in q)."""
+    r"""$E_q\|y - \Phi w\|^2 = \sum_k \alpha_k E_{q^{(k)}}\|y - \Phi w\|^2$ (linear in q)."""
     per_component = jax.vmap(lambda logits: expected_rss(MeanField._unchecked(logits), prior_w, stats))
     return jnp.sum(q.weights * per_component(q.logits))
 
 
 @jax.jit
 def expected_loglik(q, q_noise, prior_w, prior_noise, stats):
-    """:func:`mixture_expected_loglik` without validation."""
+    """[`mixture_expected_loglik`][kronvi.mixtures.mixture_expected_loglik] without validation."""
     e_inv, e_log, _ = noise_moments(q_noise, prior_noise)
     return -0.5 * stats.n * (LOG_2PI + e_log) - 0.5 * e_inv * mixture_expected_rss(q, prior_w, stats)
 
 
 def prior_bound(log_probs, log_weights, prior):
-    """Theorem 4 with per-component optimal responsibilities (see :func:`mixture_prior_bound`)."""
+    """Theorem 4 with per-component optimal responsibilities (see [`mixture_prior_bound`][kronvi.mixtures.mixture_prior_bound])."""
     e = einsum("kjm,cjm->kc", jnp.exp(log_probs), prior.log_probs)  # E_{q^(k)} log p^(c)
     return jnp.sum(jnp.exp(log_weights) * jax.nn.logsumexp(prior.log_weights[None, :] + e, axis=-1))
 
 
 @jax.jit
 def expected_log_prior(q, prior_w):
-    """Exact :math:`E_q[\\log p(w)]` for a factorized prior, the Theorem-4 bound for a mixture prior."""
+    """Exact $E_q[\\log p(w)]$ for a factorized prior, the Theorem-4 bound for a mixture prior."""
     if isinstance(prior_w, MixturePrior):
         return prior_bound(q.log_probs, q.log_weights, prior_w)
     return jnp.sum(q.marginals * prior_w.log_probs)
 
 
 def noise_terms(q_noise, prior_noise):
-    r""":math:`E[\log p(\sigma^2)] + H[q_\sigma]`, exact."""
+    r"""$E[\log p(\sigma^2)] + H[q_\sigma]$, exact."""
     return jnp.sum(q_noise.probs * prior_noise.log_probs) + entropy(q_noise)
 
 
 def noise_cavi_logits(q, prior_w, prior_noise, stats):
-    r"""Exact coordinate-ascent update of :math:`q_\sigma` given the mixture (the ELBO is concave in it)."""
+    r"""Exact coordinate-ascent update of $q_\sigma$ given the mixture (the ELBO is concave in it)."""
     return noise_optimum_logits(mixture_expected_rss(q, prior_w, stats), prior_noise, stats.n)
 
 
 def mixture_expected_loglik(q, q_noise, prior_w, prior_noise, stats):
-    r"""Exact expected log-likelihood :math:`E_{q(w)q_\sigma}[\log N(y \mid \Phi w, \sigma^2 I)]`, mixture q.
+    r"""Exact expected log-likelihood $E_{q(w)q_\sigma}[\log N(y \mid \Phi w, \sigma^2 I)]$, mixture q.
 
-    The expectation is linear in ``q``, so it is the :math:`\alpha`-weighted sum of the mean-field terms:
+    The expectation is linear in `q`, so it is the $\alpha$-weighted sum of the mean-field terms:
 
-    .. math::
-       -\tfrac n2(\log 2\pi + E[\log\sigma^2]) - \tfrac12 E[\sigma^{-2}] \sum_k \alpha_k
-       \big(y^\top y - 2\bar w_k^\top \Phi^\top y + \bar w_k^\top \Phi^\top\Phi \bar w_k
-       + \textstyle\sum_j (\Phi^\top\Phi)_{jj} \mathrm{Var}_{q^{(k)}}(w_j)\big),
+    $$
+    -\tfrac n2(\log 2\pi + E[\log\sigma^2]) - \tfrac12 E[\sigma^{-2}] \sum_k \alpha_k
+    \big(y^\top y - 2\bar w_k^\top \Phi^\top y + \bar w_k^\top \Phi^\top\Phi \bar w_k
+    + \textstyle\sum_j (\Phi^\top\Phi)_{jj} \mathrm{Var}_{q^{(k)}}(w_j)\big),
+    $$
 
-    :math:`O(r b^2)`.
+    $O(r b^2)$.
 
     Args:
-      q: :class:`Mixture`, logits ``(r, b, m)``.
-      q_noise: :class:`MeanField` ``(1, m_sigma)`` over the noise variance.
-      prior_w: :class:`DiscretePrior` or :class:`MixturePrior` (only its grid ``values (b, m)`` is used).
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
-      stats: :class:`RegressionStats`.
+      q: [`Mixture`][kronvi.mixtures.Mixture], logits `(r, b, m)`.
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] or [`MixturePrior`][kronvi.mixtures.MixturePrior] (only its grid `values (b, m)` is used).
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: [`RegressionStats`][kronvi.RegressionStats].
 
     Returns:
       A scalar.
@@ -106,26 +107,27 @@ def mixture_expected_loglik(q, q_noise, prior_w, prior_noise, stats):
 
 
 def mixture_prior_bound(q, prior):
-    r"""Lower bound on :math:`E_q[\log p(w)]` for a mixture prior (Theorem 4); exact for a factorized one.
+    r"""Lower bound on $E_q[\log p(w)]$ for a mixture prior (Theorem 4); exact for a factorized one.
 
-    For :math:`p = \sum_c \beta_c \bigotimes_j p^{(c)}_j`, concavity of :math:`\log` (Jensen) gives, for
-    every configuration :math:`w` and any responsibilities :math:`\lambda \in \Delta^C`,
-    :math:`\log p(w) \ge \sum_c \lambda_c\big(\log\beta_c + \log p^{(c)}(w) - \log\lambda_c\big)`.
-    Taking the expectation under each component of ``q`` with its own responsibilities and maximizing over
-    them (:math:`\lambda^{(k)}_c \propto \beta_c \exp E_{q^{(k)}}[\log p^{(c)}]`) gives the bound
+    For $p = \sum_c \beta_c \bigotimes_j p^{(c)}_j$, concavity of $\log$ (Jensen) gives, for
+    every configuration $w$ and any responsibilities $\lambda \in \Delta^C$,
+    $\log p(w) \ge \sum_c \lambda_c\big(\log\beta_c + \log p^{(c)}(w) - \log\lambda_c\big)$.
+    Taking the expectation under each component of `q` with its own responsibilities and maximizing over
+    them ($\lambda^{(k)}_c \propto \beta_c \exp E_{q^{(k)}}[\log p^{(c)}]$) gives the bound
     implemented here:
 
-    .. math::
-       E_q[\log p] \;\ge\; \sum_k \alpha_k \log \sum_c \beta_c
-       \exp\Big(\sum_j \langle q^{(k)}_j, \log p^{(c)}_j\rangle\Big),
+    $$
+    E_q[\log p] \;\ge\; \sum_k \alpha_k \log \sum_c \beta_c
+    \exp\Big(\sum_j \langle q^{(k)}_j, \log p^{(c)}_j\rangle\Big),
+    $$
 
-    each inner term a Kronecker-sum inner product (Prop. 3), :math:`O(rCbm)`. It is at least the
-    simpler bound :math:`\sum_c \beta_c E_q[\log p^{(c)}]` (:math:`\lambda = \beta`), and exact when
-    :math:`C = 1`.
+    each inner term a Kronecker-sum inner product (Prop. 3), $O(rCbm)$. It is at least the
+    simpler bound $\sum_c \beta_c E_q[\log p^{(c)}]$ ($\lambda = \beta$), and exact when
+    $C = 1$.
 
     Args:
-      q: :class:`Mixture` ``(r, b, m)`` or :class:`MeanField` ``(b, m)``.
-      prior: :class:`MixturePrior` ``(C, b, m)``, or a :class:`DiscretePrior` ``(b, m)`` (then the exact
+      q: [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)` or [`MeanField`][kronvi.MeanField] `(b, m)`.
+      prior: [`MixturePrior`][kronvi.mixtures.MixturePrior] `(C, b, m)`, or a [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)` (then the exact
         expectation is returned).
 
     Returns:
@@ -152,7 +154,7 @@ def mixture_prior_bound(q, prior):
 
 
 def entropy_bound(log_probs, log_weights, log_center, rescale):
-    r"""Theorem 3's entropy bound; every product over the ``b`` weights is taken in log space."""
+    r"""Theorem 3's entropy bound; every product over the `b` weights is taken in log space."""
     marg = jnp.exp(jax.nn.logsumexp(log_weights[:, None, None] + log_probs, axis=0))
     cross = jnp.sum(marg * log_center)  # <q, log a>, a Kronecker-sum inner product
     # log prod_j sum_v q^(k)_jv q^(l)_jv / a_jv for every pair (k, l): (r, r)
@@ -176,45 +178,47 @@ def elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, rescale=True
 def mixture_elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, *, rescale: bool = True):
     r"""Deterministic lower bound on the ELBO of a mixture posterior (Theorem 3).
 
-    Concavity of the logarithm, :math:`\log x \le \log a + x/a - 1` for :math:`a > 0`, applied to every
-    entry of :math:`\log q` gives, for any positive Kronecker-product centre
-    :math:`a = \bigotimes_j a_j`,
+    Concavity of the logarithm, $\log x \le \log a + x/a - 1$ for $a > 0$, applied to every
+    entry of $\log q$ gives, for any positive Kronecker-product centre
+    $a = \bigotimes_j a_j$,
 
-    .. math::
-       H[q] = -\langle q, \log q\rangle \;\ge\; 1 - \langle q, \textstyle\bigoplus_j \log a_j\rangle
-       - \langle q, q \circ a^{-1}\rangle,\qquad
-       \langle q, q\circ a^{-1}\rangle = \sum_{k,l}\alpha_k\alpha_l \prod_j
-       \sum_{v} \frac{q^{(k)}_{jv} q^{(l)}_{jv}}{a_{jv}},
+    $$
+    H[q] = -\langle q, \log q\rangle \;\ge\; 1 - \langle q, \textstyle\bigoplus_j \log a_j\rangle
+    - \langle q, q \circ a^{-1}\rangle,\qquad
+    \langle q, q\circ a^{-1}\rangle = \sum_{k,l}\alpha_k\alpha_l \prod_j
+    \sum_{v} \frac{q^{(k)}_{jv} q^{(l)}_{jv}}{a_{jv}},
+    $$
 
-    with equality iff :math:`a = q` (possible only for a one-component mixture). The first inner product
-    is a Kronecker sum against ``q`` (Prop. 3); the product over the ``b`` weights is taken in log space
-    (appendix C), :math:`O(r^2 bm)`.
+    with equality iff $a = q$ (possible only for a one-component mixture). The first inner product
+    is a Kronecker sum against `q` (Prop. 3); the product over the `b` weights is taken in log space
+    (appendix C), $O(r^2 bm)$.
 
-    With ``rescale=True`` (default) the bound is evaluated at the best multiple :math:`c\,a` of the
-    centre, :math:`c = \langle q, q\circ a^{-1}\rangle`, which has the closed form
+    With `rescale=True` (default) the bound is evaluated at the best multiple $c\,a$ of the
+    centre, $c = \langle q, q\circ a^{-1}\rangle$, which has the closed form
 
-    .. math::
-       H[q] \;\ge\; -\langle q, \textstyle\bigoplus_j \log a_j\rangle - \log\langle q, q\circ a^{-1}\rangle
-       \;\ge\; 1 - \langle q, \textstyle\bigoplus_j \log a_j\rangle - \langle q, q\circ a^{-1}\rangle
+    $$
+    H[q] \;\ge\; -\langle q, \textstyle\bigoplus_j \log a_j\rangle - \log\langle q, q\circ a^{-1}\rangle
+    \;\ge\; 1 - \langle q, \textstyle\bigoplus_j \log a_j\rangle - \langle q, q\circ a^{-1}\rangle
+    $$
 
-    (the same Theorem-3 bound, at centre :math:`c\,a`; the second inequality is :math:`\log x \le x - 1`).
-    It stays in log space throughout: for many weights :math:`\langle q, q\circ a^{-1}\rangle` is a
-    product of ``b`` factors that overflows unless the centre happens to be well scaled (e.g. ``b = 2000``
-    with distinct components gives :math:`e^{1000}`, and the literal form returns :math:`-\infty`). Use
-    ``rescale=False`` for the literal statement of the theorem.
+    (the same Theorem-3 bound, at centre $c\,a$; the second inequality is $\log x \le x - 1$).
+    It stays in log space throughout: for many weights $\langle q, q\circ a^{-1}\rangle$ is a
+    product of `b` factors that overflows unless the centre happens to be well scaled (e.g. `b = 2000`
+    with distinct components gives $e^{1000}$, and the literal form returns $-\infty$). Use
+    `rescale=False` for the literal statement of the theorem.
 
-    The rest of the ELBO is exact (:func:`mixture_expected_loglik`, the expected log prior, the noise
-    terms), or, for a :class:`MixturePrior`, uses the Theorem-4 bound (:func:`mixture_prior_bound`); the
-    result is always :math:`\le` the exact ELBO.
+    The rest of the ELBO is exact ([`mixture_expected_loglik`][kronvi.mixtures.mixture_expected_loglik], the expected log prior, the noise
+    terms), or, for a [`MixturePrior`][kronvi.mixtures.MixturePrior], uses the Theorem-4 bound ([`mixture_prior_bound`][kronvi.mixtures.mixture_prior_bound]); the
+    result is always $\le$ the exact ELBO.
 
     Args:
-      q: :class:`Mixture`, logits ``(r, b, m)``.
-      log_center: ``(b, m)`` logs of the centre's factors :math:`a_j` (any finite values; ``a`` need
-        not be normalized). ``q.log_marginals`` is a good start; for ``r = 1`` it makes the bound exact.
-      q_noise: :class:`MeanField` ``(1, m_sigma)``.
-      prior_w: :class:`DiscretePrior` ``(b, m)`` or :class:`MixturePrior` ``(C, b, m)``.
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
-      stats: :class:`RegressionStats`.
+      q: [`Mixture`][kronvi.mixtures.Mixture], logits `(r, b, m)`.
+      log_center: `(b, m)` logs of the centre's factors $a_j$ (any finite values; `a` need
+        not be normalized). `q.log_marginals` is a good start; for `r = 1` it makes the bound exact.
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)` or [`MixturePrior`][kronvi.mixtures.MixturePrior] `(C, b, m)`.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: [`RegressionStats`][kronvi.RegressionStats].
       rescale: evaluate at the optimally rescaled centre (see above).
 
     Returns:

@@ -1,9 +1,9 @@
 r"""Unbiased stochastic ELBO estimates for a mixture posterior: four entropy estimators on one interface.
 
-Every estimator ``(key, q, q_noise, prior_w, prior_noise, stats, num_samples) -> (surrogate, estimate,
-stderr)`` keeps the expected log-likelihood, the noise terms and (for a factorized prior) the expected log
-prior exact, and samples only the entropy (and a mixture prior's) term; ``jax.grad`` of ``surrogate`` is an
-unbiased ELBO gradient, ``estimate`` an unbiased ELBO value. See :func:`mixture_elbo_estimate`.
+Every estimator `(key, q, q_noise, prior_w, prior_noise, stats, num_samples) -> (surrogate, estimate,
+stderr)` keeps the expected log-likelihood, the noise terms and (for a factorized prior) the expected log
+prior exact, and samples only the entropy (and a mixture prior's) term; `jax.grad` of `surrogate` is an
+unbiased ELBO gradient, `estimate` an unbiased ELBO value. See [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
 
 References:
   Evans & Nair (2018), section 4, "Unbiased stochastic entropy and prior expectation gradients", eq. 13.
@@ -26,7 +26,7 @@ from ._sampling import log_prob_at, sample_indices, sample_per_component
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
 def _estimate_score(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
-    """Returns ``(surrogate, estimate, stderr)``; see :func:`mixture_elbo_estimate`."""
+    """Returns `(surrogate, estimate, stderr)`; see [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate]."""
     sg = lax.stop_gradient
     exact = expected_loglik(q, q_noise, prior_w, prior_noise, stats) + noise_terms(q_noise, prior_noise)
     idx = sample_indices(key, sg(q.probs), sg(q.log_weights), num_samples=num_samples)
@@ -51,10 +51,10 @@ def _estimate_score(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
 
 
 def _stratified_terms(key, q, prior_w, num_samples):
-    r"""Draws ``num_samples // r`` (>= 2) configurations from each component (no gradient through the
-    draws) and returns ``(idx, log_q_own, log_q_mix, log_p)``: the grid indices ``(r, S_k, b)``,
-    :math:`\log q_k(x_{ks})` and :math:`\log q(x_{ks})`, both ``(r, S_k)``, and :math:`\log p(x_{ks})` for a
-    :class:`MixturePrior` (else ``None``)."""
+    r"""Draws `num_samples // r` (>= 2) configurations from each component (no gradient through the
+    draws) and returns `(idx, log_q_own, log_q_mix, log_p)`: the grid indices `(r, S_k, b)`,
+    $\log q_k(x_{ks})$ and $\log q(x_{ks})$, both `(r, S_k)`, and $\log p(x_{ks})$ for a
+    [`MixturePrior`][kronvi.mixtures.MixturePrior] (else `None`)."""
     r, b = q.logits.shape[0], q.logits.shape[1]
     per = max(2, num_samples // r)
     idx = sample_per_component(key, lax.stop_gradient(q.probs), per)  # (r, S_k, b), x ~ q_k
@@ -70,7 +70,7 @@ def _stratified_terms(key, q, prior_w, num_samples):
 
 def _estimate_stratified_common(q, q_noise, prior_w, prior_noise, stats):
     r"""The exact part of the stratified estimate: expected log-likelihood, noise terms, the component
-    entropies :math:`\sum_k \alpha_k H[q_k]` and, for a factorized prior, the expected log prior."""
+    entropies $\sum_k \alpha_k H[q_k]$ and, for a factorized prior, the expected log prior."""
     exact = expected_loglik(q, q_noise, prior_w, prior_noise, stats) + noise_terms(q_noise, prior_noise)
     comp_entropy = jax.vmap(lambda logits: entropy(MeanField._unchecked(logits)))(q.logits)  # (r,)
     exact = exact + jnp.sum(jnp.exp(q.log_weights) * comp_entropy)
@@ -92,8 +92,8 @@ def _value_and_stderr(exact, weights, f):
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
 def _estimate_stratified(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
-    r"""Returns ``(surrogate, estimate, stderr)`` with component-stratified draws, exact component
-    entropies and a pure score-function gradient; see :func:`mixture_elbo_estimate`."""
+    r"""Returns `(surrogate, estimate, stderr)` with component-stratified draws, exact component
+    entropies and a pure score-function gradient; see [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate]."""
     sg = lax.stop_gradient
     exact = _estimate_stratified_common(q, q_noise, prior_w, prior_noise, stats)
     sq = Mixture._unchecked(sg(q.logits), sg(q.weight_logits))
@@ -121,8 +121,8 @@ def _estimate_stratified(key, q, q_noise, prior_w, prior_noise, stats, num_sampl
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
 def _estimate_stratified_pathwise(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
-    r"""As :func:`_estimate_stratified`, with the gradient of the log-ratio taken pathwise as well
-    (``estimator="stratified-pathwise"``, kept for comparison)."""
+    r"""As `_estimate_stratified`, with the gradient of the log-ratio taken pathwise as well
+    (`estimator="stratified-pathwise"`, kept for comparison)."""
     sg = lax.stop_gradient
     exact = _estimate_stratified_common(q, q_noise, prior_w, prior_noise, stats)
     _, log_q_own, log_q_mix, log_p = _stratified_terms(key, q, prior_w, num_samples)
@@ -140,8 +140,8 @@ def _estimate_stratified_pathwise(key, q, q_noise, prior_w, prior_noise, stats, 
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
 def _estimate_local(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
-    r"""As :func:`_estimate_stratified`, with each factor's score term integrated exactly over that
-    factor's own level given the draw's other coordinates (``estimator="local"``)."""
+    r"""As `_estimate_stratified`, with each factor's score term integrated exactly over that
+    factor's own level given the draw's other coordinates (`estimator="local"`)."""
     sg = lax.stop_gradient
     exact = _estimate_stratified_common(q, q_noise, prior_w, prior_noise, stats)
     sq = Mixture._unchecked(sg(q.logits), sg(q.weight_logits))
@@ -172,75 +172,79 @@ def mixture_elbo_estimate(
     The expected log-likelihood, the noise terms and (for a factorized prior) the expected log prior are
     exact, with exact gradients. The entropy term uses the score-function identity (eq. 13)
 
-    .. math::
-       \nabla_\theta H[q_\theta] = -E_q\big[\log q(x)\,\nabla_\theta \log q(x)\big]
-       \approx -\frac1S\sum_{s=1}^S \big(\log q(x_s) - \beta_s\big)\nabla_\theta\log q(x_s),
+    $$
+    \nabla_\theta H[q_\theta] = -E_q\big[\log q(x)\,\nabla_\theta \log q(x)\big]
+    \approx -\frac1S\sum_{s=1}^S \big(\log q(x_s) - \beta_s\big)\nabla_\theta\log q(x_s),
+    $$
 
-    with :math:`S` = ``num_samples`` independent draws :math:`x_s \sim q` and the leave-one-out baseline
-    :math:`\beta_s = \frac{1}{S-1}\sum_{t\ne s}\log q(x_t)`, which is independent of :math:`x_s` and so
+    with $S$ = `num_samples` independent draws $x_s \sim q$ and the leave-one-out baseline
+    $\beta_s = \frac{1}{S-1}\sum_{t\ne s}\log q(x_t)$, which is independent of $x_s$ and so
     keeps the estimate unbiased while removing most of its variance. The mixture density is
-    :math:`\log q(x) = \mathrm{LSE}_k(\log\alpha_k + \sum_j \log q^{(k)}_j(x_j))`, :math:`O(rSb)`; the
-    gradient covers the component logits and the mixture weights. For a :class:`MixturePrior` the
-    prior term is sampled the same way (:math:`\log p(x) - \log q(x)` in place of :math:`-\log q(x)`).
+    $\log q(x) = \mathrm{LSE}_k(\log\alpha_k + \sum_j \log q^{(k)}_j(x_j))$, $O(rSb)$; the
+    gradient covers the component logits and the mixture weights. For a [`MixturePrior`][kronvi.mixtures.MixturePrior] the
+    prior term is sampled the same way ($\log p(x) - \log q(x)$ in place of $-\log q(x)$).
 
     The returned value is itself an unbiased estimate of the ELBO (the exact terms plus the sample mean of
-    :math:`\log p - \log q` or :math:`-\log q`): the score-function part is written as
-    :math:`(f_s - \beta_s)(\log q(x_s) - \mathrm{stop\_gradient}(\log q(x_s)))`, which is zero in value.
+    $\log p - \log q$ or $-\log q$): the score-function part is written as
+    $(f_s - \beta_s)(\log q(x_s) - \mathrm{stop\_gradient}(\log q(x_s)))$, which is zero in value.
 
-    That is ``estimator="score"``, eq. 13 as written. ``estimator="stratified"`` is the same
-    score-function estimator with a Rao-Blackwellized integrand: it draws ``num_samples // r`` (at
+    That is `estimator="score"`, eq. 13 as written. `estimator="stratified"` is the same
+    score-function estimator with a Rao-Blackwellized integrand: it draws `num_samples // r` (at
     least 2) configurations from *each* component and uses
 
-    .. math::
-       H[q] = \sum_k \alpha_k \Big(H[q^{(k)}] - E_{q^{(k)}}\big[\log q(x) - \log q^{(k)}(x)\big]\Big),
+    $$
+    H[q] = \sum_k \alpha_k \Big(H[q^{(k)}] - E_{q^{(k)}}\big[\log q(x) - \log q^{(k)}(x)\big]\Big),
+    $$
 
-    where the component entropies :math:`H[q^{(k)}]` are exact (mean field) and only the log-ratio
-    :math:`g = \log q^{(k)} - \log q` is sampled. Its gradient is the pure score-function form: from
-    :math:`\nabla H = -\sum_x \nabla q(x)\log q(x)` and :math:`\nabla_{\theta_k} q = \alpha_k q^{(k)}
-    \nabla\log q^{(k)}`,
+    where the component entropies $H[q^{(k)}]$ are exact (mean field) and only the log-ratio
+    $g = \log q^{(k)} - \log q$ is sampled. Its gradient is the pure score-function form: from
+    $\nabla H = -\sum_x \nabla q(x)\log q(x)$ and $\nabla_{\theta_k} q = \alpha_k q^{(k)}
+    \nabla\log q^{(k)}$,
 
-    .. math::
-       \nabla_{\theta_k} H = \alpha_k\nabla H[q^{(k)}]
-         + \alpha_k E_{q^{(k)}}\big[(g(x) - \beta)\,\nabla_{\theta_k}\log q^{(k)}(x)\big],
-       \qquad \nabla_{w} H = \sum_k \nabla_w\alpha_k\,\big(H[q^{(k)}] + E_{q^{(k)}}[g]\big).
+    $$
+    \nabla_{\theta_k} H = \alpha_k\nabla H[q^{(k)}]
+      + \alpha_k E_{q^{(k)}}\big[(g(x) - \beta)\,\nabla_{\theta_k}\log q^{(k)}(x)\big],
+    \qquad \nabla_{w} H = \sum_k \nabla_w\alpha_k\,\big(H[q^{(k)}] + E_{q^{(k)}}[g]\big).
+    $$
 
-    The log-ratio is zero for ``r = 1`` and small while the components overlap, so its variance does not
+    The log-ratio is zero for `r = 1` and small while the components overlap, so its variance does not
     grow with the entropy of the factors, and at identical components the gradient is exact (zero
-    variance). ``estimator="stratified-pathwise"`` also differentiates
-    :math:`g` through :math:`\log q^{(k)}(x) - \log q(x)` at the draws; that term has expectation zero
-    (:math:`\sum_k\alpha_k E_{q^{(k)}}[\nabla\log q] = E_q[\nabla \log q] = 0`) and only adds variance.
-    All estimators are unbiased; the stratified ones, including ``"local"`` below, give the same value on
+    variance). `estimator="stratified-pathwise"` also differentiates
+    $g$ through $\log q^{(k)}(x) - \log q(x)$ at the draws; that term has expectation zero
+    ($\sum_k\alpha_k E_{q^{(k)}}[\nabla\log q] = E_q[\nabla \log q] = 0$) and only adds variance.
+    All estimators are unbiased; the stratified ones, including `"local"` below, give the same value on
     the same draws.
 
-    The default, ``estimator="local"`` (local expectation gradients), Rao-Blackwellizes the score term
-    once more: the score of factor :math:`j` depends on :math:`x_j` alone, so given a draw's other
-    coordinates its expectation over :math:`x_j` is computed exactly,
+    The default, `estimator="local"` (local expectation gradients), Rao-Blackwellizes the score term
+    once more: the score of factor $j$ depends on $x_j$ alone, so given a draw's other
+    coordinates its expectation over $x_j$ is computed exactly,
 
-    .. math::
-       E_{q^{(k)}}\big[g(x)\,\nabla_{\eta_{kj}}\log q^{(k)}_j(x_j)\big]
-         = E_{x_{-j}\sim q^{(k)}}\Big[\big(q^{(k)}_j(l)\,(g(x_{-j}, l) - \textstyle\sum_{l'}
-           q^{(k)}_j(l')\,g(x_{-j}, l'))\big)_{l}\Big],
+    $$
+    E_{q^{(k)}}\big[g(x)\,\nabla_{\eta_{kj}}\log q^{(k)}_j(x_j)\big]
+      = E_{x_{-j}\sim q^{(k)}}\Big[\big(q^{(k)}_j(l)\,(g(x_{-j}, l) - \textstyle\sum_{l'}
+        q^{(k)}_j(l')\,g(x_{-j}, l'))\big)_{l}\Big],
+    $$
 
-    with :math:`\eta_{kj}` the logits and :math:`g(x_{-j}, l)` the log-ratio at the draw with site
-    :math:`j` set to level :math:`l`: all :math:`b\,m` single-site changes of a draw come from one
-    :math:`(r, b, m)` table, :math:`O(r\,b\,m)` per draw against :math:`O(r\,b)`; no baseline is
-    needed (the sum over levels is centred exactly). The other :math:`b-1` factors' noise no longer
-    enters factor :math:`j`'s gradient. Measured variances and timings of the four estimators:
-    ``docs/notes/2026-11-22-mixture-estimators.md``.
+    with $\eta_{kj}$ the logits and $g(x_{-j}, l)$ the log-ratio at the draw with site
+    $j$ set to level $l$: all $b\,m$ single-site changes of a draw come from one
+    $(r, b, m)$ table, $O(r\,b\,m)$ per draw against $O(r\,b)$; no baseline is
+    needed (the sum over levels is centred exactly). The other $b-1$ factors' noise no longer
+    enters factor $j$'s gradient. Measured variances and timings of the four estimators:
+    `docs/notes/2026-11-22-mixture-estimators.md`.
 
     Args:
       key: PRNG key.
-      q: :class:`Mixture`, logits ``(r, b, m)``.
-      q_noise: :class:`MeanField` ``(1, m_sigma)``.
-      prior_w: :class:`DiscretePrior` ``(b, m)`` or :class:`MixturePrior` ``(C, b, m)``.
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
-      stats: :class:`RegressionStats`.
-      num_samples: draws ``S`` (>= 2, for the baseline); the paper's "5-Mixture SGD" uses 3000.
-      estimator: ``"local"`` (default), ``"stratified"``, ``"stratified-pathwise"`` or ``"score"``
+      q: [`Mixture`][kronvi.mixtures.Mixture], logits `(r, b, m)`.
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)` or [`MixturePrior`][kronvi.mixtures.MixturePrior] `(C, b, m)`.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: [`RegressionStats`][kronvi.RegressionStats].
+      num_samples: draws `S` (>= 2, for the baseline); the paper's "5-Mixture SGD" uses 3000.
+      estimator: `"local"` (default), `"stratified"`, `"stratified-pathwise"` or `"score"`
         (eq. 13 as written).
 
     Returns:
-      A scalar: differentiate it with ``jax.grad`` for the unbiased ELBO gradient.
+      A scalar: differentiate it with `jax.grad` for the unbiased ELBO gradient.
 
     References:
       Evans & Nair (2018), section 4, "Unbiased stochastic entropy and prior expectation gradients",
@@ -264,7 +268,7 @@ def mixture_elbo_estimate(
 
 
 def estimator_fn(name):
-    """The estimator called ``name`` (one of :data:`ESTIMATORS`), else a ``ValueError``."""
+    """The estimator called `name` (one of [`ESTIMATORS`][kronvi.mixtures.ESTIMATORS]), else a `ValueError`."""
     if name == "stratified":
         return _estimate_stratified
     if name == "local":
@@ -290,26 +294,26 @@ def mixture_elbo_unbiased(
 ):
     r"""Unbiased Monte Carlo estimate of the ELBO of a mixture posterior, with its standard error.
 
-    :math:`\mathcal{L} = E_q[\log p(y\mid w,\sigma^2)] + E[\log p(\sigma^2)] + H[q_\sigma] +
-    E_q[\log p(w) - \log q(w)]`: every term exact except the last, estimated by the mean of
-    :math:`\log p(x_s) - \log q(x_s)` over ``num_samples`` draws :math:`x_s \sim q` (the exact
-    :math:`E_q[\log p]` is used for a factorized prior). Use it to report the objective that
-    :func:`fit_mixture_sgd` maximizes, or to compare with :func:`mixture_elbo_bound`.
+    $\mathcal{L} = E_q[\log p(y\mid w,\sigma^2)] + E[\log p(\sigma^2)] + H[q_\sigma] +
+    E_q[\log p(w) - \log q(w)]$: every term exact except the last, estimated by the mean of
+    $\log p(x_s) - \log q(x_s)$ over `num_samples` draws $x_s \sim q$ (the exact
+    $E_q[\log p]$ is used for a factorized prior). Use it to report the objective that
+    [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd] maximizes, or to compare with [`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound].
 
     Args:
-      key, q, q_noise, prior_w, prior_noise, stats: as in :func:`mixture_elbo_estimate`.
+      key, q, q_noise, prior_w, prior_noise, stats: as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
       num_samples: draws (>= 2).
-      estimator: ``"stratified"`` (default: exact component entropies, sampled log-ratios),
-        ``"local"`` and ``"stratified-pathwise"`` (the same value on the same draws; ``"local"`` also
-        computes its gradient terms, so costs more) or ``"score"``, as in :func:`mixture_elbo_estimate`.
-      chunk_size: draws per chunk (>= 2, dividing ``num_samples``), or ``None`` for one chunk. The
-        chunks run one after another with keys ``jax.random.split(key, num_samples // chunk_size)``, so
+      estimator: `"stratified"` (default: exact component entropies, sampled log-ratios),
+        `"local"` and `"stratified-pathwise"` (the same value on the same draws; `"local"` also
+        computes its gradient terms, so costs more) or `"score"`, as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+      chunk_size: draws per chunk (>= 2, dividing `num_samples`), or `None` for one chunk. The
+        chunks run one after another with keys `jax.random.split(key, num_samples // chunk_size)`, so
         memory is that of one chunk; the result is the mean of the chunk estimates and their standard
         errors combined.
 
     Returns:
-      ``(estimate, stderr)``: scalars; ``stderr`` is the sample standard deviation of the sampled term
-      over :math:`\sqrt S` (per chunk, then combined).
+      `(estimate, stderr)`: scalars; `stderr` is the sample standard deviation of the sampled term
+      over $\sqrt S$ (per chunk, then combined).
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi

@@ -1,8 +1,8 @@
-r"""The mixture family: :class:`Mixture` posteriors, :class:`MixturePrior` priors and their validation.
+r"""The mixture family: [`Mixture`][kronvi.mixtures.Mixture] posteriors, [`MixturePrior`][kronvi.mixtures.MixturePrior] priors and their validation.
 
-A :class:`Mixture` is :math:`q(w) = \sum_{k=1}^r \alpha_k \bigotimes_{j=1}^b q^{(k)}_j`, a sum of ``r``
-Kronecker-product vectors over the :math:`m^b` grid configurations; a :class:`MixturePrior` is
-:math:`p(w) = \sum_c \beta_c \bigotimes_j p^{(c)}_j` on one grid.
+A [`Mixture`][kronvi.mixtures.Mixture] is $q(w) = \sum_{k=1}^r \alpha_k \bigotimes_{j=1}^b q^{(k)}_j$, a sum of `r`
+Kronecker-product vectors over the $m^b$ grid configurations; a [`MixturePrior`][kronvi.mixtures.MixturePrior] is
+$p(w) = \sum_c \beta_c \bigotimes_j p^{(c)}_j$ on one grid.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from .._stats.regression import RegressionStats
 
 @validated_pytree
 class Mixture:
-    r"""Mixture of mean-field distributions, :math:`q = \sum_k \alpha_k \bigotimes_j q^{(k)}_j`.
+    r"""Mixture of mean-field distributions, $q = \sum_k \alpha_k \bigotimes_j q^{(k)}_j$.
 
-    Component ``k``'s factor ``j`` is ``softmax(logits[k, j])``; the mixture weights are
-    :math:`\alpha = \mathrm{softmax}(\text{weight\_logits})`.
+    Component `k`'s factor `j` is `softmax(logits[k, j])`; the mixture weights are
+    $\alpha = \mathrm{softmax}(\text{weight\_logits})$.
 
     Args:
-      logits: ``(r, b, m)`` unnormalized log-probabilities, finite: ``r`` components over ``b`` weights
-        with ``m`` grid levels each.
-      weight_logits: ``(r,)`` unnormalized log mixture weights, finite.
+      logits: `(r, b, m)` unnormalized log-probabilities, finite: `r` components over `b` weights
+        with `m` grid levels each.
+      weight_logits: `(r,)` unnormalized log mixture weights, finite.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -59,7 +59,7 @@ class Mixture:
 
     @property
     def probs(self):
-        """Component factors ``(r, b, m)``."""
+        """Component factors `(r, b, m)`."""
         return jax.nn.softmax(self.logits, axis=-1)
 
     @property
@@ -68,7 +68,7 @@ class Mixture:
 
     @property
     def weights(self):
-        r"""Mixture weights :math:`\alpha`, ``(r,)``."""
+        r"""Mixture weights $\alpha$, `(r,)`."""
         return jax.nn.softmax(self.weight_logits, axis=-1)
 
     @property
@@ -77,12 +77,12 @@ class Mixture:
 
     @property
     def marginals(self):
-        r"""Per-weight marginals :math:`\sum_k \alpha_k q^{(k)}_j`, ``(b, m)``."""
+        r"""Per-weight marginals $\sum_k \alpha_k q^{(k)}_j$, `(b, m)`."""
         return jnp.exp(self.log_marginals)
 
     @property
     def log_marginals(self):
-        """Log of :attr:`marginals`, computed in log space (finite whenever the logits are)."""
+        """Log of `marginals`, computed in log space (finite whenever the logits are)."""
         return jax.nn.logsumexp(self.log_weights[..., :, None, None] + self.log_probs, axis=-3)
 
     @property
@@ -91,7 +91,7 @@ class Mixture:
 
     @classmethod
     def from_mean_field(cls, q_w: MeanField):
-        """The one-component mixture equal to a :class:`MeanField` distribution."""
+        """The one-component mixture equal to a [`MeanField`][kronvi.MeanField] distribution."""
         if not isinstance(q_w, MeanField):
             raise TypeError(f"`q_w` must be a MeanField, got {type(q_w).__name__}")
         return cls(q_w.logits[None], jnp.zeros((1,), q_w.logits.dtype))
@@ -99,13 +99,13 @@ class Mixture:
 
 @validated_pytree
 class MixturePrior:
-    r"""Mixture of factorized priors on one grid, :math:`p(w) = \sum_c \beta_c \prod_j p^{(c)}_j(w_j)`.
+    r"""Mixture of factorized priors on one grid, $p(w) = \sum_c \beta_c \prod_j p^{(c)}_j(w_j)$.
 
     Args:
-      values: ``(b, m)`` grid values shared by all components, finite.
-      log_probs: ``(C, b, m)`` log-probabilities of each component's factors, finite; normalized over the
+      values: `(b, m)` grid values shared by all components, finite.
+      log_probs: `(C, b, m)` log-probabilities of each component's factors, finite; normalized over the
         last axis.
-      log_weights: ``(C,)`` log mixture weights :math:`\log\beta`, finite; normalized.
+      log_weights: `(C,)` log mixture weights $\log\beta$, finite; normalized.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -156,7 +156,7 @@ class MixturePrior:
 
     @classmethod
     def from_priors(cls, priors, log_weights=None):
-        """Stacks :class:`DiscretePrior` components that share one grid (equal weights by default)."""
+        """Stacks [`DiscretePrior`][kronvi.DiscretePrior] components that share one grid (equal weights by default)."""
         priors = list(priors)
         if not priors or not all(isinstance(p, DiscretePrior) for p in priors):
             raise TypeError("`priors` must be a non-empty sequence of DiscretePrior")
@@ -175,13 +175,13 @@ class MixturePrior:
 
 
 def check_mixture(q, name="q"):
-    """Raises ``TypeError`` unless ``q`` is a :class:`Mixture`."""
+    """Raises `TypeError` unless `q` is a [`Mixture`][kronvi.mixtures.Mixture]."""
     if not isinstance(q, Mixture):
         raise TypeError(f"`{name}` must be a Mixture, got {type(q).__name__}")
 
 
 def check_weight_prior(prior_w, q=None, name="prior_w"):
-    """A :class:`DiscretePrior` or :class:`MixturePrior` whose grid matches ``q``'s ``(b, m)``."""
+    """A [`DiscretePrior`][kronvi.DiscretePrior] or [`MixturePrior`][kronvi.mixtures.MixturePrior] whose grid matches `q`'s `(b, m)`."""
     if not isinstance(prior_w, DiscretePrior | MixturePrior):
         raise TypeError(f"`{name}` must be a DiscretePrior or MixturePrior, got {type(prior_w).__name__}")
     if q is not None and q.logits.shape[-2:] != prior_w.values.shape[-2:]:
@@ -192,7 +192,7 @@ def check_weight_prior(prior_w, q=None, name="prior_w"):
 
 
 def check_mixture_args(q, q_noise, prior_w, prior_noise, stats=None):
-    """Static validation of a mixture model's arguments (types, shapes, and ``stats.n > 0`` if concrete)."""
+    """Static validation of a mixture model's arguments (types, shapes, and `stats.n > 0` if concrete)."""
     check_mixture(q)
     check_weight_prior(prior_w, q)
     check_noise_prior(prior_noise)
@@ -211,7 +211,7 @@ def check_mixture_args(q, q_noise, prior_w, prior_noise, stats=None):
 
 
 def check_log_center(log_center, q):
-    """``log_center`` as a finite float array of shape ``q.logits.shape[-2:]``."""
+    """`log_center` as a finite float array of shape `q.logits.shape[-2:]`."""
     log_center = jnp.asarray(log_center)
     if not jnp.issubdtype(log_center.dtype, jnp.floating):
         log_center = log_center.astype(q.logits.dtype)
@@ -225,7 +225,7 @@ def check_log_center(log_center, q):
 
 
 def check_count(x, name="num_samples", minimum=1):
-    """``x`` if it is an ``int >= minimum`` (not a bool), else a ``ValueError`` naming it."""
+    """`x` if it is an `int >= minimum` (not a bool), else a `ValueError` naming it."""
     if isinstance(x, bool) or not isinstance(x, int) or x < minimum:
         raise ValueError(f"`{name}` must be an int >= {minimum}, got {x!r}")
     return x
@@ -236,23 +236,23 @@ def mixture_from_mean_field(
 ):
     r"""A mixture of perturbed copies of a mean-field posterior, to start a mixture fit from.
 
-    Component ``k`` has logits :math:`\log\big((1-\epsilon) q_j + \epsilon/m\big) +
-    \text{noise\_scale}\cdot z^{(k)}_j`, :math:`z \sim N(0, I)`, with :math:`\epsilon` = ``smoothing``,
-    and the weights are equal. Identical components (``noise_scale=0``) stay identical under any
+    Component `k` has logits $\log\big((1-\epsilon) q_j + \epsilon/m\big) +
+    \text{noise\_scale}\cdot z^{(k)}_j$, $z \sim N(0, I)$, with $\epsilon$ = `smoothing`,
+    and the weights are equal. Identical components (`noise_scale=0`) stay identical under any
     deterministic optimizer (the gradients are symmetric), so some noise is needed for the components to
     specialize. Smoothing lets components differ where a mean-field factor is numerically one-hot (logit
     noise alone leaves a point mass a point mass), but it costs likelihood on every weight, so keep it
-    small or zero for large models (``docs/notes/2026-11-22-mixture-estimators.md``).
+    small or zero for large models (`docs/notes/2026-11-22-mixture-estimators.md`).
 
     Args:
       key: PRNG key.
-      q_w: :class:`MeanField` ``(b, m)``, e.g. from :func:`kronvi.fit_regression`.
-      num_components: ``r >= 1``.
-      noise_scale: standard deviation of the logit perturbation, ``>= 0``.
-      smoothing: weight :math:`\epsilon \in [0, 1]` of the uniform distribution mixed into each factor.
+      q_w: [`MeanField`][kronvi.MeanField] `(b, m)`, e.g. from [`kronvi.fit_regression`][kronvi.fit_regression].
+      num_components: `r >= 1`.
+      noise_scale: standard deviation of the logit perturbation, `>= 0`.
+      smoothing: weight $\epsilon \in [0, 1]$ of the uniform distribution mixed into each factor.
 
     Returns:
-      A :class:`Mixture` ``(r, b, m)``.
+      A [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi

@@ -1,8 +1,8 @@
-r"""Local-expectation score tables: every single-site change of a draw, for the ``"local"`` estimator.
+r"""Local-expectation score tables: every single-site change of a draw, for the `"local"` estimator.
 
-For a draw :math:`x` of component ``k``, the score of factor ``j`` depends on :math:`x_j` alone, so its
-expectation over :math:`x_j` given the other coordinates is a sum over the ``m`` levels of
-:math:`g(x_{-j}, l)`. All ``b m`` single-site changes come from one ``(b, m)`` table per draw.
+For a draw $x$ of component `k`, the score of factor `j` depends on $x_j$ alone, so its
+expectation over $x_j$ given the other coordinates is a sum over the `m` levels of
+$g(x_{-j}, l)$. All `b m` single-site changes come from one `(b, m)` table per draw.
 
 References:
   Titsias & Lazaro-Gredilla (2015), "Local expectation gradients for black box variational inference".
@@ -21,29 +21,29 @@ LOCAL_BATCH = 2**19  # grid cells per batch of draws in the local scores (~2 MB 
 
 
 def level_scale(log_probs):
-    """``(N, E)`` for :func:`local_table`: the per-site-and-level maximum over components of ``log_probs
-    (C, b, m)`` and ``exp(log_probs - N)``, whose maximum over components is 1."""
+    """`(N, E)` for `local_table`: the per-site-and-level maximum over components of `log_probs
+    (C, b, m)` and `exp(log_probs - N)`, whose maximum over components is 1."""
     N = jnp.max(log_probs, axis=0)
     return N, jnp.exp(log_probs - N)
 
 
 def local_table(log_probs, log_weights, x, scale=None):
-    r"""For one configuration ``x (b,)``: :math:`\log\sum_c w_c \prod_i p^{(c)}_i(x'_i)` at every single-site
-    change :math:`x' = (x_{-j}, l)`, a ``(b, m)`` table (``log_probs (C, b, m)``), *less a per-site
-    constant* :math:`M_j = \max_c \rho_{cj}`, where :math:`\rho_{cj}` is the log weight plus the other
-    sites' log product. The callers only use differences across levels, and leaving out :math:`M_j`
-    (and the other sites' sum, of order ``b`` nats) avoids float32 cancellation between large numbers.
+    r"""For one configuration `x (b,)`: $\log\sum_c w_c \prod_i p^{(c)}_i(x'_i)$ at every single-site
+    change $x' = (x_{-j}, l)$, a `(b, m)` table (`log_probs (C, b, m)`), *less a per-site
+    constant* $M_j = \max_c \rho_{cj}$, where $\rho_{cj}$ is the log weight plus the other
+    sites' log product. The callers only use differences across levels, and leaving out $M_j$
+    (and the other sites' sum, of order `b` nats) avoids float32 cancellation between large numbers.
 
-    ``scale=None``: :math:`\mathrm{LSE}_c(\rho_{cj} - M_j + \log p^{(c)}_j(l))`, exact, ``C * b * m``
-    exponentials. With ``scale`` from :func:`level_scale`: :math:`N_{jl} + \log\sum_c e^{\rho_{cj} - M_j}
-    E_{cjl}`, ``C * b`` exponentials and a multiply-add (``docs/notes/2026-11-22-mixture-estimators.md``).
+    `scale=None`: $\mathrm{LSE}_c(\rho_{cj} - M_j + \log p^{(c)}_j(l))$, exact, `C * b * m`
+    exponentials. With `scale` from `level_scale`: $N_{jl} + \log\sum_c e^{\rho_{cj} - M_j}
+    E_{cjl}$, `C * b` exponentials and a multiply-add (`docs/notes/2026-11-22-mixture-estimators.md`).
     Every factor is at most 1 and the sum at least its largest term, so it underflows only where every
-    term is below the smallest normal number (about :math:`e^{-87}` in float32) and is floored there. Use it only for the
-    posterior's own table (:func:`local_scores`): there the floor can touch component ``k``'s own term
-    only where it is below :math:`e^{-87}`, i.e. where :math:`q^{(k)}_j(l)` is that far below the
-    likeliest component's, or at a draw from :math:`q^{(k)}` that another component explains
-    :math:`e^{87}` times better (probability below :math:`e^{-87}/\alpha_k`, Markov's inequality), and
-    the score :math:`q^{(k)}_j(l)\,(F_{jl} - \bar F_j)` changes by that order. A mixture prior's table has
+    term is below the smallest normal number (about $e^{-87}$ in float32) and is floored there. Use it only for the
+    posterior's own table (`local_scores`): there the floor can touch component `k`'s own term
+    only where it is below $e^{-87}$, i.e. where $q^{(k)}_j(l)$ is that far below the
+    likeliest component's, or at a draw from $q^{(k)}$ that another component explains
+    $e^{87}$ times better (probability below $e^{-87}/\alpha_k$, Markov's inequality), and
+    the score $q^{(k)}_j(l)\,(F_{jl} - \bar F_j)$ changes by that order. A mixture prior's table has
     no such link to the draws, so it is computed exactly."""
     at = log_probs[:, jnp.arange(x.shape[0]), x]  # (C, b): log p_c,j(x_j)
     rest = (log_weights + jnp.sum(at, axis=-1))[:, None] - at  # (C, b): without site j
@@ -56,12 +56,12 @@ def local_table(log_probs, log_weights, x, scale=None):
 
 
 def local_scores(q, prior_w, idx, batch_size):
-    r"""Local-expectation (Rao-Blackwellized) score terms: for component ``k``'s draws ``idx[k] (S_k, b)``,
-    the mean over draws of :math:`q^{(k)}_j(l)\,(F_{jl} - \sum_{l'} q^{(k)}_j(l')F_{jl'})`, where
-    :math:`F_{jl} = f(x_{-j}, l)` and :math:`f = \log q^{(k)} - \log q\ (+ \log p)`: the exact
-    expectation over :math:`x_j` of :math:`f(x)\nabla_{\text{logits}_{kj}}\log q^{(k)}_j(x_j)`, given the
-    draw's other coordinates. ``F`` enters only through differences across levels, so each site's
-    constant (the other sites' log-probabilities) is left out. Returns ``(r, b, m)``; no gradient flows
+    r"""Local-expectation (Rao-Blackwellized) score terms: for component `k`'s draws `idx[k] (S_k, b)`,
+    the mean over draws of $q^{(k)}_j(l)\,(F_{jl} - \sum_{l'} q^{(k)}_j(l')F_{jl'})$, where
+    $F_{jl} = f(x_{-j}, l)$ and $f = \log q^{(k)} - \log q\ (+ \log p)$: the exact
+    expectation over $x_j$ of $f(x)\nabla_{\text{logits}_{kj}}\log q^{(k)}_j(x_j)$, given the
+    draw's other coordinates. `F` enters only through differences across levels, so each site's
+    constant (the other sites' log-probabilities) is left out. Returns `(r, b, m)`; no gradient flows
     through it."""
     r, per, b = idx.shape
     probs = q.probs

@@ -11,22 +11,23 @@ from ._family import check_mixture_args
 
 
 def predict_mixture(q, q_noise, prior_w, prior_noise, Phi_new):
-    r"""Exact predictive mean and variance of :math:`y^* = \Phi^* w + \varepsilon` under a mixture.
+    r"""Exact predictive mean and variance of $y^* = \Phi^* w + \varepsilon$ under a mixture.
 
-    With component means :math:`\mu_k = \Phi^*\bar w_k` and variances
-    :math:`v_k = (\Phi^*)^{\circ 2}\mathrm{Var}_{q^{(k)}}(w)`, the law of total variance gives
+    With component means $\mu_k = \Phi^*\bar w_k$ and variances
+    $v_k = (\Phi^*)^{\circ 2}\mathrm{Var}_{q^{(k)}}(w)$, the law of total variance gives
 
-    .. math::
-       E[y^*] = \sum_k \alpha_k \mu_k,\qquad
-       \mathrm{Var}[y^*] = \sum_k \alpha_k\big(v_k + (\mu_k - E[y^*])^2\big) + E_{q_\sigma}[\sigma^2].
+    $$
+    E[y^*] = \sum_k \alpha_k \mu_k,\qquad
+    \mathrm{Var}[y^*] = \sum_k \alpha_k\big(v_k + (\mu_k - E[y^*])^2\big) + E_{q_\sigma}[\sigma^2].
+    $$
 
     Args:
-      q: :class:`Mixture` ``(r, b, m)``.
-      q_noise, prior_w, prior_noise: as in :func:`mixture_elbo_bound` (only ``prior_w.values`` is used).
-      Phi_new: test features ``(num_points, b)``.
+      q: [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)`.
+      q_noise, prior_w, prior_noise: as in [`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound] (only `prior_w.values` is used).
+      Phi_new: test features `(num_points, b)`.
 
     Returns:
-      ``(mean, variance)``, each ``(num_points,)``.
+      `(mean, variance)`, each `(num_points,)`.
 
     Example:
       >>> import jax.numpy as jnp, kronvi

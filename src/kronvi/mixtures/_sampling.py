@@ -1,4 +1,4 @@
-r"""Drawing grid configurations from a :class:`Mixture`, and its log-density at drawn configurations."""
+r"""Drawing grid configurations from a [`Mixture`][kronvi.mixtures.Mixture], and its log-density at drawn configurations."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from ._family import check_count, check_mixture
 
 
 def inverse_cdf(probs, u):
-    """Grid index of each uniform ``u (..., b)`` under factor probabilities ``probs (..., b, m)``."""
+    """Grid index of each uniform `u (..., b)` under factor probabilities `probs (..., b, m)`."""
     cdf = jnp.cumsum(probs, axis=-1)[..., :-1]
     return jnp.sum(cdf <= u[..., None], axis=-1, dtype=jnp.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
 def sample_indices(key, probs, log_weights, num_samples):
-    """Component by categorical draw, then each weight by inverse CDF: ``(S, b)`` int32 grid indices."""
+    """Component by categorical draw, then each weight by inverse CDF: `(S, b)` int32 grid indices."""
     key_c, key_u = jax.random.split(key)
     comps = jax.random.categorical(key_c, log_weights, shape=(num_samples,))
     u = jax.random.uniform(key_u, (num_samples, probs.shape[-2]), probs.dtype)
@@ -26,30 +26,30 @@ def sample_indices(key, probs, log_weights, num_samples):
 
 
 def log_prob_at(log_probs, log_weights, idx):
-    r""":math:`\log\sum_k \alpha_k \prod_j q^{(k)}_j(x_{sj})` at indices ``idx (S, b)``: ``(S,)``."""
+    r"""$\log\sum_k \alpha_k \prod_j q^{(k)}_j(x_{sj})$ at indices `idx (S, b)`: `(S,)`."""
     b = log_probs.shape[-2]
     per_comp = jnp.sum(log_probs[:, jnp.arange(b)[None, :], idx], axis=-1)  # (r, S)
     return jax.nn.logsumexp(log_weights[:, None] + per_comp, axis=0)
 
 
 def sample_per_component(key, probs, per_component):
-    """``per_component`` draws from each component by inverse CDF: ``(r, S_k, b)`` int32 grid indices."""
+    """`per_component` draws from each component by inverse CDF: `(r, S_k, b)` int32 grid indices."""
     r, b = probs.shape[0], probs.shape[1]
     u = jax.random.uniform(key, (r, per_component, b), probs.dtype)
     return inverse_cdf(probs[:, None], u)
 
 
 def sample_mixture(key, q, num_samples: int):
-    r"""Draws from a mixture: a component :math:`k \sim \alpha`, then each :math:`x_j \sim q^{(k)}_j`.
+    r"""Draws from a mixture: a component $k \sim \alpha$, then each $x_j \sim q^{(k)}_j$.
 
     Args:
       key: PRNG key.
-      q: :class:`Mixture` ``(r, b, m)`` with ``m <= 256``.
-      num_samples: number of draws ``S``.
+      q: [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)` with `m <= 256`.
+      num_samples: number of draws `S`.
 
     Returns:
-      Grid indices ``(S, b)`` as ``uint8`` (4-bit grids fit; map to values with
-      ``jnp.take_along_axis(prior_w.values, idx.T, 1).T``).
+      Grid indices `(S, b)` as `uint8` (4-bit grids fit; map to values with
+      `jnp.take_along_axis(prior_w.values, idx.T, 1).T`).
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
