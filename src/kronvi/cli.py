@@ -1,4 +1,4 @@
-"""Command line: ``kronvi fit`` (or ``python -m kronvi``) runs K-fold cross-validation of DIRECT
+"""Command line: `kronvi fit` (or `python -m kronvi`) runs K-fold cross-validation of DIRECT
 mean-field regression with random Fourier features.
 
 With no arguments it uses the yacht data set shipped inside the package with its 10 published folds.
@@ -34,7 +34,7 @@ def _progress(done: int, total: int, start: float, note: str = "", stream=sys.st
 
 
 def _parsers():
-    """The ``kronvi`` parser and its ``fit`` subparser."""
+    """The `kronvi` parser and its `fit` subparser."""
     p = argparse.ArgumentParser(prog="kronvi", description=__doc__)
     sub = p.add_subparsers(dest="command")
     f = sub.add_parser("fit", help="cross-validate DIRECT regression (default command)")
@@ -116,8 +116,8 @@ def _input_files(source) -> list[str]:
 
 
 def _check_output(path: str, inputs: list[str], force: bool):
-    """Raises ``ValueError`` unless ``path`` can take the JSON output: its folder exists, it is not a
-    folder, not an input file, and not an existing file (unless ``force``)."""
+    """Raises `ValueError` unless `path` can take the JSON output: its folder exists, it is not a
+    folder, not an input file, and not an existing file (unless `force`)."""
     if not path:
         raise ValueError("--json needs a file name")
     folder = os.path.dirname(os.path.abspath(path))
@@ -136,7 +136,7 @@ def _check_output(path: str, inputs: list[str], force: bool):
 
 
 def _finite_or_none(x):
-    """``x`` with every non-finite float replaced by ``None`` (JSON has no NaN or inf)."""
+    """`x` with every non-finite float replaced by `None` (JSON has no NaN or inf)."""
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
@@ -147,7 +147,7 @@ def _finite_or_none(x):
 
 
 def _write_json(path: str, obj):
-    """Writes strict JSON atomically: a temporary file in the same folder, then ``os.replace``."""
+    """Writes strict JSON atomically: a temporary file in the same folder, then `os.replace`."""
     text = json.dumps(_finite_or_none(obj), indent=1, allow_nan=False)
     fd, tmp = tempfile.mkstemp(
         prefix=".kronvi-", suffix=".json.tmp", dir=os.path.dirname(os.path.abspath(path))
@@ -163,8 +163,8 @@ def _write_json(path: str, obj):
 
 
 def main(argv=None):
-    """Runs ``kronvi fit``. Errors in the user's input print ``kronvi: error: <message>`` and return 2
-    (``--debug``: the traceback)."""
+    """Runs `kronvi fit`. Errors in the user's input print `kronvi: error: <message>` and return 2
+    (`--debug`: the traceback)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("fit", "-h", "--help"):
         argv = ["fit"] + argv

@@ -3,16 +3,16 @@ r"""The DIRECT regression pipeline for one train/test split, shared by the CLI a
 raw inputs -> standardized inputs -> GP hyperparameters -> random Fourier features -> statistics ->
 exact ELBO fit -> exact predictive mean, variance and density.
 
-Two recipes (``DirectConfig.basis``):
+Two recipes (`DirectConfig.basis`):
 
-- ``"eigen"`` (default): the weights are discretized in the eigenbasis of :math:`\Phi^\top\Phi`
-  (:func:`kronvi.eigenbasis`), where the likelihood factorizes; the noise grid is centred on the exact
-  evidence maximizer (:func:`kronvi.blr_evidence_noise`) and each weight's 15 levels span its exact
-  posterior (:func:`kronvi.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
+- `"eigen"` (default): the weights are discretized in the eigenbasis of $\Phi^\top\Phi$
+  ([`kronvi.eigenbasis`][kronvi.eigenbasis]), where the likelihood factorizes; the noise grid is centred on the exact
+  evidence maximizer ([`kronvi.blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise]) and each weight's 15 levels span its exact
+  posterior ([`kronvi.posterior_grid_prior`][kronvi.posterior_grid_prior]). Accuracy matches exact Bayesian linear regression on the
   same features; the weights are not sparse and each needs its own grid (2 floats) plus the rotation.
-- ``"features"``: the paper's recipe, weights of the random Fourier features on one grid of
-  ``±width`` prior sds with a zero level: sparse 4-bit codes, less accurate
-  (``docs/notes/2026-11-22-accuracy-defaults.md``).
+- `"features"`: the paper's recipe, weights of the random Fourier features on one grid of
+  `±width` prior sds with a zero level: sparse 4-bit codes, less accurate
+  (`docs/notes/2026-11-22-accuracy-defaults.md`).
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ _BASIS_DEFAULTS = {
 
 
 class DirectConfig(NamedTuple):
-    """Settings of the DIRECT regression pipeline. ``None`` fields take the default of the ``basis``
-    (:func:`resolve_config`): ``"eigen"`` width 4 posterior sds, noise grid spanning 3x around the evidence
-    maximizer, no noise CV, the Gaussian start; ``"features"`` (the paper's appendix E) width 3 prior sds,
+    """Settings of the DIRECT regression pipeline. `None` fields take the default of the `basis`
+    ([`resolve_config`][kronvi.pipeline.resolve_config]): `"eigen"` width 4 posterior sds, noise grid spanning 3x around the evidence
+    maximizer, no noise CV, the Gaussian start; `"features"` (the paper's appendix E) width 3 prior sds,
     noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts."""
 
     basis: str = "eigen"  # "eigen" (accurate) or "features" (the paper's sparse 4-bit recipe)
@@ -98,7 +98,7 @@ class FoldResult(NamedTuple):
 
 
 class FittedDirect(NamedTuple):
-    """Everything needed to predict on new raw inputs (:func:`fold_features` maps them to the features the
+    """Everything needed to predict on new raw inputs ([`fold_features`][kronvi.pipeline.fold_features] maps them to the features the
     weights belong to)."""
 
     standardizer: object
@@ -113,7 +113,7 @@ class FittedDirect(NamedTuple):
 
 
 class PreparedFold(NamedTuple):
-    """A training set prepared for fitting (:func:`prepare_fold`): everything before the noise grid's choice."""
+    """A training set prepared for fitting ([`prepare_fold`][kronvi.pipeline.prepare_fold]): everything before the noise grid's choice."""
 
     standardizer: Standardizer  # from the training rows
     y_offset: jax.Array  # the training targets' mean
@@ -139,16 +139,16 @@ def _block(x):
 
 
 def noise_prior_for_span(noise_variance, span, levels):
-    """The noise grid ``noise_variance x [1/span, span]`` with ``levels`` levels; ``span == 1``: one level,
-    the noise fixed at ``noise_variance``."""
+    """The noise grid `noise_variance x [1/span, span]` with `levels` levels; `span == 1`: one level,
+    the noise fixed at `noise_variance`."""
     if float(span) == 1.0:
         return noise_prior(noise_variance, levels=1)
     return noise_prior(noise_variance, levels=levels, span=span)
 
 
 def inner_fold_stats(key, feature_map, X, y, num_folds: int, *, chunk_size=None):
-    """Training statistics accumulated per random inner fold in one pass: ``(stats, (cv_train, cv_test))``,
-    ``stats`` being their sum (all rows) and the pair the stacked fold statistics for :func:`choose_noise_prior`."""
+    """Training statistics accumulated per random inner fold in one pass: `(stats, (cv_train, cv_test))`,
+    `stats` being their sum (all rows) and the pair the stacked fold statistics for [`choose_noise_prior`][kronvi.pipeline.choose_noise_prior]."""
     n = X.shape[0]
     if n < num_folds:
         raise ValueError(f"{n} training rows cannot make {num_folds} cross-validation folds")
@@ -158,16 +158,16 @@ def inner_fold_stats(key, feature_map, X, y, num_folds: int, *, chunk_size=None)
 
 
 def choose_noise_prior(cv_stats, prior_w, noise_variance, spans, *, levels, criterion, max_iter):
-    """The noise grid ``noise_variance x [1/span, span]`` (:func:`noise_prior_for_span`) among ``spans`` that
-    :func:`kronvi.select_prior` prefers on the inner folds ``cv_stats = (cv_train, cv_test)``.
-    Returns ``(span, prior_noise, scores)``."""
+    """The noise grid `noise_variance x [1/span, span]` ([`noise_prior_for_span`][kronvi.pipeline.noise_prior_for_span]) among `spans` that
+    [`kronvi.select_prior`][kronvi.select_prior] prefers on the inner folds `cv_stats = (cv_train, cv_test)`.
+    Returns `(span, prior_noise, scores)`."""
     cands = [(prior_w, noise_prior_for_span(noise_variance, s, levels)) for s in spans]
     best, scores = select_prior(*cv_stats, cands, criterion=criterion, max_iter=max_iter)
     return float(spans[best]), cands[best][1], scores
 
 
 def parse_noise_cv(text: str) -> tuple[float, ...]:
-    """The ``--noise-cv`` command-line value: ``"none"`` -> ``()``, else a comma list of spans >= 1."""
+    """The `--noise-cv` command-line value: `"none"` -> `()`, else a comma list of spans >= 1."""
     if text.strip().lower() == "none":
         return ()
     try:
@@ -182,7 +182,7 @@ def parse_noise_cv(text: str) -> tuple[float, ...]:
 
 
 def resolve_config(config: DirectConfig | None = None) -> DirectConfig:
-    """``config`` (default ``DirectConfig()``) with every ``None`` field set to its basis's default.
+    """`config` (default `DirectConfig()`) with every `None` field set to its basis's default.
 
     Example:
       >>> from kronvi.pipeline import DirectConfig, resolve_config
@@ -200,7 +200,7 @@ def resolve_config(config: DirectConfig | None = None) -> DirectConfig:
 
 
 def _check_config(config: DirectConfig):
-    """Validates every field before any compute; errors name the field (``config.<field>``)."""
+    """Validates every field before any compute; errors name the field (`config.<field>`)."""
     config = resolve_config(config)
     if config.basis == "eigen" and config.noise_cv:
         raise ValueError(
@@ -234,24 +234,24 @@ def prepare_fold(
     key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32, gp=None
 ) -> PreparedFold:
     """Prepares raw training rows for a DIRECT fit: standardizer and centred targets from these rows, GP
-    hyperparameters on at most ``config.gp_points`` of them, ``config.num_frequencies`` random Fourier
+    hyperparameters on at most `config.gp_points` of them, `config.num_frequencies` random Fourier
     frequencies, the weight grid, and the training statistics in one chunked pass (accumulated per inner
-    fold when ``config.noise_cv`` is set, for :func:`choose_noise_prior`).
+    fold when `config.noise_cv` is set, for [`choose_noise_prior`][kronvi.pipeline.choose_noise_prior]).
 
-    Every study that fits one train/test split starts here; :func:`fit_prepared` continues from it, and
-    :func:`fold_features` maps test inputs through the same standardizer and features.
+    Every study that fits one train/test split starts here; [`fit_prepared`][kronvi.pipeline.fit_prepared] continues from it, and
+    [`fold_features`][kronvi.pipeline.fold_features] maps test inputs through the same standardizer and features.
 
     Args:
-      key: PRNG key; split into the GP's, the features' and the fits' (``PreparedFold.key``).
-      X: raw training inputs ``(n, d)``.
-      y: raw training targets ``(n,)``.
-      config: :class:`DirectConfig` (default: the paper's settings).
+      key: PRNG key; split into the GP's, the features' and the fits' (`PreparedFold.key`).
+      X: raw training inputs `(n, d)`.
+      y: raw training targets `(n,)`.
+      config: [`DirectConfig`][kronvi.pipeline.DirectConfig] (default: the paper's settings).
       dtype: floating dtype of the inputs, statistics and fits.
-      gp: ``None``, or ``(hyper, gp_info)`` of an earlier preparation of the same rows with the same key
-        (another ``basis``, say), to skip refitting the GP hyperparameters.
+      gp: `None`, or `(hyper, gp_info)` of an earlier preparation of the same rows with the same key
+        (another `basis`, say), to skip refitting the GP hyperparameters.
 
     Returns:
-      :class:`PreparedFold`.
+      [`PreparedFold`][kronvi.pipeline.PreparedFold].
     """
     config = resolve_config(config)
     _check_config(config)
@@ -300,10 +300,10 @@ def prepare_fold(
 def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
     r"""Statistics, eigenbasis, noise-grid centre and weight grids of the eigenbasis recipe.
 
-    Computed in float64 whatever the working dtype: the small eigenvalues of :math:`\Phi^\top\Phi` that
-    still carry signal (down to :math:`\sigma^2/\sigma_w^2`, e.g. 1e-4 of the largest on yacht) are below
+    Computed in float64 whatever the working dtype: the small eigenvalues of $\Phi^\top\Phi$ that
+    still carry signal (down to $\sigma^2/\sigma_w^2$, e.g. 1e-4 of the largest on yacht) are below
     the rounding of float32 statistics. The results are cast back to the working dtype; in the eigenbasis
-    the fit is well conditioned (``docs/notes/2026-11-22-accuracy-defaults.md``).
+    the fit is well conditioned (`docs/notes/2026-11-22-accuracy-defaults.md`).
     """
     dtype = X.dtype
     with jax.enable_x64(True):
@@ -323,9 +323,9 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
 
 
 def evidence_noise_variance(rotated, basis, prior_scale, guess, *, log_range: float = 12.0):
-    """The noise variance maximizing the exact evidence (:func:`kronvi.blr_evidence_noise`) within
-    ``guess * exp(±log_range)`` (``guess``: e.g. the GP estimate), from the eigenbasis already computed:
-    ``(rotated, basis)`` of :func:`kronvi.eigenbasis`."""
+    """The noise variance maximizing the exact evidence ([`kronvi.blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise]) within
+    `guess * exp(±log_range)` (`guess`: e.g. the GP estimate), from the eigenbasis already computed:
+    `(rotated, basis)` of [`kronvi.eigenbasis`][kronvi.eigenbasis]."""
     guess = jnp.asarray(guess, rotated.PhitPhi.dtype)
     lower, upper = guess * np.exp(-log_range), guess * np.exp(log_range)
     return spectral_evidence_noise(
@@ -334,22 +334,22 @@ def evidence_noise_variance(rotated, basis, prior_scale, guess, *, log_range: fl
 
 
 def eigen_posterior_grid(rotated, basis, prior_scale, noise_variance, *, levels: int, width: float):
-    r"""Weight grids for the eigenbasis recipe: coordinate ``j`` gets ``levels`` values spanning its exact
-    posterior :math:`N(\mu_j, \tau_j^2)` ± ``width`` sds, :math:`\tau_j^{-2} = \lambda_j/\sigma^2 +
-    \sigma_w^{-2}`, :math:`\mu_j = \tau_j^2 c_j/\sigma^2` (:func:`kronvi.posterior_grid_prior`)."""
+    r"""Weight grids for the eigenbasis recipe: coordinate `j` gets `levels` values spanning its exact
+    posterior $N(\mu_j, \tau_j^2)$ ± `width` sds, $\tau_j^{-2} = \lambda_j/\sigma^2 +
+    \sigma_w^{-2}$, $\mu_j = \tau_j^2 c_j/\sigma^2$ ([`kronvi.posterior_grid_prior`][kronvi.posterior_grid_prior])."""
     precision = basis.eigenvalues / noise_variance + 1.0 / prior_scale**2
     center = rotated.Phity / noise_variance / precision
     return posterior_grid_prior(center, 1.0 / jnp.sqrt(precision), prior_scale, levels=levels, width=width)
 
 
 def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None):
-    """Chooses the noise grid and fits DIRECT mean field on a :func:`prepare_fold` result (with the same
-    ``config``). Returns ``(model, timings, info)`` as :func:`fit_direct`.
+    """Chooses the noise grid and fits DIRECT mean field on a [`prepare_fold`][kronvi.pipeline.prepare_fold] result (with the same
+    `config`). Returns `(model, timings, info)` as [`fit_direct`][kronvi.pipeline.fit_direct].
 
-    With ``config.noise_cv`` the grid ``s2 x [1/span, span]`` is chosen among those spans on the inner folds
-    (:func:`choose_noise_prior`, timed as ``select_seconds``); otherwise it is the grid of
-    ``config.noise_span``. The fit keeps the best of ``config.starts`` (:func:`fit_best_start`), refitted
-    with a recentred noise grid up to ``config.max_noise_recentres`` times.
+    With `config.noise_cv` the grid `s2 x [1/span, span]` is chosen among those spans on the inner folds
+    ([`choose_noise_prior`][kronvi.pipeline.choose_noise_prior], timed as `select_seconds`); otherwise it is the grid of
+    `config.noise_span`. The fit keeps the best of `config.starts` ([`fit_best_start`][kronvi.pipeline.fit_best_start]), refitted
+    with a recentred noise grid up to `config.max_noise_recentres` times.
     """
     config = resolve_config(config)
     _check_config(config)
@@ -390,34 +390,34 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None):
 
 
 def fold_features(fitted, X):
-    """Features of raw inputs ``X (N, d)`` through a :class:`PreparedFold`'s or :class:`FittedDirect`'s
+    """Features of raw inputs `X (N, d)` through a [`PreparedFold`][kronvi.pipeline.PreparedFold]'s or [`FittedDirect`][kronvi.pipeline.FittedDirect]'s
     standardizer and random Fourier features (rotated to its eigenbasis, if any), in the dtype of its
-    statistics: ``(N, b)``."""
+    statistics: `(N, b)`."""
     dtype = fitted.y_offset.dtype
     Phi = rff_features(fitted.features, standardize(fitted.standardizer, jnp.asarray(X, dtype)))
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
 
 
 def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32):
-    """Fits DIRECT mean-field regression on raw training data: :func:`prepare_fold` then
-    :func:`fit_prepared`. Returns ``(model, timings, info)``.
+    """Fits DIRECT mean-field regression on raw training data: [`prepare_fold`][kronvi.pipeline.prepare_fold] then
+    [`fit_prepared`][kronvi.pipeline.fit_prepared]. Returns `(model, timings, info)`.
 
-    With ``config.noise_cv`` (the default) the noise grid is chosen among those spans by
-    ``config.cv_folds``-fold cross-validation on the training rows: the statistics are accumulated per
+    With `config.noise_cv` (the default) the noise grid is chosen among those spans by
+    `config.cv_folds`-fold cross-validation on the training rows: the statistics are accumulated per
     inner fold in the same single pass (their sum is the training statistics), each candidate is fitted
-    on every ``total - fold`` (vmapped, CAVI from :func:`kronvi.gaussian_start`) and scored exactly on the
-    held-out fold (:func:`kronvi.select_prior` with ``config.cv_criterion``). That time is
-    ``select_seconds``.
+    on every `total - fold` (vmapped, CAVI from [`kronvi.gaussian_start`][kronvi.gaussian_start]) and scored exactly on the
+    held-out fold ([`kronvi.select_prior`][kronvi.select_prior] with `config.cv_criterion`). That time is
+    `select_seconds`.
     """
     config = resolve_config(config)
     return fit_prepared(prepare_fold(key, X, y, config, dtype=dtype), config)
 
 
 def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
-    """Fits from each of ``config.starts`` and returns the ``(q_w, q_noise, info)`` with the highest ELBO.
+    """Fits from each of `config.starts` and returns the `(q_w, q_noise, info)` with the highest ELBO.
 
     Coordinate ascent on a grid stops at a local optimum that depends on the start; neither the prior nor
-    the continuous optimum is the better start on every dataset (``docs/notes/2026-11-22-rmse-gap.md``).
+    the continuous optimum is the better start on every dataset (`docs/notes/2026-11-22-rmse-gap.md`).
     """
     config = resolve_config(config)
     if not config.starts:
@@ -442,12 +442,12 @@ def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
 
 def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig, *, key):
     r"""Fits, and while the noise posterior puts most of its mass on an end level of its grid, moves the
-    grid (same shape) to be centred on the current :math:`E[\sigma^2]` and refits from the current q.
+    grid (same shape) to be centred on the current $E[\sigma^2]$ and refits from the current q.
 
     The GP's noise estimate is a good centre for a continuous posterior, but a 4-bit weight posterior
     fits less tightly and wants more noise; a grid that is too narrow saturates at its top level (seen on
     yacht: all mass on 10x the GP estimate) and makes the predictive density overconfident.
-    Returns ``(q_w, q_noise, info, prior_noise, num_recentres)``.
+    Returns `(q_w, q_noise, info, prior_noise, num_recentres)`.
     """
     q_w, q_n, info = fit_best_start(stats, prior_w, prior_noise, config, key=key)
     recentres = 0
@@ -471,7 +471,7 @@ def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig,
 
 
 def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None = None):
-    """Fits on the training rows and evaluates on the test rows. Returns ``(FoldResult, model)``."""
+    """Fits on the training rows and evaluates on the test rows. Returns `(FoldResult, model)`."""
     model, timings, info = fit_direct(key, X_train, y_train, config)
     t0 = time.perf_counter()
     dtype = model.q_w.logits.dtype
