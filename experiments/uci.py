@@ -296,8 +296,11 @@ class Setup:
     """One fold for every method: the pipeline's preparation of the training rows, the test rows through
     its features, and (once fitted) DIRECT's mean field that the mixtures start from."""
 
-    def __init__(self, fold, X_test, y_test, cfg: StudyConfig, key, nlpd_idx=None, *, train=None):
+    def __init__(
+        self, fold, X_test, y_test, cfg: StudyConfig, key, nlpd_idx=None, *, train=None, progress=None
+    ):
         self.fold, self.cfg, self.key = fold, cfg, key
+        self.progress = progress  # the step loops' `progress` (None, True or a callable); not a setting
         self.train = train  # the raw training rows (X, y), for the eigenbasis preparation
         self.X_test = X_test
         self.Phi_test = fold_features(fold, X_test)
@@ -530,6 +533,7 @@ def run_mix_sgd(setup: Setup):
         k_fit, setup.stats, setup.prior_w, setup.prior_n, init=(q0, q_n),
         optimizer=adam_cosine(cfg.sgd_lr, cfg.sgd_steps),
         num_steps=cfg.sgd_steps, num_samples=cfg.sgd_samples, estimator=cfg.sgd_estimator,
+        progress=setup.progress,
     )  # fmt: skip
     _block(q.logits)
     secs = time.perf_counter() - t0
@@ -625,7 +629,7 @@ def run_reparam(setup: Setup):
     qu, s2, info = kronvi.fit_gaussian_reparam(
         jax.random.fold_in(setup.key, 4), Phi_train, fold.y, init=(u0, setup.s2), prior_scale=1.0,
         optimizer=adam(cfg.reparam_lr), num_steps=steps, batch_size=cfg.reparam_batch,
-        num_samples=cfg.reparam_samples, noise_bounds=setup.noise_bounds,
+        num_samples=cfg.reparam_samples, noise_bounds=setup.noise_bounds, progress=setup.progress,
     )  # fmt: skip
     _block(qu.mean)
     secs = time.perf_counter() - t0
@@ -660,7 +664,7 @@ def run_elrg(setup: Setup, *, rank: int):
     qu, info = kronvi.fit_elrg(
         k_fit, None, 1.0, s2, rank=rank, objective="local-reparam", init=u0, data=(Phi_train, fold.y),
         optimizer=adam(cfg.reparam_lr), num_steps=steps, batch_size=cfg.reparam_batch,
-        num_samples=cfg.reparam_samples,
+        num_samples=cfg.reparam_samples, progress=setup.progress,
     )  # fmt: skip
     _block(qu.mean)
     secs = time.perf_counter() - t0
@@ -737,7 +741,7 @@ def summarize_record(dataset, method, n, d, per_fold, settings):
     return rec
 
 
-def run_dataset(folder, methods, cfg: StudyConfig, *, seed, max_folds, settings, log):
+def run_dataset(folder, methods, cfg: StudyConfig, *, seed, max_folds, settings, log, progress=None):
     name = folder.name
     X, y, mask = kronvi.load_uci(folder)
     n, d = X.shape
@@ -751,7 +755,9 @@ def run_dataset(folder, methods, cfg: StudyConfig, *, seed, max_folds, settings,
         fkey = jax.random.fold_in(key, k)
         fold = prepare_fold(fkey, X[train], y[train], cfg.direct)
         nlpd_idx = nlpd_subset(int(test.sum()), cfg.nlpd_points, seed, k)
-        setup = Setup(fold, X[test], y[test], cfg, fkey, nlpd_idx, train=(X[train], y[train]))
+        setup = Setup(
+            fold, X[test], y[test], cfg, fkey, nlpd_idx, train=(X[train], y[train]), progress=progress
+        )
         t_init, t_stats = fold.init_seconds, fold.stats_seconds
         parts = []
         for m in methods:
@@ -863,6 +869,10 @@ def parse_args(argv=None):
     )  # fmt: skip
     p.add_argument("--reparam-steps", type=int, default=None, help="override the paper's 1000 / 10000 steps")
     p.add_argument("--log", help="also append progress lines to this file")
+    p.add_argument(
+        "--progress", action="store_true",
+        help="show a bar (tqdm, else lines on stderr) for the SGD, REPARAM and ELRG step loops; not recorded",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -934,8 +944,9 @@ def main(argv=None):
             continue
         log(f"[{i + 1}/{len(folders)}] {time.perf_counter() - t0:.0f}s elapsed")
         recs = run_dataset(
-            folder, todo, cfg, seed=args.seed, max_folds=args.max_folds, settings=settings, log=log
-        )
+            folder, todo, cfg, seed=args.seed, max_folds=args.max_folds, settings=settings, log=log,
+            progress=True if args.progress else None,
+        )  # fmt: skip
         records.extend(recs)
         write_json(out, records)
     log(

@@ -51,6 +51,7 @@ from .._base.checks import (
     check_xy,
 )
 from .._base.precision import dot, einsum, matmul
+from .._base.progress import check_progress, progress_scope, report_progress
 from .._base.pytree import validated_pytree
 from .._model.regression import LOG_2PI
 from .._solvers.lbfgs import minimize_lbfgs
@@ -406,6 +407,8 @@ def fit_elrg(
     num_steps: int | None = None,
     batch_size: int = 100,
     num_samples: int = 1,
+    progress=None,
+    progress_every: int | None = None,
 ):
     r"""Fits an :class:`ELRG` posterior (low-rank plus diagonal covariance) for Bayesian linear regression.
 
@@ -443,6 +446,11 @@ def fit_elrg(
       optimizer: ``"local-reparam"``: an ``optax.GradientTransformation`` minimizing
         :math:`-\hat{\mathcal{L}}/n`, e.g. ``optax.adam(1e-2)``.
       num_steps, batch_size, num_samples: ``"local-reparam"``: steps, rows per minibatch and draws per row.
+      progress: ``"local-reparam"``: ``None`` (default: no reporting, nothing added to the compiled loop),
+        ``True`` (a tqdm bar, or lines on stderr without tqdm) or a callable ``(step, total, metrics)``
+        receiving the fields of :class:`kronvi.ReparamInfo` as floats; see ``kronvi/_base/progress.py``.
+        Ignored by ``"exact"`` (one L-BFGS call).
+      progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
       ``(q, info)``: the fitted :class:`ELRG` and, for ``"exact"``, a :class:`kronvi.FitInfo` (ELBO trace,
@@ -512,16 +520,18 @@ def fit_elrg(
     num_steps = check_int(num_steps, "num_steps", 1)
     batch_size = check_int(batch_size, "batch_size", 1)
     num_samples = check_int(num_samples, "num_samples", 1)
+    every = check_progress(progress, progress_every, num_steps)
     k_init, k_fit = jax.random.split(key)
     if init is None:
         G_diag = jnp.sum(Phi**2, axis=0) if stats is None else jnp.diagonal(stats.PhitPhi)
         init = _default_init(k_init, G_diag, scale, s2, jnp.zeros((b,), dtype), rank, diagonal, diag_variance)
     elif diag_variance is not None:
         init = init._replace(log_diag=jnp.log(diag_variance))
-    return _compiled_local(optimizer)(
-        k_fit, init, Phi, y.astype(dtype), scale, s2, jnp.asarray(diag_variance is None), num_steps=num_steps,
-        batch_size=batch_size, num_samples=num_samples,
-    )  # fmt: skip
+    with progress_scope(progress, total=num_steps, every=every, desc="ELRG") as prog:
+        return _compiled_local(optimizer)(
+            k_fit, init, Phi, y.astype(dtype), scale, s2, jnp.asarray(diag_variance is None), prog,
+            num_steps=num_steps, batch_size=batch_size, num_samples=num_samples,
+        )  # fmt: skip
 
 
 def _fixable(p, q0, learn_diag):
@@ -543,12 +553,13 @@ def _fit_exact(q0, stats, scale, s2, learn_diag, *, max_iter, tol):
 
 @cache_by_optimizer
 def _compiled_local(optimizer):
-    def fit(key, q0, Phi, y, scale, s2, learn_diag, *, num_steps, batch_size, num_samples):
+    def fit(key, q0, Phi, y, scale, s2, learn_diag, progress, *, num_steps, batch_size, num_samples):
         n = Phi.shape[0]
         n_arr = jnp.asarray(n, Phi.dtype)
         params0 = tuple(q0)
 
-        def body(carry, k):
+        def body(carry, xs):
+            k, i = xs
             params, opt_state = carry
             k_idx, k_draw = jax.random.split(k)
             idx = jax.random.randint(k_idx, (batch_size,), 0, n)
@@ -564,11 +575,12 @@ def _compiled_local(optimizer):
             value, grads = jax.value_and_grad(loss)(params)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
-            return (params, opt_state), ReparamInfo(-value * n_arr, optax.tree.norm(grads))
+            info = ReparamInfo(-value * n_arr, optax.tree.norm(grads))
+            report_progress(progress, i, num_steps, info._asdict())
+            return (params, opt_state), info
 
-        (params, _), info = lax.scan(
-            body, (params0, optimizer.init(params0)), jax.random.split(key, num_steps)
-        )
+        xs = (jax.random.split(key, num_steps), jnp.arange(num_steps))
+        (params, _), info = lax.scan(body, (params0, optimizer.init(params0)), xs)
         return ELRG._unchecked(*_fixable(params, q0, learn_diag)), info
 
     return jax.jit(fit, static_argnames=("num_steps", "batch_size", "num_samples"))

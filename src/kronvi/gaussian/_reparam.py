@@ -22,6 +22,7 @@ from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_optimizer, check_xy
 from .._base.precision import matmul
+from .._base.progress import check_progress, progress_scope, report_progress
 from .._base.pytree import as_traced_callable
 from .._model.regression import LOG_2PI
 from .._solvers.optimizers import cache_by_optimizer
@@ -152,20 +153,25 @@ def _compiled_step(optimizer):
 def _compiled_fit(optimizer):
     step = _build_step(optimizer)
 
-    def fit(key, state, fmap, X, y, scale, bounds, *, num_steps, batch_size, num_samples, learn_noise):
+    def fit(
+        key, state, fmap, X, y, scale, bounds, progress, *, num_steps, batch_size, num_samples, learn_noise
+    ):
         n = X.shape[0]
         n_arr = jnp.asarray(n, X.dtype)
 
-        def body(state, k):
+        def body(state, xs):
+            k, i = xs
             k_idx, k_eps = jax.random.split(k)
             idx = jax.random.randint(k_idx, (batch_size,), 0, n)
             Phi_b = fmap(X[idx]).astype(X.dtype)
-            return step(
+            state, info = step(
                 k_eps, state, Phi_b, y[idx], n_arr, scale, bounds, num_samples=num_samples,
                 learn_noise=learn_noise,
             )  # fmt: skip
+            report_progress(progress, i, num_steps, info._asdict())
+            return state, info
 
-        return lax.scan(body, state, jax.random.split(key, num_steps))
+        return lax.scan(body, state, (jax.random.split(key, num_steps), jnp.arange(num_steps)))
 
     return jax.jit(fit, static_argnames=("num_steps", "batch_size", "num_samples", "learn_noise"))
 
@@ -239,6 +245,8 @@ def fit_gaussian_reparam(
     num_samples: int = 10,
     learn_noise: bool = True,
     noise_bounds=None,
+    progress=None,
+    progress_every: int | None = None,
 ):
     r"""Trains the diagonal Gaussian posterior with minibatch reparameterization gradients (REPARAM).
 
@@ -262,6 +270,10 @@ def fit_gaussian_reparam(
       num_samples: Monte Carlo samples per step (the paper: 10).
       learn_noise: learn :math:`\sigma^2` as a point estimate (else keep ``init``'s value).
       noise_bounds: optional ``(lo, hi)`` for the learned noise variance.
+      progress: ``None`` (default: no reporting, nothing added to the compiled loop), ``True`` (a tqdm bar,
+        or lines on stderr without tqdm) or a callable ``(step, total, metrics)`` receiving the fields of
+        :class:`ReparamInfo` as floats; see ``kronvi/_base/progress.py``.
+      progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
       ``(q, noise_variance, info)``; ``info`` is a :class:`ReparamInfo` of ``(num_steps,)`` arrays.
@@ -307,9 +319,11 @@ def fit_gaussian_reparam(
     num_steps = check_count(num_steps, "num_steps")
     batch_size = check_count(batch_size, "batch_size")
     num_samples = check_count(num_samples, "num_samples")
+    every = check_progress(progress, progress_every, num_steps)
     state = gaussian_reparam_init(q, s0, optimizer=optimizer, noise_bounds=noise_bounds)
-    state, info = _compiled_fit(optimizer)(
-        key, state, fmap, X.astype(dtype), y.astype(dtype), scale, bounds, num_steps=num_steps,
-        batch_size=batch_size, num_samples=num_samples, learn_noise=bool(learn_noise),
-    )  # fmt: skip
+    with progress_scope(progress, total=num_steps, every=every, desc="REPARAM") as prog:
+        state, info = _compiled_fit(optimizer)(
+            key, state, fmap, X.astype(dtype), y.astype(dtype), scale, bounds, prog, num_steps=num_steps,
+            batch_size=batch_size, num_samples=num_samples, learn_noise=bool(learn_noise),
+        )  # fmt: skip
     return state.q, _noise_from_param(state.noise_param, bounds), info

@@ -20,6 +20,7 @@ import optax
 from jax import lax
 
 from .._base.checks import check_optimizer
+from .._base.progress import check_progress, progress_scope, report_progress
 from .._model.families import MeanField
 from .._solvers.optimizers import cache_by_optimizer
 from ._bounds import noise_cavi_logits
@@ -104,18 +105,25 @@ def _compiled_step(optimizer):
 def _compiled_fit(optimizer):
     step = _build_step(optimizer)
 
-    def fit(key, q, q_noise, stats, prior_w, prior_noise, *, num_steps, num_samples, noise_update, estimator):
+    def fit(
+        key, q, q_noise, stats, prior_w, prior_noise, progress, *, num_steps, num_samples, noise_update,
+        estimator,
+    ):  # fmt: skip
         if noise_update == "cavi":
             q_noise = MeanField._unchecked(noise_cavi_logits(q, prior_w, prior_noise, stats))
         state = MixtureSGDState(q, q_noise, optimizer.init(_params(q, q_noise)))
 
-        def body(state, k):
-            return step(
+        def body(state, xs):
+            k, i = xs
+            state, info = step(
                 k, state, stats, prior_w, prior_noise, num_samples=num_samples, noise_update=noise_update,
                 estimator=estimator,
             )  # fmt: skip
+            report_progress(progress, i, num_steps, info._asdict())
+            return state, info
 
-        state, info = lax.scan(body, state, jax.random.split(key, num_steps))
+        xs = (jax.random.split(key, num_steps), jnp.arange(num_steps))
+        state, info = lax.scan(body, state, xs)
         return state.q, state.q_noise, info
 
     return jax.jit(fit, static_argnames=("num_steps", "num_samples", "noise_update", "estimator"))
@@ -206,6 +214,8 @@ def fit_mixture_sgd(
     num_samples: int,
     noise_update: str = "cavi",
     estimator: str = "local",
+    progress=None,
+    progress_every: int | None = None,
 ):
     r"""Fits a mixture posterior by stochastic gradient ascent on the exact ELBO (the paper's "Mixture SGD").
 
@@ -226,6 +236,10 @@ def fit_mixture_sgd(
       noise_update: ``"cavi"`` (default) or ``"gradient"``, see :func:`mixture_sgd_step`.
       estimator: ``"local"`` (default), ``"stratified"``, ``"stratified-pathwise"`` or ``"score"``,
         see :func:`mixture_elbo_estimate`.
+      progress: ``None`` (default: no reporting, nothing added to the compiled loop), ``True`` (a tqdm bar,
+        or lines on stderr without tqdm) or a callable ``(step, total, metrics)`` receiving the fields of
+        :class:`MixtureSGDInfo` as floats; see ``kronvi/_base/progress.py``.
+      progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
       ``(q, q_noise, info)``; ``info`` is a :class:`MixtureSGDInfo` of ``(num_steps,)`` arrays.
@@ -253,7 +267,9 @@ def fit_mixture_sgd(
     num_samples = check_count(num_samples, "num_samples", 2)
     num_steps = check_count(num_steps, "num_steps", 1)
     estimator_fn(estimator)
-    return _compiled_fit(optimizer)(
-        key, q, q_noise, stats, prior_w, prior_noise, num_steps=num_steps, num_samples=num_samples,
-        noise_update=noise_update, estimator=estimator,
-    )  # fmt: skip
+    every = check_progress(progress, progress_every, num_steps)
+    with progress_scope(progress, total=num_steps, every=every, desc="mixture SGD") as prog:
+        return _compiled_fit(optimizer)(
+            key, q, q_noise, stats, prior_w, prior_noise, prog, num_steps=num_steps, num_samples=num_samples,
+            noise_update=noise_update, estimator=estimator,
+        )  # fmt: skip
