@@ -12,7 +12,14 @@ import kronvi
 from kronvi.bnn import bnn_elbo, bnn_expected_rss, bnn_stats, num_weights, quadratic_net
 
 # (layer_sizes, levels): one hidden layer, two and three hidden layers, and no hidden layer (linear)
-CASES = [((2, 2, 1), 3), ((2, 1, 1, 1), 3), ((1, 2, 1, 1), 3), ((2, 2, 2, 1), 2), ((3, 1), 3), ((1, 1, 1, 1, 1), 2)]
+CASES = [
+    ((2, 2, 1), 3),
+    ((2, 1, 1, 1), 3),
+    ((1, 2, 1, 1), 3),
+    ((2, 2, 2, 1), 2),
+    ((3, 1), 3),
+    ((1, 1, 1, 1, 1), 2),
+]
 
 
 def net_np(w, X, layer_sizes):
@@ -123,7 +130,9 @@ def test_float32_close_to_float64():
 @pytest.mark.parametrize("layer_sizes", [(2, 3, 1), (2, 1, 2, 1)])
 def test_gradient_matches_finite_differences(layer_sizes):
     with jax.enable_x64(True):
-        X, y, values, log_prior, q_logits, noise_vals, log_prior_n, qn_logits = problem(layer_sizes, 3, seed=11)
+        X, y, values, log_prior, q_logits, noise_vals, log_prior_n, qn_logits = problem(
+            layer_sizes, 3, seed=11
+        )
         pw, pn, _, _ = kronvi_objects(values, log_prior, q_logits, noise_vals, log_prior_n, qn_logits)
         stats = bnn_stats(jnp.asarray(X), jnp.asarray(y), layer_sizes)
 

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import functools
 
-
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -41,8 +39,6 @@ from .._model.grids import DiscretePrior, check_noise_prior, check_weight_prior
 from .._model.regression import LOG_2PI, noise_moments
 from ._net import num_weights
 from ._stats import BNNStats, check_bnn_stats
-
-
 
 # ---------------------------------------------------------------------------------------------------
 # Per-weight moments
@@ -301,7 +297,3 @@ def bnn_elbo(q_w, q_noise, prior_w, prior_noise, stats):
         }
     )
     return elbo_parts(q_w.probs, q_w.log_probs, q_noise, prior_w, prior_noise, stats, sizes)
-
-
-
-

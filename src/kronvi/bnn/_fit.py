@@ -29,9 +29,9 @@ from .._model.families import MeanField
 from .._model.regression import noise_moments, noise_optimum_logits
 from .._solvers.lbfgs import FitInfo, minimize_lbfgs
 from ._elbo import (
-    expected_rss_from_probs,
     check_bnn_args,
     elbo_from_logits,
+    expected_rss_from_probs,
     general_fit_terms,
     one_hidden_point_moments,
 )
@@ -107,7 +107,9 @@ def fit_bnn(
         raise ValueError(f"`method` must be one of {BNN_METHODS}, got {method!r}")
     sizes = check_bnn_stats(stats)
     if q_init is None:
-        q_w0, q_n0 = bnn_init(jax.random.key(0) if key is None else key, prior_w, prior_noise, scale=init_scale)
+        q_w0, q_n0 = bnn_init(
+            jax.random.key(0) if key is None else key, prior_w, prior_noise, scale=init_scale
+        )
     else:
         if not (isinstance(q_init, tuple) and len(q_init) == 2):
             raise TypeError("`q_init` must be None or a tuple (q_w, q_noise) of MeanField")
@@ -144,7 +146,9 @@ def _fit_cavi(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol)
     P = logits_w.shape[0]
 
     def rss_of(probs):  # on the simplex: the multilinear extension, normalized so gradients are exact
-        return expected_rss_from_probs(probs / jnp.sum(probs, axis=-1, keepdims=True), prior_w.values, stats, sizes)
+        return expected_rss_from_probs(
+            probs / jnp.sum(probs, axis=-1, keepdims=True), prior_w.values, stats, sizes
+        )
 
     rss_grad = jax.grad(rss_of)
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import numbers
 
-import jax.numpy as jnp
-
 from .._base.checks import as_float_array, check_ndim
 from .._base.precision import matmul
 
@@ -32,7 +30,9 @@ def check_layer_sizes(layer_sizes, name: str = "layer_sizes") -> tuple[int, ...]
     try:
         sizes = tuple(layer_sizes)
     except TypeError:
-        raise ValueError(f"`{name}` must be a sequence of ints (d, h_1, ..., h_L, 1), got {layer_sizes!r}") from None
+        raise ValueError(
+            f"`{name}` must be a sequence of ints (d, h_1, ..., h_L, 1), got {layer_sizes!r}"
+        ) from None
     if len(sizes) < 2:
         raise ValueError(f"`{name}` needs at least an input and an output size (d, ..., 1), got {sizes}")
     for s in sizes:
@@ -62,9 +62,7 @@ def weight_offsets(layer_sizes) -> list[tuple[int, int, int]]:
 
 def split_weights(w, layer_sizes):
     """The layer matrices of a flat weight array ``(..., P)``: a list of ``(..., rows, cols)`` arrays."""
-    return [
-        w[..., o : o + r * c].reshape(w.shape[:-1] + (r, c)) for o, r, c in weight_offsets(layer_sizes)
-    ]
+    return [w[..., o : o + r * c].reshape(w.shape[:-1] + (r, c)) for o, r, c in weight_offsets(layer_sizes)]
 
 
 def quadratic_net(w, X, layer_sizes):

@@ -82,7 +82,7 @@ def check_bnn_stats(stats: BNNStats, name: str = "stats") -> tuple[int, ...]:
     return sizes
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tensor_power_map(depth: int):
     r"""The feature map :math:`x \mapsto x^{\otimes 2^{\text{depth}}}` on rows ``(c, d) -> (c, d^{2^depth})``,
     one function object per depth (so that compiled statistics are reused)."""
