@@ -228,7 +228,9 @@ def sample_mean_field(key, q: MeanField, *, num_samples: int):
       num_samples: ``S``, an int >= 1.
 
     Returns:
-      ``(S, b)`` int32 level indices, row ``s`` a draw of :math:`x \sim \prod_j q_j`.
+      ``(S, b)`` int32 level indices, row ``s`` a draw of :math:`x \sim \prod_j q_j` (by the inverse
+      CDF of each factor: :math:`x_j = \#\{k < m - 1 : u_j \ge \sum_{l \le k} q_{jl}\}`,
+      :math:`u_j \sim U(0, 1)`).
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -239,7 +241,10 @@ def sample_mean_field(key, q: MeanField, *, num_samples: int):
     if not isinstance(q, MeanField):
         raise TypeError(f"`q` must be a MeanField, got {type(q).__name__}")
     S = check_int(num_samples, "num_samples", 1)
-    return jax.random.categorical(key, q.logits, axis=-1, shape=(S, q.logits.shape[-2]))
+    # Inverse CDF: one uniform per weight and draw (jax.random.categorical's Gumbel trick needs m).
+    u = jax.random.uniform(key, (S, q.logits.shape[-2]), q.logits.dtype)
+    cdf = jnp.cumsum(q.probs, axis=-1)[:, :-1]  # (b, m - 1)
+    return jnp.sum(u[:, :, None] >= cdf[None], axis=-1, dtype=jnp.int32)
 
 
 def reinforce_gradient(

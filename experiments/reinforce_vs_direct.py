@@ -1,0 +1,486 @@
+"""Figure 1 of Evans & Nair (2018), section 5.1: DIRECT's exact ELBO gradients against REINFORCE.
+
+Problem (one seed): n = 1000 inputs x ~ U(-3, 3)^3, b = 20 random Fourier features of a unit
+squared-exponential kernel (kronvi.rff_init / rff_features, 10 frequencies), targets y = Phi w* + eps with
+eps ~ N(0, NOISE_SD^2) and w* drawn from the model's own weight prior. Model: kronvi's DIRECT regression GLM
+on the same features, each weight on m = 3 levels (kronvi.gaussian_prior(20, 1, levels=3, width=sqrt(3)):
+levels 0, +-sqrt(3), the nodes of the 3-point Gauss-Hermite rule for N(0, 1)) and the noise variance on 3
+levels (kronvi.noise_prior(NOISE_SD^2, levels=3, span=10)), so the mean-field q has 3 * (20 + 1) = 63
+logits, started at the prior as in the paper (the paper's prior was uniform). Everything in float64.
+Why 3 inputs, a well-specified truth and NOISE_SD = 1: with 1-D inputs (10 nearby frequencies, strongly
+correlated features), N(0, 1) true weights or NOISE_SD = 0.5, DIRECT's optimizers from the prior and
+REINFORCE ended in different local optima of this 3^20-configuration problem (spreads of hundreds of nats),
+which measures luck, not speed; see docs/notes/2026-11-23-reinforce-figure.md.
+
+Methods (all from the same start; "iteration" is one optimizer step):
+  direct-lbfgs   kronvi.fit_regression(method="lbfgs"): jaxopt L-BFGS on the exact ELBO (the paper's DIRECT)
+  direct-cavi    kronvi.fit_regression(method="cavi"): exact coordinate ascent; an iteration is a sweep
+  reinforce      optax.adam on the logits with kronvi's REINFORCE estimator (kronvi._fit.reinforce
+                 .reinforce_gradient): the full score-function estimator of the ELBO's gradient, i.e. the
+                 integrand log p(y, x) - log q(x) as in the paper (no exact entropy), at S draws per step,
+                 without a baseline and with one (leave-one-out mean of the other draws for S >= 2; for
+                 S = 1 an exponential moving average, decay 0.9, of earlier ELBO estimates). Adam's step size
+                 is the best of --lrs for each (S, baseline) by the exact ELBO averaged over the last 10% of
+                 steps (a tuning REINFORCE gets and DIRECT does not need). The log joint of each draw comes
+                 from the sufficient statistics in O(b^2), not from the n rows (the paper's REINFORCE read
+                 the data; this favours REINFORCE).
+
+Every curve is the exact ELBO (kronvi.regression_elbo) of the current q, so all are on one scale.
+
+Timing (jit compilation excluded everywhere; medians of --repeats runs; nice'd shared 2-core CPU):
+  DIRECT   fit_regression(max_iter=k) is timed end to end (its input validation included) for k on a
+           geometric grid; the first call at each k compiles and is discarded, then --repeats rounds time
+           every k in turn. L-BFGS and CAVI are deterministic, so the run
+           stopped at k iterations is the first k iterations of the long run.
+  REINFORCE one compiled lax.scan of min(steps, 2000) steps with nothing recorded, timed after a warm-up
+           call; a step costs the same at every iteration (fixed shapes), so iteration t is placed at
+           t * (scan time / its steps). Separate runs of all the steps (same key) record the logits after
+           every step for the exact ELBO.
+
+The closing figure: for the best REINFORCE run (highest final ELBO), its final ELBO E (mean exact ELBO
+of the last 10% of steps) and the first time t_R its exact ELBO reaches E; the first time t_D at which DIRECT
+reaches E; the ratio t_R / t_D. The same for E = its best ELBO over the run.
+
+Usage:
+  nice -n 10 python experiments/reinforce_vs_direct.py --out experiments/results/reinforce_vs_direct
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import kronvi
+from kronvi._fit.reinforce import reinforce_gradient
+
+NOISE_SD = 1.0
+NUM_INPUTS = 3
+NUM_FREQUENCIES = 10  # b = 20 features
+LEVELS = 3
+TIMED_STEPS = 2000  # REINFORCE's cost per step is timed on a scan of this many steps
+
+
+def make_problem(key, *, n):
+    """The synthetic GLM: ``(stats, prior_w, prior_noise, info)`` in the current default float dtype."""
+    k_x, k_f, k_w, k_e = jax.random.split(key, 4)
+    dtype = jnp.result_type(float)
+    X = jax.random.uniform(k_x, (n, NUM_INPUTS), dtype, -3.0, 3.0)
+    rff = kronvi.rff_init(k_f, jnp.ones(NUM_INPUTS, dtype), NUM_FREQUENCIES)
+    Phi = kronvi.rff_features(rff, X)
+    b = Phi.shape[1]
+    prior_w = kronvi.gaussian_prior(b, 1.0, levels=LEVELS, width=math.sqrt(3.0), dtype=dtype)
+    w_true = prior_w.values[jnp.arange(b), jax.random.categorical(k_w, prior_w.log_probs)]
+    y = Phi @ w_true + NOISE_SD * jax.random.normal(k_e, (n,), dtype)
+    stats = kronvi.regression_stats(Phi, y)
+    prior_noise = kronvi.noise_prior(NOISE_SD**2, levels=LEVELS, span=10.0, dtype=dtype)
+    info = {"n": n, "b": b, "inputs": NUM_INPUTS, "levels": LEVELS, "noise_sd": NOISE_SD}
+    return stats, prior_w, prior_noise, info
+
+
+def exact_elbo(logits_w, logits_n, prior_w, prior_noise, stats):
+    return kronvi.regression_elbo(
+        kronvi.MeanField(logits_w), kronvi.MeanField(logits_n), prior_w, prior_noise, stats
+    )
+
+
+def _timed(fn, repeats):
+    """Median wall seconds of ``repeats`` calls of ``fn`` (its outputs blocked on), after one warm-up call
+    that compiles; returns ``(seconds, output of the warm-up call)``."""
+    out = jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def _grid(last):
+    """1, 2, 3, 4, 6, 8, 12, 16, 24, ... up to and including ``last`` (each stop compiles once)."""
+    ks = sorted({2**i for i in range(20)} | {3 * 2**i for i in range(20)} | {last})
+    return [k for k in ks if k <= last]
+
+
+def run_direct(method, stats, prior_w, prior_noise, *, max_iter, repeats, log):
+    """The exact-ELBO curve of a DIRECT fit against iterations (every one) and seconds (a grid of stops)."""
+    q_w, q_n, info = kronvi.fit_regression(stats, prior_w, prior_noise, method=method, max_iter=max_iter)
+    num_iter = int(info.num_iter)
+    trace = [float(e) for e in np.asarray(info.elbo)[: num_iter + 1]]
+    final = float(kronvi.regression_elbo(q_w, q_n, prior_w, prior_noise, stats))
+    log(f"{method}: {num_iter} iterations, converged={bool(info.converged)}, final ELBO {final:.4f}")
+    stops = _grid(max(num_iter, 1))
+    fits = {
+        k: functools.partial(kronvi.fit_regression, stats, prior_w, prior_noise, method=method, max_iter=k)
+        for k in stops
+    }
+    elbo_at = []
+    for k in stops:  # compile every stop first (discarded), and read the ELBO of its result
+        qw, qn, _ = jax.block_until_ready(fits[k]())
+        elbo_at.append(float(kronvi.regression_elbo(qw, qn, prior_w, prior_noise, stats)))
+    times = {k: [] for k in stops}
+    for _ in range(repeats):  # rounds over all stops: a slow spell on the shared CPU hits them alike
+        for k in stops:
+            t0 = time.perf_counter()
+            jax.block_until_ready(fits[k]())
+            times[k].append(time.perf_counter() - t0)
+    seconds = [statistics.median(times[k]) for k in stops]
+    for k, sec, e in zip(stops, seconds, elbo_at, strict=True):
+        log(f"  {method} max_iter={k:4d}: {1e3 * sec:8.3f} ms (median of {repeats}), ELBO {e:.4f}")
+    iters_at = stops
+    return {
+        "method": f"direct-{method}",
+        "iterations": list(range(num_iter + 1)),
+        "elbo": trace,
+        "time_iterations": iters_at,
+        "seconds": seconds,
+        "time_elbo": elbo_at,
+        "num_iter": num_iter,
+        "converged": bool(info.converged),
+        "final_elbo": final,
+    }
+
+
+@functools.partial(jax.jit, static_argnames=("num_samples", "baseline", "num_steps", "record"))
+def reinforce_run(
+    key, lr, logits_w, logits_n, prior_w, prior_noise, stats, *, num_samples, baseline, num_steps, record
+):
+    """``num_steps`` Adam steps on REINFORCE gradients in one ``lax.scan``; with ``record`` the logits after
+    every step ``((T, b, m), (T, 1, m_sigma))``, else only the final logits."""
+    opt = optax.adam(lr)
+    params = (logits_w, logits_n)
+    k0, key = jax.random.split(key)
+    if baseline == "ema":  # start the moving average at a one-draw ELBO estimate at the start
+        _, info0 = reinforce_gradient(
+            k0,
+            kronvi.MeanField(logits_w),
+            kronvi.MeanField(logits_n),
+            prior_w,
+            prior_noise,
+            stats,
+            num_samples=1,
+        )
+        ema0 = info0.elbo
+    else:
+        ema0 = jnp.zeros((), logits_w.dtype)
+
+    def step(carry, k):
+        params, state, ema = carry
+        c = {"none": None, "leave-one-out": "leave-one-out", "ema": ema}[baseline]
+        (gw, gn), info = reinforce_gradient(
+            k,
+            kronvi.MeanField(params[0]),
+            kronvi.MeanField(params[1]),
+            prior_w,
+            prior_noise,
+            stats,
+            num_samples=num_samples,
+            baseline=c,
+        )
+        updates, state = opt.update((-gw, -gn), state, params)  # optax minimizes: ascend the ELBO
+        params = optax.apply_updates(params, updates)
+        ema = 0.9 * ema + 0.1 * info.elbo
+        return (params, state, ema), (params if record else None)
+
+    (params, _, _), traj = jax.lax.scan(
+        step, (params, opt.init(params), ema0), jax.random.split(key, num_steps)
+    )
+    return traj if record else params
+
+
+_elbo_path = jax.jit(jax.vmap(exact_elbo, in_axes=(0, 0, None, None, None)))
+
+
+def run_reinforce(key, stats, prior_w, prior_noise, *, num_samples, baseline, lrs, steps, repeats, log):
+    """The lr sweep (recorded runs) and the timed run of the chosen lr for one (S, baseline)."""
+    l0w, l0n = prior_w.log_probs, prior_noise.log_probs
+    e0 = float(exact_elbo(l0w, l0n, prior_w, prior_noise, stats))
+    sweep, best = [], None
+    for lr in lrs:
+        traj_w, traj_n = reinforce_run(
+            key, lr, l0w, l0n, prior_w, prior_noise, stats,
+            num_samples=num_samples, baseline=baseline, num_steps=steps, record=True,
+        )  # fmt: skip
+        elbo = np.concatenate([[e0], np.asarray(_elbo_path(traj_w, traj_n, prior_w, prior_noise, stats))])
+        final = float(np.mean(elbo[-max(1, steps // 10) :]))
+        sweep.append({"lr": lr, "final_elbo": final, "best_elbo": float(np.max(elbo))})
+        if best is None or final > best[1]:
+            best = (lr, final, elbo)
+    lr, final, elbo = best
+    timed_steps = min(steps, TIMED_STEPS)
+    timed = functools.partial(
+        reinforce_run, key, lr, l0w, l0n, prior_w, prior_noise, stats,
+        num_samples=num_samples, baseline=baseline, num_steps=timed_steps, record=False,
+    )  # fmt: skip
+    total, _ = _timed(timed, repeats)
+    per_step = total / timed_steps
+    lr_text = ", ".join(f"{s['lr']:g}: {s['final_elbo']:.2f}" for s in sweep)
+    log(
+        f"reinforce S={num_samples:5d} baseline={baseline:13s}: lr {lr:g}, final ELBO {final:.4f} "
+        f"(lr sweep {lr_text}), "
+        f"{1e6 * per_step:.1f} us/step"
+    )
+    return {
+        "method": "reinforce",
+        "num_samples": num_samples,
+        "baseline": baseline,
+        "lr": lr,
+        "lr_sweep": sweep,
+        "seconds_per_step": per_step,
+        "elbo_full": elbo,  # every iteration; thinned before writing
+        "final_elbo": final,
+        "best_elbo": float(np.max(elbo)),
+    }
+
+
+def _thin(n, keep=400):
+    """Indices 0..n-1 thinned to about ``keep`` log-spaced points (always the first and last)."""
+    if n <= keep:
+        return np.arange(n)
+    return np.unique(np.concatenate([[0, n - 1], np.round(np.geomspace(1, n - 1, keep)).astype(int)]))
+
+
+def first_time(times, elbos, target):
+    """The first time in the curve at which the ELBO reaches ``target`` (None if never)."""
+    for t, e in zip(times, elbos, strict=True):
+        if e >= target:
+            return float(t)
+    return None
+
+
+def closing_ratio(direct_curves, reinforce_curves):
+    """The wall-clock ratio of the brief for the best REINFORCE run, at its final and at its best ELBO."""
+    best = max(reinforce_curves, key=lambda c: c["final_elbo"])
+    elbo = best["elbo_full"]
+    times = np.arange(len(elbo)) * best["seconds_per_step"]
+    out = {"reinforce": {k: best[k] for k in ("num_samples", "baseline", "lr", "final_elbo", "best_elbo")}}
+    for which in ("final_elbo", "best_elbo"):
+        target = best[which]
+        t_r = first_time(times, elbo, target)
+        rows = {
+            "target_elbo": target,
+            "reinforce_seconds": t_r,
+            "reinforce_iterations": int(np.argmax(elbo >= target)),
+        }
+        for d in direct_curves:
+            t_d = first_time(d["seconds"], d["time_elbo"], target)
+            it_d = first_time(d["iterations"], d["elbo"], target)
+            rows[d["method"]] = {
+                "seconds": t_d,
+                "iterations": None if it_d is None else int(it_d),
+                "ratio": None if (t_d is None or t_r is None) else t_r / t_d,
+            }
+        out[which] = rows
+    return out
+
+
+def plot(path, direct_curves, reinforce_curves, info):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
+    samples = sorted({c["num_samples"] for c in reinforce_curves})
+    cmap = plt.get_cmap("viridis")
+    colors = {s: cmap(0.15 + 0.7 * i / max(1, len(samples) - 1)) for i, s in enumerate(samples)}
+    for c in reinforce_curves:
+        elbo = np.asarray(c["elbo_full"])
+        it = np.arange(len(elbo))
+        keep = _thin(len(elbo), 2000)[1:]
+        style = "-" if c["baseline"] != "none" else ":"
+        label = f"REINFORCE S={c['num_samples']}" + (", baseline" if c["baseline"] != "none" else "")
+        axes[0].plot(it[keep], elbo[keep], style, color=colors[c["num_samples"]], lw=1.2, label=label)
+        axes[1].plot(
+            it[keep] * c["seconds_per_step"], elbo[keep], style, color=colors[c["num_samples"]], lw=1.2
+        )
+    dstyle = {"direct-lbfgs": ("tab:red", "DIRECT L-BFGS"), "direct-cavi": ("tab:orange", "DIRECT CAVI")}
+    for d in direct_curves:
+        color, label = dstyle[d["method"]]
+        axes[0].plot(d["iterations"][1:], d["elbo"][1:], "-o", color=color, lw=2.2, ms=3, label=label)
+        axes[1].plot(d["seconds"], d["time_elbo"], "-o", color=color, lw=2.2, ms=3)
+    top = max(d["final_elbo"] for d in direct_curves)
+    bottom = info["start_elbo"]
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_ylim(bottom, top + 0.05 * (top - bottom))
+        ax.axhline(top, color="gray", lw=0.6, ls="--")
+        ax.grid(alpha=0.3, which="both", lw=0.4)
+    axes[0].set_xlabel("iteration (L-BFGS iteration, CAVI sweep, Adam step)")
+    axes[1].set_xlabel("wall-clock seconds (compilation excluded)")
+    axes[0].set_ylabel("exact ELBO of the current q")
+    axes[0].legend(fontsize=7, ncol=2, loc="lower right")
+    fig.suptitle(
+        f"DIRECT vs REINFORCE: GLM, n={info['n']}, b={info['b']} RFF, {info['levels']} levels, "
+        f"{3 * (info['b'] + 1)} logits"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _fmt_s(x):
+    return "never" if x is None else f"{x:.4g} s"
+
+
+def summary_md(record):
+    s, r = record["settings"], record["ratio"]
+    lines = [
+        "# DIRECT vs REINFORCE (Figure 1 of Evans & Nair 2018)",
+        "",
+        f"Command: `{s['command']}`  ",
+        f"Problem: n = {s['problem']['n']}, b = {s['problem']['b']} random Fourier features, "
+        f"{s['problem']['levels']} levels per weight and for the noise, seed {s['seed']}, float64, "
+        f"{s['platform']}. Start ELBO (q = prior) {s['start_elbo']:.2f}.",
+        "",
+        "| method | setting | iterations | seconds (no compile) | final exact ELBO |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for d in record["direct"]:
+        lines.append(
+            f"| {d['method']} | exact gradients | {d['num_iter']} | {d['seconds'][-1]:.4g} | {d['final_elbo']:.3f} |"
+        )
+    for c in record["reinforce"]:
+        lines.append(
+            f"| reinforce | S={c['num_samples']}, baseline {c['baseline']}, Adam lr {c['lr']:g} | {s['steps']} | "
+            f"{c['seconds_per_step'] * s['steps']:.4g} | {c['final_elbo']:.3f} (best {c['best_elbo']:.3f}) |"
+        )
+    b = r["reinforce"]
+    lines += [
+        "",
+        f"Best REINFORCE run: S = {b['num_samples']}, baseline {b['baseline']}, lr {b['lr']:g}. "
+        "REINFORCE's final ELBO is the mean exact ELBO of its last 10% of steps.",
+        "",
+        "| target | ELBO | REINFORCE reaches it | DIRECT L-BFGS | ratio | DIRECT CAVI | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for which, name in (("final_elbo", "REINFORCE final"), ("best_elbo", "REINFORCE best")):
+        row = r[which]
+        cells = []
+        for m in ("direct-lbfgs", "direct-cavi"):
+            d = row[m]
+            ratio = "n/a" if d["ratio"] is None else f"{d['ratio']:.3g}x"
+            cells += [f"{_fmt_s(d['seconds'])} (it {d['iterations']})", ratio]
+        lines.append(
+            f"| {name} | {row['target_elbo']:.3f} | {_fmt_s(row['reinforce_seconds'])} "
+            f"(it {row['reinforce_iterations']}) | " + " | ".join(cells) + " |"
+        )
+    lines += [
+        "",
+        "Curves: the JSON next to this file; figure: the PNG. Method and timing details: the script's docstring.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--out", required=True, help="output prefix: writes PREFIX.json, PREFIX.png, PREFIX.md"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=10000, help="REINFORCE Adam steps (default 10000)")
+    parser.add_argument("--n", type=int, default=1000, help="data rows (default 1000)")
+    parser.add_argument("--samples", type=int, nargs="+", default=[1, 10, 100, 1000])
+    parser.add_argument("--lrs", type=float, nargs="+", default=[0.03, 0.1, 0.3])
+    parser.add_argument(
+        "--baselines",
+        nargs="+",
+        choices=["none", "with"],
+        default=["none", "with"],
+        help="REINFORCE without and/or with a baseline (leave-one-out for S >= 2, moving average for S = 1)",
+    )
+    parser.add_argument("--max-lbfgs", type=int, default=500)
+    parser.add_argument("--max-cavi", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=11, help="timed DIRECT repeats per stop (median)")
+    args = parser.parse_args(argv)
+
+    def log(msg):
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    with jax.enable_x64(True):  # a context, not the global flag: importing or calling main changes no state
+        return _run(args, log, sys.argv[1:] if argv is None else argv)
+
+
+def _run(args, log, argv):
+    t_start = time.perf_counter()
+    k_data = jax.random.key(args.seed)
+    k_run = jax.random.fold_in(k_data, 1)
+    stats, prior_w, prior_noise, problem = make_problem(k_data, n=args.n)
+    start = float(exact_elbo(prior_w.log_probs, prior_noise.log_probs, prior_w, prior_noise, stats))
+    log(f"problem: {problem}, start ELBO {start:.3f}")
+
+    direct = [
+        run_direct(
+            "lbfgs", stats, prior_w, prior_noise, max_iter=args.max_lbfgs, repeats=args.repeats, log=log
+        ),
+        run_direct(
+            "cavi", stats, prior_w, prior_noise, max_iter=args.max_cavi, repeats=args.repeats, log=log
+        ),
+    ]
+    reinforce = []
+    for S in args.samples:
+        for baseline in [
+            b if b == "none" else ("ema" if S == 1 else "leave-one-out") for b in args.baselines
+        ]:
+            reinforce.append(
+                run_reinforce(
+                    k_run,
+                    stats,
+                    prior_w,
+                    prior_noise,
+                    num_samples=S,
+                    baseline=baseline,
+                    lrs=args.lrs,
+                    steps=args.steps,
+                    repeats=3,
+                    log=log,
+                )  # fmt: skip
+            )
+    ratio = closing_ratio(direct, reinforce)
+    settings = {
+        "command": "python experiments/reinforce_vs_direct.py " + " ".join(argv),
+        "seed": args.seed,
+        "steps": args.steps,
+        "samples": args.samples,
+        "lrs": args.lrs,
+        "repeats": args.repeats,
+        "problem": problem,
+        "start_elbo": start,
+        "dtype": "float64",
+        "platform": f"{platform.machine()} {jax.devices()[0].platform}, jax {jax.__version__}",
+        "estimator": "full score-function (integrand log p(y,x) - log q(x)); baseline: leave-one-out (S>=2), "
+        "EMA 0.9 of earlier ELBO estimates (S=1)",
+        "timing": "compilation excluded; DIRECT: median of fit_regression(max_iter=k) calls; REINFORCE: median "
+        "total of one compiled scan / steps, times iteration",
+    }
+    plot(pathlib.Path(args.out + ".png"), direct, reinforce, {**problem, "start_elbo": start})
+    for c in reinforce:
+        elbo = np.asarray(c.pop("elbo_full"))
+        keep = _thin(len(elbo))
+        c["iterations"] = keep.tolist()
+        c["elbo"] = elbo[keep].tolist()
+        c["seconds"] = (keep * c["seconds_per_step"]).tolist()
+    record = {"settings": settings, "direct": direct, "reinforce": reinforce, "ratio": ratio}
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(args.out + ".json").write_text(json.dumps(record, indent=1) + "\n")
+    pathlib.Path(args.out + ".md").write_text(summary_md(record))
+    log(f"ratio: {json.dumps(ratio)}")
+    log(f"wrote {args.out}.json/.png/.md in {time.perf_counter() - t_start:.1f} s")
+    return record
+
+
+if __name__ == "__main__":
+    main()
