@@ -94,3 +94,15 @@ def test_jit_and_vmap_over_folds_match_single_fits():
         e, m = fit_predict(s, pw, pn, jnp.asarray(X, jnp.float32))
         np.testing.assert_allclose(elbos[k], e, rtol=1e-4)
         np.testing.assert_allclose(means[k], m, rtol=1e-3, atol=1e-3)
+
+
+def test_num_starts_keeps_the_best_start():
+    with jax.enable_x64(True):
+        stats, pw, pn, _, _ = _problem(3, sizes=(2, 2, 1))
+        key = jax.random.key(4)
+        _, _, best = fit_bnn(stats, pw, pn, method="cavi", key=key, num_starts=3, max_iter=3)
+        finals = []
+        for k in jax.random.split(key, 3):
+            q0 = kronvi.bnn.bnn_init(k, pw, pn, scale=3.0)
+            finals.append(float(fit_bnn(stats, pw, pn, method="cavi", q_init=q0, max_iter=3)[2].elbo[-1]))
+        np.testing.assert_allclose(float(best.elbo[-1]), max(finals), rtol=1e-9)

@@ -71,7 +71,8 @@ def fit_bnn(
     key=None,
     max_iter: int | None = None,
     tol: float | None = None,
-    init_scale: float = 1.0,
+    init_scale: float = 3.0,
+    num_starts: int = 1,
 ):
     r"""Fits the mean-field DIRECT quadratic network by maximizing the exact ELBO (:func:`bnn_elbo`).
 
@@ -82,12 +83,17 @@ def fit_bnn(
       method: ``"lbfgs"`` (default; ``jaxopt.LBFGS`` on :math:`-\mathcal L/n` over the logits, exact
         gradients), ``"optax-lbfgs"`` (the same with ``optax.lbfgs``) or ``"cavi"`` (exact coordinate
         ascent, one gradient per weight per sweep; the ELBO never decreases).
-      q_init: ``(q_w, q_noise)`` to start from; ``None``: :func:`bnn_init` with ``key`` and ``init_scale``.
+      q_init: ``(q_w, q_noise)`` to start from; ``None``: :func:`bnn_init` with ``key`` and ``init_scale``
+        (``num_starts`` of them).
       key: PRNG key for the random start (default ``jax.random.key(0)``).
       max_iter: L-BFGS iterations (default 1000) or CAVI sweeps (default 50).
       tol: L-BFGS: gradient-norm tolerance on :math:`-\mathcal L/n` (default 1e-6); CAVI: stop when a
         sweep gains less than ``tol * n`` nats (default 1e-7).
-      init_scale: logit perturbation of the random start.
+      init_scale: logit perturbation of the random starts (3: far enough from the symmetric stationary
+        point that the fits spread over different optima).
+      num_starts: random starts fitted together (``vmap``); the fit with the highest final ELBO is
+        returned. The ELBO of a quadratic network has many local optima
+        (``docs/notes/2026-11-23-bnn.md``), so a handful of starts pays. Ignored with ``q_init``.
 
     Returns:
       ``(q_w, q_noise, info)`` with ``info`` a :class:`kronvi.FitInfo`.
@@ -106,11 +112,14 @@ def fit_bnn(
     if method not in BNN_METHODS:
         raise ValueError(f"`method` must be one of {BNN_METHODS}, got {method!r}")
     sizes = check_bnn_stats(stats)
+    num_starts = int(num_starts)
+    if num_starts < 1:
+        raise ValueError(f"`num_starts` must be >= 1, got {num_starts}")
     if q_init is None:
-        q_w0, q_n0 = bnn_init(
-            jax.random.key(0) if key is None else key, prior_w, prior_noise, scale=init_scale
-        )
+        key = jax.random.key(0) if key is None else key
+        q_w0, q_n0 = bnn_init(key, prior_w, prior_noise, scale=init_scale)
     else:
+        num_starts = 1
         if not (isinstance(q_init, tuple) and len(q_init) == 2):
             raise TypeError("`q_init` must be None or a tuple (q_w, q_noise) of MeanField")
         q_w0, q_n0 = q_init
@@ -118,12 +127,24 @@ def fit_bnn(
     if method == "cavi":
         max_iter = 50 if max_iter is None else int(max_iter)
         tol = 1e-7 if tol is None else float(tol)
-        return _fit_cavi(q_w0.logits, q_n0.logits, prior_w, prior_noise, stats, max_iter=max_iter, tol=tol)
-    max_iter = 1000 if max_iter is None else int(max_iter)
-    tol = 1e-6 if tol is None else float(tol)
-    backend = "lbfgs" if method == "lbfgs" else "optax-lbfgs"
-    return _fit_lbfgs(q_w0.logits, q_n0.logits, prior_w, prior_noise, stats, max_iter=max_iter, tol=tol,
-                      backend=backend)  # fmt: skip
+        fit = functools.partial(_fit_cavi, max_iter=max_iter, tol=tol)
+    else:
+        max_iter = 1000 if max_iter is None else int(max_iter)
+        tol = 1e-6 if tol is None else float(tol)
+        backend = "lbfgs" if method == "lbfgs" else "optax-lbfgs"
+        fit = functools.partial(_fit_lbfgs, max_iter=max_iter, tol=tol, backend=backend)
+    if num_starts == 1:
+        return fit(q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
+    return _best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stats)
+
+
+def _best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stats):
+    keys = jax.random.split(key, num_starts)
+    lw0 = jax.vmap(lambda k: bnn_init(k, prior_w, prior_noise, scale=init_scale)[0].logits)(keys)
+    ln0 = jnp.broadcast_to(prior_noise.log_probs, (num_starts,) + prior_noise.log_probs.shape)
+    q_w, q_n, info = jax.vmap(fit, in_axes=(0, 0, None, None, None))(lw0, ln0, prior_w, prior_noise, stats)
+    best = jnp.argmax(info.elbo[:, -1])
+    return jax.tree.map(lambda a: a[best], (q_w, q_n, info))
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter", "tol", "backend"))
