@@ -105,7 +105,7 @@ def fit_bnn(
       >>> X1 = jnp.concatenate([X, jnp.ones((50, 1))], axis=1)
       >>> stats = bnn_stats(X1, y, (3, 2, 1))
       >>> pw, pn = kronvi.gaussian_prior(8, 1.0, levels=7), kronvi.noise_prior(0.1)
-      >>> q_w, q_n, info = fit_bnn(stats, pw, pn, max_iter=50)
+      >>> q_w, q_n, info = fit_bnn(stats, pw, pn, method="cavi", max_iter=5)
       >>> bool(info.elbo[-1] >= info.elbo[0])
       True
     """
