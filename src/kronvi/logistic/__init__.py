@@ -1,0 +1,28 @@
+r"""DIRECT logistic regression (Evans & Nair 2018, section 4, Theorem 2 and appendix B).
+
+Labels :math:`y \in \{0, 1\}`, :math:`P(y = 1 \mid w) = \sigma(\Phi w)`, a factorized discrete prior on
+the weights' grids and a mean-field posterior. The expected log-likelihood has no closed form; it is
+bounded below from per-row moment generating functions of :math:`\Phi_i w`, which are Kronecker products
+and cost :math:`O(bm)` each:
+
+* :func:`logistic_loglik_bound` (``bound="theorem2"``: the paper's; ``"jensen"``: the optimal per-row
+  centre; ``"tilted"``, the default: the tightest, a minimum over tilts), :func:`logistic_elbo_bound`
+  (with the exact prior and entropy terms), :func:`logistic_loglik_minibatch` (unbiased minibatch
+  estimate) and :func:`logistic_loglik_estimate` (Monte Carlo estimate of the exact value, to measure gaps);
+* :func:`fit_logistic`: L-BFGS on the full bound or optax SGD on minibatches;
+* :func:`predict_logistic`: exact :math:`E_q[\sigma(\Phi^* w)]` from the characteristic function.
+
+Modules: ``_bound``, ``_fit``, ``_predict``. Measurements: ``docs/notes/2026-11-23-logistic.md``.
+
+References:
+  Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",
+  NeurIPS; section 4 and appendix B.
+"""
+
+from ._bound import BOUNDS as BOUNDS
+from ._bound import logistic_elbo_bound as logistic_elbo_bound
+from ._bound import logistic_loglik_bound as logistic_loglik_bound
+from ._bound import logistic_loglik_estimate as logistic_loglik_estimate
+from ._bound import logistic_loglik_minibatch as logistic_loglik_minibatch
+from ._fit import fit_logistic as fit_logistic
+from ._predict import predict_logistic as predict_logistic
