@@ -38,19 +38,23 @@ _HEADER = "__kronvi__"
 
 
 class DirectModel(NamedTuple):
-    r"""A fitted DIRECT regression model, ready to save, load and predict with.
+    r"""A fitted DIRECT regression model or classifier, ready to save, load and predict with.
+
+    A classifier (:func:`kronvi.logistic.fit_logistic`) has ``prior_noise = q_noise = None``; its
+    probabilities from stored samples are ``jax.nn.sigmoid(predict_from_codes(...) + y_offset).mean(1)``,
+    exactly :func:`kronvi.logistic.predict_logistic` computes their expectation under ``q_w``.
 
     Attributes
     ----------
     prior_w
         :class:`kronvi.DiscretePrior` ``(b, m)``, the weight grids.
     prior_noise
-        :class:`kronvi.DiscretePrior` ``(1, m_sigma)``, the noise-variance grid.
+        :class:`kronvi.DiscretePrior` ``(1, m_sigma)``, the noise-variance grid (``None``: a classifier).
     q_w
         Posterior over the weights: :class:`kronvi.MeanField` ``(b, m)`` or :class:`kronvi.Mixture`
         ``(r, b, m)``.
     q_noise
-        :class:`kronvi.MeanField` ``(1, m_sigma)``, posterior over the noise variance.
+        :class:`kronvi.MeanField` ``(1, m_sigma)``, posterior over the noise variance (``None``: a classifier).
     features
         The feature map's parameters: ``None`` or any pytree of arrays built from dicts (string keys),
         lists, tuples and ``NamedTuple`` s (e.g. ``(Standardizer, RandomFourierFeatures)``).
@@ -85,9 +89,18 @@ def check_model(model) -> None:
     if not isinstance(prior_w, DiscretePrior) or prior_w.values.ndim != 2:
         raise ValueError(f"`model.prior_w` must be a DiscretePrior of shape (b, m), got {prior_w!r}")
     b, m = prior_w.values.shape
-    check_noise_prior(prior_noise, "model.prior_noise")
-    if prior_noise.values.ndim != 2:
-        raise ValueError(f"`model.prior_noise` must have shape (1, m_sigma), got {prior_noise.values.shape}")
+    classifier = prior_noise is None and q_noise is None
+    if (prior_noise is None) != (q_noise is None):
+        raise ValueError(
+            "`model.prior_noise` and `model.q_noise` must both be set (regression) or both be None "
+            "(a classifier)"
+        )
+    if not classifier:
+        check_noise_prior(prior_noise, "model.prior_noise")
+        if prior_noise.values.ndim != 2:
+            raise ValueError(
+                f"`model.prior_noise` must have shape (1, m_sigma), got {prior_noise.values.shape}"
+            )
     logits = getattr(q_w, "logits", None)
     mixture = isinstance(q_w, Mixture)
     if not (isinstance(q_w, MeanField) or mixture):
@@ -98,7 +111,9 @@ def check_model(model) -> None:
             f"`model.q_w.logits` has shape {tuple(logits.shape)} but `model.prior_w` has grid ({b}, {m}): "
             f"expected {want}"
         )
-    if not isinstance(q_noise, MeanField) or q_noise.logits.shape != prior_noise.values.shape:
+    if not classifier and (
+        not isinstance(q_noise, MeanField) or q_noise.logits.shape != prior_noise.values.shape
+    ):
         got = getattr(getattr(q_noise, "logits", None), "shape", type(q_noise).__name__)
         raise ValueError(
             f"`model.q_noise` must be a MeanField of shape {tuple(prior_noise.values.shape)} "
