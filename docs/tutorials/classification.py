@@ -1,0 +1,78 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Classification: DIRECT logistic regression
+#
+# Section 4 of the DIRECT paper extends the method to logistic regression. The expected log-likelihood of
+# $P(y = 1 \mid w) = \sigma(\Phi w)$ under a mean-field discrete posterior has no closed form, but every
+# *moment generating function* $E_q e^{c\,\Phi_i w} = \prod_j \sum_k q_{jk} e^{c \Phi_{ij} v_{jk}}$ is a
+# Kronecker product and costs $O(bm)$ per row. [`kronvi.logistic`][kronvi.logistic] builds lower bounds
+# from them:
+#
+# - [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound]: `bound="theorem2"` (the paper's),
+#   `"jensen"` (its optimal per-row centre) or `"tilted"` (the default and the tightest);
+# - [`fit_logistic`][kronvi.logistic.fit_logistic]: L-BFGS on the full bound, or optax on minibatches;
+# - [`predict_logistic`][kronvi.logistic.predict_logistic]: the exact $E_q[\sigma(\Phi^* w)]$, from the
+#   characteristic function of $\Phi^* w$, with a stated error bound.
+#
+# The data: the yacht set shipped with kronvi, its target thresholded at the median (a toy binary task).
+
+# %%
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import kronvi
+import kronvi.logistic as kl
+
+X, y, test_mask = kronvi.load_demo()
+y = (y > np.median(y)).astype(np.float32)
+test = test_mask[:, 0].astype(bool)
+mu, sd = X[~test].mean(0), X[~test].std(0)
+X = (X - mu) / sd
+rff = kronvi.rff_init(jax.random.key(0), jnp.full(X.shape[1], 2.0, jnp.float32), 20)  # b = 40 features
+Phi = kronvi.rff_features(rff, jnp.asarray(X, jnp.float32))
+Phi_tr, Phi_te, y_tr, y_te = Phi[~test], Phi[test], y[~test], y[test]
+prior = kronvi.gaussian_prior(Phi.shape[1], 3.0, levels=15)  # 15 levels on +-3 prior sd: 4-bit weights
+print(Phi_tr.shape, "training rows x features")
+
+# %% [markdown]
+# How tight are the bounds? At the prior, compare each with an unbiased Monte Carlo estimate of the exact
+# expected log-likelihood.
+
+# %%
+q0 = kronvi.MeanField.from_prior(prior)
+exact, se = kl.logistic_loglik_estimate(jax.random.key(1), q0, prior, Phi_tr, y_tr, num_samples=2000)
+print(f"exact (MC): {float(exact):9.2f} +- {float(se):.2f}")
+for bound in kl.BOUNDS:
+    print(f"{bound:>10}: {float(kl.logistic_loglik_bound(q0, prior, Phi_tr, y_tr, bound=bound)):9.2f}")
+
+# %% [markdown]
+# Fit with L-BFGS (started from a Laplace approximation) and predict exactly.
+
+# %%
+q, info = kl.fit_logistic(Phi_tr, y_tr, prior, max_iter=30)
+p = kl.predict_logistic(q, prior, Phi_te)
+acc = float(jnp.mean((p > 0.5) == (y_te == 1)))
+logloss = float(-jnp.mean(y_te * jnp.log(p) + (1 - y_te) * jnp.log1p(-p)))
+print(f"ELBO bound {float(info.elbo[info.num_iter]):.2f}; test accuracy {acc:.3f}, log loss {logloss:.3f}")
+print(f"expected sparsity {100 * float(kronvi.expected_sparsity(q, prior)):.0f}% of weights at 0")
+
+# %% [markdown]
+# Posterior samples are 4-bit codes; a classifier's probability from them is the mean of the sigmoid over
+# samples, and it agrees with the exact value up to Monte Carlo error.
+
+# %%
+from kronvi.quantize import pack_codes, predict_from_codes, sample_codes
+
+packed = pack_codes(sample_codes(jax.random.key(2), q, 500))
+p_codes = jnp.mean(jax.nn.sigmoid(predict_from_codes(packed, prior, Phi_te)), axis=1)
+print(f"{packed.nbytes} bytes of samples; max |p_codes - p| = {float(jnp.max(jnp.abs(p_codes - p))):.3f}")
