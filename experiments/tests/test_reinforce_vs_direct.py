@@ -33,6 +33,9 @@ def test_closing_ratio_uses_the_first_crossings():
     assert row["direct-lbfgs"]["seconds"] == pytest.approx(0.002)
     assert row["direct-lbfgs"]["iterations"] == 2
     assert row["direct-lbfgs"]["ratio"] == pytest.approx(20.0)
+    assert [run["num_samples"] for run in r["every_run"]] == [2, 1]
+    assert r["every_run"][1]["reinforce_seconds"] == pytest.approx(0.004)  # its own final, -7, at step 4
+    assert r["every_run"][1]["direct-lbfgs"]["ratio"] == pytest.approx(4.0)  # DIRECT reaches -7 at 1 ms
     direct[0]["time_elbo"] = [-3.0, -2.5]  # DIRECT never reaches -2: no ratio
     assert rvd.closing_ratio(direct, reinforce)["final_elbo"]["direct-lbfgs"]["ratio"] is None
 
