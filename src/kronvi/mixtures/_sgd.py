@@ -1,10 +1,10 @@
 r"""Stochastic-gradient ascent on the exact ELBO of a mixture posterior (the paper's "Mixture SGD").
 
-The optax/blackjax shape: :func:`mixture_sgd_init` returns a state, :func:`mixture_sgd_step` maps
-``(key, state, ...)`` to ``(state, info)``, and :func:`fit_mixture_sgd` runs the steps in ``lax.scan``. The
+The optax/blackjax shape: [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init] returns a state, [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step] maps
+`(key, state, ...)` to `(state, info)`, and [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd] runs the steps in `lax.scan`. The
 optimizer is captured in a closure built once per optimizer configuration
-(:func:`kronvi._solvers.optimizers.cache_by_optimizer`), never passed as a static ``jit`` argument, so
-fresh but equal optimizers (two calls of ``optax.adam(1e-2)``) share one compiled program.
+(`kronvi._solvers.optimizers.cache_by_optimizer`), never passed as a static `jit` argument, so
+fresh but equal optimizers (two calls of `optax.adam(1e-2)`) share one compiled program.
 
 References:
   Evans & Nair (2018), section 4 and Table 2 ("5-Mixture SGD").
@@ -31,13 +31,13 @@ NOISE_UPDATES = ("cavi", "gradient")
 
 
 class MixtureSGDState(NamedTuple):
-    """State of :func:`mixture_sgd_step`: the current posterior and the optax state.
+    """State of [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step]: the current posterior and the optax state.
 
     Attributes:
-      q: :class:`Mixture` over the weights.
-      q_noise: :class:`MeanField` ``(1, m_sigma)`` over the noise variance.
+      q: [`Mixture`][kronvi.mixtures.Mixture] over the weights.
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
       opt_state: the optimizer's state for the parameters
-        ``(q.logits, q.weight_logits, q_noise.logits)``.
+        `(q.logits, q.weight_logits, q_noise.logits)`.
     """
 
     q: Mixture
@@ -46,13 +46,13 @@ class MixtureSGDState(NamedTuple):
 
 
 class MixtureSGDInfo(NamedTuple):
-    r"""Diagnostics of one :func:`mixture_sgd_step` (stacked over steps by :func:`fit_mixture_sgd`).
+    r"""Diagnostics of one [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step] (stacked over steps by [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd]).
 
     Attributes:
       elbo: unbiased estimate of the ELBO at the parameters *before* the step (same draws as the
         gradient).
       elbo_stderr: its Monte Carlo standard error.
-      grad_norm: norm of the stochastic gradient of :math:`-\mathcal{L}/n`.
+      grad_norm: norm of the stochastic gradient of $-\mathcal{L}/n$.
     """
 
     elbo: jax.Array
@@ -70,7 +70,7 @@ def _params(q, q_noise):
 
 
 def _build_step(optimizer):
-    """The traced step, closing over ``optimizer`` (blackjax's ``build_kernel``)."""
+    """The traced step, closing over `optimizer` (blackjax's `build_kernel`)."""
 
     def step(key, state, stats, prior_w, prior_noise, *, num_samples, noise_update, estimator):
         params = _params(state.q, state.q_noise)
@@ -130,15 +130,15 @@ def _compiled_fit(optimizer):
 
 
 def mixture_sgd_init(q, q_noise, *, optimizer):
-    r"""Initial :class:`MixtureSGDState` for :func:`mixture_sgd_step`.
+    r"""Initial [`MixtureSGDState`][kronvi.mixtures.MixtureSGDState] for [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step].
 
     Args:
-      q: :class:`Mixture` to start from (e.g. :func:`mixture_from_mean_field`).
-      q_noise: :class:`MeanField` ``(1, m_sigma)``.
-      optimizer: an ``optax.GradientTransformation`` (it minimizes :math:`-\mathcal{L}/n`).
+      q: [`Mixture`][kronvi.mixtures.Mixture] to start from (e.g. [`mixture_from_mean_field`][kronvi.mixtures.mixture_from_mean_field]).
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
+      optimizer: an `optax.GradientTransformation` (it minimizes $-\mathcal{L}/n$).
 
     Returns:
-      A :class:`MixtureSGDState`.
+      A [`MixtureSGDState`][kronvi.mixtures.MixtureSGDState].
 
     Example:
       >>> import jax.numpy as jnp, optax, kronvi
@@ -168,26 +168,26 @@ def mixture_sgd_step(
 ):
     r"""One stochastic-gradient step on the ELBO of a mixture posterior (optax/blackjax shape).
 
-    Draws ``num_samples`` configurations, forms the unbiased gradient of :func:`mixture_elbo_estimate`
+    Draws `num_samples` configurations, forms the unbiased gradient of [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate]
     with respect to the component logits, the weight logits and the noise logits, and applies
-    ``optimizer`` to :math:`-\mathcal{L}/n`. With ``noise_update="cavi"`` (default) the noise factor is
+    `optimizer` to $-\mathcal{L}/n$. With `noise_update="cavi"` (default) the noise factor is
     instead set to its exact coordinate-ascent optimum given the updated mixture,
-    :math:`\log q_\sigma(s) = \log p_\sigma(s) - \tfrac n2 \log s - \tfrac{1}{2s}\sum_k\alpha_k
-    E_{q^{(k)}}\|y - \Phi w\|^2` (closed form because the expected residual is linear in ``q``);
-    ``"gradient"`` moves it with the optimizer like the other parameters.
+    $\log q_\sigma(s) = \log p_\sigma(s) - \tfrac n2 \log s - \tfrac{1}{2s}\sum_k\alpha_k
+    E_{q^{(k)}}\|y - \Phi w\|^2$ (closed form because the expected residual is linear in `q`);
+    `"gradient"` moves it with the optimizer like the other parameters.
 
     Args:
       key: PRNG key for this step's draws.
-      state: :class:`MixtureSGDState` from :func:`mixture_sgd_init` or a previous step.
-      stats, prior_w, prior_noise: the data and priors, as in :func:`mixture_elbo_estimate`.
-      optimizer: the ``optax.GradientTransformation`` given to :func:`mixture_sgd_init`.
+      state: [`MixtureSGDState`][kronvi.mixtures.MixtureSGDState] from [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init] or a previous step.
+      stats, prior_w, prior_noise: the data and priors, as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+      optimizer: the `optax.GradientTransformation` given to [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init].
       num_samples: draws per step (>= 2); the paper uses 3000.
-      noise_update: ``"cavi"`` or ``"gradient"``.
-      estimator: ``"local"`` (default), ``"stratified"``, ``"stratified-pathwise"`` or ``"score"``,
-        see :func:`mixture_elbo_estimate`.
+      noise_update: `"cavi"` or `"gradient"`.
+      estimator: `"local"` (default), `"stratified"`, `"stratified-pathwise"` or `"score"`,
+        see [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
 
     Returns:
-      ``(state, info)`` with ``info`` a :class:`MixtureSGDInfo`.
+      `(state, info)` with `info` a [`MixtureSGDInfo`][kronvi.mixtures.MixtureSGDInfo].
     """
     if not isinstance(state, MixtureSGDState):
         raise TypeError(f"`state` must be a MixtureSGDState, got {type(state).__name__}")
@@ -219,30 +219,30 @@ def fit_mixture_sgd(
 ):
     r"""Fits a mixture posterior by stochastic gradient ascent on the exact ELBO (the paper's "Mixture SGD").
 
-    Runs :func:`mixture_sgd_step` ``num_steps`` times inside ``lax.scan``, with a fresh key per step; one
+    Runs [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step] `num_steps` times inside `lax.scan`, with a fresh key per step; one
     compile serves every call with an equal optimizer configuration and equal static arguments and shapes.
-    With ``noise_update="cavi"`` the noise factor is first set to its exact optimum given the initial
-    mixture. Unlike :func:`fit_mixture_bound` the objective is the ELBO itself (no entropy bound), at the
-    price of Monte Carlo noise; :func:`mixture_elbo_unbiased` reports the result.
+    With `noise_update="cavi"` the noise factor is first set to its exact optimum given the initial
+    mixture. Unlike [`fit_mixture_bound`][kronvi.mixtures.fit_mixture_bound] the objective is the ELBO itself (no entropy bound), at the
+    price of Monte Carlo noise; [`mixture_elbo_unbiased`][kronvi.mixtures.mixture_elbo_unbiased] reports the result.
 
     Args:
       key: PRNG key.
-      stats, prior_w, prior_noise: as in :func:`mixture_elbo_estimate`.
-      init: ``(q, q_noise)``: a :class:`Mixture` (e.g. :func:`mixture_from_mean_field` of a mean-field fit)
-        and a :class:`MeanField` over the noise.
-      optimizer: an ``optax.GradientTransformation``, e.g. ``optax.adam(1e-2)``.
+      stats, prior_w, prior_noise: as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+      init: `(q, q_noise)`: a [`Mixture`][kronvi.mixtures.Mixture] (e.g. [`mixture_from_mean_field`][kronvi.mixtures.mixture_from_mean_field] of a mean-field fit)
+        and a [`MeanField`][kronvi.MeanField] over the noise.
+      optimizer: an `optax.GradientTransformation`, e.g. `optax.adam(1e-2)`.
       num_steps: number of steps.
       num_samples: draws per step (>= 2); the paper's "5-Mixture SGD" uses 3000.
-      noise_update: ``"cavi"`` (default) or ``"gradient"``, see :func:`mixture_sgd_step`.
-      estimator: ``"local"`` (default), ``"stratified"``, ``"stratified-pathwise"`` or ``"score"``,
-        see :func:`mixture_elbo_estimate`.
-      progress: ``None`` (default: no reporting, nothing added to the compiled loop), ``True`` (a tqdm bar,
-        or lines on stderr without tqdm) or a callable ``(step, total, metrics)`` receiving the fields of
-        :class:`MixtureSGDInfo` as floats; see ``kronvi/_base/progress.py``.
+      noise_update: `"cavi"` (default) or `"gradient"`, see [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step].
+      estimator: `"local"` (default), `"stratified"`, `"stratified-pathwise"` or `"score"`,
+        see [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+      progress: `None` (default: no reporting, nothing added to the compiled loop), `True` (a tqdm bar,
+        or lines on stderr without tqdm) or a callable `(step, total, metrics)` receiving the fields of
+        [`MixtureSGDInfo`][kronvi.mixtures.MixtureSGDInfo] as floats; see `kronvi/_base/progress.py`.
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      ``(q, q_noise, info)``; ``info`` is a :class:`MixtureSGDInfo` of ``(num_steps,)`` arrays.
+      `(q, q_noise, info)`; `info` is a [`MixtureSGDInfo`][kronvi.mixtures.MixtureSGDInfo] of `(num_steps,)` arrays.
 
     References:
       Evans & Nair (2018), section 4 and Table 2 ("5-Mixture SGD").
