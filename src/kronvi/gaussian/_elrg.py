@@ -1,29 +1,30 @@
 r"""ELRG: Gaussian posteriors with a low-rank-plus-diagonal covariance (Tomczak et al., 2020).
 
-Family: :math:`q(w) = N(\mu, \Sigma)`, :math:`\Sigma = D + VV^\top`, :math:`D = \mathrm{diag}(d)`,
-:math:`d = \exp(\text{log\_diag})` (one entry per weight, or one shared constant: the paper's ELRG-VI
-variant), :math:`V \in \mathbb{R}^{b\times r}`. Rank 0 is the factorized Gaussian; rank ``b`` holds every
+Family: $q(w) = N(\mu, \Sigma)$, $\Sigma = D + VV^\top$, $D = \mathrm{diag}(d)$,
+$d = \exp(\text{log\_diag})$ (one entry per weight, or one shared constant: the paper's ELRG-VI
+variant), $V \in \mathbb{R}^{b\times r}$. Rank 0 is the factorized Gaussian; rank `b` holds every
 full covariance whose smallest eigenvalue exceeds the diagonal.
 
-The prior is :math:`N(0, \mathrm{diag}(\sigma_w^2))` and the model :math:`y = \Phi w + \varepsilon`,
-:math:`\varepsilon \sim N(0, \sigma^2 I)` with :math:`\sigma^2` fixed.
+The prior is $N(0, \mathrm{diag}(\sigma_w^2))$ and the model $y = \Phi w + \varepsilon$,
+$\varepsilon \sim N(0, \sigma^2 I)$ with $\sigma^2$ fixed.
 
-- KL to the prior (the paper's Lemma 2). With :math:`W = D^{-1/2}V` the matrix determinant lemma gives
-  :math:`\log|\Sigma| = \sum_j \log d_j + \log|I_r + W^\top W|`, so
+- KL to the prior (the paper's Lemma 2). With $W = D^{-1/2}V$ the matrix determinant lemma gives
+  $\log|\Sigma| = \sum_j \log d_j + \log|I_r + W^\top W|$, so
 
-  .. math::
-     \mathrm{KL}(q\,\|\,p) = \tfrac12\Big(\sum_j \frac{d_j + \|V_{j\cdot}\|^2 + \mu_j^2}{\sigma_{w,j}^2}
-       - b + \sum_j \log\sigma_{w,j}^2 - \sum_j \log d_j - \log|I_r + W^\top W|\Big),
+  $$
+  \mathrm{KL}(q\,\|\,p) = \tfrac12\Big(\sum_j \frac{d_j + \|V_{j\cdot}\|^2 + \mu_j^2}{\sigma_{w,j}^2}
+    - b + \sum_j \log\sigma_{w,j}^2 - \sum_j \log d_j - \log|I_r + W^\top W|\Big),
+  $$
 
-  :math:`O(br^2 + r^3)` instead of the :math:`O(b^3)` of a dense determinant.
-- Exact ELBO from the statistics. :math:`E_q\|y - \Phi w\|^2 = \|y - \Phi\mu\|^2 +
-  \mathrm{tr}(\Phi^\top\Phi\,\Sigma)` and :math:`\mathrm{tr}(\Phi^\top\Phi\,\Sigma) = \sum_j
-  (\Phi^\top\Phi)_{jj} d_j + \mathrm{tr}(V^\top\Phi^\top\Phi V)`: :math:`O(b^2 r)`, whatever ``n`` is.
-- Local reparameterization (the paper's Lemma 1). Under :math:`q`, the output of one row
-  :math:`f_i = \phi_i^\top w` has the law of :math:`\phi_i^\top\mu + \sum_k \epsilon_{ik}\,\phi_i^\top v_k +
-  \xi_i\,(\sum_j \phi_{ij}^2 d_j)^{1/2}` with independent standard normals :math:`\epsilon_{ik}, \xi_i`.
+  $O(br^2 + r^3)$ instead of the $O(b^3)$ of a dense determinant.
+- Exact ELBO from the statistics. $E_q\|y - \Phi w\|^2 = \|y - \Phi\mu\|^2 +
+  \mathrm{tr}(\Phi^\top\Phi\,\Sigma)$ and $\mathrm{tr}(\Phi^\top\Phi\,\Sigma) = \sum_j
+  (\Phi^\top\Phi)_{jj} d_j + \mathrm{tr}(V^\top\Phi^\top\Phi V)$: $O(b^2 r)$, whatever `n` is.
+- Local reparameterization (the paper's Lemma 1). Under $q$, the output of one row
+  $f_i = \phi_i^\top w$ has the law of $\phi_i^\top\mu + \sum_k \epsilon_{ik}\,\phi_i^\top v_k +
+  \xi_i\,(\sum_j \phi_{ij}^2 d_j)^{1/2}$ with independent standard normals $\epsilon_{ik}, \xi_i$.
   Drawing these per row (not one weight vector per minibatch) gives independent outputs across rows at
-  the cost of :math:`r + 2` matrix-vector products, and an unbiased minibatch estimate of the ELBO and of
+  the cost of $r + 2$ matrix-vector products, and an unbiased minibatch estimate of the ELBO and of
   its gradient.
 
 References:
@@ -67,13 +68,13 @@ DIAGONALS = ("full", "constant")
 
 @validated_pytree
 class ELRG:
-    r"""Gaussian :math:`N(\mu,\ \mathrm{diag}(e^{\text{log\_diag}}) + FF^\top)` with ``F = factors``.
+    r"""Gaussian $N(\mu,\ \mathrm{diag}(e^{\text{log\_diag}}) + FF^\top)$ with `F = factors`.
 
     Args:
-      mean: ``(b,)`` :math:`\mu`.
-      log_diag: ``(b,)`` log of each weight's diagonal variance, or ``()`` for one shared constant (the
-        paper's ELRG-VI); broadcast to ``(b,)`` where used.
-      factors: ``(b, rank)`` low-rank factor :math:`V` (``rank`` may be 0: the factorized Gaussian).
+      mean: `(b,)` $\mu$.
+      log_diag: `(b,)` log of each weight's diagonal variance, or `()` for one shared constant (the
+        paper's ELRG-VI); broadcast to `(b,)` where used.
+      factors: `(b, rank)` low-rank factor $V$ (`rank` may be 0: the factorized Gaussian).
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -111,16 +112,16 @@ class ELRG:
 
     @property
     def diag(self):
-        """``(b,)`` diagonal variances :math:`d`."""
+        """`(b,)` diagonal variances $d$."""
         return jnp.broadcast_to(jnp.exp(self.log_diag), self.mean.shape)
 
     def covariance(self):
-        """The dense ``(b, b)`` covariance :math:`D + VV^\\top` (:math:`O(b^2 r)`; for tests and small ``b``)."""
+        """The dense `(b, b)` covariance $D + VV^\\top$ ($O(b^2 r)$; for tests and small `b`)."""
         return jnp.diag(self.diag) + matmul(self.factors, self.factors.T)
 
 
 def check_elrg(q, b=None, name="q"):
-    """Checks that ``q`` is an :class:`ELRG` (with ``b`` weights when given)."""
+    """Checks that `q` is an [`ELRG`][kronvi.gaussian.ELRG] (with `b` weights when given)."""
     if not isinstance(q, ELRG):
         raise TypeError(f"`{name}` must be an ELRG, got {type(q).__name__}")
     if b is not None and q.mean.shape[0] != b:
@@ -189,18 +190,19 @@ _minibatch_elbo_jit = jax.jit(_minibatch_elbo, static_argnums=9)
 
 
 def elrg_kl(q, prior_scale):
-    r""":math:`\mathrm{KL}(q\,\|\,N(0, \sigma_w^2 I))` of an :class:`ELRG` posterior, by the paper's Lemma 2.
+    r"""$\mathrm{KL}(q\,\|\,N(0, \sigma_w^2 I))$ of an [`ELRG`][kronvi.gaussian.ELRG] posterior, by the paper's Lemma 2.
 
-    .. math::
-       \mathrm{KL} = \tfrac12\Big(\sum_j \frac{d_j + \|V_{j\cdot}\|^2 + \mu_j^2}{\sigma_{w,j}^2} - b
-         + \sum_j \log\sigma_{w,j}^2 - \sum_j\log d_j - \log\big|I_r + V^\top D^{-1} V\big|\Big)
+    $$
+    \mathrm{KL} = \tfrac12\Big(\sum_j \frac{d_j + \|V_{j\cdot}\|^2 + \mu_j^2}{\sigma_{w,j}^2} - b
+      + \sum_j \log\sigma_{w,j}^2 - \sum_j\log d_j - \log\big|I_r + V^\top D^{-1} V\big|\Big)
+    $$
 
-    (the matrix determinant lemma for :math:`\log|D + VV^\top|`): :math:`O(b r^2 + r^3)`, never forming a
-    ``b x b`` matrix.
+    (the matrix determinant lemma for $\log|D + VV^\top|$): $O(b r^2 + r^3)$, never forming a
+    `b x b` matrix.
 
     Args:
-      q: :class:`ELRG` with ``b`` weights and rank ``r``.
-      prior_scale: :math:`\sigma_w`, a positive scalar or ``(b,)`` array (a diagonal prior).
+      q: [`ELRG`][kronvi.gaussian.ELRG] with `b` weights and rank `r`.
+      prior_scale: $\sigma_w$, a positive scalar or `(b,)` array (a diagonal prior).
 
     Returns:
       The KL divergence in nats, a scalar.
@@ -220,21 +222,22 @@ def elrg_kl(q, prior_scale):
 
 
 def elrg_elbo(q, noise_variance, stats, *, prior_scale):
-    r"""Exact ELBO of an :class:`ELRG` posterior for Bayesian linear regression, from the statistics.
+    r"""Exact ELBO of an [`ELRG`][kronvi.gaussian.ELRG] posterior for Bayesian linear regression, from the statistics.
 
-    .. math::
-       \mathcal{L} = -\tfrac n2\log(2\pi\sigma^2) - \frac{1}{2\sigma^2}\Big(y^\top y - 2\mu^\top\Phi^\top y
-         + \mu^\top\Phi^\top\Phi\mu + \sum_j (\Phi^\top\Phi)_{jj}d_j + \mathrm{tr}(V^\top\Phi^\top\Phi V)\Big)
-         - \mathrm{KL}(q\,\|\,p),
+    $$
+    \mathcal{L} = -\tfrac n2\log(2\pi\sigma^2) - \frac{1}{2\sigma^2}\Big(y^\top y - 2\mu^\top\Phi^\top y
+      + \mu^\top\Phi^\top\Phi\mu + \sum_j (\Phi^\top\Phi)_{jj}d_j + \mathrm{tr}(V^\top\Phi^\top\Phi V)\Big)
+      - \mathrm{KL}(q\,\|\,p),
+    $$
 
-    :math:`O(b^2 r)` whatever ``n`` is; :math:`\log p(y) - \mathcal{L} = \mathrm{KL}(q\,\|\,p(w\mid y))`,
-    the KL to the exact posterior (:func:`kronvi.blr_log_evidence`).
+    $O(b^2 r)$ whatever `n` is; $\log p(y) - \mathcal{L} = \mathrm{KL}(q\,\|\,p(w\mid y))$,
+    the KL to the exact posterior ([`kronvi.blr_log_evidence`][kronvi.gaussian.blr_log_evidence]).
 
     Args:
-      q: :class:`ELRG` with ``b`` weights.
-      noise_variance: :math:`\sigma^2`, a positive scalar.
-      stats: :class:`kronvi.RegressionStats` with ``b`` features.
-      prior_scale: :math:`\sigma_w`, a positive scalar or ``(b,)``.
+      q: [`ELRG`][kronvi.gaussian.ELRG] with `b` weights.
+      noise_variance: $\sigma^2$, a positive scalar.
+      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] with `b` features.
+      prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
 
     Returns:
       The ELBO, a scalar.
@@ -258,29 +261,30 @@ def elrg_elbo(q, noise_variance, stats, *, prior_scale):
 def elrg_minibatch_elbo(
     key, q, noise_variance, Phi_batch, y_batch, *, num_data, prior_scale, num_samples: int = 1
 ):
-    r"""Unbiased minibatch estimate of the ELBO of an :class:`ELRG` posterior by local reparameterization.
+    r"""Unbiased minibatch estimate of the ELBO of an [`ELRG`][kronvi.gaussian.ELRG] posterior by local reparameterization.
 
-    For each row of the minibatch (drawn uniformly from the ``num_data`` rows) and each of ``num_samples``
+    For each row of the minibatch (drawn uniformly from the `num_data` rows) and each of `num_samples`
     draws, the output is sampled directly (the paper's Lemma 1):
-    :math:`f_i = \phi_i^\top\mu + \sum_k \epsilon_{ik}\,\phi_i^\top v_k + \xi_i\,(\sum_j\phi_{ij}^2 d_j)^{1/2}`,
+    $f_i = \phi_i^\top\mu + \sum_k \epsilon_{ik}\,\phi_i^\top v_k + \xi_i\,(\sum_j\phi_{ij}^2 d_j)^{1/2}$,
     and
 
-    .. math::
-       \hat{\mathcal{L}} = \frac nB\sum_{i\in\text{batch}}\frac1S\sum_{s=1}^S \log N(y_i\mid f_i^{(s)}, \sigma^2)
-         - \mathrm{KL}(q\,\|\,p)
+    $$
+    \hat{\mathcal{L}} = \frac nB\sum_{i\in\text{batch}}\frac1S\sum_{s=1}^S \log N(y_i\mid f_i^{(s)}, \sigma^2)
+      - \mathrm{KL}(q\,\|\,p)
+    $$
 
-    (closed-form KL, :func:`elrg_kl`). Its expectation over the rows and the draws is the exact ELBO
-    (:func:`elrg_elbo`), and so is that of its gradient in ``q``.
+    (closed-form KL, [`elrg_kl`][kronvi.gaussian.elrg_kl]). Its expectation over the rows and the draws is the exact ELBO
+    ([`elrg_elbo`][kronvi.gaussian.elrg_elbo]), and so is that of its gradient in `q`.
 
     Args:
       key: PRNG key for the draws.
-      q: :class:`ELRG` with ``b`` weights and rank ``r``.
-      noise_variance: :math:`\sigma^2`.
-      Phi_batch: ``(B, b)`` features of the minibatch rows.
-      y_batch: ``(B,)`` their targets.
-      num_data: :math:`n`, the number of rows the minibatch was drawn from.
-      prior_scale: :math:`\sigma_w`, a positive scalar or ``(b,)``.
-      num_samples: draws :math:`S` per row.
+      q: [`ELRG`][kronvi.gaussian.ELRG] with `b` weights and rank `r`.
+      noise_variance: $\sigma^2$.
+      Phi_batch: `(B, b)` features of the minibatch rows.
+      y_batch: `(B,)` their targets.
+      num_data: $n$, the number of rows the minibatch was drawn from.
+      prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
+      num_samples: draws $S$ per row.
 
     Returns:
       The estimate, a scalar.
@@ -301,18 +305,18 @@ def elrg_minibatch_elbo(
 
 
 def predict_elrg(q, noise_variance, Phi_new):
-    r"""Predictive mean and variance under an :class:`ELRG` posterior (exact, Gaussian).
+    r"""Predictive mean and variance under an [`ELRG`][kronvi.gaussian.ELRG] posterior (exact, Gaussian).
 
-    :math:`y^* \sim N(\Phi^*\mu,\ (\Phi^*)^{\circ 2}d + \|\Phi^* V\|^2_{\text{row}} + \sigma^2)`:
-    :math:`O(b r)` per point.
+    $y^* \sim N(\Phi^*\mu,\ (\Phi^*)^{\circ 2}d + \|\Phi^* V\|^2_{\text{row}} + \sigma^2)$:
+    $O(b r)$ per point.
 
     Args:
-      q: :class:`ELRG`.
-      noise_variance: :math:`\sigma^2`.
-      Phi_new: ``(num_points, b)`` test features.
+      q: [`ELRG`][kronvi.gaussian.ELRG].
+      noise_variance: $\sigma^2$.
+      Phi_new: `(num_points, b)` test features.
 
     Returns:
-      ``(mean, variance)``, each ``(num_points,)``.
+      `(mean, variance)`, each `(num_points,)`.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -335,7 +339,7 @@ def predict_elrg(q, noise_variance, Phi_new):
 
 
 def _mf_variance(G_diag, scale, s2):
-    """The factorized Gaussian's optimal variances :math:`1/((\\Phi^\\top\\Phi)_{jj}/\\sigma^2 + \\sigma_w^{-2})`."""
+    """The factorized Gaussian's optimal variances $1/((\\Phi^\\top\\Phi)_{jj}/\\sigma^2 + \\sigma_w^{-2})$."""
     return 1.0 / (G_diag / s2 + 1.0 / scale**2)
 
 
@@ -410,51 +414,51 @@ def fit_elrg(
     progress=None,
     progress_every: int | None = None,
 ):
-    r"""Fits an :class:`ELRG` posterior (low-rank plus diagonal covariance) for Bayesian linear regression.
+    r"""Fits an [`ELRG`][kronvi.gaussian.ELRG] posterior (low-rank plus diagonal covariance) for Bayesian linear regression.
 
-    The noise variance :math:`\sigma^2` is fixed. Two objectives:
+    The noise variance $\sigma^2$ is fixed. Two objectives:
 
-    - ``"exact"``: L-BFGS (:func:`kronvi.minimize_lbfgs`) on the closed-form ELBO :func:`elrg_elbo` from
-      the statistics, with exact gradients; :math:`O(b^2 r)` per evaluation whatever ``n`` is. Without
-      ``init`` it starts with the mean at its exact optimum, which is the same for every Gaussian family
+    - `"exact"`: L-BFGS ([`kronvi.minimize_lbfgs`][kronvi.minimize_lbfgs]) on the closed-form ELBO [`elrg_elbo`][kronvi.gaussian.elrg_elbo] from
+      the statistics, with exact gradients; $O(b^2 r)$ per evaluation whatever `n` is. Without
+      `init` it starts with the mean at its exact optimum, which is the same for every Gaussian family
       under this objective (the exact posterior mean: one Cholesky factorization), the diagonal at the
-      factorized Gaussian's optimum and small random factors from ``key`` (zero factors are a stationary
+      factorized Gaussian's optimum and small random factors from `key` (zero factors are a stationary
       point).
-    - ``"local-reparam"``: the paper's training. ``num_steps`` steps of ``optimizer`` (an
-      ``optax.GradientTransformation``) on :func:`elrg_minibatch_elbo` over minibatches of ``batch_size``
-      rows of ``data = (Phi, y)`` drawn uniformly with replacement, ``num_samples`` draws per row (Lemma 1).
-      Without ``init`` the mean starts at 0 and the diagonal and factors as above. ``stats`` may be
-      ``None``.
+    - `"local-reparam"`: the paper's training. `num_steps` steps of `optimizer` (an
+      `optax.GradientTransformation`) on [`elrg_minibatch_elbo`][kronvi.gaussian.elrg_minibatch_elbo] over minibatches of `batch_size`
+      rows of `data = (Phi, y)` drawn uniformly with replacement, `num_samples` draws per row (Lemma 1).
+      Without `init` the mean starts at 0 and the diagonal and factors as above. `stats` may be
+      `None`.
 
     Args:
-      key: PRNG key (the starting factors; the minibatches and draws of ``"local-reparam"``).
-      stats: :class:`kronvi.RegressionStats` of the training data (``None`` allowed for
-        ``"local-reparam"``).
-      prior_scale: :math:`\sigma_w`, a positive scalar or ``(b,)``.
-      noise_variance: :math:`\sigma^2`, a positive scalar (not learned).
-      rank: :math:`r`, the number of factor columns, ``0 <= rank <= b`` (0: the factorized Gaussian).
-      objective: ``"exact"`` or ``"local-reparam"``.
-      diagonal: ``"full"`` (one variance per weight, the paper's ELRG-D) or ``"constant"`` (one shared
-        variance, the paper's ELRG; ``log_diag`` is then a scalar).
-      diag_variance: with ``diagonal="constant"``, a positive value fixes the diagonal there (the paper sets
-        a small constant); ``None`` learns it.
-      init: optional starting :class:`ELRG` (its ``log_diag`` replaced by ``log(diag_variance)`` when that
+      key: PRNG key (the starting factors; the minibatches and draws of `"local-reparam"`).
+      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] of the training data (`None` allowed for
+        `"local-reparam"`).
+      prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
+      noise_variance: $\sigma^2$, a positive scalar (not learned).
+      rank: $r$, the number of factor columns, `0 <= rank <= b` (0: the factorized Gaussian).
+      objective: `"exact"` or `"local-reparam"`.
+      diagonal: `"full"` (one variance per weight, the paper's ELRG-D) or `"constant"` (one shared
+        variance, the paper's ELRG; `log_diag` is then a scalar).
+      diag_variance: with `diagonal="constant"`, a positive value fixes the diagonal there (the paper sets
+        a small constant); `None` learns it.
+      init: optional starting [`ELRG`][kronvi.gaussian.ELRG] (its `log_diag` replaced by `log(diag_variance)` when that
         is given).
-      max_iter, tol: ``"exact"``: L-BFGS iterations and the gradient-norm tolerance on
-        :math:`-\mathcal{L}/n`.
-      data: ``"local-reparam"``: ``(Phi, y)``, the ``(n, b)`` training features and ``(n,)`` targets.
-      optimizer: ``"local-reparam"``: an ``optax.GradientTransformation`` minimizing
-        :math:`-\hat{\mathcal{L}}/n`, e.g. ``optax.adam(1e-2)``.
-      num_steps, batch_size, num_samples: ``"local-reparam"``: steps, rows per minibatch and draws per row.
-      progress: ``"local-reparam"``: ``None`` (default: no reporting, nothing added to the compiled loop),
-        ``True`` (a tqdm bar, or lines on stderr without tqdm) or a callable ``(step, total, metrics)``
-        receiving the fields of :class:`kronvi.ReparamInfo` as floats; see ``kronvi/_base/progress.py``.
-        Ignored by ``"exact"`` (one L-BFGS call).
+      max_iter, tol: `"exact"`: L-BFGS iterations and the gradient-norm tolerance on
+        $-\mathcal{L}/n$.
+      data: `"local-reparam"`: `(Phi, y)`, the `(n, b)` training features and `(n,)` targets.
+      optimizer: `"local-reparam"`: an `optax.GradientTransformation` minimizing
+        $-\hat{\mathcal{L}}/n$, e.g. `optax.adam(1e-2)`.
+      num_steps, batch_size, num_samples: `"local-reparam"`: steps, rows per minibatch and draws per row.
+      progress: `"local-reparam"`: `None` (default: no reporting, nothing added to the compiled loop),
+        `True` (a tqdm bar, or lines on stderr without tqdm) or a callable `(step, total, metrics)`
+        receiving the fields of [`kronvi.ReparamInfo`][kronvi.gaussian.ReparamInfo] as floats; see `kronvi/_base/progress.py`.
+        Ignored by `"exact"` (one L-BFGS call).
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      ``(q, info)``: the fitted :class:`ELRG` and, for ``"exact"``, a :class:`kronvi.FitInfo` (ELBO trace,
-      iterations, convergence); for ``"local-reparam"``, a :class:`kronvi.ReparamInfo` of ``(num_steps,)``
+      `(q, info)`: the fitted [`ELRG`][kronvi.gaussian.ELRG] and, for `"exact"`, a [`kronvi.FitInfo`][kronvi.FitInfo] (ELBO trace,
+      iterations, convergence); for `"local-reparam"`, a [`kronvi.ReparamInfo`][kronvi.gaussian.ReparamInfo] of `(num_steps,)`
       minibatch ELBO estimates and gradient norms.
 
     References:
@@ -535,8 +539,8 @@ def fit_elrg(
 
 
 def _fixable(p, q0, learn_diag):
-    """The ELRG fields of the parameters ``p``; where ``learn_diag`` is False (traced, so that a fixed and
-    a learned diagonal share one compile) the diagonal is ``q0``'s and its gradient is zero, so neither
+    """The ELRG fields of the parameters `p`; where `learn_diag` is False (traced, so that a fixed and
+    a learned diagonal share one compile) the diagonal is `q0`'s and its gradient is zero, so neither
     L-BFGS nor Adam ever moves it."""
     mean, log_diag, V = p
     return mean, jnp.where(learn_diag, log_diag, q0.log_diag), V

@@ -1,10 +1,10 @@
 r"""REPARAM: the Gaussian mean-field posterior trained by minibatch reparameterization gradients.
 
 The baseline of Evans & Nair (2018, Table 1): stochastic gradients of a minibatch Monte Carlo ELBO with
-:math:`w = \mu + s\odot\epsilon` and a closed-form KL, trained by any optax optimizer in the optax/blackjax
-shape (:func:`gaussian_reparam_init`, :func:`gaussian_reparam_step`, the driver
-:func:`fit_gaussian_reparam`). The optimizer is captured in a closure built once per optimizer
-configuration (:func:`kronvi._solvers.optimizers.cache_by_optimizer`), never a static ``jit`` argument.
+$w = \mu + s\odot\epsilon$ and a closed-form KL, trained by any optax optimizer in the optax/blackjax
+shape ([`gaussian_reparam_init`][kronvi.gaussian.gaussian_reparam_init], [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step], the driver
+[`fit_gaussian_reparam`][kronvi.gaussian.fit_gaussian_reparam]). The optimizer is captured in a closure built once per optimizer
+configuration (`kronvi._solvers.optimizers.cache_by_optimizer`), never a static `jit` argument.
 
 References:
   Evans & Nair (2018), Table 1 ("REPARAM"); Kingma & Welling (2014); Blundell et al. (2015), "Weight
@@ -38,14 +38,14 @@ from ._meanfield import (
 
 
 class ReparamState(NamedTuple):
-    """State of :func:`gaussian_reparam_step`.
+    """State of [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step].
 
     Attributes:
-      q: :class:`GaussianMeanField`.
-      noise_param: ``()`` unconstrained noise parameter: :math:`\\log\\sigma^2` without ``noise_bounds``,
-        else :math:`u` with :math:`\\log\\sigma^2 = \\log lo + (\\log hi - \\log lo)\\,\\mathrm{sigmoid}(u)`;
-        read it with :func:`reparam_noise_variance`.
-      opt_state: the optimizer's state for ``(q.mean, q.log_std, noise_param)``.
+      q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField].
+      noise_param: `()` unconstrained noise parameter: $\\log\\sigma^2$ without `noise_bounds`,
+        else $u$ with $\\log\\sigma^2 = \\log lo + (\\log hi - \\log lo)\\,\\mathrm{sigmoid}(u)$;
+        read it with [`reparam_noise_variance`][kronvi.gaussian.reparam_noise_variance].
+      opt_state: the optimizer's state for `(q.mean, q.log_std, noise_param)`.
     """
 
     q: GaussianMeanField
@@ -54,12 +54,12 @@ class ReparamState(NamedTuple):
 
 
 class ReparamInfo(NamedTuple):
-    """Diagnostics of one :func:`gaussian_reparam_step` (stacked over steps by the driver).
+    """Diagnostics of one [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step] (stacked over steps by the driver).
 
     Attributes:
       elbo: the minibatch Monte Carlo ELBO estimate at the parameters before the step (unbiased for the
         full-data ELBO).
-      grad_norm: norm of the stochastic gradient of :math:`-\\mathcal{L}/n`.
+      grad_norm: norm of the stochastic gradient of $-\\mathcal{L}/n$.
     """
 
     elbo: jax.Array
@@ -82,7 +82,7 @@ def _noise_to_param(s, bounds):
 
 
 def reparam_noise_variance(state, *, noise_bounds=None):
-    """The noise variance :math:`\\sigma^2` held by a :class:`ReparamState` (same ``noise_bounds`` as the
+    """The noise variance $\\sigma^2$ held by a [`ReparamState`][kronvi.gaussian.ReparamState] (same `noise_bounds` as the
     fit)."""
     if not isinstance(state, ReparamState):
         raise TypeError(f"`state` must be a ReparamState, got {type(state).__name__}")
@@ -91,13 +91,13 @@ def reparam_noise_variance(state, *, noise_bounds=None):
 
 
 def gaussian_reparam_init(q, noise_variance, *, optimizer, noise_bounds=None):
-    r"""Initial :class:`ReparamState` for :func:`gaussian_reparam_step`.
+    r"""Initial [`ReparamState`][kronvi.gaussian.ReparamState] for [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step].
 
     Args:
-      q: :class:`GaussianMeanField` to start from.
-      noise_variance: starting :math:`\sigma^2` (clipped into ``noise_bounds``).
-      optimizer: an ``optax.GradientTransformation`` (it minimizes :math:`-\mathcal{L}/n`).
-      noise_bounds: optional ``(lo, hi)`` for the noise variance (a sigmoid reparameterization keeps it
+      q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField] to start from.
+      noise_variance: starting $\sigma^2$ (clipped into `noise_bounds`).
+      optimizer: an `optax.GradientTransformation` (it minimizes $-\mathcal{L}/n$).
+      noise_bounds: optional `(lo, hi)` for the noise variance (a sigmoid reparameterization keeps it
         inside).
     """
     check_gaussian_q(q)
@@ -127,7 +127,7 @@ def _minibatch_elbo(key, params, Phi_b, y_b, n, scale, bounds, num_samples, lear
 
 
 def _build_step(optimizer):
-    """The traced step, closing over ``optimizer`` (blackjax's ``build_kernel``)."""
+    """The traced step, closing over `optimizer` (blackjax's `build_kernel`)."""
 
     def step(key, state, Phi_b, y_b, n, scale, bounds, *, num_samples, learn_noise):
         params = (state.q.mean, state.q.log_std, state.noise_param)
@@ -193,28 +193,29 @@ def gaussian_reparam_step(
 
     The minibatch ELBO estimate
 
-    .. math::
-       \hat{\mathcal{L}} = \frac{n}{B}\sum_{i \in \text{batch}} \frac1S\sum_{s=1}^S
-       \log N(y_i \mid \phi_i^\top(\mu + s\odot\epsilon_s), \sigma^2) - \mathrm{KL}(q \,\|\, p),
-       \qquad \epsilon_s \sim N(0, I),
+    $$
+    \hat{\mathcal{L}} = \frac{n}{B}\sum_{i \in \text{batch}} \frac1S\sum_{s=1}^S
+    \log N(y_i \mid \phi_i^\top(\mu + s\odot\epsilon_s), \sigma^2) - \mathrm{KL}(q \,\|\, p),
+    \qquad \epsilon_s \sim N(0, I),
+    $$
 
-    is unbiased for :math:`\mathcal{L}` (closed-form KL); ``optimizer`` is applied to the gradient of
-    :math:`-\hat{\mathcal{L}}/n` with respect to :math:`(\mu, \log s, \sigma^2\text{'s parameter})`.
+    is unbiased for $\mathcal{L}$ (closed-form KL); `optimizer` is applied to the gradient of
+    $-\hat{\mathcal{L}}/n$ with respect to $(\mu, \log s, \sigma^2\text{'s parameter})$.
 
     Args:
-      key: PRNG key for the :math:`\epsilon` draws.
-      state: :class:`ReparamState`.
-      Phi_batch: features of the minibatch ``(B, b)``.
-      y_batch: targets ``(B,)``.
-      num_data: :math:`n`, the full data size (scales the likelihood).
-      prior_scale: :math:`\sigma_w`, scalar or ``(b,)``.
-      optimizer: the ``optax.GradientTransformation`` given to :func:`gaussian_reparam_init`.
-      num_samples: Monte Carlo samples :math:`S` (the paper: 10).
-      learn_noise: whether :math:`\sigma^2` moves with the optimizer.
-      noise_bounds: the ``noise_bounds`` given to :func:`gaussian_reparam_init`.
+      key: PRNG key for the $\epsilon$ draws.
+      state: [`ReparamState`][kronvi.gaussian.ReparamState].
+      Phi_batch: features of the minibatch `(B, b)`.
+      y_batch: targets `(B,)`.
+      num_data: $n$, the full data size (scales the likelihood).
+      prior_scale: $\sigma_w$, scalar or `(b,)`.
+      optimizer: the `optax.GradientTransformation` given to [`gaussian_reparam_init`][kronvi.gaussian.gaussian_reparam_init].
+      num_samples: Monte Carlo samples $S$ (the paper: 10).
+      learn_noise: whether $\sigma^2$ moves with the optimizer.
+      noise_bounds: the `noise_bounds` given to [`gaussian_reparam_init`][kronvi.gaussian.gaussian_reparam_init].
 
     Returns:
-      ``(state, info)`` with ``info`` a :class:`ReparamInfo`.
+      `(state, info)` with `info` a [`ReparamInfo`][kronvi.gaussian.ReparamInfo].
     """
     if not isinstance(state, ReparamState):
         raise TypeError(f"`state` must be a ReparamState, got {type(state).__name__}")
@@ -250,33 +251,33 @@ def fit_gaussian_reparam(
 ):
     r"""Trains the diagonal Gaussian posterior with minibatch reparameterization gradients (REPARAM).
 
-    Runs :func:`gaussian_reparam_step` ``num_steps`` times inside ``lax.scan`` (one compile per optimizer
+    Runs [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step] `num_steps` times inside `lax.scan` (one compile per optimizer
     configuration, static arguments and shapes). Each step
-    draws ``batch_size`` row indices uniformly with replacement and, when ``feature_map`` is given,
-    computes the minibatch features from the raw inputs on the fly (so the ``n x b`` feature matrix never
+    draws `batch_size` row indices uniformly with replacement and, when `feature_map` is given,
+    computes the minibatch features from the raw inputs on the fly (so the `n x b` feature matrix never
     exists).
 
     Args:
-      key: PRNG key (minibatches and :math:`\epsilon` draws).
-      X: inputs ``(n, d)``, or features ``(n, b)`` when ``feature_map`` is ``None``.
-      y: targets ``(n,)``.
-      init: ``(q, noise_variance)``: a :class:`GaussianMeanField` and the starting :math:`\sigma^2`.
-      prior_scale: :math:`\sigma_w`, scalar or ``(b,)``.
-      optimizer: an ``optax.GradientTransformation``, e.g. ``optax.adam(1e-2)``.
-      num_steps: number of steps (the paper: 1000 for ``n < 3000``, else 10000).
-      feature_map: optional pure ``(B, d) -> (B, b)`` map (e.g. ``functools.partial(kronvi.rff_features,
-        params)``); its bound arrays are traced, so another fold's map does not recompile.
-      batch_size: minibatch size :math:`B` (the paper: 100).
+      key: PRNG key (minibatches and $\epsilon$ draws).
+      X: inputs `(n, d)`, or features `(n, b)` when `feature_map` is `None`.
+      y: targets `(n,)`.
+      init: `(q, noise_variance)`: a [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField] and the starting $\sigma^2$.
+      prior_scale: $\sigma_w$, scalar or `(b,)`.
+      optimizer: an `optax.GradientTransformation`, e.g. `optax.adam(1e-2)`.
+      num_steps: number of steps (the paper: 1000 for `n < 3000`, else 10000).
+      feature_map: optional pure `(B, d) -> (B, b)` map (e.g. `functools.partial(kronvi.rff_features,
+        params)`); its bound arrays are traced, so another fold's map does not recompile.
+      batch_size: minibatch size $B$ (the paper: 100).
       num_samples: Monte Carlo samples per step (the paper: 10).
-      learn_noise: learn :math:`\sigma^2` as a point estimate (else keep ``init``'s value).
-      noise_bounds: optional ``(lo, hi)`` for the learned noise variance.
-      progress: ``None`` (default: no reporting, nothing added to the compiled loop), ``True`` (a tqdm bar,
-        or lines on stderr without tqdm) or a callable ``(step, total, metrics)`` receiving the fields of
-        :class:`ReparamInfo` as floats; see ``kronvi/_base/progress.py``.
+      learn_noise: learn $\sigma^2$ as a point estimate (else keep `init`'s value).
+      noise_bounds: optional `(lo, hi)` for the learned noise variance.
+      progress: `None` (default: no reporting, nothing added to the compiled loop), `True` (a tqdm bar,
+        or lines on stderr without tqdm) or a callable `(step, total, metrics)` receiving the fields of
+        [`ReparamInfo`][kronvi.gaussian.ReparamInfo] as floats; see `kronvi/_base/progress.py`.
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      ``(q, noise_variance, info)``; ``info`` is a :class:`ReparamInfo` of ``(num_steps,)`` arrays.
+      `(q, noise_variance, info)`; `info` is a [`ReparamInfo`][kronvi.gaussian.ReparamInfo] of `(num_steps,)` arrays.
 
     References:
       Evans & Nair (2018), Table 1 ("REPARAM"); Blundell et al. (2015), "Weight uncertainty in neural
