@@ -72,3 +72,18 @@ def test_bad_arguments_are_named():
         kl.fit_logistic(Phi, y, prior, q_init="gaussian")
     with pytest.raises(ValueError, match="`y`"):
         kl.fit_logistic(Phi, y[:-1], prior)
+
+
+@pytest.mark.parametrize("bound", ["tilted", "jensen", "theorem2"])
+def test_cavi_is_monotone_and_reaches_a_stationary_point(bound):
+    with jax.enable_x64(True):
+        Phi, y, prior = data(np.float64, n=30)
+        q, info = kl.fit_logistic(Phi, y, prior, method="cavi", bound=bound, q_init="prior", max_iter=40)
+        tr = np.asarray(info.elbo)
+        assert np.all(np.diff(tr) >= -1e-9) and tr[-1] > tr[0]
+        np.testing.assert_allclose(tr[-1], kl.logistic_elbo_bound(q, prior, Phi, y, bound=bound), rtol=1e-10)
+        # a fixed point of the minorize-maximize map is stationary: the gradient over the logits vanishes
+        g = jax.grad(lambda lg: kl.logistic_elbo_bound(kronvi.MeanField(lg), prior, Phi, y, bound=bound))(
+            q.logits
+        )
+        assert float(jnp.max(jnp.abs(g))) < 1e-3

@@ -9,10 +9,11 @@ and cost :math:`O(bm)` each:
   centre; ``"tilted"``, the default: the tightest, a minimum over tilts), :func:`logistic_elbo_bound`
   (with the exact prior and entropy terms), :func:`logistic_loglik_minibatch` (unbiased minibatch
   estimate) and :func:`logistic_loglik_estimate` (Monte Carlo estimate of the exact value, to measure gaps);
-* :func:`fit_logistic`: L-BFGS on the full bound or optax SGD on minibatches;
+* :func:`fit_logistic`: L-BFGS on the full bound, closed-form coordinate ascent (minorize-maximize), or
+  optax SGD on minibatches;
 * :func:`predict_logistic`: exact :math:`E_q[\sigma(\Phi^* w)]` from the characteristic function.
 
-Modules: ``_bound``, ``_fit``, ``_predict``. Measurements: ``docs/notes/2026-11-23-logistic.md``.
+Modules: ``_bound``, ``_cavi``, ``_fit``, ``_predict``. Measurements: ``docs/notes/2026-11-23-logistic.md``.
 
 References:
   Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",

@@ -161,21 +161,31 @@ def log_mgf(log_q, values, Phi, c):
     return jnp.sum(jax.nn.logsumexp(t, axis=-1), axis=-1)
 
 
-def row_bounds(log_q, values, mean, Phi, s, bound: str):
-    r"""Lower bounds on :math:`E_q \log\sigma(s_i z_i)`, ``(r,)``, for rows ``Phi (r, b)`` and signs
-    ``s (r,)`` in :math:`\{-1, +1\}`; ``mean (b,)`` are the weights' means under q."""
-    exps = _EXPONENTS[bound]
-    L = log_mgf(log_q, values, Phi, s[:, None] * jnp.asarray(exps, Phi.dtype)[None, :])
+def bound_from_mgfs(L, sez, bound: str):
+    r"""The per-row bound from its log-MGFs ``L (r, K)`` (exponents ``_EXPONENTS[bound]`` times
+    :math:`s_i`) and :math:`s_i E_q[z_i]` ``(r,)``. A convex function of each factor :math:`q_j`
+    (coordinate ascent relies on it)."""
     if bound == "theorem2":
         return -jnp.exp(L[:, 0])
     if bound == "jensen":
         return -jax.nn.softplus(L[:, 0])
-    col = {c: k for k, c in enumerate(exps)}
+    col = {c: k for k, c in enumerate(_EXPONENTS[bound])}
     zero = jnp.zeros_like(L[:, 0])
     Lc = lambda c: zero if c == 0.0 else L[:, col[c]]  # noqa: E731
-    sez = s * matmul(Phi, mean)  # s E[z] = -E[u]
     cands = [-a * sez + jnp.logaddexp(Lc(a), Lc(a - 1.0)) for a in _ALPHAS]
     return -jnp.min(jnp.stack(cands, axis=-1), axis=-1)
+
+
+def exponents(s, bound: str, dtype):
+    """The MGF exponents of each row, ``(r, K)``: ``s_i`` times ``_EXPONENTS[bound]``."""
+    return s[:, None] * jnp.asarray(_EXPONENTS[bound], dtype)[None, :]
+
+
+def row_bounds(log_q, values, mean, Phi, s, bound: str):
+    r"""Lower bounds on :math:`E_q \log\sigma(s_i z_i)`, ``(r,)``, for rows ``Phi (r, b)`` and signs
+    ``s (r,)`` in :math:`\{-1, +1\}`; ``mean (b,)`` are the weights' means under q."""
+    L = log_mgf(log_q, values, Phi, exponents(s, bound, Phi.dtype))
+    return bound_from_mgfs(L, s * matmul(Phi, mean), bound)
 
 
 def bound_rows_sum(log_q, values, Phi, y, weights, bound: str, chunk_size: int | None):
