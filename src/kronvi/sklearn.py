@@ -1,0 +1,732 @@
+r"""scikit-learn estimators over DIRECT regression (and, once it exists, logistic regression).
+
+`DirectRegressor` wraps the same stages as [`kronvi.pipeline`][kronvi.pipeline] (standardize the inputs,
+centre the targets, GP hyperparameters, random Fourier features, exact statistics, the eigenbasis recipe,
+coordinate ascent) behind `fit` / `predict(X, return_std=True)` / `partial_fit`, so it drops into a
+`Pipeline`, `GridSearchCV` or `clone` like `BayesianRidge` or `GaussianProcessRegressor`.
+
+scikit-learn is imported here only: `import kronvi` does not import it. Install it with
+`pip install "kronvi[sklearn]"`.
+
+**Streaming (`partial_fit`).** The statistics $(n, y^\top y, \Phi^\top y, \Phi^\top\Phi)$ are sums over
+rows, so chunks merge exactly ([`kronvi.merge_stats`][kronvi.merge_stats]). What is *not* a sum over rows is
+everything the statistics are computed *through*: the input standardization, the GP hyperparameters and the
+random frequencies. They are fixed once, by [`DirectRegressor.initialize`][kronvi.sklearn.DirectRegressor.initialize]
+on the rows it is given (`partial_fit` calls it on its first chunk unless it was called before), and every
+later chunk goes through the same map. The centring of $y$ is exact whatever the chunks: the statistics are
+accumulated for the features augmented with a constant column (which carries $\sum_i \phi_i$, $\sum_i y_i$
+and $n$) and re-centred on the mean of all rows seen before every fit. Hence
+
+```python
+est.fit(X, y)                                   # == initialize(X, y), then one chunk of all rows
+est2.initialize(X, y)                           # the same map, standardization and GP hyperparameters
+for Xc, yc in chunks: est2.partial_fit(Xc, yc)  # the same model, up to float64 summation order
+```
+
+while `partial_fit` on chunks without `initialize` fixes the map from the first chunk (a good choice when
+the first chunk is a representative sample of a few thousand rows). The statistics are accumulated in
+float64 (the eigenbasis recipe needs it), and every `partial_fit` refits the posterior from all rows seen
+(an eigendecomposition of a `b x b` matrix and a CAVI fit: prefer chunks of thousands of rows).
+
+References:
+  Evans & Nair (2018), *Discretely Relaxing Continuous Variables for tractable Variational Inference*.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+try:
+    from sklearn.utils.validation import validate_data
+except ImportError:  # scikit-learn < 1.6
+
+    def validate_data(estimator, *args, **kwargs):
+        return estimator._validate_data(*args, **kwargs)
+
+
+from ._base.precision import matmul
+from ._inputs.data import Standardizer
+from ._inputs.features import rff_features, rff_init
+from ._inputs.gp import GPHyperparameters, fit_gp_hyperparameters
+from ._model.grids import DiscretePrior, gaussian_prior
+from ._model.regression import noise_moments, predict_regression
+from ._stats.eigen import eigenbasis, rotate_features
+from ._stats.regression import RegressionStats, merge_stats, regression_stats_from_inputs
+from .logistic import fit_logistic, predict_logistic
+from .pipeline import (
+    DirectConfig,
+    eigen_posterior_grid,
+    evidence_noise_variance,
+    fit_best_start,
+    noise_prior_for_span,
+    resolve_config,
+)
+from .quantize import sample_codes
+
+__all__ = ["DirectClassifier", "DirectRegressor"]
+
+_FEATURES = ("rff", "linear")
+_BASES = ("eigen", "features")
+_DTYPES = ("float32", "float64")
+_METHODS = ("cavi", "lbfgs")
+
+
+def _features_of(standardizer, feature_map, X):
+    """Standardized inputs through the feature map (`None`: the linear features, the inputs themselves)."""
+    Xs = (X - standardizer.mean) / standardizer.scale
+    return Xs if feature_map is None else rff_features(feature_map, Xs)
+
+
+def _augmented_features(standardizer, feature_map, X):
+    """`[Phi(X), 1]`: the constant column carries the sums that re-centre y exactly."""
+    Phi = _features_of(standardizer, feature_map, X)
+    return jnp.concatenate([Phi, jnp.ones((Phi.shape[0], 1), Phi.dtype)], axis=1)
+
+
+@jax.jit
+def _predict_moments(standardizer, feature_map, basis, q_w, q_noise, prior_w, prior_noise, X):
+    Phi = _features_of(standardizer, feature_map, X)
+    Phi = Phi if basis is None else rotate_features(basis, Phi)
+    return Phi, predict_regression(q_w, q_noise, prior_w, prior_noise, Phi)
+
+
+def _bucket(n: int, chunk: int, minimum: int = 32) -> int:
+    """Rows padded to a power of two (at least `minimum`), or to a multiple of `chunk` beyond it, so that
+    data of many sizes share a few compiled programs."""
+    size = max(minimum, 1 << max(0, int(n) - 1).bit_length())
+    return size if size <= chunk else -(-int(n) // chunk) * chunk
+
+
+def _pad_rows(a, rows: int):
+    return (
+        np.concatenate([a, np.zeros((rows - a.shape[0],) + a.shape[1:], a.dtype)]) if rows > a.shape[0] else a
+    )
+
+
+def _centred_stats(aug: RegressionStats):
+    r"""Statistics of the features with $y$ centred on its mean, from those of `[Phi, 1]` and raw $y$.
+
+    With $s = \sum_i \phi_i$, $n$ and $\sum_i y_i$ read off the constant column and $c = \sum_i y_i / n$:
+    $\Phi^\top(y - c) = \Phi^\top y - c\,s$ and $\|y - c\|^2 = y^\top y - n c^2$. Returns `(stats, c)`."""
+    n = aug.PhitPhi[-1, -1]
+    c = aug.Phity[-1] / n
+    yty = jnp.maximum(aug.yty - n * c**2, 0.0)
+    stats = RegressionStats(aug.n, yty, aug.Phity[:-1] - c * aug.PhitPhi[:-1, -1], aug.PhitPhi[:-1, :-1])
+    return stats, c
+
+
+def _check_choice(value, name, choices):
+    if not (isinstance(value, str) and value in choices):
+        raise ValueError(f"`{name}` must be one of {choices}, got {value!r}")
+
+
+def _check_positive(value, name, *, allow=()):
+    if isinstance(value, str) and value in allow:
+        return
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value) and value > 0
+    if not ok:
+        extra = f" or one of {allow}" if allow else ""
+        raise ValueError(f"`{name}` must be a positive number{extra}, got {value!r}")
+
+
+def _check_int(value, name, minimum):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
+
+
+class DirectRegressor(RegressorMixin, BaseEstimator):
+    r"""DIRECT mean-field regression with random Fourier features, as a scikit-learn regressor.
+
+    The model is $y = \Phi(x)^\top w + \varepsilon$ with a discrete prior on every weight and on the noise
+    variance, fitted by maximizing the exact ELBO ([`kronvi.fit_regression`][kronvi.fit_regression]). `fit`
+    follows [`kronvi.pipeline.prepare_fold`][kronvi.pipeline.prepare_fold] and
+    [`kronvi.pipeline.fit_prepared`][kronvi.pipeline.fit_prepared]: standardize the inputs, centre the
+    targets, fit GP hyperparameters on at most `gp_points` rows
+    ([`kronvi.fit_gp_hyperparameters`][kronvi.fit_gp_hyperparameters]), draw `n_frequencies` random
+    frequencies, accumulate the statistics in float64, then
+
+    - `basis="eigen"` (default): rotate to the eigenbasis of $\Phi^\top\Phi$
+      ([`kronvi.eigenbasis`][kronvi.eigenbasis]), centre the noise grid on the exact-evidence optimum and
+      place each weight's `levels` values on ±`width` posterior sds: the accuracy of exact Bayesian linear
+      regression on the same features;
+    - `basis="features"`: the paper's recipe, one grid of `levels` values on ±`width` prior sds with a zero
+      level for every feature weight: sparse 4-bit posteriors
+      ([`kronvi.sample_codes`][kronvi.sample_codes]), less accurate.
+
+    `predict(X, return_std=True)` returns the exact predictive mean and standard deviation of a new target
+    (noise included), as `BayesianRidge` does. See the module docstring for `partial_fit`.
+
+    Args:
+      n_frequencies: $D$, the number of random frequencies: $b = 2D$ features (a cosine and a sine each;
+        `features="rff"` only).
+      features: `"rff"` (random Fourier features of an RBF kernel) or `"linear"` (the standardized inputs
+        themselves, $b = d$).
+      lengthscale: `"gp"` (the GP marginal-likelihood estimate, per input) or a positive number (one
+        lengthscale in standardized input units; the signal variance is then the target variance and no GP
+        is fitted).
+      prior_scale: the prior sd $\sigma_w$ of the weights: `"auto"` (the GP signal sd for `"rff"` with
+        `lengthscale="gp"`, else the target sd for `"rff"` and target sd $/\sqrt d$ for `"linear"`) or a
+        positive number (in target units).
+      basis: `"eigen"` or `"features"`, above.
+      levels: grid values per weight (15: 4-bit codes).
+      width: grid half-width in posterior sds (`"eigen"`, default 4) or prior sds (`"features"`, default 3).
+      noise: the centre $s^2$ of the noise-variance grid: `"auto"` (the exact-evidence optimum for
+        `"eigen"`; the GP estimate, else a tenth of the target variance, for `"features"`) or a positive
+        number.
+      noise_levels: values on the noise grid.
+      noise_span: the noise grid is $s^2 \times [1/\text{span}, \text{span}]$ (default 3 for `"eigen"`,
+        10 for `"features"`); 1 fixes the noise variance at $s^2$.
+      method: `"cavi"` (coordinate ascent, the default) or `"lbfgs"`.
+      starts: starting points of the fit, `"gaussian"`, `"prior"` or `"both"` (the highest ELBO is kept);
+        default: `"gaussian"` for `"eigen"`, `"both"` for `"features"`.
+      max_iter: iterations of the fit (default: the method's).
+      gp_points, gp_restarts: rows and starts of the GP hyperparameter fit.
+      chunk_size: rows per block when accumulating the statistics.
+      dtype: `"float32"` (default) or `"float64"`, the working precision of features and fits (the
+        statistics are always accumulated in float64).
+      random_state: seed of the GP subsample, the random frequencies and the fit (int, `None` or a
+        `numpy.random.RandomState`).
+
+    Attributes:
+      n_features_in_: number of input columns $d$.
+      standardizer_: [`kronvi.Standardizer`][kronvi.Standardizer] of the inputs.
+      hyperparameters_: [`kronvi.GPHyperparameters`][kronvi.GPHyperparameters] used for the features and the
+        prior (the GP estimate, or the fixed lengthscale with the target variance).
+      feature_map_: [`kronvi.RandomFourierFeatures`][kronvi.RandomFourierFeatures], or `None` for `"linear"`.
+      y_offset_: mean of all targets seen (the model is fitted to $y -$ `y_offset_`).
+      stats_: [`kronvi.RegressionStats`][kronvi.RegressionStats] of the features and centred targets of all
+        rows seen, float64, before any rotation.
+      basis_: [`kronvi.Eigenbasis`][kronvi.Eigenbasis] for `"eigen"`, else `None`.
+      prior_w_, prior_noise_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grids `(b, levels)` and
+        `(1, noise_levels)`.
+      q_w_, q_noise_: the fitted [`kronvi.MeanField`][kronvi.MeanField] posteriors.
+      noise_variance_: posterior mean of the noise variance.
+      elbo_: the final ELBO (nats).
+      fit_info_: the fit's [`kronvi.FitInfo`][kronvi.FitInfo].
+      n_iter_: iterations of the fit (sweeps for CAVI).
+      n_samples_seen_: rows seen by `fit` / `partial_fit`.
+
+    Example:
+      >>> import numpy as np
+      >>> from kronvi.sklearn import DirectRegressor
+      >>> rng = np.random.default_rng(0)
+      >>> X = rng.normal(size=(200, 2)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=200)
+      >>> est = DirectRegressor(n_frequencies=25, lengthscale=1.0, random_state=0).fit(X, y)
+      >>> mean, std = est.predict(X[:3], return_std=True)
+      >>> mean.shape, bool(est.score(X, y) > 0.9), bool(np.all(std > 0))
+      ((3,), True, True)
+    """
+
+    def __init__(
+        self,
+        *,
+        n_frequencies: int = 1000,
+        features: str = "rff",
+        lengthscale="gp",
+        prior_scale="auto",
+        basis: str = "eigen",
+        levels: int = 15,
+        width: float | None = None,
+        noise="auto",
+        noise_levels: int = 15,
+        noise_span: float | None = None,
+        method: str = "cavi",
+        starts: str | None = None,
+        max_iter: int | None = None,
+        gp_points: int = 1000,
+        gp_restarts: int = 4,
+        chunk_size: int = 2048,
+        dtype: str = "float32",
+        random_state=None,
+    ):
+        self.n_frequencies = n_frequencies
+        self.features = features
+        self.lengthscale = lengthscale
+        self.prior_scale = prior_scale
+        self.basis = basis
+        self.levels = levels
+        self.width = width
+        self.noise = noise
+        self.noise_levels = noise_levels
+        self.noise_span = noise_span
+        self.method = method
+        self.starts = starts
+        self.max_iter = max_iter
+        self.gp_points = gp_points
+        self.gp_restarts = gp_restarts
+        self.chunk_size = chunk_size
+        self.dtype = dtype
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ configuration
+
+    def _check_params(self):
+        _check_choice(self.features, "features", _FEATURES)
+        _check_choice(self.basis, "basis", _BASES)
+        _check_choice(self.method, "method", _METHODS)
+        _check_choice(self.dtype, "dtype", _DTYPES)
+        _check_int(self.n_frequencies, "n_frequencies", 1)
+        _check_positive(self.lengthscale, "lengthscale", allow=("gp",))
+        _check_positive(self.prior_scale, "prior_scale", allow=("auto",))
+        _check_positive(self.noise, "noise", allow=("auto",))
+        _check_int(self.levels, "levels", 2)
+        _check_int(self.noise_levels, "noise_levels", 1)
+        _check_int(self.gp_points, "gp_points", 2)
+        _check_int(self.gp_restarts, "gp_restarts", 1)
+        _check_int(self.chunk_size, "chunk_size", 1)
+        if self.width is not None:
+            _check_positive(self.width, "width")
+        if self.noise_span is not None and not (
+            isinstance(self.noise_span, numbers.Real) and not isinstance(self.noise_span, bool)
+            and self.noise_span >= 1.0
+        ):  # fmt: skip
+            raise ValueError(f"`noise_span` must be a number >= 1 (1 = fixed noise), got {self.noise_span!r}")
+        if self.starts is not None:
+            _check_choice(self.starts, "starts", ("gaussian", "prior", "both"))
+        if self.max_iter is not None:
+            _check_int(self.max_iter, "max_iter", 1)
+
+    def _config(self) -> DirectConfig:
+        starts = None
+        if self.starts is not None:
+            starts = ("prior", "gaussian") if self.starts == "both" else (self.starts,)
+        config = resolve_config(
+            DirectConfig(
+                basis=self.basis, levels=self.levels, width=self.width, noise_levels=self.noise_levels,
+                noise_span=self.noise_span, noise_cv=(), method=self.method, max_iter=self.max_iter,
+                starts=starts, chunk_size=self.chunk_size,
+            )
+        )  # fmt: skip
+        return config
+
+    def _jax_dtype(self):
+        return jnp.float64 if self.dtype == "float64" else jnp.float32
+
+    def _precision(self):
+        """float64 work needs JAX's x64 mode, switched on for the call only."""
+        return jax.enable_x64(True) if self.dtype == "float64" else _nullcontext()
+
+    # ------------------------------------------------------------------ fitting
+
+    def initialize(self, X, y):
+        """Fixes the input standardization, the GP hyperparameters and the feature map from these rows, and
+        forgets every statistic seen so far (the next `partial_fit` starts from zero rows).
+
+        `fit(X, y)` is `initialize(X, y)` followed by one chunk of all rows; call it on a representative
+        sample before streaming chunks with `partial_fit` (see the module docstring).
+
+        Args:
+          X: inputs `(n, d)`.
+          y: targets `(n,)`.
+
+        Returns:
+          `self`, not yet fitted (no posterior) until `partial_fit` is called.
+        """
+        self._check_params()
+        X, y = validate_data(self, X, y, y_numeric=True, reset=True, dtype=np.float64)
+        if X.shape[0] < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 samples, got 1 sample")
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        k_gp, k_rff, k_fit = jax.random.split(jax.random.key(seed), 3)
+        with self._precision():
+            dtype = self._jax_dtype()
+            std = _standardizer(X, dtype)
+            Xs = jnp.asarray(
+                (X - np.asarray(std.mean, np.float64)) / np.asarray(std.scale, np.float64), dtype
+            )
+            y_shift = float(np.mean(y))
+            yc = y - y_shift
+            var_y = max(float(np.var(yc)), 1e-12 * max(1.0, y_shift**2), np.finfo(np.float64).tiny)
+            d = X.shape[1]
+            if self.features == "rff" and self.lengthscale == "gp":
+                hyper, _ = fit_gp_hyperparameters(
+                    k_gp, Xs, jnp.asarray(yc, dtype), num_points=self.gp_points, num_restarts=self.gp_restarts
+                )
+            else:
+                ls = 1.0 if self.lengthscale == "gp" else float(self.lengthscale)
+                signal = var_y if self.features == "rff" else var_y / d
+                hyper = GPHyperparameters(
+                    jnp.full((d,), ls, dtype), jnp.asarray(signal, dtype), jnp.asarray(0.1 * var_y, dtype)
+                )
+            fmap = rff_init(k_rff, hyper.lengthscales, self.n_frequencies) if self.features == "rff" else None
+        self.standardizer_ = std
+        self.hyperparameters_ = hyper
+        self.feature_map_ = fmap
+        self._y_shift = y_shift
+        self._fit_key = k_fit
+        self._augmented_stats = None
+        self.n_samples_seen_ = 0
+        for name in ("q_w_", "q_noise_"):  # not fitted until rows are added
+            self.__dict__.pop(name, None)
+        return self
+
+    def _accumulate(self, X, y):
+        n = X.shape[0]
+        rows = _bucket(n, self.chunk_size)
+        mask = np.arange(rows) < n
+        with jax.enable_x64(True):
+            f64 = functools.partial(jax.tree.map, functools.partial(jnp.asarray, dtype=jnp.float64))
+            feature_fn = functools.partial(
+                _augmented_features, f64(self.standardizer_), f64(self.feature_map_)
+            )
+            stats = regression_stats_from_inputs(
+                feature_fn, f64(_pad_rows(X, rows)), f64(_pad_rows(y - self._y_shift, rows)),
+                chunk_size=min(rows, self.chunk_size), mask=None if rows == n else mask,
+            )  # fmt: skip
+            if self._augmented_stats is not None:
+                stats = merge_stats(self._augmented_stats, stats)
+            self._augmented_stats = jax.device_get(stats)
+        self.n_samples_seen_ += X.shape[0]
+
+    def _fit_posterior(self):
+        config = self._config()
+        dtype = self._jax_dtype()
+        hyper = self.hyperparameters_
+        with jax.enable_x64(True):
+            f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+            stats, c = _centred_stats(jax.tree.map(f64, self._augmented_stats))
+            b = stats.Phity.shape[0]
+            if self.prior_scale == "auto":
+                scale = jnp.sqrt(f64(hyper.signal_variance))
+            else:
+                scale = f64(self.prior_scale)
+            guess = f64(hyper.noise_variance) if self.noise == "auto" else f64(self.noise)
+            if self.basis == "eigen":
+                rotated, basis = eigenbasis(stats)
+                s2 = evidence_noise_variance(rotated, basis, scale, guess) if self.noise == "auto" else guess
+                prior_w = eigen_posterior_grid(
+                    rotated, basis, scale, s2, levels=config.levels, width=config.width
+                )
+                fit_stats = rotated
+            else:
+                basis = None
+                s2 = guess
+                prior_w = gaussian_prior(b, scale, levels=config.levels, width=config.width)
+                fit_stats = stats
+            self.stats_ = jax.device_get(stats)
+            self.y_offset_ = float(self._y_shift + c)
+            to = functools.partial(jnp.asarray, dtype=dtype)
+            fit_stats, basis, s2 = jax.tree.map(to, (fit_stats, basis, s2))
+            prior_w = DiscretePrior(to(prior_w.values), to(prior_w.log_probs))
+        with self._precision():
+            prior_n = noise_prior_for_span(s2, config.noise_span, config.noise_levels)
+            q_w, q_n, info = fit_best_start(fit_stats, prior_w, prior_n, config, key=self._fit_key)
+            self.noise_variance_ = float(noise_moments(q_n, prior_n)[2])
+        self.basis_ = basis
+        self.prior_w_, self.prior_noise_ = prior_w, prior_n
+        self.q_w_, self.q_noise_ = q_w, q_n
+        self.fit_info_ = info
+        self.n_iter_ = max(int(info.num_iter), 1)
+        self.elbo_ = float(info.elbo[int(info.num_iter)])
+        return self
+
+    def fit(self, X, y):
+        """Fits the posterior on all rows: `initialize(X, y)`, then the statistics of every row.
+
+        Args:
+          X: inputs `(n, d)`, array-like.
+          y: targets `(n,)`.
+
+        Returns:
+          `self`.
+        """
+        self.initialize(X, y)
+        X, y = validate_data(self, X, y, y_numeric=True, reset=False, dtype=np.float64)
+        self._accumulate(X, y)
+        return self._fit_posterior()
+
+    def partial_fit(self, X, y):
+        """Adds a chunk of rows and refits the posterior on all rows seen so far.
+
+        The first call (unless [`initialize`][kronvi.sklearn.DirectRegressor.initialize] came first) fixes
+        the standardization, GP hyperparameters and feature map from this chunk. Statistics merge exactly
+        ([`kronvi.merge_stats`][kronvi.merge_stats]) and the targets are re-centred on the mean of all
+        rows, so after `initialize(X, y)` the chunks of `X` give the model of `fit(X, y)`.
+
+        Args:
+          X: inputs `(n_chunk, d)`.
+          y: targets `(n_chunk,)`.
+
+        Returns:
+          `self`.
+        """
+        if getattr(self, "_augmented_stats", "unset") == "unset" or not hasattr(self, "standardizer_"):
+            self.initialize(X, y)
+        else:
+            self._check_params()
+        X, y = validate_data(self, X, y, y_numeric=True, reset=False, dtype=np.float64)
+        self._accumulate(X, y)
+        return self._fit_posterior()
+
+    # ------------------------------------------------------------------ prediction
+
+    def _moments(self, X):
+        """`(Phi, (mean, var))` at the inputs `X`, in the working dtype, with centred means."""
+        check_is_fitted(self, ("q_w_", "q_noise_"))
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        n = X.shape[0]
+        dtype = self.q_w_.logits.dtype
+        Xp = jnp.asarray(_pad_rows(X, _bucket(n, 1 << 30)), dtype)
+        Phi, (mean, var) = _predict_moments(
+            self.standardizer_, self.feature_map_, self.basis_, self.q_w_, self.q_noise_, self.prior_w_,
+            self.prior_noise_, Xp,
+        )  # fmt: skip
+        return Phi[:n], (mean[:n], var[:n])
+
+    def predict(self, X, return_std: bool = False):
+        r"""Exact predictive mean (and standard deviation) of the target at new inputs.
+
+        The mean is $\Phi(x)^\top E_q[w]$ + `y_offset_`; the variance $\sum_j \Phi_j(x)^2\,\mathrm{Var}_q(w_j)
+        + E_q[\sigma^2]$ includes the noise ([`kronvi.predict_regression`][kronvi.predict_regression]).
+
+        Args:
+          X: inputs `(N, d)`.
+          return_std: also return the predictive standard deviation.
+
+        Returns:
+          `mean (N,)`, or `(mean, std)`, float64 NumPy arrays.
+        """
+        with self._precision():
+            _, (mean, var) = self._moments(X)
+        mean = np.asarray(mean, np.float64) + self.y_offset_
+        if return_std:
+            return mean, np.sqrt(np.maximum(np.asarray(var, np.float64), 0.0))
+        return mean
+
+    def sample_y(self, X, n_samples: int = 1, random_state=0):
+        r"""Draws functions from the posterior and evaluates them at `X`.
+
+        Each draw takes every weight from its posterior factor ([`kronvi.sample_codes`][kronvi.sample_codes]:
+        grid values, exactly) and returns $\Phi(x)^\top w$ + `y_offset_`, the noise-free function (add
+        $N(0, \sigma^2)$ for new targets), laid out as in `GaussianProcessRegressor.sample_y`.
+
+        Args:
+          X: inputs `(N, d)`.
+          n_samples: number of draws.
+          random_state: seed (int, `None` or a `numpy.random.RandomState`).
+
+        Returns:
+          `(N, n_samples)` float64 NumPy array.
+        """
+        _check_int(n_samples, "n_samples", 1)
+        seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
+        with self._precision():
+            Phi, _ = self._moments(X)
+            codes = sample_codes(jax.random.key(seed), self.q_w_, n_samples)  # (S, b)
+            W = jnp.take_along_axis(self.prior_w_.values, codes.T.astype(jnp.int32), axis=1)  # (b, S)
+            f = matmul(Phi, W)
+        return np.asarray(f, np.float64) + self.y_offset_
+
+
+class DirectClassifier(ClassifierMixin, BaseEstimator):
+    r"""DIRECT mean-field logistic regression with random Fourier features, as a scikit-learn classifier.
+
+    The model is $P(y = 1 \mid x, w) = \sigma(\Phi(x)^\top w + w_0)$ with a discrete prior on every weight
+    (one grid of `levels` values on ±`width` prior sds with a zero level, as
+    [`kronvi.gaussian_prior`][kronvi.gaussian_prior]) and an intercept $w_0$ on the same kind of grid. The
+    mean-field posterior maximizes a lower bound on the ELBO
+    ([`kronvi.logistic.fit_logistic`][kronvi.logistic.fit_logistic]); probabilities are the exact
+    $E_q[\sigma(\Phi^\top w)]$ ([`kronvi.logistic.predict_logistic`][kronvi.logistic.predict_logistic]).
+    More than two classes are fitted one-vs-rest (one binary posterior per class; `predict_proba`
+    normalizes the per-class probabilities).
+
+    Args:
+      n_frequencies: $D$, the number of random frequencies: $b = 2D$ features (`features="rff"` only).
+      features: `"rff"` or `"linear"` (the standardized inputs).
+      lengthscale: `"auto"` ($\sqrt d$ in standardized input units) or a positive number.
+      prior_scale: prior sd of the latent logit function: of each weight for `"rff"` (whose features are
+        scaled by $D^{-1/2}$), divided by $\sqrt d$ for `"linear"`; also the intercept's prior sd.
+      levels: grid values per weight.
+      width: grid half-width in prior sds.
+      bound: the expected log-likelihood bound, `"tilted"` (default), `"jensen"` or `"theorem2"`.
+      max_iter: L-BFGS iterations.
+      dtype: `"float32"` (default) or `"float64"`.
+      random_state: seed of the random frequencies (int, `None` or a `numpy.random.RandomState`).
+
+    Attributes:
+      classes_: the class labels, sorted.
+      n_features_in_: number of input columns $d$.
+      standardizer_: [`kronvi.Standardizer`][kronvi.Standardizer] of the inputs.
+      feature_map_: [`kronvi.RandomFourierFeatures`][kronvi.RandomFourierFeatures], or `None`.
+      prior_w_: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b + 1, levels)` (the last weight is the
+        intercept).
+      q_w_: list of fitted [`kronvi.MeanField`][kronvi.MeanField] posteriors: one for two classes (of the
+        second class), one per class otherwise.
+      fit_info_: list of the fits' [`kronvi.FitInfo`][kronvi.FitInfo].
+      n_iter_: L-BFGS iterations of each fit, `(n_fits,)`.
+
+    Example:
+      >>> import numpy as np
+      >>> from kronvi.sklearn import DirectClassifier
+      >>> rng = np.random.default_rng(0)
+      >>> X = rng.normal(size=(200, 2)); y = np.where(X[:, 0] ** 2 + X[:, 1] ** 2 > 1.4, "out", "in")
+      >>> clf = DirectClassifier(n_frequencies=25, random_state=0).fit(X, y)
+      >>> clf.classes_.tolist(), clf.predict_proba(X[:2]).shape, bool(clf.score(X, y) > 0.85)
+      (['in', 'out'], (2, 2), True)
+    """
+
+    def __init__(
+        self,
+        *,
+        n_frequencies: int = 500,
+        features: str = "rff",
+        lengthscale="auto",
+        prior_scale: float = 3.0,
+        levels: int = 15,
+        width: float = 3.0,
+        bound: str = "tilted",
+        max_iter: int = 100,
+        dtype: str = "float32",
+        random_state=None,
+    ):
+        self.n_frequencies = n_frequencies
+        self.features = features
+        self.lengthscale = lengthscale
+        self.prior_scale = prior_scale
+        self.levels = levels
+        self.width = width
+        self.bound = bound
+        self.max_iter = max_iter
+        self.dtype = dtype
+        self.random_state = random_state
+
+    def _check_params(self):
+        _check_choice(self.features, "features", _FEATURES)
+        _check_choice(self.dtype, "dtype", _DTYPES)
+        _check_choice(self.bound, "bound", ("tilted", "jensen", "theorem2"))
+        _check_int(self.n_frequencies, "n_frequencies", 1)
+        _check_positive(self.lengthscale, "lengthscale", allow=("auto",))
+        _check_positive(self.prior_scale, "prior_scale")
+        _check_positive(self.width, "width")
+        _check_int(self.levels, "levels", 2)
+        _check_int(self.max_iter, "max_iter", 1)
+
+    def _precision(self):
+        return jax.enable_x64(True) if self.dtype == "float64" else _nullcontext()
+
+    def _design(self, X):
+        """`[Phi(X), 1]` in the working dtype, rows padded to a bucket; returns `(Phi, n)`."""
+        n = X.shape[0]
+        # at least 512 rows (zero weights): every small data set shares one compiled L-BFGS fit
+        Xp = jnp.asarray(_pad_rows(X, _bucket(n, 1 << 30, 512)), self.prior_w_.values.dtype)
+        return _augmented_features(self.standardizer_, self.feature_map_, Xp), n
+
+    def fit(self, X, y):
+        """Fits one posterior (two classes) or one per class (one-vs-rest).
+
+        Args:
+          X: inputs `(n, d)`.
+          y: class labels `(n,)`, at least two distinct values.
+
+        Returns:
+          `self`.
+        """
+        self._check_params()
+        X, y = validate_data(self, X, y, reset=True, dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_, codes = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; got 1 class")
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        d = X.shape[1]
+        with self._precision():
+            dtype = jnp.float64 if self.dtype == "float64" else jnp.float32
+            self.standardizer_ = _standardizer(X, dtype)
+            ls = np.sqrt(d) if self.lengthscale == "auto" else float(self.lengthscale)
+            if self.features == "rff":
+                self.feature_map_ = rff_init(
+                    jax.random.key(seed), jnp.full((d,), ls, dtype), self.n_frequencies
+                )
+                b, scale = 2 * self.n_frequencies, float(self.prior_scale)
+            else:
+                self.feature_map_ = None
+                b, scale = d, float(self.prior_scale) / np.sqrt(d)
+            scales = jnp.asarray(np.r_[np.full(b, scale), float(self.prior_scale)], dtype)
+            self.prior_w_ = gaussian_prior(b + 1, scales, levels=self.levels, width=self.width)
+            Phi, n = self._design(X)
+            weights = jnp.asarray(np.arange(Phi.shape[0]) < n, dtype)
+            targets = (
+                [codes == 1] if len(self.classes_) == 2 else [codes == k for k in range(len(self.classes_))]
+            )
+            self.q_w_, self.fit_info_ = [], []
+            for t in targets:
+                y01 = jnp.asarray(_pad_rows(t.astype(np.float64), Phi.shape[0]), dtype)
+                q, info = fit_logistic(
+                    Phi, y01, self.prior_w_, bound=self.bound, max_iter=self.max_iter, weights=weights
+                )
+                self.q_w_.append(q)
+                self.fit_info_.append(info)
+        self.n_iter_ = np.array([max(int(i.num_iter), 1) for i in self.fit_info_])
+        return self
+
+    def _positive_probs(self, X):
+        """`(N, n_fits)` probabilities of each fit's positive class."""
+        check_is_fitted(self, "q_w_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        with self._precision():
+            Phi, n = self._design(X)
+            P = [np.asarray(predict_logistic(q, self.prior_w_, Phi), np.float64)[:n] for q in self.q_w_]
+        return np.clip(np.stack(P, axis=1), 0.0, 1.0)
+
+    def predict_proba(self, X):
+        """Class probabilities `(N, n_classes)`, columns in the order of `classes_`.
+
+        Args:
+          X: inputs `(N, d)`.
+        """
+        P = self._positive_probs(X)
+        if P.shape[1] == 1:
+            return np.hstack([1.0 - P, P])
+        total = P.sum(axis=1, keepdims=True)
+        return np.where(total > 0, P / np.where(total > 0, total, 1.0), 1.0 / P.shape[1])
+
+    def predict_log_proba(self, X):
+        """Logarithms of `predict_proba`."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def decision_function(self, X):
+        """Log-odds of the predictive probabilities: `(N,)` for two classes (positive: `classes_[1]`),
+        `(N, n_classes)` one-vs-rest otherwise.
+
+        Args:
+          X: inputs `(N, d)`.
+        """
+        P = np.clip(self._positive_probs(X), 1e-300, 1.0 - 1e-16)
+        logit = np.log(P) - np.log1p(-P)
+        return logit[:, 0] if logit.shape[1] == 1 else logit
+
+    def predict(self, X):
+        """The most probable class of each row `(N,)`.
+
+        Args:
+          X: inputs `(N, d)`.
+        """
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+
+def _standardizer(X, dtype) -> Standardizer:
+    """[`kronvi.fit_standardizer`][kronvi.fit_standardizer]'s rule (scale 1 for constant columns) in NumPy, so
+    that data of every shape do not each compile a program."""
+    mean = X.mean(axis=0)
+    std = np.sqrt(((X - mean) ** 2).mean(axis=0))
+    constant = ~(std > 100 * np.finfo(np.dtype(dtype)).eps * np.abs(mean))
+    return Standardizer(jnp.asarray(mean, dtype), jnp.asarray(np.where(constant, 1.0, std), dtype))
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,64 @@
+"""kronvi.sklearn.DirectClassifier: scikit-learn's estimator checks, probabilities against
+kronvi.logistic.predict_logistic, one-vs-rest for several classes."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+
+from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
+
+import kronvi  # noqa: E402
+from kronvi.logistic import predict_logistic  # noqa: E402
+from kronvi.sklearn import DirectClassifier  # noqa: E402
+
+# 20 features and 30 L-BFGS iterations keep the checks fast; the rows are padded (zero weights) to 512,
+# so every check's data share one compiled fit.
+SMALL = dict(n_frequencies=10, max_iter=30, random_state=0)
+
+
+@parametrize_with_checks([DirectClassifier(**SMALL)])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def _rings(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2)) * [1.0, 3.0] + [0.0, 10.0]
+    r2 = X[:, 0] ** 2 + ((X[:, 1] - 10.0) / 3.0) ** 2
+    return X, np.where(r2 > 1.4, "out", "in")
+
+
+def test_probabilities_are_predict_logistic_of_the_fitted_posterior():
+    X, y = _rings()
+    clf = DirectClassifier(**SMALL).fit(X, y)
+    assert clf.classes_.tolist() == ["in", "out"] and len(clf.q_w_) == 1
+    Xt = X[:7]
+    Phi = kronvi.rff_features(
+        clf.feature_map_, kronvi.standardize(clf.standardizer_, jnp.asarray(Xt, jnp.float32))
+    )
+    Phi = jnp.concatenate([Phi, jnp.ones((7, 1))], axis=1)  # the intercept
+    p_out = np.asarray(predict_logistic(clf.q_w_[0], clf.prior_w_, Phi))
+    proba = clf.predict_proba(Xt)
+    np.testing.assert_allclose(proba[:, 1], p_out, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_allclose(clf.decision_function(Xt), np.log(p_out / (1 - p_out)), rtol=1e-4, atol=1e-5)
+    assert clf.predict(Xt).tolist() == np.where(p_out > 0.5, "out", "in").tolist()
+    assert clf.score(X, y) > 0.85  # a ring: no linear classifier does this
+
+
+def test_one_vs_rest_for_three_classes():
+    rng = np.random.default_rng(1)
+    centres = np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]])
+    labels = rng.integers(0, 3, size=150)
+    X = centres[labels] + 0.6 * rng.normal(size=(150, 2))
+    clf = DirectClassifier(features="linear", max_iter=30, random_state=0).fit(X, labels + 5)
+    assert clf.classes_.tolist() == [5, 6, 7] and len(clf.q_w_) == 3
+    proba = clf.predict_proba(X)
+    assert proba.shape == (150, 3)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    assert clf.decision_function(X).shape == (150, 3)
+    assert clf.score(X, labels + 5) > 0.9
+    with pytest.raises(ValueError, match="`bound`"):
+        DirectClassifier(bound="none").fit(X, labels)

@@ -1,0 +1,154 @@
+"""kronvi.sklearn.DirectRegressor: scikit-learn's estimator checks, Pipeline / GridSearchCV / clone,
+partial_fit over chunks against fit, and predictions against the library's own functions."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("sklearn")
+
+from sklearn.base import clone  # noqa: E402
+from sklearn.model_selection import GridSearchCV  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.preprocessing import StandardScaler  # noqa: E402
+from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
+
+import kronvi  # noqa: E402
+from kronvi.sklearn import DirectRegressor  # noqa: E402
+
+# Small enough for the checks to run in seconds: 20 random features with a long lengthscale (the checks'
+# regression data are linear in 10 inputs), no GP fit.
+SMALL = dict(n_frequencies=10, lengthscale=10.0, random_state=0)
+
+
+def _data(n=240, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * np.array([1.0, 10.0, 0.1])[:d] + 5.0
+    y = np.sin(X[:, 0]) + 0.05 * X[:, 1] + 0.1 * rng.normal(size=n) + 100.0
+    return X, y
+
+
+@parametrize_with_checks([DirectRegressor(**SMALL)])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def test_import_kronvi_does_not_import_sklearn():
+    code = "import sys, kronvi; sys.exit('sklearn' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_pipeline_grid_search_and_clone():
+    X, y = _data(120)
+    pipe = make_pipeline(StandardScaler(), DirectRegressor(**SMALL))
+    search = GridSearchCV(pipe, {"directregressor__lengthscale": [0.05, 2.0]}, cv=2).fit(X, y)
+    assert search.best_params_ == {"directregressor__lengthscale": 2.0}  # 0.05 is white noise here
+    assert search.score(X, y) > 0.8
+    twin = clone(search.best_estimator_)
+    assert twin.get_params()["directregressor__lengthscale"] == 2.0
+    assert not hasattr(twin[-1], "q_w_")
+    np.testing.assert_allclose(
+        twin.fit(X, y).predict(X[:5]), search.best_estimator_.predict(X[:5]), rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize("basis", ["eigen", "features"])
+def test_partial_fit_over_chunks_equals_fit(basis):
+    X, y = _data(240)
+    full = DirectRegressor(basis=basis, **SMALL).fit(X, y)
+    chunked = DirectRegressor(basis=basis, **SMALL).initialize(X, y)
+    for rows in np.split(np.arange(240), [17, 150]):  # uneven chunks
+        chunked.partial_fit(X[rows], y[rows])
+    assert chunked.n_samples_seen_ == full.n_samples_seen_ == 240
+    for a, b in zip(jax.tree.leaves(chunked.stats_), jax.tree.leaves(full.stats_), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-9)
+    assert chunked.y_offset_ == pytest.approx(full.y_offset_, rel=1e-14)
+    # the same float32 fit of statistics equal up to float64 rounding (eigenvectors of near-degenerate
+    # eigenvalues move by more than that rounding, hence a looser tolerance on the probabilities)
+    np.testing.assert_allclose(np.asarray(chunked.q_w_.probs), np.asarray(full.q_w_.probs), atol=1e-3)
+    m1, s1 = chunked.predict(X[:7], return_std=True)
+    m2, s2 = full.predict(X[:7], return_std=True)
+    np.testing.assert_allclose(m1, m2, rtol=1e-5)
+    np.testing.assert_allclose(s1, s2, rtol=1e-4)
+
+
+def test_partial_fit_without_initialize_fixes_the_map_on_the_first_chunk_and_centres_exactly():
+    X, y = _data(240)
+    est = DirectRegressor(**SMALL)
+    est.partial_fit(X[:100], y[:100])
+    std0 = np.asarray(est.standardizer_.mean)
+    np.testing.assert_allclose(std0, X[:100].mean(axis=0), rtol=1e-6)
+    est.partial_fit(X[100:], y[100:])
+    np.testing.assert_array_equal(np.asarray(est.standardizer_.mean), std0)  # fixed
+    assert est.y_offset_ == pytest.approx(y.mean(), rel=1e-13)  # centred on all rows
+    # statistics of all rows through the first chunk's map, centred on all rows, computed directly
+    with jax.enable_x64(True):
+        st = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.standardizer_)
+        fm = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.feature_map_)
+        Phi = kronvi.rff_features(fm, kronvi.standardize(st, jnp.asarray(X)))
+        ref = kronvi.regression_stats(Phi, jnp.asarray(y - y.mean()))
+    for a, b in zip(jax.tree.leaves(est.stats_), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-8)
+    with pytest.raises(ValueError, match="features"):
+        est.partial_fit(X[:5, :2], y[:5])
+
+
+def test_predict_matches_predict_regression_and_exact_blr():
+    X, y = _data(200)
+    est = DirectRegressor(**SMALL).fit(X, y)
+    Xt = X[:9] + 0.3
+    Phi = kronvi.rff_features(
+        est.feature_map_, kronvi.standardize(est.standardizer_, jnp.asarray(Xt, jnp.float32))
+    )
+    Phi = kronvi.rotate_features(est.basis_, Phi)
+    mean, var = kronvi.predict_regression(est.q_w_, est.q_noise_, est.prior_w_, est.prior_noise_, Phi)
+    m, s = est.predict(Xt, return_std=True)
+    np.testing.assert_allclose(m, np.asarray(mean) + est.y_offset_, rtol=1e-6)
+    np.testing.assert_allclose(s, np.sqrt(np.asarray(var)), rtol=1e-6)
+    assert np.array_equal(est.predict(Xt), m)
+    # the eigenbasis recipe is exact Bayesian linear regression on the same features, up to quantization
+    with jax.enable_x64(True):
+        post_mean, _ = kronvi.blr_posterior(
+            est.stats_,
+            jnp.sqrt(jnp.asarray(est.hyperparameters_.signal_variance, jnp.float64)),
+            est.noise_variance_,
+        )
+        st = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.standardizer_)
+        fm = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.feature_map_)
+        Phi64 = kronvi.rff_features(fm, kronvi.standardize(st, jnp.asarray(Xt)))
+        blr_mean = np.asarray(Phi64 @ post_mean) + est.y_offset_
+    np.testing.assert_allclose(m, blr_mean, atol=0.02 * np.std(y))
+
+
+def test_sample_y_draws_the_posterior_function():
+    X, y = _data(200)
+    est = DirectRegressor(**SMALL).fit(X, y)
+    Xt = X[:6]
+    f = est.sample_y(Xt, n_samples=4000, random_state=1)
+    assert f.shape == (6, 4000) and f.dtype == np.float64
+    mean, std = est.predict(Xt, return_std=True)
+    f_var = std**2 - est.noise_variance_  # the noise-free part of the predictive variance
+    np.testing.assert_allclose(f.mean(axis=1), mean, atol=5 * np.sqrt(f_var.max() / 4000) + 1e-4)
+    np.testing.assert_allclose(f.var(axis=1), f_var, rtol=0.15, atol=1e-6)
+    np.testing.assert_array_equal(est.sample_y(Xt, 3, random_state=2), est.sample_y(Xt, 3, random_state=2))
+
+
+def test_linear_features_float64_and_bad_parameters():
+    X, y = _data(150)
+    lin = DirectRegressor(features="linear", dtype="float64", random_state=0).fit(X, y)
+    assert lin.q_w_.logits.dtype == np.float64 and lin.prior_w_.values.shape == (3, 15)
+    f32 = DirectRegressor(features="linear", random_state=0).fit(X, y)
+    np.testing.assert_allclose(f32.predict(X[:5]), lin.predict(X[:5]), rtol=1e-4)
+    # the linear model can explain the 0.05 * x1 trend only
+    assert 0.0 < lin.score(X, y) < 0.9
+    for params, name in [
+        (dict(features="poly"), "features"), (dict(basis="x"), "basis"), (dict(lengthscale=-1.0), "lengthscale"),
+        (dict(n_frequencies=0), "n_frequencies"), (dict(noise_span=0.5), "noise_span"), (dict(levels=1), "levels"),
+        (dict(noise="big"), "noise"), (dict(starts="middle"), "starts"), (dict(dtype="int8"), "dtype"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            DirectRegressor(**params).fit(X, y)
