@@ -429,7 +429,8 @@ def summary_md(record):
         lines.append(f"| {name} | {row['target_elbo']:.4f} | {cells(row)} |")
     lines += [
         "",
-        "Curves: the JSON next to this file; figure: the PNG. Method and timing details: the script's docstring.",
+        "Curves: the JSON next to this file; figure: the PNG. Method and timing details: the script's docstring;"
+        " discussion: docs/notes/2026-11-23-reinforce-figure.md.",
         "",
     ]
     return "\n".join(lines)

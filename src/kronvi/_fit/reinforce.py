@@ -1,15 +1,15 @@
 r"""REINFORCE (score-function) gradients of the mean-field DIRECT regression ELBO.
 
 The baseline that DIRECT's exact gradients replace (Evans & Nair 2018, section 5.1). For
-:math:`q(x) = \prod_j q_j(w_j)\,q_\sigma(\sigma^2)` with :math:`q_j = \mathrm{softmax}(\ell_j)`, the gradient
-of :math:`\mathcal{L} = E_q[\log p(y, x) - \log q(x)]` is
+$q(x) = \prod_j q_j(w_j)\,q_\sigma(\sigma^2)$ with $q_j = \mathrm{softmax}(\ell_j)$, the gradient
+of $\mathcal{L} = E_q[\log p(y, x) - \log q(x)]$ is
 
 $$ \nabla_\ell \mathcal{L} = E_q\big[(\log p(y, x) - \log q(x) - c)\,\nabla_\ell \log q(x)\big],
    \qquad \frac{\partial \log q(x)}{\partial \ell_{jk}} = [x_j = k] - q_{jk}, $$
 
-for any :math:`c` that does not depend on :math:`x` (the score has mean zero), estimated from draws of
-:math:`q`. Each draw costs one evaluation of :math:`\log p(y, x)`, here from the sufficient statistics in
-:math:`O(b^2)`.
+for any $c$ that does not depend on $x$ (the score has mean zero), estimated from draws of
+$q$. Each draw costs one evaluation of $\log p(y, x)$, here from the sufficient statistics in
+$O(b^2)$.
 """
 
 from __future__ import annotations
@@ -28,15 +28,13 @@ from .._model.grids import check_noise_prior, check_weight_prior
 from .._model.regression import LOG_2PI, check_regression_args
 from .._stats.regression import check_stats
 
-BASELINES = (None, "leave-one-out")
-
 
 class ReinforceInfo(NamedTuple):
-    """Diagnostics of one REINFORCE gradient estimate.
+    r"""Diagnostics of one REINFORCE gradient estimate.
 
     Attributes:
       elbo: an unbiased estimate of the ELBO from the same draws (with ``exact_entropy=True``: the
-        sampled :math:`E_q[\\log p(y, x)]` plus the exact entropy), a scalar.
+        sampled $E_q[\log p(y, x)]$ plus the exact entropy), a scalar.
       stderr: its standard error from the spread of the draws (NaN for one draw), a scalar.
     """
 
@@ -59,14 +57,14 @@ def _log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
 
 
 def regression_log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
-    r"""Log joint density :math:`\log p(y, w, \sigma^2)` of the regression model at given grid configurations.
+    r"""Log joint density $\log p(y, w, \sigma^2)$ of the regression model at given grid configurations.
 
     $$ \log p(y, w, \sigma^2) = -\tfrac n2 \log(2\pi\sigma^2)
        - \frac{y^\top y - 2 w^\top \Phi^\top y + w^\top \Phi^\top\Phi\, w}{2\sigma^2}
        + \textstyle\sum_j \log p_j(w_j) + \log p_\sigma(\sigma^2), $$
 
-    with :math:`w_j` = ``prior_w.values[j, idx_w[s, j]]`` and :math:`\sigma^2` =
-    ``prior_noise.values[0, idx_noise[s]]``; :math:`O(b^2)` per configuration from the statistics.
+    with $w_j$ = ``prior_w.values[j, idx_w[s, j]]`` and $\sigma^2$ =
+    ``prior_noise.values[0, idx_noise[s]]``; $O(b^2)$ per configuration from the statistics.
 
     Args:
       idx_w: ``(S, b)`` integer level indices of the weights, one row per configuration.
@@ -167,17 +165,17 @@ def reinforce_gradient_from_draws(
 ):
     r"""The REINFORCE estimate of the ELBO's gradient in the logits of ``q`` from given draws of ``q``.
 
-    With draws :math:`x_1, \dots, x_S \sim q` and :math:`f(x) = \log p(y, x) - \log q(x)`:
+    With draws $x_1, \dots, x_S \sim q$ and $f(x) = \log p(y, x) - \log q(x)$:
 
     $$ \hat g = \frac1S \sum_{s=1}^S \big(f(x_s) - c_s\big)\,\nabla_\ell \log q(x_s), \qquad
        \frac{\partial \log q(x)}{\partial \ell_{jk}} = [x_j = k] - q_{jk}, $$
 
-    unbiased for :math:`\nabla_\ell \mathcal{L}` whenever :math:`c_s` is independent of :math:`x_s`
-    (:math:`E_q[\nabla \log q] = 0`; the :math:`-E_q[\nabla_\ell \log q]` term of the entropy's
-    gradient vanishes for the same reason). Baselines :math:`c_s`: none (0), the leave-one-out mean
-    :math:`\frac{1}{S-1}\sum_{t \ne s} f(x_t)` or a given constant. With ``exact_entropy=True`` the draws
-    estimate only :math:`\nabla E_q[\log p(y, x)]` (:math:`f = \log p(y, x)`) and the entropy's exact
-    gradient :math:`\partial H / \partial \ell_{jk} = -q_{jk}(\log q_{jk} + H_j)` is added.
+    unbiased for $\nabla_\ell \mathcal{L}$ whenever $c_s$ is independent of $x_s$
+    ($E_q[\nabla \log q] = 0$; the $-E_q[\nabla_\ell \log q]$ term of the entropy's
+    gradient vanishes for the same reason). Baselines $c_s$: none (0), the leave-one-out mean
+    $\frac{1}{S-1}\sum_{t \ne s} f(x_t)$ or a given constant. With ``exact_entropy=True`` the draws
+    estimate only $\nabla E_q[\log p(y, x)]$ ($f = \log p(y, x)$) and the entropy's exact
+    gradient $\partial H / \partial \ell_{jk} = -q_{jk}(\log q_{jk} + H_j)$ is added.
 
     Args:
       idx_w: ``(S, b)`` integer level indices of the weights, drawn from ``q_w``.
@@ -189,7 +187,7 @@ def reinforce_gradient_from_draws(
       stats: :class:`RegressionStats` of the data.
       baseline: ``None`` (no baseline), ``"leave-one-out"`` (``S >= 2``) or a scalar independent of these
         draws (e.g. a moving average of earlier ELBO estimates).
-      exact_entropy: sample only :math:`E_q[\log p(y, x)]` and add the entropy's exact gradient.
+      exact_entropy: sample only $E_q[\log p(y, x)]$ and add the entropy's exact gradient.
 
     Returns:
       ``((grad_w, grad_noise), info)``: ascent directions of the ELBO in ``q_w.logits`` ``(b, m)`` and
@@ -228,9 +226,9 @@ def sample_mean_field(key, q: MeanField, *, num_samples: int):
       num_samples: ``S``, an int >= 1.
 
     Returns:
-      ``(S, b)`` int32 level indices, row ``s`` a draw of :math:`x \sim \prod_j q_j` (by the inverse
-      CDF of each factor: :math:`x_j = \#\{k < m - 1 : u_j \ge \sum_{l \le k} q_{jl}\}`,
-      :math:`u_j \sim U(0, 1)`).
+      ``(S, b)`` int32 level indices, row ``s`` a draw of $x \sim \prod_j q_j$ (by the inverse
+      CDF of each factor: $x_j = \#\{k < m - 1 : u_j \ge \sum_{l \le k} q_{jl}\}$,
+      $u_j \sim U(0, 1)$).
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -252,14 +250,14 @@ def reinforce_gradient(
 ):
     r"""REINFORCE (score-function) estimate of the exact ELBO's gradient in the logits of a mean-field q.
 
-    Draws ``num_samples`` configurations :math:`x_s = (w_s, \sigma^2_s) \sim q` and returns
-    :func:`reinforce_gradient_from_draws` at them: with :math:`f(x) = \log p(y, x) - \log q(x)`,
+    Draws ``num_samples`` configurations $x_s = (w_s, \sigma^2_s) \sim q$ and returns
+    :func:`reinforce_gradient_from_draws` at them: with $f(x) = \log p(y, x) - \log q(x)$,
 
     $$ \hat g = \frac1S \sum_{s=1}^S \big(f(x_s) - c_s\big)\,\nabla_\ell \log q(x_s), \qquad
        E[\hat g] = \nabla_\ell \mathcal{L}, $$
 
     the gradient of :func:`kronvi.regression_elbo` in ``(q_w.logits, q_noise.logits)``. Cost
-    :math:`O(S b^2)` from the statistics, whatever ``n`` is. Jittable (``num_samples`` static).
+    $O(S b^2)$ from the statistics, whatever ``n`` is. Jittable (``num_samples`` static).
 
     Args:
       key: a ``jax.random`` key.
@@ -270,7 +268,7 @@ def reinforce_gradient(
       stats: :class:`RegressionStats` of the data.
       num_samples: ``S``, the number of draws, an int >= 1.
       baseline: ``None``, ``"leave-one-out"`` (``S >= 2``) or a scalar independent of the draws.
-      exact_entropy: sample only :math:`E_q[\log p(y, x)]` and add the entropy's exact gradient.
+      exact_entropy: sample only $E_q[\log p(y, x)]$ and add the entropy's exact gradient.
 
     Returns:
       ``((grad_w, grad_noise), info)``: ascent directions ``(b, m)`` and ``(1, m_sigma)``, and a
