@@ -41,7 +41,7 @@ from ._stats.regression import RegressionStats, kfold_stats_from_inputs, regress
 from .gaussian._blr import spectral_evidence_noise
 
 BASES = ("eigen", "features")
-# Defaults that depend on the basis (``None`` in DirectConfig): see :func:`resolve_config`.
+# Defaults that depend on the basis (`None` in DirectConfig): see `resolve_config`.
 _BASIS_DEFAULTS = {
     "eigen": dict(width=4.0, noise_span=3.0, noise_cv=(), starts=("gaussian",)),
     "features": dict(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian")),
@@ -59,10 +59,10 @@ class DirectConfig(NamedTuple):
     levels: int = 15  # 4-bit weight grid
     width: float | None = None  # grid half-width: posterior sds ("eigen") or prior sds ("features")
     noise_levels: int = 15
-    noise_span: float | None = None  # the noise grid when ``noise_cv`` is empty: s2 x [1/span, span]
-    # "features" only: noise grids s2 x [1/span, span] to choose from by ``cv_folds``-fold cross-validation
-    # on the training rows (kronvi.select_prior, ``cv_criterion``); span 1 = the noise fixed at the GP
-    # estimate s2. Empty: the paper's protocol, one grid of ``noise_span``.
+    noise_span: float | None = None  # the noise grid when `noise_cv` is empty: s2 x [1/span, span]
+    # "features" only: noise grids s2 x [1/span, span] to choose from by `cv_folds`-fold cross-validation
+    # on the training rows (kronvi.select_prior, `cv_criterion`); span 1 = the noise fixed at the GP
+    # estimate s2. Empty: the paper's protocol, one grid of `noise_span`.
     noise_cv: tuple[float, ...] | None = None
     cv_folds: int = 5
     cv_criterion: str = "log_density"  # or "sq_error" (kronvi.select_prior)
@@ -117,17 +117,17 @@ class PreparedFold(NamedTuple):
 
     standardizer: Standardizer  # from the training rows
     y_offset: jax.Array  # the training targets' mean
-    X: jax.Array  # standardized training inputs ``(n, d)``
-    y: jax.Array  # centred training targets ``(n,)``
+    X: jax.Array  # standardized training inputs `(n, d)`
+    y: jax.Array  # centred training targets `(n,)`
     hyper: GPHyperparameters
     gp_info: GPFitInfo
     features: RandomFourierFeatures
-    # Training statistics of the ``b = 2 * config.num_frequencies`` features the weights belong to (rotated
-    # to ``basis`` for "eigen").
+    # Training statistics of the `b = 2 * config.num_frequencies` features the weights belong to (rotated
+    # to `basis` for "eigen").
     stats: RegressionStats
-    cv_stats: tuple | None  # ``(cv_train, cv_test)`` per inner fold when ``config.noise_cv``, else ``None``
+    cv_stats: tuple | None  # `(cv_train, cv_test)` per inner fold when `config.noise_cv`, else `None`
     prior_w: DiscretePrior  # the weight grids
-    key: jax.Array  # the key of the fits that follow (:func:`fit_prepared`)
+    key: jax.Array  # the key of the fits that follow (`fit_prepared`)
     init_seconds: float  # standardizing and the GP hyperparameters
     stats_seconds: float  # features and statistics (with the inner folds', and the eigenbasis)
     basis: Eigenbasis | None  # "eigen": the rotation of the features

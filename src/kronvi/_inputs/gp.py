@@ -474,7 +474,7 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
         return _unpack(u, bounds), info.elbo[info.num_iter], info.num_iter, info.converged, info.grad_norm
 
     # vmap batches the starts' Cholesky factorizations into one LAPACK call per step; lax.map runs the
-    # starts one after another (see ``parallel_restarts``).
+    # starts one after another (see `parallel_restarts`).
     batch_map = jax.vmap if parallel else (lambda f: functools.partial(lax.map, f))
     hypers, lmls, iters, converged, gnorms = batch_map(run)(starts)
     lmls = jnp.where(jnp.isfinite(lmls), lmls, -jnp.inf)
