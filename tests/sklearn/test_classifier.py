@@ -53,7 +53,7 @@ def test_one_vs_rest_for_three_classes():
     centres = np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]])
     labels = rng.integers(0, 3, size=150)
     X = centres[labels] + 0.6 * rng.normal(size=(150, 2))
-    clf = DirectClassifier(features="linear", max_iter=30, random_state=0).fit(X, labels + 5)
+    clf = DirectClassifier(**SMALL).fit(X, labels + 5)
     assert clf.classes_.tolist() == [5, 6, 7] and len(clf.q_w_) == 3
     proba = clf.predict_proba(X)
     assert proba.shape == (150, 3)
