@@ -1,14 +1,16 @@
-// MathJax configuration for pymdownx.arithmatex (generic mode): $...$ inline, $$...$$ display.
+// MathJax 3 for the site: pymdownx.arithmatex (generic mode) wraps the math of Markdown pages and docstrings
+// in \(...\) / \[...\] inside elements of class "arithmatex"; the executed tutorials (mkdocs-jupyter)
+// keep $...$ / $$...$$ in their Markdown cells (class "jp-RenderedMarkdown"). Nothing else is typeset.
 window.MathJax = {
   tex: {
-    inlineMath: [["\\(", "\\)"]],
-    displayMath: [["\\[", "\\]"]],
+    inlineMath: [["\\(", "\\)"], ["$", "$"]],
+    displayMath: [["\\[", "\\]"], ["$$", "$$"]],
     processEscapes: true,
     processEnvironments: true,
   },
   options: {
     ignoreHtmlClass: ".*|",
-    processHtmlClass: "arithmatex",
+    processHtmlClass: "arithmatex|jp-RenderedMarkdown",
   },
 };
 
