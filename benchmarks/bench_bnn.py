@@ -93,7 +93,9 @@ def main():
         else:
             T, te = "-", f"{'-':>13}"
         print(f"{h:>4} {P:>5} {1e3 * t:15.3f} {te} {T!s:>12} {paper_count(P, 1):14.3g}", flush=True)
-    print("\n## Depth: width 2, d = 2 inputs (1 + constant), monomial expansion (expected fit terms + gradient);")
+    print(
+        "\n## Depth: width 2, d = 2 inputs (1 + constant), monomial expansion (expected fit terms + gradient);"
+    )
     print("## L = 0 is linear regression")
     print(
         f"{'layer_sizes':>16} {'L':>2} {'P':>3} {'T monomials':>12} {'stats D':>8} {'ms':>10} {'paper':>10}"

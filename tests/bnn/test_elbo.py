@@ -108,8 +108,8 @@ def test_closed_form_matches_expansion():
         X, y, values, log_prior, q_logits, *_ = problem(sizes, 5, seed=3, n=9)
         stats = bnn_stats(jnp.asarray(X), jnp.asarray(y), sizes)
         probs, v = jnp.asarray(softmax(q_logits)), jnp.asarray(values)
-        a = one_hidden_fit_terms(probs, v, stats.yz, stats.zz, 3, 4)
-        b = general_fit_terms(probs, v, stats.yz, stats.zz, sizes)
+        a = jax.jit(one_hidden_fit_terms, static_argnums=(4, 5))(probs, v, stats.yz, stats.zz, 3, 4)
+        b = jax.jit(general_fit_terms, static_argnums=4)(probs, v, stats.yz, stats.zz, sizes)
         np.testing.assert_allclose(a, b, rtol=1e-11)
 
 
