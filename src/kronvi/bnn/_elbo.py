@@ -1,27 +1,27 @@
 r"""The exact mean-field ELBO of the quadratic network (Evans & Nair 2018, section 3.2, appendix D).
 
-Model: :math:`y_i = f(x_i; w) + \varepsilon_i`, :math:`\varepsilon_i \sim N(0, \sigma^2)`, every weight
-on its own grid with a factorized prior, :math:`\sigma^2` on a grid, and
-:math:`q = \prod_p q_p(w_p)\, q_\sigma(\sigma^2)`. As in regression,
+Model: $y_i = f(x_i; w) + \varepsilon_i$, $\varepsilon_i \sim N(0, \sigma^2)$, every weight
+on its own grid with a factorized prior, $\sigma^2$ on a grid, and
+$q = \prod_p q_p(w_p)\, q_\sigma(\sigma^2)$. As in regression,
 
 $$ \mathcal L = -\tfrac n2 \big(\log 2\pi + E[\log\sigma^2]\big)
    - \tfrac12 E[\sigma^{-2}]\Big(y^\top y - 2\sum_i y_i E[f(x_i)] + \sum_i E[f(x_i)^2]\Big)
    + E_q[\log p] - E_q[\log q]. $$
 
-:math:`f` is a polynomial in the weights, so :math:`E[f]` and :math:`E[f^2]` are sums of monomials
-:math:`c\,\prod_p w_p^{k_p}\,x^\alpha`, and under the mean field
-:math:`E[\prod_p w_p^{k_p}] = \prod_p \langle q_p, v_p^{k_p}\rangle`: only per-weight moments of order
-up to :math:`2^{L+1}` enter (the paper's factor vectors :math:`g`, all ones except :math:`O(L)` of them
-per term). The data enter through the statistics :math:`\sum_i y_i x_i^{\otimes 2^L}` and
-:math:`\sum_i x_i^{\otimes 2^{L+1}}` (:class:`BNNStats`).
+$f$ is a polynomial in the weights, so $E[f]$ and $E[f^2]$ are sums of monomials
+$c\,\prod_p w_p^{k_p}\,x^\alpha$, and under the mean field
+$E[\prod_p w_p^{k_p}] = \prod_p \langle q_p, v_p^{k_p}\rangle$: only per-weight moments of order
+up to $2^{L+1}$ enter (the paper's factor vectors $g$, all ones except $O(L)$ of them
+per term). The data enter through the statistics $\sum_i y_i x_i^{\otimes 2^L}$ and
+$\sum_i x_i^{\otimes 2^{L+1}}$ ([`BNNStats`][kronvi.bnn.BNNStats]).
 
 Two evaluations of the same formula:
 
-* one hidden layer (``layer_sizes = (d, h, 1)``): closed form in the per-weight mean, variance, third
-  and fourth central moments, :math:`O(h d^4 + P m)` whatever ``n`` is;
-* any depth: the monomials of :math:`f` are expanded once per architecture (in Python, at trace time)
-  and every pair of them is contracted with the statistics, :math:`O(T^2 P)` for ``T`` monomials,
-  exponential in the depth like the paper's :math:`O(\ell \bar m (b/\ell)^{4\ell})`.
+* one hidden layer (`layer_sizes = (d, h, 1)`): closed form in the per-weight mean, variance, third
+  and fourth central moments, $O(h d^4 + P m)$ whatever `n` is;
+* any depth: the monomials of $f$ are expanded once per architecture (in Python, at trace time)
+  and every pair of them is contracted with the statistics, $O(T^2 P)$ for `T` monomials,
+  exponential in the depth like the paper's $O(\ell \bar m (b/\ell)^{4\ell})$.
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ from ._stats import BNNStats, check_bnn_stats
 
 
 def central_moments(probs, values):
-    r"""Mean, variance, third and fourth central moments of every weight, each ``(..., P)``."""
+    r"""Mean, variance, third and fourth central moments of every weight, each `(..., P)`."""
     mean, var = grid_moments(probs, values)
     c = values - mean[..., None]
     return mean, var, jnp.sum(probs * c**3, axis=-1), jnp.sum(probs * c**4, axis=-1)
 
 
 def raw_moments(probs, values, order: int):
-    r""":math:`E[w_p^k]` for ``k = 0..order``, shape ``(..., P, order + 1)``."""
+    r"""$E[w_p^k]$ for `k = 0..order`, shape `(..., P, order + 1)`."""
     powers = values[..., None] ** jnp.arange(order + 1, dtype=values.dtype)
     return jnp.sum(probs[..., None] * powers, axis=-2)
 
@@ -72,17 +72,17 @@ def _one_hidden_moments(probs, values, d, h):
 
 
 def one_hidden_fit_terms(probs, values, yz, zz, d, h):
-    r""":math:`(\sum_i y_i E f(x_i), \sum_i E f(x_i)^2)` for ``layer_sizes = (d, h, 1)``.
+    r"""$(\sum_i y_i E f(x_i), \sum_i E f(x_i)^2)$ for `layer_sizes = (d, h, 1)`.
 
-    With :math:`S_j = E[W_j W_j^\top] = m_j m_j^\top + D_j`, :math:`A = \sum_j \bar v_j S_j` and
-    :math:`Q(X, Y) = \sum_i (x_i^\top X x_i)(x_i^\top Y x_i) = \mathrm{vec}(X)^\top V\, \mathrm{vec}(Y)`:
+    With $S_j = E[W_j W_j^\top] = m_j m_j^\top + D_j$, $A = \sum_j \bar v_j S_j$ and
+    $Q(X, Y) = \sum_i (x_i^\top X x_i)(x_i^\top Y x_i) = \mathrm{vec}(X)^\top V\, \mathrm{vec}(Y)$:
 
     $$ \sum_i E f^2 = Q(A, A) + \sum_j \Big[\mathrm{Var}(v_j)\, Q(S_j, S_j) + E[v_j^2]\big(4 Q(m_j m_j^\top, D_j)
        + 2 Q(D_j, D_j) + 4 \textstyle\sum_{a,k} m_{ja} \kappa_{3,jk} V_{akkk} + \sum_k \kappa_{4,jk} V_{kkkk}\big)\Big], $$
 
-    from :math:`E[(W_j\cdot x)^4] = (x^\top S_j x)^2 + 4\mu^2\sigma^2 + 2\sigma^4 + 4\mu\kappa_3 + \kappa_4`
-    (:math:`\mu = m_j\cdot x`, :math:`\sigma^2 = \sum_k s_{jk}x_k^2`, :math:`\kappa_3, \kappa_4` the
-    third central moment and fourth cumulant of :math:`W_j\cdot x`).
+    from $E[(W_j\cdot x)^4] = (x^\top S_j x)^2 + 4\mu^2\sigma^2 + 2\sigma^4 + 4\mu\kappa_3 + \kappa_4$
+    ($\mu = m_j\cdot x$, $\sigma^2 = \sum_k s_{jk}x_k^2$, $\kappa_3, \kappa_4$ the
+    third central moment and fourth cumulant of $W_j\cdot x$).
     """
     m, s, k3, c4, vb, v2 = _one_hidden_moments(probs, values, d, h)
     Pm = yz.reshape(d, d)
@@ -109,9 +109,9 @@ def one_hidden_fit_terms(probs, values, yz, zz, d, h):
 
 
 def one_hidden_point_moments(probs, values, X, d, h):
-    r"""Exact :math:`E[f(x)]` and :math:`\mathrm{Var}[f(x)]` at every row of ``X`` for ``(d, h, 1)``:
-    with :math:`g_j = \mu_j^2 + \sigma_j^2 = E[(W_j\cdot x)^2]` and :math:`E_{4,j} = E[(W_j\cdot x)^4]`,
-    :math:`E f = \sum_j \bar v_j g_j` and :math:`\mathrm{Var} f = \sum_j (E[v_j^2] E_{4,j} - \bar v_j^2 g_j^2)`."""
+    r"""Exact $E[f(x)]$ and $\mathrm{Var}[f(x)]$ at every row of `X` for `(d, h, 1)`:
+    with $g_j = \mu_j^2 + \sigma_j^2 = E[(W_j\cdot x)^2]$ and $E_{4,j} = E[(W_j\cdot x)^4]$,
+    $E f = \sum_j \bar v_j g_j$ and $\mathrm{Var} f = \sum_j (E[v_j^2] E_{4,j} - \bar v_j^2 g_j^2)$."""
     m, s, k3, c4, vb, v2 = _one_hidden_moments(probs, values, d, h)
     mu = matmul(X, m.T)
     sig2 = matmul(X**2, s.T)
@@ -129,10 +129,10 @@ def one_hidden_point_moments(probs, values, X, d, h):
 
 @functools.lru_cache(maxsize=64)
 def monomial_expansion(layer_sizes: tuple[int, ...]):
-    r"""The network output as a sum of monomials :math:`c_t \prod_p w_p^{e_{tp}}\, x^{\alpha_t}`.
+    r"""The network output as a sum of monomials $c_t \prod_p w_p^{e_{tp}}\, x^{\alpha_t}$.
 
-    Returns NumPy arrays ``(exponents (T, P) int, x_index (T,) int, coef (T,) float)``; ``x_index`` is the
-    flat row-major index of :math:`\alpha_t` in :math:`x^{\otimes 2^L}`. Exponential in the depth.
+    Returns NumPy arrays `(exponents (T, P) int, x_index (T,) int, coef (T,) float)`; `x_index` is the
+    flat row-major index of $\alpha_t$ in $x^{\otimes 2^L}$. Exponential in the depth.
     """
     d = layer_sizes[0]
     L = len(layer_sizes) - 2
@@ -173,9 +173,9 @@ def monomial_expansion(layer_sizes: tuple[int, ...]):
 
 
 def general_fit_terms(probs, values, yz, zz, layer_sizes):
-    r""":math:`(\sum_i y_i E f, \sum_i E f^2)` for any depth by the monomial expansion:
-    :math:`\sum_t c_t E[w^{e_t}]\, p_{\alpha_t}` and
-    :math:`\sum_{t,t'} c_t c_{t'} E[w^{e_t + e_{t'}}]\, V_{\alpha_t \alpha_{t'}}`."""
+    r"""$(\sum_i y_i E f, \sum_i E f^2)$ for any depth by the monomial expansion:
+    $\sum_t c_t E[w^{e_t}]\, p_{\alpha_t}$ and
+    $\sum_{t,t'} c_t c_{t'} E[w^{e_t + e_{t'}}]\, V_{\alpha_t \alpha_{t'}}$."""
     exps, xidx, coef = monomial_expansion(tuple(layer_sizes))
     L = len(layer_sizes) - 2
     M = raw_moments(probs, values, 2 ** (L + 1))  # (P, K + 1)
@@ -197,7 +197,7 @@ def general_fit_terms(probs, values, yz, zz, layer_sizes):
 
 
 def fit_terms(probs, values, yz, zz, layer_sizes):
-    """``(sum_i y_i E f(x_i), sum_i E f(x_i)^2)``: the closed form for one hidden layer, else the expansion."""
+    """`(sum_i y_i E f(x_i), sum_i E f(x_i)^2)`: the closed form for one hidden layer, else the expansion."""
     if len(layer_sizes) == 3:
         return one_hidden_fit_terms(probs, values, yz, zz, layer_sizes[0], layer_sizes[1])
     return general_fit_terms(probs, values, yz, zz, layer_sizes)
@@ -209,7 +209,7 @@ def fit_terms(probs, values, yz, zz, layer_sizes):
 
 
 def check_bnn_args(q_w, q_noise, prior_w, prior_noise, layer_sizes):
-    """Shapes and types of the posterior and priors against ``layer_sizes``."""
+    """Shapes and types of the posterior and priors against `layer_sizes`."""
     check_weight_prior(prior_w)
     check_noise_prior(prior_noise)
     P = num_weights(layer_sizes)
@@ -222,7 +222,7 @@ def check_bnn_args(q_w, q_noise, prior_w, prior_noise, layer_sizes):
 
 
 def bnn_expected_rss(q_w: MeanField, prior_w: DiscretePrior, stats: BNNStats):
-    r""":math:`E_q \sum_i (y_i - f(x_i; w))^2` from the statistics, exactly."""
+    r"""$E_q \sum_i (y_i - f(x_i; w))^2$ from the statistics, exactly."""
     sizes = check_bnn_stats(stats)
     return expected_rss_from_probs(q_w.probs, prior_w.values, stats, sizes)
 
@@ -249,28 +249,28 @@ def elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats, sizes):
 def bnn_elbo(q_w, q_noise, prior_w, prior_noise, stats):
     r"""Exact mean-field ELBO of the DIRECT quadratic-activation Bayesian network.
 
-    The sum over every configuration of the ``P`` weights and the noise variance,
-    :math:`\bar m^P m_\sigma` terms, computed from the statistics without touching the data:
+    The sum over every configuration of the `P` weights and the noise variance,
+    $\bar m^P m_\sigma$ terms, computed from the statistics without touching the data:
 
     $$ \mathcal L = -\tfrac n2(\log 2\pi + E[\log\sigma^2]) - \tfrac12 E[\sigma^{-2}]
        \Big(y^\top y - 2\sum_i y_i E f(x_i) + \sum_i E f(x_i)^2\Big) + E_q[\log p] + H[q]. $$
 
-    One hidden layer costs :math:`O(h d^4 + P \bar m)`; deeper networks use the monomial expansion
-    (exponential in the depth). Conventions as in :func:`kronvi.regression_elbo` (the
-    :math:`-\frac n2 \log 2\pi` constant included).
+    One hidden layer costs $O(h d^4 + P \bar m)$; deeper networks use the monomial expansion
+    (exponential in the depth). Conventions as in [`kronvi.regression_elbo`][kronvi.regression_elbo] (the
+    $-\frac n2 \log 2\pi$ constant included).
 
     Args:
-      q_w: :class:`kronvi.MeanField` over the ``P`` weights in :func:`quadratic_net` order, logits ``(P, m)``.
-      q_noise: :class:`kronvi.MeanField` over the noise variance, logits ``(1, m_sigma)``.
-      prior_w: :class:`kronvi.DiscretePrior` ``(P, m)``.
-      prior_noise: :class:`kronvi.DiscretePrior` ``(1, m_sigma)`` over positive variances.
-      stats: :class:`BNNStats` from :func:`bnn_stats` (they carry ``layer_sizes``).
+      q_w: [`kronvi.MeanField`][kronvi.MeanField] over the `P` weights in [`quadratic_net`][kronvi.bnn.quadratic_net] order, logits `(P, m)`.
+      q_noise: [`kronvi.MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
+      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(P, m)`.
+      prior_noise: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
+      stats: [`BNNStats`][kronvi.bnn.BNNStats] from [`bnn_stats`][kronvi.bnn.bnn_stats] (they carry `layer_sizes`).
 
     Returns:
       The ELBO, a scalar.
 
     Raises:
-      ValueError: ``prior_w`` / ``q_w`` that do not have ``P`` weights, or bad statistics.
+      ValueError: `prior_w` / `q_w` that do not have `P` weights, or bad statistics.
 
     References:
       Evans & Nair (2018), section 3.2 and appendix D, eqs. 45-50.

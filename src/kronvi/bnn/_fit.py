@@ -1,19 +1,19 @@
 r"""Fitting the DIRECT quadratic network and predicting with it.
 
-Two optimizers on the exact ELBO of :mod:`kronvi.bnn._elbo`:
+Two optimizers on the exact ELBO of `kronvi.bnn._elbo`:
 
-* L-BFGS on the softmax logits with exact gradients (:func:`kronvi.minimize_lbfgs`);
+* L-BFGS on the softmax logits with exact gradients ([`kronvi.minimize_lbfgs`][kronvi.minimize_lbfgs]);
 * exact coordinate ascent. Under the mean field the expected log-likelihood is *multilinear* in the
-  factors :math:`q_1, \dots, q_P` (each monomial's expectation is a product of one moment per weight), so
-  as a function of one factor the ELBO is :math:`\langle q_p, c_p + \log p_p\rangle + H[q_p] + \text{const}`
-  and its maximizer is closed form, :math:`\log q_p = \log p_p + c_p` (normalized), with
-  :math:`c_{pl} = \partial E_q[\log p(y\mid w,\sigma^2)] / \partial q_{pl}` read off by automatic
+  factors $q_1, \dots, q_P$ (each monomial's expectation is a product of one moment per weight), so
+  as a function of one factor the ELBO is $\langle q_p, c_p + \log p_p\rangle + H[q_p] + \text{const}$
+  and its maximizer is closed form, $\log q_p = \log p_p + c_p$ (normalized), with
+  $c_{pl} = \partial E_q[\log p(y\mid w,\sigma^2)] / \partial q_{pl}$ read off by automatic
   differentiation (on the simplex, up to a constant that the softmax ignores). One sweep visits the
-  ``P`` weights in turn, each at the cost of one gradient, then the noise; the ELBO never decreases.
+  `P` weights in turn, each at the cost of one gradient, then the noise; the ELBO never decreases.
 
 The ELBO of a quadratic network is symmetric (a sign flip of a hidden unit's incoming weights, a
-permutation of hidden units) and a symmetric start (``q = prior`` on a symmetric grid) is a stationary
-point, so fits start from randomly perturbed logits (:func:`bnn_init`).
+permutation of hidden units) and a symmetric start (`q = prior` on a symmetric grid) is a stationary
+point, so fits start from randomly perturbed logits ([`bnn_init`][kronvi.bnn.bnn_init]).
 """
 
 from __future__ import annotations
@@ -42,17 +42,17 @@ BNN_METHODS = ("lbfgs", "optax-lbfgs", "cavi")
 
 
 def bnn_init(key, prior_w, prior_noise, *, scale: float = 1.0):
-    r"""A symmetry-breaking start: ``q_w`` with logits ``prior_w.log_probs + scale * N(0, 1)``, ``q_noise``
+    r"""A symmetry-breaking start: `q_w` with logits `prior_w.log_probs + scale * N(0, 1)`, `q_noise`
     equal to its prior.
 
     Args:
       key: PRNG key.
-      prior_w: :class:`kronvi.DiscretePrior` ``(P, m)``.
-      prior_noise: :class:`kronvi.DiscretePrior` ``(1, m_sigma)``.
+      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(P, m)`.
+      prior_noise: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
       scale: standard deviation of the logit perturbation.
 
     Returns:
-      ``(q_w, q_noise)``, two :class:`kronvi.MeanField`.
+      `(q_w, q_noise)`, two [`kronvi.MeanField`][kronvi.MeanField].
     """
     noise = jax.random.normal(key, prior_w.log_probs.shape, prior_w.log_probs.dtype)
     return (
@@ -74,29 +74,29 @@ def fit_bnn(
     init_scale: float = 3.0,
     num_starts: int = 1,
 ):
-    r"""Fits the mean-field DIRECT quadratic network by maximizing the exact ELBO (:func:`bnn_elbo`).
+    r"""Fits the mean-field DIRECT quadratic network by maximizing the exact ELBO ([`bnn_elbo`][kronvi.bnn.bnn_elbo]).
 
     Args:
-      stats: :class:`BNNStats` (they carry ``layer_sizes``).
-      prior_w: :class:`kronvi.DiscretePrior` ``(P, m)`` over the weights in :func:`quadratic_net` order.
-      prior_noise: :class:`kronvi.DiscretePrior` ``(1, m_sigma)``.
-      method: ``"lbfgs"`` (default; ``jaxopt.LBFGS`` on :math:`-\mathcal L/n` over the logits, exact
-        gradients), ``"optax-lbfgs"`` (the same with ``optax.lbfgs``) or ``"cavi"`` (exact coordinate
+      stats: [`BNNStats`][kronvi.bnn.BNNStats] (they carry `layer_sizes`).
+      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(P, m)` over the weights in [`quadratic_net`][kronvi.bnn.quadratic_net] order.
+      prior_noise: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      method: `"lbfgs"` (default; `jaxopt.LBFGS` on $-\mathcal L/n$ over the logits, exact
+        gradients), `"optax-lbfgs"` (the same with `optax.lbfgs`) or `"cavi"` (exact coordinate
         ascent, one gradient per weight per sweep; the ELBO never decreases).
-      q_init: ``(q_w, q_noise)`` to start from; ``None``: :func:`bnn_init` with ``key`` and ``init_scale``
-        (``num_starts`` of them).
-      key: PRNG key for the random start (default ``jax.random.key(0)``).
+      q_init: `(q_w, q_noise)` to start from; `None`: [`bnn_init`][kronvi.bnn.bnn_init] with `key` and `init_scale`
+        (`num_starts` of them).
+      key: PRNG key for the random start (default `jax.random.key(0)`).
       max_iter: L-BFGS iterations (default 1000) or CAVI sweeps (default 50).
-      tol: L-BFGS: gradient-norm tolerance on :math:`-\mathcal L/n` (default 1e-6); CAVI: stop when a
-        sweep gains less than ``tol * n`` nats (default 1e-7).
+      tol: L-BFGS: gradient-norm tolerance on $-\mathcal L/n$ (default 1e-6); CAVI: stop when a
+        sweep gains less than `tol * n` nats (default 1e-7).
       init_scale: logit perturbation of the random starts (3: far enough from the symmetric stationary
         point that the fits spread over different optima).
-      num_starts: random starts fitted together (``vmap``); the fit with the highest final ELBO is
+      num_starts: random starts fitted together (`vmap`); the fit with the highest final ELBO is
         returned. The ELBO of a quadratic network has many local optima
-        (``docs/notes/2026-11-23-bnn.md``), so a handful of starts pays. Ignored with ``q_init``.
+        (`docs/notes/2026-11-23-bnn.md`), so a handful of starts pays. Ignored with `q_init`.
 
     Returns:
-      ``(q_w, q_noise, info)`` with ``info`` a :class:`kronvi.FitInfo`.
+      `(q_w, q_noise, info)` with `info` a [`kronvi.FitInfo`][kronvi.FitInfo].
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -208,23 +208,23 @@ def _fit_cavi(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol)
 
 
 def predict_bnn(q_w, q_noise, prior_w, prior_noise, X_new, layer_sizes):
-    r"""Exact predictive mean and variance of :math:`y^* = f(x^*; w) + \varepsilon` under ``q``.
+    r"""Exact predictive mean and variance of $y^* = f(x^*; w) + \varepsilon$ under `q`.
 
-    Mean :math:`E_q[f(x^*)]`, variance :math:`\mathrm{Var}_q[f(x^*)] + E_q[\sigma^2]`, both exact sums over
-    every weight configuration: for one hidden layer in :math:`O(h d)` per point
-    (:math:`E f = \sum_j \bar v_j g_j`, :math:`\mathrm{Var} f = \sum_j (E[v_j^2] E[(W_j\cdot x)^4] - \bar v_j^2 g_j^2)`,
-    :math:`g_j = E[(W_j\cdot x)^2]`), for deeper networks by the monomial expansion at each point.
+    Mean $E_q[f(x^*)]$, variance $\mathrm{Var}_q[f(x^*)] + E_q[\sigma^2]$, both exact sums over
+    every weight configuration: for one hidden layer in $O(h d)$ per point
+    ($E f = \sum_j \bar v_j g_j$, $\mathrm{Var} f = \sum_j (E[v_j^2] E[(W_j\cdot x)^4] - \bar v_j^2 g_j^2)$,
+    $g_j = E[(W_j\cdot x)^2]$), for deeper networks by the monomial expansion at each point.
 
     Args:
-      q_w, q_noise, prior_w, prior_noise: as in :func:`bnn_elbo`.
-      X_new: test inputs ``(num_points, d)``.
-      layer_sizes: ``(d, h_1, ..., h_L, 1)``, Python ints (static under ``jit``).
+      q_w, q_noise, prior_w, prior_noise: as in [`bnn_elbo`][kronvi.bnn.bnn_elbo].
+      X_new: test inputs `(num_points, d)`.
+      layer_sizes: `(d, h_1, ..., h_L, 1)`, Python ints (static under `jit`).
 
     Returns:
-      ``(mean, variance)``, each ``(num_points,)``.
+      `(mean, variance)`, each `(num_points,)`.
 
     Raises:
-      ValueError: bad ``layer_sizes``, or priors / ``X_new`` that do not match them.
+      ValueError: bad `layer_sizes`, or priors / `X_new` that do not match them.
     """
     sizes = check_layer_sizes(layer_sizes)
     check_bnn_args(q_w, q_noise, prior_w, prior_noise, sizes)

@@ -1,16 +1,16 @@
 r"""The quadratic-activation network and its weight layout.
 
-``layer_sizes = (d, h_1, ..., h_L, 1)``. Layer :math:`l` (``l = 0..L``) has a weight matrix
-:math:`W^{(l)}` of shape ``(layer_sizes[l+1], layer_sizes[l])``; the flat weight vector ``w`` holds
-:math:`W^{(0)}, W^{(1)}, \dots, W^{(L)}` one after the other, each row-major (``W.reshape(-1)``). With
-:math:`z^{(0)} = x`:
+`layer_sizes = (d, h_1, ..., h_L, 1)`. Layer $l$ (`l = 0..L`) has a weight matrix
+$W^{(l)}$ of shape `(layer_sizes[l+1], layer_sizes[l])`; the flat weight vector `w` holds
+$W^{(0)}, W^{(1)}, \dots, W^{(L)}$ one after the other, each row-major (`W.reshape(-1)`). With
+$z^{(0)} = x$:
 
 $$ z^{(l+1)} = \big(W^{(l)} z^{(l)}\big)^{\odot 2} \quad (l < L), \qquad f(x) = W^{(L)} z^{(L)}. $$
 
 There are no biases: a constant input column gives them (and a hidden unit fed by it alone gives the
-later layers a constant). Every unit is a polynomial in ``x`` of degree :math:`2^l` at layer :math:`l`,
-so :math:`f` is linear in the tensor power :math:`x^{\otimes 2^L}`, which is what makes the exact ELBO
-depend on the data only through a few moment tensors (:mod:`kronvi.bnn._stats`).
+later layers a constant). Every unit is a polynomial in `x` of degree $2^l$ at layer $l$,
+so $f$ is linear in the tensor power $x^{\otimes 2^L}$, which is what makes the exact ELBO
+depend on the data only through a few moment tensors (`kronvi.bnn._stats`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from .._base.precision import matmul
 
 
 def check_layer_sizes(layer_sizes, name: str = "layer_sizes") -> tuple[int, ...]:
-    """``layer_sizes`` as a tuple of Python ints: at least two, each >= 1, the last equal to 1.
+    """`layer_sizes` as a tuple of Python ints: at least two, each >= 1, the last equal to 1.
 
     Raises:
-      ValueError: naming ``layer_sizes`` otherwise.
+      ValueError: naming `layer_sizes` otherwise.
     """
     try:
         sizes = tuple(layer_sizes)
@@ -45,13 +45,13 @@ def check_layer_sizes(layer_sizes, name: str = "layer_sizes") -> tuple[int, ...]
 
 
 def num_weights(layer_sizes) -> int:
-    """Number of weights ``P`` of the network: :math:`\\sum_l` ``layer_sizes[l] * layer_sizes[l+1]``."""
+    """Number of weights `P` of the network: $\\sum_l$ `layer_sizes[l] * layer_sizes[l+1]`."""
     sizes = check_layer_sizes(layer_sizes)
     return sum(a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
 
 
 def weight_offsets(layer_sizes) -> list[tuple[int, int, int]]:
-    """``(offset, rows, cols)`` of every layer's matrix inside the flat weight vector."""
+    """`(offset, rows, cols)` of every layer's matrix inside the flat weight vector."""
     sizes = check_layer_sizes(layer_sizes)
     out, offset = [], 0
     for a, b in zip(sizes[:-1], sizes[1:], strict=True):
@@ -61,29 +61,29 @@ def weight_offsets(layer_sizes) -> list[tuple[int, int, int]]:
 
 
 def split_weights(w, layer_sizes):
-    """The layer matrices of a flat weight array ``(..., P)``: a list of ``(..., rows, cols)`` arrays."""
+    """The layer matrices of a flat weight array `(..., P)`: a list of `(..., rows, cols)` arrays."""
     return [w[..., o : o + r * c].reshape(w.shape[:-1] + (r, c)) for o, r, c in weight_offsets(layer_sizes)]
 
 
 def quadratic_net(w, X, layer_sizes):
-    r"""The quadratic-activation network :math:`f(x; w)` at every row of ``X``.
+    r"""The quadratic-activation network $f(x; w)$ at every row of `X`.
 
     Hidden layers square their pre-activation, the output layer is linear, there are no biases (append
-    a constant column to ``X`` for them). The weights are flat, layer by layer, each layer's matrix
-    ``(layer_sizes[l+1], layer_sizes[l])`` row-major:
+    a constant column to `X` for them). The weights are flat, layer by layer, each layer's matrix
+    `(layer_sizes[l+1], layer_sizes[l])` row-major:
 
     $$ f(x) = W^{(L)} \big(W^{(L-1)} \cdots (W^{(0)} x)^{\odot 2} \cdots\big)^{\odot 2}. $$
 
     Args:
-      w: weights ``(P,)`` with ``P = sum(layer_sizes[l] * layer_sizes[l+1])``.
-      X: inputs ``(n, d)``, ``d = layer_sizes[0]``.
-      layer_sizes: ``(d, h_1, ..., h_L, 1)``, Python ints >= 1.
+      w: weights `(P,)` with `P = sum(layer_sizes[l] * layer_sizes[l+1])`.
+      X: inputs `(n, d)`, `d = layer_sizes[0]`.
+      layer_sizes: `(d, h_1, ..., h_L, 1)`, Python ints >= 1.
 
     Returns:
-      ``(n,)`` network outputs.
+      `(n,)` network outputs.
 
     Raises:
-      ValueError: bad ``layer_sizes``, or ``w`` / ``X`` whose shapes do not match them.
+      ValueError: bad `layer_sizes`, or `w` / `X` whose shapes do not match them.
 
     Example:
       >>> import jax.numpy as jnp

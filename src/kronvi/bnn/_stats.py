@@ -1,17 +1,17 @@
 r"""Sufficient statistics of the quadratic network (Evans & Nair 2018, appendix D, eqs. 45-50).
 
-The output of a network with ``L`` hidden layers is linear in :math:`z = x^{\otimes 2^L}` (flattened
-row-major, length :math:`D = d^{2^L}`), with a coefficient tensor that is a polynomial in the weights.
+The output of a network with `L` hidden layers is linear in $z = x^{\otimes 2^L}$ (flattened
+row-major, length $D = d^{2^L}$), with a coefficient tensor that is a polynomial in the weights.
 So everything the exact ELBO needs from the data is
 
 $$ n,\quad y^\top y,\quad p = \sum_i y_i\, z_i \in \mathbb{R}^{D},\quad
    V = \sum_i z_i z_i^\top \in \mathbb{R}^{D\times D}, $$
 
-the paper's :math:`y^\top y`, :math:`\mathbf p` and :math:`\mathbf V`, here indexed by input monomials
-instead of expanded hidden units. They are the regression statistics of the features ``z``, so they are
-accumulated by the same chunked, compensated pass (:func:`kronvi.regression_stats_from_inputs`) and are
-additive over rows (:func:`merge_bnn_stats`). Their size depends on ``d`` and the depth only:
-:math:`d^2` and :math:`d^4` entries for one hidden layer.
+the paper's $y^\top y$, $\mathbf p$ and $\mathbf V$, here indexed by input monomials
+instead of expanded hidden units. They are the regression statistics of the features `z`, so they are
+accumulated by the same chunked, compensated pass ([`kronvi.regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]) and are
+additive over rows ([`merge_bnn_stats`][kronvi.bnn.merge_bnn_stats]). Their size depends on `d` and the depth only:
+$d^2$ and $d^4$ entries for one hidden layer.
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from ._net import check_layer_sizes
 
 
 class BNNStats(NamedTuple):
-    r"""Sufficient statistics of a quadratic network; stack on a leading axis for ``vmap`` over folds.
+    r"""Sufficient statistics of a quadratic network; stack on a leading axis for `vmap` over folds.
 
     Attributes:
       n: number of rows (a float scalar).
-      yty: :math:`y^\top y`.
-      yz: :math:`\sum_i y_i z_i`, shape ``(D,)`` with :math:`z = x^{\otimes 2^L}`, :math:`D = d^{2^L}`.
-      zz: :math:`\sum_i z_i z_i^\top`, shape ``(D, D)``.
-      architecture: an empty array of shape ``(0, *layer_sizes)``: its shape (static under ``jit``;
-        ``vmap`` strips the fold axis) records the network the statistics are for. Read it with
-        :func:`stats_layer_sizes`.
+      yty: $y^\top y$.
+      yz: $\sum_i y_i z_i$, shape `(D,)` with $z = x^{\otimes 2^L}$, $D = d^{2^L}$.
+      zz: $\sum_i z_i z_i^\top$, shape `(D, D)`.
+      architecture: an empty array of shape `(0, *layer_sizes)`: its shape (static under `jit`;
+        `vmap` strips the fold axis) records the network the statistics are for. Read it with
+        [`stats_layer_sizes`][kronvi.bnn.stats_layer_sizes].
     """
 
     n: jax.Array
@@ -49,7 +49,7 @@ class BNNStats(NamedTuple):
 
 
 def stats_layer_sizes(stats: BNNStats, name: str = "stats") -> tuple[int, ...]:
-    """The ``layer_sizes`` recorded in unbatched statistics (inside ``vmap`` for stacked folds)."""
+    """The `layer_sizes` recorded in unbatched statistics (inside `vmap` for stacked folds)."""
     if not isinstance(stats, BNNStats):
         raise TypeError(f"`{name}` must be BNNStats (from kronvi.bnn.bnn_stats), got {type(stats).__name__}")
     shape = stats.architecture.shape
@@ -61,7 +61,7 @@ def stats_layer_sizes(stats: BNNStats, name: str = "stats") -> tuple[int, ...]:
 
 
 def check_bnn_stats(stats: BNNStats, name: str = "stats") -> tuple[int, ...]:
-    """Validates shapes (static) and, for concrete arrays, ``n > 0`` and finiteness; returns ``layer_sizes``."""
+    """Validates shapes (static) and, for concrete arrays, `n > 0` and finiteness; returns `layer_sizes`."""
     sizes = stats_layer_sizes(stats, name)
     D = sizes[0] ** (2 ** (len(sizes) - 2))
     if stats.yz.shape[-1:] != (D,) or stats.zz.shape[-2:] != (D, D):
@@ -84,7 +84,7 @@ def check_bnn_stats(stats: BNNStats, name: str = "stats") -> tuple[int, ...]:
 
 @functools.cache
 def tensor_power_map(depth: int):
-    r"""The feature map :math:`x \mapsto x^{\otimes 2^{\text{depth}}}` on rows ``(c, d) -> (c, d^{2^depth})``,
+    r"""The feature map $x \mapsto x^{\otimes 2^{\text{depth}}}$ on rows `(c, d) -> (c, d^{2^depth})`,
     one function object per depth (so that compiled statistics are reused)."""
 
     def feature_map(X):
@@ -98,27 +98,27 @@ def tensor_power_map(depth: int):
 
 
 def bnn_stats(X, y, layer_sizes, *, chunk_size: int | None = None) -> BNNStats:
-    r"""Sufficient statistics :math:`(n, y^\top y, \sum_i y_i z_i, \sum_i z_i z_i^\top)` of a quadratic network.
+    r"""Sufficient statistics $(n, y^\top y, \sum_i y_i z_i, \sum_i z_i z_i^\top)$ of a quadratic network.
 
-    :math:`z_i = x_i^{\otimes 2^L}` for ``L = len(layer_sizes) - 2`` hidden layers; rows are processed in
-    chunks inside ``lax.scan`` with compensated sums (the pass of
-    :func:`kronvi.regression_stats_from_inputs`), so the ``n x D`` matrix of ``z`` never exists. The
-    cost is :math:`O(n D^2)` once; the ELBO afterwards never touches the data. Centre ``y``.
+    $z_i = x_i^{\otimes 2^L}$ for `L = len(layer_sizes) - 2` hidden layers; rows are processed in
+    chunks inside `lax.scan` with compensated sums (the pass of
+    [`kronvi.regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]), so the `n x D` matrix of `z` never exists. The
+    cost is $O(n D^2)$ once; the ELBO afterwards never touches the data. Centre `y`.
 
     Args:
-      X: inputs ``(n, d)`` (include a constant column for biases).
-      y: targets ``(n,)``.
-      layer_sizes: ``(d, h_1, ..., h_L, 1)``.
-      chunk_size: rows per chunk; ``None``: equal chunks of at most 4096 rows.
+      X: inputs `(n, d)` (include a constant column for biases).
+      y: targets `(n,)`.
+      layer_sizes: `(d, h_1, ..., h_L, 1)`.
+      chunk_size: rows per chunk; `None`: equal chunks of at most 4096 rows.
 
     Returns:
-      :class:`BNNStats` in the dtype of the inputs.
+      [`BNNStats`][kronvi.bnn.BNNStats] in the dtype of the inputs.
 
     Raises:
-      ValueError: bad ``layer_sizes``, ``X`` whose width is not ``layer_sizes[0]``, bad shapes or NaN/inf.
+      ValueError: bad `layer_sizes`, `X` whose width is not `layer_sizes[0]`, bad shapes or NaN/inf.
 
     References:
-      Evans & Nair (2018), appendix D, eqs. 45-50 (:math:`y^\top y`, :math:`\mathbf p`, :math:`\mathbf V`).
+      Evans & Nair (2018), appendix D, eqs. 45-50 ($y^\top y$, $\mathbf p$, $\mathbf V$).
 
     Example:
       >>> import jax.numpy as jnp
@@ -142,7 +142,7 @@ def merge_bnn_stats(a: BNNStats, b: BNNStats) -> BNNStats:
     """Statistics of the union of two disjoint data sets for the same network (they add).
 
     Raises:
-      ValueError: the two were computed for different ``layer_sizes``.
+      ValueError: the two were computed for different `layer_sizes`.
     """
     for s, name in ((a, "a"), (b, "b")):
         if not isinstance(s, BNNStats):
