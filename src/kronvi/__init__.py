@@ -7,6 +7,7 @@ model files) and :mod:`kronvi.pipeline` (the configured end-to-end fit used by `
 experiments). Their public names are re-exported here.
 """
 
+from . import bnn as bnn
 from . import gaussian as gaussian
 from . import mixtures as mixtures
 from . import pipeline as pipeline
@@ -16,6 +17,11 @@ from . import quantize as quantize
 from ._fit.cavi import cavi_sweep as cavi_sweep
 from ._fit.cavi import coordinate_gains as coordinate_gains
 from ._fit.regression import fit_regression as fit_regression
+from ._fit.reinforce import ReinforceInfo as ReinforceInfo
+from ._fit.reinforce import regression_log_joint as regression_log_joint
+from ._fit.reinforce import reinforce_gradient as reinforce_gradient
+from ._fit.reinforce import reinforce_gradient_from_draws as reinforce_gradient_from_draws
+from ._fit.reinforce import sample_mean_field as sample_mean_field
 from ._fit.select import HeldoutScores as HeldoutScores
 from ._fit.select import cv_scores as cv_scores
 from ._fit.select import heldout_scores as heldout_scores
@@ -67,6 +73,15 @@ from ._stats.regression import regression_stats as regression_stats
 from ._stats.regression import regression_stats_from_inputs as regression_stats_from_inputs
 from ._stats.regression import subtract_stats as subtract_stats
 from ._stats.streaming import regression_stats_from_chunks as regression_stats_from_chunks
+from .bnn import BNNStats as BNNStats
+from .bnn import bnn_elbo as bnn_elbo
+from .bnn import bnn_expected_rss as bnn_expected_rss
+from .bnn import bnn_init as bnn_init
+from .bnn import bnn_stats as bnn_stats
+from .bnn import fit_bnn as fit_bnn
+from .bnn import merge_bnn_stats as merge_bnn_stats
+from .bnn import predict_bnn as predict_bnn
+from .bnn import quadratic_net as quadratic_net
 from .gaussian import ELRG as ELRG
 from .gaussian import GaussianMeanField as GaussianMeanField
 from .gaussian import ReparamInfo as ReparamInfo
