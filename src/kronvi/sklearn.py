@@ -55,7 +55,7 @@ except ImportError:  # scikit-learn < 1.6
 
 from ._base.precision import matmul
 from ._inputs.data import Standardizer
-from ._inputs.features import rff_features, rff_init
+from ._inputs.features import RandomFourierFeatures, rff_features
 from ._inputs.gp import GPHyperparameters, fit_gp_hyperparameters
 from ._model.grids import DiscretePrior, gaussian_prior
 from ._model.regression import noise_moments, predict_regression
@@ -336,7 +336,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         if X.shape[0] < 2:
             raise ValueError(f"{type(self).__name__} needs at least 2 samples, got 1 sample")
         seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
-        k_gp, k_rff, k_fit = jax.random.split(jax.random.key(seed), 3)
+        k_gp, _, k_fit = jax.random.split(jax.random.key(seed), 3)
         with self._precision():
             dtype = self._jax_dtype()
             std = _standardizer(X, dtype)
@@ -357,7 +357,11 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
                 hyper = GPHyperparameters(
                     jnp.full((d,), ls, dtype), jnp.asarray(signal, dtype), jnp.asarray(0.1 * var_y, dtype)
                 )
-            fmap = rff_init(k_rff, hyper.lengthscales, self.n_frequencies) if self.features == "rff" else None
+            fmap = (
+                _frequencies(seed, hyper.lengthscales, self.n_frequencies, dtype)
+                if self.features == "rff"
+                else None
+            )
         self.standardizer_ = std
         self.hyperparameters_ = hyper
         self.feature_map_ = fmap
@@ -569,7 +573,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
       >>> from kronvi.sklearn import DirectClassifier
       >>> rng = np.random.default_rng(0)
       >>> X = rng.normal(size=(200, 2)); y = np.where(X[:, 0] ** 2 + X[:, 1] ** 2 > 1.4, "out", "in")
-      >>> clf = DirectClassifier(n_frequencies=25, random_state=0).fit(X, y)
+      >>> clf = DirectClassifier(n_frequencies=10, max_iter=30, random_state=0).fit(X, y)
       >>> clf.classes_.tolist(), clf.predict_proba(X[:2]).shape, bool(clf.score(X, y) > 0.85)
       (['in', 'out'], (2, 2), True)
     """
@@ -643,9 +647,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
             self.standardizer_ = _standardizer(X, dtype)
             ls = np.sqrt(d) if self.lengthscale == "auto" else float(self.lengthscale)
             if self.features == "rff":
-                self.feature_map_ = rff_init(
-                    jax.random.key(seed), jnp.full((d,), ls, dtype), self.n_frequencies
-                )
+                self.feature_map_ = _frequencies(seed, np.full(d, ls), self.n_frequencies, dtype)
                 b, scale = 2 * self.n_frequencies, float(self.prior_scale)
             else:
                 self.feature_map_ = None
@@ -713,6 +715,14 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         """
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
+
+
+def _frequencies(seed: int, lengthscales, num_frequencies: int, dtype) -> RandomFourierFeatures:
+    """[`kronvi.rff_init`][kronvi.rff_init]'s draw, $W_{dj} = z_{dj} / \\ell_d$, from a NumPy generator
+    seeded by `seed`: the same frequencies for every input dimension without a compile per dimension."""
+    ls = np.asarray(lengthscales, np.float64)
+    z = np.random.default_rng(seed).standard_normal((ls.shape[0], int(num_frequencies)))
+    return RandomFourierFeatures(jnp.asarray(z / ls[:, None], dtype))
 
 
 def _standardizer(X, dtype) -> Standardizer:
