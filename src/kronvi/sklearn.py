@@ -463,7 +463,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         Returns:
           `self`.
         """
-        if getattr(self, "_augmented_stats", "unset") == "unset" or not hasattr(self, "standardizer_"):
+        if not hasattr(self, "_augmented_stats"):  # neither initialize nor fit so far
             self.initialize(X, y)
         else:
             self._check_params()
