@@ -159,3 +159,24 @@ def test_linear_features_float64_and_bad_parameters():
     ]:  # fmt: skip
         with pytest.raises(ValueError, match=f"`{name}`"):
             DirectRegressor(**params).fit(X, y)
+
+
+def test_default_lengthscales_are_the_gp_estimate_per_input():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 3)) * np.array([1.0, 10.0, 0.1]) + 5.0
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=120)  # inputs 1 and 2 are irrelevant
+    est = DirectRegressor(n_frequencies=10, gp_points=60, gp_restarts=1, random_state=0).fit(X, y)
+    ls = np.asarray(est.hyperparameters_.lengthscales)
+    assert ls[0] < 3.0 and min(ls[1], ls[2]) > 100.0
+    assert est.score(X, y) > 0.9
+    # the same GP fit as kronvi.fit_gp_hyperparameters on the standardized, centred rows (same key)
+    seed = np.random.RandomState(0).randint(np.iinfo(np.int32).max)
+    k_gp = jax.random.split(jax.random.key(seed), 3)[0]
+    Xs = jnp.asarray((X - X.mean(axis=0)) / X.std(axis=0), jnp.float32)
+    ref, _ = kronvi.fit_gp_hyperparameters(
+        k_gp, Xs, jnp.asarray(y - y.mean(), jnp.float32), num_points=60, num_restarts=1
+    )
+    np.testing.assert_allclose(ls[0], float(ref.lengthscales[0]), rtol=0.02)
+    np.testing.assert_allclose(
+        float(est.hyperparameters_.noise_variance), float(ref.noise_variance), rtol=0.02
+    )
