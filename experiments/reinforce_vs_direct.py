@@ -18,8 +18,8 @@ Methods (all from the same start; "iteration" is one optimizer step):
                  than the best REINFORCE run's distance to the optimum)
   direct-cavi    kronvi.fit_regression(method="cavi"): exact coordinate ascent (default order "gain",
                  default tol); an iteration is a sweep
-  reinforce      optax.adam on the logits with kronvi's REINFORCE estimator (kronvi._fit.reinforce
-                 .reinforce_gradient): the full score-function estimator of the ELBO's gradient, i.e. the
+  reinforce      optax.adam on the logits with kronvi's REINFORCE estimator
+                 (kronvi.reinforce_gradient): the full score-function estimator of the ELBO's gradient, i.e. the
                  integrand log p(y, x) - log q(x) as in the paper (no exact entropy), at S draws per step,
                  without a baseline and with one (leave-one-out mean of the other draws for S >= 2; for
                  S = 1 an exponential moving average, decay 0.9, of earlier ELBO estimates). Adam's step size
@@ -67,7 +67,6 @@ import numpy as np
 import optax
 
 import kronvi
-from kronvi._fit.reinforce import reinforce_gradient
 
 NOISE_SD = 1.0
 NUM_INPUTS = 3
@@ -174,7 +173,7 @@ def reinforce_run(
     params = (logits_w, logits_n)
     k0, key = jax.random.split(key)
     if baseline == "ema":  # start the moving average at a one-draw ELBO estimate at the start
-        _, info0 = reinforce_gradient(
+        _, info0 = kronvi.reinforce_gradient(
             k0,
             kronvi.MeanField(logits_w),
             kronvi.MeanField(logits_n),
@@ -190,7 +189,7 @@ def reinforce_run(
     def step(carry, k):
         params, state, ema = carry
         c = {"none": None, "leave-one-out": "leave-one-out", "ema": ema}[baseline]
-        (gw, gn), info = reinforce_gradient(
+        (gw, gn), info = kronvi.reinforce_gradient(
             k,
             kronvi.MeanField(params[0]),
             kronvi.MeanField(params[1]),

@@ -78,10 +78,9 @@ def regression_log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> from kronvi._fit.reinforce import regression_log_joint
       >>> stats = kronvi.regression_stats(jnp.eye(2), jnp.array([1.0, 0.0]))
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(1.0, levels=1)
-      >>> regression_log_joint(jnp.zeros((1, 2), int), jnp.zeros(1, int), pw, pn, stats).shape
+      >>> kronvi.regression_log_joint(jnp.zeros((1, 2), int), jnp.zeros(1, int), pw, pn, stats).shape
       (1,)
     """
     check_weight_prior(prior_w)
@@ -232,8 +231,7 @@ def sample_mean_field(key, q: MeanField, *, num_samples: int):
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> from kronvi._fit.reinforce import sample_mean_field
-      >>> sample_mean_field(jax.random.key(0), kronvi.MeanField(jnp.zeros((4, 3))), num_samples=5).shape
+      >>> kronvi.sample_mean_field(jax.random.key(0), kronvi.MeanField(jnp.zeros((4, 3))), num_samples=5).shape
       (5, 4)
     """
     if not isinstance(q, MeanField):
@@ -279,11 +277,10 @@ def reinforce_gradient(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> from kronvi._fit.reinforce import reinforce_gradient
       >>> Phi = jax.random.normal(jax.random.key(0), (30, 3)); y = Phi @ jnp.array([1., 0., -1.])
       >>> stats = kronvi.regression_stats(Phi, y)
       >>> pw, pn = kronvi.gaussian_prior(3, 1.0, levels=3), kronvi.noise_prior(0.1, levels=3)
-      >>> (gw, gn), info = reinforce_gradient(jax.random.key(1), kronvi.MeanField.from_prior(pw),
+      >>> (gw, gn), info = kronvi.reinforce_gradient(jax.random.key(1), kronvi.MeanField.from_prior(pw),
       ...     kronvi.MeanField.from_prior(pn), pw, pn, stats, num_samples=8, baseline="leave-one-out")
       >>> gw.shape, gn.shape
       ((3, 3), (1, 3))
