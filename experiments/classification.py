@@ -1,0 +1,379 @@
+"""Binary classification study: DIRECT logistic regression against three baselines, 10 stratified folds.
+
+For every dataset folder (``data.csv.gz`` with a 0/1 label in the last column, ``test_mask.csv.gz``) and fold,
+the inputs are standardized with training-fold statistics. Methods:
+
+  direct-logistic   DIRECT mean-field logistic regression (kronvi.logistic.fit_logistic, the default "tilted"
+                    bound, 15-level grids on +-3 prior sd) on b = 2 D + d + 1 features: D = --num-frequencies
+                    random Fourier features [cos, sin] / sqrt(D), the d standardized inputs / sqrt(d) and a
+                    constant 1 (the kernel of the implied GP: squared-exponential plus linear plus constant).
+                    Lengthscale: the median heuristic (one lengthscale, the median pairwise distance between
+                    at most 1000 standardized training inputs). Prior sd s of the weights (= the prior sd of the
+                    latent function, since the features are scaled by D^-1/2): chosen per fold among
+                    --prior-scales by the Laplace approximation to the evidence of the Gaussian-prior logistic
+                    model on the same features (on a random 5000-row subsample of larger training sets). L-BFGS (--max-iter iterations from the Laplace start) for
+                    n <= --sgd-above training rows, else Adam(0.05) on minibatches of 512 rows (--sgd-steps).
+                    Folds are padded to one size with zero-weight rows (one compile per dataset). Exact
+                    predictive probabilities (kronvi.logistic.predict_logistic).
+  sklearn-logistic  scikit-learn L2 logistic regression (with intercept) on the same features, C chosen by inner 5-fold CV on
+                    log loss among 10 values in [1e-3, 1e3] (LogisticRegressionCV; above 10,000 training rows C is
+                    chosen by 3-fold CV on a random 5000-row subsample, then refitted on all rows).
+  linear-logistic   the same on the standardized raw inputs.
+  direct-logistic-pgrid (not in "all") direct-logistic with posterior-placed grids: weight j on 15 levels
+                    spanning its Laplace MAP +- 4 Laplace marginal sds (full training set), prior log-probabilities
+                    from N(0, s^2) at those levels (kronvi's regression default does the same); no zero level.
+  gauss-vi          mean-field Gaussian VI on the same features with the prior N(0, s^2) at direct-logistic's
+                    chosen s: reparameterization gradients (local reparameterization of the logits, 4 draws per
+                    row), minibatches of 256 rows, Adam(0.01), 2000 steps; predictive probabilities by 32-point
+                    Gauss-Hermite quadrature of the Gaussian logit.
+
+Metrics per fold: accuracy, log loss (probabilities clipped to [1e-12, 1 - 1e-12]), expected calibration error
+(10 equal-width bins of P(y = 1): sum over bins of (bin size / n) |mean label - mean probability|), fit seconds
+(direct-logistic: prior-scale choice + fit, the first fold includes compilation; gauss-vi: the vmapped call over
+all folds, compilation included, divided by the folds)
+and expected sparsity (direct-logistic: expected percent of weights at the grid's 0 level; others 0).
+Reliability counts pooled over folds go to ``<json stem>_reliability.json``.
+
+Usage:
+  nice -n 10 python experiments/classification.py --data-dir ../shared/data/classification --datasets all \
+      --methods all --json experiments/results/classification.json
+  nice -n 10 python experiments/classification.py --data-dir ../shared/data/classification \
+      --datasets kin40k_median --methods direct-logistic-pgrid --append --json experiments/results/classification.json
+  python experiments/render_classification.py experiments/results/classification.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import kronvi
+import kronvi.logistic as kl
+
+METHODS = ("direct-logistic", "sklearn-logistic", "linear-logistic", "gauss-vi", "direct-logistic-pgrid")
+NUM_BINS = 10
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Metrics
+# ------------------------------------------------------------------------------------------------
+
+
+def metrics(p, y):
+    p = np.clip(np.asarray(p, np.float64), 1e-12, 1 - 1e-12)
+    y = np.asarray(y, np.float64)
+    acc = float(np.mean((p > 0.5) == (y == 1)))
+    ll = float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
+    counts, psum, ysum = reliability(p, y)
+    ece = float(np.sum(np.abs(ysum - psum)) / len(y))
+    return acc, ll, ece
+
+
+def reliability(p, y):
+    """Per-bin counts, sums of probabilities and sums of labels (10 equal-width bins of P(y = 1))."""
+    idx = np.minimum((np.asarray(p) * NUM_BINS).astype(int), NUM_BINS - 1)
+    counts = np.bincount(idx, minlength=NUM_BINS).astype(float)
+    psum = np.bincount(idx, weights=p, minlength=NUM_BINS)
+    ysum = np.bincount(idx, weights=y, minlength=NUM_BINS)
+    return counts, psum, ysum
+
+
+# ------------------------------------------------------------------------------------------------
+# Data and features
+# ------------------------------------------------------------------------------------------------
+
+
+def prepare(X, y, folds, k, seed, num_frequencies):
+    te = folds == k
+    Xtr, Xte = X[~te], X[te]
+    mu, sd = Xtr.mean(0), Xtr.std(0)
+    sd[sd == 0] = 1.0
+    Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
+    rng = np.random.default_rng(seed + k)
+    sub = Xtr[rng.choice(len(Xtr), min(len(Xtr), 1000), replace=False)]
+    d2 = np.sum((sub[:, None] - sub[None]) ** 2, -1)
+    ls = float(np.sqrt(np.median(d2[d2 > 0])))
+    rff = kronvi.rff_init(
+        jax.random.key(seed * 1000 + k), jnp.full(X.shape[1], ls, jnp.float32), num_frequencies
+    )
+    lin = 1.0 / np.sqrt(X.shape[1])  # the standardized inputs, scaled so that |x|^2 / d ~ 1
+    one_tr, one_te = np.ones((len(Xtr), 1)), np.ones((len(Xte), 1))  # a bias
+    Ptr = np.hstack([np.asarray(kronvi.rff_features(rff, jnp.asarray(Xtr, jnp.float32))), lin * Xtr, one_tr])
+    Pte = np.hstack([np.asarray(kronvi.rff_features(rff, jnp.asarray(Xte, jnp.float32))), lin * Xte, one_te])
+    Ptr, Pte = Ptr.astype(np.float32), Pte.astype(np.float32)
+    return dict(Xtr=Xtr, Xte=Xte, ytr=y[~te], yte=y[te], Ptr=Ptr, Pte=Pte, ls=ls)
+
+
+def pad_stack(arrays, n, fill=0.0):
+    out = []
+    for a in arrays:
+        pad = [(0, n - a.shape[0])] + [(0, 0)] * (a.ndim - 1)
+        out.append(np.pad(a, pad, constant_values=fill))
+    return np.stack(out)
+
+
+# ------------------------------------------------------------------------------------------------
+# Methods
+# ------------------------------------------------------------------------------------------------
+
+
+def laplace_log_evidence(Phi, y, s, *, return_posterior=False):
+    """Laplace approximation to log p(y | Phi) of logistic regression with the prior N(0, s^2 I); with
+    ``return_posterior`` also the MAP and the Laplace marginal sds sqrt(diag(H^-1))."""
+    from sklearn.linear_model import LogisticRegression
+
+    Phi = np.asarray(Phi, np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = LogisticRegression(C=s**2, fit_intercept=False, max_iter=2000, tol=1e-8).fit(Phi, y)
+    w = clf.coef_[0]
+    z = Phi @ w
+    ll = np.sum(y * z - np.logaddexp(0.0, z))
+    p = 1 / (1 + np.exp(-z))
+    H = (Phi * (p * (1 - p))[:, None]).T @ Phi + np.eye(len(w)) / s**2
+    _, logdet = np.linalg.slogdet(H)
+    ev = ll - w @ w / (2 * s**2) - len(w) * np.log(s) - 0.5 * logdet
+    if return_posterior:
+        return ev, w, np.sqrt(np.diag(np.linalg.inv(H)))
+    return ev
+
+
+def posterior_grid(w, sd, s, levels=15, width=4.0):
+    """Weight j on ``w_j + sd_j * linspace(-width, width, levels)`` with the N(0, s^2) prior's log density."""
+    unit = np.linspace(-1.0, 1.0, levels) * width
+    values = w[:, None] + sd[:, None] * unit[None]
+    return kronvi.DiscretePrior(
+        jnp.asarray(values, jnp.float32), jnp.asarray(-0.5 * values**2 / s**2, jnp.float32)
+    )
+
+
+def run_direct(preps, args, pgrid=False):
+    """One compiled fit per dataset: folds padded to one training size with zero-weight rows."""
+    n = max(p["Ptr"].shape[0] for p in preps)
+    nte = max(p["Pte"].shape[0] for p in preps)
+    b = preps[0]["Ptr"].shape[1]
+    sgd = n > args.sgd_above
+    if sgd:
+        fit = jax.jit(
+            lambda k, P, yy, ww, pr: kl.fit_logistic(
+                P, yy, pr, method="sgd", key=k, batch_size=512, num_steps=args.sgd_steps, weights=ww,
+                optimizer=optax.adam(0.05),
+            )
+        )  # fmt: skip
+    else:
+        fit = jax.jit(lambda k, P, yy, ww, pr: kl.fit_logistic(P, yy, pr, max_iter=args.max_iter, weights=ww))
+    out = []
+    for f, p in enumerate(preps):
+        t = time.time()
+        sub = np.random.default_rng(args.seed + f).permutation(len(p["ytr"]))[:5000]  # all rows up to 5000
+        ev = [laplace_log_evidence(p["Ptr"][sub], p["ytr"][sub], s) for s in args.prior_scales]
+        scale = args.prior_scales[int(np.argmax(ev))]
+        if pgrid:
+            _, w_map, sd_map = laplace_log_evidence(p["Ptr"], p["ytr"], scale, return_posterior=True)
+            prior = posterior_grid(w_map, sd_map, scale)
+        else:
+            prior = kronvi.gaussian_prior(b, scale, levels=15, dtype=jnp.float32)
+        Phi = jnp.asarray(pad_stack([p["Ptr"]], n)[0], jnp.float32)
+        yy = jnp.asarray(pad_stack([p["ytr"]], n)[0], jnp.float32)
+        ww = jnp.asarray(pad_stack([np.ones(p["Ptr"].shape[0])], n)[0], jnp.float32)
+        q, info = fit(jax.random.key(args.seed * 100 + f), Phi, yy, ww, prior)
+        jax.block_until_ready(q.logits)
+        seconds = time.time() - t
+        Pte = jnp.asarray(pad_stack([p["Pte"]], nte)[0], jnp.float32)
+        prob = np.asarray(kl.predict_logistic(q, prior, Pte))[: p["Pte"].shape[0]]
+        sparsity = 100.0 * float(kronvi.expected_sparsity(q, prior))
+        out.append(dict(prob=prob, seconds=seconds, sparsity=sparsity, scale=scale))
+        log(f"    fold {f}: prior sd {scale}, fit {seconds:.1f}s, {int(info.num_iter)} iterations")
+    return out
+
+
+def run_sklearn(Xtr, ytr, Xte, seed):
+    """L2 logistic regression, C by inner 5-fold CV on log loss; above 10,000 rows C is chosen by 3-fold CV
+    on a random 5000-row subsample and the model refitted on all rows."""
+    from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
+
+    Xtr = np.asarray(Xtr, np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = time.time()
+        big = len(ytr) > 10000
+        sub = np.random.default_rng(seed).choice(len(ytr), 5000, replace=False) if big else slice(None)
+        clf = LogisticRegressionCV(
+            Cs=np.logspace(-3, 3, 10), cv=3 if big else 5, scoring="neg_log_loss", max_iter=2000
+        ).fit(Xtr[sub], ytr[sub])
+        if big:
+            clf = LogisticRegression(C=float(clf.C_[0]), max_iter=2000).fit(Xtr, ytr)
+        seconds = time.time() - t
+    return clf.predict_proba(np.asarray(Xte, np.float64))[:, 1], seconds
+
+
+def run_gauss_vi(preps, scales, args):
+    """Mean-field Gaussian VI with local reparameterization, vmapped over folds."""
+    F = len(preps)
+    n = max(p["Ptr"].shape[0] for p in preps)
+    Phi = jnp.asarray(pad_stack([p["Ptr"] for p in preps], n), jnp.float32)
+    y = jnp.asarray(pad_stack([p["ytr"] for p in preps], n), jnp.float32)
+    w = jnp.asarray(pad_stack([np.ones(p["Ptr"].shape[0]) for p in preps], n), jnp.float32)
+    sw = jnp.asarray(scales, jnp.float32)
+    opt = optax.adam(0.01)
+    B, steps, draws = min(256, n), args.vi_steps, 4
+
+    def fit(key, P, yy, ww, s):
+        b = P.shape[1]
+        ntot = jnp.sum(ww)
+        params = (jnp.zeros(b), jnp.full(b, jnp.log(s) - 2.0))
+
+        def loss(params, k):
+            k1, k2 = jax.random.split(k)
+            idx = jax.random.choice(k1, n, (B,), replace=False)
+            mu, log_sd = params
+            Pb = P[idx]
+            m = Pb @ mu
+            v = (Pb**2) @ jnp.exp(2 * log_sd)
+            z = m[:, None] + jnp.sqrt(v + 1e-12)[:, None] * jax.random.normal(k2, (B, draws))
+            sgn = 2 * yy[idx] - 1
+            ll = jnp.sum(ww[idx] * jnp.mean(jax.nn.log_sigmoid(sgn[:, None] * z), axis=1)) * (n / B)
+            var = jnp.exp(2 * log_sd)
+            kl_ = 0.5 * jnp.sum((var + mu**2) / s**2 - 1 - 2 * log_sd + 2 * jnp.log(s))
+            return -(ll - kl_) / ntot
+
+        def body(carry, k):
+            params, st = carry
+            g = jax.grad(loss)(params, k)
+            upd, st = opt.update(g, st, params)
+            return (optax.apply_updates(params, upd), st), None
+
+        (params, _), _ = jax.lax.scan(body, (params, opt.init(params)), jax.random.split(key, steps))
+        return params
+
+    keys = jax.random.split(jax.random.key(args.seed + 7), F)
+    t = time.time()
+    mu, log_sd = jax.jit(jax.vmap(fit))(keys, Phi, y, w, sw)
+    jax.block_until_ready(mu)
+    seconds = (time.time() - t) / F
+    gh_x, gh_w = np.polynomial.hermite_e.hermegauss(32)
+    out = []
+    for f, p in enumerate(preps):
+        P = p["Pte"].astype(np.float64)
+        m = P @ np.asarray(mu[f], np.float64)
+        sd = np.sqrt((P**2) @ np.exp(2 * np.asarray(log_sd[f], np.float64)))
+        z = m[:, None] + sd[:, None] * gh_x[None]
+        prob = (1 / (1 + np.exp(-z))) @ (gh_w / gh_w.sum())
+        out.append(dict(prob=prob, seconds=seconds))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Driver
+# ------------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--datasets", default="all", help="comma-separated folder names, or all")
+    ap.add_argument("--methods", default="all", help=f"comma-separated among {', '.join(METHODS)}, or all")
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--append", action="store_true", help="keep the JSON's records of other datasets")
+    ap.add_argument("--folds", type=int, default=10, help="use the first K folds")
+    ap.add_argument("--num-frequencies", type=int, default=50, help="D; b = 2D features")
+    ap.add_argument("--prior-scales", default="1,3,10,30")
+    ap.add_argument("--max-iter", type=int, default=40)
+    ap.add_argument("--sgd-above", type=int, default=3000)
+    ap.add_argument("--sgd-steps", type=int, default=400)
+    ap.add_argument("--vi-steps", type=int, default=2000)
+    args = ap.parse_args(argv)
+    args.prior_scales = [float(s) for s in args.prior_scales.split(",")]
+    names = sorted(os.listdir(args.data_dir)) if args.datasets == "all" else args.datasets.split(",")
+    names = [d for d in names if os.path.isdir(os.path.join(args.data_dir, d))]
+    methods = list(METHODS[:4]) if args.methods == "all" else args.methods.split(",")
+    for m in methods:
+        if m not in METHODS:
+            sys.exit(f"error: unknown method {m!r}; choose among {METHODS}")
+    if "gauss-vi" in methods and "direct-logistic" not in methods:
+        sys.exit("error: gauss-vi uses direct-logistic's chosen prior scale; run both")
+    records, rel = [], {}
+    if args.append and os.path.exists(args.json):
+        with open(args.json) as fh:
+            records = [r for r in json.load(fh) if not (r["dataset"] in names and r["method"] in methods)]
+        rel_path = os.path.splitext(args.json)[0] + "_reliability.json"
+        if os.path.exists(rel_path):
+            with open(rel_path) as fh:
+                rel = json.load(fh)
+                for k in names:
+                    for m in methods:
+                        rel.get(k, {}).pop(m, None)
+    for name in names:
+        X, y, mask = kronvi.load_uci(os.path.join(args.data_dir, name))
+        folds = kronvi.fold_indices(mask)
+        K = min(args.folds, mask.shape[1])
+        log(f"{name}: n={X.shape[0]} d={X.shape[1]}, {K} folds")
+        preps = [prepare(X, y, folds, k, args.seed, args.num_frequencies) for k in range(K)]
+        results = {}
+        if "direct-logistic" in methods:
+            results["direct-logistic"] = run_direct(preps, args)
+        if "direct-logistic-pgrid" in methods:
+            results["direct-logistic-pgrid"] = run_direct(preps, args, pgrid=True)
+        if "gauss-vi" in methods:
+            results["gauss-vi"] = run_gauss_vi(preps, [o["scale"] for o in results["direct-logistic"]], args)
+        for m, key in (("sklearn-logistic", "P"), ("linear-logistic", "X")):
+            if m in methods:
+                res = []
+                for p in preps:
+                    prob, sec = run_sklearn(p[key + "tr"], p["ytr"], p[key + "te"], args.seed)
+                    res.append(dict(prob=prob, seconds=sec))
+                results[m] = res
+        for m in methods:
+            res = results[m]
+            ms = np.array([metrics(r["prob"], p["yte"]) for r, p in zip(res, preps, strict=True)])
+            rec = dict(
+                dataset=name,
+                method=m,
+                n=int(X.shape[0]),
+                d=int(X.shape[1]),
+                accuracy_mean=float(ms[:, 0].mean()),
+                accuracy_sd=float(ms[:, 0].std(ddof=1)) if K > 1 else 0.0,
+                logloss_mean=float(ms[:, 1].mean()),
+                logloss_sd=float(ms[:, 1].std(ddof=1)) if K > 1 else 0.0,
+                ece_mean=float(ms[:, 2].mean()),
+                fit_seconds=float(np.mean([r["seconds"] for r in res])),
+                sparsity_pct=float(np.mean([r.get("sparsity", 0.0) for r in res])),
+            )
+            records.append(rec)
+            counts = sum(
+                reliability(np.clip(r["prob"], 0, 1), p["yte"])[0] for r, p in zip(res, preps, strict=True)
+            )
+            psum = sum(
+                reliability(np.clip(r["prob"], 0, 1), p["yte"])[1] for r, p in zip(res, preps, strict=True)
+            )
+            ysum = sum(
+                reliability(np.clip(r["prob"], 0, 1), p["yte"])[2] for r, p in zip(res, preps, strict=True)
+            )
+            rel.setdefault(name, {})[m] = dict(counts=counts.tolist(), psum=psum.tolist(), ysum=ysum.tolist())
+            log(
+                f"  {m:17s} acc {rec['accuracy_mean']:.4f}  logloss {rec['logloss_mean']:.4f}  "
+                f"ece {rec['ece_mean']:.4f}  fit {rec['fit_seconds']:.2f}s  sparsity {rec['sparsity_pct']:.1f}%"
+            )
+        with open(args.json, "w") as fh:
+            json.dump(records, fh, indent=1)
+        with open(os.path.splitext(args.json)[0] + "_reliability.json", "w") as fh:
+            json.dump(rel, fh)
+    log(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
