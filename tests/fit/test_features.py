@@ -109,10 +109,9 @@ def test_gradient_in_the_lengthscales_matches_finite_differences():
         q_w, q_n, prior_w, prior_n = _model(np.float64, 20)
         theta = jnp.asarray([0.2, -0.4, 0.3])
 
+        @jax.jit
         def f(t):
-            return feature_elbo(
-                jnp.asarray(t), q_w, q_n, prior_w, prior_n, X, y, feature_fn=fmap, chunk_size=16
-            )
+            return feature_elbo(t, q_w, q_n, prior_w, prior_n, X, y, feature_fn=fmap, chunk_size=16)
 
         grad = jax.grad(f)(theta)
         fd = _central_differences(lambda t: float(f(t)), theta, 1e-6)
@@ -126,6 +125,7 @@ def test_gradient_in_the_mlp_weights_matches_finite_differences():
         params = mlp_init(jax.random.key(2), (3, 5, 4), dtype=jnp.float64)
         q_w, q_n, prior_w, prior_n = _model(np.float64, 4)
 
+        @jax.jit
         def f(p):
             return feature_elbo(p, q_w, q_n, prior_w, prior_n, X, y, feature_fn=mlp_features, chunk_size=8)
 

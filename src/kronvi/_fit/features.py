@@ -48,7 +48,8 @@ class FeatureFitInfo(NamedTuple):
       elbo: `(num_rounds + 1,)` the ELBO alone at the same points.
       num_rounds: rounds run.
       converged: whether a round gained less than `tol * n` nats before `max_rounds`.
-      grad_norm: norm of the objective's gradient in the parameters at the returned point, divided by `n`.
+      grad_norm: norm of the gradient of the objective divided by `n`, in the parameters, at the returned
+        parameters, with the `q` of that round's step (`nan` when no round was accepted).
     """
 
     objective: np.ndarray
@@ -292,12 +293,12 @@ def fit_features(
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> from kronvi.feature_learning import fit_features, rff_lengthscale_map
-      >>> fmap = rff_lengthscale_map(jax.random.key(0), 1, 20)
-      >>> X = jnp.linspace(-3, 3, 200)[:, None]
-      >>> y = jnp.sin(3 * X[:, 0]) + 0.1 * jax.random.normal(jax.random.key(1), (200,))
-      >>> pw, pn = kronvi.gaussian_prior(40, 1.0, levels=15), kronvi.noise_prior(0.01, levels=7, span=10.0)
+      >>> fmap = rff_lengthscale_map(jax.random.key(0), 1, 10)
+      >>> X = jnp.linspace(-3, 3, 100)[:, None]
+      >>> y = jnp.sin(3 * X[:, 0]) + 0.1 * jax.random.normal(jax.random.key(1), (100,))
+      >>> pw, pn = kronvi.gaussian_prior(20, 1.0, levels=15), kronvi.noise_prior(0.01, levels=7, span=10.0)
       >>> (theta, q_w, q_n), info = fit_features(jnp.log(jnp.ones(1) * 3.0), X, y, pw, pn,
-      ...                                        feature_fn=fmap, max_rounds=3)
+      ...                                        feature_fn=fmap, max_rounds=2, param_iter=10)
       >>> bool(info.objective[-1] >= info.objective[0]), float(jnp.exp(theta[0])) < 3.0
       (True, True)
     """
@@ -342,20 +343,9 @@ def fit_features(
     rounds = 0
     grad_norm = float("nan")
     for _ in range(max_rounds):
-        new_params, grad_norm = _param_step(
-            chunk,
-            param_iter,
-            backend,
-            inner_sweeps,
-            fn,
-            lp,
-            params,
-            q_w.logits,
-            q_n.logits,
-            prior_w,
-            prior_noise,
-            X,
-            y,
+        static = (chunk, param_iter, backend, inner_sweeps)
+        new_params, step_grad_norm = _param_step(
+            *static, fn, lp, params, q_w.logits, q_n.logits, prior_w, prior_noise, X, y
         )
         stats = stats_of(new_params)
         best = None
@@ -372,7 +362,7 @@ def fit_features(
             converged = best is not None
             break
         e, lp_new, q_w, q_n = best
-        params = new_params
+        params, grad_norm = new_params, float(step_grad_norm)
         gain = e + lp_new - objs[-1]
         elbos.append(e)
         objs.append(e + lp_new)
