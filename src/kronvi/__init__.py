@@ -8,6 +8,7 @@ experiments). Their public names are re-exported here.
 """
 
 from . import bnn as bnn
+from . import feature_learning as feature_learning
 from . import gaussian as gaussian
 from . import mixtures as mixtures
 from . import pipeline as pipeline
@@ -16,6 +17,10 @@ from . import quantize as quantize
 # Fitting and model choice
 from ._fit.cavi import cavi_sweep as cavi_sweep
 from ._fit.cavi import coordinate_gains as coordinate_gains
+from ._fit.features import FeatureFitInfo as FeatureFitInfo
+from ._fit.features import feature_elbo as feature_elbo
+from ._fit.features import feature_stats as feature_stats
+from ._fit.features import fit_features as fit_features
 from ._fit.regression import fit_regression as fit_regression
 from ._fit.reinforce import ReinforceInfo as ReinforceInfo
 from ._fit.reinforce import regression_log_joint as regression_log_joint
@@ -44,6 +49,10 @@ from ._inputs.gp import GPFitInfo as GPFitInfo
 from ._inputs.gp import GPHyperparameters as GPHyperparameters
 from ._inputs.gp import fit_gp_hyperparameters as fit_gp_hyperparameters
 from ._inputs.gp import gp_log_marginal_likelihood as gp_log_marginal_likelihood
+from ._inputs.learned import mlp_features as mlp_features
+from ._inputs.learned import mlp_init as mlp_init
+from ._inputs.learned import rff_lengthscale_features as rff_lengthscale_features
+from ._inputs.learned import rff_lengthscale_map as rff_lengthscale_map
 from ._model.density import predictive_log_density as predictive_log_density
 
 # Priors, variational families and the exact objective
@@ -82,6 +91,10 @@ from .bnn import fit_bnn as fit_bnn
 from .bnn import merge_bnn_stats as merge_bnn_stats
 from .bnn import predict_bnn as predict_bnn
 from .bnn import quadratic_net as quadratic_net
+from .feature_learning import EigenFeatureModel as EigenFeatureModel
+from .feature_learning import eigen_feature_model as eigen_feature_model
+from .feature_learning import fit_features_eigen as fit_features_eigen
+from .feature_learning import predict_features as predict_features
 from .gaussian import ELRG as ELRG
 from .gaussian import GaussianMeanField as GaussianMeanField
 from .gaussian import ReparamInfo as ReparamInfo
