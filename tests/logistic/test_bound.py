@@ -22,7 +22,7 @@ def problem(dtype, b=3, m=4, n=9, scale=1.0, seed=0):
     return q, prior, Phi, y
 
 
-@pytest.mark.parametrize("scale", [0.3, 1.0, 3.0])
+@pytest.mark.parametrize("scale", [0.3, 3.0])
 def test_bounds_below_exact_and_ordered(dtype, scale):
     q, prior, Phi, y = problem(dtype, scale=scale)
     exact = expected_loglik(q.probs, prior.values, Phi, y)

@@ -52,7 +52,7 @@ def test_vmap_over_padded_folds_jit():
     P2 = jnp.concatenate([jnp.stack([Phi, Phi]), junk], axis=1)
     y2 = jnp.concatenate([jnp.stack([y, y]), jnp.array([[1.0] * 4, [0.0] * 4])], axis=1)
     w = jnp.concatenate([jnp.ones(40), jnp.zeros(4)])
-    fit = lambda P, yy: kl.fit_logistic(P, yy, prior, max_iter=8, weights=w)  # noqa: E731
+    fit = lambda P, yy: kl.fit_logistic(P, yy, prior, max_iter=8, weights=w, q_init="prior")  # noqa: E731
     qv, info = jax.jit(jax.vmap(fit))(P2, y2)
     assert qv.logits.shape == (2, 3, 7) and info.num_iter.shape == (2,)
     np.testing.assert_allclose(qv.probs[0], qv.probs[1], atol=1e-5)
