@@ -33,7 +33,7 @@ class ReinforceInfo(NamedTuple):
     r"""Diagnostics of one REINFORCE gradient estimate.
 
     Attributes:
-      elbo: an unbiased estimate of the ELBO from the same draws (with ``exact_entropy=True``: the
+      elbo: an unbiased estimate of the ELBO from the same draws (with `exact_entropy=True`: the
         sampled $E_q[\log p(y, x)]$ plus the exact entropy), a scalar.
       stderr: its standard error from the spread of the draws (NaN for one draw), a scalar.
     """
@@ -43,7 +43,7 @@ class ReinforceInfo(NamedTuple):
 
 
 def _pick(table, idx):
-    """``table[j, idx[s, j]]`` for a ``(b, m)`` table and ``(S, b)`` level indices: ``(S, b)``."""
+    """`table[j, idx[s, j]]` for a `(b, m)` table and `(S, b)` level indices: `(S, b)`."""
     return jnp.take_along_axis(table[None], idx[..., None], axis=-1)[..., 0]
 
 
@@ -63,18 +63,18 @@ def regression_log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
        - \frac{y^\top y - 2 w^\top \Phi^\top y + w^\top \Phi^\top\Phi\, w}{2\sigma^2}
        + \textstyle\sum_j \log p_j(w_j) + \log p_\sigma(\sigma^2), $$
 
-    with $w_j$ = ``prior_w.values[j, idx_w[s, j]]`` and $\sigma^2$ =
-    ``prior_noise.values[0, idx_noise[s]]``; $O(b^2)$ per configuration from the statistics.
+    with $w_j$ = `prior_w.values[j, idx_w[s, j]]` and $\sigma^2$ =
+    `prior_noise.values[0, idx_noise[s]]`; $O(b^2)$ per configuration from the statistics.
 
     Args:
-      idx_w: ``(S, b)`` integer level indices of the weights, one row per configuration.
-      idx_noise: ``(S,)`` integer level indices of the noise variance.
-      prior_w: :class:`DiscretePrior` ``(b, m)``.
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
-      stats: :class:`RegressionStats` of the data.
+      idx_w: `(S, b)` integer level indices of the weights, one row per configuration.
+      idx_noise: `(S,)` integer level indices of the noise variance.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: [`RegressionStats`][kronvi.RegressionStats] of the data.
 
     Returns:
-      ``(S,)`` log joint densities.
+      `(S,)` log joint densities.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -162,7 +162,7 @@ def _from_draws(
 def reinforce_gradient_from_draws(
     idx_w, idx_noise, q_w, q_noise, prior_w, prior_noise, stats, *, baseline=None, exact_entropy=False
 ):
-    r"""The REINFORCE estimate of the ELBO's gradient in the logits of ``q`` from given draws of ``q``.
+    r"""The REINFORCE estimate of the ELBO's gradient in the logits of `q` from given draws of `q`.
 
     With draws $x_1, \dots, x_S \sim q$ and $f(x) = \log p(y, x) - \log q(x)$:
 
@@ -172,28 +172,28 @@ def reinforce_gradient_from_draws(
     unbiased for $\nabla_\ell \mathcal{L}$ whenever $c_s$ is independent of $x_s$
     ($E_q[\nabla \log q] = 0$; the $-E_q[\nabla_\ell \log q]$ term of the entropy's
     gradient vanishes for the same reason). Baselines $c_s$: none (0), the leave-one-out mean
-    $\frac{1}{S-1}\sum_{t \ne s} f(x_t)$ or a given constant. With ``exact_entropy=True`` the draws
+    $\frac{1}{S-1}\sum_{t \ne s} f(x_t)$ or a given constant. With `exact_entropy=True` the draws
     estimate only $\nabla E_q[\log p(y, x)]$ ($f = \log p(y, x)$) and the entropy's exact
     gradient $\partial H / \partial \ell_{jk} = -q_{jk}(\log q_{jk} + H_j)$ is added.
 
     Args:
-      idx_w: ``(S, b)`` integer level indices of the weights, drawn from ``q_w``.
-      idx_noise: ``(S,)`` integer level indices of the noise variance, drawn from ``q_noise``.
-      q_w: :class:`MeanField` ``(b, m)``.
-      q_noise: :class:`MeanField` ``(1, m_sigma)``.
-      prior_w: :class:`DiscretePrior` ``(b, m)``.
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
-      stats: :class:`RegressionStats` of the data.
-      baseline: ``None`` (no baseline), ``"leave-one-out"`` (``S >= 2``) or a scalar independent of these
+      idx_w: `(S, b)` integer level indices of the weights, drawn from `q_w`.
+      idx_noise: `(S,)` integer level indices of the noise variance, drawn from `q_noise`.
+      q_w: [`MeanField`][kronvi.MeanField] `(b, m)`.
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: [`RegressionStats`][kronvi.RegressionStats] of the data.
+      baseline: `None` (no baseline), `"leave-one-out"` (`S >= 2`) or a scalar independent of these
         draws (e.g. a moving average of earlier ELBO estimates).
       exact_entropy: sample only $E_q[\log p(y, x)]$ and add the entropy's exact gradient.
 
     Returns:
-      ``((grad_w, grad_noise), info)``: ascent directions of the ELBO in ``q_w.logits`` ``(b, m)`` and
-      ``q_noise.logits`` ``(1, m_sigma)``, and a :class:`ReinforceInfo`.
+      `((grad_w, grad_noise), info)`: ascent directions of the ELBO in `q_w.logits` `(b, m)` and
+      `q_noise.logits` `(1, m_sigma)`, and a [`ReinforceInfo`][kronvi.ReinforceInfo].
 
     Raises:
-      ValueError: draws of the wrong shape, or ``baseline="leave-one-out"`` with one draw.
+      ValueError: draws of the wrong shape, or `baseline="leave-one-out"` with one draw.
       TypeError: non-integer draws.
 
     References:
@@ -217,15 +217,15 @@ def reinforce_gradient_from_draws(
 
 
 def sample_mean_field(key, q: MeanField, *, num_samples: int):
-    r"""``num_samples`` independent draws of grid level indices from a mean-field ``q``.
+    r"""`num_samples` independent draws of grid level indices from a mean-field `q`.
 
     Args:
-      key: a ``jax.random`` key.
-      q: :class:`MeanField` ``(b, m)``.
-      num_samples: ``S``, an int >= 1.
+      key: a `jax.random` key.
+      q: [`MeanField`][kronvi.MeanField] `(b, m)`.
+      num_samples: `S`, an int >= 1.
 
     Returns:
-      ``(S, b)`` int32 level indices, row ``s`` a draw of $x \sim \prod_j q_j$ (by the inverse
+      `(S, b)` int32 level indices, row `s` a draw of $x \sim \prod_j q_j$ (by the inverse
       CDF of each factor: $x_j = \#\{k < m - 1 : u_j \ge \sum_{l \le k} q_{jl}\}$,
       $u_j \sim U(0, 1)$).
 
@@ -248,29 +248,30 @@ def reinforce_gradient(
 ):
     r"""REINFORCE (score-function) estimate of the exact ELBO's gradient in the logits of a mean-field q.
 
-    Draws ``num_samples`` configurations $x_s = (w_s, \sigma^2_s) \sim q$ and returns
-    :func:`reinforce_gradient_from_draws` at them: with $f(x) = \log p(y, x) - \log q(x)$,
+    Draws `num_samples` configurations $x_s = (w_s, \sigma^2_s) \sim q$ and returns
+    [`reinforce_gradient_from_draws`][kronvi.reinforce_gradient_from_draws] at them: with
+    $f(x) = \log p(y, x) - \log q(x)$,
 
     $$ \hat g = \frac1S \sum_{s=1}^S \big(f(x_s) - c_s\big)\,\nabla_\ell \log q(x_s), \qquad
        E[\hat g] = \nabla_\ell \mathcal{L}, $$
 
-    the gradient of :func:`kronvi.regression_elbo` in ``(q_w.logits, q_noise.logits)``. Cost
-    $O(S b^2)$ from the statistics, whatever ``n`` is. Jittable (``num_samples`` static).
+    the gradient of [`kronvi.regression_elbo`][kronvi.regression_elbo] in `(q_w.logits, q_noise.logits)`.
+    Cost $O(S b^2)$ from the statistics, whatever `n` is. Jittable (`num_samples` static).
 
     Args:
-      key: a ``jax.random`` key.
-      q_w: :class:`MeanField` ``(b, m)``.
-      q_noise: :class:`MeanField` ``(1, m_sigma)``.
-      prior_w: :class:`DiscretePrior` ``(b, m)``.
-      prior_noise: :class:`DiscretePrior` ``(1, m_sigma)``.
-      stats: :class:`RegressionStats` of the data.
-      num_samples: ``S``, the number of draws, an int >= 1.
-      baseline: ``None``, ``"leave-one-out"`` (``S >= 2``) or a scalar independent of the draws.
+      key: a `jax.random` key.
+      q_w: [`MeanField`][kronvi.MeanField] `(b, m)`.
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
+      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: [`RegressionStats`][kronvi.RegressionStats] of the data.
+      num_samples: `S`, the number of draws, an int >= 1.
+      baseline: `None`, `"leave-one-out"` (`S >= 2`) or a scalar independent of the draws.
       exact_entropy: sample only $E_q[\log p(y, x)]$ and add the entropy's exact gradient.
 
     Returns:
-      ``((grad_w, grad_noise), info)``: ascent directions ``(b, m)`` and ``(1, m_sigma)``, and a
-      :class:`ReinforceInfo` (an unbiased ELBO estimate and its standard error).
+      `((grad_w, grad_noise), info)`: ascent directions `(b, m)` and `(1, m_sigma)`, and a
+      [`ReinforceInfo`][kronvi.ReinforceInfo] (an unbiased ELBO estimate and its standard error).
 
     References:
       Williams (1992), REINFORCE; Evans & Nair (2018), section 5.1 and Figure 1.
