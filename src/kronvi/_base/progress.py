@@ -1,30 +1,30 @@
-r"""Opt-in progress reporting for long loops compiled into ``lax.scan``.
+r"""Opt-in progress reporting for long loops compiled into `lax.scan`.
 
 kronvi's long loops (mixture SGD, REPARAM, local-reparameterization ELRG) run entirely inside one
-jitted ``lax.scan``, so a Python loop cannot print between steps. With ``progress`` on, the scan body
-calls :func:`jax.debug.callback` every ``progress_every`` steps (and at the last step), inside a
-``lax.cond`` on the step counter, and the host-side reporter receives ``(step, total, metrics)``. With
-``progress=None`` (the default) the compiled program contains no callback at all: the switch is part of
+jitted `lax.scan`, so a Python loop cannot print between steps. With `progress` on, the scan body
+calls `jax.debug.callback` every `progress_every` steps (and at the last step), inside a
+`lax.cond` on the step counter, and the host-side reporter receives `(step, total, metrics)`. With
+`progress=None` (the default) the compiled program contains no callback at all: the switch is part of
 the pytree structure of the jitted function's arguments, so the two cases are separate compiles and the
 default one is unchanged.
 
 The reporter itself is never baked into the compiled program. Each call registers its reporter under a
 fresh integer token for the duration of the call and passes the token to the program as a traced
 argument, so one compile serves every callable and every tqdm bar; on exit the call waits for the
-outstanding callbacks (:func:`jax.effects_barrier`) and unregisters the token.
+outstanding callbacks (`jax.effects_barrier`) and unregisters the token.
 
-``progress`` accepts:
+`progress` accepts:
 
-- ``None``: nothing (no callback in the program, no overhead);
-- ``True``: a ``tqdm`` bar when tqdm is importable, else one plain line per report on ``stderr``;
-- a callable ``progress(step, total, metrics)``: ``step`` is the number of steps done (1-based, a Python
-  ``int``), ``total`` the number of steps, ``metrics`` a ``dict`` of this step's diagnostics (Python floats
+- `None`: nothing (no callback in the program, no overhead);
+- `True`: a `tqdm` bar when tqdm is importable, else one plain line per report on `stderr`;
+- a callable `progress(step, total, metrics)`: `step` is the number of steps done (1-based, a Python
+  `int`), `total` the number of steps, `metrics` a `dict` of this step's diagnostics (Python floats
   for scalars, NumPy arrays otherwise).
 
-Under ``jax.vmap`` of a fitting function (e.g. over cross-validation folds) the callback is unrolled over
+Under `jax.vmap` of a fitting function (e.g. over cross-validation folds) the callback is unrolled over
 the mapped axis, so a callable is called once per fold and reported step, each time with that fold's
-scalar metrics; a tqdm bar moves to the largest step seen. Under an outer ``jax.jit`` the token would be
-unregistered before the program runs, so the fitting functions raise a ``ValueError`` that says so.
+scalar metrics; a tqdm bar moves to the largest step seen. Under an outer `jax.jit` the token would be
+unregistered before the program runs, so the fitting functions raise a `ValueError` that says so.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ _LOCK = threading.Lock()
 
 
 def _under_jit() -> bool:
-    """True while tracing under ``jit`` (not under an eager ``vmap``)."""
+    """True while tracing under `jit` (not under an eager `vmap`)."""
     from jax._src import core  # noqa: PLC0415 (private, so looked up lazily and guarded)
 
     fn = getattr(core, "unsafe_am_i_under_a_jit", None)
@@ -57,12 +57,12 @@ def _under_jit() -> bool:
 
 
 class ProgressReporter:
-    """The host-side end of ``progress=True``: a tqdm bar, or plain lines on ``stderr`` without tqdm.
+    """The host-side end of `progress=True`: a tqdm bar, or plain lines on `stderr` without tqdm.
 
     Args:
       total: number of steps.
       desc: label shown before the bar or at the start of each line.
-      file: stream for the plain lines (default ``sys.stderr``).
+      file: stream for the plain lines (default `sys.stderr`).
     """
 
     def __init__(self, total: int, desc: str = "", *, file=None):
@@ -98,13 +98,13 @@ class ProgressReporter:
 
 
 def check_progress(progress, progress_every, total: int, name: str = "progress"):
-    """Validates ``progress`` and ``progress_every``; returns the reporting interval as an ``int``.
+    """Validates `progress` and `progress_every`; returns the reporting interval as an `int`.
 
-    ``progress_every=None`` reports about 100 times over ``total`` steps (every ``max(1, total // 100)``).
+    `progress_every=None` reports about 100 times over `total` steps (every `max(1, total // 100)`).
 
     Raises:
-      TypeError: ``progress`` is not ``None``, a bool or a callable.
-      ValueError: ``progress_every`` is not a positive integer.
+      TypeError: `progress` is not `None`, a bool or a callable.
+      ValueError: `progress_every` is not a positive integer.
     """
     if not (progress is None or isinstance(progress, bool) or callable(progress)):
         raise TypeError(
@@ -134,21 +134,21 @@ def _emit(token, step, total, metrics):
 
 @contextmanager
 def progress_scope(progress, *, total: int, every: int, desc: str = ""):
-    """Registers the reporter of one call; yields the traced-argument pytree for :func:`report_progress`.
+    """Registers the reporter of one call; yields the traced-argument pytree for `report_progress`.
 
-    Yields ``None`` when ``progress`` is ``None`` or ``False`` (then nothing is registered and the compiled
-    program has no callback), else ``(token, every)`` as ``int32`` arrays. On exit it waits for the
+    Yields `None` when `progress` is `None` or `False` (then nothing is registered and the compiled
+    program has no callback), else `(token, every)` as `int32` arrays. On exit it waits for the
     outstanding callbacks, closes a bar it made and unregisters the token.
 
     Args:
-      progress: ``None``, ``True`` or a callable ``(step, total, metrics)``, as checked by
-        :func:`check_progress`.
+      progress: `None`, `True` or a callable `(step, total, metrics)`, as checked by
+        `check_progress`.
       total: number of steps of the loop.
       every: report every this many steps (and at the last).
-      desc: label of the bar made for ``progress=True``.
+      desc: label of the bar made for `progress=True`.
 
     Raises:
-      ValueError: ``progress`` is on while tracing under an outer ``jax.jit``.
+      ValueError: `progress` is on while tracing under an outer `jax.jit`.
     """
     if progress is None or progress is False:
         yield None
@@ -173,17 +173,17 @@ def progress_scope(progress, *, total: int, every: int, desc: str = ""):
 
 
 def report_progress(progress_args, i, total: int, metrics: dict[str, Any]) -> None:
-    """Inside a traced loop body: reports step ``i + 1`` of ``total`` when it is due.
+    """Inside a traced loop body: reports step `i + 1` of `total` when it is due.
 
-    Does nothing (adds nothing to the program) when ``progress_args`` is ``None``; else emits one
-    :func:`jax.debug.callback` under ``lax.cond`` when ``i + 1`` is a multiple of ``every`` or equals
-    ``total``.
+    Does nothing (adds nothing to the program) when `progress_args` is `None`; else emits one
+    `jax.debug.callback` under `lax.cond` when `i + 1` is a multiple of `every` or equals
+    `total`.
 
     Args:
-      progress_args: what :func:`progress_scope` yielded, passed through the jitted function.
-      i: the traced 0-based step index (unbatched, e.g. from ``jnp.arange`` scanned over).
+      progress_args: what `progress_scope` yielded, passed through the jitted function.
+      i: the traced 0-based step index (unbatched, e.g. from `jnp.arange` scanned over).
       total: the static number of steps.
-      metrics: ``dict`` of traced arrays to report.
+      metrics: `dict` of traced arrays to report.
     """
     if progress_args is None:
         return
