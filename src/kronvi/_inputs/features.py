@@ -1,15 +1,17 @@
 r"""Random Fourier features for the squared-exponential ARD kernel.
 
-The kernel :math:`k(x, x') = s^2 \exp\!\big(-\tfrac12 \sum_d (x_d - x'_d)^2 / \ell_d^2\big)` is, by
-Bochner's theorem, :math:`s^2\,\mathbb{E}_{\omega}[\cos(\omega^\top (x - x'))]` with
-:math:`\omega_d \sim N(0, \ell_d^{-2})`. With :math:`D` draws stacked in :math:`W \in \mathbb{R}^{d\times D}`
+The kernel $k(x, x') = s^2 \exp\!\big(-\tfrac12 \sum_d (x_d - x'_d)^2 / \ell_d^2\big)$ is, by
+Bochner's theorem, $s^2\,\mathbb{E}_{\omega}[\cos(\omega^\top (x - x'))]$ with
+$\omega_d \sim N(0, \ell_d^{-2})$. With $D$ draws stacked in $W \in \mathbb{R}^{d\times D}$
 the feature map
 
-.. math:: \phi(x) = D^{-1/2}\,[\cos(x^\top W),\ \sin(x^\top W)] \in \mathbb{R}^{2D}
+$$
+\phi(x) = D^{-1/2}\,[\cos(x^\top W),\ \sin(x^\top W)] \in \mathbb{R}^{2D}
+$$
 
-gives :math:`\phi(x)^\top\phi(x') = D^{-1}\sum_j \cos(\omega_j^\top (x - x')) \to k(x, x') / s^2`. The signal
-variance :math:`s^2` is *not* in the features: it is the variance of the weight prior, so that
-:math:`\Phi w` with :math:`w \sim N(0, s^2 I)` has covariance :math:`\approx s^2 k_{\text{unit}}`.
+gives $\phi(x)^\top\phi(x') = D^{-1}\sum_j \cos(\omega_j^\top (x - x')) \to k(x, x') / s^2$. The signal
+variance $s^2$ is *not* in the features: it is the variance of the weight prior, so that
+$\Phi w$ with $w \sim N(0, s^2 I)$ has covariance $\approx s^2 k_{\text{unit}}$.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from .._base.precision import matmul
 
 
 class RandomFourierFeatures(NamedTuple):
-    r"""A fixed random Fourier feature map; ``b = 2 * D`` features.
+    r"""A fixed random Fourier feature map; `b = 2 * D` features.
 
     Attributes:
-      frequencies: ``(d, D)`` spectral draws :math:`W_{dj} = z_{dj} / \ell_d` with
-        :math:`z_{dj} \sim N(0, 1)`.
+      frequencies: `(d, D)` spectral draws $W_{dj} = z_{dj} / \ell_d$ with
+        $z_{dj} \sim N(0, 1)$.
     """
 
     frequencies: jax.Array
@@ -39,12 +41,12 @@ def rff_init(key, lengthscales, num_frequencies: int) -> RandomFourierFeatures:
     r"""Draws the frequencies of a random Fourier feature map for a squared-exponential ARD kernel.
 
     Args:
-      key: A ``jax.random`` key.
-      lengthscales: ``(d,)`` positive, finite lengthscales :math:`\ell_d`, one per input column.
-      num_frequencies: :math:`D`, the number of frequencies; the map has ``2 * D`` features.
+      key: A `jax.random` key.
+      lengthscales: `(d,)` positive, finite lengthscales $\ell_d$, one per input column.
+      num_frequencies: $D$, the number of frequencies; the map has `2 * D` features.
 
     Returns:
-      RandomFourierFeatures: Frequencies ``(d, D)`` in the dtype of ``lengthscales``.
+      RandomFourierFeatures: Frequencies `(d, D)` in the dtype of `lengthscales`.
 
     References:
       Rahimi & Recht (2007), "Random features for large-scale kernel machines", Algorithm 1.
@@ -74,22 +76,23 @@ def rff_init(key, lengthscales, num_frequencies: int) -> RandomFourierFeatures:
 
 
 def rff_features(params: RandomFourierFeatures, X) -> jax.Array:
-    r"""Evaluates the random Fourier features :math:`D^{-1/2}[\cos(XW), \sin(XW)]`.
+    r"""Evaluates the random Fourier features $D^{-1/2}[\cos(XW), \sin(XW)]$.
 
-    Pure and jittable; pass ``functools.partial(rff_features, params)`` as the ``feature_map`` of
-    :func:`kronvi.regression_stats_from_inputs` to build statistics chunk by chunk.
+    Pure and jittable; pass `functools.partial(rff_features, params)` as the `feature_map` of
+    [`kronvi.regression_stats_from_inputs`][kronvi.regression_stats_from_inputs] to build statistics chunk by
+    chunk.
 
     Args:
-      params: A :class:`RandomFourierFeatures` with frequencies ``(d, D)``.
-      X: Inputs ``(n, d)``.
+      params: A [`RandomFourierFeatures`][kronvi.RandomFourierFeatures] with frequencies `(d, D)`.
+      X: Inputs `(n, d)`.
 
     Returns:
-      Features ``(n, 2 * D)`` with :math:`\Phi\Phi^\top \approx K / s^2`, in the promoted dtype of ``X``
+      Features `(n, 2 * D)` with $\Phi\Phi^\top \approx K / s^2$, in the promoted dtype of `X`
       and the frequencies.
 
     References:
       Rahimi & Recht (2007), "Random features for large-scale kernel machines", Sec. 3; Sutherland &
-      Schneider (2015), "On the error of random Fourier features" (the ``[cos, sin]`` form).
+      Schneider (2015), "On the error of random Fourier features" (the `[cos, sin]` form).
 
     Example:
       >>> import functools, jax, jax.numpy as jnp, kronvi
