@@ -70,7 +70,7 @@ def _resolve_chunk(n, chunk_size):
 
 
 def feature_stats(params, X, y, *, feature_fn, chunk_size: int | None = None) -> RegressionStats:
-    r"""Sufficient statistics of $\Phi = $ `feature_fn(params, X)`, differentiable in `params`, `X`, `y`.
+    r"""Sufficient statistics of $\Phi =$ `feature_fn(params, X)`, differentiable in `params`, `X`, `y`.
 
     The forward pass is [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]
     (chunked, compensated sums). The backward pass is a custom VJP: given the cotangents
@@ -182,7 +182,7 @@ _stats_vjp.defvjp(_stats_fwd, _stats_bwd)
 def feature_elbo(
     params, q_w, q_noise, prior_w, prior_noise, X, y, *, feature_fn, chunk_size: int | None = None
 ) -> jax.Array:
-    r"""The exact DIRECT ELBO of the features $\Phi_\theta = $ `feature_fn(params, X)`, differentiable in `params`.
+    r"""The exact DIRECT ELBO of the features $\Phi_\theta =$ `feature_fn(params, X)`, differentiable in `params`.
 
     $$
     \mathcal{L}(\theta, q) = \mathcal{L}\big(q;\ s(\theta)\big), \qquad
