@@ -2,14 +2,17 @@
 
 The names below follow the data flow: inputs and features -> sufficient statistics -> priors and the
 exact objective -> fitting -> prediction. Families have their own namespaces as well:
-:mod:`kronvi.mixtures`, :mod:`kronvi.gaussian` (baselines), :mod:`kronvi.quantize` (4-bit samples and
-model files) and :mod:`kronvi.pipeline` (the configured end-to-end fit used by ``kronvi fit`` and the
-experiments). Their public names are re-exported here.
+`kronvi.mixtures`, `kronvi.gaussian` (baselines), `kronvi.logistic` (classification, Theorem 2),
+`kronvi.bnn` (quadratic-activation networks), `kronvi.feature_learning` (features learned by the exact
+ELBO), `kronvi.quantize` (4-bit samples and model files) and `kronvi.pipeline` (the configured
+end-to-end fit used by `kronvi fit` and the experiments). Their public names are re-exported here.
+`kronvi.sklearn` (scikit-learn estimators) is imported on demand only, so scikit-learn stays optional.
 """
 
 from . import bnn as bnn
 from . import feature_learning as feature_learning
 from . import gaussian as gaussian
+from . import logistic as logistic
 from . import mixtures as mixtures
 from . import pipeline as pipeline
 from . import quantize as quantize
@@ -118,6 +121,12 @@ from .gaussian import predict_blr as predict_blr
 from .gaussian import predict_elrg as predict_elrg
 from .gaussian import predict_gaussian_mf as predict_gaussian_mf
 from .gaussian import reparam_noise_variance as reparam_noise_variance
+from .logistic import fit_logistic as fit_logistic
+from .logistic import logistic_elbo_bound as logistic_elbo_bound
+from .logistic import logistic_loglik_bound as logistic_loglik_bound
+from .logistic import logistic_loglik_estimate as logistic_loglik_estimate
+from .logistic import logistic_loglik_minibatch as logistic_loglik_minibatch
+from .logistic import predict_logistic as predict_logistic
 from .mixtures import Mixture as Mixture
 from .mixtures import MixturePrior as MixturePrior
 from .mixtures import MixtureSGDInfo as MixtureSGDInfo
