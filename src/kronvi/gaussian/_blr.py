@@ -134,7 +134,8 @@ def blr_evidence_noise(stats, prior_scale, *, lower, upper, num_steps: int = 60)
     Args:
       stats: [`kronvi.RegressionStats`][kronvi.RegressionStats].
       prior_scale: $\sigma_w$, a positive scalar.
-      lower, upper: the bracket, positive scalars with `lower < upper`.
+      lower: the lower end of the bracket, a positive scalar below `upper`.
+      upper: the upper end of the bracket, a positive scalar above `lower`.
       num_steps: golden-section steps.
 
     Returns:
