@@ -444,12 +444,14 @@ def fit_elrg(
         a small constant); `None` learns it.
       init: optional starting [`ELRG`][kronvi.gaussian.ELRG] (its `log_diag` replaced by `log(diag_variance)` when that
         is given).
-      max_iter, tol: `"exact"`: L-BFGS iterations and the gradient-norm tolerance on
-        $-\mathcal{L}/n$.
+      max_iter: `"exact"`: the most L-BFGS iterations, an int >= 1.
+      tol: `"exact"`: the L-BFGS gradient-norm tolerance on $-\mathcal{L}/n$.
       data: `"local-reparam"`: `(Phi, y)`, the `(n, b)` training features and `(n,)` targets.
       optimizer: `"local-reparam"`: an `optax.GradientTransformation` minimizing
         $-\hat{\mathcal{L}}/n$, e.g. `optax.adam(1e-2)`.
-      num_steps, batch_size, num_samples: `"local-reparam"`: steps, rows per minibatch and draws per row.
+      num_steps: `"local-reparam"` (required there): the number of optimizer steps, an int >= 1.
+      batch_size: `"local-reparam"`: rows per minibatch, an int >= 1.
+      num_samples: `"local-reparam"`: draws per row, an int >= 1.
       progress: `"local-reparam"`: `None` (default: no reporting, nothing added to the compiled loop),
         `True` (a tqdm bar, or lines on stderr without tqdm) or a callable `(step, total, metrics)`
         receiving the fields of [`kronvi.ReparamInfo`][kronvi.gaussian.ReparamInfo] as floats; see `kronvi/_base/progress.py`.
