@@ -1,19 +1,19 @@
 r"""DIRECT logistic regression (Evans & Nair 2018, section 4, Theorem 2 and appendix B).
 
-Labels :math:`y \in \{0, 1\}`, :math:`P(y = 1 \mid w) = \sigma(\Phi w)`, a factorized discrete prior on
+Labels $y \in \{0, 1\}$, $P(y = 1 \mid w) = \sigma(\Phi w)$, a factorized discrete prior on
 the weights' grids and a mean-field posterior. The expected log-likelihood has no closed form; it is
-bounded below from per-row moment generating functions of :math:`\Phi_i w`, which are Kronecker products
-and cost :math:`O(bm)` each:
+bounded below from per-row moment generating functions of $\Phi_i w$, which are Kronecker products
+and cost $O(bm)$ each:
 
-* :func:`logistic_loglik_bound` (``bound="theorem2"``: the paper's; ``"jensen"``: the optimal per-row
-  centre; ``"tilted"``, the default: the tightest, a minimum over tilts), :func:`logistic_elbo_bound`
-  (with the exact prior and entropy terms), :func:`logistic_loglik_minibatch` (unbiased minibatch
-  estimate) and :func:`logistic_loglik_estimate` (Monte Carlo estimate of the exact value, to measure gaps);
-* :func:`fit_logistic`: L-BFGS on the full bound, closed-form coordinate ascent (minorize-maximize), or
+* [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound] (`bound="theorem2"`: the paper's; `"jensen"`: the optimal per-row
+  centre; `"tilted"`, the default: the tightest, a minimum over tilts), [`logistic_elbo_bound`][kronvi.logistic.logistic_elbo_bound]
+  (with the exact prior and entropy terms), [`logistic_loglik_minibatch`][kronvi.logistic.logistic_loglik_minibatch] (unbiased minibatch
+  estimate) and [`logistic_loglik_estimate`][kronvi.logistic.logistic_loglik_estimate] (Monte Carlo estimate of the exact value, to measure gaps);
+* [`fit_logistic`][kronvi.logistic.fit_logistic]: L-BFGS on the full bound, closed-form coordinate ascent (minorize-maximize), or
   optax SGD on minibatches;
-* :func:`predict_logistic`: exact :math:`E_q[\sigma(\Phi^* w)]` from the characteristic function.
+* [`predict_logistic`][kronvi.logistic.predict_logistic]: exact $E_q[\sigma(\Phi^* w)]$ from the characteristic function.
 
-Modules: ``_bound``, ``_cavi``, ``_fit``, ``_predict``. Measurements: ``docs/notes/2026-11-23-logistic.md``.
+Modules: `_bound`, `_cavi`, `_fit`, `_predict`. Measurements: `docs/notes/2026-11-23-logistic.md`.
 
 References:
   Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",

@@ -1,34 +1,34 @@
 r"""Lower bounds on the expected log-likelihood of logistic regression under a mean-field discrete q.
 
-Labels are :math:`y_i \in \{0, 1\}` with :math:`P(y_i = 1 \mid w) = \sigma(z_i)`, :math:`z_i = \Phi_i w`.
-With the sign :math:`s_i = 2 y_i - 1` the log-likelihood of a row is
-:math:`\log\sigma(s_i z_i) = -\mathrm{softplus}(u_i)`, :math:`u_i = -s_i z_i`. The paper writes
-:math:`P(y = 0 \mid w) = \sigma(\Phi w)`, i.e. its logit is minus ours; its Theorem 2 reads the same in
-either convention once written with :math:`u_i` (the "wrong-class margin").
+Labels are $y_i \in \{0, 1\}$ with $P(y_i = 1 \mid w) = \sigma(z_i)$, $z_i = \Phi_i w$.
+With the sign $s_i = 2 y_i - 1$ the log-likelihood of a row is
+$\log\sigma(s_i z_i) = -\mathrm{softplus}(u_i)$, $u_i = -s_i z_i$. The paper writes
+$P(y = 0 \mid w) = \sigma(\Phi w)$, i.e. its logit is minus ours; its Theorem 2 reads the same in
+either convention once written with $u_i$ (the "wrong-class margin").
 
-Under a mean-field :math:`q(w) = \prod_j q_j(w_j)` the moment generating function of :math:`z_i` is a
-product over weights (a Kronecker product, Prop. 2), so for any real :math:`c`
+Under a mean-field $q(w) = \prod_j q_j(w_j)$ the moment generating function of $z_i$ is a
+product over weights (a Kronecker product, Prop. 2), so for any real $c$
 
 $$ \log E_q\, e^{c z_i} = \sum_{j=1}^b \log \sum_{k=1}^m q_{jk}\, e^{c\, \Phi_{ij} v_{jk}}, $$
 
-which costs :math:`O(bm)` per row and is computed with log-sum-exp (stable for any :math:`|c\,\Phi w|`).
+which costs $O(bm)$ per row and is computed with log-sum-exp (stable for any $|c\,\Phi w|$).
 Every bound below is a function of a few of these per-row log-MGFs:
 
-* ``"theorem2"`` (the paper's): :math:`\mathrm{softplus}(u) \le e^{u}`, so
-  :math:`E\log\sigma(s z) \ge -E e^{u}`. Loose (exponentially so) for confidently misclassified rows.
-* ``"jensen"``: :math:`\log(1 + t)` is concave in :math:`t = e^u`, so its tangent at a per-row centre
-  :math:`t_0 = e^{a}` bounds it; the best centre is :math:`a = \log E e^{u}` and gives
-  :math:`E\log\sigma(s z) \ge -\log(1 + E e^{u})`. Always at least as tight as ``"theorem2"`` (the
+* `"theorem2"` (the paper's): $\mathrm{softplus}(u) \le e^{u}$, so
+  $E\log\sigma(s z) \ge -E e^{u}$. Loose (exponentially so) for confidently misclassified rows.
+* `"jensen"`: $\log(1 + t)$ is concave in $t = e^u$, so its tangent at a per-row centre
+  $t_0 = e^{a}$ bounds it; the best centre is $a = \log E e^{u}$ and gives
+  $E\log\sigma(s z) \ge -\log(1 + E e^{u})$. Always at least as tight as `"theorem2"` (the
   paper's first-order expansion around the optimized per-row centre).
-* ``"tilted"`` (default): for any :math:`\alpha`,
-  :math:`\mathrm{softplus}(u) = \alpha u + \log(e^{-\alpha u} + e^{(1-\alpha)u})`, and the concavity of
-  :math:`\log` gives
+* `"tilted"` (default): for any $\alpha$,
+  $\mathrm{softplus}(u) = \alpha u + \log(e^{-\alpha u} + e^{(1-\alpha)u})$, and the concavity of
+  $\log$ gives
   $$ E\log\sigma(s z) \ge -\min_{\alpha \in A}\Big[\alpha E u + \log\big(E e^{-\alpha u} + E e^{(1-\alpha) u}\big)\Big], $$
-  here over :math:`A = \{0, \tfrac12, 1\}`. :math:`\alpha = 0` is ``"jensen"``;
-  :math:`\alpha = 1` is its mirror image, nearly exact for confidently misclassified rows; for a
-  Gaussian :math:`u \sim N(\mu, v)` :math:`\alpha = \tfrac12` gives :math:`\mathrm{softplus}(\mu) + v/8`.
+  here over $A = \{0, \tfrac12, 1\}$. $\alpha = 0$ is `"jensen"`;
+  $\alpha = 1$ is its mirror image, nearly exact for confidently misclassified rows; for a
+  Gaussian $u \sim N(\mu, v)$ $\alpha = \tfrac12$ gives $\mathrm{softplus}(\mu) + v/8$.
 
-Measured gaps to the exact expected log-likelihood: ``docs/notes/2026-11-23-logistic.md``.
+Measured gaps to the exact expected log-likelihood: `docs/notes/2026-11-23-logistic.md`.
 
 References:
   Evans & Nair (2018), section 4 (Theorem 2) and appendix B.
@@ -86,7 +86,7 @@ def _num_bad_labels(y):
 
 
 def check_labels(y, num_rows: int, dtype, name: str = "y"):
-    """``y`` as a float array of 0/1 labels ``(num_rows,)``; ``ValueError`` naming ``name`` otherwise.
+    """`y` as a float array of 0/1 labels `(num_rows,)`; `ValueError` naming `name` otherwise.
 
     Shapes are always checked; values (NaN, anything but 0 or 1) only for concrete arrays.
     """
@@ -110,7 +110,7 @@ def check_labels(y, num_rows: int, dtype, name: str = "y"):
 
 
 def check_weights(weights, num_rows: int, dtype, name: str = "weights"):
-    """Row weights ``(num_rows,)``, finite and non-negative (ones for ``None``)."""
+    """Row weights `(num_rows,)`, finite and non-negative (ones for `None`)."""
     if weights is None:
         return jnp.ones((num_rows,), dtype)
     weights = as_float_array(weights, name).astype(dtype)
@@ -123,7 +123,7 @@ def check_weights(weights, num_rows: int, dtype, name: str = "weights"):
 
 
 def check_design(Phi, prior_w: DiscretePrior, name: str = "Phi"):
-    """``Phi`` as a finite float ``(n, b)`` array matching ``prior_w``'s ``b`` weights and dtype."""
+    """`Phi` as a finite float `(n, b)` array matching `prior_w`'s `b` weights and dtype."""
     check_weight_prior(prior_w)
     Phi = as_float_array(Phi, name)
     check_ndim(Phi, 2, name, "(num_points, num_features)")
@@ -145,7 +145,7 @@ def check_logistic_args(q_w, prior_w, Phi, y, name_phi: str = "Phi", name_y: str
 
 
 def default_chunk(num_exponents: int, b: int, m: int, n: int) -> int:
-    """Rows per chunk so that one chunk's ``(rows, exponents, b, m)`` tensor holds about 2**20 numbers."""
+    """Rows per chunk so that one chunk's `(rows, exponents, b, m)` tensor holds about 2**20 numbers."""
     return int(max(1, min(n, _ELEMENTS_PER_CHUNK // max(1, num_exponents * b * m))))
 
 
@@ -155,15 +155,15 @@ def default_chunk(num_exponents: int, b: int, m: int, n: int) -> int:
 
 
 def log_mgf(log_q, values, Phi, c):
-    r"""Per-row log-MGFs :math:`\log E_q e^{c_{ik} z_i}`, ``(r, K)``, for rows ``Phi (r, b)`` and
-    exponents ``c (r, K)``; ``log_q`` and ``values`` are ``(b, m)``."""
+    r"""Per-row log-MGFs $\log E_q e^{c_{ik} z_i}$, `(r, K)`, for rows `Phi (r, b)` and
+    exponents `c (r, K)`; `log_q` and `values` are `(b, m)`."""
     t = c[:, :, None, None] * (Phi[:, None, :, None] * values[None, None]) + log_q[None, None]
     return jnp.sum(jax.nn.logsumexp(t, axis=-1), axis=-1)
 
 
 def bound_from_mgfs(L, sez, bound: str):
-    r"""The per-row bound from its log-MGFs ``L (r, K)`` (exponents ``_EXPONENTS[bound]`` times
-    :math:`s_i`) and :math:`s_i E_q[z_i]` ``(r,)``. A convex function of each factor :math:`q_j`
+    r"""The per-row bound from its log-MGFs `L (r, K)` (exponents `_EXPONENTS[bound]` times
+    $s_i$) and $s_i E_q[z_i]$ `(r,)`. A convex function of each factor $q_j$
     (coordinate ascent relies on it)."""
     if bound == "theorem2":
         return -jnp.exp(L[:, 0])
@@ -177,20 +177,20 @@ def bound_from_mgfs(L, sez, bound: str):
 
 
 def exponents(s, bound: str, dtype):
-    """The MGF exponents of each row, ``(r, K)``: ``s_i`` times ``_EXPONENTS[bound]``."""
+    """The MGF exponents of each row, `(r, K)`: `s_i` times `_EXPONENTS[bound]`."""
     return s[:, None] * jnp.asarray(_EXPONENTS[bound], dtype)[None, :]
 
 
 def row_bounds(log_q, values, mean, Phi, s, bound: str):
-    r"""Lower bounds on :math:`E_q \log\sigma(s_i z_i)`, ``(r,)``, for rows ``Phi (r, b)`` and signs
-    ``s (r,)`` in :math:`\{-1, +1\}`; ``mean (b,)`` are the weights' means under q."""
+    r"""Lower bounds on $E_q \log\sigma(s_i z_i)$, `(r,)`, for rows `Phi (r, b)` and signs
+    `s (r,)` in $\{-1, +1\}$; `mean (b,)` are the weights' means under q."""
     L = log_mgf(log_q, values, Phi, exponents(s, bound, Phi.dtype))
     return bound_from_mgfs(L, s * matmul(Phi, mean), bound)
 
 
 def bound_rows_sum(log_q, values, Phi, y, weights, bound: str, chunk_size: int | None):
-    r""":math:`\sum_i \text{weights}_i \cdot \text{bound}_i` over the rows in chunks of ``chunk_size`` rows
-    (``lax.scan`` with rematerialization, so the gradient needs one chunk's memory, not ``n``'s)."""
+    r"""$\sum_i \text{weights}_i \cdot \text{bound}_i$ over the rows in chunks of `chunk_size` rows
+    (`lax.scan` with rematerialization, so the gradient needs one chunk's memory, not `n`'s)."""
     n, b = Phi.shape
     m = values.shape[-1]
     mean = jnp.sum(jnp.exp(log_q) * values, axis=-1)
@@ -217,7 +217,7 @@ _bound_rows_sum_jit = jax.jit(bound_rows_sum, static_argnums=(5, 6))
 
 
 def kl_to_prior(q_w: MeanField, prior_w: DiscretePrior):
-    r""":math:`\mathrm{KL}(q\,\|\,p) = E_q[\log q] - E_q[\log p]`, exact in :math:`O(bm)` (Prop. 3)."""
+    r"""$\mathrm{KL}(q\,\|\,p) = E_q[\log q] - E_q[\log p]$, exact in $O(bm)$ (Prop. 3)."""
     return -entropy(q_w) - kron_sum_expectation(prior_w.log_probs, q_w.probs)
 
 
@@ -227,29 +227,29 @@ def kl_to_prior(q_w: MeanField, prior_w: DiscretePrior):
 
 
 def logistic_loglik_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, chunk_size: int | None = None):
-    r"""Lower bound on the expected log-likelihood :math:`\sum_i E_q \log p(y_i \mid w)` of logistic
+    r"""Lower bound on the expected log-likelihood $\sum_i E_q \log p(y_i \mid w)$ of logistic
     regression under a mean-field discrete posterior.
 
-    :math:`P(y_i = 1 \mid w) = \sigma(\Phi_i w)`; the paper's Theorem 2 writes
-    :math:`P(y_i = 0 \mid w) = \sigma(\Phi_i w)`, i.e. its weights are minus ours (see the module
+    $P(y_i = 1 \mid w) = \sigma(\Phi_i w)$; the paper's Theorem 2 writes
+    $P(y_i = 0 \mid w) = \sigma(\Phi_i w)$, i.e. its weights are minus ours (see the module
     docstring for the three bounds and how they relate). Computed from per-row log-MGFs of
-    :math:`z_i = \Phi_i w` in log space, :math:`O(n b m)` (times 1, 1 and 4 MGFs for ``"theorem2"``,
-    ``"jensen"`` and ``"tilted"``), in chunks of rows.
+    $z_i = \Phi_i w$ in log space, $O(n b m)$ (times 1, 1 and 4 MGFs for `"theorem2"`,
+    `"jensen"` and `"tilted"`), in chunks of rows.
 
     Args:
-      q_w: :class:`kronvi.MeanField` over the weights, logits ``(b, m)``.
-      prior_w: :class:`kronvi.DiscretePrior` ``(b, m)``: the weights' grids.
-      Phi: ``(n, b)`` features, in the dtype of ``prior_w``.
-      y: ``(n,)`` labels in :math:`\{0, 1\}` (bool, int or float).
-      bound: ``"tilted"`` (default, the tightest), ``"jensen"`` or ``"theorem2"`` (the paper's).
+      q_w: [`kronvi.MeanField`][kronvi.MeanField] over the weights, logits `(b, m)`.
+      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`: the weights' grids.
+      Phi: `(n, b)` features, in the dtype of `prior_w`.
+      y: `(n,)` labels in $\{0, 1\}$ (bool, int or float).
+      bound: `"tilted"` (default, the tightest), `"jensen"` or `"theorem2"` (the paper's).
       chunk_size: rows per chunk (default: about 2**20 numbers per chunk).
 
     Returns:
-      A scalar :math:`\le \sum_i E_q \log p(y_i \mid w)`.
+      A scalar $\le \sum_i E_q \log p(y_i \mid w)$.
 
     Raises:
-      ValueError: naming ``y`` for labels other than 0/1, NaN or a wrong shape; naming ``Phi`` for a
-        wrong shape or non-finite features; naming ``bound`` for an unknown bound.
+      ValueError: naming `y` for labels other than 0/1, NaN or a wrong shape; naming `Phi` for a
+        wrong shape or non-finite features; naming `bound` for an unknown bound.
 
     References:
       Evans & Nair (2018), Theorem 2 and appendix B.
@@ -273,13 +273,13 @@ def logistic_loglik_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, c
 
 def logistic_elbo_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, chunk_size: int | None = None):
     r"""Lower bound on the ELBO of DIRECT logistic regression:
-    :func:`logistic_loglik_bound` :math:`+\, E_q[\log p(w)] - E_q[\log q(w)]` (the last two exact).
+    [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound] $+\, E_q[\log p(w)] - E_q[\log q(w)]$ (the last two exact).
 
     Args:
-      q_w, prior_w, Phi, y, bound, chunk_size: as in :func:`logistic_loglik_bound`.
+      q_w, prior_w, Phi, y, bound, chunk_size: as in [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound].
 
     Returns:
-      A scalar :math:`\le E_q[\log p(y \mid w)] - \mathrm{KL}(q \,\|\, p)`.
+      A scalar $\le E_q[\log p(y \mid w)] - \mathrm{KL}(q \,\|\, p)$.
 
     References:
       Evans & Nair (2018), eq. 7 and Theorem 2.
@@ -291,16 +291,16 @@ def logistic_elbo_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, chu
 def logistic_loglik_minibatch(
     key, q_w, prior_w, Phi, y, *, batch_size: int, bound: str = DEFAULT_BOUND, chunk_size: int | None = None
 ):
-    r"""Unbiased minibatch estimate of :func:`logistic_loglik_bound`: :math:`\frac{n}{B}` times the bound's
-    sum over ``batch_size`` rows drawn uniformly without replacement.
+    r"""Unbiased minibatch estimate of [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound]: $\frac{n}{B}$ times the bound's
+    sum over `batch_size` rows drawn uniformly without replacement.
 
     Args:
-      key: ``jax.random`` key.
-      q_w, prior_w, Phi, y, bound, chunk_size: as in :func:`logistic_loglik_bound`.
-      batch_size: :math:`B`, rows per minibatch, ``1 <= B <= n``.
+      key: `jax.random` key.
+      q_w, prior_w, Phi, y, bound, chunk_size: as in [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound].
+      batch_size: $B$, rows per minibatch, `1 <= B <= n`.
 
     Returns:
-      A scalar whose expectation over the draw equals :func:`logistic_loglik_bound`.
+      A scalar whose expectation over the draw equals [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound].
     """
     check_bound(bound)
     Phi, y = check_logistic_args(q_w, prior_w, Phi, y)
@@ -314,16 +314,16 @@ def logistic_loglik_minibatch(
 
 
 def logistic_loglik_estimate(key, q_w, prior_w, Phi, y, *, num_samples: int = 1000):
-    r"""Unbiased Monte Carlo estimate of the exact :math:`\sum_i E_q \log p(y_i \mid w)` and its standard
-    error, from ``num_samples`` independent draws of :math:`w \sim q` (to measure the bounds' gaps).
+    r"""Unbiased Monte Carlo estimate of the exact $\sum_i E_q \log p(y_i \mid w)$ and its standard
+    error, from `num_samples` independent draws of $w \sim q$ (to measure the bounds' gaps).
 
     Args:
-      key: ``jax.random`` key.
-      q_w, prior_w, Phi, y: as in :func:`logistic_loglik_bound`.
-      num_samples: draws :math:`S \ge 2`.
+      key: `jax.random` key.
+      q_w, prior_w, Phi, y: as in [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound].
+      num_samples: draws $S \ge 2$.
 
     Returns:
-      ``(estimate, standard_error)``, scalars.
+      `(estimate, standard_error)`, scalars.
     """
     Phi, y = check_logistic_args(q_w, prior_w, Phi, y)
     num_samples = check_int(num_samples, "num_samples", 2)

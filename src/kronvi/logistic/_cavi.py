@@ -1,17 +1,17 @@
 r"""Coordinate ascent for DIRECT logistic regression: closed-form minorize-maximize updates.
 
-Each bound is a function of every row's log-MGFs :math:`L_{ic} = \log\prod_j m_{ijc}(q_j)`,
-:math:`m_{ijc}(q_j) = \sum_k q_{jk} e^{c s_i \Phi_{ij} v_{jk}}`, and of :math:`s_i E[z_i]`, all linear
-in :math:`q_j` inside the logarithm. As a function of one factor :math:`q_j` a row's bound is convex
-(``"theorem2"``: :math:`-\prod_l m_{ilc}` is linear in :math:`q_j`; ``"jensen"`` and ``"tilted"``: minus
-the log of a linear function, maximized over tilts), so its tangent at the current :math:`q_j` is below it
-and touches it there. Maximizing tangent + :math:`E_{q_j}[\log p_j] + H[q_j]` gives the closed form
+Each bound is a function of every row's log-MGFs $L_{ic} = \log\prod_j m_{ijc}(q_j)$,
+$m_{ijc}(q_j) = \sum_k q_{jk} e^{c s_i \Phi_{ij} v_{jk}}$, and of $s_i E[z_i]$, all linear
+in $q_j$ inside the logarithm. As a function of one factor $q_j$ a row's bound is convex
+(`"theorem2"`: $-\prod_l m_{ilc}$ is linear in $q_j$; `"jensen"` and `"tilted"`: minus
+the log of a linear function, maximized over tilts), so its tangent at the current $q_j$ is below it
+and touches it there. Maximizing tangent + $E_{q_j}[\log p_j] + H[q_j]$ gives the closed form
 
 $$ \log q_j(v_k) = \log p_j(v_k) + \sum_i \frac{\partial B_i}{\partial q_{jk}} + \text{const}, $$
 
-which never decreases the ELBO bound (for ``"theorem2"`` it is the exact coordinate optimum). A sweep
-visits every weight in turn, keeping every row's :math:`L_{ic}` and :math:`s_i E[z_i]` current in
-:math:`O(n m)` per weight: :math:`O(nbm)` per sweep, like one evaluation of the bound.
+which never decreases the ELBO bound (for `"theorem2"` it is the exact coordinate optimum). A sweep
+visits every weight in turn, keeping every row's $L_{ic}$ and $s_i E[z_i]$ current in
+$O(n m)$ per weight: $O(nbm)$ per sweep, like one evaluation of the bound.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def cavi_sweep(log_q, prior_w, Phi, y, weights, bound):
 
 
 def fit_cavi(logits, prior_w, Phi, y, weights, *, bound, max_iter, tol):
-    """Sweeps until the ELBO bound gains less than ``tol * sum(weights)`` or ``max_iter`` sweeps."""
+    """Sweeps until the ELBO bound gains less than `tol * sum(weights)` or `max_iter` sweeps."""
     s = 2.0 * y - 1.0
     C = exponents(s, bound, Phi.dtype)
     n = jnp.sum(weights)

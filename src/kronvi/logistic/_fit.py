@@ -1,9 +1,9 @@
 r"""Fitting mean-field DIRECT logistic regression by maximizing a lower bound on its ELBO.
 
-``"lbfgs"``: L-BFGS on the exact gradient of the full-data bound (:func:`kronvi.minimize_lbfgs`).
-``"sgd"``: any optax optimizer on unbiased minibatch estimates of it, for large ``n``. Both are pure
-(``lax.while_loop``/``lax.scan``), run under ``jit`` and ``vmap`` (e.g. CV folds stacked on a leading axis)
-and return ``(q_w, info)``.
+`"lbfgs"`: L-BFGS on the exact gradient of the full-data bound ([`kronvi.minimize_lbfgs`][kronvi.minimize_lbfgs]).
+`"sgd"`: any optax optimizer on unbiased minibatch estimates of it, for large `n`. Both are pure
+(`lax.while_loop`/`lax.scan`), run under `jit` and `vmap` (e.g. CV folds stacked on a leading axis)
+and return `(q_w, info)`.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ STARTS = ("laplace", "prior")
 def laplace_start_logits(prior_w, Phi, y, weights, *, max_iter: int = 100):
     r"""Starting logits from a Gaussian (Laplace) approximation with the prior's moments.
 
-    The MAP :math:`\hat w` of :math:`\sum_i \log\sigma(s_i \Phi_i w) - \sum_j (w_j - \mu_j)^2 / (2\tau_j^2)`
-    (:math:`\mu_j, \tau_j^2` the mean and variance of the discrete prior ``j``), by L-BFGS in
-    :math:`O(nb)` per iteration, and the diagonal of the Hessian there,
-    :math:`H_{jj} = \sum_i \sigma_i(1-\sigma_i)\Phi_{ij}^2 + \tau_j^{-2}` (the precision of the
+    The MAP $\hat w$ of $\sum_i \log\sigma(s_i \Phi_i w) - \sum_j (w_j - \mu_j)^2 / (2\tau_j^2)$
+    ($\mu_j, \tau_j^2$ the mean and variance of the discrete prior `j`), by L-BFGS in
+    $O(nb)$ per iteration, and the diagonal of the Hessian there,
+    $H_{jj} = \sum_i \sigma_i(1-\sigma_i)\Phi_{ij}^2 + \tau_j^{-2}$ (the precision of the
     mean-field Gaussian fitted to that Laplace approximation); then
-    :math:`\log q_j(v) = \log p_j(v) + \log N(v; \hat w_j, H_{jj}^{-1}) - \log N(v; \mu_j, \tau_j^2)`.
+    $\log q_j(v) = \log p_j(v) + \log N(v; \hat w_j, H_{jj}^{-1}) - \log N(v; \mu_j, \tau_j^2)$.
     """
     mu, tau2 = grid_moments(prior_w.probs, prior_w.values)
     s = 2.0 * y - 1.0
@@ -129,51 +129,51 @@ def fit_logistic(
     chunk_size: int | None = None,
     weights=None,
 ):
-    r"""Fits mean-field DIRECT logistic regression by maximizing :func:`logistic_elbo_bound`.
+    r"""Fits mean-field DIRECT logistic regression by maximizing [`logistic_elbo_bound`][kronvi.logistic.logistic_elbo_bound].
 
-    The objective is :math:`B(q) + E_q[\log p(w)] - E_q[\log q(w)]` with :math:`B` the chosen lower
-    bound on :math:`\sum_i E_q\log p(y_i \mid w)` (:func:`logistic_loglik_bound`), optimized over the
-    logits of :math:`q_j = \mathrm{softmax}(\ell_j)`.
+    The objective is $B(q) + E_q[\log p(w)] - E_q[\log q(w)]$ with $B$ the chosen lower
+    bound on $\sum_i E_q\log p(y_i \mid w)$ ([`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound]), optimized over the
+    logits of $q_j = \mathrm{softmax}(\ell_j)$.
 
     Methods:
-      ``"lbfgs"`` (default): L-BFGS (:func:`kronvi.minimize_lbfgs`, ``optax.lbfgs``) on the exact
-      gradient of :math:`-\mathcal{L}/n` over all rows; :math:`O(nbm)` per evaluation.
-      ``"sgd"``: ``num_steps`` steps of ``optimizer`` on unbiased minibatch estimates
-      (:math:`\frac{n}{B}\sum_{i \in \text{batch}}`, ``batch_size`` rows drawn without replacement
-      each step); :math:`O(Bbm)` per step, for large ``n``.
-      ``"cavi"``: closed-form coordinate ascent (minorize-maximize; for ``"theorem2"`` the exact
-      coordinate optimum): :math:`\log q_j = \log p_j + \partial B / \partial q_j` at the current
-      point, one weight at a time, never decreasing the bound; :math:`O(nbm)` per sweep.
+      `"lbfgs"` (default): L-BFGS ([`kronvi.minimize_lbfgs`][kronvi.minimize_lbfgs], `optax.lbfgs`) on the exact
+      gradient of $-\mathcal{L}/n$ over all rows; $O(nbm)$ per evaluation.
+      `"sgd"`: `num_steps` steps of `optimizer` on unbiased minibatch estimates
+      ($\frac{n}{B}\sum_{i \in \text{batch}}$, `batch_size` rows drawn without replacement
+      each step); $O(Bbm)$ per step, for large `n`.
+      `"cavi"`: closed-form coordinate ascent (minorize-maximize; for `"theorem2"` the exact
+      coordinate optimum): $\log q_j = \log p_j + \partial B / \partial q_j$ at the current
+      point, one weight at a time, never decreasing the bound; $O(nbm)$ per sweep.
 
     Args:
-      Phi: ``(n, b)`` features, in the dtype of ``prior_w``.
-      y: ``(n,)`` labels in :math:`\{0, 1\}`.
-      prior_w: :class:`kronvi.DiscretePrior` ``(b, m)``.
-      method: ``"lbfgs"``, ``"sgd"`` or ``"cavi"``.
-      bound: ``"tilted"`` (default), ``"jensen"`` or ``"theorem2"`` (:func:`logistic_loglik_bound`).
-      q_init: where to start: ``"laplace"`` (default, also ``None``; :func:`laplace_start_logits`, a
-        Gaussian approximation at the MAP, :math:`O(nb)` per iteration), ``"prior"``, or a
-        :class:`kronvi.MeanField`.
+      Phi: `(n, b)` features, in the dtype of `prior_w`.
+      y: `(n,)` labels in $\{0, 1\}$.
+      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      method: `"lbfgs"`, `"sgd"` or `"cavi"`.
+      bound: `"tilted"` (default), `"jensen"` or `"theorem2"` ([`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound]).
+      q_init: where to start: `"laplace"` (default, also `None`; `laplace_start_logits`, a
+        Gaussian approximation at the MAP, $O(nb)$ per iteration), `"prior"`, or a
+        [`kronvi.MeanField`][kronvi.MeanField].
       max_iter: L-BFGS iterations (default 100) or CAVI sweeps (default 30).
-      tol: L-BFGS gradient-norm tolerance on :math:`-\mathcal{L}/n` (default 1e-6); CAVI stops when a
-        sweep gains less than ``tol * n`` nats (default 1e-7).
-      key: ``jax.random`` key, required for ``"sgd"``.
-      batch_size: ``"sgd"`` rows per step (default ``min(n, 256)``).
-      optimizer: ``"sgd"``'s ``optax.GradientTransformation`` minimizing :math:`-\mathcal{L}/n`
-        (default ``optax.adam(0.05)``).
-      num_steps: ``"sgd"`` steps (default 500).
+      tol: L-BFGS gradient-norm tolerance on $-\mathcal{L}/n$ (default 1e-6); CAVI stops when a
+        sweep gains less than `tol * n` nats (default 1e-7).
+      key: `jax.random` key, required for `"sgd"`.
+      batch_size: `"sgd"` rows per step (default `min(n, 256)`).
+      optimizer: `"sgd"`'s `optax.GradientTransformation` minimizing $-\mathcal{L}/n$
+        (default `optax.adam(0.05)`).
+      num_steps: `"sgd"` steps (default 500).
       chunk_size: rows per chunk of the bound (default: about 2**20 numbers per chunk).
-      weights: ``(n,)`` non-negative row weights (default ones): row ``i``'s log-likelihood counts
-        ``weights[i]`` times. Zero-weight rows pad folds of different sizes to one shape (one compile,
-        ``vmap`` over folds).
+      weights: `(n,)` non-negative row weights (default ones): row `i`'s log-likelihood counts
+        `weights[i]` times. Zero-weight rows pad folds of different sizes to one shape (one compile,
+        `vmap` over folds).
 
     Returns:
-      ``(q_w, info)``: the fitted :class:`kronvi.MeanField` and a :class:`kronvi.FitInfo` whose ``elbo``
+      `(q_w, info)`: the fitted [`kronvi.MeanField`][kronvi.MeanField] and a [`kronvi.FitInfo`][kronvi.FitInfo] whose `elbo`
       trace holds the bound (L-BFGS: best so far; SGD: each step's minibatch estimate, before the step).
 
     Raises:
-      ValueError: naming the argument: labels other than 0/1 or NaN (``y``), shapes (``Phi``, ``y``,
-        ``q_init``), unknown ``method`` or ``bound``, ``"sgd"`` without ``key``.
+      ValueError: naming the argument: labels other than 0/1 or NaN (`y`), shapes (`Phi`, `y`,
+        `q_init`), unknown `method` or `bound`, `"sgd"` without `key`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi, kronvi.logistic as kl

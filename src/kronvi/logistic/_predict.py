@@ -1,18 +1,18 @@
 r"""Exact predictive probabilities of DIRECT logistic regression from the characteristic function.
 
-Under a mean-field q, :math:`Z = \Phi^* w` is a sum of independent discrete variables with the exact
-characteristic function :math:`\varphi_Z(t) = \prod_j \sum_k q_{jk} e^{i t \Phi^*_j v_{jk}}` (:math:`O(bm)`
-per :math:`t`). With :math:`L` a standard logistic variable independent of :math:`Z`,
-:math:`E[\sigma(Z)] = P(L < Z) = P(Z - L > 0)`, and the Gil-Pelaez inversion with
-:math:`\varphi_L(t) = \pi t / \sinh(\pi t)` gives
+Under a mean-field q, $Z = \Phi^* w$ is a sum of independent discrete variables with the exact
+characteristic function $\varphi_Z(t) = \prod_j \sum_k q_{jk} e^{i t \Phi^*_j v_{jk}}$ ($O(bm)$
+per $t$). With $L$ a standard logistic variable independent of $Z$,
+$E[\sigma(Z)] = P(L < Z) = P(Z - L > 0)$, and the Gil-Pelaez inversion with
+$\varphi_L(t) = \pi t / \sinh(\pi t)$ gives
 
 $$ E_q[\sigma(Z)] = \tfrac12 + \int_0^\infty \frac{\operatorname{Im}\varphi_Z(t)}{\sinh(\pi t)}\, dt, $$
 
-an integrand that is finite at 0 and decays like :math:`e^{-\pi t}`. It is computed with the midpoint
-rule :math:`t_k = (k + \tfrac12) h`, :math:`k < N`. Two rigorous error terms (derivation in
-``docs/notes/2026-11-23-logistic.md``): aliasing, at most
-:math:`E[\cosh Z]\, e^{-2\pi/h} / (1 - e^{-2\pi/h})` with :math:`E\cosh Z` exact from the MGF, and
-truncation, at most :math:`\tfrac{2}{\pi} e^{-\pi N h} / (1 - e^{-\pi N h})`. The step :math:`h` is chosen
+an integrand that is finite at 0 and decays like $e^{-\pi t}$. It is computed with the midpoint
+rule $t_k = (k + \tfrac12) h$, $k < N$. Two rigorous error terms (derivation in
+`docs/notes/2026-11-23-logistic.md`): aliasing, at most
+$E[\cosh Z]\, e^{-2\pi/h} / (1 - e^{-2\pi/h})$ with $E\cosh Z$ exact from the MGF, and
+truncation, at most $\tfrac{2}{\pi} e^{-\pi N h} / (1 - e^{-\pi N h})$. The step $h$ is chosen
 per point to balance the two.
 """
 
@@ -31,7 +31,7 @@ from ._bound import check_design, log_mgf
 
 def default_num_nodes(dtype) -> int:
     """Quadrature nodes inside a trace: 32 in float32, 64 in float64 (errors below 1e-8 and 1e-11 for
-    :math:`\\log E\\cosh Z \\lesssim 10`)."""
+    $\\log E\\cosh Z \\lesssim 10$)."""
     return 64 if jnp.dtype(dtype) == jnp.float64 else 32
 
 
@@ -47,8 +47,8 @@ def _max_log_cosh(log_q, values, Phi):
 
 def nodes_for(max_log_cosh: float, dtype) -> int:
     r"""Nodes for a total error below 1e-7 (float32) or 1e-13 (float64) at every point: with the balanced
-    step the error is about :math:`e^{-E}` once :math:`N \ge E (E + a) / (2\pi^2)`,
-    :math:`a = \log(2 E\cosh Z)`; rounded up to a power of 2 in ``[16, 4096]``."""
+    step the error is about $e^{-E}$ once $N \ge E (E + a) / (2\pi^2)$,
+    $a = \log(2 E\cosh Z)$; rounded up to a power of 2 in `[16, 4096]`."""
     E = (13.0 if jnp.dtype(dtype) == jnp.float64 else 7.0) * math.log(10.0) + 2.0
     a = max(float(max_log_cosh), 0.0) + math.log(2.0)
     need = E * (E + a) / (2.0 * math.pi**2)
@@ -56,7 +56,7 @@ def nodes_for(max_log_cosh: float, dtype) -> int:
 
 
 def _step_and_error(log_cosh, num_nodes):
-    """Per-point step ``h`` balancing aliasing and truncation, and the resulting error bound."""
+    """Per-point step `h` balancing aliasing and truncation, and the resulting error bound."""
     a = jnp.maximum(log_cosh, 0.0) + math.log(2.0)  # log(2 E cosh Z) >= log 2
     N = num_nodes
     h = (-a + jnp.sqrt(a * a + 8.0 * math.pi**2 * N)) / (2.0 * math.pi * N)
@@ -104,26 +104,26 @@ def predict_logistic(
     chunk_size: int | None = None,
     with_error_bound: bool = False,
 ):
-    r"""Exact predictive probabilities :math:`P(y^* = 1 \mid x^*) = E_q[\sigma(\Phi^* w)]` of DIRECT
-    logistic regression, from the exact distribution of :math:`\Phi^* w` (no sampling).
+    r"""Exact predictive probabilities $P(y^* = 1 \mid x^*) = E_q[\sigma(\Phi^* w)]$ of DIRECT
+    logistic regression, from the exact distribution of $\Phi^* w$ (no sampling).
 
-    :math:`E_q[\sigma(Z)] = \tfrac12 + \int_0^\infty \operatorname{Im}\varphi_Z(t) / \sinh(\pi t)\,dt` with
-    the exact characteristic function :math:`\varphi_Z` of :math:`Z = \Phi^* w` (a product over weights),
+    $E_q[\sigma(Z)] = \tfrac12 + \int_0^\infty \operatorname{Im}\varphi_Z(t) / \sinh(\pi t)\,dt$ with
+    the exact characteristic function $\varphi_Z$ of $Z = \Phi^* w$ (a product over weights),
     by a midpoint rule whose error is bounded rigorously per point (module docstring).
-    :math:`O(N b m)` per point.
+    $O(N b m)$ per point.
 
     Args:
-      q_w: :class:`kronvi.MeanField` ``(b, m)``.
-      prior_w: :class:`kronvi.DiscretePrior` ``(b, m)``.
-      Phi_new: ``(N, b)`` test features, in the dtype of ``prior_w``.
+      q_w: [`kronvi.MeanField`][kronvi.MeanField] `(b, m)`.
+      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      Phi_new: `(N, b)` test features, in the dtype of `prior_w`.
       num_nodes: quadrature nodes. Default: for concrete inputs, enough for an error below 1e-7
-        (float32) or 1e-13 (float64) at every point (:func:`nodes_for`, from the exact
-        :math:`\max_i \log E\cosh Z_i`); inside a trace 32 (float32) or 64 (float64).
+        (float32) or 1e-13 (float64) at every point (`nodes_for`, from the exact
+        $\max_i \log E\cosh Z_i$); inside a trace 32 (float32) or 64 (float64).
       chunk_size: points per chunk (default: about 2**20 numbers per chunk).
-      with_error_bound: also return the ``(N,)`` bound on each probability's quadrature error.
+      with_error_bound: also return the `(N,)` bound on each probability's quadrature error.
 
     Returns:
-      ``(N,)`` probabilities; with ``with_error_bound``, ``(probs, error_bound)``.
+      `(N,)` probabilities; with `with_error_bound`, `(probs, error_bound)`.
 
     References:
       Gil-Pelaez (1951), "Note on the inversion theorem"; Evans & Nair (2018), section 4.

@@ -1,31 +1,32 @@
 r"""Quantized, sparse inference from DIRECT posteriors (Evans & Nair 2018, section 3.1).
 
-A sample from a discrete posterior is a vector of grid indices ("codes") :math:`c \in \{0..m-1\}^b`, the
-weights being :math:`w_j = v_{j, c_j}`. With ``m = 15`` levels a code fits in 4 bits, so a sample of
-``b`` weights takes ``ceil(b / 2)`` bytes instead of ``4 b`` in float32; and where the posterior puts
+A sample from a discrete posterior is a vector of grid indices ("codes") $c \in \{0..m-1\}^b$, the
+weights being $w_j = v_{j, c_j}$. With `m = 15` levels a code fits in 4 bits, so a sample of
+`b` weights takes `ceil(b / 2)` bytes instead of `4 b` in float32; and where the posterior puts
 its mass on the zero level, most codes are "zero". This module
 
-* draws codes exactly from a variational family (:func:`sample_codes`),
-* packs them losslessly ``8 // bits`` per byte (:func:`pack_codes` / :func:`unpack_codes`),
-* predicts :math:`\Phi^* w^{(s)}` for every stored sample, either exactly in floating point or with
-  integer arithmetic (:func:`predict_from_codes`, :func:`integer_samples`, :func:`predict_integer`)
-  with a stated error bound (:func:`integer_error_bound`).
+* draws codes exactly from a variational family ([`sample_codes`][kronvi.quantize.sample_codes]),
+* packs them losslessly `8 // bits` per byte ([`pack_codes`][kronvi.quantize.pack_codes] / [`unpack_codes`][kronvi.quantize.unpack_codes]),
+* predicts $\Phi^* w^{(s)}$ for every stored sample, either exactly in floating point or with
+  integer arithmetic ([`predict_from_codes`][kronvi.quantize.predict_from_codes], [`integer_samples`][kronvi.quantize.integer_samples], [`predict_integer`][kronvi.quantize.predict_integer])
+  with a stated error bound ([`integer_error_bound`][kronvi.quantize.integer_error_bound]).
 
-Integer path. On an evenly spaced grid :math:`v_{jk} = \beta_j + \delta_j (k - z_j)`, with
-:math:`z_j` the level nearest zero and :math:`\beta_j = v_{j z_j}` (set to 0 when that level *is* zero, up
+Integer path. On an evenly spaced grid $v_{jk} = \beta_j + \delta_j (k - z_j)$, with
+$z_j$ the level nearest zero and $\beta_j = v_{j z_j}$ (set to 0 when that level *is* zero, up
 to rounding), a prediction splits into a float term computed once per point and an integer dot product:
 
-.. math::
-   \Phi^*_i \cdot w^{(s)} = \sum_j \Phi^*_{ij}\beta_j + \sum_j A_{ij}\, d_{sj},
-   \qquad A_{ij} = \Phi^*_{ij}\delta_j,\quad d_{sj} = c_{sj} - z_j \in \mathbb{Z}.
+$$
+\Phi^*_i \cdot w^{(s)} = \sum_j \Phi^*_{ij}\beta_j + \sum_j A_{ij}\, d_{sj},
+\qquad A_{ij} = \Phi^*_{ij}\delta_j,\quad d_{sj} = c_{sj} - z_j \in \mathbb{Z}.
+$$
 
-Each row of :math:`A` is quantized to int8 with an affine map (Jacob et al. 2018),
-:math:`A_{ij} \approx s_i (q_{ij} - o_i)`, and :math:`\sum_j (q_{ij} - o_i) d_{sj}
-= \sum_j q_{ij} d_{sj} - o_i \sum_j d_{sj}` is accumulated exactly in int32. Weights whose code is the
-zero level have :math:`d_{sj} = 0` and contribute nothing; weights at the zero level in *every* stored
-sample are dropped (``prune=True``), and the rest is a dense integer GEMM: int8 operands on CPU (its
-speed: ``docs/notes/2026-11-22-library-history.md``), operands widened to int32 on other backends, where
-XLA's int8 product was not exact (``docs/notes/2026-11-22-precision-policy.md``).
+Each row of $A$ is quantized to int8 with an affine map (Jacob et al. 2018),
+$A_{ij} \approx s_i (q_{ij} - o_i)$, and $\sum_j (q_{ij} - o_i) d_{sj}
+= \sum_j q_{ij} d_{sj} - o_i \sum_j d_{sj}$ is accumulated exactly in int32. Weights whose code is the
+zero level have $d_{sj} = 0$ and contribute nothing; weights at the zero level in *every* stored
+sample are dropped (`prune=True`), and the rest is a dense integer GEMM: int8 operands on CPU (its
+speed: `docs/notes/2026-11-22-library-history.md`), operands widened to int32 on other backends, where
+XLA's int8 product was not exact (`docs/notes/2026-11-22-precision-policy.md`).
 
 References:
   Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",
@@ -66,8 +67,8 @@ _INT32_MAX = 2**31 - 1
 
 @functools.singledispatch
 def _sample(q, key, num_samples: int):
-    """Draws ``(num_samples, b)`` int codes from the family ``q``; register a new family with
-    ``_sample.register(Family)``."""
+    """Draws `(num_samples, b)` int codes from the family `q`; register a new family with
+    `_sample.register(Family)`."""
     raise TypeError(
         f"`q` must be a variational family over grid levels (MeanField or Mixture), got {type(q).__name__}"
     )
@@ -92,23 +93,23 @@ def _sample_mixture(q, key, num_samples: int):
 
 
 def sample_codes(key, q, num_samples: int):
-    r"""Draws posterior samples as grid indices ("codes"), exactly from ``q``.
+    r"""Draws posterior samples as grid indices ("codes"), exactly from `q`.
 
-    For a mean-field ``q`` every weight is drawn independently,
-    :math:`c_{sj} \sim \mathrm{Categorical}(q_j)`; for a mixture
-    :math:`q = \sum_k \alpha_k \bigotimes_j q^{(k)}_j` a component :math:`k \sim \alpha` is drawn per sample,
-    then :math:`c_{sj} \sim q^{(k)}_j`. Each code is the inverse CDF of one uniform,
-    :math:`c = \#\{k < m - 1 : u \ge F_{jk}\}`, exact up to the rounding of the CDF :math:`F_j` in the
-    working dtype. The weights of sample ``s`` are ``prior_w.values[j, codes[s, j]]``.
+    For a mean-field `q` every weight is drawn independently,
+    $c_{sj} \sim \mathrm{Categorical}(q_j)$; for a mixture
+    $q = \sum_k \alpha_k \bigotimes_j q^{(k)}_j$ a component $k \sim \alpha$ is drawn per sample,
+    then $c_{sj} \sim q^{(k)}_j$. Each code is the inverse CDF of one uniform,
+    $c = \#\{k < m - 1 : u \ge F_{jk}\}$, exact up to the rounding of the CDF $F_j$ in the
+    working dtype. The weights of sample `s` are `prior_w.values[j, codes[s, j]]`.
 
     Args:
-      key: A ``jax.random`` key.
-      q: A :class:`kronvi.MeanField` with logits ``(b, m)`` (or a :class:`kronvi.Mixture` with logits
-          ``(r, b, m)``), ``m <= 256``.
-      num_samples: ``S >= 1``, the number of samples (a Python int).
+      key: A `jax.random` key.
+      q: A [`kronvi.MeanField`][kronvi.MeanField] with logits `(b, m)` (or a [`kronvi.Mixture`][kronvi.mixtures.Mixture] with logits
+          `(r, b, m)`), `m <= 256`.
+      num_samples: `S >= 1`, the number of samples (a Python int).
 
     Returns:
-      jax.Array: ``(S, b)`` codes, ``uint8``.
+      jax.Array: `(S, b)` codes, `uint8`.
 
     References:
       Evans & Nair (2018), section 3.1.
@@ -151,27 +152,27 @@ def check_bits(bits) -> int:
 
 
 def packed_width(num_weights: int, bits: int) -> int:
-    """Bytes per packed sample: ``ceil(num_weights * bits / 8)``."""
+    """Bytes per packed sample: `ceil(num_weights * bits / 8)`."""
     return -(-int(num_weights) * int(bits) // 8)
 
 
 def pack_codes(codes, *, bits: int = 4):
-    r"""Packs integer codes losslessly into bytes, ``8 // bits`` codes per byte.
+    r"""Packs integer codes losslessly into bytes, `8 // bits` codes per byte.
 
-    Code ``j`` of a row goes to byte ``j // (8 // bits)`` at bit offset ``bits * (j % (8 // bits))``
+    Code `j` of a row goes to byte `j // (8 // bits)` at bit offset `bits * (j % (8 // bits))`
     (little-endian within the byte: at 4 bits, the first code is the low nibble). The last byte of a row
     is padded with zero bits.
 
     Args:
-      codes: ``(..., b)`` integer array with ``0 <= codes < 2**bits`` (e.g. ``(S, b)`` from
-          :func:`sample_codes`).
-      bits: Bits per code, one of 1, 2, 4, 8 (4 holds the 15-level grids of :func:`kronvi.gaussian_prior`).
+      codes: `(..., b)` integer array with `0 <= codes < 2**bits` (e.g. `(S, b)` from
+          [`sample_codes`][kronvi.quantize.sample_codes]).
+      bits: Bits per code, one of 1, 2, 4, 8 (4 holds the 15-level grids of [`kronvi.gaussian_prior`][kronvi.gaussian_prior]).
 
     Returns:
-      jax.Array: ``(..., ceil(b * bits / 8))`` ``uint8``.
+      jax.Array: `(..., ceil(b * bits / 8))` `uint8`.
 
     Raises:
-      ValueError: If a code does not fit in ``bits`` bits (checked when ``codes`` is concrete).
+      ValueError: If a code does not fit in `bits` bits (checked when `codes` is concrete).
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -201,7 +202,7 @@ def pack_codes(codes, *, bits: int = 4):
 
 def _host_or_traced(x):
     """Concrete inputs go to NumPy (bit twiddling there needs no compilation), copied explicitly: codes
-    are small (``b / 2`` bytes per sample at 4 bits); tracers stay."""
+    are small (`b / 2` bytes per sample at 4 bits); tracers stay."""
     return x if not is_concrete(x) else np.asarray(fetch(x))
 
 
@@ -223,15 +224,15 @@ _pack_jit = jax.jit(functools.partial(_pack, xp=jnp), static_argnums=1)
 
 
 def unpack_codes(packed, num_weights: int, *, bits: int = 4):
-    r"""Inverse of :func:`pack_codes`.
+    r"""Inverse of [`pack_codes`][kronvi.quantize.pack_codes].
 
     Args:
-      packed: ``(..., ceil(num_weights * bits / 8))`` ``uint8``.
-      num_weights: ``b``, the number of codes per row.
-      bits: Bits per code, one of 1, 2, 4, 8 (as given to :func:`pack_codes`).
+      packed: `(..., ceil(num_weights * bits / 8))` `uint8`.
+      num_weights: `b`, the number of codes per row.
+      bits: Bits per code, one of 1, 2, 4, 8 (as given to [`pack_codes`][kronvi.quantize.pack_codes]).
 
     Returns:
-      jax.Array: ``(..., b)`` ``uint8`` codes.
+      jax.Array: `(..., b)` `uint8` codes.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -275,7 +276,7 @@ _unpack_jit = jax.jit(functools.partial(_unpack, xp=jnp), static_argnums=(1, 2))
 
 
 def _resolve_bits(packed, num_weights: int, num_levels: int, bits):
-    """``bits`` if given, else the unique width in BITS that holds ``num_levels`` and matches ``packed``."""
+    """`bits` if given, else the unique width in BITS that holds `num_levels` and matches `packed`."""
     if bits is not None:
         bits = check_bits(bits)
         if 2**bits < num_levels:
@@ -296,7 +297,7 @@ def _resolve_bits(packed, num_weights: int, num_levels: int, bits):
 
 
 def _codes_for(packed, prior_w, bits):
-    """Validated ``(S, b)`` codes of ``packed`` on the grid of ``prior_w``."""
+    """Validated `(S, b)` codes of `packed` on the grid of `prior_w`."""
     if not isinstance(prior_w, DiscretePrior):
         raise TypeError(f"`prior_w` must be a DiscretePrior, got {type(prior_w).__name__}")
     if prior_w.values.ndim != 2:
@@ -330,24 +331,24 @@ def _check_features(Phi_new, num_weights: int):
 
 
 def predict_from_codes(packed, prior_w, Phi_new, *, integer: bool = False, bits: int | None = None):
-    r"""Predictions :math:`f_{is} = \Phi^*_i \cdot w^{(s)}` for every stored sample.
+    r"""Predictions $f_{is} = \Phi^*_i \cdot w^{(s)}$ for every stored sample.
 
-    The float path gathers :math:`w^{(s)}_j = v_{j, c_{sj}}` and multiplies exactly (to floating-point
-    rounding). The integer path (``integer=True``) is :func:`predict_integer` on
-    :func:`integer_samples`: int8 features, int32 accumulation, within :func:`integer_error_bound` of the
+    The float path gathers $w^{(s)}_j = v_{j, c_{sj}}$ and multiplies exactly (to floating-point
+    rounding). The integer path (`integer=True`) is [`predict_integer`][kronvi.quantize.predict_integer] on
+    [`integer_samples`][kronvi.quantize.integer_samples]: int8 features, int32 accumulation, within [`integer_error_bound`][kronvi.quantize.integer_error_bound] of the
     float result. It requires evenly spaced grids.
 
     Args:
-      packed: ``(S, ceil(b * bits / 8))`` ``uint8`` packed codes (:func:`pack_codes`).
-      prior_w: The :class:`kronvi.DiscretePrior` ``(b, m)`` whose grid the codes index.
-      Phi_new: ``(N, b)`` test features.
+      packed: `(S, ceil(b * bits / 8))` `uint8` packed codes ([`pack_codes`][kronvi.quantize.pack_codes]).
+      prior_w: The [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)` whose grid the codes index.
+      Phi_new: `(N, b)` test features.
       integer: Use the integer path.
-      bits: Bits per code; by default inferred from the width of ``packed`` (an error when ambiguous).
+      bits: Bits per code; by default inferred from the width of `packed` (an error when ambiguous).
 
     Returns:
-      jax.Array: ``(N, S)`` predictions (no noise, no ``y`` offset). Their mean over samples estimates the
-          predictive mean of :func:`kronvi.predict_regression` with standard error
-          :math:`\sqrt{\mathrm{Var}_q(\Phi^*_i w)/S}`.
+      jax.Array: `(N, S)` predictions (no noise, no `y` offset). Their mean over samples estimates the
+          predictive mean of [`kronvi.predict_regression`][kronvi.predict_regression] with standard error
+          $\sqrt{\mathrm{Var}_q(\Phi^*_i w)/S}$.
 
     References:
       Evans & Nair (2018), section 3.1; Jacob et al. (2018), eq. 7.
@@ -384,18 +385,18 @@ def _predict_float(codes, values, Phi_new):
 class IntegerSamples(NamedTuple):
     r"""Posterior samples prepared for integer prediction on an evenly spaced grid.
 
-    Weight ``j`` of sample ``s`` is :math:`w_{sj} = \beta_j + \delta_j d_{sj} + r_{sj}` with
-    :math:`|r_{sj}| \le` ``residual[j]``; weights not in ``index`` have :math:`d_{sj} = 0` in every sample.
+    Weight `j` of sample `s` is $w_{sj} = \beta_j + \delta_j d_{sj} + r_{sj}$ with
+    $|r_{sj}| \le$ `residual[j]`; weights not in `index` have $d_{sj} = 0$ in every sample.
 
     Attributes:
-      deltas: ``(S, k)`` signed integer code offsets :math:`d = c - z` (int8, or int16 for ``m > 128``) of the
-          ``k`` kept weights.
-      index: ``(k,)`` int32 positions of the kept weights among the ``b`` features.
-      step: ``(k,)`` grid steps :math:`\delta_j` of the kept weights.
-      base_index: ``(k_0,)`` int32 positions of the weights whose zero level is not zero (usually none).
-      base: ``(k_0,)`` their zero-level values :math:`\beta_j`.
-      residual: ``(b,)`` largest deviation :math:`\max_k |v_{jk} - \beta_j - \delta_j (k - z_j)|` of each grid
-          from its affine form (rounding-level for :func:`kronvi.gaussian_prior`).
+      deltas: `(S, k)` signed integer code offsets $d = c - z$ (int8, or int16 for `m > 128`) of the
+          `k` kept weights.
+      index: `(k,)` int32 positions of the kept weights among the `b` features.
+      step: `(k,)` grid steps $\delta_j$ of the kept weights.
+      base_index: `(k_0,)` int32 positions of the weights whose zero level is not zero (usually none).
+      base: `(k_0,)` their zero-level values $\beta_j$.
+      residual: `(b,)` largest deviation $\max_k |v_{jk} - \beta_j - \delta_j (k - z_j)|$ of each grid
+          from its affine form (rounding-level for [`kronvi.gaussian_prior`][kronvi.gaussian_prior]).
     """
 
     deltas: jax.Array
@@ -407,20 +408,20 @@ class IntegerSamples(NamedTuple):
 
 
 def _affine_grid(prior_w: DiscretePrior):
-    r"""Affine form :math:`v_{jk} \approx \beta_j + \delta_j (k - z_j)` of an evenly spaced grid.
+    r"""Affine form $v_{jk} \approx \beta_j + \delta_j (k - z_j)$ of an evenly spaced grid.
 
-    :math:`z_j = \arg\min_k |v_{jk}|` is the zero level, :math:`\delta_j = (v_{j,m-1} - v_{j0}) / (m-1)`
-    and :math:`\beta_j = v_{j z_j}`, replaced by 0 when :math:`|v_{j z_j}| \le 10^{-5}\max_k |v_{jk}|`.
+    $z_j = \arg\min_k |v_{jk}|$ is the zero level, $\delta_j = (v_{j,m-1} - v_{j0}) / (m-1)$
+    and $\beta_j = v_{j z_j}$, replaced by 0 when $|v_{j z_j}| \le 10^{-5}\max_k |v_{jk}|$.
 
     Args:
-      prior_w: A concrete :class:`kronvi.DiscretePrior` ``(b, m)``.
+      prior_w: A concrete [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
 
     Returns:
-      tuple of numpy.ndarray: ``(zero, step, base, residual)``: ``(b,)`` int zero levels, ``(b,)`` steps
-          and ``(b,)`` bases in the dtype of the grid, ``(b,)`` float64 largest affine deviations.
+      tuple of numpy.ndarray: `(zero, step, base, residual)`: `(b,)` int zero levels, `(b,)` steps
+          and `(b,)` bases in the dtype of the grid, `(b,)` float64 largest affine deviations.
 
     Raises:
-      ValueError: If a grid deviates from its affine form by more than :math:`10^{-5}\max_k |v_{jk}|`.
+      ValueError: If a grid deviates from its affine form by more than $10^{-5}\max_k |v_{jk}|$.
     """
     if not isinstance(prior_w, DiscretePrior):
         raise TypeError(f"`prior_w` must be a DiscretePrior, got {type(prior_w).__name__}")
@@ -453,14 +454,14 @@ def _affine_grid(prior_w: DiscretePrior):
 def integer_samples(packed, prior_w, *, bits: int | None = None, prune: bool = True) -> IntegerSamples:
     r"""Prepares packed codes for integer prediction (once per model; eager, not jittable).
 
-    Splits each grid into its affine form (:func:`_affine_grid`), turns codes into signed offsets from the
-    zero level :math:`d_{sj} = c_{sj} - z_j`, and with ``prune=True`` drops the weights whose code is the
+    Splits each grid into its affine form (`_affine_grid`), turns codes into signed offsets from the
+    zero level $d_{sj} = c_{sj} - z_j$, and with `prune=True` drops the weights whose code is the
     zero level in every sample (they contribute exactly nothing). Pruning changes speed, not results.
 
     Args:
-      packed: ``(S, ceil(b * bits / 8))`` ``uint8`` packed codes.
-      prior_w: The :class:`kronvi.DiscretePrior` ``(b, m)`` of the codes, with evenly spaced grids.
-      bits: Bits per code; inferred from ``packed`` by default.
+      packed: `(S, ceil(b * bits / 8))` `uint8` packed codes.
+      prior_w: The [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)` of the codes, with evenly spaced grids.
+      bits: Bits per code; inferred from `packed` by default.
       prune: Drop the weights that are zero in every sample.
 
     Returns:
@@ -468,7 +469,7 @@ def integer_samples(packed, prior_w, *, bits: int | None = None, prune: bool = T
 
     Raises:
       ValueError: If a grid is not evenly spaced, or if the int32 accumulator could overflow
-          (:math:`255\,\max|d|\,k \ge 2^{31}`).
+          ($255\,\max|d|\,k \ge 2^{31}$).
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -517,36 +518,37 @@ def _check_integer_samples(isamples):
 
 
 def predict_integer(isamples: IntegerSamples, Phi_new):
-    r"""Integer-arithmetic predictions :math:`\hat f_{is} \approx \Phi^*_i \cdot w^{(s)}`.
+    r"""Integer-arithmetic predictions $\hat f_{is} \approx \Phi^*_i \cdot w^{(s)}$.
 
-    Row ``i`` of :math:`A = \Phi^*_{:,\text{index}}\,\mathrm{diag}(\delta)` (restricted to the weights that
+    Row `i` of $A = \Phi^*_{:,\text{index}}\,\mathrm{diag}(\delta)$ (restricted to the weights that
     are nonzero in some sample) is quantized with the affine int8 map of Jacob et al. (2018):
-    :math:`\ell_i = \min(0, \min_j A_{ij})`, :math:`u_i = \max(0, \max_j A_{ij})`,
-    :math:`s_i = (u_i - \ell_i)/255`, zero point :math:`o_i = \mathrm{round}(-128 - \ell_i/s_i)`,
-    :math:`q_{ij} = \mathrm{clip}(\mathrm{round}(A_{ij}/s_i) + o_i, -128, 127)`. Then
+    $\ell_i = \min(0, \min_j A_{ij})$, $u_i = \max(0, \max_j A_{ij})$,
+    $s_i = (u_i - \ell_i)/255$, zero point $o_i = \mathrm{round}(-128 - \ell_i/s_i)$,
+    $q_{ij} = \mathrm{clip}(\mathrm{round}(A_{ij}/s_i) + o_i, -128, 127)$. Then
 
-    .. math::
-       \hat f_{is} = \sum_j \Phi^*_{ij}\beta_j
-         + s_i\Big(\sum_j q_{ij} d_{sj} - o_i \sum_j d_{sj}\Big),
+    $$
+    \hat f_{is} = \sum_j \Phi^*_{ij}\beta_j
+      + s_i\Big(\sum_j q_{ij} d_{sj} - o_i \sum_j d_{sj}\Big),
+    $$
 
-    with both integer sums accumulated exactly in int32. See :func:`integer_error_bound` for the error.
+    with both integer sums accumulated exactly in int32. See [`integer_error_bound`][kronvi.quantize.integer_error_bound] for the error.
 
-    The work is an elementwise pass over :math:`\Phi^*` (quantization) plus an integer GEMM over the
-    ``k`` kept weights (int8 operands on CPU, int32 elsewhere; exact either way), done in blocks of 512
+    The work is an elementwise pass over $\Phi^*$ (quantization) plus an integer GEMM over the
+    `k` kept weights (int8 operands on CPU, int32 elsewhere; exact either way), done in blocks of 512
     points so that each block's int8 copy stays in cache. Pruned weights cost nothing if the caller
-    computes only the kept features (``Phi_new[:, isamples.index]``, e.g. random Fourier features for
-    those frequencies only); given all ``b`` features, their columns are gathered first. The stages are
+    computes only the kept features (`Phi_new[:, isamples.index]`, e.g. random Fourier features for
+    those frequencies only); given all `b` features, their columns are gathered first. The stages are
     compiled separately: on CPU, letting XLA fuse the column gather or the quantization into the GEMM
-    (e.g. by wrapping this function in ``jax.jit``) gives the same result but can be several times
+    (e.g. by wrapping this function in `jax.jit`) gives the same result but can be several times
     slower.
 
     Args:
-      isamples: :class:`IntegerSamples` from :func:`integer_samples`.
-      Phi_new: ``(N, b)`` test features, or ``(N, k)`` features of the kept weights only
-          (``Phi_new[:, isamples.index]``; not allowed when some grid's zero level is nonzero).
+      isamples: [`IntegerSamples`][kronvi.quantize.IntegerSamples] from [`integer_samples`][kronvi.quantize.integer_samples].
+      Phi_new: `(N, b)` test features, or `(N, k)` features of the kept weights only
+          (`Phi_new[:, isamples.index]`; not allowed when some grid's zero level is nonzero).
 
     Returns:
-      jax.Array: ``(N, S)`` predictions in the promoted dtype of ``Phi_new`` and the grid.
+      jax.Array: `(N, S)` predictions in the promoted dtype of `Phi_new` and the grid.
 
     References:
       Jacob et al. (2018), sections 2.1-2.3 (affine quantization, int32 accumulation, zero-point terms).
@@ -574,7 +576,7 @@ def predict_integer(isamples: IntegerSamples, Phi_new):
 
 
 def _kept_features(isamples, Phi_new):
-    """``(features of the kept weights (N, k), all features (N, b) or None)``, validated."""
+    """`(features of the kept weights (N, k), all features (N, b) or None)`, validated."""
     b = _check_integer_samples(isamples)
     k = isamples.index.shape[0]
     Phi_new = as_float_array(Phi_new, "Phi_new")
@@ -599,7 +601,7 @@ def _offset(Phi_new, base_index, base):
 
 
 def _quantize_rows(Phi_kept, step, deltas):
-    """Affine int8 quantization of the rows of ``A = Phi_kept * step`` (columns never used -> 0)."""
+    """Affine int8 quantization of the rows of `A = Phi_kept * step` (columns never used -> 0)."""
     dtype = jnp.result_type(Phi_kept, step)
     A = Phi_kept.astype(dtype) * step.astype(dtype)
     active = jnp.any(deltas != 0, axis=0)
@@ -635,16 +637,16 @@ def _predict_kept(Phi_kept, step, deltas):
 
 
 def _int_products_narrow(q, deltas):
-    """``q @ deltas.T`` ``(N, S)`` int32 from int8 (or int16) operands: XLA:CPU's fast integer GEMM."""
+    """`q @ deltas.T` `(N, S)` int32 from int8 (or int16) operands: XLA:CPU's fast integer GEMM."""
     return lax.dot_general(
         q.astype(deltas.dtype), deltas, (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32
     )
 
 
 def _int_products_int32(q, deltas):
-    """``q @ deltas.T`` ``(N, S)`` with both operands widened to int32 first. Exact on every backend: on
+    """`q @ deltas.T` `(N, S)` with both operands widened to int32 first. Exact on every backend: on
     CUDA, XLA's int8 x int8 -> int32 product returned wrong sums for some shapes (jax 0.11.2, H100;
-    ``docs/notes/2026-11-22-precision-policy.md``)."""
+    `docs/notes/2026-11-22-precision-policy.md`)."""
     return lax.dot_general(q.astype(jnp.int32), deltas.astype(jnp.int32), (((1,), (1,)), ((), ())))
 
 
@@ -658,29 +660,30 @@ def _predict_block(Phi_kept, step, deltas):
 
 
 def integer_error_bound(isamples: IntegerSamples, Phi_new):
-    r"""Bound on :math:`|\hat f_{is} - \Phi^*_i \cdot w^{(s)}|` for :func:`predict_integer`.
+    r"""Bound on $|\hat f_{is} - \Phi^*_i \cdot w^{(s)}|$ for [`predict_integer`][kronvi.quantize.predict_integer].
 
-    The int32 sums are exact, so the error comes from the int8 quantization of :math:`A_{ij}` and from
+    The int32 sums are exact, so the error comes from the int8 quantization of $A_{ij}$ and from
     the grid's deviation from its affine form. The zero point is the rounded real zero and the clipped
-    range is :math:`[\ell_i + s_i\epsilon_i, u_i + s_i\epsilon_i]` with :math:`|\epsilon_i| \le 1/2`, so
-    every element satisfies :math:`|s_i(q_{ij} - o_i) - A_{ij}| \le s_i/2` (clipped ones included), and
+    range is $[\ell_i + s_i\epsilon_i, u_i + s_i\epsilon_i]$ with $|\epsilon_i| \le 1/2$, so
+    every element satisfies $|s_i(q_{ij} - o_i) - A_{ij}| \le s_i/2$ (clipped ones included), and
 
-    .. math::
-       |\hat f_{is} - \Phi^*_i \cdot w^{(s)}| \le \frac{s_i}{2}\sum_j |d_{sj}|
-         + \sum_j |\Phi^*_{ij}|\, \rho_j,
+    $$
+    |\hat f_{is} - \Phi^*_i \cdot w^{(s)}| \le \frac{s_i}{2}\sum_j |d_{sj}|
+      + \sum_j |\Phi^*_{ij}|\, \rho_j,
+    $$
 
-    with :math:`\rho_j` = ``residual[j]``. Since :math:`s_i \le \max_j |A_{ij}| / 127.5`, the quantization
-    term is at most :math:`\max_j |\Phi^*_{ij}\delta_j| \sum_j |d_{sj}| / 255`. The bound is in exact
-    arithmetic: the float parts (:math:`A`, :math:`A/s_i`, the rescaling) add rounding of order
-    :math:`\varepsilon \sum_j |\Phi^*_{ij}|(|w_{sj}| + |\delta_j d_{sj}|)`, with :math:`\varepsilon` the
+    with $\rho_j$ = `residual[j]`. Since $s_i \le \max_j |A_{ij}| / 127.5$, the quantization
+    term is at most $\max_j |\Phi^*_{ij}\delta_j| \sum_j |d_{sj}| / 255$. The bound is in exact
+    arithmetic: the float parts ($A$, $A/s_i$, the rescaling) add rounding of order
+    $\varepsilon \sum_j |\Phi^*_{ij}|(|w_{sj}| + |\delta_j d_{sj}|)$, with $\varepsilon$ the
     machine epsilon of the working dtype.
 
     Args:
-      isamples: :class:`IntegerSamples`.
-      Phi_new: ``(N, b)`` test features (all of them: the second term involves every weight).
+      isamples: [`IntegerSamples`][kronvi.quantize.IntegerSamples].
+      Phi_new: `(N, b)` test features (all of them: the second term involves every weight).
 
     Returns:
-      jax.Array: ``(N, S)`` error bounds.
+      jax.Array: `(N, S)` error bounds.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi

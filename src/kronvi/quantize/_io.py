@@ -1,14 +1,14 @@
-r"""Saving and loading fitted DIRECT models: one versioned ``.npz`` file, no pickle.
+r"""Saving and loading fitted DIRECT models: one versioned `.npz` file, no pickle.
 
-A file holds every array of a :class:`DirectModel` under a readable key (``prior_w.values``,
-``features.frequencies``, ...) plus a JSON header under ``__kronvi__`` with the format tag, the format
+A file holds every array of a [`DirectModel`][kronvi.quantize.DirectModel] under a readable key (`prior_w.values`,
+`features.frequencies`, ...) plus a JSON header under `__kronvi__` with the format tag, the format
 version, the tree structure (which class goes where) and the shape, dtype and SHA-256 digest of each
 array. Loading checks all of it and then validates the model as a whole (grid shapes agree, codes fit the
-grid), so a corrupted, truncated, foreign or mismatched file raises a ``ValueError`` saying what is wrong
+grid), so a corrupted, truncated, foreign or mismatched file raises a `ValueError` saying what is wrong
 instead of yielding a model that predicts garbage.
 
-Classes are restored by name only from the ``kronvi`` package (priors, families, feature maps,
-standardizers, ...); any other ``NamedTuple`` in ``features`` comes back as a ``collections.namedtuple``
+Classes are restored by name only from the `kronvi` package (priors, families, feature maps,
+standardizers, ...); any other `NamedTuple` in `features` comes back as a `collections.namedtuple`
 with the same name and fields. Nothing is unpickled and no other module is imported.
 """
 
@@ -40,30 +40,30 @@ _HEADER = "__kronvi__"
 class DirectModel(NamedTuple):
     r"""A fitted DIRECT regression model or classifier, ready to save, load and predict with.
 
-    A classifier (:func:`kronvi.logistic.fit_logistic`) has ``prior_noise = q_noise = None``; its
-    probabilities from stored samples are ``jax.nn.sigmoid(predict_from_codes(...) + y_offset).mean(1)``,
-    exactly :func:`kronvi.logistic.predict_logistic` computes their expectation under ``q_w``.
+    A classifier ([`kronvi.logistic.fit_logistic`][kronvi.logistic.fit_logistic]) has `prior_noise = q_noise = None`; its
+    probabilities from stored samples are `jax.nn.sigmoid(predict_from_codes(...) + y_offset).mean(1)`,
+    exactly [`kronvi.logistic.predict_logistic`][kronvi.logistic.predict_logistic] computes their expectation under `q_w`.
 
     Attributes
     ----------
     prior_w
-        :class:`kronvi.DiscretePrior` ``(b, m)``, the weight grids.
+        [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`, the weight grids.
     prior_noise
-        :class:`kronvi.DiscretePrior` ``(1, m_sigma)``, the noise-variance grid (``None``: a classifier).
+        [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`, the noise-variance grid (`None`: a classifier).
     q_w
-        Posterior over the weights: :class:`kronvi.MeanField` ``(b, m)`` or :class:`kronvi.Mixture`
-        ``(r, b, m)``.
+        Posterior over the weights: [`kronvi.MeanField`][kronvi.MeanField] `(b, m)` or [`kronvi.Mixture`][kronvi.mixtures.Mixture]
+        `(r, b, m)`.
     q_noise
-        :class:`kronvi.MeanField` ``(1, m_sigma)``, posterior over the noise variance (``None``: a classifier).
+        [`kronvi.MeanField`][kronvi.MeanField] `(1, m_sigma)`, posterior over the noise variance (`None`: a classifier).
     features
-        The feature map's parameters: ``None`` or any pytree of arrays built from dicts (string keys),
-        lists, tuples and ``NamedTuple`` s (e.g. ``(Standardizer, RandomFourierFeatures)``).
+        The feature map's parameters: `None` or any pytree of arrays built from dicts (string keys),
+        lists, tuples and `NamedTuple` s (e.g. `(Standardizer, RandomFourierFeatures)`).
     y_offset
-        Scalar added to :math:`\Phi^* w` to predict ``y`` (the training mean of ``y``).
+        Scalar added to $\Phi^* w$ to predict `y` (the training mean of `y`).
     packed_codes
-        ``None`` or ``(S, ceil(b * bits / 8))`` ``uint8`` posterior samples from :func:`kronvi.pack_codes`.
+        `None` or `(S, ceil(b * bits / 8))` `uint8` posterior samples from [`kronvi.pack_codes`][kronvi.quantize.pack_codes].
     bits
-        Bits per code of ``packed_codes``, one of 1, 2, 4, 8.
+        Bits per code of `packed_codes`, one of 1, 2, 4, 8.
     """
 
     prior_w: DiscretePrior
@@ -82,7 +82,7 @@ class DirectModel(NamedTuple):
 
 
 def check_model(model) -> None:
-    """Raises ``TypeError``/``ValueError`` naming the field if ``model`` is not a consistent DirectModel."""
+    """Raises `TypeError`/`ValueError` naming the field if `model` is not a consistent DirectModel."""
     if not isinstance(model, DirectModel):
         raise TypeError(f"`model` must be a DirectModel, got {type(model).__name__}")
     prior_w, prior_noise, q_w, q_noise = model.prior_w, model.prior_noise, model.q_w, model.q_noise
@@ -205,7 +205,7 @@ def _encode(node, path: str, arrays: dict):
 
 
 def _resolve_class(name: str, path: str):
-    """The kronvi class called ``name`` (``module:qualname``), or ``None`` for a foreign class."""
+    """The kronvi class called `name` (`module:qualname`), or `None` for a foreign class."""
     module, _, qualname = name.partition(":")
     if not (module == "kronvi" or module.startswith("kronvi.")):
         return None
@@ -290,24 +290,24 @@ def _digest(arr: np.ndarray) -> str:
 
 
 def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
-    r"""Writes a :class:`DirectModel` to one versioned ``.npz`` file (atomically).
+    r"""Writes a [`DirectModel`][kronvi.quantize.DirectModel] to one versioned `.npz` file (atomically).
 
     Parameters
     ----------
     path
-        Destination file name (``str`` or path-like); written as given, no suffix is added.
+        Destination file name (`str` or path-like); written as given, no suffix is added.
     model
-        The model; validated first (see :func:`load_model` for what is checked).
+        The model; validated first (see [`load_model`][kronvi.quantize.load_model] for what is checked).
     compress
-        Deflate the arrays (``numpy.savez_compressed``).
+        Deflate the arrays (`numpy.savez_compressed`).
 
     Raises
     ------
     TypeError, ValueError
-        If the model is inconsistent or holds something other than arrays, scalars, ``None`` and
+        If the model is inconsistent or holds something other than arrays, scalars, `None` and
         containers.
     FileNotFoundError, IsADirectoryError
-        If the folder of ``path`` does not exist, or ``path`` is a folder.
+        If the folder of `path` does not exist, or `path` is a folder.
 
     Examples
     --------
@@ -413,22 +413,22 @@ def _read_arrays(z, path):
 
 
 def load_model(path) -> DirectModel:
-    r"""Reads a :class:`DirectModel` written by :func:`save_model`.
+    r"""Reads a [`DirectModel`][kronvi.quantize.DirectModel] written by [`save_model`][kronvi.quantize.save_model].
 
-    Checks, each with its own ``ValueError``: the file is an ``.npz`` archive with a kronvi header of kind
-    ``DirectModel``; its format version is supported; every array the header lists is present, with the
+    Checks, each with its own `ValueError`: the file is an `.npz` archive with a kronvi header of kind
+    `DirectModel`; its format version is supported; every array the header lists is present, with the
     recorded shape, dtype and SHA-256 digest, and there are no others; every kronvi object passes its
-    constructor's validation; and the model is consistent (:math:`q_w` and the priors share the grid shape,
-    the packed codes have the width of ``b`` codes and stay below ``m``).
+    constructor's validation; and the model is consistent ($q_w$ and the priors share the grid shape,
+    the packed codes have the width of `b` codes and stay below `m`).
 
     Arrays come back as JAX arrays (NumPy arrays for leaves that were NumPy arrays) with the stored dtype,
-    so the reloaded model predicts identically. (A float64 file loaded with ``jax_enable_x64`` off comes
+    so the reloaded model predicts identically. (A float64 file loaded with `jax_enable_x64` off comes
     back in float32, as JAX converts it.)
 
     Parameters
     ----------
     path
-        A file written by :func:`save_model`.
+        A file written by [`save_model`][kronvi.quantize.save_model].
 
     Returns
     -------
