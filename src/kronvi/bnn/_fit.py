@@ -216,7 +216,11 @@ def predict_bnn(q_w, q_noise, prior_w, prior_noise, X_new, layer_sizes):
     $g_j = E[(W_j\cdot x)^2]$), for deeper networks by the monomial expansion at each point.
 
     Args:
-      q_w, q_noise, prior_w, prior_noise: as in [`bnn_elbo`][kronvi.bnn.bnn_elbo].
+      q_w: [`kronvi.MeanField`][kronvi.MeanField] over the `P` weights, logits `(P, m)`, as in
+        [`bnn_elbo`][kronvi.bnn.bnn_elbo].
+      q_noise: [`kronvi.MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
+      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(P, m)`.
+      prior_noise: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
       X_new: test inputs `(num_points, d)`.
       layer_sizes: `(d, h_1, ..., h_L, 1)`, Python ints (static under `jit`).
 
