@@ -176,8 +176,11 @@ def fit_features_eigen(
       param_iter: L-BFGS iterations per round.
       inner_sweeps: coordinate-ascent sweeps refitting $q$ at each evaluation of the objective.
       log_prior: optional `log_prior(params) -> scalar` added to the objective (MAP for the parameters).
-      levels, width, noise_span, chunk_size: as for
+      levels: levels of every weight grid and of the noise grid, as for
         [`eigen_feature_model`][kronvi.feature_learning.eigen_feature_model].
+      width: half-width of each weight grid in posterior sds.
+      noise_span: the noise grid spans `noise_variance * [1/span, span]` around the maximizer.
+      chunk_size: rows per chunk of the statistics.
 
     Returns:
       `(model, elbo_trace)`: the placed [`EigenFeatureModel`][kronvi.feature_learning.EigenFeatureModel]
