@@ -189,7 +189,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       starts: starting points of the fit, `"gaussian"`, `"prior"` or `"both"` (the highest ELBO is kept);
         default: `"gaussian"` for `"eigen"`, `"both"` for `"features"`.
       max_iter: iterations of the fit (default: the method's).
-      gp_points, gp_restarts: rows and starts of the GP hyperparameter fit.
+      gp_points: the most rows used by the GP hyperparameter fit (a subsample of larger data), >= 2.
+      gp_restarts: starts of the GP hyperparameter fit, >= 1.
       chunk_size: rows per block when accumulating the statistics.
       dtype: `"float32"` (default) or `"float64"`, the working precision of features and fits (the
         statistics are always accumulated in float64).
@@ -206,9 +207,12 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       stats_: [`kronvi.RegressionStats`][kronvi.RegressionStats] of the features and centred targets of all
         rows seen, float64, before any rotation.
       basis_: [`kronvi.Eigenbasis`][kronvi.Eigenbasis] for `"eigen"`, else `None`.
-      prior_w_, prior_noise_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grids `(b, levels)` and
+      prior_w_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grid of the weights `(b, levels)`.
+      prior_noise_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grid of the noise variance
         `(1, noise_levels)`.
-      q_w_, q_noise_: the fitted [`kronvi.MeanField`][kronvi.MeanField] posteriors.
+      q_w_: the fitted [`kronvi.MeanField`][kronvi.MeanField] posterior of the weights `(b, levels)`.
+      q_noise_: the fitted [`kronvi.MeanField`][kronvi.MeanField] posterior of the noise variance
+        `(1, noise_levels)`.
       noise_variance_: posterior mean of the noise variance.
       elbo_: the final ELBO (nats).
       fit_info_: the fit's [`kronvi.FitInfo`][kronvi.FitInfo].
