@@ -11,9 +11,11 @@ and cost $O(bm)$ each:
   estimate) and [`logistic_loglik_estimate`][kronvi.logistic.logistic_loglik_estimate] (Monte Carlo estimate of the exact value, to measure gaps);
 * [`fit_logistic`][kronvi.logistic.fit_logistic]: L-BFGS on the full bound, closed-form coordinate ascent (minorize-maximize), or
   optax SGD on minibatches;
-* [`predict_logistic`][kronvi.logistic.predict_logistic]: exact $E_q[\sigma(\Phi^* w)]$ from the characteristic function.
+* [`predict_logistic`][kronvi.logistic.predict_logistic]: exact $E_q[\sigma(\Phi^* w)]$ from the characteristic function;
+* [`laplace_grid_prior`][kronvi.logistic.laplace_grid_prior]: the accurate default grids, the prior
+  $N(0, \sigma_w^2)$ on levels placed on the Laplace approximation to the posterior (MAP $\pm$ 4 sds).
 
-Modules: `_bound`, `_cavi`, `_fit`, `_predict`. Measurements: `docs/notes/2026-11-23-logistic.md`.
+Modules: `_bound`, `_cavi`, `_fit`, `_laplace`, `_predict`. Measurements: `docs/notes/2026-11-23-logistic.md`.
 
 References:
   Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",
@@ -26,4 +28,6 @@ from ._bound import logistic_loglik_bound as logistic_loglik_bound
 from ._bound import logistic_loglik_estimate as logistic_loglik_estimate
 from ._bound import logistic_loglik_minibatch as logistic_loglik_minibatch
 from ._fit import fit_logistic as fit_logistic
+from ._laplace import LaplaceInfo as LaplaceInfo
+from ._laplace import laplace_grid_prior as laplace_grid_prior
 from ._predict import predict_logistic as predict_logistic
