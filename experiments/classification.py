@@ -4,24 +4,27 @@ For every dataset folder (``data.csv.gz`` with a 0/1 label in the last column, `
 the inputs are standardized with training-fold statistics. Methods:
 
   direct-logistic   DIRECT mean-field logistic regression (kronvi.logistic.fit_logistic, the default "tilted"
-                    bound, 15-level grids on +-3 prior sd) on b = 2 D + d + 1 features: D = --num-frequencies
+                    bound) with posterior-placed grids (kronvi.logistic.laplace_grid_prior): weight j on 15
+                    levels spanning its Laplace MAP +- 4 Laplace marginal sds (damped Newton on the full
+                    training fold), prior log-probabilities from N(0, s^2) at those levels; no zero level.
+                    Features: b = 2 D + d + 1: D = --num-frequencies
                     random Fourier features [cos, sin] / sqrt(D), the d standardized inputs / sqrt(d) and a
                     constant 1 (the kernel of the implied GP: squared-exponential plus linear plus constant).
                     Lengthscale: the median heuristic (one lengthscale, the median pairwise distance between
                     at most 1000 standardized training inputs). Prior sd s of the weights (= the prior sd of the
                     latent function, since the features are scaled by D^-1/2): chosen per fold among
                     --prior-scales by the Laplace approximation to the evidence of the Gaussian-prior logistic
-                    model on the same features (on a random 5000-row subsample of larger training sets). L-BFGS (--max-iter iterations from the Laplace start) for
+                    model on the same features (on a random 5000-row subsample of larger training sets).
+                    L-BFGS (--max-iter iterations from the Laplace start) for
                     n <= --sgd-above training rows, else Adam(0.05) on minibatches of 512 rows (--sgd-steps).
                     Folds are padded to one size with zero-weight rows (one compile per dataset). Exact
                     predictive probabilities (kronvi.logistic.predict_logistic).
+  direct-logistic-paper  (not in "all") the same with the paper's grids: 15 levels on +-3 prior sd
+                    (kronvi.gaussian_prior(b, s, levels=15)), which include 0 (sparsity).
   sklearn-logistic  scikit-learn L2 logistic regression (with intercept) on the same features, C chosen by inner 5-fold CV on
                     log loss among 10 values in [1e-3, 1e3] (LogisticRegressionCV; above 10,000 training rows C is
                     chosen by 3-fold CV on a random 5000-row subsample, then refitted on all rows).
   linear-logistic   the same on the standardized raw inputs.
-  direct-logistic-pgrid (not in "all") direct-logistic with posterior-placed grids: weight j on 15 levels
-                    spanning its Laplace MAP +- 4 Laplace marginal sds (full training set), prior log-probabilities
-                    from N(0, s^2) at those levels (kronvi's regression default does the same); no zero level.
   gauss-vi          mean-field Gaussian VI on the same features with the prior N(0, s^2) at direct-logistic's
                     chosen s: reparameterization gradients (local reparameterization of the logits, 4 draws per
                     row), minibatches of 256 rows, Adam(0.01), 2000 steps; predictive probabilities by 32-point
@@ -29,16 +32,16 @@ the inputs are standardized with training-fold statistics. Methods:
 
 Metrics per fold: accuracy, log loss (probabilities clipped to [1e-12, 1 - 1e-12]), expected calibration error
 (10 equal-width bins of P(y = 1): sum over bins of (bin size / n) |mean label - mean probability|), fit seconds
-(direct-logistic: prior-scale choice + fit, the first fold includes compilation; gauss-vi: the vmapped call over
+(direct-logistic: prior-scale choice + grid placement + fit, the first fold includes compilation; gauss-vi: the vmapped call over
 all folds, compilation included, divided by the folds)
-and expected sparsity (direct-logistic: expected percent of weights at the grid's 0 level; others 0).
+and expected sparsity (direct methods: expected percent of weights at the grid's level nearest 0; others 0).
 Reliability counts pooled over folds go to ``<json stem>_reliability.json``.
 
 Usage:
   nice -n 10 python experiments/classification.py --data-dir ../shared/data/classification --datasets all \
       --methods all --json experiments/results/classification.json
   nice -n 10 python experiments/classification.py --data-dir ../shared/data/classification \
-      --datasets kin40k_median --methods direct-logistic-pgrid --append --json experiments/results/classification.json
+      --datasets all --methods direct-logistic,direct-logistic-paper --append --json experiments/results/classification.json
   python experiments/render_classification.py experiments/results/classification.json
 """
 
@@ -59,7 +62,7 @@ import optax
 import kronvi
 import kronvi.logistic as kl
 
-METHODS = ("direct-logistic", "sklearn-logistic", "linear-logistic", "gauss-vi", "direct-logistic-pgrid")
+METHODS = ("direct-logistic", "sklearn-logistic", "linear-logistic", "gauss-vi", "direct-logistic-paper")
 NUM_BINS = 10
 
 
@@ -130,9 +133,8 @@ def pad_stack(arrays, n, fill=0.0):
 # ------------------------------------------------------------------------------------------------
 
 
-def laplace_log_evidence(Phi, y, s, *, return_posterior=False):
-    """Laplace approximation to log p(y | Phi) of logistic regression with the prior N(0, s^2 I); with
-    ``return_posterior`` also the MAP and the Laplace marginal sds sqrt(diag(H^-1))."""
+def laplace_log_evidence(Phi, y, s):
+    """Laplace approximation to log p(y | Phi) of logistic regression with the prior N(0, s^2 I)."""
     from sklearn.linear_model import LogisticRegression
 
     Phi = np.asarray(Phi, np.float64)
@@ -145,22 +147,10 @@ def laplace_log_evidence(Phi, y, s, *, return_posterior=False):
     p = 1 / (1 + np.exp(-z))
     H = (Phi * (p * (1 - p))[:, None]).T @ Phi + np.eye(len(w)) / s**2
     _, logdet = np.linalg.slogdet(H)
-    ev = ll - w @ w / (2 * s**2) - len(w) * np.log(s) - 0.5 * logdet
-    if return_posterior:
-        return ev, w, np.sqrt(np.diag(np.linalg.inv(H)))
-    return ev
+    return ll - w @ w / (2 * s**2) - len(w) * np.log(s) - 0.5 * logdet
 
 
-def posterior_grid(w, sd, s, levels=15, width=4.0):
-    """Weight j on ``w_j + sd_j * linspace(-width, width, levels)`` with the N(0, s^2) prior's log density."""
-    unit = np.linspace(-1.0, 1.0, levels) * width
-    values = w[:, None] + sd[:, None] * unit[None]
-    return kronvi.DiscretePrior(
-        jnp.asarray(values, jnp.float32), jnp.asarray(-0.5 * values**2 / s**2, jnp.float32)
-    )
-
-
-def run_direct(preps, args, pgrid=False):
+def run_direct(preps, args, paper=False):
     """One compiled fit per dataset: folds padded to one training size with zero-weight rows."""
     n = max(p["Ptr"].shape[0] for p in preps)
     nte = max(p["Pte"].shape[0] for p in preps)
@@ -181,14 +171,15 @@ def run_direct(preps, args, pgrid=False):
         sub = np.random.default_rng(args.seed + f).permutation(len(p["ytr"]))[:5000]  # all rows up to 5000
         ev = [laplace_log_evidence(p["Ptr"][sub], p["ytr"][sub], s) for s in args.prior_scales]
         scale = args.prior_scales[int(np.argmax(ev))]
-        if pgrid:
-            _, w_map, sd_map = laplace_log_evidence(p["Ptr"], p["ytr"], scale, return_posterior=True)
-            prior = posterior_grid(w_map, sd_map, scale)
-        else:
-            prior = kronvi.gaussian_prior(b, scale, levels=15, dtype=jnp.float32)
         Phi = jnp.asarray(pad_stack([p["Ptr"]], n)[0], jnp.float32)
         yy = jnp.asarray(pad_stack([p["ytr"]], n)[0], jnp.float32)
         ww = jnp.asarray(pad_stack([np.ones(p["Ptr"].shape[0])], n)[0], jnp.float32)
+        if paper:
+            prior = kronvi.gaussian_prior(b, scale, levels=15, dtype=jnp.float32)
+        else:
+            prior, lap = kl.laplace_grid_prior(Phi, yy, scale, levels=15, width=4.0, weights=ww)
+            if not bool(lap.converged):
+                log(f"    fold {f}: Laplace Newton not converged after {int(lap.num_iter)} iterations")
         q, info = fit(jax.random.key(args.seed * 100 + f), Phi, yy, ww, prior)
         jax.block_until_ready(q.logits)
         seconds = time.time() - t
@@ -326,8 +317,8 @@ def main(argv=None):
         results = {}
         if "direct-logistic" in methods:
             results["direct-logistic"] = run_direct(preps, args)
-        if "direct-logistic-pgrid" in methods:
-            results["direct-logistic-pgrid"] = run_direct(preps, args, pgrid=True)
+        if "direct-logistic-paper" in methods:
+            results["direct-logistic-paper"] = run_direct(preps, args, paper=True)
         if "gauss-vi" in methods:
             results["gauss-vi"] = run_gauss_vi(preps, [o["scale"] for o in results["direct-logistic"]], args)
         for m, key in (("sklearn-logistic", "P"), ("linear-logistic", "X")):
@@ -365,7 +356,7 @@ def main(argv=None):
             )
             rel.setdefault(name, {})[m] = dict(counts=counts.tolist(), psum=psum.tolist(), ysum=ysum.tolist())
             log(
-                f"  {m:17s} acc {rec['accuracy_mean']:.4f}  logloss {rec['logloss_mean']:.4f}  "
+                f"  {m:21s} acc {rec['accuracy_mean']:.4f}  logloss {rec['logloss_mean']:.4f}  "
                 f"ece {rec['ece_mean']:.4f}  fit {rec['fit_seconds']:.2f}s  sparsity {rec['sparsity_pct']:.1f}%"
             )
         with open(args.json, "w") as fh:
