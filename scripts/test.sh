@@ -8,8 +8,11 @@ cd "$(dirname "$0")/.."
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 python -m pip install -q -e ".[test]"
 python -m ruff check src tests benchmarks experiments
-python -m pytest -p no:cacheprovider "$@"
+# One worker per core (pytest-xdist): each test mostly compiles XLA programs on one thread. pytest-benchmark,
+# where installed, turns itself off under xdist with a warning that filterwarnings=error would raise.
+workers="${KRONVI_TEST_WORKERS:-auto}"
+python -m pytest -p no:cacheprovider -p no:benchmark -n "$workers" "$@"
 # The experiments' own tests (the library's suite never loads the experiment scripts).
 if [ "$#" -eq 0 ]; then
-  python -m pytest -p no:cacheprovider experiments/tests
+  python -m pytest -p no:cacheprovider -p no:benchmark -n "$workers" experiments/tests
 fi
