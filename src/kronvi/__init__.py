@@ -121,7 +121,9 @@ from .gaussian import predict_blr as predict_blr
 from .gaussian import predict_elrg as predict_elrg
 from .gaussian import predict_gaussian_mf as predict_gaussian_mf
 from .gaussian import reparam_noise_variance as reparam_noise_variance
+from .logistic import LaplaceInfo as LaplaceInfo
 from .logistic import fit_logistic as fit_logistic
+from .logistic import laplace_grid_prior as laplace_grid_prior
 from .logistic import logistic_elbo_bound as logistic_elbo_bound
 from .logistic import logistic_loglik_bound as logistic_loglik_bound
 from .logistic import logistic_loglik_estimate as logistic_loglik_estimate
