@@ -12,7 +12,6 @@ python -m ruff check src tests benchmarks experiments
 # where installed, turns itself off under xdist with a warning that filterwarnings=error would raise.
 workers="${KRONVI_TEST_WORKERS:-auto}"
 python -m pytest -p no:cacheprovider -p no:benchmark -n "$workers" "$@"
-# The experiments' own tests (the library's suite never loads the experiment scripts).
-if [ "$#" -eq 0 ]; then
-  python -m pytest -p no:cacheprovider -p no:benchmark -n "$workers" experiments/tests
-fi
+# The experiments' own tests (smoke runs of every study) and the strict docs build run after this in CI
+# (.ci/run); they are checks of the studies and tutorials, not of the library, and would push this command
+# past ten minutes on two cores.
