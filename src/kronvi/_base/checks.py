@@ -123,6 +123,12 @@ def check_positive(x, name: str):
         raise ValueError(f"`{name}` must be strictly positive, got min {float(low)}")
 
 
+def check_positive_number(x, name: str):
+    """`ValueError` naming `name` unless `x` is a Python int or float > 0 (bools are refused)."""
+    if not (isinstance(x, int | float) and not isinstance(x, bool) and x > 0):
+        raise ValueError(f"`{name}` must be a positive number, got {x!r}")
+
+
 def check_nonempty(x, name: str, axis: int = 0):
     if x.shape[axis] == 0:
         raise ValueError(f"`{name}` is empty (shape {tuple(x.shape)})")

@@ -14,7 +14,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._base.checks import as_float_array, check_finite, check_int, check_ndim, check_positive
+from .._base.checks import (
+    as_float_array,
+    check_finite,
+    check_int,
+    check_ndim,
+    check_positive,
+    check_positive_number,
+)
 from .grids import DiscretePrior
 
 
@@ -51,8 +58,7 @@ def posterior_grid_prior(center, spread, prior_scale, *, levels: int = 15, width
     check_finite(scale, "prior_scale")
     check_positive(scale, "prior_scale")
     levels = check_int(levels, "levels", minimum=2)
-    if not (isinstance(width, int | float) and not isinstance(width, bool) and width > 0):
-        raise ValueError(f"`width` must be a positive number, got {width!r}")
+    check_positive_number(width, "width")
     unit = jnp.linspace(-width, width, levels, dtype=center.dtype)
     values = center[:, None] + spread[:, None] * unit[None, :]
     scale = jnp.broadcast_to(scale, center.shape)

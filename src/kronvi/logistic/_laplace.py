@@ -19,7 +19,14 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_int, check_ndim, check_positive
+from .._base.checks import (
+    as_float_array,
+    check_finite,
+    check_int,
+    check_ndim,
+    check_positive,
+    check_positive_number,
+)
 from .._base.precision import matmul
 from .._model.posterior_grid import posterior_grid_prior
 from ._bound import check_labels, check_weights
@@ -180,8 +187,7 @@ def laplace_grid_prior(
     check_finite(scale, "prior_scale")
     check_positive(scale, "prior_scale")
     levels = check_int(levels, "levels", minimum=2)
-    if not (isinstance(width, int | float) and not isinstance(width, bool) and width > 0):
-        raise ValueError(f"`width` must be a positive number, got {width!r}")
+    check_positive_number(width, "width")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     if tol is None:
         tol = 100.0 * float(jnp.finfo(Phi.dtype).eps)
