@@ -1,8 +1,10 @@
-"""Fixtures of the experiments' tests: the study scripts import as modules (``import uci``)."""
+"""Fixtures of the experiments' tests: the study scripts import as modules (``import uci``), and so does the
+tests' own data writer (``study_folds``)."""
 
 import pathlib
 import sys
 
 EXPERIMENTS = pathlib.Path(__file__).resolve().parents[1]
-if str(EXPERIMENTS) not in sys.path:
-    sys.path.insert(0, str(EXPERIMENTS))
+for path in (EXPERIMENTS, EXPERIMENTS / "tests"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))

@@ -1,10 +1,10 @@
 """Smoke test of experiments/bnn_study.py on a tiny synthetic dataset (the networks only)."""
 
-import gzip
 import json
 
 import bnn_study
 import numpy as np
+from study_folds import write_folds
 
 
 def test_study_runs_and_writes_json_and_table(tmp_path):
@@ -13,12 +13,7 @@ def test_study_runs_and_writes_json_and_table(tmp_path):
     X = rng.normal(size=(n, 2))
     X[:, 1] = 3.0  # a constant column is dropped
     y = X[:, 0] ** 2 + 0.1 * rng.normal(size=n)
-    folder = tmp_path / "data" / "toy"
-    folder.mkdir(parents=True)
-    with gzip.open(folder / "data.csv.gz", "wt") as f:
-        np.savetxt(f, np.column_stack([X, y]), delimiter=",")
-    with gzip.open(folder / "test_mask.csv.gz", "wt") as f:
-        np.savetxt(f, np.eye(K, dtype=int)[np.arange(n) % K], delimiter=",", fmt="%d")
+    write_folds(tmp_path / "data" / "toy", X, y, np.eye(K, dtype=int)[np.arange(n) % K])
     out, md = tmp_path / "s.json", tmp_path / "s.md"
     argv = ["--data-dir", str(tmp_path / "data"), "--datasets", "toy", "--methods", "direct-bnn,mc-bnn",
             "--folds", "2", "--hidden", "2", "--levels", "5", "--starts", "2", "--cavi-sweeps", "3",

@@ -1,11 +1,11 @@
 """The classification study and its renderer on a tiny synthetic dataset: record fields, metrics, files."""
 
-import gzip
 import json
 
 import classification
 import numpy as np
 import render_classification
+from study_folds import write_folds
 
 FIELDS = {
     "dataset", "method", "n", "d", "accuracy_mean", "accuracy_sd", "logloss_mean", "logloss_sd", "ece_mean",
@@ -19,11 +19,7 @@ def _write(folder, n=40, d=2, K=2, seed=0):
     X[:, -1] = 3.0  # a constant column
     y = (X[:, 0] + 0.3 * rng.normal(size=n) > 0).astype(float)
     mask = np.eye(K, dtype=int)[np.arange(n) % K]
-    folder.mkdir(parents=True)
-    with gzip.open(folder / "data.csv.gz", "wt") as f:
-        np.savetxt(f, np.column_stack([X, y]), delimiter=",")
-    with gzip.open(folder / "test_mask.csv.gz", "wt") as f:
-        np.savetxt(f, mask, delimiter=",", fmt="%d")
+    write_folds(folder, X, y, mask)
 
 
 def test_metrics_by_hand():

@@ -1,11 +1,11 @@
 """Smoke test of experiments/feature_learning.py on a tiny synthetic dataset: every method runs, the JSON
 and the markdown table are written, and the learned-lengthscale model is the pipeline's at its lengthscales."""
 
-import gzip
 import json
 
 import feature_learning
 import numpy as np
+from study_folds import write_folds
 
 
 def _write_dataset(folder, n=40, d=2, K=5, seed=0):
@@ -13,11 +13,7 @@ def _write_dataset(folder, n=40, d=2, K=5, seed=0):
     X = rng.normal(size=(n, d))
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
     mask = np.eye(K, dtype=int)[rng.permutation(n) % K]
-    folder.mkdir(parents=True)
-    with gzip.open(folder / "data.csv.gz", "wt") as f:
-        np.savetxt(f, np.column_stack([X, y]), delimiter=",")
-    with gzip.open(folder / "test_mask.csv.gz", "wt") as f:
-        np.savetxt(f, mask, delimiter=",", fmt="%d")
+    write_folds(folder, X, y, mask)
 
 
 def test_feature_learning_smoke(tmp_path):

@@ -2,7 +2,6 @@
 predictive density against enumeration, the command-line JSON contract, and what an existing JSON accepts
 (records carry their settings; mismatches are refused or rerun; writes are atomic)."""
 
-import gzip
 import itertools
 import json
 import pathlib
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import render_uci
 import uci
+from study_folds import write_folds
 
 import kronvi
 
@@ -27,11 +27,7 @@ def _write_dataset(folder, n=60, d=3, K=5, seed=0, constant_column=True):
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
     ids = rng.permutation(n) % K
     mask = np.eye(K, dtype=int)[ids]
-    folder.mkdir(parents=True)
-    with gzip.open(folder / "data.csv.gz", "wt") as f:
-        np.savetxt(f, np.column_stack([X, y]), delimiter=",")
-    with gzip.open(folder / "test_mask.csv.gz", "wt") as f:
-        np.savetxt(f, mask, delimiter=",", fmt="%d")
+    write_folds(folder, X, y, mask)
     return X, y, mask
 
 

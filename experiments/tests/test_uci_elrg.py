@@ -1,11 +1,11 @@
 """The UCI study's ``elrg-<rank>`` methods (experiments/uci.py) on a tiny synthetic dataset."""
 
-import gzip
 import json
 
 import numpy as np
 import pytest
 import uci
+from study_folds import write_folds
 
 
 def _write_dataset(folder, n=40, d=3, K=5, seed=0):
@@ -13,11 +13,7 @@ def _write_dataset(folder, n=40, d=3, K=5, seed=0):
     X = rng.normal(size=(n, d))
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
     mask = np.eye(K, dtype=int)[rng.permutation(n) % K]
-    folder.mkdir(parents=True)
-    with gzip.open(folder / "data.csv.gz", "wt") as f:
-        np.savetxt(f, np.column_stack([X, y]), delimiter=",")
-    with gzip.open(folder / "test_mask.csv.gz", "wt") as f:
-        np.savetxt(f, mask, delimiter=",", fmt="%d")
+    write_folds(folder, X, y, mask)
 
 
 def _argv(data, out, methods):
