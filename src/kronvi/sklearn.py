@@ -61,7 +61,7 @@ from ._model.grids import DiscretePrior, gaussian_prior
 from ._model.regression import noise_moments, predict_regression
 from ._stats.eigen import eigenbasis, rotate_features
 from ._stats.regression import RegressionStats, merge_stats, regression_stats_from_inputs
-from .logistic import fit_logistic, predict_logistic
+from .logistic import BOUNDS, fit_logistic, predict_logistic
 from .pipeline import (
     DirectConfig,
     eigen_posterior_grid,
@@ -610,7 +610,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
     def _check_params(self):
         _check_choice(self.features, "features", _FEATURES)
         _check_choice(self.dtype, "dtype", _DTYPES)
-        _check_choice(self.bound, "bound", ("tilted", "jensen", "theorem2"))
+        _check_choice(self.bound, "bound", BOUNDS)
         _check_int(self.n_frequencies, "n_frequencies", 1)
         _check_positive(self.lengthscale, "lengthscale", allow=("auto",))
         _check_positive(self.prior_scale, "prior_scale")
