@@ -71,7 +71,7 @@ def test_elbo_gradient_matches_finite_differences():
             )
 
         check_grads(
-            f,
+            jax.jit(f),  # one compile per derivative, not one per primitive of an eager trace
             (q_w.logits, q_n.logits, prior_w.values, stats.PhitPhi),
             order=2,
             modes=["rev", "fwd"],
