@@ -172,29 +172,9 @@ def test_noise_prior_for_span():
     np.testing.assert_allclose([grid.values[0, 0], grid.values[0, -1]], [0.1, 0.9], rtol=1e-5)
 
 
-def test_fit_direct_chooses_a_noise_grid_by_cross_validation():
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(150, 2))
-    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=150)
-    cfg = DirectConfig(
-        basis="features", num_frequencies=20, gp_points=100, gp_restarts=2, noise_cv=(10.0, 3.0, 1.0), cv_folds=3
-    )
-    model, timings, info = fit_direct(jax.random.key(0), X, y, cfg)
-    assert info["noise_span"] in (10.0, 3.0, 1.0)
-    assert info["cv_scores"].sq_error.shape == (3,)
-    assert timings["select_seconds"] > 0
-    chosen = noise_prior_for_span(model.hyper.noise_variance, info["noise_span"], 15)
-    np.testing.assert_allclose(model.prior_noise.values, chosen.values, rtol=1e-6)  # the fit used it
-    # The paper's protocol: one grid of `noise_span`, no selection.
-    model0, timings0, info0 = fit_direct(jax.random.key(0), X, y, cfg._replace(noise_cv=()))
-    assert info0["noise_span"] == 10.0 and info0["cv_scores"] is None
-    assert model0.prior_noise.values.shape == (1, 15)
-    for bad in (dict(noise_cv=(0.5,)), dict(cv_folds=1), dict(cv_folds=2.0)):
-        with pytest.raises(ValueError, match="noise_cv|cv_folds"):
-            fit_direct(jax.random.key(0), X, y, cfg._replace(**bad))
-
-
-def test_command_line_reports_the_chosen_noise_grid(tmp_path, capsys):
+def test_command_line_and_fit_direct_choose_a_noise_grid_by_cross_validation(tmp_path, capsys):
+    """`kronvi fit` reports the grid `fit_direct` chose on the fold's training rows. Both run the CLI's
+    default recipe on the same 60 rows, so `fit_direct` reuses every program the CLI compiled."""
     from kronvi import cli
 
     rng = np.random.default_rng(1)
@@ -208,11 +188,30 @@ def test_command_line_reports_the_chosen_noise_grid(tmp_path, capsys):
     assert cli.main(["fit", *common]) == 0
     fold = json.loads(out.read_text())["folds"][0]
     assert fold["noise_span"] in (10.0, 3.0, 1.0) and fold["select_seconds"] > 0
-    # "none" is the paper's protocol (one grid, no selection): fit_direct's own test runs it end to end.
+    # "none" is the paper's protocol (one grid, no selection): run end to end through fit_direct below.
     assert parse_noise_cv("none") == () and parse_noise_cv("10,3") == (10.0, 3.0)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["fit", *common, "--noise-cv", "ten"])
     assert exit_info.value.code == 2 and "noise-cv" in capsys.readouterr().err
+
+    # fit_direct on the CLI's fold 0 (rows split by --seed 0, key fold_in(key(seed), fold)): the CLI's config
+    tr = np.random.default_rng(0).permutation(90) % 3 != 0
+    cfg = DirectConfig(basis="features", num_frequencies=8, noise_cv=(10.0, 3.0, 1.0), cv_folds=5)
+    key = jax.random.fold_in(jax.random.key(0), 0)
+    model, timings, info = fit_direct(key, X[tr], y[tr], cfg)
+    assert info["noise_span"] == fold["noise_span"]
+    np.testing.assert_allclose(float(info["fit"].elbo[int(info["fit"].num_iter)]), fold["elbo"], rtol=1e-5)
+    assert info["cv_scores"].sq_error.shape == (3,)
+    assert timings["select_seconds"] > 0
+    chosen = noise_prior_for_span(model.hyper.noise_variance, info["noise_span"], 15)
+    np.testing.assert_allclose(model.prior_noise.values, chosen.values, rtol=1e-6)  # the fit used it
+    # The paper's protocol: one grid of `noise_span`, no selection.
+    model0, timings0, info0 = fit_direct(key, X[tr], y[tr], cfg._replace(noise_cv=()))
+    assert info0["noise_span"] == 10.0 and info0["cv_scores"] is None
+    assert model0.prior_noise.values.shape == (1, 15)
+    for bad in (dict(noise_cv=(0.5,)), dict(cv_folds=1), dict(cv_folds=2.0)):
+        with pytest.raises(ValueError, match="noise_cv|cv_folds"):
+            fit_direct(key, X[tr], y[tr], cfg._replace(**bad))
 
 
 def test_inner_fold_stats_sum_to_all_rows_and_need_enough_rows():
