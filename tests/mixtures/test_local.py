@@ -12,8 +12,12 @@ from helpers import (
 from scipy.special import logsumexp
 
 import kronvi
-from kronvi.mixtures._local import local_scores
-from kronvi.mixtures._sampling import sample_per_component
+from kronvi.mixtures._local import local_scores as _local_scores
+from kronvi.mixtures._sampling import sample_per_component as _sample_per_component
+
+# Jitted once per module: eagerly, every call retraced and recompiled the batched map (test time only).
+local_scores = jax.jit(_local_scores, static_argnames="batch_size")
+sample_per_component = jax.jit(_sample_per_component, static_argnames="per_component")
 
 
 @pytest.mark.parametrize("mixture_prior", [False, True])
