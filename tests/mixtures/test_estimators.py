@@ -1,5 +1,7 @@
 """Stochastic ELBO estimates: unbiased gradients and values against enumeration, variance orderings."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -152,6 +154,7 @@ def test_score_only_gradient_is_exact_at_identical_components():
         args = (jnp.asarray(logits), jnp.asarray(np.array([0.3, -0.2, 0.1])), q_n.logits)
         exact = jax.grad(jnp_mixture_elbo(p), argnums=(0, 1, 2))(*args)
 
+        @functools.partial(jax.jit, static_argnums=0)  # one compile per estimator, not per key
         def grads(estimator, key):
             def f(lg, wl, ln):
                 qq, qn = kronvi.Mixture._unchecked(lg, wl), kronvi.MeanField._unchecked(ln)
