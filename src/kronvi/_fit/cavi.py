@@ -109,53 +109,126 @@ def jacobi_block_change(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, tempera
     return new, m_new, gains - coupling, coupling, rounding
 
 
+def damped_jacobi_step(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperature=1.0):
+    r"""Moves a block $S$ of weights together towards their single-coordinate optima, damped so that the
+    ELBO cannot fall. Returns `(new_logits, new_means, t)`; arguments as for `jacobi_block_change`.
+
+    Each factor moves to the mixture $(1-t)\,q_j + t\,q_j^*$. As a function of $q_j$ alone the (tempered)
+    ELBO is $-T\,KL(q_j \| q_j^*)$ plus a constant, which is concave in $q_j$, so this part gains at least
+    $t$ times the full gains $G$; the means move by $t\Delta\bar w_j$, so the coupling term is $t^2 C$. The
+    ELBO therefore changes by at least $tG - t^2C$: the full move ($t = 1$) when $C \le G/2$ (or $C$ is within
+    the gains' rounding error), else $t = G/(2C)$, which gains at least $G^2/(4C) > 0$. A block moves
+    whenever it can gain, so the fixed points are those of the sequential sweep.
+    """
+    new, m_star, change, coupling, rounding = jacobi_block_change(
+        logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperature
+    )
+    gains = change + coupling
+    tiny = jnp.finfo(gains.dtype).tiny
+    full = coupling <= jnp.maximum(0.5 * gains, rounding)
+    t = jnp.where(full, 1.0, jnp.clip(gains / (2.0 * jnp.maximum(coupling, tiny)), 0.0, 1.0))
+    old, star = jax.nn.log_softmax(logits, -1), jax.nn.log_softmax(new, -1)
+    mixed = jnp.logaddexp(jnp.log1p(-t) + old, jnp.log(t) + star)  # t = 1: star; t = 0: old
+    new_logits = jnp.where(ok[:, None], mixed, logits)
+    new_mean = jnp.where(ok, mean + t * (m_star - mean), mean)
+    return new_logits, new_mean, t
+
+
+def coupling_blocks(PhitPhi, block_size, *, threshold=0.5):
+    r"""Groups the weights into blocks of at most `block_size` weakly coupled weights, for the block-Jacobi
+    sweep. Returns `(blocks, num_blocks)`: `blocks` is `(K, block_size)` weight indices padded with `b`, the
+    `num_blocks` used rows first.
+
+    Weights are visited in index order; each joins the first block where the sum of its normalized couplings
+    $|A_{jk}| / \sqrt{A_{jj}A_{kk}}$ to the members is at most `threshold`, else (all full or coupled) the
+    open block where that sum is least. With sums at most 1/2 the block's correlation matrix is close to the
+    identity (Gershgorin), so a Jacobi move keeps most of its gains. $O(b^2)$ work in $b$ loop steps, once
+    per fit; there are $K = \min(b, 4\lceil b/B\rceil)$ slots.
+    """
+    b = PhitPhi.shape[0]
+    num_slots = min(b, 4 * -(-b // block_size))
+    d = jnp.sqrt(jnp.maximum(jnp.diagonal(PhitPhi), 0.0))
+    C = jnp.abs(PhitPhi) / jnp.maximum(d[:, None] * d[None, :], jnp.finfo(PhitPhi.dtype).tiny)
+    C = jnp.where(jnp.eye(b, dtype=bool), 0.0, C)
+
+    def body(j, carry):
+        load, size, slot = carry
+        open_ = size < block_size
+        fits = open_ & (load[:, j] <= threshold)
+        k = jnp.where(fits.any(), jnp.argmax(fits), jnp.argmin(jnp.where(open_, load[:, j], jnp.inf)))
+        k = k.astype(jnp.int32)
+        return load.at[k].add(C[j]), size.at[k].add(1), slot.at[j].set(k)
+
+    init = (jnp.zeros((num_slots, b), C.dtype), jnp.zeros(num_slots, jnp.int32), jnp.zeros(b, jnp.int32))
+    _, size, slot = lax.fori_loop(0, b, body, init)
+    by_slot = jnp.argsort(slot, stable=True)  # weights grouped by slot, in index order within a slot
+    start = jnp.cumsum(size) - size
+    within = jnp.arange(b) - start[slot[by_slot]]
+    blocks = (
+        jnp.full((num_slots, block_size), b, jnp.int32)
+        .at[slot[by_slot], within]
+        .set(by_slot.astype(jnp.int32))
+    )
+    used_first = jnp.argsort(size == 0, stable=True)
+    return blocks[used_first], jnp.sum(size > 0, dtype=jnp.int32)
+
+
 def blocked_sweep(
-    logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0, *, block_size, jacobi
+    logits_w,
+    logits_n,
+    prior_w,
+    prior_noise,
+    stats,
+    order,
+    temperature=1.0,
+    *,
+    block_size,
+    jacobi,
+    blocks=None,
 ):
-    r"""A coordinate-ascent sweep in blocks of `block_size` consecutive weights of `order`, then the noise.
+    r"""A coordinate-ascent sweep in blocks of weights, then the noise.
 
-    Each block gathers its rows of $A = \Phi^\top\Phi$ once and $A\bar w$ is brought up to date
-    after the block with one product $A_{S\cdot}^\top \Delta\bar w_S$, so a sweep runs `b / block_size`
-    loop steps instead of `b`.
+    Blocks are `block_size` consecutive weights of `order`, or the rows of `blocks`, the pair
+    `(rows, num_blocks)` that `coupling_blocks` returns, visited in the order of their first weight in `order`. Each block gathers its rows of $A = \Phi^\top\Phi$ once
+    and $A\bar w$ is brought up to date after the block with one product $A_{S\cdot}^\top \Delta\bar w_S$, so
+    a sweep runs one loop step per block instead of one per weight.
 
-    `jacobi=False`: the block's weights are updated in turn, exactly as [`cavi_sweep`][kronvi.cavi_sweep] does (the same
-    updates, rounded differently). `jacobi=True`: the block is first moved together to its
-    single-coordinate optima (`jacobi_block_change`); the move is kept if the coupling term costs at
-    most half of the gains (so the ELBO rises by at least half of them) or no more than the gains' rounding
-    error, and otherwise the block is updated in turn. Either way the ELBO never decreases (beyond
+    `jacobi=False`: the block's weights are updated in turn, exactly as [`cavi_sweep`][kronvi.cavi_sweep] does
+    (the same updates, rounded differently). `jacobi=True`: the block moves together, damped
+    (`damped_jacobi_step`). Either way the ELBO never decreases (beyond
     rounding), and a fixed point is a point where every factor is at its coordinate optimum, as for
     [`cavi_sweep`][kronvi.cavi_sweep].
     """
     A, c, V, logp = stats.PhitPhi, stats.Phity, prior_w.values, prior_w.log_probs
+    b = A.shape[0]
     a_diag = jnp.diagonal(A)
     e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
     mean, _ = grid_moments(jax.nn.softmax(logits_w, -1), V)
     g = dot(A, mean)
-    idx, valid, idx_in = _block_indices(order, block_size)
+    if blocks is None:
+        idx, valid, idx_in = _block_indices(order, block_size)
+        num_steps = idx.shape[0]
+    else:
+        blocks, num_blocks = blocks
+        rank = jnp.zeros(b, jnp.int32).at[order].set(jnp.arange(b, dtype=jnp.int32))
+        first = jnp.min(jnp.where(blocks < b, rank[jnp.minimum(blocks, b - 1)], b), axis=1)
+        idx = blocks[jnp.argsort(first)]
+        valid, idx_in, num_steps = idx < b, jnp.minimum(idx, b - 1), num_blocks
 
     def body(k, carry):
         logits, mean, g = carry
         S, ok, Si = idx[k], valid[k], idx_in[k]
         A_S = A[Si]
         A_SS = A_S[:, Si]
-        g_S, m_S, l_S, c_S, a_S, V_S, lp_S = g[Si], mean[Si], logits[Si], c[Si], a_diag[Si], V[Si], logp[Si]
-        in_turn = functools.partial(
-            _sequential_in_block, l_S, m_S, g_S, A_SS, c_S, a_S, V_S, lp_S, ok, e_inv, temperature
-        )
+        args = (logits[Si], mean[Si], g[Si], A_SS, c[Si], a_diag[Si], V[Si], logp[Si], ok, e_inv, temperature)
         if jacobi:
-            new, m_par, change, coupling, rounding = jacobi_block_change(
-                l_S, m_S, g_S, A_SS, c_S, a_S, V_S, lp_S, ok, e_inv, temperature
-            )
-            # Near a fixed point the gains are at rounding level; a coupling below that is no real cost.
-            accept = coupling <= jnp.maximum(0.5 * (change + coupling), rounding)
-            parallel = (jnp.where(ok[:, None], new, l_S), jnp.where(ok, m_par, m_S))
-            l_new, m_new = lax.cond(accept, lambda: parallel, in_turn)
+            l_new, m_new, _ = damped_jacobi_step(*args)
         else:
-            l_new, m_new = in_turn()
-        g = g + dot(m_new - m_S, A_S)
+            l_new, m_new = _sequential_in_block(*args)
+        g = g + dot(m_new - args[1], A_S)
         return logits.at[S].set(l_new, mode="drop"), mean.at[S].set(m_new, mode="drop"), g
 
-    logits_w, _, _ = lax.fori_loop(0, idx.shape[0], body, (logits_w, mean, g))
+    logits_w, _, _ = lax.fori_loop(0, num_steps, body, (logits_w, mean, g))
     logits_n = noise_update(logits_w, prior_w, prior_noise, stats) / temperature
     return logits_w, logits_n
 
@@ -164,23 +237,29 @@ SWEEPS = ("auto", "sequential", "blocked", "jacobi")
 BLOCK_SIZES = {"blocked": 16, "jacobi": 64}
 
 
-def sweep_function(sweep: str):
-    """The sweep `fit_cavi` runs, with the signature of [`cavi_sweep`][kronvi.cavi_sweep].
+def sweep_function(sweep: str, PhitPhi):
+    """The sweep `fit_cavi` runs on statistics with this `PhitPhi`, with the signature of
+    [`cavi_sweep`][kronvi.cavi_sweep]; `"jacobi"` groups the weights by coupling here, once.
 
-    `"auto"`: [`cavi_sweep`][kronvi.cavi_sweep] when compiled for a CPU, the guarded block-Jacobi sweep for an
+    `"auto"`: [`cavi_sweep`][kronvi.cavi_sweep] when compiled for a CPU, the damped block-Jacobi sweep for an
     accelerator, where each loop step costs kernel launches
-    (`docs/notes/2026-11-22-cavi-on-accelerators.md`).
+    (`docs/notes/2026-11-22-cavi-on-accelerators.md`); the blocks are only built for the accelerator.
     """
+    b = PhitPhi.shape[0]
     if sweep == "sequential":
         return cavi_sweep
-    if sweep in BLOCK_SIZES:
+    if sweep == "blocked":
+        return functools.partial(blocked_sweep, block_size=min(BLOCK_SIZES[sweep], b), jacobi=False)
+    B = min(BLOCK_SIZES["jacobi"], b)
+    if sweep == "jacobi":
+        blocks = coupling_blocks(PhitPhi, B)
+        return functools.partial(blocked_sweep, block_size=B, jacobi=True, blocks=blocks)
 
-        def blocked(logits_w, *args):
-            block_size = min(BLOCK_SIZES[sweep], logits_w.shape[0])
-            return blocked_sweep(logits_w, *args, block_size=block_size, jacobi=sweep == "jacobi")
+    def no_blocks(A):  # what the CPU branch carries: same shapes, never used
+        return jnp.full((min(b, 4 * -(-b // B)), B), b, jnp.int32), jnp.asarray(0, jnp.int32)
 
-        return blocked
-    jacobi = sweep_function("jacobi")
+    blocks = lax.platform_dependent(PhitPhi, cpu=no_blocks, default=lambda A: coupling_blocks(A, B))
+    jacobi = functools.partial(blocked_sweep, block_size=B, jacobi=True, blocks=blocks)
     return lambda *args: lax.platform_dependent(*args, cpu=cavi_sweep, default=jacobi)
 
 
@@ -204,7 +283,7 @@ def fit_cavi(
     sweep="auto",
 ):
     b = logits_w.shape[0]
-    sweep_fn = sweep_function(sweep)
+    sweep_fn = sweep_function(sweep, stats.PhitPhi)
     dtype = logits_w.dtype
     elbo0 = elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats)
     trace = jnp.full((max_iter + 1,), elbo0, dtype)

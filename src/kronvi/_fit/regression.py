@@ -74,11 +74,11 @@ def fit_regression(
         fixed points are the points where every factor is at its coordinate optimum.
         `"sequential"`: one loop step per weight ([`cavi_sweep`][kronvi.cavi_sweep]). `"blocked"`: the same updates
         in turn, in blocks of 16 weights that each read their rows of $\Phi^\top\Phi$ once (rounded
-        differently). `"jacobi"`: each block of 64 weights moves together to its single-coordinate
-        optima when the exact ELBO change shows the block's coupling costs at most half of the gain, and
-        in turn otherwise: another path to a fixed point. `"auto"` (default): `"sequential"` on a
-        CPU, `"jacobi"` on an accelerator (GPU, TPU), where each loop step costs kernel launches and
-        `"jacobi"` is the fastest schedule
+        differently). `"jacobi"`: the weights are first grouped into blocks of up to 64 weakly coupled
+        weights (once per fit, $O(b^2)$); each block moves together towards its single-coordinate optima,
+        the full way when the exact ELBO change allows it and damped otherwise, so the ELBO cannot fall:
+        another path to a fixed point. `"auto"` (default): `"sequential"` on a CPU, `"jacobi"` on an
+        accelerator (GPU, TPU), where each loop step costs kernel launches
         (`docs/notes/2026-11-22-cavi-on-accelerators.md`).
       device: `None` (default): the fit runs where the statistics live. A `jax.Device` (concrete
         inputs only): the inputs are copied there once and the results copied back to the statistics'
