@@ -119,12 +119,11 @@ def test_cv_scores_match_a_loop_of_fits_and_dense_errors():
         got = kronvi.cv_scores(train, test, prior_w, prior_n, max_iter=20)
         for k in range(3):
             st = kronvi.regression_stats(jnp.asarray(Phi[folds != k]), jnp.asarray(y[folds != k]))
-            q_w, _, _ = kronvi.fit_regression(st, prior_w, prior_n, init="gaussian", max_iter=20)
+            q_w, q_n, _ = kronvi.fit_regression(st, prior_w, prior_n, init="gaussian", max_iter=20)
             mean = np.asarray((q_w.probs * prior_w.values).sum(-1))
             err = np.sum((y[folds == k] - Phi[folds == k] @ mean) ** 2)
             np.testing.assert_allclose(float(got.sq_error[k]), err, rtol=1e-8)
             held = kronvi.regression_stats(jnp.asarray(Phi[folds == k]), jnp.asarray(y[folds == k]))
-            q_w, q_n, _ = kronvi.fit_regression(st, prior_w, prior_n, init="gaussian", max_iter=20)
             ref = kronvi.heldout_scores(q_w, q_n, prior_w, prior_n, held)
             np.testing.assert_allclose(float(got.log_density[k]), float(ref.log_density), rtol=1e-8)
         with pytest.raises(ValueError, match="leading fold axis"):
