@@ -13,6 +13,7 @@ variance counts as residual), so it cannot arbitrate between noise priors; held-
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -149,6 +150,25 @@ def cv_scores(
         raise ValueError(
             f"`train_stats` {train_stats.PhitPhi.shape} and `test_stats` {test_stats.PhitPhi.shape} differ"
         )
+
+    named = init is None or isinstance(init, str)
+    return _cv_scores(
+        train_stats,
+        test_stats,
+        prior_w,
+        prior_noise,
+        None if named else init,
+        init_name=init if named else None,
+        method=method,
+        max_iter=max_iter,
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("init_name", "method", "max_iter"))
+def _cv_scores(train_stats, test_stats, prior_w, prior_noise, init_q, *, init_name, method, max_iter):
+    # One program for the fold fits and scores: unjitted, the starts and scores around the jitted fit
+    # ran op by op for every fold batch and every candidate of `select_prior`.
+    init = init_name if init_q is None else init_q
 
     def one(train, test):
         q_w, q_n, _ = fit_regression(train, prior_w, prior_noise, init=init, method=method, max_iter=max_iter)
