@@ -330,6 +330,9 @@ def log_density_kernel(
     return lax.map(lambda xy: _point(xy[0], xy[1], **kw), (Phi_new, y_new.astype(dt)), batch_size=bs)
 
 
+FIRST_PASS_CHUNK = 256  # points per call of the first pass with concrete inputs
+
+
 def default_num_nodes(dtype) -> int:
     """Trapezoid nodes of the first pass: in float32 the rounding floor dominates beyond about 32."""
     return 64 if jnp.dtype(dtype) == jnp.float64 else 32
@@ -420,10 +423,27 @@ def predictive_log_density(
     def run(P, y, K):
         return log_density_kernel(*arrays, P, y, num_nodes=int(K), batch_size=batch_size)
 
-    ld, err = run(Phi_new, y_new, num_nodes)
-    if rtol is None or isinstance(ld, jax.core.Tracer) or Phi_new.shape[0] == 0:
-        return ld, err
-    ld, err = np.array(ld), np.array(err)
+    if isinstance(Phi_new, jax.core.Tracer) or isinstance(y_new, jax.core.Tracer) or Phi_new.shape[0] == 0:
+        return run(Phi_new, y_new, num_nodes)
+
+    def run_in_chunks(idx, K, size):
+        """The points `idx` in calls of `size` points (the last padded with repeats), so that calls of any
+        length share one compiled kernel per `(K, size)`."""
+        out = [np.empty(idx.size), np.empty(idx.size)]
+        for s in range(0, idx.size, size):
+            part = idx[s : s + size]
+            padded = np.concatenate([part, np.full(size - part.size, part[-1])])
+            for o, v in zip(out, run(Phi_new[padded], y_new[padded], K), strict=True):
+                o[s : s + part.size] = np.asarray(v)[: part.size]
+        return out
+
+    # First pass in calls of a power of two from batch_size to FIRST_PASS_CHUNK points, refinement in calls
+    # of batch_size points: a few compiled kernels serve every N and every subset that needs refining.
+    N = Phi_new.shape[0]
+    first = min(max(1 << (N - 1).bit_length(), batch_size), max(FIRST_PASS_CHUNK, batch_size))
+    ld, err = run_in_chunks(np.arange(N), num_nodes, first)
+    if rtol is None:
+        return jnp.asarray(ld, Phi_new.dtype), jnp.asarray(err, Phi_new.dtype)
     K = int(num_nodes)
     todo = np.ones(err.shape, bool)
     while K < max_nodes:
@@ -431,11 +451,8 @@ def predictive_log_density(
         if bad.size == 0:
             break
         K = min(4 * K, int(max_nodes))
-        # Pad the subset to a power of two (at least one batch) so that calls reuse a few compiled shapes.
-        size = max(1 << (bad.size - 1).bit_length(), batch_size)
-        idx = np.concatenate([bad, np.full(size - bad.size, bad[0])])
-        l2, e2 = (np.asarray(v)[: bad.size] for v in run(Phi_new[idx], y_new[idx], K))
+        l2, e2 = run_in_chunks(bad, K, batch_size)
         better = e2 < err[bad]
         todo[bad[~(e2 <= 0.5 * err[bad])]] = False  # at the rounding floor: more nodes will not help
         ld[bad[better]], err[bad[better]] = l2[better], e2[better]
-    return jnp.asarray(ld), jnp.asarray(err)
+    return jnp.asarray(ld, Phi_new.dtype), jnp.asarray(err, Phi_new.dtype)
