@@ -197,3 +197,19 @@ def test_bad_input_is_named(kwargs, message):
     Phi, y = call.pop("Phi_new"), call.pop("y_new")
     with pytest.raises(ValueError, match=message):
         kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, **call)
+
+
+def test_traced_posterior_with_concrete_points_runs_one_pass():
+    # vmap over posteriors (or a jvp through them) with concrete test points: the refinement loop cannot
+    # read traced results, so the one-pass kernel runs, as under jit.
+    args, _ = problem(np.random.default_rng(5), 0.05)
+    q_w, q_n, pw, pn = model(*args[:4], np.float32)
+    Phi, y = np.asarray(args[4], np.float32), np.asarray(args[5], np.float32)
+    stacked = jnp.stack([q_w.logits, 0.5 * q_w.logits])
+    ld, err = jax.vmap(
+        lambda lg: kronvi.predictive_log_density(kronvi.MeanField(lg), q_n, pw, pn, Phi, y, rtol=1e-6)
+    )(stacked)
+    for k in range(2):
+        ref = kronvi.predictive_log_density(kronvi.MeanField(stacked[k]), q_n, pw, pn, Phi, y, rtol=None)
+        np.testing.assert_allclose(ld[k], ref[0], rtol=1e-5)
+        np.testing.assert_allclose(err[k], ref[1], rtol=1e-4)

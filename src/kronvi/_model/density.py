@@ -330,7 +330,7 @@ def log_density_kernel(
     return lax.map(lambda xy: _point(xy[0], xy[1], **kw), (Phi_new, y_new.astype(dt)), batch_size=bs)
 
 
-FIRST_PASS_CHUNK = 256  # points per call of the first pass with concrete inputs
+CHUNK = 256  # the most points per kernel call when refining concrete inputs
 
 
 def default_num_nodes(dtype) -> int:
@@ -423,27 +423,26 @@ def predictive_log_density(
     def run(P, y, K):
         return log_density_kernel(*arrays, P, y, num_nodes=int(K), batch_size=batch_size)
 
-    if isinstance(Phi_new, jax.core.Tracer) or isinstance(y_new, jax.core.Tracer) or Phi_new.shape[0] == 0:
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((arrays, Phi_new, y_new)))
+    if traced or Phi_new.shape[0] == 0:
         return run(Phi_new, y_new, num_nodes)
 
-    def run_in_chunks(idx, K, size):
-        """The points `idx` in calls of `size` points (the last padded with repeats), so that calls of any
-        length share one compiled kernel per `(K, size)`."""
-        out = [np.empty(idx.size), np.empty(idx.size)]
-        for s in range(0, idx.size, size):
-            part = idx[s : s + size]
+    def run_in_chunks(idx, K):
+        """The points `idx` in calls of a power of two from `batch_size` to `CHUNK` points (the last call
+        padded with repeats), so that a few compiled kernels per `K` serve every length. Returns device
+        arrays; all calls are dispatched before any result is read."""
+        calls = []
+        for s in range(0, idx.size, CHUNK):
+            part = idx[s : s + CHUNK]
+            size = min(max(1 << (part.size - 1).bit_length(), batch_size), max(CHUNK, batch_size))
             padded = np.concatenate([part, np.full(size - part.size, part[-1])])
-            for o, v in zip(out, run(Phi_new[padded], y_new[padded], K), strict=True):
-                o[s : s + part.size] = np.asarray(v)[: part.size]
-        return out
+            calls.append((part.size, run(Phi_new[padded], y_new[padded], K)))
+        return [jnp.concatenate([out[i][:n] for n, out in calls]) for i in (0, 1)]
 
-    # First pass in calls of a power of two from batch_size to FIRST_PASS_CHUNK points, refinement in calls
-    # of batch_size points: a few compiled kernels serve every N and every subset that needs refining.
-    N = Phi_new.shape[0]
-    first = min(max(1 << (N - 1).bit_length(), batch_size), max(FIRST_PASS_CHUNK, batch_size))
-    ld, err = run_in_chunks(np.arange(N), num_nodes, first)
+    ld, err = run_in_chunks(np.arange(Phi_new.shape[0]), num_nodes)
     if rtol is None:
-        return jnp.asarray(ld, Phi_new.dtype), jnp.asarray(err, Phi_new.dtype)
+        return ld, err  # one pass, left on the inputs' device
+    ld, err = np.array(ld), np.array(err)
     K = int(num_nodes)
     todo = np.ones(err.shape, bool)
     while K < max_nodes:
@@ -451,8 +450,8 @@ def predictive_log_density(
         if bad.size == 0:
             break
         K = min(4 * K, int(max_nodes))
-        l2, e2 = run_in_chunks(bad, K, batch_size)
+        l2, e2 = (np.asarray(v) for v in run_in_chunks(bad, K))
         better = e2 < err[bad]
         todo[bad[~(e2 <= 0.5 * err[bad])]] = False  # at the rounding floor: more nodes will not help
         ld[bad[better]], err[bad[better]] = l2[better], e2[better]
-    return jnp.asarray(ld, Phi_new.dtype), jnp.asarray(err, Phi_new.dtype)
+    return jnp.asarray(ld), jnp.asarray(err)
