@@ -226,3 +226,20 @@ def test_inner_fold_stats_sum_to_all_rows_and_need_enough_rows():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="cannot make 5"):
         inner_fold_stats(jax.random.key(1), fmap, X[:4], y[:4], 5)
+
+
+def test_cv_scores_names_a_bad_init_and_takes_an_array_max_iter():
+    rng = np.random.default_rng(7)
+    Phi, y = rng.normal(size=(40, 3)), rng.normal(size=40)
+    folds = np.arange(40) % 2
+    stack = lambda sel: jax.tree.map(  # noqa: E731
+        lambda *x: jnp.stack(x),
+        *[kronvi.regression_stats(jnp.asarray(Phi[sel(k)]), jnp.asarray(y[sel(k)])) for k in range(2)],
+    )
+    train, test = stack(lambda k: folds != k), stack(lambda k: folds == k)
+    pw, pn = kronvi.gaussian_prior(3, 1.0, levels=5), kronvi.noise_prior(1.0)
+    with pytest.raises(TypeError, match="`init`"):
+        kronvi.cv_scores(train, test, pw, pn, init=("a", "b"))
+    a = kronvi.cv_scores(train, test, pw, pn, max_iter=jnp.asarray(3))
+    b = kronvi.cv_scores(train, test, pw, pn, max_iter=3)
+    np.testing.assert_array_equal(a.sq_error, b.sq_error)

@@ -152,6 +152,12 @@ def cv_scores(
         )
 
     named = init is None or isinstance(init, str)
+    if not named and not (
+        isinstance(init, tuple) and len(init) == 2 and all(isinstance(q, MeanField) for q in init)
+    ):
+        raise TypeError(
+            f'`init` must be "prior", "gaussian" or a tuple (q_w, q_noise) of MeanField, got {init!r}'
+        )
     return _cv_scores(
         train_stats,
         test_stats,
@@ -160,7 +166,7 @@ def cv_scores(
         None if named else init,
         init_name=init if named else None,
         method=method,
-        max_iter=max_iter,
+        max_iter=None if max_iter is None else int(max_iter),
     )
 
 
