@@ -139,6 +139,13 @@ def _greedy_blocks(A, block_size, threshold=0.5):
     return [S for S in slots if S]
 
 
+def _row_sums(A, rows):
+    d = np.sqrt(np.diag(A))
+    C = np.abs(A) / np.outer(d, d)
+    np.fill_diagonal(C, 0.0)
+    return [C[np.ix_(row, row)].sum(1).max() for row in rows]
+
+
 def test_coupling_blocks_separate_coupled_weights():
     # Twelve pairs of nearly equal features (correlation ~0.99) among weakly coupled ones.
     rng = np.random.default_rng(5)
@@ -155,6 +162,31 @@ def test_coupling_blocks_separate_coupled_weights():
         for row in rows:
             assert len(row) <= block_size
             assert not any(j + 12 in row for j in row if j < 12)  # no pair in one block
+
+
+def test_damped_sweep_stays_monotone_on_a_block_around_a_hub():
+    # A hub feature (index 0, visited first) is the normalized sum of 63 orthonormal features: each of those
+    # joins the hub's block (coupling 1/sqrt(63) to the members before it), and the hub's own sum reaches
+    # 7.9. The rule bounds only the joiner's sum; the damped step keeps the ELBO monotone anyway.
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(6)
+        Z = np.linalg.qr(rng.normal(size=(300, 63)))[0]
+        Phi = np.concatenate([Z.sum(1, keepdims=True) / np.sqrt(63), Z], axis=1)
+        stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(Phi @ rng.normal(size=64)))
+        blocks = coupling_blocks(stats.PhitPhi, 64)
+        rows = [[j for j in row if j < 64] for row in np.asarray(blocks[0])[: int(blocks[1])]]
+        A = np.asarray(stats.PhitPhi)
+        assert rows == _greedy_blocks(A, 64) and len(rows) == 1
+        assert max(_row_sums(A, rows)) > 7.0
+        pw = kronvi.gaussian_prior(64, 1.0, levels=7, dtype=np.float64)
+        pn = kronvi.noise_prior(0.1, levels=5, dtype=np.float64)
+        sweep = _sweep(64, True, blocks)
+        lw, ln = pw.log_probs, pn.log_probs
+        trace = [float(elbo_from_logits(lw, ln, pw, pn, stats))]
+        for _ in range(10):
+            lw, ln = sweep(lw, ln, pw, pn, stats, jnp.arange(64))
+            trace.append(float(elbo_from_logits(lw, ln, pw, pn, stats)))
+        assert np.all(np.diff(trace) >= -1e-9 * abs(trace[-1])) and trace[-1] > trace[0] + 1.0
 
 
 def test_blocks_are_visited_in_the_order_of_their_first_weight():

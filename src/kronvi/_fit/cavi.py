@@ -117,8 +117,9 @@ def damped_jacobi_step(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperat
     ELBO is $-T\,KL(q_j \| q_j^*)$ plus a constant, which is concave in $q_j$, so this part gains at least
     $t$ times the full gains $G$; the means move by $t\Delta\bar w_j$, so the coupling term is $t^2 C$. The
     ELBO therefore changes by at least $tG - t^2C$: the full move ($t = 1$) when $C \le G/2$ (or $C$ is within
-    the gains' rounding error), else $t = G/(2C)$, which gains at least $G^2/(4C) > 0$. A block moves
-    whenever it can gain, so the fixed points are those of the sequential sweep.
+    the gains' rounding error), else $t = G/(2C)$ clipped to $[0, 1]$, which gains at least $G^2/(4C) > 0$
+    when $G > 0$ ($t = 0$ when rounding makes $G \le 0$). A block moves whenever it can gain (up to underflow
+    of $G/(2C)$), so the fixed points are those of the sequential sweep.
     """
     new, m_star, change, coupling, rounding = jacobi_block_change(
         logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperature
@@ -139,11 +140,15 @@ def coupling_blocks(PhitPhi, block_size, *, threshold=0.5):
     sweep. Returns `(blocks, num_blocks)`: `blocks` is `(K, block_size)` weight indices padded with `b`, the
     `num_blocks` used rows first.
 
-    Weights are visited in index order; each joins the first block where the sum of its normalized couplings
-    $|A_{jk}| / \sqrt{A_{jj}A_{kk}}$ to the members is at most `threshold`, else (all full or coupled) the
-    open block where that sum is least. With sums at most 1/2 the block's correlation matrix is close to the
-    identity (Gershgorin), so a Jacobi move keeps most of its gains. $O(b^2)$ work in $b$ loop steps, once
-    per fit; there are $K = \min(b, 4\lceil b/B\rceil)$ slots.
+    With normalized couplings $C_{jk} = |A_{jk}| / \sqrt{A_{jj}A_{kk}}$, weights are visited in index order
+    and each joins the first open block where its sum of $C$ to the members already there is at most
+    `threshold`, else (every open block too coupled) the open block where that sum is least. Were every
+    row sum of a block's $C$ at most 1/2, its correlation matrix would be within 1/2 of the identity
+    (Gershgorin) and a Jacobi move would keep most of its gains; the rule bounds only the joining weight's
+    sum, so a weight coupled weakly to many later ones (a "hub") can end up with a larger one. It is a
+    heuristic for few, large blocks: the damped step keeps the ELBO monotone whatever the blocks are.
+    $O(b^2)$ work in $b$ loop steps, once per fit; there are
+    $K = \min(b, 4\lceil b / \text{block\_size}\rceil)$ slots.
     """
     b = PhitPhi.shape[0]
     num_slots = min(b, 4 * -(-b // block_size))
@@ -152,7 +157,7 @@ def coupling_blocks(PhitPhi, block_size, *, threshold=0.5):
     C = jnp.where(jnp.eye(b, dtype=bool), 0.0, C)
 
     def body(j, carry):
-        load, size, slot = carry
+        load, size, slot = carry  # load[k, i]: sum of C[i, members of k]
         open_ = size < block_size
         fits = open_ & (load[:, j] <= threshold)
         k = jnp.where(fits.any(), jnp.argmax(fits), jnp.argmin(jnp.where(open_, load[:, j], jnp.inf)))
@@ -188,16 +193,16 @@ def blocked_sweep(
 ):
     r"""A coordinate-ascent sweep in blocks of weights, then the noise.
 
-    Blocks are `block_size` consecutive weights of `order`, or the rows of `blocks`, the pair
-    `(rows, num_blocks)` that `coupling_blocks` returns, visited in the order of their first weight in `order`. Each block gathers its rows of $A = \Phi^\top\Phi$ once
-    and $A\bar w$ is brought up to date after the block with one product $A_{S\cdot}^\top \Delta\bar w_S$, so
-    a sweep runs one loop step per block instead of one per weight.
+    Blocks are `block_size` consecutive weights of `order`, or the rows of `blocks` (the pair
+    `(rows, num_blocks)` that `coupling_blocks` returns), visited in the order of their first weight in
+    `order`. Each block gathers its rows of $A = \Phi^\top\Phi$ once and $A\bar w$ is brought up to date
+    after the block with one product $A_{S\cdot}^\top \Delta\bar w_S$, so a sweep runs one loop step per
+    block instead of one per weight.
 
-    `jacobi=False`: the block's weights are updated in turn, exactly as [`cavi_sweep`][kronvi.cavi_sweep] does
-    (the same updates, rounded differently). `jacobi=True`: the block moves together, damped
-    (`damped_jacobi_step`). Either way the ELBO never decreases (beyond
-    rounding), and a fixed point is a point where every factor is at its coordinate optimum, as for
-    [`cavi_sweep`][kronvi.cavi_sweep].
+    `jacobi=False`: the block's weights are updated in turn, exactly as [`cavi_sweep`][kronvi.cavi_sweep]
+    does (the same updates, rounded differently). `jacobi=True`: the block moves together, damped
+    (`damped_jacobi_step`). Either way the ELBO never decreases (beyond rounding), and a fixed point is a
+    point where every factor is at its coordinate optimum, as for [`cavi_sweep`][kronvi.cavi_sweep].
     """
     A, c, V, logp = stats.PhitPhi, stats.Phity, prior_w.values, prior_w.log_probs
     b = A.shape[0]
