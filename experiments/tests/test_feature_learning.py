@@ -5,19 +5,11 @@ import json
 
 import feature_learning
 import numpy as np
-from study_folds import write_folds
-
-
-def _write_dataset(folder, n=40, d=2, K=5, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
-    mask = np.eye(K, dtype=int)[rng.permutation(n) % K]
-    write_folds(folder, X, y, mask)
+from study_folds import write_sine_folds
 
 
 def test_feature_learning_smoke(tmp_path):
-    _write_dataset(tmp_path / "data" / "tiny")
+    write_sine_folds(tmp_path / "data" / "tiny", d=2)
     out_json, out_md = tmp_path / "fl.json", tmp_path / "fl.md"
     feature_learning.main([
         "--data-dir", str(tmp_path / "data"), "--datasets", "tiny", "--folds", "1", "--num-frequencies", "4",

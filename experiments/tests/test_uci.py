@@ -12,23 +12,15 @@ import numpy as np
 import pytest
 import render_uci
 import uci
-from study_folds import write_folds
+from study_folds import write_sine_folds
 
 import kronvi
 
 EXPERIMENTS = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _write_dataset(folder, n=60, d=3, K=5, seed=0, constant_column=True):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    if constant_column:
-        X[:, -1] = 7.0
-    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
-    ids = rng.permutation(n) % K
-    mask = np.eye(K, dtype=int)[ids]
-    write_folds(folder, X, y, mask)
-    return X, y, mask
+def _write_dataset(folder, n=60, **kw):
+    return write_sine_folds(folder, n=n, constant_column=True, **kw)
 
 
 def _argv(data, out, *extra, methods="direct-mf", datasets="small"):

@@ -5,15 +5,7 @@ import json
 import numpy as np
 import pytest
 import uci
-from study_folds import write_folds
-
-
-def _write_dataset(folder, n=40, d=3, K=5, seed=0):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=n)
-    mask = np.eye(K, dtype=int)[rng.permutation(n) % K]
-    write_folds(folder, X, y, mask)
+from study_folds import write_sine_folds
 
 
 def _argv(data, out, methods):
@@ -24,7 +16,7 @@ def _argv(data, out, methods):
 
 
 def test_elrg_methods_run_beside_reparam_with_fit_seconds(tmp_path):
-    _write_dataset(tmp_path / "data" / "small")
+    write_sine_folds(tmp_path / "data" / "small")
     out = tmp_path / "elrg.json"
     assert uci.main(_argv(tmp_path / "data", out, "elrg-2,exact-blr")) == 0
     recs = {r["method"]: r for r in json.loads(out.read_text())}
