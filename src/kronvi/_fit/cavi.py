@@ -135,6 +135,11 @@ def damped_jacobi_step(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperat
     return new_logits, new_mean, t
 
 
+def _num_slots(b, block_size):
+    """Rows of `coupling_blocks`' output: room for up to four times the fewest blocks."""
+    return min(b, 4 * -(-b // block_size))
+
+
 def coupling_blocks(PhitPhi, block_size, *, threshold=0.5):
     r"""Groups the weights into blocks of at most `block_size` weakly coupled weights, for the block-Jacobi
     sweep. Returns `(blocks, num_blocks)`: `blocks` is `(K, block_size)` weight indices padded with `b`, the
@@ -151,7 +156,7 @@ def coupling_blocks(PhitPhi, block_size, *, threshold=0.5):
     $K = \min(b, 4\lceil b / \text{block\_size}\rceil)$ slots.
     """
     b = PhitPhi.shape[0]
-    num_slots = min(b, 4 * -(-b // block_size))
+    num_slots = _num_slots(b, block_size)
     d = jnp.sqrt(jnp.maximum(jnp.diagonal(PhitPhi), 0.0))
     C = jnp.abs(PhitPhi) / jnp.maximum(d[:, None] * d[None, :], jnp.finfo(PhitPhi.dtype).tiny)
     C = jnp.where(jnp.eye(b, dtype=bool), 0.0, C)
@@ -261,7 +266,7 @@ def sweep_function(sweep: str, PhitPhi):
         return functools.partial(blocked_sweep, block_size=B, jacobi=True, blocks=blocks)
 
     def no_blocks(A):  # what the CPU branch carries: same shapes, never used
-        return jnp.full((min(b, 4 * -(-b // B)), B), b, jnp.int32), jnp.asarray(0, jnp.int32)
+        return jnp.full((_num_slots(b, B), B), b, jnp.int32), jnp.asarray(0, jnp.int32)
 
     blocks = lax.platform_dependent(PhitPhi, cpu=no_blocks, default=lambda A: coupling_blocks(A, B))
     jacobi = functools.partial(blocked_sweep, block_size=B, jacobi=True, blocks=blocks)

@@ -330,7 +330,7 @@ def log_density_kernel(
     return lax.map(lambda xy: _point(xy[0], xy[1], **kw), (Phi_new, y_new.astype(dt)), batch_size=bs)
 
 
-CHUNK = 256  # the most points per kernel call when refining concrete inputs
+CHUNK = 256  # the most points per kernel call with concrete inputs (first pass and refinement)
 
 
 def default_num_nodes(dtype) -> int:
