@@ -434,7 +434,8 @@ def predictive_log_density(
         calls = []
         for s in range(0, idx.size, CHUNK):
             part = idx[s : s + CHUNK]
-            size = min(max(1 << (part.size - 1).bit_length(), batch_size), max(CHUNK, batch_size))
+            # part.size <= CHUNK, a power of two, so size <= max(CHUNK, batch_size)
+            size = max(1 << (part.size - 1).bit_length(), batch_size)
             padded = np.concatenate([part, np.full(size - part.size, part[-1])])
             calls.append((part.size, run(Phi_new[padded], y_new[padded], K)))
         return [jnp.concatenate([out[i][:n] for n, out in calls]) for i in (0, 1)]
