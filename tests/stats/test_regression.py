@@ -133,3 +133,26 @@ def test_fits_reject_non_finite_statistics():
     stacked = jax.tree.map(lambda a: jnp.stack([a, a]), s)
     q_w, _, _ = jax.vmap(lambda st: kronvi.fit_regression(st, pw, pn))(stacked)
     assert q_w.logits.shape == (2, 3, 15)
+
+
+def test_host_blas_statistics_equal_the_compiled_ones(dtype):
+    # On a CPU concrete inputs go through NumPy's BLAS; inside jit the same sums run in XLA.
+    rng = np.random.default_rng(5)
+    X, y = jnp.asarray(rng.normal(size=(1000, 3)), dtype), jnp.asarray(rng.normal(size=1000), dtype)
+    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3, dtype), 20)
+    fmap = functools.partial(kronvi.rff_features, params)
+    host = kronvi.regression_stats_from_inputs(fmap, X, y, chunk_size=300)  # 3 chunks and a remainder
+    compiled = jax.jit(lambda X, y: kronvi.regression_stats_from_inputs(fmap, X, y, chunk_size=300))(X, y)
+    Phi = np.asarray(fmap(X), np.float64)
+    ref = (
+        1000.0,
+        float(np.asarray(y, np.float64) @ np.asarray(y, np.float64)),
+        Phi.T @ np.asarray(y),
+        Phi.T @ Phi,
+    )
+    for got in (host, compiled):
+        assert got.PhitPhi.dtype == dtype
+        for a, r in zip(got, ref, strict=True):
+            np.testing.assert_allclose(a, r, rtol=5 * tol(dtype), atol=5 * tol(dtype) * np.abs(r).max())
+    plain = kronvi.regression_stats(fmap(X), y, chunk_size=300)  # the identity feature map
+    np.testing.assert_allclose(plain.PhitPhi, ref[3], rtol=5 * tol(dtype), atol=5 * tol(dtype) * 1000)
