@@ -20,6 +20,7 @@ from . import quantize as quantize
 # Fitting and model choice
 from ._fit.cavi import cavi_sweep as cavi_sweep
 from ._fit.cavi import coordinate_gains as coordinate_gains
+from ._fit.cavi import diagonal_sweep as diagonal_sweep
 from ._fit.features import FeatureFitInfo as FeatureFitInfo
 from ._fit.features import feature_elbo as feature_elbo
 from ._fit.features import feature_stats as feature_stats

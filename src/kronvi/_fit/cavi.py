@@ -243,8 +243,25 @@ def blocked_sweep(
     return logits_w, logits_n
 
 
-SWEEPS = ("auto", "sequential", "blocked", "jacobi")
+SWEEPS = ("auto", "sequential", "blocked", "jacobi", "diagonal")
 BLOCK_SIZES = {"blocked": 16, "jacobi": 64}
+
+
+def diagonal_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0):
+    r"""One coordinate-ascent sweep when $\Phi^\top\Phi$ is diagonal (statistics in an eigenbasis,
+    [`kronvi.eigenbasis`][kronvi.eigenbasis]): given the noise the weights do not interact, so every weight's
+    coordinate optimum $\log q_j(v) = \log p_j(v) + E[\sigma^{-2}](v c_j - \tfrac12 A_{jj} v^2)$ is
+    computed at once, in $O(bm)$, and equals what a sequential sweep in any `order` gives; then the
+    noise. The off-diagonal entries of `stats.PhitPhi` are not read: on other statistics this is not a
+    coordinate-ascent step."""
+    del order
+    e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
+    a, V = jnp.diagonal(stats.PhitPhi), prior_w.values
+    logits_w = (
+        prior_w.log_probs + e_inv * (V * stats.Phity[:, None] - 0.5 * a[:, None] * V * V)
+    ) / temperature
+    logits_n = noise_update(logits_w, prior_w, prior_noise, stats) / temperature
+    return logits_w, logits_n
 
 
 def sweep_function(sweep: str, PhitPhi):
@@ -258,6 +275,8 @@ def sweep_function(sweep: str, PhitPhi):
     b = PhitPhi.shape[0]
     if sweep == "sequential":
         return cavi_sweep
+    if sweep == "diagonal":
+        return diagonal_sweep
     if sweep == "blocked":
         return functools.partial(blocked_sweep, block_size=min(BLOCK_SIZES[sweep], b), jacobi=False)
     B = min(BLOCK_SIZES["jacobi"], b)
@@ -305,7 +324,9 @@ def fit_cavi(
 
     def body(st):
         it, lw, ln, tr, _ = st
-        if order == "random":
+        if sweep == "diagonal":  # the order does not matter
+            perm = jnp.arange(b)
+        elif order == "random":
             perm = jax.random.permutation(jax.random.fold_in(key, it), b)
         elif order == "gain":
             perm = jnp.argsort(-coordinate_gains(lw, ln, prior_w, prior_noise, stats))

@@ -77,7 +77,9 @@ def fit_regression(
         differently). `"jacobi"`: the weights are first grouped into blocks of up to 64 weakly coupled
         weights (once per fit, $O(b^2)$); each block moves together towards its single-coordinate optima,
         the full way when the exact ELBO change allows it and damped otherwise, so the ELBO cannot fall:
-        another path to a fixed point. `"auto"` (default): `"sequential"` on a CPU, `"jacobi"` on an
+        another path to a fixed point. `"diagonal"`: only for diagonal $\Phi^\top\Phi$ (statistics in
+        an eigenbasis): every weight moves to its optimum at once, exactly what any sequential order gives
+        there, in $O(bm)$ ([`diagonal_sweep`][kronvi.diagonal_sweep]). `"auto"` (default): `"sequential"` on a CPU, `"jacobi"` on an
         accelerator (GPU, TPU), where each loop step costs kernel launches
         (`docs/notes/2026-11-22-cavi-on-accelerators.md`).
       device: `None` (default): the fit runs where the statistics live. A `jax.Device` (concrete
