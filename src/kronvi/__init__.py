@@ -75,6 +75,7 @@ from ._solvers.lbfgs import FitInfo as FitInfo
 from ._solvers.lbfgs import minimize_lbfgs as minimize_lbfgs
 from ._stats.eigen import Eigenbasis as Eigenbasis
 from ._stats.eigen import eigenbasis as eigenbasis
+from ._stats.eigen import eigenbasis_from_inputs as eigenbasis_from_inputs
 from ._stats.eigen import rotate_features as rotate_features
 
 # Sufficient statistics

@@ -1,5 +1,8 @@
 """The eigenbasis statistics are the statistics of the rotated features."""
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -30,7 +33,9 @@ def test_rotation_leaves_the_exact_posterior_predictive_unchanged(dtype):
     rotated, basis = kronvi.eigenbasis(stats)
     Pn = jnp.asarray(rng.normal(size=(7, 5)), dtype)
     m1, v1 = kronvi.predict_blr(*kronvi.blr_posterior(stats, 1.0, 0.5), 0.5, Pn)
-    m2, v2 = kronvi.predict_blr(*kronvi.blr_posterior(rotated, 1.0, 0.5), 0.5, kronvi.rotate_features(basis, Pn))
+    m2, v2 = kronvi.predict_blr(
+        *kronvi.blr_posterior(rotated, 1.0, 0.5), 0.5, kronvi.rotate_features(basis, Pn)
+    )
     rtol = 1e-9 if dtype == np.float64 else 2e-4
     np.testing.assert_allclose(m1, m2, rtol=rtol, atol=rtol)
     np.testing.assert_allclose(v1, v2, rtol=rtol)
@@ -43,3 +48,48 @@ def test_rotate_features_checks_its_arguments():
         kronvi.rotate_features(basis, jnp.ones((2, 4)))
     with pytest.raises(TypeError, match="basis"):
         kronvi.rotate_features(jnp.eye(3), jnp.ones((2, 3)))
+
+
+def _rff_problem(n, num_frequencies, seed=0):
+    rng = np.random.default_rng(seed)
+    X = jnp.asarray(rng.normal(size=(n, 3)))
+    y = jnp.sin(X[:, 0]) + 0.1 * jnp.asarray(rng.normal(size=n))
+    params = kronvi.rff_init(jax.random.key(seed), jnp.ones(3), num_frequencies)
+    return X, y, functools.partial(kronvi.rff_features, params)
+
+
+@pytest.mark.parametrize("n", [12, 40])  # the dual (n < b = 24) and the primal route
+def test_eigenbasis_from_inputs_is_the_eigendecomposition_of_the_dense_statistics(n):
+    with jax.enable_x64(True):
+        X, y, fmap = _rff_problem(n, 12)
+        Phi, yy = np.asarray(fmap(X)), np.asarray(y)
+        rotated, basis = kronvi.eigenbasis_from_inputs(fmap, X, y)
+        host = (rotated, basis)
+        traced = jax.jit(lambda X, y: kronvi.eigenbasis_from_inputs(fmap, X, y))(X, y)  # the XLA route
+    b = Phi.shape[1]
+    A = Phi.T @ Phi
+    lam_ref = np.linalg.eigvalsh(A)
+    for rotated, basis in (host, traced):
+        V, lam = np.asarray(basis.vectors), np.asarray(basis.eigenvalues)
+        assert V.shape == (b, b) and lam.shape == (b,)
+        np.testing.assert_allclose(V.T @ V, np.eye(b), atol=1e-9)
+        np.testing.assert_allclose(np.sort(lam), np.clip(lam_ref, 0, None), atol=1e-9 * lam_ref[-1])
+        np.testing.assert_allclose(V @ np.diag(lam) @ V.T, A, atol=1e-9 * lam_ref[-1])
+        np.testing.assert_allclose(
+            V @ np.asarray(rotated.Phity), Phi.T @ yy, atol=1e-9 * np.abs(Phi.T @ yy).max()
+        )
+        np.testing.assert_allclose(np.asarray(rotated.PhitPhi), np.diag(lam), atol=0)
+        assert float(rotated.n) == n and abs(float(rotated.yty) - yy @ yy) < 1e-9 * (yy @ yy)
+        assert np.all(np.diff(lam) >= 0)  # ascending, as kronvi.eigenbasis
+
+
+def test_eigenbasis_from_inputs_keeps_the_working_dtype_and_checks_inputs():
+    X, y, fmap = _rff_problem(10, 8)
+    rotated, basis = kronvi.eigenbasis_from_inputs(
+        fmap, jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
+    )
+    assert rotated.PhitPhi.dtype == basis.vectors.dtype == jnp.float32
+    with pytest.raises(ValueError, match="`X` has 10 rows but `y` has 9"):
+        kronvi.eigenbasis_from_inputs(fmap, X, y[:9])
+    with pytest.raises(ValueError, match="`X`"):
+        kronvi.eigenbasis_from_inputs(fmap, X.at[0, 0].set(jnp.nan), y)

@@ -12,10 +12,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from .._base.checks import as_float_array, check_finite, check_ndim
+from .._base.checks import as_float_array, check_finite, check_ndim, check_xy, host_view, is_concrete
 from .._base.precision import matmul
-from .regression import RegressionStats, check_stats
+from .._base.pytree import as_traced_callable
+from .regression import RegressionStats, check_stats, regression_stats_from_inputs
 
 
 class Eigenbasis(NamedTuple):
@@ -83,3 +85,122 @@ def rotate_features(basis, Phi):
         raise ValueError(f"`Phi` has {Phi.shape[1]} features but the basis has {b}")
     check_finite(Phi, "Phi")
     return matmul(Phi, basis.vectors.astype(Phi.dtype))
+
+
+def eigenbasis_from_inputs(feature_map, X, y, *, chunk_size: int | None = None):
+    r"""[`eigenbasis`][kronvi.eigenbasis] of the statistics of `feature_map(X)`, by the cheaper of two routes.
+
+    With `n` rows and `b` features:
+
+    - `n >= b` (primal): $\Phi^\top\Phi$ accumulated chunk by chunk
+      ([`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]), then its eigendecomposition:
+      $O(nb^2 + b^3)$.
+    - `n < b` (dual): the Gram matrix $\Phi\Phi^\top = U S U^\top$, `n x n`, gives the nonzero
+      eigenvalues $S$ of $\Phi^\top\Phi$ and their eigenvectors $V = \Phi^\top U S^{-1/2}$, with
+      $V^\top\Phi^\top y = S^{1/2} U^\top y$; the null space of $\Phi$ (eigenvalue 0,
+      $V^\top\Phi^\top y = 0$) completes the basis through a QR factorization of $V$:
+      $O(n^2 b + n^3 + b^2 n)$ instead of $O(b^3)$.
+
+    Both give the same rotated statistics and the same basis up to the signs of its vectors and the
+    choice of basis inside the null space (where every coordinate has eigenvalue 0).
+    On a CPU the products and factorizations of concrete inputs run in the host's BLAS and LAPACK (NumPy);
+    elsewhere, and inside `jit`, in XLA.
+
+    Args:
+      feature_map: a pure function `(c, d) -> (c, b)`, as for
+        [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs].
+      X: raw inputs `(n, d)`.
+      y: targets `(n,)`.
+      chunk_size: rows per chunk of the primal route (`None`: equal chunks of at most 4096).
+
+    Returns:
+      `(rotated, basis)` as [`eigenbasis`][kronvi.eigenbasis]: the statistics of $\Phi V$ (diagonal
+      `PhitPhi`) and the [`Eigenbasis`][kronvi.Eigenbasis], eigenvalues ascending.
+
+    Example:
+      >>> import functools, jax, jax.numpy as jnp, kronvi
+      >>> X = jax.random.normal(jax.random.key(0), (5, 2)); y = X[:, 0]
+      >>> params = kronvi.rff_init(jax.random.key(1), jnp.ones(2), 4)  # b = 8 > n = 5: the dual
+      >>> rotated, basis = kronvi.eigenbasis_from_inputs(functools.partial(kronvi.rff_features, params), X, y)
+      >>> int(jnp.sum(basis.eigenvalues > 1e-6))  # rank n
+      5
+    """
+    fm = as_traced_callable(feature_map)
+    X, y = check_xy(X, y, "X", what="(num_points, num_inputs)")
+    n = X.shape[0]
+    b = jax.eval_shape(fm, X[:1]).shape[-1]
+    if n >= b:
+        return eigenbasis(regression_stats_from_inputs(fm, X, y, chunk_size=chunk_size))
+    check_finite(X, "X")
+    check_finite(y, "y")
+    dtype = jnp.result_type(X, y)
+    Phi = _features(fm, X.astype(dtype))
+    host = jax.default_backend() == "cpu" and all(is_concrete(a) for a in (Phi, y))
+    if host and host_view(Phi) is not None and host_view(y) is not None:
+        c, lam, V = _dual_host(np.asarray(Phi), np.asarray(y, Phi.dtype))
+        c, lam, V = (jnp.asarray(a, Phi.dtype) for a in (c, lam, V))
+    else:
+        c, lam, V = _dual_xla(Phi, y.astype(Phi.dtype))
+    yy = y.astype(Phi.dtype)
+    rotated = RegressionStats(jnp.asarray(n, Phi.dtype), jnp.dot(yy, yy), c, jnp.diag(lam))
+    return rotated, Eigenbasis(V, lam)
+
+
+@jax.jit
+def _features(feature_map, X):
+    return feature_map(X)
+
+
+def _dual_host(Phi, y):
+    n, b = Phi.shape
+    G = Phi @ Phi.T
+    s, U = np.linalg.eigh(0.5 * (G + G.T))
+    keep = s > np.max(s) * n * np.finfo(s.dtype).eps  # numerically nonzero (numpy's rank rule)
+    s, U = s[keep], U[:, keep]
+    Vr = Phi.T @ (U / np.sqrt(s))
+    r = s.shape[0]
+    V = np.concatenate([_complement(Vr), Vr], axis=1)
+    lam = np.concatenate([np.zeros(b - r, s.dtype), s])
+    c = np.concatenate([np.zeros(b - r, s.dtype), np.sqrt(s) * (U.T @ y)])
+    return c, lam, V
+
+
+def _complement(Vr):
+    r"""An orthonormal basis `(b, b - r)` of the complement of the columns of `Vr` `(b, r)`: the last
+    `b - r` columns of the Householder $Q$ of `Vr`, from its compact form $Q = I - YTY^\top$
+    ($T^{-1}$ = the strict upper triangle of $Y^\top Y$ plus $\mathrm{diag}(1/\tau)$): two matrix
+    products, where forming all of $Q$ would cost $O(b^2 r)$ in LAPACK's slower `orgqr`."""
+    b, r = Vr.shape
+    h, tau = np.linalg.qr(Vr, mode="raw")  # reflectors below the diagonal of h.T
+    if not np.all(tau != 0):  # a reflector that is the identity: no compact form by this formula
+        return np.linalg.qr(Vr, mode="complete")[0][:, r:]
+    Y = np.tril(h.T, -1)
+    Y[np.arange(r), np.arange(r)] = 1.0
+    T = np.linalg.inv(np.triu(Y.T @ Y, 1) + np.diag(1.0 / tau))
+    Qc = -(Y @ (T @ Y[r:].T))
+    Qc[r:] += np.eye(b - r, dtype=Qc.dtype)
+    return Qc
+
+
+@jax.jit
+def _dual_xla(Phi, y):
+    n, b = Phi.shape
+    G = matmul(Phi, Phi.T)
+    s, U = jnp.linalg.eigh(0.5 * (G + G.T))
+    keep = s > jnp.max(s) * n * jnp.finfo(s.dtype).eps
+    # static shapes: null directions of G get unit-norm garbage columns that the QR replaces
+    inv = jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, s, 1.0)), 0.0)
+    Vr = matmul(Phi.T, U * inv)  # (b, n); columns of dropped directions are 0
+    order = jnp.argsort(~keep, stable=True)  # kept directions first, in ascending order
+    Vr, s, keep, U = Vr[:, order], s[order], keep[order], U[:, order]
+    Q, _ = jnp.linalg.qr(Vr, mode="complete")  # Q[:, :r] spans the kept columns (r = keep.sum())
+    r = jnp.sum(keep)
+    # basis: the complement Q[:, r:] then the kept eigenvectors (ascending), via a cyclic shift
+    idx = jnp.arange(b)
+    comp = jnp.take(Q, (idx + r) % b, axis=1)  # Q[:, r:], then Q[:, :r] at the end
+    is_comp = idx < b - r
+    kept_pos = jnp.clip(idx - (b - r), 0, n - 1)
+    V = jnp.where(is_comp[None, :], comp, jnp.take(Vr, kept_pos, axis=1))
+    lam = jnp.where(is_comp, 0.0, jnp.take(jnp.where(keep, s, 0.0), kept_pos))
+    c = jnp.where(is_comp, 0.0, jnp.take(jnp.sqrt(jnp.where(keep, s, 0.0)) * matmul(U.T, y), kept_pos))
+    return c, lam, V
