@@ -83,3 +83,42 @@ def test_bad_inputs_name_the_argument():
     mean, cov = kronvi.blr_posterior(stats, 1.0, 1.0)
     with pytest.raises(ValueError, match="features"):
         kronvi.predict_blr(mean, cov, 1.0, jnp.ones((2, 3)))
+
+
+@pytest.mark.parametrize("n", [200, 4])  # more rows than features, and fewer (the dual's case)
+def test_evidence_optimum_maximizes_the_dense_evidence_over_both_variances(dtype, n):
+    Phi, y, stats = _problem(dtype, n=n, b=6, seed=2)
+    rotated, basis = kronvi.eigenbasis(stats)
+    sw, s2 = kronvi.gaussian.spectral_evidence_optimum(
+        basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, 1.0, 1.0
+    )
+    assert sw.dtype == s2.dtype == dtype
+
+    def evidence(scale, noise):
+        return multivariate_normal(np.zeros(n), scale**2 * Phi @ Phi.T + noise * np.eye(n)).logpdf(y)
+
+    best = evidence(float(sw), float(s2))
+    # no point of a log grid around it (a factor 1.5 on each side, inside the search range) is better; with
+    # fewer rows than features the data can be interpolated and the noise optimum is the range's lower end
+    steps = np.exp(np.linspace(-np.log(1.5), np.log(1.5), 9))
+    at_bound = np.isclose(float(s2), np.exp(-12.0), rtol=1e-6)
+    if dtype == np.float64:  # in float32 the interpolation residual is below rounding: a flat optimum
+        assert at_bound == (n < 6)
+    noise_steps = steps[steps >= 1] if at_bound else steps
+    grid = max(evidence(float(sw) * a, float(s2) * c) for a in steps for c in noise_steps)
+    assert best >= grid - 1e3 * tol(dtype) * abs(best)
+    # and it is BayesianRidge's choice (no intercept), in float64
+    if dtype == np.float64 and n > 6:
+        from sklearn.linear_model import BayesianRidge
+
+        br = BayesianRidge(fit_intercept=False, tol=1e-10, max_iter=3000).fit(Phi, y)
+        np.testing.assert_allclose([float(sw), float(s2)], [br.lambda_**-0.5, 1 / br.alpha_], rtol=1e-4)
+
+
+def test_evidence_optimum_stays_within_its_range():
+    _, _, stats = _problem(np.float32, n=200, b=6, seed=1)
+    rotated, basis = kronvi.eigenbasis(stats)
+    sw, s2 = kronvi.gaussian.spectral_evidence_optimum(
+        basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, 1.0, 100.0, log_range=1.0
+    )
+    assert np.isclose(float(s2), 100.0 * np.exp(-1.0), rtol=1e-5)  # the optimum (~0.25) is out of range

@@ -11,6 +11,8 @@ from ._blr import blr_evidence_noise as blr_evidence_noise
 from ._blr import blr_log_evidence as blr_log_evidence
 from ._blr import blr_posterior as blr_posterior
 from ._blr import predict_blr as predict_blr
+from ._blr import spectral_evidence_optimum as spectral_evidence_optimum
+from ._blr import spectral_log_evidence as spectral_log_evidence
 from ._elrg import ELRG as ELRG
 from ._elrg import elrg_elbo as elrg_elbo
 from ._elrg import elrg_kl as elrg_kl
