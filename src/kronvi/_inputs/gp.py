@@ -30,6 +30,7 @@ from .._base.checks import (
     is_concrete,
 )
 from .._base.precision import dot, matmul
+from .._base.threads import run_single_threaded
 from .._solvers.lbfgs import minimize_lbfgs
 
 # Bounds, relative to the reference scales (lengthscales: median column std of X; variances: var(y)).
@@ -419,7 +420,9 @@ def fit_gp_hyperparameters(
     if m < n:
         idx = jax.random.choice(key, n, (m,), replace=False)
         X, y = X[idx], y[idx]
-    hyper, info = _fit(
+    # One BLAS thread for the LAPACK calls inside the compiled fit (kronvi._base.threads).
+    hyper, info = run_single_threaded(
+        _fit,
         X,
         y,
         starts,
