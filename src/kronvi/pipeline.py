@@ -36,14 +36,14 @@ from ._model.density import predictive_log_density
 from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
 from ._model.posterior_grid import posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression
-from ._stats.eigen import Eigenbasis, eigenbasis, rotate_features
+from ._stats.eigen import Eigenbasis, eigenbasis_from_inputs, rotate_features
 from ._stats.regression import RegressionStats, kfold_stats_from_inputs, regression_stats_from_inputs
-from .gaussian._blr import spectral_evidence_noise
+from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
 
 BASES = ("eigen", "features")
 # Defaults that depend on the basis (`None` in DirectConfig): see `resolve_config`.
 _BASIS_DEFAULTS = {
-    "eigen": dict(width=4.0, noise_span=3.0, noise_cv=(), starts=("gaussian",)),
+    "eigen": dict(width=4.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
     "features": dict(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian")),
 }
 
@@ -74,6 +74,9 @@ class DirectConfig(NamedTuple):
     gp_points: int = 1000
     gp_restarts: int = 4
     gp_degenerate_margin: float = 2.0  # kronvi.fit_gp_hyperparameters(degenerate_margin=...)
+    # The GP's starts run on this many of its rows, the chosen one is refined on all `gp_points`
+    # (kronvi.fit_gp_hyperparameters(screen_points=...)); None: every start on all of them.
+    gp_screen_points: int | None = None
     chunk_size: int = 2048
     # Opt-in: refit with the noise grid recentred while q_noise piles up on an end of it (paper protocol: 0).
     max_noise_recentres: int = 0
@@ -132,6 +135,8 @@ class PreparedFold(NamedTuple):
     stats_seconds: float  # features and statistics (with the inner folds', and the eigenbasis)
     basis: Eigenbasis | None  # "eigen": the rotation of the features
     noise_variance: jax.Array  # the centre of the noise grid: the evidence maximizer or the GP estimate
+    # The prior sd of the weights: the evidence maximizer ("eigen") or the GP's signal sd ("features").
+    prior_scale: jax.Array | None = None
 
 
 def _block(x):
@@ -214,6 +219,8 @@ def _check_config(config: DirectConfig):
         check_int(getattr(config, field), f"config.{field}", minimum)
     if config.max_iter is not None:
         check_int(config.max_iter, "config.max_iter", 1)
+    if config.gp_screen_points is not None:
+        check_int(config.gp_screen_points, "config.gp_screen_points", 2)
     if not float(config.width) > 0:
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")
     if not float(config.noise_span) > 1.0:
@@ -266,7 +273,7 @@ def prepare_fold(
     if gp is None:
         hyper, gp_info = fit_gp_hyperparameters(
             k_gp, Xs, yc, num_points=config.gp_points, num_restarts=config.gp_restarts,
-            degenerate_margin=config.gp_degenerate_margin,
+            degenerate_margin=config.gp_degenerate_margin, screen_points=config.gp_screen_points,
         )  # fmt: skip
     else:
         hyper, gp_info = gp
@@ -278,7 +285,9 @@ def prepare_fold(
     prior_scale = jnp.sqrt(hyper.signal_variance)
     basis = None
     if config.basis == "eigen":
-        stats, basis, prior_w, s2 = _eigen_setup(feats, Xs, yc, prior_scale, hyper.noise_variance, config)
+        stats, basis, prior_w, prior_scale, s2 = _eigen_setup(
+            feats, Xs, yc, prior_scale, hyper.noise_variance, config
+        )
     else:
         if config.noise_cv:
             stats, cv_stats = inner_fold_stats(
@@ -293,33 +302,36 @@ def prepare_fold(
     t2 = time.perf_counter()
     return PreparedFold(
         std, y_offset, Xs, yc, hyper, gp_info, feats, stats, cv_stats, prior_w, k_fit, t1 - t0, t2 - t1,
-        basis, s2,
+        basis, s2, prior_scale,
     )  # fmt: skip
 
 
 def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
-    r"""Statistics, eigenbasis, noise-grid centre and weight grids of the eigenbasis recipe.
+    r"""Eigenbasis, evidence-optimal prior scale and noise variance, and weight grids of the eigenbasis
+    recipe: `(rotated_stats, basis, prior_w, prior_scale, noise_variance)`.
 
     Computed in float64 whatever the working dtype: the small eigenvalues of $\Phi^\top\Phi$ that
     still carry signal (down to $\sigma^2/\sigma_w^2$, e.g. 1e-4 of the largest on yacht) are below
     the rounding of float32 statistics. The results are cast back to the working dtype; in the eigenbasis
-    the fit is well conditioned (`docs/notes/2026-11-22-accuracy-defaults.md`).
+    the fit is well conditioned (`docs/notes/2026-11-22-accuracy-defaults.md`). With fewer rows than
+    features the basis comes from the `n x n` Gram matrix ([`kronvi.eigenbasis_from_inputs`][kronvi.eigenbasis_from_inputs]).
+    The prior scale and the noise variance maximize the exact evidence together, from the GP's values.
     """
     dtype = X.dtype
     with jax.enable_x64(True):
         f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
         feats64 = jax.tree.map(f64, feats)
-        stats = regression_stats_from_inputs(
+        stats, basis = eigenbasis_from_inputs(
             functools.partial(rff_features, feats64), f64(X), f64(y), chunk_size=config.chunk_size
         )
-        scale = f64(prior_scale)
-        stats, basis = eigenbasis(stats)
-        s2 = evidence_noise_variance(stats, basis, scale, f64(gp_noise))
+        scale, s2 = spectral_evidence_optimum(
+            basis.eigenvalues, stats.Phity, stats.yty, stats.n, f64(prior_scale), f64(gp_noise)
+        )
         prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
         to = functools.partial(jnp.asarray, dtype=dtype)
-        stats, basis, s2 = jax.tree.map(to, (stats, basis, s2))
+        stats, basis, scale, s2 = jax.tree.map(to, (stats, basis, scale, s2))
         prior_w = DiscretePrior(to(prior_w.values), to(prior_w.log_probs))
-    return stats, basis, prior_w, s2
+    return stats, basis, prior_w, scale, s2
 
 
 def evidence_noise_variance(rotated, basis, prior_scale, guess, *, log_range: float = 12.0):
@@ -413,6 +425,11 @@ def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float
     return fit_prepared(prepare_fold(key, X, y, config, dtype=dtype), config)
 
 
+def _sweep(config):
+    """CAVI on the eigenbasis statistics (diagonal) updates every weight at once."""
+    return dict(sweep="diagonal") if config.basis == "eigen" and config.method == "cavi" else {}
+
+
 def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
     """Fits from each of `config.starts` and returns the `(q_w, q_noise, info)` with the highest ELBO.
 
@@ -425,8 +442,9 @@ def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
     best, best_elbo = None, -float("inf")
     for start in config.starts:
         fit = fit_regression(
-            stats, prior_w, prior_noise, method=config.method, max_iter=config.max_iter, key=key, init=start
-        )
+            stats, prior_w, prior_noise, method=config.method, max_iter=config.max_iter, key=key, init=start,
+            **_sweep(config),
+        )  # fmt: skip
         elbo = float(fit[2].elbo[int(fit[2].num_iter)])
         if not np.isfinite(elbo):
             warnings.warn(
@@ -465,6 +483,7 @@ def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig,
             max_iter=config.max_iter,
             key=key,
             init=(q_w, type(q_n).from_prior(prior_noise)),
+            **_sweep(config),
         )
         recentres += 1
     return q_w, q_n, info, prior_noise, recentres

@@ -23,6 +23,7 @@ from jax import lax
 from .._base.checks import (
     as_float_array,
     check_finite,
+    check_int,
     check_nonempty,
     check_positive,
     check_xy,
@@ -80,6 +81,8 @@ class GPFitInfo(NamedTuple):
       grad_norms: `(S,)` final gradient norm of $-\\log p / n$ in the unconstrained parameters.
       num_points: `()` rows of the subsample the likelihood was computed on.
       noise_at_bound: `(S,)` which starts ended with the noise variance pinned at its lower bound.
+      screened: with `screen_points`, the [`GPFitInfo`][kronvi.GPFitInfo] of the screening run (every
+        start, on the first `screen_points` rows of the subsample); else `None`.
     """
 
     log_marginal_likelihoods: jax.Array
@@ -93,6 +96,7 @@ class GPFitInfo(NamedTuple):
     grad_norms: jax.Array
     num_points: jax.Array
     noise_at_bound: jax.Array
+    screened: GPFitInfo | None = None
 
 
 def _sq_dists(X1, X2, lengthscales):
@@ -297,6 +301,7 @@ def fit_gp_hyperparameters(
     degenerate_margin: float = 2.0,
     init: GPHyperparameters | None = None,
     parallel_restarts: bool | None = None,
+    screen_points: int | None = None,
 ):
     r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
 
@@ -347,6 +352,11 @@ def fit_gp_hyperparameters(
         preferred to a degenerate best (a log Bayes factor).
       init: optional starting points, [`GPHyperparameters`][kronvi.GPHyperparameters] stacked `(S, ...)`, replacing the
         default starts (clipped into the bounds).
+      screen_points: `None` (default): every start runs on the whole subsample. An int below the
+        subsample's size: the starts first run on its first `screen_points` rows, and only the one chosen
+        there (by the same rule) is refined on the whole subsample, so the starts cost
+        $O(\text{screen\_points}^3)$ per iteration instead of $O(\text{num\_points}^3)$; `info` then
+        describes the refinement (one start) and `info.screened` the screening.
       parallel_restarts: run the starts in parallel with `vmap` (`True`) or one after another with
         `lax.map` (`False`). Default: `vmap` on GPU/TPU, `lax.map` on CPU, where a `vmap`-batched
         Cholesky gains nothing over sequential calls and, with few cores, can deadlock XLA's CPU thread
@@ -420,18 +430,18 @@ def fit_gp_hyperparameters(
     if m < n:
         idx = jax.random.choice(key, n, (m,), replace=False)
         X, y = X[idx], y[idx]
-    # One BLAS thread for the LAPACK calls inside the compiled fit (kronvi._base.threads).
-    hyper, info = run_single_threaded(
-        _fit,
-        X,
-        y,
-        starts,
-        min_noise,
-        jnp.asarray(degenerate_margin, dtype),
-        int(max_iter),
-        jnp.asarray(tol, dtype),
-        parallel,
+    screened = None
+    if screen_points is not None:
+        screen = check_int(screen_points, "screen_points", minimum=2)
+        if screen < m:  # the starts on the first rows of the (random) subsample; the chosen one refined
+            fit = functools.partial(_fitted, min_noise=min_noise, margin=degenerate_margin, max_iter=max_iter,
+                                    tol=tol, parallel=parallel)  # fmt: skip
+            _, screened = fit(X[:screen], y[:screen], starts)
+            starts = jax.tree.map(lambda a: a[screened.chosen][None], screened.starts)
+    hyper, info = _fitted(
+        X, y, starts, min_noise=min_noise, margin=degenerate_margin, max_iter=max_iter, tol=tol, parallel=parallel
     )
+    info = info._replace(screened=screened)
     lmls = info.log_marginal_likelihoods
     if is_concrete(lmls) and not bool(fetch(jnp.any(jnp.isfinite(lmls)))):
         raise FloatingPointError(
@@ -439,6 +449,13 @@ def fit_gp_hyperparameters(
             "standardize `X`, centre `y`, or raise `min_noise_variance`"
         )
     return hyper, info
+
+
+def _fitted(X, y, starts, *, min_noise, margin, max_iter, tol, parallel):
+    """`_fit` with one BLAS thread for the LAPACK calls inside the compiled fit (kronvi._base.threads)."""
+    dtype = X.dtype
+    margin, tol = jnp.asarray(margin, dtype), jnp.asarray(tol, dtype)
+    return run_single_threaded(_fit, X, y, starts, min_noise, margin, int(max_iter), tol, bool(parallel))
 
 
 @functools.partial(jax.jit, static_argnums=(5, 7))
