@@ -10,6 +10,8 @@ import math
 import os
 import sys
 
+import kronvi
+
 EXIT_USAGE = 2  # a bad option, bad data or an output that would be lost or would destroy something
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a program stopped by Ctrl-C
 MAX_SEED = 2**32 - 1  # NumPy's and scikit-learn's integer seeds
@@ -66,6 +68,22 @@ def float_list(text: str, flag: str, *, positive: bool = True) -> list[float]:
         what = "positive finite" if positive else "finite"
         raise UsageError(f"{flag} must hold {what} numbers, got {bad[0]} in {text!r}")
     return values
+
+
+def check_outputs(outputs, *, inputs=(), overwrite=False, exists_hint="pass --overwrite to replace it"):
+    """``kronvi.check_output_path`` for each ``(option, path)`` of ``outputs`` whose path is set, and no two
+    options naming one file; raises ``ValueError``/``OSError`` with a one-line message."""
+    seen = {}
+    for option, path in outputs:
+        if path is None:
+            continue
+        kronvi.check_output_path(
+            path, option=option, inputs=inputs, overwrite=overwrite, exists_hint=exists_hint
+        )
+        real = os.path.realpath(path)
+        if real in seen:
+            raise ValueError(f"{option} {str(path)!r} is the {seen[real]} file too")
+        seen[real] = option
 
 
 def run(main) -> None:
