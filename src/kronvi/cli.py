@@ -36,9 +36,16 @@ def _progress(done: int, total: int, start: float, note: str = "", stream=sys.st
     stream.flush()
 
 
+class _Parser(argparse.ArgumentParser):
+    """Errors are one line, `<prog>: error: <message>`, exit status 2 (argparse's own add the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parsers():
     """The `kronvi` parser and its `fit` subparser."""
-    p = argparse.ArgumentParser(prog="kronvi", description=__doc__)
+    p = _Parser(prog="kronvi", description=__doc__)
     sub = p.add_subparsers(dest="command")
     f = sub.add_parser("fit", help="cross-validate DIRECT regression (default command)")
     f.add_argument(
