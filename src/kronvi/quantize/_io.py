@@ -413,7 +413,7 @@ def _read_member(zf, info, shape, dtype, nbytes, key, path) -> np.ndarray:
     the expected `shape` and `dtype`: no more than `nbytes` of data are ever inflated."""
     with zf.open(info) as fh:
         got_shape, fortran, got_dtype = _npy_header(fh, key, path)
-        if got_shape != shape or got_dtype != dtype or fortran:
+        if got_shape != shape or got_dtype != dtype:
             raise ValueError(
                 f"{path!r}: array {key!r} has shape {got_shape} and dtype {got_dtype.str} but the header "
                 f"records {shape} and {dtype.str}"
@@ -426,7 +426,8 @@ def _read_member(zf, info, shape, dtype, nbytes, key, path) -> np.ndarray:
         buf = bytearray(nbytes)
         if fh.readinto(buf) != nbytes:
             raise ValueError(f"{path!r}: array {key!r} is truncated: corrupted file")
-    return np.frombuffer(buf, dtype).reshape(shape)
+    arr = np.frombuffer(buf, dtype).reshape(shape, order="F" if fortran else "C")
+    return np.ascontiguousarray(arr) if fortran else arr
 
 
 def _read_file(f, path, max_bytes):
