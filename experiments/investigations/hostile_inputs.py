@@ -18,6 +18,7 @@ import argparse
 import ast
 import contextlib
 import gzip
+import inspect
 import io
 import json
 import os
@@ -51,6 +52,8 @@ from study_folds import write_folds, write_sine_folds  # noqa: E402
 
 from kronvi import cli  # noqa: E402
 
+KRONVI_DIR = pathlib.Path(inspect.getfile(kronvi)).parent  # the kronvi under test
+CLI_MODULE = ".".join(("kronvi", "__main__"))  # the module a crafted file names (a string: never imported here)
 CASES = []
 
 
@@ -235,7 +238,7 @@ def peak_bytes(fn):
 
 def child_env(**extra):
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pathlib.Path(kronvi.__file__).parents[1]),) if p)
+    env["PYTHONPATH"] = str(KRONVI_DIR.parent)
     env.update(extra)
     return env
 
@@ -340,14 +343,14 @@ def _(tmp):
 # Model files
 
 
-@case("model file", "a file naming kronvi.__main__:X (a separate process: it could run the CLI and exit)")
+@case("model file", "a file naming the CLI's module (kronvi/__main__.py) as a class (in a separate process)")
 def _(tmp):
     bad = rewrite_model(model_file(tmp), tmp / "main.npz",
-                        edit_header=lambda h: h["tree"]["fields"]["q_w"].update(cls="kronvi.__main__:main"))  # fmt: skip
+                        edit_header=lambda h: h["tree"]["fields"]["q_w"].update(cls=CLI_MODULE + ":main"))  # fmt: skip
     code = (
         "import sys, kronvi\n"
         "try:\n    kronvi.load_model(sys.argv[1])\nexcept ValueError as e:\n    print('VALUEERROR', e)\n"
-        "print('IMPORTED' if 'kronvi.__main__' in sys.modules else 'NOT IMPORTED')\n"
+        f"print('IMPORTED' if {CLI_MODULE!r} in sys.modules else 'NOT IMPORTED')\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(bad)], capture_output=True, text=True, timeout=300,
                           env=child_env(OPENBLAS_NUM_THREADS="1"))  # fmt: skip
@@ -681,7 +684,7 @@ def _(tmp):
 @case("same seed", "kronvi fit yacht.data (a CSV not named .csv)")
 def _(tmp):
     src = ROOT / "src" / "kronvi" / "data" / "yacht" / "data.csv.gz"
-    src = src if src.exists() else pathlib.Path(kronvi.__file__).parent / "data" / "yacht" / "data.csv.gz"
+    src = src if src.exists() else KRONVI_DIR / "data" / "yacht" / "data.csv.gz"
     path = tmp / "yacht.data"
     path.write_bytes(gzip.decompress(src.read_bytes()))
     code, o, e = run_main(cli.main, ["fit", str(path), "--max-folds", "1"], [(cli, "run_fold", fake_fold)])
@@ -1189,7 +1192,7 @@ def main(argv=None):
         "# Hostile inputs (issue 28)",
         "",
         f"`python experiments/investigations/hostile_inputs.py{' --only ' + args.only if args.only else ''}` on "
-        f"kronvi {kronvi.__version__} from `{pathlib.Path(kronvi.__file__).parent}`, jax {jax.__version__}, "
+        f"kronvi {getattr(kronvi, '__version__', '?')} from `{KRONVI_DIR}`, jax {jax.__version__}, "
         f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}, {time.perf_counter() - t_start:.0f} s.",
         "",
         f"**{counts['ok']} ok, {counts['NOT OK']} not ok, {counts['manual']} to read** of {len(rows)} cases.",
