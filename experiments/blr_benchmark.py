@@ -88,6 +88,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+import study_cli  # noqa: E402
 
 import kronvi  # noqa: E402
 from kronvi.pipeline import DirectConfig, eigen_posterior_grid, fold_features, prepare_fold  # noqa: E402
@@ -652,7 +653,7 @@ def render(records, table_path: pathlib.Path, figure_path: pathlib.Path | None, 
         _table(records, datasets, [fo for fo in rows if fo[0] != "exact"], "seconds"),
         "",
     ]
-    table_path.write_text("\n".join(out))
+    kronvi.write_atomic(table_path, "\n".join(out))
     if figure_path is not None and toy_curves is not None:
         plot_toy(toy_curves, figure_path)
 
@@ -710,7 +711,9 @@ def plot_toy(curves, path: pathlib.Path):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = study_cli.Parser(
+        prog="blr_benchmark.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--json", required=True, help="output JSON list of records")
     p.add_argument("--table", help="markdown table (default: the JSON's path with .md)")
     p.add_argument("--figure", help="toy figure (default: the JSON's path with _toy.png); '' for none")
@@ -730,6 +733,7 @@ def parse_args(argv=None):
         help="start the iterative fits with mean 0 instead of the exact posterior mean (a diagnostic)",
     )  # fmt: skip
     p.add_argument("--render-only", action="store_true", help="re-render the table (and figure) from --json")
+    p.add_argument("--overwrite", action="store_true", help="replace existing output files")
     args = p.parse_args(argv)
     args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     args.families = [f.strip() for f in args.families.split(",") if f.strip()]
@@ -740,7 +744,31 @@ def parse_args(argv=None):
         p.error(f"unknown families/objectives {bad}")
     if args.num_features < 2 or args.num_features % 2:
         p.error("--num-features must be an even number >= 2")
+    out, table, figure, curves = output_paths(args)
+    try:
+        if args.render_only:  # the JSON and the curves are the inputs; the table and figure are derived
+            derived = [("--table", table), ("--figure", figure)]
+            study_cli.check_outputs(derived, inputs=[out, curves], overwrite=True)
+        else:
+            inputs = [
+                pathlib.Path(args.data_dir) / d / f
+                for d in args.datasets
+                if d != "toy"
+                for f in ("data.csv.gz", "test_mask.csv.gz")
+            ]
+            outputs = [("--json", out), ("--table", table), ("--figure", figure), ("the curves", curves)]
+            study_cli.check_outputs(outputs, inputs=inputs, overwrite=args.overwrite)
+    except (ValueError, OSError) as e:
+        p.error(str(e))
     return args
+
+
+def output_paths(args):
+    """``(json, table, figure or None, toy curves)`` paths."""
+    out = pathlib.Path(args.json)
+    table = pathlib.Path(args.table) if args.table else out.with_suffix(".md")
+    figure = None if args.figure == "" else pathlib.Path(args.figure or out.with_name(out.stem + "_toy.png"))
+    return out, table, figure, out.with_name(out.stem + "_toy_curves.json")
 
 
 def main(argv=None):
@@ -751,10 +779,7 @@ def main(argv=None):
 
 
 def _main(args):
-    out = pathlib.Path(args.json)
-    table = pathlib.Path(args.table) if args.table else out.with_suffix(".md")
-    figure = None if args.figure == "" else pathlib.Path(args.figure or out.with_name(out.stem + "_toy.png"))
-    curves_path = out.with_name(out.stem + "_toy_curves.json")
+    out, table, figure, curves_path = output_paths(args)
     if args.render_only:
         records = json.loads(out.read_text())
         curves = json.loads(curves_path.read_text()) if curves_path.exists() else None
@@ -779,8 +804,8 @@ def _main(args):
         records.extend(recs)
         if name == "toy":
             curves = prob_curves
-            curves_path.write_text(json.dumps(curves))
-        out.write_text(json.dumps(records, indent=1))
+            kronvi.write_atomic(curves_path, json.dumps(curves))
+        kronvi.write_atomic(out, json.dumps(records, indent=1))
     render(records, table, figure, curves)
     log(f"# total {time.perf_counter() - t0:.0f}s; wrote {out}, {table}" + (f", {figure}" if curves else ""))
     return 0

@@ -37,6 +37,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+import study_cli  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 
 import kronvi  # noqa: E402
@@ -268,7 +269,9 @@ def render(summary, cfg_dict):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = study_cli.Parser(
+        prog="bnn_study.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data-dir", type=pathlib.Path, default=DATA)
     p.add_argument("--datasets", default=",".join(DATASETS))
     p.add_argument("--methods", default=",".join(METHODS))
@@ -284,17 +287,26 @@ def main(argv=None):
     p.add_argument("--mc-predict", type=int, default=1000)
     p.add_argument("--json", type=pathlib.Path)
     p.add_argument("--md", type=pathlib.Path)
+    p.add_argument("--overwrite", action="store_true", help="replace existing --json and --md files")
     cfg = p.parse_args(argv, namespace=Config())
     cfg.datasets = [s for s in cfg.datasets.split(",") if s]
     cfg.methods = [s for s in cfg.methods.split(",") if s]
     bad = sorted(set(cfg.methods) - set(METHODS))
     if bad:
         p.error(f"unknown methods {bad}; choose from {METHODS}")
+    inputs = [cfg.data_dir / d / f for d in cfg.datasets for f in ("data.csv.gz", "test_mask.csv.gz")]
+    try:
+        outputs = [("--json", cfg.json), ("--md", cfg.md)]
+        study_cli.check_outputs(outputs, inputs=inputs, overwrite=cfg.overwrite)
+    except (ValueError, OSError) as e:
+        p.error(str(e))
     t0 = time.perf_counter()
     records = run(cfg, log=lambda s: print(s, flush=True))
     summary = summarize(records)
     settings = {
-        k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(cfg).items() if k != "data_dir"
+        k: (str(v) if isinstance(v, pathlib.Path) else v)
+        for k, v in vars(cfg).items()
+        if k not in ("data_dir", "overwrite")
     }
     settings["command"] = "python experiments/bnn_study.py " + " ".join(
         sys.argv[1:] if argv is None else argv
@@ -302,11 +314,11 @@ def main(argv=None):
     settings["total_seconds"] = time.perf_counter() - t0
     md = render(summary, settings)
     if cfg.json:
-        cfg.json.write_text(
-            json.dumps(dict(settings=settings, records=records, summary=summary), indent=1) + "\n"
+        kronvi.write_atomic(
+            cfg.json, json.dumps(dict(settings=settings, records=records, summary=summary), indent=1) + "\n"
         )
     if cfg.md:
-        cfg.md.write_text(md)
+        kronvi.write_atomic(cfg.md, md)
     print(md)
     return records, summary
 

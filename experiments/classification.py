@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import warnings
 
@@ -58,6 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import study_cli
 
 import kronvi
 import kronvi.logistic as kl
@@ -272,14 +272,26 @@ def run_gauss_vi(preps, scales, args):
 # ------------------------------------------------------------------------------------------------
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+OPTION_RANGES = {
+    "seed": (0, study_cli.MAX_SEED), "folds": (1, None), "num_frequencies": (1, None), "max_iter": (1, None),
+    "sgd_above": (0, None), "sgd_steps": (1, None), "vi_steps": (1, None),
+}  # fmt: skip
+DATA, MASK = "data.csv.gz", "test_mask.csv.gz"
+EXISTS_HINT = "pass --append to keep its records of other datasets and methods, or --overwrite to replace it"
+
+
+def parse_args(argv=None):
+    ap = study_cli.Parser(
+        prog="classification.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--datasets", default="all", help="comma-separated folder names, or all")
     ap.add_argument("--methods", default="all", help=f"comma-separated among {', '.join(METHODS)}, or all")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json", required=True, help="output records; also writes <stem>_reliability.json")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--append", action="store_true", help="keep the JSON's records of other datasets")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--append", action="store_true", help="keep the JSON's records of other datasets")
+    mode.add_argument("--overwrite", action="store_true", help="replace an existing JSON")
     ap.add_argument("--folds", type=int, default=10, help="use the first K folds")
     ap.add_argument("--num-frequencies", type=int, default=50, help="D; b = 2D features")
     ap.add_argument("--prior-scales", default="1,3,10,30")
@@ -287,84 +299,178 @@ def main(argv=None):
     ap.add_argument("--sgd-above", type=int, default=3000)
     ap.add_argument("--sgd-steps", type=int, default=400)
     ap.add_argument("--vi-steps", type=int, default=2000)
-    args = ap.parse_args(argv)
-    args.prior_scales = [float(s) for s in args.prior_scales.split(",")]
-    names = sorted(os.listdir(args.data_dir)) if args.datasets == "all" else args.datasets.split(",")
-    names = [d for d in names if os.path.isdir(os.path.join(args.data_dir, d))]
+    return ap.parse_args(argv)
+
+
+def check_args(args) -> list[str]:
+    """One line per bad option (an empty list: all good); needs no data. Parses ``--prior-scales``."""
+    errors = study_cli.option_errors(args, OPTION_RANGES)
+    try:
+        args.prior_scales = study_cli.float_list(args.prior_scales, "--prior-scales")
+    except study_cli.UsageError as e:
+        errors.append(str(e))
     methods = list(METHODS[:4]) if args.methods == "all" else args.methods.split(",")
     for m in methods:
         if m not in METHODS:
-            sys.exit(f"error: unknown method {m!r}; choose among {METHODS}")
+            errors.append(f"unknown method {m!r}; choose among {METHODS}")
     if "gauss-vi" in methods and "direct-logistic" not in methods:
-        sys.exit("error: gauss-vi uses direct-logistic's chosen prior scale; run both")
+        errors.append("gauss-vi uses direct-logistic's chosen prior scale; run both")
+    if not os.path.isdir(args.data_dir):
+        errors.append(f"--data-dir {args.data_dir!r}: no such folder")
+    return errors
+
+
+def dataset_names(data_dir, datasets) -> list[str]:
+    """The dataset folder names, each holding data.csv.gz and test_mask.csv.gz, else a UsageError."""
+    if datasets == "all":
+        names = sorted(d for d in os.listdir(data_dir) if os.path.isfile(os.path.join(data_dir, d, DATA)))
+        if not names:
+            raise study_cli.UsageError(f"--data-dir {data_dir!r} holds no dataset folders")
+        return names
+    names = datasets.split(",")
+    for name in names:
+        folder = os.path.join(data_dir, name)
+        if not name or not all(os.path.isfile(os.path.join(folder, f)) for f in (DATA, MASK)):
+            raise study_cli.UsageError(f"no dataset folder {folder!r} (needs {DATA} and {MASK})")
+    return list(dict.fromkeys(names))
+
+
+def input_files(data_dir, names) -> list[str]:
+    return [os.path.join(data_dir, n, f) for n in names for f in (DATA, MASK)]
+
+
+def reliability_path(json_path: str) -> str:
+    return os.path.splitext(json_path)[0] + "_reliability.json"
+
+
+def load_dataset(data_dir, name, num_folds):
+    """``(X, y, folds, K)`` with the labels checked: 0 or 1, and both classes in every training fold."""
+    try:
+        X, y, mask = kronvi.load_uci(os.path.join(data_dir, name))
+    except (OSError, ValueError) as e:
+        raise study_cli.UsageError(f"dataset {name}: {e}") from None
+    bad = np.unique(y[(y != 0) & (y != 1)])
+    if bad.size:
+        raise study_cli.UsageError(f"dataset {name}: labels must be 0 or 1, found {bad[:3].tolist()}")
+    folds = kronvi.fold_indices(mask)
+    K = min(num_folds, mask.shape[1])
+    for k in range(K):
+        if np.unique(y[folds != k]).size < 2:
+            raise study_cli.UsageError(f"dataset {name}: the training rows of fold {k} hold one class only")
+    return X, y, folds, K
+
+
+def previous_records(args, names, methods):
+    """With --append: the records and reliability counts of the existing outputs that this run keeps."""
     records, rel = [], {}
-    if args.append and os.path.exists(args.json):
-        with open(args.json) as fh:
-            records = [r for r in json.load(fh) if not (r["dataset"] in names and r["method"] in methods)]
-        rel_path = os.path.splitext(args.json)[0] + "_reliability.json"
+    if not args.append:
+        return records, rel
+    rel_path = reliability_path(args.json)
+    try:
+        if os.path.exists(args.json):
+            with open(args.json) as fh:
+                records = json.load(fh)
         if os.path.exists(rel_path):
             with open(rel_path) as fh:
                 rel = json.load(fh)
-                for k in names:
-                    for m in methods:
-                        rel.get(k, {}).pop(m, None)
-    for name in names:
-        X, y, mask = kronvi.load_uci(os.path.join(args.data_dir, name))
-        folds = kronvi.fold_indices(mask)
-        K = min(args.folds, mask.shape[1])
-        log(f"{name}: n={X.shape[0]} d={X.shape[1]}, {K} folds")
-        preps = [prepare(X, y, folds, k, args.seed, args.num_frequencies) for k in range(K)]
-        results = {}
-        if "direct-logistic" in methods:
-            results["direct-logistic"] = run_direct(preps, args)
-        if "direct-logistic-paper" in methods:
-            results["direct-logistic-paper"] = run_direct(preps, args, paper=True)
-        if "gauss-vi" in methods:
-            results["gauss-vi"] = run_gauss_vi(preps, [o["scale"] for o in results["direct-logistic"]], args)
-        for m, key in (("sklearn-logistic", "P"), ("linear-logistic", "X")):
-            if m in methods:
-                res = []
-                for p in preps:
-                    prob, sec = run_sklearn(p[key + "tr"], p["ytr"], p[key + "te"], args.seed)
-                    res.append(dict(prob=prob, seconds=sec))
-                results[m] = res
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise study_cli.UsageError(f"--append: cannot read the outputs ({type(e).__name__}: {e})") from None
+    if not isinstance(records, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("dataset"), str) and isinstance(r.get("method"), str)
+        for r in records
+    ):
+        raise study_cli.UsageError(f"--append: {args.json} is not a JSON list of study records")
+    if not isinstance(rel, dict) or not all(isinstance(v, dict) for v in rel.values()):
+        raise study_cli.UsageError(f"--append: {rel_path} is not a JSON object of reliability counts")
+    records = [r for r in records if not (r["dataset"] in names and r["method"] in methods)]
+    for k in names:
         for m in methods:
-            res = results[m]
-            ms = np.array([metrics(r["prob"], p["yte"]) for r, p in zip(res, preps, strict=True)])
-            rec = dict(
-                dataset=name,
-                method=m,
-                n=int(X.shape[0]),
-                d=int(X.shape[1]),
-                accuracy_mean=float(ms[:, 0].mean()),
-                accuracy_sd=float(ms[:, 0].std(ddof=1)) if K > 1 else 0.0,
-                logloss_mean=float(ms[:, 1].mean()),
-                logloss_sd=float(ms[:, 1].std(ddof=1)) if K > 1 else 0.0,
-                ece_mean=float(ms[:, 2].mean()),
-                fit_seconds=float(np.mean([r["seconds"] for r in res])),
-                sparsity_pct=float(np.mean([r.get("sparsity", 0.0) for r in res])),
-            )
-            records.append(rec)
-            counts = sum(
-                reliability(np.clip(r["prob"], 0, 1), p["yte"])[0] for r, p in zip(res, preps, strict=True)
-            )
-            psum = sum(
-                reliability(np.clip(r["prob"], 0, 1), p["yte"])[1] for r, p in zip(res, preps, strict=True)
-            )
-            ysum = sum(
-                reliability(np.clip(r["prob"], 0, 1), p["yte"])[2] for r, p in zip(res, preps, strict=True)
-            )
-            rel.setdefault(name, {})[m] = dict(counts=counts.tolist(), psum=psum.tolist(), ysum=ysum.tolist())
-            log(
-                f"  {m:21s} acc {rec['accuracy_mean']:.4f}  logloss {rec['logloss_mean']:.4f}  "
-                f"ece {rec['ece_mean']:.4f}  fit {rec['fit_seconds']:.2f}s  sparsity {rec['sparsity_pct']:.1f}%"
-            )
-        with open(args.json, "w") as fh:
-            json.dump(records, fh, indent=1)
-        with open(os.path.splitext(args.json)[0] + "_reliability.json", "w") as fh:
-            json.dump(rel, fh)
+            rel.get(k, {}).pop(m, None)
+    return records, rel
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    errors = check_args(args)
+    if errors:
+        return study_cli.report("classification.py", errors)
+    methods = list(METHODS[:4]) if args.methods == "all" else args.methods.split(",")
+    try:
+        names = dataset_names(args.data_dir, args.datasets)
+        inputs = input_files(args.data_dir, names)
+        for path, option in ((args.json, "--json"), (reliability_path(args.json), "the reliability file")):
+            kronvi.check_output_path(
+                path, option=option, inputs=inputs, overwrite=args.append or args.overwrite,
+                exists_hint=EXISTS_HINT,
+            )  # fmt: skip
+        records, rel = previous_records(args, names, methods)
+        data = {name: load_dataset(args.data_dir, name, args.folds) for name in names}
+    except (study_cli.UsageError, ValueError, OSError) as e:
+        return study_cli.report("classification.py", e)
+    try:
+        for name in names:
+            run_dataset(name, data.pop(name), methods, args, records, rel)
+            kronvi.write_atomic(args.json, json.dumps(records, indent=1))
+            kronvi.write_atomic(reliability_path(args.json), json.dumps(rel))
+    except KeyboardInterrupt:
+        kept = f"{len(records)} record(s) in {args.json}" if os.path.exists(args.json) else "nothing written"
+        log(f"interrupted: {kept}")
+        return study_cli.EXIT_INTERRUPTED
     log(f"wrote {args.json}")
+    return 0
+
+
+def run_dataset(name, dataset, methods, args, records, rel):
+    """Runs ``methods`` on one dataset; appends its records to ``records`` and its counts to ``rel``."""
+    X, y, folds, K = dataset
+    log(f"{name}: n={X.shape[0]} d={X.shape[1]}, {K} folds")
+    preps = [prepare(X, y, folds, k, args.seed, args.num_frequencies) for k in range(K)]
+    results = {}
+    if "direct-logistic" in methods:
+        results["direct-logistic"] = run_direct(preps, args)
+    if "direct-logistic-paper" in methods:
+        results["direct-logistic-paper"] = run_direct(preps, args, paper=True)
+    if "gauss-vi" in methods:
+        results["gauss-vi"] = run_gauss_vi(preps, [o["scale"] for o in results["direct-logistic"]], args)
+    for m, key in (("sklearn-logistic", "P"), ("linear-logistic", "X")):
+        if m in methods:
+            res = []
+            for p in preps:
+                prob, sec = run_sklearn(p[key + "tr"], p["ytr"], p[key + "te"], args.seed)
+                res.append(dict(prob=prob, seconds=sec))
+            results[m] = res
+    for m in methods:
+        res = results[m]
+        ms = np.array([metrics(r["prob"], p["yte"]) for r, p in zip(res, preps, strict=True)])
+        rec = dict(
+            dataset=name,
+            method=m,
+            n=int(X.shape[0]),
+            d=int(X.shape[1]),
+            accuracy_mean=float(ms[:, 0].mean()),
+            accuracy_sd=float(ms[:, 0].std(ddof=1)) if K > 1 else 0.0,
+            logloss_mean=float(ms[:, 1].mean()),
+            logloss_sd=float(ms[:, 1].std(ddof=1)) if K > 1 else 0.0,
+            ece_mean=float(ms[:, 2].mean()),
+            fit_seconds=float(np.mean([r["seconds"] for r in res])),
+            sparsity_pct=float(np.mean([r.get("sparsity", 0.0) for r in res])),
+        )
+        records.append(rec)
+        counts = sum(
+            reliability(np.clip(r["prob"], 0, 1), p["yte"])[0] for r, p in zip(res, preps, strict=True)
+        )
+        psum = sum(
+            reliability(np.clip(r["prob"], 0, 1), p["yte"])[1] for r, p in zip(res, preps, strict=True)
+        )
+        ysum = sum(
+            reliability(np.clip(r["prob"], 0, 1), p["yte"])[2] for r, p in zip(res, preps, strict=True)
+        )
+        rel.setdefault(name, {})[m] = dict(counts=counts.tolist(), psum=psum.tolist(), ysum=ysum.tolist())
+        log(
+            f"  {m:21s} acc {rec['accuracy_mean']:.4f}  logloss {rec['logloss_mean']:.4f}  "
+            f"ece {rec['ece_mean']:.4f}  fit {rec['fit_seconds']:.2f}s  sparsity {rec['sparsity_pct']:.1f}%"
+        )
 
 
 if __name__ == "__main__":
-    main()
+    study_cli.run(main)

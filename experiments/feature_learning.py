@@ -31,7 +31,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -45,6 +44,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import study_cli  # noqa: E402
 
 import kronvi  # noqa: E402
 from kronvi.feature_learning import (  # noqa: E402
@@ -186,7 +186,7 @@ def render(records, settings) -> str:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = study_cli.Parser(prog="feature_learning.py", description=__doc__.split("\n")[0])
     p.add_argument("--data-dir", type=pathlib.Path, default=DEFAULT_DATA)
     p.add_argument("--datasets", default="yacht,energy,concrete")
     p.add_argument("--folds", type=int, default=2, help="the first FOLDS of the 10 published folds")
@@ -203,12 +203,20 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=pathlib.Path)
     p.add_argument("--md", type=pathlib.Path)
+    p.add_argument("--overwrite", action="store_true", help="replace existing --json and --md files")
     args = p.parse_args(argv)
     args.methods = tuple(m for m in args.methods.split(",") if m)
     bad = [m for m in args.methods if m not in METHODS]
     if bad or "rff-gp" not in args.methods:
         p.error(f"--methods must include rff-gp and name only {METHODS}, got {args.methods}")
     args.mlp_sizes = tuple(int(s) for s in args.mlp_sizes.split(","))
+    names = args.datasets.split(",")
+    inputs = [args.data_dir / d / f for d in names for f in ("data.csv.gz", "test_mask.csv.gz")]
+    try:
+        outputs = [("--json", args.json), ("--md", args.md)]
+        study_cli.check_outputs(outputs, inputs=inputs, overwrite=args.overwrite)
+    except (ValueError, OSError) as e:
+        p.error(str(e))
     return args
 
 
@@ -232,9 +240,10 @@ def main(argv=None):
         settings["total_seconds"] = time.perf_counter() - t0
         table = render(records, settings)
         if args.json:
-            args.json.write_text(json.dumps(dict(settings=settings, records=records), indent=1) + "\n")
+            text = json.dumps(dict(settings=settings, records=records), indent=1) + "\n"
+            kronvi.write_atomic(args.json, text)
         if args.md:
-            args.md.write_text(table)
+            kronvi.write_atomic(args.md, table)
         return table
 
     data = {name: kronvi.load_uci(args.data_dir / name) for name in args.datasets.split(",")}

@@ -51,7 +51,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -65,6 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import study_cli
 
 import kronvi
 
@@ -436,7 +436,7 @@ def summary_md(record):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = study_cli.Parser(prog="reinforce_vs_direct.py", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--out", required=True, help="output prefix: writes PREFIX.json, PREFIX.png, PREFIX.md"
     )
@@ -464,7 +464,13 @@ def main(argv=None):
     parser.add_argument(
         "--repeats", type=int, default=11, help="timed DIRECT calls per stop (the fastest is used)"
     )
+    parser.add_argument("--overwrite", action="store_true", help="replace existing output files")
     args = parser.parse_args(argv)
+    try:
+        outputs = [("--out", args.out + suffix) for suffix in (".json", ".png", ".md")]
+        study_cli.check_outputs(outputs, overwrite=args.overwrite)
+    except (ValueError, OSError) as e:
+        parser.error(str(e))
 
     def log(msg):
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -548,10 +554,8 @@ def _run(args, log, argv):
         c["elbo"] = elbo[keep].tolist()
         c["seconds"] = (keep * c["seconds_per_step"]).tolist()
     record = {"settings": settings, "direct": direct, "reinforce": reinforce, "ratio": ratio}
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.out + ".json").write_text(json.dumps(record, indent=1) + "\n")
-    pathlib.Path(args.out + ".md").write_text(summary_md(record))
+    kronvi.write_atomic(args.out + ".json", json.dumps(record, indent=1) + "\n")
+    kronvi.write_atomic(args.out + ".md", summary_md(record))
     log(f"ratio: {json.dumps(ratio)}")
     log(f"wrote {args.out}.json/.png/.md in {time.perf_counter() - t_start:.1f} s")
     return record

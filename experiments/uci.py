@@ -72,8 +72,6 @@ import os
 import pathlib
 import platform
 import re
-import sys
-import tempfile
 import time
 
 # OpenBLAS threads inside XLA's thread pool deadlock on small machines: single-threaded before numpy loads.
@@ -83,6 +81,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+import study_cli  # noqa: E402
 from jax.scipy.stats import norm  # noqa: E402
 
 import kronvi  # noqa: E402
@@ -101,7 +100,9 @@ METHODS = (
 )  # fmt: skip
 ELRG_METHOD = re.compile(r"elrg-(\d+)")  # elrg-<rank>: not in METHODS ("all"), any rank up to b
 DEFAULT_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"
-EXIT_REFUSED = 2  # the JSON on disk would be replaced or mixed with records of other settings
+# the JSON on disk would be replaced or mixed with the records of other settings
+EXIT_REFUSED = study_cli.EXIT_USAGE
+EXISTS_HINT = "pass --resume to add this run's missing records to it or --overwrite to replace it"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,11 +194,9 @@ def records_to_keep(path: pathlib.Path, current: dict, pairs: set, *, resume, ov
     if overwrite:
         return []
     if not resume:
-        raise RefusedError(
-            f"{path} exists; pass --resume to add this run's missing records to it or --overwrite to replace it"
-        )
+        raise RefusedError(f"{path} exists; {EXISTS_HINT}")
     keep, refused = [], []
-    for r in json.loads(path.read_text()):
+    for r in read_records(path):
         diff = settings_diff(r.get("settings"), current)
         if diff is None:
             keep.append(r)
@@ -213,18 +212,24 @@ def records_to_keep(path: pathlib.Path, current: dict, pairs: set, *, resume, ov
     return keep
 
 
-def write_json(path: pathlib.Path, records) -> None:
-    """Writes ``records`` to ``path`` atomically (a temporary file in the same folder, then a rename)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+def read_records(path: pathlib.Path) -> list[dict]:
+    """The records of a study JSON, or :class:`RefusedError` (one line) when it is not a list of records."""
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(records, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+        records = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RefusedError(f"{path} is not a JSON list of study records ({type(e).__name__}: {e})") from None
+    if not isinstance(records, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("dataset"), str) and isinstance(r.get("method"), str)
+        for r in records
+    ):
+        raise RefusedError(f"{path} is not a JSON list of study records (objects with dataset and method)")
+    return records
+
+
+def write_json(path: pathlib.Path, records) -> None:
+    """Writes ``records`` to ``path`` atomically, keeping an existing file's permissions
+    (``kronvi.write_atomic``)."""
+    kronvi.write_atomic(path, json.dumps(records, indent=1))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -236,19 +241,47 @@ def dataset_size(folder: pathlib.Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def list_datasets(data_dir: pathlib.Path, names: str):
-    """Dataset folders ordered small to large; ``names`` is a comma list or ``all``."""
+def dataset_folders(data_dir: pathlib.Path, names: str) -> list[pathlib.Path]:
+    """The dataset folders ``names`` (a comma list of folder names or paths, or ``all``) names, checked to
+    hold ``data.csv.gz`` and ``test_mask.csv.gz``; :class:`study_cli.UsageError` otherwise. Reads no data."""
+    if not data_dir.is_dir():
+        raise study_cli.UsageError(f"--data-dir {str(data_dir)!r}: no such folder")
     if names == "all":
         folders = [p for p in sorted(data_dir.iterdir()) if (p / "data.csv.gz").is_file()]
-    else:
-        folders = []
-        for name in names.split(","):
-            p = pathlib.Path(name) if os.sep in name else data_dir / name
-            if not (p / "data.csv.gz").is_file() or not (p / "test_mask.csv.gz").is_file():
-                raise SystemExit(f"no dataset folder {p} (needs data.csv.gz and test_mask.csv.gz)")
+        if not folders:
+            raise study_cli.UsageError(f"--data-dir {str(data_dir)!r} holds no dataset folders")
+        return folders
+    folders = []
+    for name in names.split(","):
+        name = name.strip()
+        if not name:
+            raise study_cli.UsageError(f"--datasets {names!r} has an empty name")
+        p = pathlib.Path(name) if os.sep in name else data_dir / name
+        if not (p / "data.csv.gz").is_file() or not (p / "test_mask.csv.gz").is_file():
+            raise study_cli.UsageError(f"no dataset folder {p} (needs data.csv.gz and test_mask.csv.gz)")
+        if p not in folders:
             folders.append(p)
+    return folders
+
+
+def input_files(folders) -> list[pathlib.Path]:
+    return [p / f for p in folders for f in ("data.csv.gz", "test_mask.csv.gz")]
+
+
+def list_datasets(data_dir: pathlib.Path, names: str):
+    """Dataset folders ordered small to large; ``names`` is a comma list or ``all``."""
+    folders = dataset_folders(data_dir, names)
     sizes = {p: dataset_size(p) for p in folders}
     return sorted(folders, key=lambda p: (sizes[p], p.name))
+
+
+def check_datasets(folders) -> None:
+    """Reads every dataset once before any compute: bad data is a one-line :class:`study_cli.UsageError`."""
+    for p in folders:
+        try:
+            kronvi.load_uci(p)
+        except (OSError, ValueError) as e:
+            raise study_cli.UsageError(f"dataset {p}: {e}") from None
 
 
 def fold_masks(test_mask, k):
@@ -806,7 +839,9 @@ def _nlpd_points(text: str) -> int | None:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = study_cli.Parser(
+        prog="uci.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data-dir", default=str(DEFAULT_DATA), help="folder of dataset folders")
     p.add_argument("--datasets", default="all", help="comma-separated folder names (or paths), or 'all'")
     p.add_argument(
@@ -878,13 +913,44 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def config_from_args(args) -> StudyConfig:
-    if args.num_features < 2 or args.num_features % 2:
-        raise SystemExit("--num-features must be an even number >= 2 (cos and sin pairs)")
+OPTION_RANGES = {
+    "seed": (0, study_cli.MAX_SEED), "max_folds": (1, None), "sgd_steps": (1, None), "sgd_samples": (1, None),
+    "sgd_init_noise": (0.0, None), "lb_iters": (1, None), "lb_tol": (0.0, None), "num_features": (2, None),
+    "reparam_steps": (1, None),
+}  # fmt: skip
+
+
+def option_errors(args) -> list[str]:
+    """One line per bad option value (none: an empty list); checks everything that needs no data."""
+    errors = study_cli.option_errors(args, OPTION_RANGES)
+    if args.num_features >= 2 and args.num_features % 2:
+        errors.append(f"--num-features must be an even number (cos and sin pairs), got {args.num_features}")
+    if not args.noise_span > 1.0 or not np.isfinite(args.noise_span):  # NaN fails both
+        errors.append(f"--noise-span must be a finite number > 1, got {args.noise_span}")
     try:
-        noise_cv = parse_noise_cv(args.noise_cv)
+        parse_noise_cv(args.noise_cv)
     except ValueError as err:
-        raise SystemExit(str(err)) from None
+        errors.append(str(err))
+    starts = [x.strip() for x in args.direct_starts.split(",")]
+    if not set(starts) <= {"prior", "gaussian"} or not starts:
+        errors.append(f"--direct-starts must be a comma list of prior, gaussian; got {args.direct_starts!r}")
+    methods = list(METHODS) if args.methods == "all" else [m.strip() for m in args.methods.split(",")]
+    bad = [m for m in methods if not is_method(m)]
+    if bad:
+        errors.append(f"unknown method(s) {bad}; choose from {METHODS} or elrg-<rank>")
+    ranks = [int(m.split("-")[1]) for m in methods if ELRG_METHOD.fullmatch(m)]
+    if any(not 1 <= r <= args.num_features for r in ranks):
+        errors.append(f"elrg-<rank>: ranks must be in [1, --num-features ({args.num_features})], got {ranks}")
+    if args.rerun_mismatched and not args.resume:
+        errors.append("--rerun-mismatched needs --resume")
+    return errors
+
+
+def config_from_args(args) -> StudyConfig:
+    errors = option_errors(args)
+    if errors:
+        raise study_cli.UsageError(errors[0])
+    noise_cv = parse_noise_cv(args.noise_cv)
     direct = resolve_config(DirectConfig(
         basis="features", num_frequencies=args.num_features // 2, noise_span=args.noise_span, noise_cv=noise_cv,
         method=args.direct_fit, starts=tuple(x.strip() for x in args.direct_starts.split(",")),
@@ -900,30 +966,41 @@ def config_from_args(args) -> StudyConfig:
     )  # fmt: skip
 
 
+def check_outputs(args, folders) -> None:
+    """Raises ``ValueError``/``OSError`` (one line) unless --json and --log can be written: their folders
+    exist and take files, neither is an input, --json exists only with --resume or --overwrite, and --log
+    (appended to) is not --json."""
+    inputs = input_files(folders)
+    kronvi.check_output_path(
+        args.json, option="--json", inputs=inputs, overwrite=args.resume or args.overwrite, exists_hint=EXISTS_HINT
+    )  # fmt: skip
+    if args.log:
+        kronvi.check_output_path(args.log, option="--log", inputs=inputs + [pathlib.Path(args.json)], overwrite=True)
+        if os.path.realpath(args.log) == os.path.realpath(args.json):
+            raise ValueError(f"--log {args.log!r} is the --json file")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    errors = option_errors(args)
+    if errors:
+        return study_cli.report("uci.py", errors)
     methods = list(METHODS) if args.methods == "all" else [m.strip() for m in args.methods.split(",")]
-    bad = [m for m in methods if not is_method(m)]
-    if bad:
-        raise SystemExit(f"unknown method(s) {bad}; choose from {METHODS} or elrg-<rank>")
-    too_high = [m for m in methods if ELRG_METHOD.fullmatch(m) and int(m.split("-")[1]) > args.num_features]
-    if too_high:
-        raise SystemExit(f"{too_high}: the rank must be at most --num-features ({args.num_features})")
-    if args.rerun_mismatched and not args.resume:
-        raise SystemExit("--rerun-mismatched needs --resume")
-    cfg = config_from_args(args)
-    settings = study_settings(cfg, seed=args.seed, max_folds=args.max_folds)
-    folders = list_datasets(pathlib.Path(args.data_dir), args.datasets)
-    out = pathlib.Path(args.json)
-    pairs = {(f.name, m) for f in folders for m in methods}
     try:
+        cfg = config_from_args(args)
+        folders = dataset_folders(pathlib.Path(args.data_dir), args.datasets)
+        check_outputs(args, folders)
+        out = pathlib.Path(args.json)
+        settings = study_settings(cfg, seed=args.seed, max_folds=args.max_folds)
+        pairs = {(f.name, m) for f in folders for m in methods}
         records = records_to_keep(
             out, settings, pairs, resume=args.resume, overwrite=args.overwrite,
             rerun_mismatched=args.rerun_mismatched,
         )  # fmt: skip
-    except RefusedError as err:
-        print(f"uci.py: refused: {err}", file=sys.stderr)
-        return EXIT_REFUSED
+        check_datasets(folders)
+        folders = list_datasets(pathlib.Path(args.data_dir), args.datasets)
+    except (study_cli.UsageError, RefusedError, ValueError, OSError) as err:
+        return study_cli.report("uci.py", err)
     done = {(r["dataset"], r["method"]) for r in records}
     logf = open(args.log, "a") if args.log else None  # noqa: SIM115
 
@@ -939,18 +1016,25 @@ def main(argv=None):
         f"{os.cpu_count()} cores), {len(folders)} datasets, methods {methods}; settings {settings}"
     )
     t0 = time.perf_counter()
-    for i, folder in enumerate(folders):
-        todo = [m for m in methods if (folder.name, m) not in done]
-        if not todo:
-            log(f"== {folder.name}: already in {out}, skipped")
-            continue
-        log(f"[{i + 1}/{len(folders)}] {time.perf_counter() - t0:.0f}s elapsed")
-        recs = run_dataset(
-            folder, todo, cfg, seed=args.seed, max_folds=args.max_folds, settings=settings, log=log,
-            progress=True if args.progress else None,
-        )  # fmt: skip
-        records.extend(recs)
-        write_json(out, records)
+    try:
+        for i, folder in enumerate(folders):
+            todo = [m for m in methods if (folder.name, m) not in done]
+            if not todo:
+                log(f"== {folder.name}: already in {out}, skipped")
+                continue
+            log(f"[{i + 1}/{len(folders)}] {time.perf_counter() - t0:.0f}s elapsed")
+            recs = run_dataset(
+                folder, todo, cfg, seed=args.seed, max_folds=args.max_folds, settings=settings, log=log,
+                progress=True if args.progress else None,
+            )  # fmt: skip
+            records.extend(recs)
+            write_json(out, records)
+    except KeyboardInterrupt:
+        kept = f"{len(records)} record(s) kept in {out}" if out.exists() else f"nothing written to {out}"
+        log(f"# interrupted after {time.perf_counter() - t0:.0f}s: {kept}")
+        if logf:
+            logf.close()
+        return study_cli.EXIT_INTERRUPTED
     log(
         f"# total {time.perf_counter() - t0:.0f}s, finished {time.strftime('%Y-%m-%d %H:%M:%S')}, load average {os.getloadavg()}"
     )
@@ -960,4 +1044,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    study_cli.run(main)

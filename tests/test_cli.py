@@ -1,6 +1,8 @@
 """``kronvi fit``: options and output paths are checked before any compute; errors are one line."""
 
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -50,7 +52,8 @@ def _last_line(err: str) -> str:
         (["--levels", "1"], "--levels must be >= 2, got 1"),
         (["--num-features", "3"], "--num-features must be an even number >= 2"),
         (["--noise-recentres", "-1"], "--noise-recentres must be >= 0"),
-        (["--seed", "-1"], "--seed must be >= 0"),
+        (["--seed", "-1"], "--seed must be an integer in [0, 4294967295], got -1"),
+        (["--seed", "99999999999999999999"], "--seed must be an integer in [0, 4294967295]"),
         (["--noise-cv", "ten"], "--noise-cv must be 'none' or a comma list"),
         (["--noise-cv", "3", "--basis", "eigen"], "--noise-cv applies to --basis features only"),
     ],
@@ -60,7 +63,7 @@ def test_bad_options_are_one_line_usage_errors(csv_path, no_compute, capsys, opt
         cli.main(["fit", str(csv_path), *option])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert _last_line(err).startswith("kronvi fit: error: ") and message in _last_line(err)
+    assert err.count("\n") == 1 and err.startswith("kronvi fit: error: ") and message in err  # no usage block
     assert "Traceback" not in err
 
 
@@ -81,6 +84,8 @@ def test_json_path_is_checked_before_any_compute(csv_path, tmp_path, no_compute,
         ([str(csv_path), "--json", str(csv_path), "--force"], "is the input data file"),
         ([str(csv_path), "--json", str(existing)], "exists: pass --force to overwrite it"),
         ([str(csv_path), "--json", str(tmp_path / "missing" / "out.json")], "no such folder"),
+        # `missing/..` is `tmp_path` on paper, but the operating system cannot resolve it
+        ([str(csv_path), "--json", str(tmp_path / "missing" / ".." / "out.json")], "no such folder"),
         ([str(csv_path), "--json", str(tmp_path)], "is a folder"),
     ]
     for argv, message in cases:
@@ -116,15 +121,10 @@ def test_user_input_errors_are_one_line_unless_debug(tmp_path, no_compute, capsy
     assert cli.main(["fit", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"kronvi: error: `path` {str(bad)!r}: non-numeric value 'oops' on line 2"
-    assert cli.main(["fit", str(tmp_path / "missing.csv")]) == 2
-    err = capsys.readouterr().err
-    assert (
-        _last_line(err).startswith("kronvi: error: `path`")
-        and "no such file" in err
-        and "Traceback" not in err
-    )
-    assert cli.main(["fit", str(tmp_path / "no_folder")]) == 2
-    assert "no such folder" in capsys.readouterr().err
+    for missing in ("missing.csv", "no_folder"):
+        assert cli.main(["fit", str(tmp_path / missing)]) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == f"kronvi: error: `source` {str(tmp_path / missing)!r}: no such file or folder"
     with pytest.raises(ValueError, match="non-numeric value 'oops'"):
         cli.main(["fit", str(bad), "--debug"])
 
@@ -134,3 +134,70 @@ def test_help_documents_force(capsys):
         cli.main(["fit", "--help"])
     out = capsys.readouterr().out
     assert "--force" in out and "--debug" in out
+
+
+def test_a_csv_named_without_csv_is_read_as_a_csv(csv_path, tmp_path, fake_fold, capsys):
+    for name in ("yacht.data", "toy"):  # any file is a CSV; only a folder is a UCI folder
+        other = tmp_path / name
+        other.write_bytes(csv_path.read_bytes())
+        assert cli.main(["fit", str(other), "--folds", "3", "--max-folds", "1"]) == 0
+        assert "n=30, d=2" in capsys.readouterr().out
+
+
+def test_json_records_the_settings_that_made_it(csv_path, tmp_path, fake_fold):
+    out = tmp_path / "out.json"
+    argv = [str(csv_path), "--folds", "3", "--max-folds", "2", "--seed", "7", "--levels", "7"]
+    argv += ["--num-features", "20", "--basis", "features", "--json", str(out)]
+    assert cli.main(["fit", *argv]) == 0
+    settings = json.loads(out.read_text())["settings"]
+    want = {"source": str(csv_path), "basis": "features", "b": 20, "levels": 7, "seed": 7, "folds": 3}
+    assert {k: settings[k] for k in want} == want
+    assert settings["folds_run"] == 2 and settings["max_folds"] == 2 and settings["method"] == "cavi"
+    assert settings["config"]["num_frequencies"] == 10 and settings["config"]["noise_cv"] == [10.0, 3.0, 1.0]
+    assert settings["source_path"] == str(csv_path.resolve()) and settings["kronvi_version"]
+    shipped = tmp_path / "shipped.json"
+    assert cli.main(["fit", "--max-folds", "1", "--json", str(shipped)]) == 0
+    settings = json.loads(shipped.read_text())["settings"]
+    assert settings["source"] == "yacht (shipped)" and settings["folds"] == 10 and settings["folds_run"] == 1
+
+
+def test_json_keeps_an_existing_files_permissions_and_new_files_follow_the_umask(csv_path, tmp_path, fake_fold):
+    old = os.umask(0o022)
+    try:
+        new, existing = tmp_path / "new.json", tmp_path / "existing.json"
+        existing.write_text("{}")
+        existing.chmod(0o664)
+        argv = ["fit", str(csv_path), "--folds", "3", "--max-folds", "1", "--json"]
+        assert cli.main([*argv, str(new)]) == 0
+        assert cli.main([*argv, str(existing), "--force"]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(new.stat().st_mode) == 0o644
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o664 and "folds" in json.loads(existing.read_text())
+
+
+def test_json_is_written_through_a_link_and_never_into_the_input(csv_path, tmp_path, fake_fold, capsys):
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("{}")
+    link.symlink_to(target)
+    argv = ["fit", str(csv_path), "--folds", "3", "--max-folds", "1", "--force", "--json"]
+    assert cli.main([*argv, str(link)]) == 0
+    assert link.is_symlink() and "folds" in json.loads(target.read_text())  # the link stays a link
+    to_input = tmp_path / "to_input.json"
+    to_input.symlink_to(csv_path)
+    original = csv_path.read_bytes()
+    assert cli.main([*argv, str(to_input)]) == 2
+    assert "is the input data file" in _last_line(capsys.readouterr().err)
+    assert csv_path.read_bytes() == original and to_input.is_symlink()
+
+
+def test_ctrl_c_is_one_line_and_exit_130(csv_path, monkeypatch, capsys):
+    def run_fold(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_fold", run_fold)
+    try:
+        code = cli.main(["fit", str(csv_path), "--folds", "3"])
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped main()")
+    assert code == 130 and capsys.readouterr().err.strip().endswith("kronvi: interrupted")

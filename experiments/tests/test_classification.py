@@ -1,10 +1,13 @@
 """The classification study and its renderer on a tiny synthetic dataset: record fields, metrics, files."""
 
 import json
+import stat
 
 import classification
 import numpy as np
+import pytest
 import render_classification
+import study_cli
 from study_folds import write_folds
 
 FIELDS = {
@@ -51,3 +54,119 @@ def test_study_writes_records_and_renders(tmp_path):
     render_classification.main([str(out)])
     assert "direct-logistic" in (tmp_path / "res.md").read_text()
     assert (tmp_path / "res_reliability.png").exists()
+
+
+# --- bad options, bad data and outputs that would be lost: one line, exit 2, before any compute
+
+
+def _argv(data, out, *extra, datasets="tiny"):
+    return [
+        "--data-dir", str(data), "--datasets", datasets, "--methods", "direct-logistic", "--json", str(out),
+        "--folds", "2", "--num-frequencies", "3", "--max-iter", "3", "--prior-scales", "1", *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def data(tmp_path):
+    _write(tmp_path / "data" / "tiny")
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    def run_dataset(*args, **kwargs):
+        raise AssertionError("the study started computing")
+
+    monkeypatch.setattr(classification, "run_dataset", run_dataset, raising=False)
+
+
+def _fake_records(monkeypatch, interrupt_at=None):
+    """``run_dataset`` appends one record per method at once; raises KeyboardInterrupt on ``interrupt_at``."""
+
+    def run_dataset(name, dataset, methods, args, records, rel):
+        if name == interrupt_at:
+            raise KeyboardInterrupt
+        records.extend(dict(dataset=name, method=m) for m in methods)
+        rel.setdefault(name, {}).update({m: {} for m in methods})
+
+    monkeypatch.setattr(classification, "run_dataset", run_dataset, raising=False)
+
+
+def _one_error_line(err, message):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("classification.py: error: ") and message in lines[0], err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--folds", "0"], "--folds must be >= 1, got 0"),
+        (["--num-frequencies", "0"], "--num-frequencies must be >= 1, got 0"),
+        (["--prior-scales", "-1"], "--prior-scales must hold positive finite numbers, got -1.0"),
+        (["--prior-scales", "1,x"], "--prior-scales must be a comma list of numbers"),
+        (["--prior-scales", "nan"], "--prior-scales must hold positive finite numbers, got nan"),
+        (["--max-iter", "0"], "--max-iter must be >= 1, got 0"),
+        (["--vi-steps", "0"], "--vi-steps must be >= 1, got 0"),
+        (["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
+        (["--data-dir", "/nonexistent/classification"], "--data-dir '/nonexistent/classification': no such folder"),
+        (["--datasets", "missing"], "no dataset folder"),
+        (["--methods", "nope"], "unknown method 'nope'"),
+    ],
+)
+def test_bad_options_are_one_line_errors_before_any_compute(data, tmp_path, no_compute, capsys, extra, message):
+    out = tmp_path / "out.json"
+    assert classification.main(_argv(data, out, *extra)) == 2
+    captured = capsys.readouterr()
+    _one_error_line(captured.err, message)
+    assert "wrote" not in captured.out and not out.exists()
+
+
+@pytest.mark.parametrize("labels", [(0.0, 2.0), (-1.0, 1.0), (0.0, 0.5)])
+def test_labels_other_than_0_and_1_are_a_one_line_error(tmp_path, no_compute, capsys, labels):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 2))
+    y = np.where(X[:, 0] > 0, labels[1], labels[0])
+    write_folds(tmp_path / "data" / "tiny", X, y, np.eye(2, dtype=int)[np.arange(20) % 2])
+    assert classification.main(_argv(tmp_path / "data", tmp_path / "out.json")) == 2
+    _one_error_line(capsys.readouterr().err, "labels must be 0 or 1")
+
+
+def test_json_never_overwrites_an_input_or_another_runs_records(data, tmp_path, no_compute, capsys):
+    inputs = {p: p.read_bytes() for p in (data / "tiny").iterdir()}
+    for extra in ([], ["--overwrite"], ["--append"]):
+        assert classification.main(_argv(data, data / "tiny" / "data.csv.gz", *extra)) == 2
+        _one_error_line(capsys.readouterr().err, "is the input data file")
+    assert {p: p.read_bytes() for p in (data / "tiny").iterdir()} == inputs
+    previous = tmp_path / "res.json"
+    previous.write_text(json.dumps([dict(dataset="other", method="direct-logistic")]))
+    assert classification.main(_argv(data, previous)) == 2  # neither --append nor --overwrite
+    _one_error_line(capsys.readouterr().err, "exists: pass --append")
+    assert json.loads(previous.read_text()) == [dict(dataset="other", method="direct-logistic")]
+    assert classification.main(_argv(data, tmp_path / "missing" / ".." / "x.json")) == 2
+    _one_error_line(capsys.readouterr().err, "no such folder")
+
+
+def test_append_keeps_other_datasets_and_overwrite_keeps_permissions(data, tmp_path, monkeypatch):
+    _fake_records(monkeypatch)
+    out = tmp_path / "res.json"
+    out.write_text(json.dumps([dict(dataset="other", method="direct-logistic")]))
+    out.chmod(0o640)
+    assert classification.main(_argv(data, out, "--append")) == 0
+    assert [r["dataset"] for r in json.loads(out.read_text())] == ["other", "tiny"]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert classification.main(_argv(data, out, "--overwrite")) == 0
+    assert [r["dataset"] for r in json.loads(out.read_text())] == ["tiny"]
+    out.write_text("[1, 2]")
+    assert classification.main(_argv(data, out, "--append")) == 2
+
+
+def test_ctrl_c_keeps_the_finished_datasets_and_exits_130(data, tmp_path, monkeypatch):
+    _write(data / "tiny2", seed=1)
+    _fake_records(monkeypatch, interrupt_at="tiny2")
+    out = tmp_path / "res.json"
+    try:
+        code = classification.main(_argv(data, out, datasets="tiny,tiny2"))
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped main()")
+    assert code == study_cli.EXIT_INTERRUPTED
+    assert [r["dataset"] for r in json.loads(out.read_text())] == ["tiny"]

@@ -2,15 +2,20 @@
 predictive density against enumeration, the command-line JSON contract, and what an existing JSON accepts
 (records carry their settings; mismatches are refused or rerun; writes are atomic)."""
 
+import gzip
 import itertools
 import json
 import pathlib
 import re
+import stat
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import render_uci
+import study_cli
 import uci
 from study_folds import write_sine_folds
 
@@ -72,7 +77,7 @@ def test_datasets_are_listed_small_to_large(tmp_path):
     _write_dataset(tmp_path / "a_small", n=40)
     assert [p.name for p in uci.list_datasets(tmp_path, "all")] == ["a_small", "b_big"]
     assert [p.name for p in uci.list_datasets(tmp_path, "b_big,a_small")] == ["a_small", "b_big"]
-    with pytest.raises(SystemExit, match="no dataset folder"):
+    with pytest.raises(study_cli.UsageError, match="no dataset folder"):
         uci.list_datasets(tmp_path, "missing")
 
 
@@ -170,7 +175,7 @@ def test_command_line_writes_one_record_per_dataset_and_method_with_its_settings
                 assert f["fallback_to_mf"] == (not f["mix_bound"] >= f["mf_elbo"])
 
 
-def test_command_line_options_parse_and_bad_values_exit():
+def test_command_line_options_parse_and_bad_values_exit(capsys):
     argv = ["--json", "x"]
     args = uci.parse_args(argv + ["--sgd-estimator", "stratified-pathwise", "--sgd-init-noise", "0.1"])
     assert (args.sgd_estimator, args.sgd_init_noise) == ("stratified-pathwise", 0.1)
@@ -179,10 +184,10 @@ def test_command_line_options_parse_and_bad_values_exit():
     for bad in (["--lb-precision", "float16"], ["--sgd-estimator", "pathwise"], ["--resume", "--overwrite"]):
         with pytest.raises(SystemExit):
             uci.parse_args(argv + bad)
-    with pytest.raises(SystemExit, match=">= 1"):
-        uci.main(argv + ["--noise-cv", "0.5,10"])
-    with pytest.raises(SystemExit, match="needs --resume"):
-        uci.main(argv + ["--rerun-mismatched"])
+    assert uci.main(argv + ["--noise-cv", "0.5,10"]) == 2
+    assert ">= 1" in capsys.readouterr().err
+    assert uci.main(argv + ["--rerun-mismatched"]) == 2
+    assert "needs --resume" in capsys.readouterr().err
 
 
 # --- an existing JSON: refused, resumed with the same settings, rerun or overwritten
@@ -296,3 +301,146 @@ def test_experiments_use_only_the_public_api():
     private = re.compile(r"\bkronvi\._\w")
     for path in EXPERIMENTS.rglob("*.py"):
         assert not private.search(path.read_text()), path
+
+
+# --- bad options, bad data and outputs that would be lost: one line, exit 2, before any compute
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    def run_dataset(*args, **kwargs):
+        raise AssertionError("the study started computing")
+
+    monkeypatch.setattr(uci, "run_dataset", run_dataset)
+
+
+def _fake_records(monkeypatch, interrupt_at=None):
+    """``run_dataset`` returns one record per method at once; raises KeyboardInterrupt on dataset
+    ``interrupt_at``."""
+    calls = []
+
+    def run_dataset(folder, methods, cfg, *, settings, **kwargs):
+        calls.append(folder.name)
+        if folder.name == interrupt_at:
+            raise KeyboardInterrupt
+        return [dict(dataset=folder.name, method=m, settings=settings) for m in methods]
+
+    monkeypatch.setattr(uci, "run_dataset", run_dataset)
+    return calls
+
+
+def _one_error_line(err, message):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("uci.py: error: ") and message in lines[0], err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--max-folds", "0"], "--max-folds must be >= 1, got 0"),
+        (["--noise-span", "0.5"], "--noise-span must be a finite number > 1, got 0.5"),
+        (["--noise-span", "nan"], "--noise-span must be a finite number > 1, got nan"),
+        (["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
+        (["--seed", "99999999999999999999"], "--seed must be in [0, 4294967295]"),
+        (["--num-features", "0"], "--num-features must be >= 2, got 0"),
+        (["--num-features", "15"], "--num-features must be an even number"),
+        (["--sgd-steps", "0"], "--sgd-steps must be >= 1, got 0"),
+        (["--sgd-samples", "0"], "--sgd-samples must be >= 1, got 0"),
+        (["--reparam-steps", "0"], "--reparam-steps must be >= 1, got 0"),
+        (["--lb-tol", "nan"], "--lb-tol must be finite, got nan"),
+        (["--direct-starts", "prior,bogus"], "--direct-starts must be a comma list of prior, gaussian"),
+        (["--data-dir", "/nonexistent/uci"], "--data-dir '/nonexistent/uci': no such folder"),
+        (["--datasets", "small,missing"], "no dataset folder"),
+        (["--methods", "elrg-0"], "ranks must be in [1, --num-features (16)]"),
+    ],
+)
+def test_bad_options_are_one_line_errors_before_any_compute(study, tmp_path, no_compute, capsys, extra, message):
+    data, _, _ = study
+    out = tmp_path / "out.json"
+    assert uci.main(_argv(data, out, *extra)) == 2
+    _one_error_line(capsys.readouterr().err, message)
+    assert not out.exists()
+
+
+def test_every_bad_option_gets_its_own_line(study, tmp_path, no_compute, capsys):
+    data, _, _ = study
+    assert uci.main(_argv(data, tmp_path / "o.json", "--max-folds", "0", "--sgd-steps", "0", "--seed", "-2")) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 3
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own errors: one line too, no usage block
+        uci.main(_argv(data, tmp_path / "o.json", "--lb-precision", "float16"))
+    assert exit_info.value.code == 2
+    _one_error_line(capsys.readouterr().err, "argument --lb-precision: invalid choice")
+
+
+def test_output_that_would_destroy_an_input_or_be_lost_is_refused_first(study, tmp_path, no_compute, capsys):
+    data, _, _ = study
+    inputs = {p: p.read_bytes() for p in (data / "small").iterdir()}
+    cases = [
+        (["--overwrite"], data / "small" / "data.csv.gz", "is the input data file"),
+        (["--resume"], data / "small" / "test_mask.csv.gz", "is the input data file"),
+        ([], tmp_path / "missing" / "out.json", "no such folder"),
+        ([], tmp_path / "missing" / ".." / "out.json", "no such folder"),
+        (["--log", str(tmp_path / "same.json")], tmp_path / "same.json", "--log"),
+        (["--log", str(data / "small" / "data.csv.gz")], tmp_path / "o.json", "is the input data file"),
+    ]
+    for extra, out, message in cases:
+        assert uci.main(_argv(data, out, *extra)) == 2, extra
+        _one_error_line(capsys.readouterr().err, message)
+    assert {p: p.read_bytes() for p in (data / "small").iterdir()} == inputs
+    assert not (tmp_path / "same.json").exists() and not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("text", ['[{"dataset": "small", "meth', '{"dataset": "small"}', "[1, 2]"])
+def test_resume_of_a_truncated_or_foreign_json_is_a_one_line_error(study, tmp_path, no_compute, capsys, text):
+    data, _, _ = study
+    out = tmp_path / "out.json"
+    out.write_text(text)
+    assert uci.main(_argv(data, out, "--resume")) == 2
+    _one_error_line(capsys.readouterr().err, "is not a JSON list of study records")
+    assert out.read_text() == text
+
+
+def test_bad_data_is_a_one_line_error_before_any_compute(study, tmp_path, no_compute, capsys):
+    data, _, _ = study
+    bad = tmp_path / "data" / "bad"
+    write_sine_folds(bad, n=20)
+    with gzip.open(bad / "data.csv.gz", "at") as f:
+        f.write("1,2,oops,4\n")
+    argv = _argv(tmp_path / "data", tmp_path / "o.json", datasets="bad")
+    assert uci.main(argv) == 2
+    _one_error_line(capsys.readouterr().err, "non-numeric value 'oops'")
+
+
+def test_overwrite_keeps_the_files_permissions(study, tmp_path, monkeypatch):
+    data, _, _ = study
+    _fake_records(monkeypatch)
+    out = tmp_path / "out.json"
+    out.write_text("[]")
+    out.chmod(0o640)
+    assert uci.main(_argv(data, out, "--overwrite")) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert [r["method"] for r in json.loads(out.read_text())] == ["direct-mf"]
+
+
+def test_ctrl_c_keeps_the_finished_datasets_and_exits_130(study, tmp_path, monkeypatch, capsys):
+    data, _, _ = study
+    for name in ("a", "b"):
+        write_sine_folds(tmp_path / "data" / name, n=20 if name == "a" else 30)
+    calls = _fake_records(monkeypatch, interrupt_at="b")
+    out = tmp_path / "out.json"
+    try:
+        code = uci.main(_argv(tmp_path / "data", out, datasets="a,b"))
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped main()")
+    assert code == study_cli.EXIT_INTERRUPTED == 130
+    assert calls == ["a", "b"]
+    assert [r["dataset"] for r in json.loads(out.read_text())] == ["a"]
+    assert "interrupted" in capsys.readouterr().out
+
+
+def test_the_program_exits_130_on_ctrl_c_without_a_traceback():
+    code = "import study_cli\ndef main():\n    raise KeyboardInterrupt\nstudy_cli.run(main)\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=EXPERIMENTS, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 130 and "Traceback" not in done.stderr and "interrupted" in done.stderr

@@ -17,6 +17,10 @@ from . import mixtures as mixtures
 from . import pipeline as pipeline
 from . import quantize as quantize
 
+# Output files
+from ._base.files import check_output_path as check_output_path
+from ._base.files import write_atomic as write_atomic
+
 # Fitting and model choice
 from ._fit.cavi import cavi_sweep as cavi_sweep
 from ._fit.cavi import coordinate_gains as coordinate_gains

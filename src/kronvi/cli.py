@@ -11,14 +11,17 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 
 import jax
 import numpy as np
 
+from . import __version__
+from ._base.files import check_output_path, write_atomic
 from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
-from .pipeline import BASES, DirectConfig, parse_noise_cv, run_fold, summarize
+from .pipeline import BASES, DirectConfig, parse_noise_cv, resolve_config, run_fold, summarize
+
+MAX_SEED = 2**32 - 1  # as NumPy's and scikit-learn's integer seeds
 
 
 def _progress(done: int, total: int, start: float, note: str = "", stream=sys.stderr):
@@ -33,9 +36,16 @@ def _progress(done: int, total: int, start: float, note: str = "", stream=sys.st
     stream.flush()
 
 
+class _Parser(argparse.ArgumentParser):
+    """Errors are one line, `<prog>: error: <message>`, exit status 2 (argparse's own add the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parsers():
     """The `kronvi` parser and its `fit` subparser."""
-    p = argparse.ArgumentParser(prog="kronvi", description=__doc__)
+    p = _Parser(prog="kronvi", description=__doc__)
     sub = p.add_subparsers(dest="command")
     f = sub.add_parser("fit", help="cross-validate DIRECT regression (default command)")
     f.add_argument(
@@ -96,8 +106,8 @@ def _check_args(parser, args):
         parser.error(f"--max-folds must be >= 1, got {args.max_folds}")
     if args.noise_recentres < 0:
         parser.error(f"--noise-recentres must be >= 0, got {args.noise_recentres}")
-    if args.seed < 0:
-        parser.error(f"--seed must be >= 0, got {args.seed}")
+    if not 0 <= args.seed <= MAX_SEED:
+        parser.error(f"--seed must be an integer in [0, {MAX_SEED}], got {args.seed}")
     if args.noise_cv is not None:
         try:
             args.noise_cv = parse_noise_cv(args.noise_cv)
@@ -115,26 +125,6 @@ def _input_files(source) -> list[str]:
     return [source]
 
 
-def _check_output(path: str, inputs: list[str], force: bool):
-    """Raises `ValueError` unless `path` can take the JSON output: its folder exists, it is not a
-    folder, not an input file, and not an existing file (unless `force`)."""
-    if not path:
-        raise ValueError("--json needs a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise ValueError(f"--json {path!r}: no such folder {folder!r}")
-    if os.path.isdir(path):
-        raise ValueError(f"--json {path!r} is a folder")
-    if os.path.exists(path):
-        for f in inputs:
-            if os.path.exists(f) and os.path.samefile(path, f):
-                raise ValueError(f"--json {path!r} is the input data file: refusing to overwrite it")
-        if not force:
-            raise ValueError(f"--json {path!r} exists: pass --force to overwrite it")
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"--json {path!r}: folder {folder!r} is not writable")
-
-
 def _finite_or_none(x):
     """`x` with every non-finite float replaced by `None` (JSON has no NaN or inf)."""
     if isinstance(x, float):
@@ -147,24 +137,15 @@ def _finite_or_none(x):
 
 
 def _write_json(path: str, obj):
-    """Writes strict JSON atomically: a temporary file in the same folder, then `os.replace`."""
-    text = json.dumps(_finite_or_none(obj), indent=1, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(
-        prefix=".kronvi-", suffix=".json.tmp", dir=os.path.dirname(os.path.abspath(path))
-    )
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """Writes strict JSON atomically (`kronvi.write_atomic`)."""
+    write_atomic(path, json.dumps(_finite_or_none(obj), indent=1, allow_nan=False) + "\n")
 
 
 def main(argv=None):
     """Runs `kronvi fit`. Errors in the user's input print `kronvi: error: <message>` and return 2
-    (`--debug`: the traceback)."""
+    (`--debug`: the traceback). Ctrl-C prints `kronvi: interrupted` and returns 130; run as the program
+    (`argv` None) it then exits at once, without tearing down the interpreter under XLA's threads."""
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("fit", "-h", "--help"):
         argv = ["fit"] + argv
@@ -178,15 +159,53 @@ def main(argv=None):
             raise
         sys.stderr.write(f"kronvi: error: {err}\n")
         return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("\nkronvi: interrupted\n")
+        if program:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        return 130
+
+
+def _settings(args, config, num_folds: int, folds_run: int) -> dict:
+    """What a `--json` record needs to be reproduced: the data, the options and the resolved config."""
+    return {
+        "source": args.source if args.source is not None else "yacht (shipped)",
+        "source_path": None if args.source is None else os.path.abspath(args.source),
+        "source_kind": (
+            "shipped" if args.source is None else "folder" if os.path.isdir(args.source) else "csv"
+        ),
+        "basis": args.basis,
+        "b": args.num_features,
+        "levels": args.levels,
+        "method": args.method,
+        "seed": args.seed,
+        "folds": num_folds,
+        "folds_run": folds_run,
+        "max_folds": args.max_folds,
+        "noise_cv": None if args.noise_cv is None else list(args.noise_cv),
+        "noise_recentres": args.noise_recentres,
+        "config": json.loads(json.dumps(resolve_config(config)._asdict())),
+        "kronvi_version": __version__,
+    }
 
 
 def _fit(args):
     if args.json is not None:
-        _check_output(args.json, _input_files(args.source), args.force)
+        check_output_path(
+            args.json,
+            option="--json",
+            inputs=_input_files(args.source),
+            overwrite=args.force,
+            exists_hint="pass --force to overwrite it",
+        )
     if args.source is None:
         X, y, mask = load_demo()
         name = "yacht (shipped)"
-    elif args.source.endswith((".csv", ".csv.gz", ".txt")):
+    elif not os.path.exists(args.source):
+        raise FileNotFoundError(f"`source` {args.source!r}: no such file or folder")
+    elif not os.path.isdir(args.source):  # a CSV file, whatever its name (.csv, .data, .gz, ...)
         X, y = load_csv(args.source)
         if args.folds > len(y):
             raise ValueError(f"--folds {args.folds} is more than the {len(y)} rows of {args.source!r}")
@@ -242,7 +261,8 @@ def _fit(args):
         f" | total {time.perf_counter() - start:.1f}s"
     )
     if args.json is not None:
-        _write_json(args.json, {"folds": [r._asdict() for r in results], "summary": s})
+        settings = _settings(args, config, mask.shape[1], K)
+        _write_json(args.json, {"settings": settings, "folds": [r._asdict() for r in results], "summary": s})
     return 0
 
 

@@ -4,6 +4,11 @@ import hashlib
 import json
 import os
 import pathlib
+import stat
+import sys
+import tracemalloc
+import types
+import zipfile
 from typing import NamedTuple
 
 import jax
@@ -163,9 +168,12 @@ def set_(d, key, value):
         (lambda h, a: set_(a, "spare", np.zeros(2)), r"array\(s\) \['spare'\] that its header does not list"),
         (lambda h, a: set_(a, "q_w.logits", a["q_w.logits"][:, :5]), "has shape .* but the header records"),
         (lambda h, a: set_(a, "q_w.logits", a["q_w.logits"] + 1), "does not match its checksum"),
-        (lambda h, a: set_(h["tree"]["fields"]["q_w"], "cls", "kronvi._families:Nope"), "does not have"),
+        (lambda h, a: set_(h["tree"]["fields"]["q_w"], "cls", "kronvi._families:Nope"), "not a kronvi model class"),
         (lambda h, a: set_(h["tree"]["fields"]["q_w"], "cls", "os:system"), "non-kronvi class"),
-        (lambda h, a: set_(h["tree"], "cls", "kronvi._io:save_model"), "not a kronvi data class"),
+        (lambda h, a: set_(h["tree"], "cls", "kronvi._io:save_model"), "not a kronvi model class"),
+        (lambda h, a: set_(h["arrays"]["q_w.logits"], "dtype", "|O"), "malformed kronvi header"),
+        (lambda h, a: set_(h["arrays"]["q_w.logits"], "shape", [6, -15]), "malformed kronvi header"),
+        (lambda h, a: set_(h["tree"]["fields"]["features"], "t", "list") or set_(h["tree"]["fields"]["features"], "items", 1), "malformed kronvi header"),
     ],
 )
 def test_bad_header_or_arrays(saved, tmp_path, edit, match):
@@ -209,7 +217,7 @@ def test_corrupted_and_foreign_files(saved, tmp_path):
         kronvi.load_model(truncated)
     garbage = tmp_path / "garbage.npz"
     garbage.write_bytes(b"hello, not a model")
-    with pytest.raises(ValueError, match="not a readable kronvi model file"):
+    with pytest.raises(ValueError, match=r"is not a kronvi model file \(not an .npz archive\)"):
         kronvi.load_model(garbage)
     other = tmp_path / "other.npz"
     np.savez(other, x=np.zeros(3))
@@ -221,6 +229,141 @@ def test_corrupted_and_foreign_files(saved, tmp_path):
         kronvi.load_model(npy)
     with pytest.raises(FileNotFoundError):
         kronvi.load_model(tmp_path / "missing.npz")
+
+
+def test_text_and_first_byte_flipped_files_are_not_model_files(saved, tmp_path):
+    """Not NumPy's message about pickled data and `allow_pickle`: the file is simply not ours."""
+    text = tmp_path / "notes.txt"
+    text.write_text("a plain text file\n")
+    flipped = tmp_path / "flipped0.npz"
+    data = bytearray(saved.read_bytes())
+    data[0] ^= 0xFF
+    flipped.write_bytes(bytes(data))
+    for path in (text, flipped):
+        with pytest.raises(ValueError, match="is not a kronvi model file") as err:
+            kronvi.load_model(path)
+        assert "pickle" not in str(err.value)
+
+
+def test_a_class_name_never_imports_a_module(saved, tmp_path, monkeypatch):
+    """Naming `kronvi.__main__` imported the CLI, which ran `main()` on the host's `sys.argv` and exited.
+    Here a stand-in module records any attribute the loader would look up on it."""
+    touched = []
+
+    class Spy(types.ModuleType):
+        def __getattr__(self, name):
+            touched.append(name)
+            raise AttributeError(name)
+
+    monkeypatch.setitem(sys.modules, "kronvi.__main__", Spy("kronvi.__main__"))
+    for where in ("root", "q_w"):
+
+        def edit(h, a, where=where):
+            node = h["tree"] if where == "root" else h["tree"]["fields"]["q_w"]
+            node["cls"] = "kronvi.__main__:main"
+
+        with pytest.raises(ValueError, match="'kronvi.__main__:main', which is not a kronvi model class"):
+            kronvi.load_model(rewrite(saved, tmp_path / f"{where}.npz", edit))
+    assert touched == []
+
+
+def test_saving_an_unregistered_kronvi_class_is_an_error(tmp_path):
+    model = make_model(np.float32, features={"info": kronvi.FitInfo(*[jnp.zeros(())] * len(kronvi.FitInfo._fields))})
+    with pytest.raises(TypeError, match=r"cannot save `features.info`: .*FitInfo is not one of the kronvi classes"):
+        kronvi.save_model(tmp_path / "m.npz", model)
+    assert not os.listdir(tmp_path)
+
+
+def _zip_with_member(src, dst, key, array):
+    """Copies the archive `src` to `dst` with member `key` replaced by `array`; the header is kept as is."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            if info.filename == key + ".npy":
+                with zout.open(info.filename, "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, array)
+            else:
+                zout.writestr(info, zin.read(info))
+    return dst
+
+
+def _peak_bytes(fn):
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+def test_sizes_are_checked_before_any_array_is_inflated(saved, tmp_path):
+    """A 48 MB array of zeros deflates to 50 kB; the loader must reject it from the .npy header and the
+    zip directory, before allocating it."""
+    big = np.zeros((1000, 12000), np.float32)
+    bomb = _zip_with_member(saved, tmp_path / "bomb.npz", "q_w.logits", big)
+    assert bomb.stat().st_size < 200_000
+
+    def load():
+        with pytest.raises(ValueError, match=r"array 'q_w.logits' has shape \(1000, 12000\) .* header records"):
+            kronvi.load_model(bomb)
+
+    assert _peak_bytes(load) < 5_000_000
+
+
+def test_a_file_declaring_more_bytes_than_the_bound_is_refused_unread(saved, tmp_path):
+    def edit(h, a):
+        a["features"] = np.zeros((1000, 2000), np.float32)  # 8 MB, consistent with the header
+        h["tree"]["fields"]["features"] = {
+            "t": "array", "key": "features", "lib": "numpy", "shape": [1000, 2000], "dtype": "<f4"
+        }  # fmt: skip
+        h["arrays"]["features"] = {"shape": [1000, 2000], "dtype": "<f4", "sha256": _sha(a["features"])}
+
+    path = tmp_path / "big.npz"
+    with np.load(saved) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays.pop("__kronvi__")))
+    edit(header, arrays)
+    np.savez_compressed(path, __kronvi__=np.array(json.dumps(header)), **arrays)
+
+    def load():
+        with pytest.raises(ValueError, match=r"declares 8.* bytes of arrays, more than `max_bytes`=1000000"):
+            kronvi.load_model(path, max_bytes=10**6)
+
+    assert _peak_bytes(load) < 2_000_000
+    assert kronvi.load_model(path).features.shape == (1000, 2000)  # within the default bound
+    with pytest.raises(ValueError, match="`max_bytes` must be a non-negative integer"):
+        kronvi.load_model(path, max_bytes=-1)
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])  # both past Python's recursion limit
+def test_a_deeply_nested_header_is_a_clear_error(saved, tmp_path, depth):
+    with np.load(saved) as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays.pop("__kronvi__")))
+    header["tree"]["fields"]["features"] = "DEEP"
+    deep = '{"t": "list", "items": [' * depth + '{"t": "none"}' + "]}" * depth
+    text = json.dumps(header).replace('"DEEP"', deep)
+    path = tmp_path / "deep.npz"
+    np.savez(path, __kronvi__=np.array(text), **arrays)
+    with pytest.raises(ValueError, match="malformed kronvi header|corrupted kronvi header"):
+        kronvi.load_model(path)
+
+
+def test_save_keeps_an_existing_files_permissions_and_new_files_follow_the_umask(tmp_path):
+    model = make_model(np.float32)
+    old = os.umask(0o022)
+    try:
+        kronvi.save_model(tmp_path / "new.npz", model)
+        existing = tmp_path / "existing.npz"
+        existing.write_bytes(b"old")
+        existing.chmod(0o640)
+        kronvi.save_model(existing, model)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.npz").stat().st_mode) == 0o644
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o640
+    assert_same_tree(model, kronvi.load_model(existing))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing.npz", "new.npz"]
 
 
 def test_save_rejects_bad_models(tmp_path):

@@ -7,25 +7,32 @@ array. Loading checks all of it and then validates the model as a whole (grid sh
 grid), so a corrupted, truncated, foreign or mismatched file raises a `ValueError` saying what is wrong
 instead of yielding a model that predicts garbage.
 
-Classes are restored by name only from the `kronvi` package (priors, families, feature maps,
-standardizers, ...); any other `NamedTuple` in `features` comes back as a `collections.namedtuple`
-with the same name and fields. Nothing is unpickled and no other module is imported.
+A model file is untrusted input. Classes are restored only from a fixed registry of kronvi's model
+classes (priors, families, feature maps, standardizers, ...), looked up by their public name; a module
+named in a file is never imported. Any other `NamedTuple` in `features` comes back as a
+`collections.namedtuple` with the same name and fields. Nothing is unpickled. Before any array is
+read, its shape and dtype in the `.npy` header and its size in the zip directory must agree with the
+file's header, and all arrays together must fit a size bound, so a small file cannot make the loader
+allocate gigabytes.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import importlib
 import json
+import math
 import os
-import tempfile
+import zipfile
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._base.files import check_output_path, write_atomic
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior, check_noise_prior
 from ..mixtures._family import Mixture
@@ -35,6 +42,9 @@ FORMAT = "kronvi"
 KIND = "DirectModel"
 VERSION = 1
 _HEADER = "__kronvi__"
+_MAX_HEADER_BYTES = 16 * 2**20  # the JSON header of a model with thousands of arrays is well below this
+_MIN_BOUND_BYTES = 64 * 2**20  # the default `max_bytes`: this, or 16x the file's size if that is more
+_BOUND_RATIO = 16
 
 
 class DirectModel(NamedTuple):
@@ -159,16 +169,34 @@ def _is_kronvi_pytree(x) -> bool:
     return cls.__module__.startswith("kronvi.") and isinstance(getattr(cls, "_fields", None), tuple)
 
 
-# Where each public data class is exported; files name classes by these paths, so that moving a class
-# between private modules never breaks a saved file.
-_PUBLIC_MODULES = ("kronvi", "kronvi.mixtures", "kronvi.gaussian", "kronvi.quantize", "kronvi.pipeline")
+# The registry: the kronvi classes a model file may name, by the public path `save_model` writes.
+# `load_model` resolves a name only through this table; it never imports a module a file names.
+_MODEL_CLASSES = (
+    "kronvi:DirectModel", "kronvi:DiscretePrior", "kronvi:MeanField", "kronvi:Mixture", "kronvi:MixturePrior",
+    "kronvi:IntegerSamples", "kronvi:Standardizer", "kronvi:RandomFourierFeatures", "kronvi:GPHyperparameters",
+    "kronvi:Eigenbasis", "kronvi:RegressionStats", "kronvi:EigenFeatureModel", "kronvi:GaussianMeanField",
+    "kronvi:ELRG", "kronvi:BNNStats",
+)  # fmt: skip
 
 
-def _class_name(cls) -> str:
-    for name in _PUBLIC_MODULES:
-        if getattr(importlib.import_module(name), cls.__name__, None) is cls:
-            return f"{name}:{cls.__qualname__}"
-    return f"{cls.__module__}:{cls.__qualname__}"
+@functools.cache
+def _registry() -> dict[str, type]:
+    """`{"kronvi:Name": class}` for the names of `_MODEL_CLASSES` (fixed module names only)."""
+    out = {}
+    for name in _MODEL_CLASSES:
+        module, _, qualname = name.partition(":")
+        out[name] = getattr(importlib.import_module(module), qualname)
+    return out
+
+
+def _class_name(cls, path: str) -> str:
+    for name, known in _registry().items():
+        if known is cls:
+            return name
+    raise TypeError(
+        f"cannot save `{path or 'model'}`: {cls.__module__}.{cls.__qualname__} is not one of the kronvi "
+        f"classes a model file may hold ({', '.join(n.partition(':')[2] for n in _MODEL_CLASSES)})"
+    )
 
 
 def _encode(node, path: str, arrays: dict):
@@ -189,7 +217,8 @@ def _encode(node, path: str, arrays: dict):
         cls = type(node)
         fields = {f: _encode(getattr(node, f), f"{path}.{f}" if path else f, arrays) for f in cls._fields}
         kind = "namedtuple" if _is_namedtuple(node) else "kronvi"
-        return {"t": kind, "cls": _class_name(cls), "fields": fields}
+        name = _class_name(cls, path) if _is_kronvi_pytree(node) else f"{cls.__module__}:{cls.__qualname__}"
+        return {"t": kind, "cls": name, "fields": fields}
     if isinstance(node, dict):
         bad = [k for k in node if not isinstance(k, str)]
         if bad:
@@ -205,25 +234,22 @@ def _encode(node, path: str, arrays: dict):
 
 
 def _resolve_class(name: str, path: str):
-    """The kronvi class called `name` (`module:qualname`), or `None` for a foreign class."""
+    """The registered kronvi class called `name` (`module:qualname`), or `None` for a foreign class.
+    Files of format version 1 named private modules (``kronvi._families:MeanField``): a name in any
+    kronvi module resolves by its class name alone, among the registered classes."""
     module, _, qualname = name.partition(":")
     if not (module == "kronvi" or module.startswith("kronvi.")):
         return None
-    try:
-        if module not in _PUBLIC_MODULES and "." not in qualname:
-            # Files written before the public paths (version 1 named private modules, e.g.
-            # ``kronvi._families:MeanField``): find the class among the public exports.
-            module = next(
-                (m for m in _PUBLIC_MODULES if hasattr(importlib.import_module(m), qualname)), module
-            )
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError):
-        raise ValueError(
-            f"`{path}` is a {name}, which this version of kronvi does not have (file from another version?)"
-        ) from None
-    return obj
+    registry = _registry()
+    if name in registry:
+        return registry[name]
+    by_name = {n.partition(":")[2]: c for n, c in registry.items()}
+    if qualname in by_name:
+        return by_name[qualname]
+    raise ValueError(
+        f"`{path}` names {name!r}, which is not a kronvi model class this version reads "
+        "(file from another version?)"
+    )
 
 
 def _decode(node, path: str, arrays, specs: dict):
@@ -265,18 +291,15 @@ def _decode(node, path: str, arrays, specs: dict):
             except ValueError as e:
                 raise ValueError(f"malformed NamedTuple at `{path}` in the header: {e}") from None
             return foreign(**values)
-        if not (isinstance(cls, type) and isinstance(getattr(cls, "_fields", None), tuple)):
-            raise ValueError(f"`{path or 'model'}` names {name!r}, which is not a kronvi data class")
         expected = list(cls._fields)
         if expected != list(values):
             raise ValueError(f"`{path or 'model'}` has fields {list(values)} but {name} has {expected}")
-        if t == "namedtuple":
-            return cls(**values)
         try:
-            cls(*values.values())  # full validation (finite, shapes, ...)
+            obj = cls(*values.values())  # full validation (finite, shapes, ...) where the class has it
         except (TypeError, ValueError) as e:
-            raise ValueError(f"invalid `{path}` in the file: {e}") from None
-        return cls._unchecked(*values.values())  # the exact stored arrays, bit for bit
+            raise ValueError(f"invalid `{path or 'model'}` in the file: {e}") from None
+        unchecked = getattr(cls, "_unchecked", None)
+        return obj if unchecked is None else unchecked(*values.values())  # the stored arrays, bit for bit
     raise ValueError(f"unknown entry type {t!r} at `{path}` in the header")
 
 
@@ -306,8 +329,10 @@ def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
     TypeError, ValueError
         If the model is inconsistent or holds something other than arrays, scalars, `None` and
         containers.
-    FileNotFoundError, IsADirectoryError
-        If the folder of `path` does not exist, or `path` is a folder.
+    FileNotFoundError, IsADirectoryError, PermissionError
+        If the folder of `path` does not exist, `path` is a folder, or the folder cannot take a file
+        (checked before anything is written; an existing file is replaced atomically and keeps its
+        permission bits, see [`kronvi.write_atomic`][kronvi.write_atomic]).
 
     Examples
     --------
@@ -319,6 +344,7 @@ def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
     >>> bool(jnp.all(kronvi.load_model(path).q_w.logits == model.q_w.logits))
     True
     """
+    path = check_output_path(path, option="`path`", overwrite=True)
     check_model(model)
     arrays: dict = {}
     tree = _encode(model, "", arrays)
@@ -334,37 +360,13 @@ def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
     if _HEADER in arrays:
         raise ValueError(f"cannot save: the key {_HEADER!r} is reserved")
     arrays[_HEADER] = np.array(json.dumps(header))
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"`path` {path!r}: no such folder {directory!r}")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"`path` {path!r} is a folder; give a file name")
-    fd, tmp = tempfile.mkstemp(prefix=".kronvi-", suffix=".npz.tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            (np.savez_compressed if compress else np.savez)(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    write_atomic(path, lambda f: (np.savez_compressed if compress else np.savez)(f, **arrays))
 
 
-def _read_header(z, path) -> dict:
-    if _HEADER not in z.files:
-        raise ValueError(
-            f"{path!r} is not a kronvi model file (an .npz archive without a {_HEADER!r} header)"
-        )
-    raw = z[_HEADER]
-    if raw.shape != () or raw.dtype.kind != "U":
-        raise ValueError(f"{path!r}: malformed kronvi header")
-    try:
-        header = json.loads(str(raw))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path!r}: corrupted kronvi header ({e})") from None
+def _check_header(header, path) -> dict:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ValueError(f"{path!r} is not a kronvi model file (format tag {header.get('format')!r})")
+        got = header.get("format") if isinstance(header, dict) else type(header).__name__
+        raise ValueError(f"{path!r} is not a kronvi model file (format tag {got!r})")
     if header.get("kind") != KIND:
         raise ValueError(f"{path!r} holds a kronvi {header.get('kind')!r}, not a {KIND}")
     version = header.get("version")
@@ -382,44 +384,124 @@ def _read_header(z, path) -> dict:
     return header
 
 
-def _read_arrays(z, path):
-    """The header, its array table and the verified arrays of an open archive."""
+def _spec(key, spec, path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """`(shape, dtype, nbytes)` of an array the header lists, checked to be a plain numeric array."""
+    shape = spec.get("shape") if isinstance(spec, dict) else None
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape) or len(shape) > 32:
+        raise ValueError(f"{path!r}: malformed kronvi header (array {key!r} has shape {shape!r})")
     try:
-        header = _read_header(z, path)
-        specs = header["arrays"]
-        stored = set(z.files) - {_HEADER}
-        missing = sorted(set(specs) - stored)
+        dtype = np.dtype(spec.get("dtype"))
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf" or dtype.str != spec.get("dtype"):
+        raise ValueError(f"{path!r}: malformed kronvi header (array {key!r} has dtype {spec.get('dtype')!r})")
+    return tuple(shape), dtype, math.prod(shape) * dtype.itemsize
+
+
+def _npy_header(fh, key, path):
+    """`(shape, fortran_order, dtype)` from the `.npy` header at the start of an archive member."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(fh)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(fh)
+    raise ValueError(f"{path!r}: array {key!r} has an unsupported .npy version {version}")
+
+
+def _read_member(zf, info, shape, dtype, nbytes, key, path) -> np.ndarray:
+    """The array in `info`, after its `.npy` header and its size in the zip directory are checked against
+    the expected `shape` and `dtype`: no more than `nbytes` of data are ever inflated."""
+    with zf.open(info) as fh:
+        got_shape, fortran, got_dtype = _npy_header(fh, key, path)
+        if got_shape != shape or got_dtype != dtype:
+            raise ValueError(
+                f"{path!r}: array {key!r} has shape {got_shape} and dtype {got_dtype.str} but the header "
+                f"records {shape} and {dtype.str}"
+            )
+        if info.file_size != fh.tell() + nbytes:
+            raise ValueError(
+                f"{path!r}: array {key!r} takes {info.file_size} bytes in the archive but shape {shape} and "
+                f"dtype {dtype.str} need {fh.tell() + nbytes}: corrupted file"
+            )
+        buf = bytearray(nbytes)
+        if fh.readinto(buf) != nbytes:
+            raise ValueError(f"{path!r}: array {key!r} is truncated: corrupted file")
+    arr = np.frombuffer(buf, dtype).reshape(shape, order="F" if fortran else "C")
+    return np.ascontiguousarray(arr) if fortran else arr
+
+
+def _read_file(f, path, max_bytes):
+    """The header and the verified arrays of an open model file."""
+    head = f.read(6)
+    f.seek(0)
+    if head == b"\x93NUMPY":
+        raise ValueError(f"{path!r} is not a kronvi model file (a plain .npy array, not an .npz archive)")
+    if head[:4] not in (b"PK\x03\x04", b"PK\x05\x06"):
+        raise ValueError(f"{path!r} is not a kronvi model file (not an .npz archive)")
+    try:
+        zf = zipfile.ZipFile(f)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise ValueError(f"{path!r} is not a readable kronvi model file ({type(e).__name__}: {e})") from None
+    with zf:
+        members = {}
+        for info in zf.infolist():
+            if not info.filename.endswith(".npy") or info.filename[:-4] in members:
+                raise ValueError(f"{path!r} is not a kronvi model file (archive member {info.filename!r})")
+            members[info.filename[:-4]] = info
+        if _HEADER not in members:
+            raise ValueError(
+                f"{path!r} is not a kronvi model file (an .npz archive without a {_HEADER!r} header)"
+            )
+        info = members.pop(_HEADER)
+        if info.file_size > _MAX_HEADER_BYTES:
+            raise ValueError(f"{path!r}: malformed kronvi header ({info.file_size} bytes)")
+        with zf.open(info) as fh:
+            shape, _, dtype = _npy_header(fh, _HEADER, path)
+        if shape != () or dtype.kind != "U":
+            raise ValueError(f"{path!r}: malformed kronvi header")
+        raw = _read_member(zf, info, shape, dtype, dtype.itemsize, _HEADER, path)
+        try:
+            header = json.loads(str(raw))
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise ValueError(f"{path!r}: corrupted kronvi header ({type(e).__name__}: {e})") from None
+        specs = _check_header(header, path)["arrays"]
+        missing = sorted(set(specs) - set(members))
         if missing:
             raise ValueError(f"{path!r} is missing array(s) {missing}: truncated or edited file")
-        extra = sorted(stored - set(specs))
+        extra = sorted(set(members) - set(specs))
         if extra:
             raise ValueError(f"{path!r} has array(s) {extra} that its header does not list: mismatched file")
+        shapes = {key: _spec(key, spec, path) for key, spec in specs.items()}
+        total = sum(nbytes for _, _, nbytes in shapes.values())
+        if max_bytes is None:
+            max_bytes = max(_MIN_BOUND_BYTES, _BOUND_RATIO * os.fstat(f.fileno()).st_size)
+        if total > max_bytes:
+            raise ValueError(
+                f"{path!r} declares {total} bytes of arrays, more than `max_bytes`={max_bytes} "
+                f"(default: {_BOUND_RATIO}x the file's size, at least {_MIN_BOUND_BYTES}); pass a larger "
+                "`max_bytes` to load it if you trust the file"
+            )
         arrays = {}
-        for key, spec in specs.items():
-            arr = z[key]
-            if list(arr.shape) != spec.get("shape") or arr.dtype.str != spec.get("dtype"):
-                raise ValueError(
-                    f"{path!r}: array {key!r} has shape {arr.shape} and dtype {arr.dtype.str} but the "
-                    f"header records {tuple(spec.get('shape') or ())} and {spec.get('dtype')}"
-                )
-            if _digest(arr) != spec.get("sha256"):
+        for key, (shape, dtype, nbytes) in shapes.items():
+            arr = _read_member(zf, members[key], shape, dtype, nbytes, key, path)
+            if hashlib.sha256(arr.reshape(-1)).hexdigest() != specs[key].get("sha256"):
                 raise ValueError(f"{path!r}: array {key!r} does not match its checksum: corrupted file")
             arrays[key] = arr
-    except Exception as e:  # noqa: BLE001 - zip CRC, zlib, truncated member, bad .npy header, ...
-        if isinstance(e, ValueError) and str(e).startswith(repr(path)):
-            raise
-        raise ValueError(f"{path!r}: corrupted kronvi model file ({type(e).__name__}: {e})") from None
     return header, specs, arrays
 
 
-def load_model(path) -> DirectModel:
+def load_model(path, *, max_bytes: int | None = None) -> DirectModel:
     r"""Reads a [`DirectModel`][kronvi.quantize.DirectModel] written by [`save_model`][kronvi.quantize.save_model].
 
-    Checks, each with its own `ValueError`: the file is an `.npz` archive with a kronvi header of kind
-    `DirectModel`; its format version is supported; every array the header lists is present, with the
-    recorded shape, dtype and SHA-256 digest, and there are no others; every kronvi object passes its
-    constructor's validation; and the model is consistent ($q_w$ and the priors share the grid shape,
-    the packed codes have the width of `b` codes and stay below `m`).
+    The file is untrusted input. Checks, each with its own `ValueError`: the file is an `.npz` archive
+    (a text file or a damaged one "is not a kronvi model file") with a kronvi header of kind
+    `DirectModel`; its format version is supported; every array the header lists is present, a plain
+    bool, integer or float array, and there are no others; before anything is inflated, each array's
+    `.npy` header and its size in the zip directory agree with the shape and dtype the header records,
+    and all of them together fit `max_bytes`; each array matches its SHA-256 digest; every class the
+    file names is one of kronvi's model classes (looked up in a fixed registry: no module named in a
+    file is imported) and passes its constructor's validation; and the model is consistent ($q_w$ and
+    the priors share the grid shape, the packed codes have the width of `b` codes and stay below `m`).
 
     Arrays come back as JAX arrays (NumPy arrays for leaves that were NumPy arrays) with the stored dtype,
     so the reloaded model predicts identically. (A float64 file loaded with `jax_enable_x64` off comes
@@ -429,22 +511,39 @@ def load_model(path) -> DirectModel:
     ----------
     path
         A file written by [`save_model`][kronvi.quantize.save_model].
+    max_bytes
+        The most bytes all arrays of the file may take once read (checked from the file's directory
+        before any array is inflated). Default: 16 times the file's size, and at least 64 MiB.
 
     Returns
     -------
     DirectModel
+
+    Raises
+    ------
+    ValueError
+        If the file is not a valid kronvi model file (the message says why).
+    FileNotFoundError
+        If there is no such file.
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:  # we own the handle: np.load leaks it when the archive is unreadable
+    if max_bytes is not None and not (type(max_bytes) is int and max_bytes >= 0):
+        raise ValueError(f"`max_bytes` must be a non-negative integer or None, got {max_bytes!r}")
+    with open(path, "rb") as f:
         try:
-            z = np.load(f, allow_pickle=False)
-        except Exception as e:  # noqa: BLE001 - any parse failure means "not our file"
-            raise ValueError(f"{path!r} is not a readable kronvi model file: {e}") from None
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise ValueError(f"{path!r} is not a kronvi model file (a plain .npy array, not an .npz archive)")
-        with z:
-            header, specs, arrays = _read_arrays(z, path)
-    model = _decode(header["tree"], "", arrays, specs)
+            header, specs, arrays = _read_file(f, path, max_bytes)
+        except ValueError as e:
+            if str(e).startswith(repr(path)):
+                raise
+            raise ValueError(f"{path!r}: corrupted kronvi model file ({type(e).__name__}: {e})") from None
+        except Exception as e:  # noqa: BLE001 - zip CRC, zlib, truncated member, bad .npy header, ...
+            raise ValueError(f"{path!r}: corrupted kronvi model file ({type(e).__name__}: {e})") from None
+    try:
+        model = _decode(header["tree"], "", arrays, specs)
+    except RecursionError:
+        raise ValueError(f"{path!r}: malformed kronvi header (nested too deeply)") from None
+    except (TypeError, AttributeError, KeyError) as e:
+        raise ValueError(f"{path!r}: malformed kronvi header ({type(e).__name__}: {e})") from None
     if not isinstance(model, DirectModel):
         raise ValueError(f"{path!r}: the header does not describe a DirectModel")
     try:

@@ -1,0 +1,102 @@
+"""What every study's command line shares: one-line option errors (exit 2) and a clean Ctrl-C (exit 130).
+
+Not a study: imported by them (``import study_cli``; a script's own folder is on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import kronvi
+
+EXIT_USAGE = 2  # a bad option, bad data or an output that would be lost or would destroy something
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a program stopped by Ctrl-C
+MAX_SEED = 2**32 - 1  # NumPy's and scikit-learn's integer seeds
+
+
+class UsageError(Exception):
+    """A bad option or bad data, found before any compute: ``main`` prints it on one line and exits 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors are one line, ``<prog>: error: <message>``, exit status 2
+    (argparse's own adds the usage block)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def report(prog: str, errors) -> int:
+    """Prints each error on its own line (``<prog>: error: ...``) and returns the exit status 2."""
+    for e in [errors] if isinstance(errors, (str, Exception)) else errors:
+        print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
+    return EXIT_USAGE
+
+
+def option_errors(args, rules: dict) -> list[str]:
+    """One message per option of ``args`` outside its range. ``rules`` maps an attribute name to
+    ``(low, high)`` (either may be ``None``: unbounded); ``None`` values (unset options) pass. Floats must
+    also be finite."""
+    errors = []
+    for name, (low, high) in rules.items():
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, float) and not math.isfinite(value):
+            errors.append(f"{flag} must be finite, got {value}")
+        elif low is not None and high is not None and not low <= value <= high:
+            errors.append(f"{flag} must be in [{low}, {high}], got {value}")
+        elif low is not None and value < low:
+            errors.append(f"{flag} must be >= {low}, got {value}")
+        elif high is not None and value > high:
+            errors.append(f"{flag} must be <= {high}, got {value}")
+    return errors
+
+
+def float_list(text: str, flag: str, *, positive: bool = True) -> list[float]:
+    """A comma list of finite (positive) floats, else :class:`UsageError` naming ``flag``."""
+    try:
+        values = [float(s) for s in text.split(",")]
+    except ValueError:
+        raise UsageError(f"{flag} must be a comma list of numbers, got {text!r}") from None
+    bad = [v for v in values if not math.isfinite(v) or (positive and v <= 0)]
+    if bad:
+        what = "positive finite" if positive else "finite"
+        raise UsageError(f"{flag} must hold {what} numbers, got {bad[0]} in {text!r}")
+    return values
+
+
+def check_outputs(outputs, *, inputs=(), overwrite=False, exists_hint="pass --overwrite to replace it"):
+    """``kronvi.check_output_path`` for each ``(option, path)`` of ``outputs`` whose path is set, and no two
+    options naming one file; raises ``ValueError``/``OSError`` with a one-line message."""
+    seen = {}
+    for option, path in outputs:
+        if path is None:
+            continue
+        kronvi.check_output_path(
+            path, option=option, inputs=inputs, overwrite=overwrite, exists_hint=exists_hint
+        )
+        real = os.path.realpath(path)
+        if real in seen:
+            raise ValueError(f"{option} {str(path)!r} is the {seen[real]} file too")
+        seen[real] = option
+
+
+def run(main) -> None:
+    """Runs a study's ``main()`` as the program and exits with its status. Ctrl-C exits with 130 after
+    one line on stderr (``main`` keeps what it has written: its outputs are rewritten atomically), without
+    tearing down the interpreter while XLA's threads may still be running (``os._exit`` after flushing)."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        print(f"{os.path.basename(sys.argv[0])}: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    if code == EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+    sys.exit(code)
