@@ -61,6 +61,7 @@ from ._inputs.learned import mlp_features as mlp_features
 from ._inputs.learned import mlp_init as mlp_init
 from ._inputs.learned import rff_lengthscale_features as rff_lengthscale_features
 from ._inputs.learned import rff_lengthscale_map as rff_lengthscale_map
+from ._model.density import DensityToleranceError as DensityToleranceError
 from ._model.density import predictive_log_density as predictive_log_density
 
 # Priors, variational families and the exact objective
@@ -127,6 +128,8 @@ from .gaussian import predict_blr as predict_blr
 from .gaussian import predict_elrg as predict_elrg
 from .gaussian import predict_gaussian_mf as predict_gaussian_mf
 from .gaussian import reparam_noise_variance as reparam_noise_variance
+from .gaussian import spectral_evidence_optimum as spectral_evidence_optimum
+from .gaussian import spectral_log_evidence as spectral_log_evidence
 from .logistic import LaplaceInfo as LaplaceInfo
 from .logistic import fit_logistic as fit_logistic
 from .logistic import laplace_grid_prior as laplace_grid_prior

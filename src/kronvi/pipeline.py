@@ -32,7 +32,7 @@ from ._fit.select import CRITERIA, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import RandomFourierFeatures, rff_features, rff_init
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
-from ._model.density import predictive_log_density
+from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
 from ._model.posterior_grid import posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression
@@ -497,7 +497,11 @@ def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None 
     Phi = fold_features(model, X_test)
     mean, _ = predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     y_c = jnp.asarray(y_test, dtype) - model.y_offset
-    log_dens, _ = predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c)
+    try:
+        log_dens, _ = predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c)
+    except DensityToleranceError as e:  # a few points below the rounding floor: keep the best values, say so
+        warnings.warn(f"NLPD: {e}", stacklevel=2)
+        log_dens = jnp.asarray(e.log_density)
     _block(log_dens)
     t1 = time.perf_counter()
     fit = info["fit"]

@@ -4,8 +4,8 @@ XLA's CPU programs call LAPACK (Cholesky, triangular solves) from their own work
 BLAS library's default of one thread per core, both pools compete for the same cores: a GP fit on 1,000
 rows ran 40x slower on a busy 2-core machine, and its result changed with `OPENBLAS_NUM_THREADS`, because
 threaded LAPACK rounds differently and the GP likelihood's local optima amplify the difference
-(`docs/notes/2026-11-26-speed.md`). [`single_blas_thread`][kronvi._base.threads.single_blas_thread] runs a
-block with one BLAS thread, whatever the environment says; `threadpoolctl` finds the loaded libraries.
+(`docs/notes/2026-11-26-speed.md`). `single_blas_thread` runs a block with one BLAS thread, whatever the
+environment says; `threadpoolctl` finds the loaded libraries.
 """
 
 from __future__ import annotations
