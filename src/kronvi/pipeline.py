@@ -73,6 +73,9 @@ class DirectConfig(NamedTuple):
     starts: tuple[str, ...] | None = None
     gp_points: int = 1000
     gp_restarts: int = 4
+    # "until_good": the GP's starts run in order until one is neither degenerate nor pinned at the noise
+    # bound (kronvi.fit_gp_hyperparameters(restarts=...)); "all": every start, the best kept.
+    gp_restart_rule: str = "until_good"
     gp_degenerate_margin: float = 2.0  # kronvi.fit_gp_hyperparameters(degenerate_margin=...)
     # The GP's starts run on this many of its rows, the chosen one is refined on all `gp_points`
     # (kronvi.fit_gp_hyperparameters(screen_points=...)); None: every start on all of them.
@@ -219,6 +222,8 @@ def _check_config(config: DirectConfig):
         check_int(getattr(config, field), f"config.{field}", minimum)
     if config.max_iter is not None:
         check_int(config.max_iter, "config.max_iter", 1)
+    if config.gp_restart_rule not in ("all", "until_good"):
+        raise ValueError(f"`config.gp_restart_rule` must be 'all' or 'until_good', got {config.gp_restart_rule!r}")
     if config.gp_screen_points is not None:
         check_int(config.gp_screen_points, "config.gp_screen_points", 2)
     if not float(config.width) > 0:
@@ -274,6 +279,7 @@ def prepare_fold(
         hyper, gp_info = fit_gp_hyperparameters(
             k_gp, Xs, yc, num_points=config.gp_points, num_restarts=config.gp_restarts,
             degenerate_margin=config.gp_degenerate_margin, screen_points=config.gp_screen_points,
+            restarts=config.gp_restart_rule,
         )  # fmt: skip
     else:
         hyper, gp_info = gp

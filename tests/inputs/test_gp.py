@@ -270,3 +270,44 @@ def test_noise_pinned_at_its_bound_is_not_preferred_on_wine():
     assert not bool(info.noise_at_bound[info.chosen])  # ... and it is avoided
     assert float(info.loo_mse[info.chosen]) <= float(info.loo_mse[best_lml])
     assert float(hyper.noise_variance) > 0.01 * float(jnp.var(ytr))
+
+
+def test_until_good_stops_at_the_first_good_start_and_passes_over_degenerate_ones():
+    X, y, _, _ = _sine_problem()
+    vy = y.var()
+    with jax.enable_x64(False):
+        Xj, yj = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
+        # start 0 ends at the degenerate optimum (everything noise), starts 1-3 are the defaults' first three
+        default = _gp._default_starts(3, 2, jnp.asarray(vy, jnp.float32), jnp.float32)
+        init = jax.tree.map(
+            lambda bad, d: jnp.concatenate([jnp.asarray(bad, jnp.float32)[None], d]),
+            kronvi.GPHyperparameters(jnp.full((2,), 100.0), 0.01 * vy, 0.99 * vy),
+            default,
+        )
+        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, init=init, restarts="until_good")
+        allh, alli = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, init=init)
+    iters = np.asarray(info.num_iterations)
+    assert bool(info.degenerate_starts[0]) and int(info.chosen) == 1  # start 0 failed, start 1 is good
+    assert iters[0] > 0 and iters[1] > 0 and np.all(iters[2:] == 0)  # and starts 2, 3 never ran
+    assert np.all(np.isneginf(np.asarray(info.log_marginal_likelihoods)[2:]))
+    assert not bool(info.degenerate) and float(hyper.noise_variance) < 0.05 * vy
+    # start 1 ran exactly as it does among all four
+    np.testing.assert_array_equal(np.asarray(info.starts.lengthscales[1]), np.asarray(alli.starts.lengthscales[1]))
+    with pytest.raises(ValueError, match="restarts"):
+        kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, restarts="some")
+
+
+def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
+    with jax.enable_x64(False):
+        rng = np.random.default_rng(3)
+        X = rng.normal(size=(90, 2))
+        y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
+        y = y - y.mean()
+        kw = dict(num_points=50, min_noise_variance=1e-3)
+        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, screen_points=20, **kw)
+    screened = info.screened
+    assert int(screened.num_points) == 20 and screened.num_iterations.shape == (4,)
+    assert int(info.num_points) == 50 and info.num_iterations.shape == (1,)  # one start refined on 50 rows
+    chosen = jax.tree.map(lambda a: a[screened.chosen], screened.starts)
+    assert float(hyper.noise_variance) != float(chosen.noise_variance)  # it moved on the 50 rows
+    assert not bool(info.degenerate) and float(hyper.lengthscales[0]) < float(hyper.lengthscales[1])

@@ -64,6 +64,15 @@ def host_view(x):
     return None
 
 
+def host_arrays(*arrays):
+    """NumPy views of `arrays` when every one is concrete and already in host memory (see `host_view`),
+    else `None`: the test for running work in the host's BLAS and LAPACK instead of XLA."""
+    if jax.default_backend() != "cpu" or not all(is_concrete(a) for a in arrays):
+        return None
+    views = tuple(host_view(a) for a in arrays)
+    return None if any(v is None for v in views) else views
+
+
 @jax.jit
 def _all_finite(x):
     return jnp.all(jnp.isfinite(x))

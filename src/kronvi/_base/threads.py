@@ -1,10 +1,13 @@
 """The host BLAS/LAPACK thread pools (OpenBLAS, MKL, BLIS), limited where kronvi needs it.
 
-XLA's CPU programs call LAPACK (Cholesky, triangular solves) from their own worker threads. With the
-BLAS library's default of one thread per core, both pools compete for the same cores: a GP fit on 1,000
-rows ran 40x slower on a busy 2-core machine, and its result changed with `OPENBLAS_NUM_THREADS`, because
-threaded LAPACK rounds differently and the GP likelihood's local optima amplify the difference
-(`docs/notes/2026-11-26-speed.md`). `single_blas_thread` runs a block with one BLAS thread, whatever the
+LAPACK's factorizations synchronize their BLAS threads at every panel, and OpenBLAS threads spin while they
+wait: with one core busy elsewhere, a threaded eigendecomposition of a 2000 x 2000 matrix took 20.8 s on
+this project's 2-core machine against 1.2 s single-threaded, and XLA's CPU programs, which call LAPACK
+(Cholesky, triangular solves) from their own worker threads, make the same competition: a GP fit on 278
+rows took 33 s instead of 0.75 s. Threaded LAPACK also rounds differently, and the GP likelihood's local
+optima amplified that into results that changed with `OPENBLAS_NUM_THREADS`
+(`docs/notes/2026-11-26-speed.md`). Large matrix products keep the library's threads: they synchronize
+rarely. `single_blas_thread` runs a block with one BLAS thread, whatever the
 environment says; `threadpoolctl` finds the loaded libraries.
 """
 

@@ -14,9 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base.checks import as_float_array, check_finite, check_ndim, check_xy, host_view, is_concrete
+from .._base.checks import as_float_array, check_finite, check_ndim, check_xy, host_arrays
 from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
+from .._base.threads import run_single_threaded, single_blas_thread
 from .regression import RegressionStats, check_stats, regression_stats_from_inputs
 
 
@@ -47,7 +48,8 @@ def eigenbasis(stats):
       True
     """
     check_stats(stats)
-    return _eigenbasis(stats)
+    # LAPACK's threaded eigensolver slowed 20x on a busy 2-core machine (kronvi._base.threads)
+    return run_single_threaded(_eigenbasis, stats)
 
 
 def null_space(eigenvalues):
@@ -135,9 +137,9 @@ def eigenbasis_from_inputs(feature_map, X, y, *, chunk_size: int | None = None):
     check_finite(y, "y")
     dtype = jnp.result_type(X, y)
     Phi = _features(fm, X.astype(dtype))
-    host = jax.default_backend() == "cpu" and all(is_concrete(a) for a in (Phi, y))
-    if host and host_view(Phi) is not None and host_view(y) is not None:
-        c, lam, V = _dual_host(np.asarray(Phi), np.asarray(y, Phi.dtype))
+    host = host_arrays(Phi, y)
+    if host is not None:
+        c, lam, V = _dual_host(host[0], host[1].astype(Phi.dtype))
         c, lam, V = (jnp.asarray(a, Phi.dtype) for a in (c, lam, V))
     else:
         c, lam, V = _dual_xla(Phi, y.astype(Phi.dtype))
@@ -154,7 +156,8 @@ def _features(feature_map, X):
 def _dual_host(Phi, y):
     n, b = Phi.shape
     G = Phi @ Phi.T
-    s, U = np.linalg.eigh(0.5 * (G + G.T))
+    with single_blas_thread():  # LAPACK (kronvi._base.threads); the products above and below are BLAS
+        s, U = np.linalg.eigh(0.5 * (G + G.T))
     keep = s > np.max(s) * n * np.finfo(s.dtype).eps  # numerically nonzero (numpy's rank rule)
     s, U = s[keep], U[:, keep]
     Vr = Phi.T @ (U / np.sqrt(s))
@@ -171,12 +174,14 @@ def _complement(Vr):
     ($T^{-1}$ = the strict upper triangle of $Y^\top Y$ plus $\mathrm{diag}(1/\tau)$): two matrix
     products, where forming all of $Q$ would cost $O(b^2 r)$ in LAPACK's slower `orgqr`."""
     b, r = Vr.shape
-    h, tau = np.linalg.qr(Vr, mode="raw")  # reflectors below the diagonal of h.T
-    if not np.all(tau != 0):  # a reflector that is the identity: no compact form by this formula
-        return np.linalg.qr(Vr, mode="complete")[0][:, r:]
+    with single_blas_thread():
+        h, tau = np.linalg.qr(Vr, mode="raw")  # reflectors below the diagonal of h.T
+        if not np.all(tau != 0):  # a reflector that is the identity: no compact form by this formula
+            return np.linalg.qr(Vr, mode="complete")[0][:, r:]
     Y = np.tril(h.T, -1)
     Y[np.arange(r), np.arange(r)] = 1.0
-    T = np.linalg.inv(np.triu(Y.T @ Y, 1) + np.diag(1.0 / tau))
+    with single_blas_thread():
+        T = np.linalg.inv(np.triu(Y.T @ Y, 1) + np.diag(1.0 / tau))
     Qc = -(Y @ (T @ Y[r:].T))
     Qc[r:] += np.eye(b - r, dtype=Qc.dtype)
     return Qc

@@ -21,7 +21,7 @@ from .._base.checks import (
     check_nonempty,
     check_xy,
     fetch,
-    host_view,
+    host_arrays,
     is_concrete,
     nonfinite_counts,
 )
@@ -222,14 +222,7 @@ def _chunked_stats(feature_map, X, y, chunk_size, xname="X", mask=None):
 
 def _on_host(X, y) -> bool:
     """Concrete float32/float64 inputs in host memory (a CPU device): the products go to the host BLAS."""
-    return (
-        X.dtype in (jnp.float32, jnp.float64)
-        and is_concrete(X)
-        and is_concrete(y)
-        and host_view(X) is not None
-        and host_view(y) is not None
-        and jax.default_backend() == "cpu"
-    )
+    return X.dtype in (jnp.float32, jnp.float64) and host_arrays(X, y) is not None
 
 
 @jax.jit
@@ -244,7 +237,7 @@ def _host_stats(feature_map, X, y, chunk_size):
     `F.T @ F` is a symmetric rank-k update (half the flops of a general product). Chunk results are
     summed in float64, so float32 statistics carry only each chunk's float32 rounding."""
     n = X.shape[0]
-    Xh, yh = host_view(X), host_view(y)
+    Xh, yh = host_arrays(X, y)
     identity = isinstance(feature_map, jax.tree_util.Partial) and feature_map.func is _identity
     A = B = None
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported by the caller's check
