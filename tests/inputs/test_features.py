@@ -118,3 +118,19 @@ def test_features_validation():
         kronvi.rff_features(params, jnp.ones(3))
     with pytest.raises(TypeError, match="params"):
         kronvi.rff_features(params.frequencies, jnp.ones((5, 3)))
+
+
+def test_sincos_matches_numpy_and_differentiates_exactly():
+    from kronvi._inputs.features import sincos
+
+    rng = np.random.default_rng(0)
+    with jax.enable_x64(True):
+        for scale in (1.0, 1e3, 1e5, 1e7):  # the last takes XLA's sin and cos
+            x = rng.normal(size=2000) * scale
+            x[:4] = [0.0, np.pi / 4, -np.pi / 2, 3 * np.pi]
+            s, c = sincos(jnp.asarray(x))
+            tol = 6e-16  # 3 ulp of 1
+            np.testing.assert_allclose(s, np.sin(x), rtol=0, atol=tol)
+            np.testing.assert_allclose(c, np.cos(x), rtol=0, atol=tol)
+        g = jax.grad(lambda v: jnp.sum(sincos(v)[0] + 2.0 * sincos(v)[1]))(jnp.asarray(x[:50] / scale))
+        np.testing.assert_allclose(g, np.cos(x[:50] / scale) - 2.0 * np.sin(x[:50] / scale), atol=1e-15)
