@@ -77,9 +77,6 @@ class DirectConfig(NamedTuple):
     # bound (kronvi.fit_gp_hyperparameters(restarts=...)); "all": every start, the best kept.
     gp_restart_rule: str = "until_good"
     gp_degenerate_margin: float = 2.0  # kronvi.fit_gp_hyperparameters(degenerate_margin=...)
-    # The GP's starts run on this many of its rows, the chosen one is refined on all `gp_points`
-    # (kronvi.fit_gp_hyperparameters(screen_points=...)); None: every start on all of them.
-    gp_screen_points: int | None = None
     chunk_size: int = 2048
     # Opt-in: refit with the noise grid recentred while q_noise piles up on an end of it (paper protocol: 0).
     max_noise_recentres: int = 0
@@ -224,8 +221,6 @@ def _check_config(config: DirectConfig):
         check_int(config.max_iter, "config.max_iter", 1)
     if config.gp_restart_rule not in ("all", "until_good"):
         raise ValueError(f"`config.gp_restart_rule` must be 'all' or 'until_good', got {config.gp_restart_rule!r}")
-    if config.gp_screen_points is not None:
-        check_int(config.gp_screen_points, "config.gp_screen_points", 2)
     if not float(config.width) > 0:
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")
     if not float(config.noise_span) > 1.0:
@@ -278,8 +273,7 @@ def prepare_fold(
     if gp is None:
         hyper, gp_info = fit_gp_hyperparameters(
             k_gp, Xs, yc, num_points=config.gp_points, num_restarts=config.gp_restarts,
-            degenerate_margin=config.gp_degenerate_margin, screen_points=config.gp_screen_points,
-            restarts=config.gp_restart_rule,
+            degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
         )  # fmt: skip
     else:
         hyper, gp_info = gp

@@ -295,19 +295,3 @@ def test_until_good_stops_at_the_first_good_start_and_passes_over_degenerate_one
     np.testing.assert_array_equal(np.asarray(info.starts.lengthscales[1]), np.asarray(alli.starts.lengthscales[1]))
     with pytest.raises(ValueError, match="restarts"):
         kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, restarts="some")
-
-
-def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
-    with jax.enable_x64(False):
-        rng = np.random.default_rng(3)
-        X = rng.normal(size=(90, 2))
-        y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
-        y = y - y.mean()
-        kw = dict(num_points=50, min_noise_variance=1e-3)
-        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, screen_points=20, **kw)
-    screened = info.screened
-    assert int(screened.num_points) == 20 and screened.num_iterations.shape == (4,)
-    assert int(info.num_points) == 50 and info.num_iterations.shape == (1,)  # one start refined on 50 rows
-    chosen = jax.tree.map(lambda a: a[screened.chosen], screened.starts)
-    assert float(hyper.noise_variance) != float(chosen.noise_variance)  # it moved on the 50 rows
-    assert not bool(info.degenerate) and float(hyper.lengthscales[0]) < float(hyper.lengthscales[1])

@@ -23,7 +23,6 @@ from jax import lax
 from .._base.checks import (
     as_float_array,
     check_finite,
-    check_int,
     check_nonempty,
     check_positive,
     check_xy,
@@ -81,8 +80,6 @@ class GPFitInfo(NamedTuple):
       grad_norms: `(S,)` final gradient norm of $-\\log p / n$ in the unconstrained parameters.
       num_points: `()` rows of the subsample the likelihood was computed on.
       noise_at_bound: `(S,)` which starts ended with the noise variance pinned at its lower bound.
-      screened: with `screen_points`, the [`GPFitInfo`][kronvi.GPFitInfo] of the screening run (every
-        start, on the first `screen_points` rows of the subsample); else `None`.
     """
 
     log_marginal_likelihoods: jax.Array
@@ -96,7 +93,6 @@ class GPFitInfo(NamedTuple):
     grad_norms: jax.Array
     num_points: jax.Array
     noise_at_bound: jax.Array
-    screened: GPFitInfo | None = None
 
 
 def _sq_dists(X1, X2, lengthscales):
@@ -301,7 +297,6 @@ def fit_gp_hyperparameters(
     degenerate_margin: float = 2.0,
     init: GPHyperparameters | None = None,
     parallel_restarts: bool | None = None,
-    screen_points: int | None = None,
     restarts: str = "all",
 ):
     r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
@@ -359,11 +354,6 @@ def fit_gp_hyperparameters(
         run (`info.num_iterations` 0, log likelihood `-inf`). Across the 28 UCI datasets (2 folds) the
         first start alone predicted as well as the best of 4 on average, at a quarter of the cost
         (`docs/notes/2026-11-26-speed.md`).
-      screen_points: `None` (default): every start runs on the whole subsample. An int below the
-        subsample's size: the starts first run on its first `screen_points` rows, and only the one chosen
-        there (by the same rule) is refined on the whole subsample, so the starts cost
-        $O(\text{screen\_points}^3)$ per iteration instead of $O(\text{num\_points}^3)$; `info` then
-        describes the refinement (one start) and `info.screened` the screening.
       parallel_restarts: run the starts in parallel with `vmap` (`True`) or one after another with
         `lax.map` (`False`). Default: `vmap` on GPU/TPU, `lax.map` on CPU, where a `vmap`-batched
         Cholesky gains nothing over sequential calls and, with few cores, can deadlock XLA's CPU thread
@@ -439,19 +429,10 @@ def fit_gp_hyperparameters(
     if m < n:
         idx = jax.random.choice(key, n, (m,), replace=False)
         X, y = X[idx], y[idx]
-    screened = None
-    if screen_points is not None:
-        screen = check_int(screen_points, "screen_points", minimum=2)
-        if screen < m:  # the starts on the first rows of the (random) subsample; the chosen one refined
-            fit = functools.partial(_fitted, min_noise=min_noise, margin=degenerate_margin, max_iter=max_iter,
-                                    tol=tol, parallel=parallel)  # fmt: skip
-            _, screened = fit(X[:screen], y[:screen], starts)
-            starts = jax.tree.map(lambda a: a[screened.chosen][None], screened.starts)
     hyper, info = _fitted(
         X, y, starts, min_noise=min_noise, margin=degenerate_margin, max_iter=max_iter, tol=tol, parallel=parallel,
         until_good=restarts == "until_good",
     )  # fmt: skip
-    info = info._replace(screened=screened)
     lmls = info.log_marginal_likelihoods
     if is_concrete(lmls) and not bool(fetch(jnp.any(jnp.isfinite(lmls)))):
         raise FloatingPointError(
