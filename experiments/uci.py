@@ -8,7 +8,7 @@ method is fitted on that one preparation (``direct-mf`` and ``exact-blr`` on a s
 hyperparameters and features):
 
   direct-mf        DIRECT mean field with kronvi's default recipe (``DirectConfig()``, basis "eigen"): the
-                   weights discretized in the eigenbasis of Phi^T Phi, each on 15 levels spanning +-4 sds of
+                   weights discretized in the eigenbasis of Phi^T Phi, each on 15 levels spanning +-6 sds of
                    its exact posterior under N(0, sw^2), sw and the noise centre at the joint exact evidence
                    maximizer, the noise on 15 levels spanning 3x around it; CAVI from the prior, all weights
                    at once (the eigenbasis statistics are diagonal).

@@ -43,15 +43,15 @@ from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
 BASES = ("eigen", "features")
 # Defaults that depend on the basis (`None` in DirectConfig): see `resolve_config`.
 _BASIS_DEFAULTS = {
-    "eigen": dict(width=4.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
+    "eigen": dict(width=6.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
     "features": dict(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian")),
 }
 
 
 class DirectConfig(NamedTuple):
     """Settings of the DIRECT regression pipeline. `None` fields take the default of the `basis`
-    ([`resolve_config`][kronvi.pipeline.resolve_config]): `"eigen"` width 4 posterior sds, noise grid spanning 3x around the evidence
-    maximizer, no noise CV, the Gaussian start; `"features"` (the paper's appendix E) width 3 prior sds,
+    ([`resolve_config`][kronvi.pipeline.resolve_config]): `"eigen"` width 6 posterior sds, noise grid spanning 3x around the evidence
+    maximizer, no noise CV, the prior start (diagonal CAVI); `"features"` (the paper's appendix E) width 3 prior sds,
     noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts."""
 
     basis: str = "eigen"  # "eigen" (accurate) or "features" (the paper's sparse 4-bit recipe)
