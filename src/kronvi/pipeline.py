@@ -30,7 +30,7 @@ from ._base.checks import check_int
 from ._fit.regression import METHODS, fit_regression
 from ._fit.select import CRITERIA, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
-from ._inputs.features import RandomFourierFeatures, rff_features, rff_init
+from ._inputs.features import SAMPLINGS, RandomFourierFeatures, rff_features, rff_init
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
 from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
@@ -56,6 +56,7 @@ class DirectConfig(NamedTuple):
 
     basis: str = "eigen"  # "eigen" (accurate) or "features" (the paper's sparse 4-bit recipe)
     num_frequencies: int = 1000  # b = 2 * num_frequencies features
+    frequency_sampling: str = "iid"  # "iid", "orthogonal" or "halton" (kronvi.rff_init(sampling=...))
     levels: int = 15  # 4-bit weight grid
     width: float | None = None  # grid half-width: posterior sds ("eigen") or prior sds ("features")
     noise_levels: int = 15
@@ -219,6 +220,8 @@ def _check_config(config: DirectConfig):
         check_int(getattr(config, field), f"config.{field}", minimum)
     if config.max_iter is not None:
         check_int(config.max_iter, "config.max_iter", 1)
+    if config.frequency_sampling not in SAMPLINGS:
+        raise ValueError(f"`config.frequency_sampling` must be one of {SAMPLINGS}, got {config.frequency_sampling!r}")
     if config.gp_restart_rule not in ("all", "until_good"):
         raise ValueError(f"`config.gp_restart_rule` must be 'all' or 'until_good', got {config.gp_restart_rule!r}")
     if not float(config.width) > 0:
@@ -279,7 +282,7 @@ def prepare_fold(
         hyper, gp_info = gp
     _block(hyper)
     t1 = time.perf_counter()
-    feats = rff_init(k_rff, hyper.lengthscales, config.num_frequencies)
+    feats = rff_init(k_rff, hyper.lengthscales, config.num_frequencies, sampling=config.frequency_sampling)
     fmap = functools.partial(rff_features, feats)
     cv_stats = None
     prior_scale = jnp.sqrt(hyper.signal_variance)

@@ -134,3 +134,29 @@ def test_sincos_matches_numpy_and_differentiates_exactly():
             np.testing.assert_allclose(c, np.cos(x), rtol=0, atol=tol)
         g = jax.grad(lambda v: jnp.sum(sincos(v)[0] + 2.0 * sincos(v)[1]))(jnp.asarray(x[:50] / scale))
         np.testing.assert_allclose(g, np.cos(x[:50] / scale) - 2.0 * np.sin(x[:50] / scale), atol=1e-15)
+
+
+@pytest.mark.parametrize("sampling", ["orthogonal", "halton"])
+def test_structured_frequencies_estimate_the_kernel_better_than_iid(sampling):
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(rng.normal(size=(40, 4)) * 0.7)
+    ls = jnp.asarray([1.0, 2.0, 0.5, 1.5])
+    d2 = (((np.asarray(X)[:, None] - np.asarray(X)[None]) / np.asarray(ls)) ** 2).sum(-1)
+    K = np.exp(-0.5 * d2)  # s^2 = 1
+    err = {}
+    for s in ("iid", sampling):
+        est = []
+        for k in range(12):
+            params = kronvi.rff_init(jax.random.key(k), ls, 64, sampling=s)
+            Phi = np.asarray(kronvi.rff_features(params, X))
+            est.append(Phi @ Phi.T)
+        est = np.asarray(est)
+        err[s] = np.mean((est - K) ** 2)
+        np.testing.assert_allclose(est.mean(0), K, atol=0.08)  # unbiased: the average is the kernel
+    assert err[sampling] < 0.8 * err["iid"], err
+    if sampling == "orthogonal":
+        z = np.asarray(kronvi.rff_init(jax.random.key(0), jnp.ones(4), 8, sampling=s).frequencies)
+        G = z[:, :4].T @ z[:, :4]  # the first block: orthogonal directions
+        np.testing.assert_allclose(G - np.diag(np.diag(G)), 0.0, atol=1e-5)
+    with pytest.raises(ValueError, match="sampling"):
+        kronvi.rff_init(jax.random.key(0), ls, 8, sampling="sobol")

@@ -39,19 +39,34 @@ class RandomFourierFeatures(NamedTuple):
     frequencies: jax.Array
 
 
-def rff_init(key, lengthscales, num_frequencies: int) -> RandomFourierFeatures:
+SAMPLINGS = ("iid", "orthogonal", "halton")
+
+
+def rff_init(key, lengthscales, num_frequencies: int, *, sampling: str = "iid") -> RandomFourierFeatures:
     r"""Draws the frequencies of a random Fourier feature map for a squared-exponential ARD kernel.
+
+    Every sampling draws standard-normal directions $z_j$ (columns) and scales input `d` by $1/\ell_d$;
+    each $z_j$ is marginally $N(0, I)$, so every map is an unbiased estimate of the kernel:
+
+    - `"iid"` (default): independent $z_j$ (Rahimi & Recht).
+    - `"orthogonal"`: blocks of `d` directions orthogonal to each other (a random rotation's rows) with
+      chi-distributed lengths (Yu et al.): lower variance of the kernel estimate at the same `D`.
+    - `"halton"`: a randomly shifted Halton sequence mapped through the normal quantile function
+      (quasi-Monte Carlo; Avron et al.): more even coverage of the spectral density.
 
     Args:
       key: A `jax.random` key.
       lengthscales: `(d,)` positive, finite lengthscales $\ell_d$, one per input column.
       num_frequencies: $D$, the number of frequencies; the map has `2 * D` features.
+      sampling: `"iid"`, `"orthogonal"` or `"halton"`.
 
     Returns:
       RandomFourierFeatures: Frequencies `(d, D)` in the dtype of `lengthscales`.
 
     References:
-      Rahimi & Recht (2007), "Random features for large-scale kernel machines", Algorithm 1.
+      Rahimi & Recht (2007), "Random features for large-scale kernel machines", Algorithm 1;
+      Yu, Suresh, Choromanski, Holtmann-Rice & Kumar (2016), "Orthogonal random features";
+      Avron, Sindhwani, Yang & Mahoney (2016), "Quasi-Monte Carlo feature maps for shift-invariant kernels".
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -73,8 +88,57 @@ def rff_init(key, lengthscales, num_frequencies: int) -> RandomFourierFeatures:
         ) from None
     if D < 1:
         raise ValueError(f"`num_frequencies` must be >= 1, got {D}")
-    z = jax.random.normal(key, (lengthscales.shape[0], D), dtype=lengthscales.dtype)
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"`sampling` must be one of {SAMPLINGS}, got {sampling!r}")
+    d, dtype = lengthscales.shape[0], lengthscales.dtype
+    if sampling == "iid":
+        z = jax.random.normal(key, (d, D), dtype=dtype)
+    elif sampling == "orthogonal":
+        z = _orthogonal_directions(key, d, D, dtype)
+    else:
+        z = _halton_directions(key, d, D, dtype)
     return RandomFourierFeatures(z / lengthscales[:, None])
+
+
+def _orthogonal_directions(key, d, D, dtype):
+    """`(d, D)`: ceil(D / d) blocks of d orthonormal directions (rows of Q from the QR factorization of a
+    Gaussian matrix, signs fixed by R's diagonal: a Haar rotation) times chi_d lengths, truncated to D."""
+    blocks = -(-D // d)
+    k_q, k_r = jax.random.split(key)
+    G = jax.random.normal(k_q, (blocks, d, d), dtype=dtype)
+    Q, R = jnp.linalg.qr(G)
+    Q = Q * jnp.sign(jnp.diagonal(R, axis1=-2, axis2=-1))[:, None, :]
+    lengths = jnp.sqrt(jnp.sum(jax.random.normal(k_r, (blocks, d, d), dtype=dtype) ** 2, axis=-1))
+    z = jnp.swapaxes(Q, -1, -2) * lengths[..., None]  # rows: directions
+    return z.reshape(blocks * d, d)[:D].T
+
+
+def _primes(count):
+    out, k = [], 2
+    while len(out) < count:
+        if all(k % p for p in out if p * p <= k):
+            out.append(k)
+        k += 1
+    return out
+
+
+def _halton_directions(key, d, D, dtype):
+    """`(d, D)`: the Halton points 1..D in bases of the first d primes, shifted by one uniform vector modulo 1
+    (a randomized QMC rule), through the normal quantile function."""
+    import numpy as np
+
+    idx = np.arange(1, D + 1)
+    points = np.zeros((d, D))
+    for j, base in enumerate(_primes(d)):
+        f, i, r = 1.0, idx.copy(), np.zeros(D)
+        while np.any(i > 0):
+            f /= base
+            r += f * (i % base)
+            i //= base
+        points[j] = r
+    u = jnp.mod(jnp.asarray(points, dtype) + jax.random.uniform(key, (d, 1), dtype=dtype), 1.0)
+    eps = jnp.finfo(dtype).eps
+    return jax.scipy.special.ndtri(jnp.clip(u, eps, 1.0 - eps))
 
 
 def rff_features(params: RandomFourierFeatures, X) -> jax.Array:
