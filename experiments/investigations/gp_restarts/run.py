@@ -14,7 +14,6 @@ Usage (about 40 min on 2 busy cores):
 import argparse
 import json
 import pathlib
-import time
 
 import jax
 import numpy as np

@@ -12,7 +12,8 @@ def main(path):
     for line in open(path):
         r = json.loads(line)
         by[(r["dataset"], r["fold"])][r["restarts"]] = r
-    print(f"# GP restarts against test accuracy\n\nFrom `{path}` (`run.py` beside this file). RMSE ratio and NLPD "
+    print(f"# GP restarts against test accuracy\n\nFrom `{path}` (`run.py` beside this file, run at commit 2672b26 on a machine busy with other jobs, "
+          "load average about 5: seconds are comparable only within a row). RMSE ratio and NLPD "
           "difference of the exact BLR predictive against the best of 4 starts, GP seconds (warm) of each.\n")  # fmt: skip
     print(
         "| dataset | fold | 4 starts: RMSE / NLPD / GP s | 2 starts: ratio / ΔNLPD / GP s | 1 start: ratio / ΔNLPD / GP s |"
