@@ -295,3 +295,39 @@ def test_until_good_stops_at_the_first_good_start_and_passes_over_degenerate_one
     np.testing.assert_array_equal(np.asarray(info.starts.lengthscales[1]), np.asarray(alli.starts.lengthscales[1]))
     with pytest.raises(ValueError, match="restarts"):
         kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, restarts="some")
+
+
+def test_choose_keeps_a_pinned_start_that_predicts_best_and_skips_starts_that_never_ran():
+    # parkinsons fold 0: the first start ends with its noise pinned but the best leave-one-out error, the
+    # second unpinned with a worse one; "until_good" stops there, and must choose as "all" does: the first.
+    lmls = jnp.array([-337.8, -1129.5, -jnp.inf, -jnp.inf])
+    degenerate = jnp.array([False, False, True, True])  # the last two never ran
+    pinned = jnp.array([True, False, False, False])
+    loo = jnp.array([0.010, 0.050, jnp.inf, jnp.inf])
+    assert int(_gp._choose(lmls, degenerate, pinned, loo, 2.0)) == 0
+    # an unpinned start that predicts at least as well is preferred to the pinned one (wine's case)
+    assert int(_gp._choose(lmls, degenerate, pinned, loo.at[1].set(0.008), 2.0)) == 1
+
+
+def test_until_good_chooses_as_all_does_among_the_starts_it_ran():
+    # The noise floor above the true noise pins the good optimum (start 0, the best leave-one-out error);
+    # start 1 ends unpinned and non-degenerate but predicts worse. "until_good" stops after start 1 and
+    # must still return start 0, as the rule over all starts does.
+    X, y, _, _ = _sine_problem()
+    vy = float(y.var())
+    with jax.enable_x64(False):
+        init = kronvi.GPHyperparameters(
+            jnp.asarray([[0.3, 3.0], [10.0, 10.0], [1.0, 1.0]], jnp.float32),
+            jnp.full((3,), vy, jnp.float32),
+            jnp.asarray([0.02 * vy, 0.3 * vy, 0.1 * vy], jnp.float32),
+        )
+        fits = {
+            rule: kronvi.fit_gp_hyperparameters(
+                jax.random.key(0), X, y, init=init, min_noise_variance=0.05 * vy, restarts=rule
+            )[1]
+            for rule in ("all", "until_good")
+        }
+    info = fits["until_good"]
+    assert np.asarray(info.noise_at_bound)[:2].tolist() == [True, False]
+    assert int(info.num_iterations[2]) == 0  # start 1 was good: start 2 never ran
+    assert int(info.chosen) == int(fits["all"].chosen) == 0

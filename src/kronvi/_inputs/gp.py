@@ -271,6 +271,19 @@ def _is_degenerate(hyper, loo_mse, var_y, ls_lo, ls_hi, active):
     return noise_dominates | no_prediction | all_long | all_short
 
 
+def _choose(lmls, degenerate, pinned, loo, margin):
+    """The start `fit_gp_hyperparameters` returns: `_select`'s, unless its noise is pinned at the lower
+    bound and an unpinned non-degenerate start predicts at least as well by leave-one-out (then the best
+    such one by likelihood). A start whose noise is pinned is an optimum of the bound, not of the data (e.g.
+    integer targets that the GP interpolates): its likelihood is not comparable
+    (docs/notes/2026-11-22-library-history.md). Starts that did not run carry `lmls = -inf`, `loo = inf`
+    and `degenerate`, and are never chosen unless none ran."""
+    chosen = _select(lmls, degenerate, margin)
+    alt_ok = ~pinned & ~degenerate & (loo <= loo[chosen])
+    alt = jnp.argmax(jnp.where(alt_ok, lmls, -jnp.inf))
+    return jnp.where(pinned[chosen] & jnp.any(alt_ok), alt, chosen)
+
+
 def _select(lmls, degenerate, margin):
     """Index of the best start, preferring a non-degenerate one within `margin` nats of the best; among
     starts within `_TIE_NATS` of that one (and as degenerate), the first: a near-tie is decided by start
@@ -349,9 +362,9 @@ def fit_gp_hyperparameters(
       init: optional starting points, [`GPHyperparameters`][kronvi.GPHyperparameters] stacked `(S, ...)`, replacing the
         default starts (clipped into the bounds).
       restarts: `"all"` (default): every start runs and the rule above picks one. `"until_good"`: the
-        starts run one after another and the first that ends neither degenerate nor with its noise pinned
-        at the lower bound is returned (the rule above applies when none does); the starts after it do not
-        run (`info.num_iterations` 0, log likelihood `-inf`). Across the 28 UCI datasets (2 folds) the
+        starts run one after another until one ends neither degenerate nor with its noise pinned at the
+        lower bound, and the rule above picks among those that ran; the starts after it do not run
+        (`info.num_iterations` 0, log likelihood `-inf`). Across the 28 UCI datasets (2 folds) the
         first start alone predicted as well as the best of 4 on average, at a quarter of the cost
         (`docs/notes/2026-11-26-speed.md`).
       parallel_restarts: run the starts in parallel with `vmap` (`True`) or one after another with
@@ -507,7 +520,7 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel, until_good):
             )
             return i + 1, good, res
 
-        ran, found, res = lax.while_loop(
+        _, _, res = lax.while_loop(
             lambda st: (st[0] < S) & ~st[1], body, (jnp.asarray(0), jnp.asarray(False), res)
         )
         hypers, lmls, iters, converged, gnorms, loo = res
@@ -517,17 +530,8 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel, until_good):
         batch_map = jax.vmap if parallel else (lambda f: functools.partial(lax.map, f))
         hypers, lmls, iters, converged, gnorms, loo = batch_map(judged)(starts)
     degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
-    chosen = _select(lmls, degenerate, margin)
-    # A start whose noise is pinned at its lower bound is an optimum of the bound, not of the data (e.g.
-    # integer targets that the GP interpolates): its likelihood is not comparable. Prefer the best unpinned
-    # non-degenerate start that predicts at least as well by leave-one-out
-    # (docs/notes/2026-11-22-library-history.md).
     pinned = hypers.noise_variance <= 1.5 * min_noise
-    alt_ok = ~pinned & ~degenerate & (loo <= loo[chosen])
-    alt = jnp.argmax(jnp.where(alt_ok, lmls, -jnp.inf))
-    chosen = jnp.where(pinned[chosen] & jnp.any(alt_ok), alt, chosen)
-    if until_good:  # the last start run, when it was good; else the rule above over all of them
-        chosen = jnp.where(found, ran - 1, chosen)
+    chosen = _choose(lmls, degenerate, pinned, loo, margin)
     hyper = jax.tree.map(lambda a: a[chosen], hypers)
     info = GPFitInfo(
         log_marginal_likelihoods=lmls,
