@@ -74,9 +74,10 @@ class DirectConfig(NamedTuple):
     starts: tuple[str, ...] | None = None
     gp_points: int = 1000
     gp_restarts: int = 4
-    # "until_good": the GP's starts run in order until one is neither degenerate nor pinned at the noise
-    # bound (kronvi.fit_gp_hyperparameters(restarts=...)); "all": every start, the best kept.
-    gp_restart_rule: str = "until_good"
+    # "screened": the GP's starts run on `gp_screen_points` of its rows and the chosen one is refined on all
+    # (kronvi.fit_gp_hyperparameters(restarts="screened")); "all": every start on every row, the best kept.
+    gp_restart_rule: str = "screened"
+    gp_screen_points: int = 300
     gp_degenerate_margin: float = 2.0  # kronvi.fit_gp_hyperparameters(degenerate_margin=...)
     chunk_size: int = 2048
     # Opt-in: refit with the noise grid recentred while q_noise piles up on an end of it (paper protocol: 0).
@@ -215,15 +216,15 @@ def _check_config(config: DirectConfig):
         )
     for field, minimum in [
         ("num_frequencies", 1), ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1),
-        ("chunk_size", 1), ("max_noise_recentres", 0), ("cv_max_iter", 1),
+        ("chunk_size", 1), ("max_noise_recentres", 0), ("cv_max_iter", 1), ("gp_screen_points", 2),
     ]:  # fmt: skip
         check_int(getattr(config, field), f"config.{field}", minimum)
     if config.max_iter is not None:
         check_int(config.max_iter, "config.max_iter", 1)
     if config.frequency_sampling not in SAMPLINGS:
         raise ValueError(f"`config.frequency_sampling` must be one of {SAMPLINGS}, got {config.frequency_sampling!r}")
-    if config.gp_restart_rule not in ("all", "until_good"):
-        raise ValueError(f"`config.gp_restart_rule` must be 'all' or 'until_good', got {config.gp_restart_rule!r}")
+    if config.gp_restart_rule not in ("all", "screened"):
+        raise ValueError(f"`config.gp_restart_rule` must be 'all' or 'screened', got {config.gp_restart_rule!r}")
     if not float(config.width) > 0:
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")
     if not float(config.noise_span) > 1.0:
@@ -277,6 +278,7 @@ def prepare_fold(
         hyper, gp_info = fit_gp_hyperparameters(
             k_gp, Xs, yc, num_points=config.gp_points, num_restarts=config.gp_restarts,
             degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
+            screen_points=config.gp_screen_points,
         )  # fmt: skip
     else:
         hyper, gp_info = gp

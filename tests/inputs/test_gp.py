@@ -272,36 +272,11 @@ def test_noise_pinned_at_its_bound_is_not_preferred_on_wine():
     assert float(hyper.noise_variance) > 0.01 * float(jnp.var(ytr))
 
 
-def test_until_good_stops_at_the_first_good_start_and_passes_over_degenerate_ones():
-    X, y, _, _ = _sine_problem()
-    vy = y.var()
-    with jax.enable_x64(False):
-        Xj, yj = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
-        # start 0 ends at the degenerate optimum (everything noise), starts 1-3 are the defaults' first three
-        default = _gp._default_starts(3, 2, jnp.asarray(vy, jnp.float32), jnp.float32)
-        init = jax.tree.map(
-            lambda bad, d: jnp.concatenate([jnp.asarray(bad, jnp.float32)[None], d]),
-            kronvi.GPHyperparameters(jnp.full((2,), 100.0), 0.01 * vy, 0.99 * vy),
-            default,
-        )
-        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, init=init, restarts="until_good")
-        allh, alli = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, init=init)
-    iters = np.asarray(info.num_iterations)
-    assert bool(info.degenerate_starts[0]) and int(info.chosen) == 1  # start 0 failed, start 1 is good
-    assert iters[0] > 0 and iters[1] > 0 and np.all(iters[2:] == 0)  # and starts 2, 3 never ran
-    assert np.all(np.isneginf(np.asarray(info.log_marginal_likelihoods)[2:]))
-    assert not bool(info.degenerate) and float(hyper.noise_variance) < 0.05 * vy
-    # start 1 ran exactly as it does among all four
-    np.testing.assert_array_equal(np.asarray(info.starts.lengthscales[1]), np.asarray(alli.starts.lengthscales[1]))
-    with pytest.raises(ValueError, match="restarts"):
-        kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, restarts="some")
-
-
-def test_choose_keeps_a_pinned_start_that_predicts_best_and_skips_starts_that_never_ran():
-    # parkinsons fold 0: the first start ends with its noise pinned but the best leave-one-out error, the
-    # second unpinned with a worse one; "until_good" stops there, and must choose as "all" does: the first.
+def test_choose_keeps_a_pinned_start_that_predicts_best():
+    # parkinsons (key 0) fold 0: the first start ends with its noise pinned but the best leave-one-out error,
+    # the second unpinned with a worse one: the first is kept
     lmls = jnp.array([-337.8, -1129.5, -jnp.inf, -jnp.inf])
-    degenerate = jnp.array([False, False, True, True])  # the last two never ran
+    degenerate = jnp.array([False, False, True, True])  # the last two failed
     pinned = jnp.array([True, False, False, False])
     loo = jnp.array([0.010, 0.050, jnp.inf, jnp.inf])
     assert int(_gp._choose(lmls, degenerate, pinned, loo, 2.0)) == 0
@@ -309,25 +284,39 @@ def test_choose_keeps_a_pinned_start_that_predicts_best_and_skips_starts_that_ne
     assert int(_gp._choose(lmls, degenerate, pinned, loo.at[1].set(0.008), 2.0)) == 1
 
 
-def test_until_good_chooses_as_all_does_among_the_starts_it_ran():
-    # The noise floor above the true noise pins the good optimum (start 0, the best leave-one-out error);
-    # start 1 ends unpinned and non-degenerate but predicts worse. "until_good" stops after start 1 and
-    # must still return start 0, as the rule over all starts does.
+def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
+    with jax.enable_x64(False):
+        rng = np.random.default_rng(3)
+        X = rng.normal(size=(90, 2))
+        y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
+        y = y - y.mean()
+        kw = dict(num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
+        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
+    screened = info.screened
+    assert int(screened.num_points) == 20 and screened.num_iterations.shape == (4,)
+    assert int(info.num_points) == 50 and info.num_iterations.shape == (1,)  # one start refined on 50 rows
+    chosen = jax.tree.map(lambda a: a[screened.chosen], screened.starts)
+    assert float(hyper.noise_variance) != float(chosen.noise_variance)  # it moved on the 50 rows
+    assert not bool(info.degenerate) and float(hyper.lengthscales[0]) < float(hyper.lengthscales[1])
+    with pytest.raises(ValueError, match="restarts"):
+        kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="some")
+
+
+def test_screened_falls_back_to_every_start_when_the_refined_one_is_degenerate():
+    # On 3 rows every start looks degenerate and the 'all noise' start 0 is chosen; refined on the 50 rows it
+    # stays degenerate, so every start runs on the 50 rows and the fit escapes the trap.
     X, y, _, _ = _sine_problem()
     vy = float(y.var())
     with jax.enable_x64(False):
-        init = kronvi.GPHyperparameters(
-            jnp.asarray([[0.3, 3.0], [10.0, 10.0], [1.0, 1.0]], jnp.float32),
-            jnp.full((3,), vy, jnp.float32),
-            jnp.asarray([0.02 * vy, 0.3 * vy, 0.1 * vy], jnp.float32),
+        default = _gp._default_starts(3, 2, jnp.asarray(vy, jnp.float32), jnp.float32)
+        init = jax.tree.map(
+            lambda bad, d: jnp.concatenate([jnp.asarray(bad, jnp.float32)[None], d]),
+            kronvi.GPHyperparameters(jnp.full((2,), 100.0), 0.01 * vy, 0.99 * vy),
+            default,
         )
-        fits = {
-            rule: kronvi.fit_gp_hyperparameters(
-                jax.random.key(0), X, y, init=init, min_noise_variance=0.05 * vy, restarts=rule
-            )[1]
-            for rule in ("all", "until_good")
-        }
-    info = fits["until_good"]
-    assert np.asarray(info.noise_at_bound)[:2].tolist() == [True, False]
-    assert int(info.num_iterations[2]) == 0  # start 1 was good: start 2 never ran
-    assert int(info.chosen) == int(fits["all"].chosen) == 0
+        hyper, info = kronvi.fit_gp_hyperparameters(
+            jax.random.key(0), X, y, init=init, restarts="screened", screen_points=3
+        )
+    assert bool(np.all(info.screened.degenerate_starts)) and int(info.screened.chosen) == 0
+    assert info.num_iterations.shape == (4,)  # the fallback ran every start on all rows
+    assert not bool(info.degenerate) and float(hyper.noise_variance) < 0.05 * vy
