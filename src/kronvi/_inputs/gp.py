@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .._base.checks import (
@@ -140,9 +141,40 @@ def _gaussian_log_density_fwd(K, y):
 
 def _gaussian_log_density_bwd(res, g):
     L, alpha = res
-    K_inv = jax.scipy.linalg.cho_solve((L, True), jnp.eye(L.shape[-1], dtype=L.dtype))
+    K_inv = _cholesky_inverse(L)
     dK = 0.5 * g * (jnp.outer(alpha, alpha) - K_inv)
     return dK, -g * alpha
+
+
+def _cholesky_inverse(L):
+    r"""$K^{-1}$ from the lower Cholesky factor $L$ of $K$. In float32 on a CPU, LAPACK's `potri` in the
+    host ($\tfrac23 m^3$ flops: 11 ms at m = 1000 on one thread, against 31 ms for the two triangular
+    solves with the identity, the bulk of a likelihood gradient); elsewhere those two solves in XLA. Not
+    for float64: the callback runs on an XLA thread, where a `jax.enable_x64` context (thread-local) does
+    not hold, and its float64 operand would arrive as float32."""
+    eye = jnp.eye(L.shape[-1], dtype=L.dtype)
+    if L.dtype != jnp.float32:
+        return jax.scipy.linalg.cho_solve((L, True), eye)
+
+    def on_host(L):
+        out = jax.ShapeDtypeStruct(L.shape, L.dtype)
+        return jax.pure_callback(_potri, out, L, vmap_method="sequential")
+
+    def in_xla(L):
+        return jax.scipy.linalg.cho_solve((L, True), eye)
+
+    return lax.platform_dependent(L, cpu=on_host, default=in_xla)
+
+
+def _potri(L):
+    from scipy.linalg import lapack
+
+    L = np.asarray(L)
+    potri = lapack.dpotri if L.dtype == np.float64 else lapack.spotri
+    inv, info = potri(L, lower=1)
+    if info != 0 or not np.all(np.isfinite(np.diagonal(L))):  # a failed factorization: the fit sees NaN
+        return np.full(L.shape, np.nan, L.dtype)
+    return np.tril(inv) + np.tril(inv, -1).T
 
 
 _gaussian_log_density.defvjp(_gaussian_log_density_fwd, _gaussian_log_density_bwd)
