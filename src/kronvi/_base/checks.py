@@ -14,6 +14,8 @@ checks pass under `jax.transfer_guard_device_to_host("disallow")`.
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -135,13 +137,21 @@ def check_nonempty(x, name: str, axis: int = 0):
 
 
 def check_int(x, name: str, minimum: int | None = None) -> int:
-    """`x` as a Python int; `ValueError` for bools, floats (`2.7` or `3.0`) and values below
-    `minimum`."""
-    is_int = isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-    if not is_int or (minimum is not None and x < minimum):
+    """`x` as a Python int; `ValueError` naming `name` for anything else.
+
+    Accepted: Python and NumPy integers and 0-d integer arrays (NumPy or concrete JAX). Refused: bools,
+    floats (`2.7`, and `3.0` too, as NumPy's `range`-like arguments do), strings, `None`, tracers, and
+    values below `minimum`.
+    """
+    value = None
+    if not isinstance(x, (bool, np.bool_)) and is_concrete(x):
+        dtype = getattr(x, "dtype", None)
+        if isinstance(x, int) or (dtype is not None and np.ndim(x) == 0 and np.issubdtype(dtype, np.integer)):
+            value = operator.index(x)
+    if value is None or (minimum is not None and value < minimum):
         at_least = "" if minimum is None else f" >= {minimum}"
         raise ValueError(f"`{name}` must be an int{at_least}, got {x!r}")
-    return int(x)
+    return int(value)
 
 
 def check_same_dtype(named_arrays: dict):

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_ndim
+from .._base.checks import as_float_array, check_finite, check_int, check_ndim
 from .._model.families import MeanField
 from .._model.regression import noise_moments, noise_optimum_logits
 from .._solvers.lbfgs import FitInfo, minimize_lbfgs
@@ -112,9 +112,7 @@ def fit_bnn(
     if method not in BNN_METHODS:
         raise ValueError(f"`method` must be one of {BNN_METHODS}, got {method!r}")
     sizes = check_bnn_stats(stats)
-    num_starts = int(num_starts)
-    if num_starts < 1:
-        raise ValueError(f"`num_starts` must be >= 1, got {num_starts}")
+    num_starts = check_int(num_starts, "num_starts", 1)
     if q_init is None:
         key = jax.random.key(0) if key is None else key
         q_w0, q_n0 = bnn_init(key, prior_w, prior_noise, scale=init_scale)
@@ -125,11 +123,11 @@ def fit_bnn(
         q_w0, q_n0 = q_init
     check_bnn_args(q_w0, q_n0, prior_w, prior_noise, sizes)
     if method == "cavi":
-        max_iter = 50 if max_iter is None else int(max_iter)
+        max_iter = 50 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-7 if tol is None else float(tol)
         fit = functools.partial(_fit_cavi, max_iter=max_iter, tol=tol)
     else:
-        max_iter = 1000 if max_iter is None else int(max_iter)
+        max_iter = 1000 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-6 if tol is None else float(tol)
         backend = "lbfgs" if method == "lbfgs" else "optax-lbfgs"
         fit = functools.partial(_fit_lbfgs, max_iter=max_iter, tol=tol, backend=backend)

@@ -6,6 +6,7 @@ import functools
 
 import jax
 
+from .._base.checks import check_int
 from .._model.families import MeanField
 from .._solvers.lbfgs import BACKENDS, minimize_lbfgs
 from ._bounds import elbo_bound
@@ -75,12 +76,11 @@ def fit_mixture_bound(
         raise ValueError(f"`method` must be one of {BACKENDS}, got {method!r}")
     q, log_center, q_noise = _parse_init(init)
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)
-    if int(max_iter) < 1:
-        raise ValueError(f"`max_iter` must be >= 1, got {max_iter}")
+    max_iter = check_int(max_iter, "max_iter", 1)
     if not float(tol) >= 0:
         raise ValueError(f"`tol` must be >= 0, got {tol}")
     return _fit_bound(
-        q, log_center, q_noise, prior_w, prior_noise, stats, max_iter=int(max_iter), tol=float(tol),
+        q, log_center, q_noise, prior_w, prior_noise, stats, max_iter=max_iter, tol=float(tol),
         method=method, rescale=bool(rescale),
     )  # fmt: skip
 
