@@ -106,6 +106,20 @@ def test_lbfgs_leaves_a_saddle_at_any_loss_scale(scale):
         np.testing.assert_allclose(info.elbo[int(info.num_iter)], -(1.0 - 1.25 * scale), rtol=1e-12)
 
 
+def test_optax_lbfgs_keeps_float32_parameters_with_x64_switched_on():
+    # With x64 on, optax's line search evaluated the loss at float64 trial points, and a loss with a
+    # float32 `scan` carry (the logistic bound's) failed on the carry type: fit_logistic and
+    # DirectClassifier crashed.
+    def loss(x):
+        total, _ = jax.lax.scan(lambda c, xi: (c + (xi - 2.0) ** 2, None), jnp.zeros((), jnp.float32), x)
+        return total
+
+    with jax.enable_x64(True):
+        x, info = _minimize(loss, jnp.zeros(3, jnp.float32), "optax-lbfgs", 20)
+    assert x.dtype == jnp.float32 and info.elbo.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(x), 2.0, atol=1e-3)
+
+
 @jax.custom_jvp
 def _uphill_square(x):
     return jnp.sum(x**2)

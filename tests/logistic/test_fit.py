@@ -33,6 +33,15 @@ def test_lbfgs_improves_the_bound_and_predicts(dtype):
     assert float(mean[0]) > 0.5 and float(mean[1]) < -0.3
 
 
+def test_float32_lbfgs_fit_with_x64_switched_on():
+    """With `jax_enable_x64` on, the float32 fit crashed on the bound's `scan` carry type."""
+    Phi, y, prior = data(np.float32)
+    with jax.enable_x64(True):
+        q, info = kl.fit_logistic(Phi, y, prior, max_iter=5, q_init="prior")
+        assert q.logits.dtype == jnp.float32 and info.elbo.dtype == jnp.float32
+        assert float(info.elbo[info.num_iter]) > float(info.elbo[0])
+
+
 def test_sgd_improves_the_bound(dtype):
     Phi, y, prior = data(dtype)
     q, info = kl.fit_logistic(

@@ -71,6 +71,12 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
     """
     if backend not in BACKENDS:
         raise ValueError(f"`backend` must be one of {BACKENDS}, got {backend!r}")
+    dtypes = jax.tree.map(lambda p: jnp.result_type(p), params)
+    user_loss = loss
+
+    def loss(p):  # the line searches' float64 step sizes (x64 on) must not promote float32 parameters
+        return user_loss(jax.tree.map(lambda a, dt: a.astype(dt), p, dtypes))
+
     value0, grad0 = jax.value_and_grad(loss)(params)
     gnorm0 = optax.tree.norm(grad0)
     trace = jnp.full((max_iter + 1,), -value0 * scale)
