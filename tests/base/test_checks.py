@@ -164,3 +164,27 @@ def test_fits_refuse_non_integral_and_negative_counts(call, bad):
         ValueError, match=r"^`(max_iter|anneal_sweeps|num_starts)` must be an int >= \d, got "
     ):
         _fit_calls()[call](bad)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: kronvi.regression_stats(np.full((5, 2), "a"), np.ones(5)), "`Phi` must hold real numbers"),
+        (lambda: kronvi.regression_stats(np.ones((5, 2)), np.array(["x"] * 5)), "`y` must hold real numbers"),
+        (
+            lambda: kronvi.fit_standardizer(np.ones((3, 2)) * 1j),
+            "`X` must hold real numbers, got dtype complex",
+        ),
+        (
+            lambda: kronvi.fit_standardizer(np.array([[None, 1.0]])),
+            "`X` must hold real numbers, got dtype object",
+        ),
+        (lambda: kronvi.fit_standardizer([[1.0, 2.0], [3.0]]), "`X` must be a rectangular array of numbers"),
+        (lambda: kronvi.gaussian_prior(2, "wide"), "`scale` must hold real numbers"),
+    ],
+)
+def test_non_numeric_arrays_get_a_named_error(call, match):
+    """Strings, objects, complex numbers and ragged lists reached `jnp.asarray` ("Error interpreting
+    argument to ... as an abstract array") or NumPy."""
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -81,6 +81,10 @@ def test_bad_arguments_are_named():
         kl.fit_logistic(Phi, y, prior, q_init="gaussian")
     with pytest.raises(ValueError, match="`y`"):
         kl.fit_logistic(Phi, y[:-1], prior)
+    with pytest.raises(ValueError, match="^`y` must hold real numbers, got dtype <U1$"):
+        kl.fit_logistic(Phi, np.array(["a", "b"] * 30), prior)
+    with pytest.raises(ValueError, match="^`Phi` must hold real numbers, got dtype <U3$"):
+        kl.fit_logistic(np.full((60, 3), "1.0"), y, prior)
 
 
 @pytest.mark.parametrize("bound", ["tilted", "jensen", "theorem2"])

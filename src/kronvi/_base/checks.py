@@ -26,10 +26,35 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def as_float_array(x, name: str):
-    """Converts `x` to a floating JAX array, keeping float32/float64 and promoting ints."""
+def check_numeric(x, name: str):
+    """`ValueError` naming `name` unless `x` holds real numbers (bool, integer or float dtype): strings,
+    objects and complex numbers are refused before JAX or NumPy sees them. Returns `x`'s dtype."""
     if x is None:
-        raise ValueError(f"`{name}` must be an array, got None")
+        raise ValueError(f"`{name}` must be an array of numbers, got None")
+    dtype = getattr(x, "dtype", None)
+    if not isinstance(dtype, np.dtype):
+        try:
+            dtype = np.asarray(x).dtype
+        except (ValueError, TypeError) as e:  # ragged nesting
+            raise ValueError(f"`{name}` must be a rectangular array of numbers ({e})") from None
+    if dtype.kind not in "biuf":
+        raise ValueError(f"`{name}` must hold real numbers, got dtype {dtype}")
+    return dtype
+
+
+def check_fit_dtype(x, name: str):
+    """`TypeError` naming `name` unless `x` is float32 or float64 (the precisions fits run in)."""
+    dtype = jnp.dtype(x.dtype)
+    if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise TypeError(
+            f"`{name}` is {dtype}: fits run in float32 or float64 (cast it with `.astype(jnp.float32)`)"
+        )
+
+
+def as_float_array(x, name: str):
+    """Converts `x` to a floating JAX array, keeping float32/float64 and promoting ints and bools;
+    `ValueError` naming `name` for strings, objects and complex numbers."""
+    check_numeric(x, name)
     arr = jnp.asarray(x)
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
