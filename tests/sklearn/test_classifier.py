@@ -62,3 +62,16 @@ def test_one_vs_rest_for_three_classes():
     assert clf.score(X, labels + 5) > 0.9
     with pytest.raises(ValueError, match="`bound`"):
         DirectClassifier(bound="none").fit(X, labels)
+
+
+def test_offset_inputs_are_standardized_before_the_float32_cast():
+    """Inputs of 1e6 + N(0, 1) cast to float32 (spacing 0.0625) before standardizing moved the
+    probabilities by up to 0.4; standardized in float64 first, by under 1e-3 (float32 L-BFGS paths)."""
+    X, y = _rings()
+    shift = np.array([1e6, -3e6])
+    clf = DirectClassifier(**SMALL).fit(X, y)
+    moved = DirectClassifier(**SMALL).fit(X + shift, y).predict_proba(X[:50] + shift)
+    np.testing.assert_allclose(moved, clf.predict_proba(X[:50]), atol=0.01)
+    # inputs whose standardized values overflow float32 are named as the user's `X`, not `Phi_new`
+    with pytest.raises(ValueError, match="^`X` holds values too far from the training inputs"):
+        clf.predict(X[:3] * 1e300)
