@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -64,6 +65,7 @@ from ._model.regression import noise_moments, predict_regression
 from ._stats.eigen import eigenbasis, rotate_features
 from ._stats.regression import RegressionStats, merge_stats, regression_stats_from_inputs
 from .logistic import BOUNDS, fit_logistic, predict_logistic
+from .logistic._predict import target_error
 from .pipeline import (
     DirectConfig,
     eigen_posterior_grid,
@@ -760,8 +762,24 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=np.float64)
         with self._precision():
             Phi, n = self._design(X)
-            P = [np.asarray(predict_logistic(q, self.prior_w_, Phi), np.float64)[:n] for q in self.q_w_]
-        return np.clip(np.stack(P, axis=1), 0.0, 1.0)
+            P, E = [], []
+            for q in self.q_w_:
+                with warnings.catch_warnings():  # the padding rows would be counted: warned below
+                    warnings.filterwarnings("ignore", "predict_logistic: ", RuntimeWarning)
+                    p, err = predict_logistic(q, self.prior_w_, Phi, with_error_bound=True)
+                P.append(np.asarray(p, np.float64)[:n])
+                E.append(np.asarray(err, np.float64)[:n])
+            target = target_error(Phi.dtype)
+        P, E = np.stack(P, axis=1), np.stack(E, axis=1)
+        if np.any(E > target):
+            warnings.warn(
+                f"{type(self).__name__}: {int(np.sum(np.any(E > target, axis=1)))} of {n} rows have "
+                f"probabilities with error bounds above {target:g} (up to {float(E.max()):.3g}): the fitted "
+                "margins are too large for exact prediction (see kronvi.logistic.predict_logistic)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return np.clip(P, 0.0, 1.0)
 
     def predict_proba(self, X):
         """Class probabilities `(N, n_classes)`, columns in the order of `classes_`.

@@ -42,6 +42,28 @@ def test_float32_lbfgs_fit_with_x64_switched_on():
         assert float(info.elbo[info.num_iter]) > float(info.elbo[0])
 
 
+def test_huge_features_and_zero_weights_give_no_nan():
+    """Features at 1e30 overflowed the Laplace start's sum of squares (0 * inf: NaN logits), and all-zero
+    `weights` divided by a zero row count; both returned NaN without a word."""
+    Phi, y, prior = data(np.float32)
+    q, info = kl.fit_logistic(Phi * 1e30, y, prior, max_iter=30)
+    assert np.all(np.isfinite(np.asarray(q.logits))) and np.isfinite(float(info.elbo[info.num_iter]))
+    with pytest.raises(ValueError, match="^`weights` are all zero: at least one row must count"):
+        kl.fit_logistic(Phi, y, prior, weights=jnp.zeros(60))
+
+
+def test_a_fit_ending_in_nan_raises(monkeypatch):
+    from kronvi.logistic import _fit
+
+    Phi, y, prior = data(np.float32)
+    nan_fit = lambda logits, *a, **k: (kronvi.MeanField._unchecked(logits * jnp.nan), None)  # noqa: E731
+    monkeypatch.setattr(_fit, "_fit_lbfgs", nan_fit)
+    with pytest.raises(
+        FloatingPointError, match=r"^fit_logistic ended with non-finite logits; `Phi` reaches"
+    ):
+        kl.fit_logistic(Phi, y, prior, q_init="prior")
+
+
 def test_sgd_improves_the_bound(dtype):
     Phi, y, prior = data(dtype)
     q, info = kl.fit_logistic(

@@ -117,8 +117,11 @@ def check_weights(weights, num_rows: int, dtype, name: str = "weights"):
     if weights.shape != (num_rows,):
         raise ValueError(f"`{name}` must have shape ({num_rows},), got {tuple(weights.shape)}")
     check_finite(weights, name)
-    if is_concrete(weights) and weights.size and float(reduce_on_device(jnp.min, weights)) < 0:
-        raise ValueError(f"`{name}` must be non-negative")
+    if is_concrete(weights) and weights.size:
+        if float(reduce_on_device(jnp.min, weights)) < 0:
+            raise ValueError(f"`{name}` must be non-negative")
+        if not float(reduce_on_device(jnp.max, weights)) > 0:
+            raise ValueError(f"`{name}` are all zero: at least one row must count")
     return weights
 
 
