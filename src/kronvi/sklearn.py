@@ -56,6 +56,7 @@ except ImportError:  # scikit-learn < 1.6
         return estimator._validate_data(*args, **kwargs)
 
 
+from ._base.checks import check_int
 from ._base.precision import matmul
 from ._inputs.data import Standardizer
 from ._inputs.features import RandomFourierFeatures, rff_features
@@ -187,11 +188,6 @@ def _check_positive(value, name, *, allow=()):
     if not ok:
         extra = f" or one of {allow}" if allow else ""
         raise ValueError(f"`{name}` must be a positive number{extra}, got {value!r}")
-
-
-def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
 
 
 class DirectRegressor(RegressorMixin, BaseEstimator):
@@ -336,15 +332,15 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         _check_choice(self.basis, "basis", _BASES)
         _check_choice(self.method, "method", _METHODS)
         _check_choice(self.dtype, "dtype", _DTYPES)
-        _check_int(self.n_frequencies, "n_frequencies", 1)
+        check_int(self.n_frequencies, "n_frequencies", 1)
         _check_positive(self.lengthscale, "lengthscale", allow=("gp",))
         _check_positive(self.prior_scale, "prior_scale", allow=("auto",))
         _check_positive(self.noise, "noise", allow=("auto",))
-        _check_int(self.levels, "levels", 2)
-        _check_int(self.noise_levels, "noise_levels", 1)
-        _check_int(self.gp_points, "gp_points", 2)
-        _check_int(self.gp_restarts, "gp_restarts", 1)
-        _check_int(self.chunk_size, "chunk_size", 1)
+        check_int(self.levels, "levels", 2)
+        check_int(self.noise_levels, "noise_levels", 1)
+        check_int(self.gp_points, "gp_points", 2)
+        check_int(self.gp_restarts, "gp_restarts", 1)
+        check_int(self.chunk_size, "chunk_size", 1)
         if self.width is not None:
             _check_positive(self.width, "width")
         if self.noise_span is not None and not (
@@ -355,7 +351,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         if self.starts is not None:
             _check_choice(self.starts, "starts", ("gaussian", "prior", "both"))
         if self.max_iter is not None:
-            _check_int(self.max_iter, "max_iter", 1)
+            check_int(self.max_iter, "max_iter", 1)
 
     def _config(self) -> DirectConfig:
         starts = None
@@ -605,7 +601,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         Returns:
           `(N, n_samples)` float64 NumPy array.
         """
-        _check_int(n_samples, "n_samples", 1)
+        check_int(n_samples, "n_samples", 1)
         seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
         with self._precision():
             Phi, _ = self._moments(X)
@@ -692,12 +688,12 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         _check_choice(self.features, "features", _FEATURES)
         _check_choice(self.dtype, "dtype", _DTYPES)
         _check_choice(self.bound, "bound", BOUNDS)
-        _check_int(self.n_frequencies, "n_frequencies", 1)
+        check_int(self.n_frequencies, "n_frequencies", 1)
         _check_positive(self.lengthscale, "lengthscale", allow=("auto",))
         _check_positive(self.prior_scale, "prior_scale")
         _check_positive(self.width, "width")
-        _check_int(self.levels, "levels", 2)
-        _check_int(self.max_iter, "max_iter", 1)
+        check_int(self.levels, "levels", 2)
+        check_int(self.max_iter, "max_iter", 1)
 
     def _precision(self):
         return jax.enable_x64(True) if self.dtype == "float64" else _nullcontext()

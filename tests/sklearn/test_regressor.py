@@ -232,3 +232,10 @@ def test_bad_targets_are_named():
         DirectRegressor(**SMALL).fit(X, y * 1e200)
     with pytest.raises(ValueError, match="^`y` is constant in the rows that fix the GP hyperparameters"):
         DirectRegressor(n_frequencies=10).partial_fit(X, np.ones(40))
+
+
+def test_integer_parameters_use_the_library_rule():
+    """The estimators had their own integer check and message; now kronvi's check_int (same words)."""
+    X, y = _data(40)
+    with pytest.raises(ValueError, match=r"^`n_frequencies` must be an int >= 1, got 10.0$"):
+        DirectRegressor(n_frequencies=10.0).fit(X, y)
