@@ -1,7 +1,7 @@
 r"""scikit-learn estimators over DIRECT regression (and, once it exists, logistic regression).
 
-`DirectRegressor` wraps the same stages as [`kronvi.pipeline`][kronvi.pipeline] (standardize the inputs,
-centre the targets, GP hyperparameters, random Fourier features, exact statistics, the eigenbasis recipe,
+`DirectRegressor` wraps the same stages as [`kronvi.pipeline`][kronvi.pipeline] (standardize the inputs
+and the targets, GP hyperparameters, random Fourier features, exact statistics, the eigenbasis recipe,
 coordinate ascent) behind `fit` / `predict(X, return_std=True)` / `partial_fit`, so it drops into a
 `Pipeline`, `GridSearchCV` or `clone` like `BayesianRidge` or `GaussianProcessRegressor`.
 
@@ -13,9 +13,11 @@ rows, so chunks merge exactly ([`kronvi.merge_stats`][kronvi.merge_stats]). What
 everything the statistics are computed *through*: the input standardization, the GP hyperparameters and the
 random frequencies. They are fixed once, by [`DirectRegressor.initialize`][kronvi.sklearn.DirectRegressor.initialize]
 on the rows it is given (`partial_fit` calls it on its first chunk unless it was called before), and every
-later chunk goes through the same map. The centring of $y$ is exact whatever the chunks: the statistics are
-accumulated for the features augmented with a constant column (which carries $\sum_i \phi_i$, $\sum_i y_i$
-and $n$) and re-centred on the mean of all rows seen before every fit. Hence
+later chunk goes through the same map. The standardization of $y$ is exact whatever the chunks: the
+statistics are accumulated for the features augmented with a constant column (which carries
+$\sum_i \phi_i$, $\sum_i y_i$ and $n$) and re-centred on the mean, and rescaled by the standard deviation,
+of all rows seen before every fit (so are the prior and noise scales that derive from the target
+variance). Hence
 
 ```python
 est.fit(X, y)                                   # == initialize(X, y), then one chunk of all rows
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +56,7 @@ except ImportError:  # scikit-learn < 1.6
         return estimator._validate_data(*args, **kwargs)
 
 
+from ._base.checks import check_int
 from ._base.precision import matmul
 from ._inputs.data import Standardizer
 from ._inputs.features import RandomFourierFeatures, rff_features
@@ -62,6 +66,7 @@ from ._model.regression import noise_moments, predict_regression
 from ._stats.eigen import eigenbasis, rotate_features
 from ._stats.regression import RegressionStats, merge_stats, regression_stats_from_inputs
 from .logistic import BOUNDS, fit_logistic, predict_logistic
+from .logistic._predict import target_error
 from .pipeline import (
     DirectConfig,
     eigen_posterior_grid,
@@ -80,23 +85,70 @@ _DTYPES = ("float32", "float64")
 _METHODS = ("cavi", "lbfgs")
 
 
-def _features_of(standardizer, feature_map, X):
+def _features_of(feature_map, Xs):
     """Standardized inputs through the feature map (`None`: the linear features, the inputs themselves)."""
-    Xs = (X - standardizer.mean) / standardizer.scale
     return Xs if feature_map is None else rff_features(feature_map, Xs)
 
 
-def _augmented_features(standardizer, feature_map, X):
-    """`[Phi(X), 1]`: the constant column carries the sums that re-centre y exactly."""
-    Phi = _features_of(standardizer, feature_map, X)
+def _augmented_features(feature_map, Xs):
+    """`[Phi(Xs), 1]`: the constant column carries the sums that re-centre y exactly."""
+    Phi = _features_of(feature_map, Xs)
     return jnp.concatenate([Phi, jnp.ones((Phi.shape[0], 1), Phi.dtype)], axis=1)
 
 
 @jax.jit
-def _predict_moments(standardizer, feature_map, basis, q_w, q_noise, prior_w, prior_noise, X):
-    Phi = _features_of(standardizer, feature_map, X)
+def _predict_moments(feature_map, basis, q_w, q_noise, prior_w, prior_noise, Xs):
+    Phi = _features_of(feature_map, Xs)
     Phi = Phi if basis is None else rotate_features(basis, Phi)
     return Phi, predict_regression(q_w, q_noise, prior_w, prior_noise, Phi)
+
+
+def _standardized(standardizer, X, dtype=np.float64):
+    """`(X - mean) / scale` computed in float64 (the precision of the validated inputs, so that a large
+    offset loses nothing), then cast to `dtype`; `ValueError` naming `X` when the values overflow."""
+    Xs = (X - standardizer.mean) / standardizer.scale
+    if Xs.size and not np.max(np.abs(Xs)) <= np.finfo(dtype).max:
+        raise ValueError(
+            f"`X` holds values too far from the training inputs: standardized, they overflow {np.dtype(dtype)}"
+        )
+    return Xs.astype(dtype)
+
+
+def _numeric_targets(y):
+    """`y` unchanged when its dtype is numeric; else converted to float64 as scikit-learn converts object
+    targets, with a `ValueError` naming `y` when that fails (strings such as "a")."""
+    dtype = getattr(y, "dtype", None)
+    if not isinstance(dtype, np.dtype):
+        dtype = np.asarray(y).dtype
+    if dtype.kind in "biufc":  # complex: scikit-learn's validation refuses it
+        return y
+    try:
+        return np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"`y` must hold numbers (the targets of a regressor), got dtype {dtype}: {e}"
+        ) from None
+
+
+def _check_target_range(y):
+    """`ValueError` naming `y` when its squares (the statistics' `y^T y`) would overflow float64."""
+    big = float(np.max(np.abs(y))) if y.size else 0.0
+    if big > 1e150:
+        raise ValueError(f"`y` holds magnitudes up to {big:.3g}, whose squares overflow float64: rescale `y`")
+
+
+def _target_scale(sd, offset):
+    """The unit the model measures targets in: their standard deviation `sd`, at least `1e-6 |offset|`
+    (below that the spread is rounding of a constant), and 1 when both are zero. Proportional to the
+    units of y, so that the fit is equivariant to them."""
+    scale = max(float(sd), 1e-6 * abs(float(offset)))
+    return scale if scale > 0 and np.isfinite(scale) else 1.0
+
+
+def _column_sd(y):
+    """The standard deviation of `y`, scaled by a power of two first so that no square overflows."""
+    unit = np.ldexp(1.0, np.frexp(np.max(np.abs(y)))[1]) if y.size else 1.0
+    return float(np.std(y / unit)) * unit
 
 
 def _bucket(n: int, chunk: int, minimum: int = 32) -> int:
@@ -138,19 +190,15 @@ def _check_positive(value, name, *, allow=()):
         raise ValueError(f"`{name}` must be a positive number{extra}, got {value!r}")
 
 
-def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
-
-
 class DirectRegressor(RegressorMixin, BaseEstimator):
     r"""DIRECT mean-field regression with random Fourier features, as a scikit-learn regressor.
 
     The model is $y = \Phi(x)^\top w + \varepsilon$ with a discrete prior on every weight and on the noise
     variance, fitted by maximizing the exact ELBO ([`kronvi.fit_regression`][kronvi.fit_regression]). `fit`
     follows [`kronvi.pipeline.prepare_fold`][kronvi.pipeline.prepare_fold] and
-    [`kronvi.pipeline.fit_prepared`][kronvi.pipeline.fit_prepared]: standardize the inputs, centre the
-    targets, fit GP hyperparameters on at most `gp_points` rows
+    [`kronvi.pipeline.fit_prepared`][kronvi.pipeline.fit_prepared]: standardize the inputs (in float64) and
+    the targets (`y_offset_`, `y_scale_`: predictions are equivariant to the units of y), fit GP
+    hyperparameters on at most `gp_points` rows
     ([`kronvi.fit_gp_hyperparameters`][kronvi.fit_gp_hyperparameters]), draw `n_frequencies` random
     frequencies, accumulate the statistics in float64, then
 
@@ -199,23 +247,29 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
 
     Attributes:
       n_features_in_: number of input columns $d$.
-      standardizer_: [`kronvi.Standardizer`][kronvi.Standardizer] of the inputs.
+      standardizer_: [`kronvi.Standardizer`][kronvi.Standardizer] of the inputs, float64 NumPy arrays
+        (inputs are standardized in float64, then cast to `dtype`).
       hyperparameters_: [`kronvi.GPHyperparameters`][kronvi.GPHyperparameters] used for the features and the
-        prior (the GP estimate, or the fixed lengthscale with the target variance).
+        prior, in the units of the targets, float64 NumPy arrays: the GP estimate, or the fixed lengthscale
+        with the variance of all targets seen.
       feature_map_: [`kronvi.RandomFourierFeatures`][kronvi.RandomFourierFeatures], or `None` for `"linear"`.
-      y_offset_: mean of all targets seen (the model is fitted to $y -$ `y_offset_`).
-      stats_: [`kronvi.RegressionStats`][kronvi.RegressionStats] of the features and centred targets of all
-        rows seen, float64, before any rotation.
+      y_offset_: mean of all targets seen.
+      y_scale_: standard deviation of all targets seen (at least `1e-6 |y_offset_|`; 1 when both are 0).
+        The model is fitted to the standardized targets $(y -$ `y_offset_`$)/$`y_scale_`, so that its
+        predictions are equivariant to the units of y and no float32 statistic overflows.
+      stats_: [`kronvi.RegressionStats`][kronvi.RegressionStats] of the features and the standardized
+        targets of all rows seen, float64, before any rotation.
       basis_: [`kronvi.Eigenbasis`][kronvi.Eigenbasis] for `"eigen"`, else `None`.
-      prior_w_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grid of the weights `(b, levels)`.
+      prior_w_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grid of the weights `(b, levels)`, for the
+        standardized targets.
       prior_noise_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grid of the noise variance
-        `(1, noise_levels)`.
+        `(1, noise_levels)`, for the standardized targets.
       q_w_: the fitted [`kronvi.MeanField`][kronvi.MeanField] posterior of the weights `(b, levels)`.
       q_noise_: the fitted [`kronvi.MeanField`][kronvi.MeanField] posterior of the noise variance
         `(1, noise_levels)`.
-      noise_variance_: posterior mean of the noise variance.
-      elbo_: the final ELBO (nats).
-      fit_info_: the fit's [`kronvi.FitInfo`][kronvi.FitInfo].
+      noise_variance_: posterior mean of the noise variance, in squared target units.
+      elbo_: the final ELBO (nats) of the targets in their own units.
+      fit_info_: the fit's [`kronvi.FitInfo`][kronvi.FitInfo] (its trace: ELBOs of the standardized targets).
       n_iter_: iterations of the fit (sweeps for CAVI).
       n_samples_seen_: rows seen by `fit` / `partial_fit`.
 
@@ -278,15 +332,15 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         _check_choice(self.basis, "basis", _BASES)
         _check_choice(self.method, "method", _METHODS)
         _check_choice(self.dtype, "dtype", _DTYPES)
-        _check_int(self.n_frequencies, "n_frequencies", 1)
+        check_int(self.n_frequencies, "n_frequencies", 1)
         _check_positive(self.lengthscale, "lengthscale", allow=("gp",))
         _check_positive(self.prior_scale, "prior_scale", allow=("auto",))
         _check_positive(self.noise, "noise", allow=("auto",))
-        _check_int(self.levels, "levels", 2)
-        _check_int(self.noise_levels, "noise_levels", 1)
-        _check_int(self.gp_points, "gp_points", 2)
-        _check_int(self.gp_restarts, "gp_restarts", 1)
-        _check_int(self.chunk_size, "chunk_size", 1)
+        check_int(self.levels, "levels", 2)
+        check_int(self.noise_levels, "noise_levels", 1)
+        check_int(self.gp_points, "gp_points", 2)
+        check_int(self.gp_restarts, "gp_restarts", 1)
+        check_int(self.chunk_size, "chunk_size", 1)
         if self.width is not None:
             _check_positive(self.width, "width")
         if self.noise_span is not None and not (
@@ -297,7 +351,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         if self.starts is not None:
             _check_choice(self.starts, "starts", ("gaussian", "prior", "both"))
         if self.max_iter is not None:
-            _check_int(self.max_iter, "max_iter", 1)
+            check_int(self.max_iter, "max_iter", 1)
 
     def _config(self) -> DirectConfig:
         starts = None
@@ -336,40 +390,46 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
           `self`, not yet fitted (no posterior) until `partial_fit` is called.
         """
         self._check_params()
-        X, y = validate_data(self, X, y, y_numeric=True, reset=True, dtype=np.float64)
+        X, y = validate_data(self, X, _numeric_targets(y), y_numeric=True, reset=True, dtype=np.float64)
+        _check_target_range(y)
         if X.shape[0] < 2:
             raise ValueError(f"{type(self).__name__} needs at least 2 samples, got 1 sample")
         seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
         k_gp, _, k_fit = jax.random.split(jax.random.key(seed), 3)
-        with self._precision():
-            dtype = self._jax_dtype()
-            std = _standardizer(X, dtype)
-            Xs = jnp.asarray(
-                (X - np.asarray(std.mean, np.float64)) / np.asarray(std.scale, np.float64), dtype
-            )
-            y_shift = float(np.mean(y))
-            yc = y - y_shift
-            var_y = max(float(np.var(yc)), 1e-12 * max(1.0, y_shift**2), np.finfo(np.float64).tiny)
-            d = X.shape[1]
-            if self.features == "rff" and self.lengthscale == "gp":
+        std = _standardizer(X)
+        y_shift = float(np.mean(y))
+        y_unit = _target_scale(_column_sd(y - y_shift), y_shift)  # the unit of the accumulated statistics
+        d = X.shape[1]
+        if self.features == "rff" and self.lengthscale == "gp":
+            if np.all(y == y[0]):
+                raise ValueError(
+                    "`y` is constant in the rows that fix the GP hyperparameters (those of `initialize`, or "
+                    "the first chunk of `partial_fit`): pass a representative sample to `initialize`, or "
+                    "set a numeric `lengthscale`"
+                )
+            with self._precision():
+                dtype = self._jax_dtype()
                 hyper, _ = fit_gp_hyperparameters(
-                    k_gp, Xs, jnp.asarray(yc, dtype), num_points=self.gp_points, num_restarts=self.gp_restarts
-                )
-            else:
-                ls = 1.0 if self.lengthscale == "gp" else float(self.lengthscale)
-                signal = var_y if self.features == "rff" else var_y / d
-                hyper = GPHyperparameters(
-                    jnp.full((d,), ls, dtype), jnp.asarray(signal, dtype), jnp.asarray(0.1 * var_y, dtype)
-                )
-            fmap = (
-                _frequencies(seed, hyper.lengthscales, self.n_frequencies, dtype)
-                if self.features == "rff"
-                else None
+                    k_gp, jnp.asarray(_standardized(std, X, dtype)), jnp.asarray((y - y_shift) / y_unit, dtype),
+                    num_points=self.gp_points, num_restarts=self.gp_restarts,
+                )  # fmt: skip
+            hyper = GPHyperparameters(
+                np.asarray(hyper.lengthscales, np.float64),
+                np.asarray(hyper.signal_variance, np.float64) * y_unit**2,
+                np.asarray(hyper.noise_variance, np.float64) * y_unit**2,
             )
+        else:  # the variances are those of all rows seen, set by every fit
+            ls = 1.0 if self.lengthscale == "gp" else float(self.lengthscale)
+            signal = y_unit**2 if self.features == "rff" else y_unit**2 / d
+            hyper = GPHyperparameters(np.full((d,), ls), np.asarray(signal), np.asarray(0.1 * y_unit**2))
+        fmap = None
+        if self.features == "rff":
+            with self._precision():
+                fmap = _frequencies(seed, hyper.lengthscales, self.n_frequencies, self._jax_dtype())
         self.standardizer_ = std
         self.hyperparameters_ = hyper
         self.feature_map_ = fmap
-        self._y_shift = y_shift
+        self._y_shift, self._y_unit = y_shift, y_unit
         self._fit_key = k_fit
         self._augmented_stats = None
         self.n_samples_seen_ = 0
@@ -381,13 +441,12 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         n = X.shape[0]
         rows = _bucket(n, self.chunk_size)
         mask = np.arange(rows) < n
+        Xs = _standardized(self.standardizer_, X)
         with jax.enable_x64(True):
             f64 = functools.partial(jax.tree.map, functools.partial(jnp.asarray, dtype=jnp.float64))
-            feature_fn = functools.partial(
-                _augmented_features, f64(self.standardizer_), f64(self.feature_map_)
-            )
+            feature_fn = functools.partial(_augmented_features, f64(self.feature_map_))
             stats = regression_stats_from_inputs(
-                feature_fn, f64(_pad_rows(X, rows)), f64(_pad_rows(y - self._y_shift, rows)),
+                feature_fn, f64(_pad_rows(Xs, rows)), f64(_pad_rows((y - self._y_shift) / self._y_unit, rows)),
                 chunk_size=min(rows, self.chunk_size), mask=None if rows == n else mask,
             )  # fmt: skip
             if self._augmented_stats is not None:
@@ -398,16 +457,28 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
     def _fit_posterior(self):
         config = self._config()
         dtype = self._jax_dtype()
-        hyper = self.hyperparameters_
         with jax.enable_x64(True):
             f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
             stats, c = _centred_stats(jax.tree.map(f64, self._augmented_stats))
+            # standardize the targets of all rows seen: from units of `_y_unit` to units of `y_scale`
+            y_offset = self._y_shift + float(c) * self._y_unit
+            sd = float(jnp.sqrt(stats.yty / stats.n)) * self._y_unit
+            y_scale = _target_scale(sd, y_offset)
+            r = self._y_unit / y_scale
+            stats = RegressionStats(stats.n, stats.yty * r**2, stats.Phity * r, stats.PhitPhi)
             b = stats.Phity.shape[0]
+            hyper = self.hyperparameters_
+            if not (self.features == "rff" and self.lengthscale == "gp"):  # the variance of all rows seen
+                signal = y_scale**2 if self.features == "rff" else y_scale**2 / self.n_features_in_
+                hyper = GPHyperparameters(
+                    hyper.lengthscales, np.asarray(signal), np.asarray(0.1 * y_scale**2)
+                )
             if self.prior_scale == "auto":
-                scale = jnp.sqrt(f64(hyper.signal_variance))
+                scale = np.sqrt(hyper.signal_variance) / y_scale
             else:
-                scale = f64(self.prior_scale)
-            guess = f64(hyper.noise_variance) if self.noise == "auto" else f64(self.noise)
+                scale = float(self.prior_scale) / y_scale
+            guess = hyper.noise_variance if self.noise == "auto" else float(self.noise)
+            scale, guess = f64(scale), f64(guess / y_scale**2)
             if self.basis == "eigen":
                 rotated, basis = eigenbasis(stats)
                 s2 = evidence_noise_variance(rotated, basis, scale, guess) if self.noise == "auto" else guess
@@ -421,20 +492,23 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
                 prior_w = gaussian_prior(b, scale, levels=config.levels, width=config.width)
                 fit_stats = stats
             self.stats_ = jax.device_get(stats)
-            self.y_offset_ = float(self._y_shift + c)
             to = functools.partial(jnp.asarray, dtype=dtype)
             fit_stats, basis, s2 = jax.tree.map(to, (fit_stats, basis, s2))
             prior_w = DiscretePrior(to(prior_w.values), to(prior_w.log_probs))
         with self._precision():
             prior_n = noise_prior_for_span(s2, config.noise_span, config.noise_levels)
             q_w, q_n, info = fit_best_start(fit_stats, prior_w, prior_n, config, key=self._fit_key)
-            self.noise_variance_ = float(noise_moments(q_n, prior_n)[2])
+            noise = float(noise_moments(q_n, prior_n)[2])
+        self.hyperparameters_ = hyper
+        self.y_offset_, self.y_scale_ = y_offset, y_scale
+        self.noise_variance_ = noise * y_scale**2
         self.basis_ = basis
         self.prior_w_, self.prior_noise_ = prior_w, prior_n
         self.q_w_, self.q_noise_ = q_w, q_n
         self.fit_info_ = info
         self.n_iter_ = max(int(info.num_iter), 1)
-        self.elbo_ = float(info.elbo[int(info.num_iter)])
+        # the density of y is that of the standardized targets divided by y_scale per row
+        self.elbo_ = float(info.elbo[int(info.num_iter)]) - self.n_samples_seen_ * np.log(y_scale)
         return self
 
     def fit(self, X, y):
@@ -448,7 +522,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
           `self`.
         """
         self.initialize(X, y)
-        X, y = validate_data(self, X, y, y_numeric=True, reset=False, dtype=np.float64)
+        X, y = validate_data(self, X, _numeric_targets(y), y_numeric=True, reset=False, dtype=np.float64)
+        _check_target_range(y)
         self._accumulate(X, y)
         return self._fit_posterior()
 
@@ -457,8 +532,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
 
         The first call (unless [`initialize`][kronvi.sklearn.DirectRegressor.initialize] came first) fixes
         the standardization, GP hyperparameters and feature map from this chunk. Statistics merge exactly
-        ([`kronvi.merge_stats`][kronvi.merge_stats]) and the targets are re-centred on the mean of all
-        rows, so after `initialize(X, y)` the chunks of `X` give the model of `fit(X, y)`.
+        ([`kronvi.merge_stats`][kronvi.merge_stats]) and the targets are standardized by the mean and
+        standard deviation of all rows, so after `initialize(X, y)` the chunks of `X` give the model of `fit(X, y)`.
 
         Args:
           X: inputs `(n_chunk, d)`.
@@ -471,30 +546,31 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             self.initialize(X, y)
         else:
             self._check_params()
-        X, y = validate_data(self, X, y, y_numeric=True, reset=False, dtype=np.float64)
+        X, y = validate_data(self, X, _numeric_targets(y), y_numeric=True, reset=False, dtype=np.float64)
+        _check_target_range(y)
         self._accumulate(X, y)
         return self._fit_posterior()
 
     # ------------------------------------------------------------------ prediction
 
     def _moments(self, X):
-        """`(Phi, (mean, var))` at the inputs `X`, in the working dtype, with centred means."""
+        """`(Phi, (mean, var))` at the inputs `X`, in the working dtype, for the standardized targets."""
         check_is_fitted(self, ("q_w_", "q_noise_"))
         X = validate_data(self, X, reset=False, dtype=np.float64)
         n = X.shape[0]
         dtype = self.q_w_.logits.dtype
-        Xp = jnp.asarray(_pad_rows(X, _bucket(n, 1 << 30)), dtype)
+        Xs = jnp.asarray(_pad_rows(_standardized(self.standardizer_, X, dtype), _bucket(n, 1 << 30)))
         Phi, (mean, var) = _predict_moments(
-            self.standardizer_, self.feature_map_, self.basis_, self.q_w_, self.q_noise_, self.prior_w_,
-            self.prior_noise_, Xp,
-        )  # fmt: skip
+            self.feature_map_, self.basis_, self.q_w_, self.q_noise_, self.prior_w_, self.prior_noise_, Xs
+        )
         return Phi[:n], (mean[:n], var[:n])
 
     def predict(self, X, return_std: bool = False):
         r"""Exact predictive mean (and standard deviation) of the target at new inputs.
 
-        The mean is $\Phi(x)^\top E_q[w]$ + `y_offset_`; the variance $\sum_j \Phi_j(x)^2\,\mathrm{Var}_q(w_j)
-        + E_q[\sigma^2]$ includes the noise ([`kronvi.predict_regression`][kronvi.predict_regression]).
+        The mean is `y_offset_` + `y_scale_` $\Phi(x)^\top E_q[w]$; the variance, `y_scale_`$^2$ times
+        $\sum_j \Phi_j(x)^2\,\mathrm{Var}_q(w_j) + E_q[\sigma^2]$, includes the noise
+        ([`kronvi.predict_regression`][kronvi.predict_regression] of the standardized targets).
 
         Args:
           X: inputs `(N, d)`.
@@ -505,17 +581,17 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         """
         with self._precision():
             _, (mean, var) = self._moments(X)
-        mean = np.asarray(mean, np.float64) + self.y_offset_
+        mean = np.asarray(mean, np.float64) * self.y_scale_ + self.y_offset_
         if return_std:
-            return mean, np.sqrt(np.maximum(np.asarray(var, np.float64), 0.0))
+            return mean, np.sqrt(np.maximum(np.asarray(var, np.float64), 0.0)) * self.y_scale_
         return mean
 
     def sample_y(self, X, n_samples: int = 1, random_state=0):
         r"""Draws functions from the posterior and evaluates them at `X`.
 
         Each draw takes every weight from its posterior factor ([`kronvi.sample_codes`][kronvi.sample_codes]:
-        grid values, exactly) and returns $\Phi(x)^\top w$ + `y_offset_`, the noise-free function (add
-        $N(0, \sigma^2)$ for new targets), laid out as in `GaussianProcessRegressor.sample_y`.
+        grid values, exactly) and returns `y_offset_` + `y_scale_` $\Phi(x)^\top w$, the noise-free function
+        (add $N(0,$ `noise_variance_`$)$ for new targets), laid out as in `GaussianProcessRegressor.sample_y`.
 
         Args:
           X: inputs `(N, d)`.
@@ -525,14 +601,14 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         Returns:
           `(N, n_samples)` float64 NumPy array.
         """
-        _check_int(n_samples, "n_samples", 1)
+        check_int(n_samples, "n_samples", 1)
         seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
         with self._precision():
             Phi, _ = self._moments(X)
             codes = sample_codes(jax.random.key(seed), self.q_w_, n_samples)  # (S, b)
             W = jnp.take_along_axis(self.prior_w_.values, codes.T.astype(jnp.int32), axis=1)  # (b, S)
             f = matmul(Phi, W)
-        return np.asarray(f, np.float64) + self.y_offset_
+        return np.asarray(f, np.float64) * self.y_scale_ + self.y_offset_
 
 
 class DirectClassifier(ClassifierMixin, BaseEstimator):
@@ -563,7 +639,8 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
     Attributes:
       classes_: the class labels, sorted.
       n_features_in_: number of input columns $d$.
-      standardizer_: [`kronvi.Standardizer`][kronvi.Standardizer] of the inputs.
+      standardizer_: [`kronvi.Standardizer`][kronvi.Standardizer] of the inputs, float64 NumPy arrays
+        (inputs are standardized in float64, then cast to `dtype`).
       feature_map_: [`kronvi.RandomFourierFeatures`][kronvi.RandomFourierFeatures], or `None`.
       prior_w_: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b + 1, levels)` (the last weight is the
         intercept).
@@ -611,12 +688,12 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         _check_choice(self.features, "features", _FEATURES)
         _check_choice(self.dtype, "dtype", _DTYPES)
         _check_choice(self.bound, "bound", BOUNDS)
-        _check_int(self.n_frequencies, "n_frequencies", 1)
+        check_int(self.n_frequencies, "n_frequencies", 1)
         _check_positive(self.lengthscale, "lengthscale", allow=("auto",))
         _check_positive(self.prior_scale, "prior_scale")
         _check_positive(self.width, "width")
-        _check_int(self.levels, "levels", 2)
-        _check_int(self.max_iter, "max_iter", 1)
+        check_int(self.levels, "levels", 2)
+        check_int(self.max_iter, "max_iter", 1)
 
     def _precision(self):
         return jax.enable_x64(True) if self.dtype == "float64" else _nullcontext()
@@ -624,9 +701,10 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
     def _design(self, X):
         """`[Phi(X), 1]` in the working dtype, rows padded to a bucket; returns `(Phi, n)`."""
         n = X.shape[0]
+        dtype = self.prior_w_.values.dtype
         # at least 512 rows (zero weights): every small data set shares one compiled L-BFGS fit
-        Xp = jnp.asarray(_pad_rows(X, _bucket(n, 1 << 30, 512)), self.prior_w_.values.dtype)
-        return _augmented_features(self.standardizer_, self.feature_map_, Xp), n
+        Xs = jnp.asarray(_pad_rows(_standardized(self.standardizer_, X, dtype), _bucket(n, 1 << 30, 512)))
+        return _augmented_features(self.feature_map_, Xs), n
 
     def fit(self, X, y):
         """Fits one posterior (two classes) or one per class (one-vs-rest).
@@ -648,7 +726,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         d = X.shape[1]
         with self._precision():
             dtype = jnp.float64 if self.dtype == "float64" else jnp.float32
-            self.standardizer_ = _standardizer(X, dtype)
+            self.standardizer_ = _standardizer(X)
             ls = np.sqrt(d) if self.lengthscale == "auto" else float(self.lengthscale)
             if self.features == "rff":
                 self.feature_map_ = _frequencies(seed, np.full(d, ls), self.n_frequencies, dtype)
@@ -680,8 +758,24 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=np.float64)
         with self._precision():
             Phi, n = self._design(X)
-            P = [np.asarray(predict_logistic(q, self.prior_w_, Phi), np.float64)[:n] for q in self.q_w_]
-        return np.clip(np.stack(P, axis=1), 0.0, 1.0)
+            P, E = [], []
+            for q in self.q_w_:
+                with warnings.catch_warnings():  # the padding rows would be counted: warned below
+                    warnings.filterwarnings("ignore", "predict_logistic: ", RuntimeWarning)
+                    p, err = predict_logistic(q, self.prior_w_, Phi, with_error_bound=True)
+                P.append(np.asarray(p, np.float64)[:n])
+                E.append(np.asarray(err, np.float64)[:n])
+            target = target_error(Phi.dtype)
+        P, E = np.stack(P, axis=1), np.stack(E, axis=1)
+        if np.any(E > target):
+            warnings.warn(
+                f"{type(self).__name__}: {int(np.sum(np.any(E > target, axis=1)))} of {n} rows have "
+                f"probabilities with error bounds above {target:g} (up to {float(E.max()):.3g}): the fitted "
+                "margins are too large for exact prediction (see kronvi.logistic.predict_logistic)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return np.clip(P, 0.0, 1.0)
 
     def predict_proba(self, X):
         """Class probabilities `(N, n_classes)`, columns in the order of `classes_`.
@@ -729,13 +823,16 @@ def _frequencies(seed: int, lengthscales, num_frequencies: int, dtype) -> Random
     return RandomFourierFeatures(jnp.asarray(z / ls[:, None], dtype))
 
 
-def _standardizer(X, dtype) -> Standardizer:
-    """[`kronvi.fit_standardizer`][kronvi.fit_standardizer]'s rule (scale 1 for constant columns) in NumPy, so
-    that data of every shape do not each compile a program."""
-    mean = X.mean(axis=0)
-    std = np.sqrt(((X - mean) ** 2).mean(axis=0))
-    constant = ~(std > 100 * np.finfo(np.dtype(dtype)).eps * np.abs(mean))
-    return Standardizer(jnp.asarray(mean, dtype), jnp.asarray(np.where(constant, 1.0, std), dtype))
+def _standardizer(X) -> Standardizer:
+    """[`kronvi.fit_standardizer`][kronvi.fit_standardizer]'s rule (moments of each column scaled by a
+    power of two, scale 1 for constant columns) on the float64 inputs, in NumPy, so that data of every
+    shape do not each compile a program. Float64 NumPy arrays."""
+    unit = np.ldexp(1.0, np.frexp(np.max(np.abs(X), axis=0))[1])
+    Z = X / unit
+    mean = Z.mean(axis=0)
+    std = np.sqrt(((Z - mean) ** 2).mean(axis=0))
+    constant = ~(std > 100 * np.finfo(np.float64).eps * np.abs(mean))
+    return Standardizer(mean * unit, np.where(constant, 1.0, std * unit))
 
 
 class _nullcontext:

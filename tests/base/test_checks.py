@@ -119,3 +119,72 @@ def test_closed_over_data_is_checked_inside_jit(on_accelerator):
     # traced arguments are not checked (the values are unknown): no error, NaN flows through
     out = jax.jit(lambda P: kronvi.predict_regression(qw, qn, pw, pn, P)[0])(bad)
     assert np.isnan(np.asarray(out)[1])
+
+
+@pytest.mark.parametrize("value", [3, np.int64(3), np.int32(3), np.array(3), jnp.array(3)])
+def test_check_int_accepts_integers_of_every_kind(value):
+    assert checks.check_int(value, "k", 1) == 3 and type(checks.check_int(value, "k", 1)) is int
+
+
+@pytest.mark.parametrize("value", [2.7, 3.0, np.float64(3.0), True, "3", None, np.array([3]), np.array(3.0)])
+def test_check_int_refuses_everything_else(value):
+    with pytest.raises(ValueError, match=r"^`k` must be an int >= 1, got "):
+        checks.check_int(value, "k", 1)
+
+
+def _fit_calls():
+    """Every public fit with an integer option, as a function of a value for that option."""
+    from kronvi.bnn import bnn_stats, fit_bnn
+
+    Phi, y, pw, pn = _problem(b=2, n=10)
+    stats = kronvi.regression_stats(Phi, y)
+    folds = jax.tree.map(lambda a: a[None], stats)
+    q0 = kronvi.mixture_from_mean_field(jax.random.key(0), kronvi.MeanField.from_prior(pw), 2)
+    qn0 = kronvi.MeanField.from_prior(pn)
+    bstats, bpw = bnn_stats(Phi, y, (2, 1, 1)), kronvi.gaussian_prior(3, 1.0, levels=3)
+    return {
+        "fit_regression": lambda v: kronvi.fit_regression(stats, pw, pn, max_iter=v),
+        "fit_regression lbfgs": lambda v: kronvi.fit_regression(stats, pw, pn, method="lbfgs", max_iter=v),
+        "fit_regression anneal": lambda v: kronvi.fit_regression(stats, pw, pn, anneal_sweeps=v),
+        "cv_scores": lambda v: kronvi.cv_scores(folds, folds, pw, pn, max_iter=v),
+        "fit_mixture_bound": lambda v: kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, qn0), max_iter=v),
+        "fit_bnn": lambda v: fit_bnn(bstats, bpw, pn, method="cavi", max_iter=v),
+        "fit_bnn num_starts": lambda v: fit_bnn(bstats, bpw, pn, num_starts=v),
+    }
+
+
+_FITS = ["fit_regression", "fit_regression lbfgs", "fit_regression anneal", "cv_scores", "fit_mixture_bound"]
+
+
+@pytest.mark.parametrize("call", _FITS + ["fit_bnn", "fit_bnn num_starts"])
+@pytest.mark.parametrize("bad", [2.7, -5])
+def test_fits_refuse_non_integral_and_negative_counts(call, bad):
+    """`fit_regression(max_iter=2.7)` ran 2 sweeps and `max_iter=-5` raised JAX's broadcast error."""
+    with pytest.raises(
+        ValueError, match=r"^`(max_iter|anneal_sweeps|num_starts)` must be an int >= \d, got "
+    ):
+        _fit_calls()[call](bad)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: kronvi.regression_stats(np.full((5, 2), "a"), np.ones(5)), "`Phi` must hold real numbers"),
+        (lambda: kronvi.regression_stats(np.ones((5, 2)), np.array(["x"] * 5)), "`y` must hold real numbers"),
+        (
+            lambda: kronvi.fit_standardizer(np.ones((3, 2)) * 1j),
+            "`X` must hold real numbers, got dtype complex",
+        ),
+        (
+            lambda: kronvi.fit_standardizer(np.array([[None, 1.0]])),
+            "`X` must hold real numbers, got dtype object",
+        ),
+        (lambda: kronvi.fit_standardizer([[1.0, 2.0], [3.0]]), "`X` must be a rectangular array of numbers"),
+        (lambda: kronvi.gaussian_prior(2, "wide"), "`scale` must hold real numbers"),
+    ],
+)
+def test_non_numeric_arrays_get_a_named_error(call, match):
+    """Strings, objects, complex numbers and ragged lists reached `jnp.asarray` ("Error interpreting
+    argument to ... as an abstract array") or NumPy."""
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -42,6 +42,28 @@ def test_standardizer_zero_mean_unit_scale(dtype):
     np.testing.assert_allclose(Z.std(0), 1.0, rtol=1e-5)
 
 
+def test_standardizer_of_huge_columns_is_finite_and_exact(dtype):
+    """Squared deviations overflowed above 1.8e19 (float32) and 1.3e154 (float64): the column got scale
+    inf and was standardized to zeros. Scaled by a power of two first, the moments are those of the
+    scaled-down column, scaled back exactly."""
+    big = 1e30 if dtype == np.float32 else 1e200
+    X = np.random.default_rng(0).normal(3.0, 5.0, size=(50, 3))
+    small = kronvi.fit_standardizer(jnp.asarray(X, dtype))
+    X_big = X * [1.0, big, 1.0 / big]
+    st = kronvi.fit_standardizer(jnp.asarray(X_big, dtype))
+    np.testing.assert_allclose(
+        np.asarray(st.scale, np.float64) / [1.0, big, 1.0 / big], small.scale, rtol=1e-6
+    )
+    np.testing.assert_allclose(np.asarray(st.mean, np.float64) / [1.0, big, 1.0 / big], small.mean, rtol=1e-6)
+    Z = np.asarray(kronvi.standardize(st, jnp.asarray(X_big, dtype)), np.float64)
+    np.testing.assert_allclose(Z.std(0), 1.0, rtol=1e-5)
+    # ordinary columns: the same numbers as the unscaled formulas, to the last bit
+    X = jnp.asarray(X, dtype)
+    mean = jnp.mean(X, axis=0)
+    np.testing.assert_array_equal(small.mean, mean)
+    np.testing.assert_array_equal(small.scale, jnp.sqrt(jnp.mean((X - mean) ** 2, axis=0)))
+
+
 @pytest.mark.parametrize("value", [0.0, 0.1, -7.3, 1e6])
 def test_constant_columns_get_unit_scale(dtype, value):
     rng = np.random.default_rng(1)

@@ -3,6 +3,7 @@
 import itertools
 
 import numpy as np
+from scipy.special import expit
 
 
 def configurations(probs, values):
@@ -25,9 +26,10 @@ def expected_loglik(probs, values, Phi, y):
 
 
 def predictive(probs, values, Phi):
-    """Exact E_q sigmoid(Phi w), (N,)."""
-    Phi = np.asarray(Phi, np.float64)
-    out = np.zeros(Phi.shape[0])
-    for p, w in configurations(probs, values):
-        out += p / (1.0 + np.exp(-(Phi @ w)))
-    return out
+    """Exact E_q sigmoid(Phi w), (N,): all configurations at once, a sigmoid that cannot overflow."""
+    probs, values, Phi = (np.asarray(a, np.float64) for a in (probs, values, Phi))
+    b, m = probs.shape
+    idx = np.array(list(itertools.product(range(m), repeat=b))).reshape(-1, b)  # (C, b)
+    rows = np.arange(b)
+    weight = np.prod(probs[rows, idx], axis=1)  # (C,)
+    return expit(Phi @ values[rows, idx].T) @ weight

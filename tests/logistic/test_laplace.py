@@ -96,6 +96,8 @@ def test_separable_data_stays_finite_and_jit_vmap_agree():
         (dict(y=np.full(10, 0.5)), "`y`"),
         (dict(y=np.array([np.nan] + [0.0] * 9)), "`y`"),
         (dict(y=np.zeros(9)), "`y`"),
+        (dict(y=np.array(["a", "b"] * 5)), "^`y` must hold real numbers, got dtype <U1$"),
+        (dict(Phi=[[1.0, 2.0]] * 9 + [[1.0]]), "^`Phi` must be a rectangular array of numbers"),
         (dict(Phi=np.ones(10)), "`Phi`"),
         (dict(Phi=np.full((10, 2), np.inf)), "`Phi`"),
         (dict(prior_scale=-1.0), "`prior_scale`"),
@@ -113,3 +115,9 @@ def test_bad_arguments_are_named(kwargs, name):
     Phi, y, scale = args.pop("Phi"), args.pop("y"), args.pop("prior_scale")
     with pytest.raises(ValueError, match=name):
         kl.laplace_grid_prior(Phi, y, scale, **args)
+
+
+def test_float16_is_refused_before_the_factorization():
+    """float16 reached LAPACK: `NotImplementedError: Unsupported dtype float16`."""
+    with pytest.raises(TypeError, match="^`Phi` is float16: fits run in float32 or float64"):
+        kl.laplace_grid_prior(np.ones((10, 2), np.float16), np.arange(10) % 2, 1.0)

@@ -65,9 +65,7 @@ def test_sample_frequencies_match_mean_field(precision):
 
 
 def test_sample_frequencies_match_mixture(precision):
-    Mixture = getattr(kronvi, "Mixture", None)
-    if Mixture is None:
-        pytest.skip("kronvi.Mixture not available")
+    Mixture = kronvi.Mixture
     rng = np.random.default_rng(1)
     r, b, m, S = 3, 2, 3, 20_000
     q = Mixture(rng.normal(size=(r, b, m)) * 2, rng.normal(size=r))

@@ -118,9 +118,7 @@ def test_round_trip_of_generic_feature_pytrees(tmp_path):
 
 
 def test_round_trip_mixture_posterior(tmp_path):
-    Mixture = getattr(kronvi, "Mixture", None)
-    if Mixture is None:
-        pytest.skip("kronvi.Mixture not available")
+    Mixture = kronvi.Mixture
     rng = np.random.default_rng(3)
     q = Mixture(rng.normal(size=(3, 6, 15)).astype(np.float32), rng.normal(size=3).astype(np.float32))
     model = make_model(np.float32, q_w=q)

@@ -62,3 +62,32 @@ def test_one_vs_rest_for_three_classes():
     assert clf.score(X, labels + 5) > 0.9
     with pytest.raises(ValueError, match="`bound`"):
         DirectClassifier(bound="none").fit(X, labels)
+
+
+def test_offset_inputs_are_standardized_before_the_float32_cast():
+    """Inputs of 1e6 + N(0, 1) cast to float32 (spacing 0.0625) before standardizing moved the
+    probabilities by up to 0.4; standardized in float64 first, by under 1e-3 (float32 L-BFGS paths)."""
+    X, y = _rings()
+    shift = np.array([1e6, -3e6])
+    clf = DirectClassifier(**SMALL).fit(X, y)
+    moved = DirectClassifier(**SMALL).fit(X + shift, y).predict_proba(X[:50] + shift)
+    np.testing.assert_allclose(moved, clf.predict_proba(X[:50]), atol=0.01)
+    # inputs whose standardized values overflow float32 are named as the user's `X`, not `Phi_new`
+    with pytest.raises(ValueError, match="^`X` holds values too far from the training inputs"):
+        clf.predict(X[:3] * 1e300)
+
+
+def test_large_margins_keep_the_predictions():
+    """With the weight grids scaled by 1e6 the margins reach ~1e7: predict_logistic returned NaN for every
+    row, so `predict` answered the first class everywhere. Now the 15**3 configurations of the linear
+    model are summed exactly: the probabilities are the q-mass of each margin's sign, which decides as the
+    unscaled model does except near the boundary (199 of 200 rows)."""
+    X, _ = _rings()
+    y = np.where(X[:, 0] > 0.3, "out", "in")
+    clf = DirectClassifier(features="linear", max_iter=30, random_state=0).fit(X, y)
+    expected = clf.predict(X)
+    clf.prior_w_ = kronvi.DiscretePrior(clf.prior_w_.values * 1e6, clf.prior_w_.log_probs)
+    proba = clf.predict_proba(X)
+    assert np.all(np.isfinite(proba))
+    assert np.mean(clf.classes_[np.argmax(proba, axis=1)] == expected) > 0.95
+    assert 0.5 < np.mean(expected == "in") < 0.8

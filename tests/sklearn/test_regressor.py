@@ -90,7 +90,7 @@ def test_partial_fit_without_initialize_fixes_the_map_on_the_first_chunk_and_cen
         st = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.standardizer_)
         fm = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.feature_map_)
         Phi = kronvi.rff_features(fm, kronvi.standardize(st, jnp.asarray(X)))
-        ref = kronvi.regression_stats(Phi, jnp.asarray(y - y.mean()))
+        ref = kronvi.regression_stats(Phi, jnp.asarray((y - y.mean()) / est.y_scale_))
     for a, b in zip(jax.tree.leaves(est.stats_), jax.tree.leaves(ref), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-8)
     with pytest.raises(ValueError, match="features"):
@@ -107,20 +107,20 @@ def test_predict_matches_predict_regression_and_exact_blr():
     Phi = kronvi.rotate_features(est.basis_, Phi)
     mean, var = kronvi.predict_regression(est.q_w_, est.q_noise_, est.prior_w_, est.prior_noise_, Phi)
     m, s = est.predict(Xt, return_std=True)
-    np.testing.assert_allclose(m, np.asarray(mean) + est.y_offset_, rtol=1e-6)
-    np.testing.assert_allclose(s, np.sqrt(np.asarray(var)), rtol=1e-6)
+    np.testing.assert_allclose(m, np.asarray(mean) * est.y_scale_ + est.y_offset_, rtol=1e-6)
+    np.testing.assert_allclose(s, np.sqrt(np.asarray(var)) * est.y_scale_, rtol=1e-6)
     assert np.array_equal(est.predict(Xt), m)
     # the eigenbasis recipe is exact Bayesian linear regression on the same features, up to quantization
     with jax.enable_x64(True):
-        post_mean, _ = kronvi.blr_posterior(
+        post_mean, _ = kronvi.blr_posterior(  # the statistics of the standardized targets
             est.stats_,
-            jnp.sqrt(jnp.asarray(est.hyperparameters_.signal_variance, jnp.float64)),
-            est.noise_variance_,
+            jnp.sqrt(jnp.asarray(est.hyperparameters_.signal_variance, jnp.float64)) / est.y_scale_,
+            est.noise_variance_ / est.y_scale_**2,
         )
         st = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.standardizer_)
         fm = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.feature_map_)
         Phi64 = kronvi.rff_features(fm, kronvi.standardize(st, jnp.asarray(Xt)))
-        blr_mean = np.asarray(Phi64 @ post_mean) + est.y_offset_
+        blr_mean = np.asarray(Phi64 @ post_mean) * est.y_scale_ + est.y_offset_
     np.testing.assert_allclose(m, blr_mean, atol=0.02 * np.std(y))
 
 
@@ -180,3 +180,62 @@ def test_default_lengthscales_are_the_gp_estimate_per_input():
     np.testing.assert_allclose(
         float(est.hyperparameters_.noise_variance), float(ref.noise_variance), rtol=0.02
     )
+
+
+@pytest.mark.parametrize(
+    "params", [SMALL, dict(features="linear", dtype="float64", random_state=0)], ids=["rff", "linear"]
+)
+def test_predictions_are_equivariant_to_the_units_of_y(params):
+    """The target-variance floor `max(var, 1e-12 max(1, mean^2))` and float32 statistics in the units of y
+    made the fit depend on them: at y * 1e-12 the predicted sd was 2,500x too wide, at y * 1e-30 R^2 was
+    -1e25, and y * 1e30 failed with "`center` contains 10 NaN or infinite value(s)"."""
+    X, y = _data(200)
+    ref = DirectRegressor(**params).fit(X, y)
+    m0, s0 = ref.predict(X[:9], return_std=True)
+    for c in (1e-30, 1e-12, 1e12, 1e30):
+        est = DirectRegressor(**params).fit(X, c * y)
+        m, s = est.predict(X[:9], return_std=True)
+        np.testing.assert_allclose(m / c, m0, rtol=1e-6)
+        np.testing.assert_allclose(s / c, s0, rtol=1e-5)
+        assert est.score(X, c * y) == pytest.approx(ref.score(X, y), abs=1e-6)
+
+
+def test_offset_inputs_are_standardized_before_the_float32_cast():
+    """A column of 1e6 + N(0, 1) cast to float32 (spacing 0.0625) before standardizing moved the
+    predictions by 0.03 to 0.7."""
+    X, y = _data(200)
+    shift = np.array([1e6, 0.0, -3e6])
+    est = DirectRegressor(**SMALL).fit(X, y)
+    moved = DirectRegressor(**SMALL).fit(X + shift, y)
+    np.testing.assert_allclose(moved.predict(X[:9] + shift), est.predict(X[:9]), rtol=1e-6)
+
+
+def test_partial_fit_learns_after_a_first_chunk_of_constant_targets():
+    """The prior scale came from the first chunk's target variance, floored at 1e-12: after a chunk of
+    zeros the model never learned (R^2 -0.0002 against 0.96 from `fit`)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(240, 3))
+    y = np.where(X[:, 0] > 0, np.sin(3.0 * X[:, 0]), 0.0) + 0.5 * X[:, 1]
+    first = (X[:, 0] <= 0) & (np.abs(X[:, 1]) < 0.2)
+    y[first] = 0.0
+    est = DirectRegressor(**SMALL)
+    est.partial_fit(X[first], y[first])
+    est.partial_fit(X[~first], y[~first])
+    assert est.score(X, y) > 0.9 * DirectRegressor(**SMALL).fit(X, y).score(X, y)
+
+
+def test_bad_targets_are_named():
+    X, y = _data(40)
+    with pytest.raises(ValueError, match="^`y` must hold numbers"):
+        DirectRegressor(**SMALL).fit(X, np.array(["a"] * 40))
+    with pytest.raises(ValueError, match="^`y` holds magnitudes up to \\S+, whose squares overflow float64"):
+        DirectRegressor(**SMALL).fit(X, y * 1e200)
+    with pytest.raises(ValueError, match="^`y` is constant in the rows that fix the GP hyperparameters"):
+        DirectRegressor(n_frequencies=10).partial_fit(X, np.ones(40))
+
+
+def test_integer_parameters_use_the_library_rule():
+    """The estimators had their own integer check and message; now kronvi's check_int (same words)."""
+    X, y = _data(40)
+    with pytest.raises(ValueError, match=r"^`n_frequencies` must be an int >= 1, got 10.0$"):
+        DirectRegressor(n_frequencies=10.0).fit(X, y)

@@ -14,6 +14,8 @@ checks pass under `jax.transfer_guard_device_to_host("disallow")`.
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,10 +26,35 @@ def is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def as_float_array(x, name: str):
-    """Converts `x` to a floating JAX array, keeping float32/float64 and promoting ints."""
+def check_numeric(x, name: str):
+    """`ValueError` naming `name` unless `x` holds real numbers (bool, integer or float dtype): strings,
+    objects and complex numbers are refused before JAX or NumPy sees them. Returns `x`'s dtype."""
     if x is None:
-        raise ValueError(f"`{name}` must be an array, got None")
+        raise ValueError(f"`{name}` must be an array of numbers, got None")
+    dtype = getattr(x, "dtype", None)
+    if not isinstance(dtype, np.dtype):
+        try:
+            dtype = np.asarray(x).dtype
+        except (ValueError, TypeError) as e:  # ragged nesting
+            raise ValueError(f"`{name}` must be a rectangular array of numbers ({e})") from None
+    if dtype.kind not in "biuf":
+        raise ValueError(f"`{name}` must hold real numbers, got dtype {dtype}")
+    return dtype
+
+
+def check_fit_dtype(x, name: str):
+    """`TypeError` naming `name` unless `x` is float32 or float64 (the precisions fits run in)."""
+    dtype = jnp.dtype(x.dtype)
+    if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise TypeError(
+            f"`{name}` is {dtype}: fits run in float32 or float64 (cast it with `.astype(jnp.float32)`)"
+        )
+
+
+def as_float_array(x, name: str):
+    """Converts `x` to a floating JAX array, keeping float32/float64 and promoting ints and bools;
+    `ValueError` naming `name` for strings, objects and complex numbers."""
+    check_numeric(x, name)
     arr = jnp.asarray(x)
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
@@ -144,13 +171,21 @@ def check_nonempty(x, name: str, axis: int = 0):
 
 
 def check_int(x, name: str, minimum: int | None = None) -> int:
-    """`x` as a Python int; `ValueError` for bools, floats (`2.7` or `3.0`) and values below
-    `minimum`."""
-    is_int = isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-    if not is_int or (minimum is not None and x < minimum):
+    """`x` as a Python int; `ValueError` naming `name` for anything else.
+
+    Accepted: Python and NumPy integers and 0-d integer arrays (NumPy or concrete JAX). Refused: bools,
+    floats (`2.7`, and `3.0` too, as NumPy's `range`-like arguments do), strings, `None`, tracers, and
+    values below `minimum`.
+    """
+    value = None
+    if not isinstance(x, (bool, np.bool_)) and is_concrete(x):
+        dtype = getattr(x, "dtype", None)
+        if isinstance(x, int) or (dtype is not None and np.ndim(x) == 0 and np.issubdtype(dtype, np.integer)):
+            value = operator.index(x)
+    if value is None or (minimum is not None and value < minimum):
         at_least = "" if minimum is None else f" >= {minimum}"
         raise ValueError(f"`{name}` must be an int{at_least}, got {x!r}")
-    return int(x)
+    return int(value)
 
 
 def check_same_dtype(named_arrays: dict):

@@ -50,6 +50,10 @@ class FeatureFitInfo(NamedTuple):
       converged: whether a round gained less than `tol * n` nats before `max_rounds`.
       grad_norm: norm of the gradient of the objective divided by `n`, in the parameters, at the returned
         parameters, with the `q` of that round's step (`nan` when no round was accepted).
+      attempted: `(num_rounds + 1,)` the objective each round reached before the no-progress test (`nan`
+        where every refit's ELBO was non-finite): `objective`, except at a last round that the test
+        undid. With `"previous"` among the starts it does not decrease either, by the argument above
+        and not by that test.
     """
 
     objective: np.ndarray
@@ -57,6 +61,7 @@ class FeatureFitInfo(NamedTuple):
     num_rounds: int
     converged: bool
     grad_norm: float
+    attempted: np.ndarray | None = None
 
 
 def _apply(fn, params, X):
@@ -259,7 +264,8 @@ def fit_features(
        ascent) from each of `starts` and keeps the highest ELBO.
 
     L-BFGS returns its best iterate and `"previous"` (the current $q$) never loses ELBO under coordinate
-    ascent, so with `"previous"` among the starts the objective never decreases. The priors stay fixed:
+    ascent, so with `"previous"` among the starts the objective never decreases (`info.attempted`
+    records each round's objective before the no-progress test that would undo a round). The priors stay fixed:
     to learn the prior scale, give the feature map an output scale (scaling $\Phi$ by $a$ is scaling
     the weights by $a$).
 
@@ -339,6 +345,7 @@ def fit_features(
 
     elbo0, lp0 = value(params, q_w, q_n, stats)
     elbos, objs = [elbo0], [elbo0 + lp0]
+    attempted = [elbo0 + lp0]
     converged = False
     rounds = 0
     grad_norm = float("nan")
@@ -356,6 +363,7 @@ def fit_features(
             if np.isfinite(e) and (best is None or e > best[0]):
                 best = (e, lp_new, fit[0], fit[1])
         rounds += 1
+        attempted.append(float("nan") if best is None else best[0] + best[1])
         if best is None or not best[0] + best[1] >= objs[-1]:  # no progress (or a non-finite ELBO): keep
             elbos.append(elbos[-1])
             objs.append(objs[-1])
@@ -376,6 +384,7 @@ def fit_features(
         num_rounds=rounds,
         converged=converged,
         grad_norm=grad_norm,
+        attempted=np.asarray(attempted + [attempted[-1]] * pad),
     )
     return (params, q_w, q_n), info
 

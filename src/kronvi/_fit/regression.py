@@ -10,6 +10,7 @@ import functools
 
 import jax
 
+from .._base.checks import check_int
 from .._model.families import MeanField
 from .._model.regression import check_regression_args, elbo_from_logits
 from .._solvers.lbfgs import minimize_lbfgs
@@ -107,7 +108,7 @@ def fit_regression(
     args = (q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
     target = resolve_device(device, args)
     if method == "cavi":
-        max_iter = 100 if max_iter is None else int(max_iter)
+        max_iter = 100 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-7 if tol is None else float(tol)
         if key is None:
             key = jax.random.key(0)
@@ -116,13 +117,13 @@ def fit_regression(
             max_iter=max_iter,
             tol=tol,
             order=order,
-            anneal_sweeps=int(anneal_sweeps),
+            anneal_sweeps=check_int(anneal_sweeps, "anneal_sweeps", 0),
             anneal_start=float(anneal_start),
             sweep=sweep,
         )
         args = args + (key,)
     else:
-        max_iter = 1000 if max_iter is None else int(max_iter)
+        max_iter = 1000 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-6 if tol is None else float(tol)
         fit = functools.partial(_fit_lbfgs, max_iter=max_iter, tol=tol, backend=method)
     if target is None:

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._base.checks import check_int
 from .._base.precision import dot, matmul
 from .._model.families import MeanField, grid_moments
 from .._model.grids import DiscretePrior
@@ -166,7 +167,7 @@ def cv_scores(
         None if named else init,
         init_name=init if named else None,
         method=method,
-        max_iter=None if max_iter is None else int(max_iter),
+        max_iter=None if max_iter is None else check_int(max_iter, "max_iter", 1),
     )
 
 

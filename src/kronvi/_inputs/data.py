@@ -44,6 +44,11 @@ def fit_standardizer(X) -> Standardizer:
     with $\epsilon$ the machine epsilon of the dtype) is constant: it gets `scale = 1`, so that
     [`standardize`][kronvi.standardize] maps it to zeros instead of NaN or inf.
 
+    The moments are computed on each column divided by the power of two just above its largest
+    magnitude, then scaled back: exact (a power-of-two scaling rounds nothing), and finite for every
+    finite column, where squaring the raw values would overflow above about `1.8e19` (float32) or
+    `1.3e154` (float64).
+
     Args:
       X: Training inputs `(n, d)`, `n >= 1`. Fit on training rows only, then apply to both splits.
 
@@ -62,11 +67,13 @@ def fit_standardizer(X) -> Standardizer:
     check_ndim(X, 2, "X", "(num_points, num_inputs)")
     check_nonempty(X, "X")
     check_finite(X, "X")
-    mean = jnp.mean(X, axis=0)
-    std = jnp.sqrt(jnp.mean((X - mean) ** 2, axis=0))
+    unit = jnp.ldexp(jnp.ones((), X.dtype), jnp.frexp(jnp.max(jnp.abs(X), axis=0))[1])  # 2^e >= max |x|
+    Z = X / unit
+    mean = jnp.mean(Z, axis=0)
+    std = jnp.sqrt(jnp.mean((Z - mean) ** 2, axis=0))
     eps = jnp.finfo(X.dtype).eps
     constant = ~(std > 100 * eps * jnp.abs(mean))
-    return Standardizer(mean, jnp.where(constant, jnp.ones_like(std), std))
+    return Standardizer(mean * unit, jnp.where(constant, jnp.ones_like(std), std * unit))
 
 
 def standardize(st: Standardizer, X) -> jax.Array:

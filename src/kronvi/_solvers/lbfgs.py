@@ -22,16 +22,22 @@ class FitInfo(NamedTuple):
     Attributes:
       elbo: `(max_iter + 1,)` ELBO at the start (index 0) and after each iteration (sweep for
         `"cavi"`); entries past `num_iter` repeat the final value. For L-BFGS each entry is the
-        best value so far (the fit returns its best iterate), so the trace never decreases.
+        best value so far (the fit returns its best iterate), so this trace cannot decrease; the
+        ELBO of each iterate is `iterate_elbo`.
       num_iter: iterations run.
       converged: whether the stopping criterion was met before `max_iter`.
       grad_norm: L-BFGS only: the gradient norm at the returned parameters (`None` for CAVI).
+      iterate_elbo: L-BFGS only (`None` otherwise, where `elbo` already holds each iterate's value):
+        `(max_iter + 1,)` the ELBO at the start and at the point each iteration reached, which a failed
+        line search can leave below the one before (or at NaN); entries past `num_iter` repeat the
+        last. `elbo` is its running maximum over finite values.
     """
 
     elbo: jax.Array
     num_iter: jax.Array
     converged: jax.Array
     grad_norm: jax.Array | None = None
+    iterate_elbo: jax.Array | None = None
 
 
 def jaxopt_lbfgs(loss, *, max_iter, tol):
@@ -60,8 +66,8 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
     Returns:
       `(best, info)`: the best iterate (lowest finite `loss`; the start if no step improved on it),
       so a fit never ends worse than it began, and a [`FitInfo`][kronvi.FitInfo] whose trace holds
-      `-(best loss so far) * scale` (the ELBO when `loss = -ELBO / scale`) and whose `grad_norm` is
-      the gradient norm at `best`.
+      `-(best loss so far) * scale` (the ELBO when `loss = -ELBO / scale`), whose `iterate_elbo`
+      holds `-loss * scale` at every iterate, and whose `grad_norm` is the gradient norm at `best`.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -71,9 +77,16 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
     """
     if backend not in BACKENDS:
         raise ValueError(f"`backend` must be one of {BACKENDS}, got {backend!r}")
+    dtypes = jax.tree.map(lambda p: jnp.result_type(p), params)
+    user_loss = loss
+
+    def loss(p):  # the line searches' float64 step sizes (x64 on) must not promote float32 parameters
+        return user_loss(jax.tree.map(lambda a, dt: a.astype(dt), p, dtypes))
+
     value0, grad0 = jax.value_and_grad(loss)(params)
     gnorm0 = optax.tree.norm(grad0)
     trace = jnp.full((max_iter + 1,), -value0 * scale)
+    iterates = trace
 
     if backend == "lbfgs":
         solver = jaxopt_lbfgs(loss, max_iter=max_iter, tol=tol)
@@ -97,7 +110,7 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
         return (it < max_iter) & ~done
 
     def body(st):
-        it, params, state, value, grad, best, best_value, best_gnorm, tr, _ = st
+        it, params, state, value, grad, best, best_value, best_gnorm, tr, its, _ = st
         params, state, new_value, grad = step(params, state, value, grad)
         gnorm = optax.tree.norm(grad)
         better = new_value < best_value  # False for NaN
@@ -108,10 +121,12 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
         if stall_rtol is not None:
             done = done | ~(value - new_value > stall_rtol * jnp.maximum(1.0, jnp.abs(new_value)))
         tr = tr.at[it + 1].set(-best_value * scale)
-        return it + 1, params, state, new_value, grad, best, best_value, best_gnorm, tr, done
+        its = its.at[it + 1].set(-new_value * scale)
+        return it + 1, params, state, new_value, grad, best, best_value, best_gnorm, tr, its, done
 
     done0 = ~jnp.isfinite(value0)
-    init = (jnp.asarray(0), params, state, value0, grad0, params, value0, gnorm0, trace, done0)
-    it, *_, best, _, best_gnorm, tr, _ = lax.while_loop(cond, body, init)
-    tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    return best, FitInfo(tr, it, best_gnorm <= tol, best_gnorm)
+    init = (jnp.asarray(0), params, state, value0, grad0, params, value0, gnorm0, trace, iterates, done0)
+    it, *_, best, _, best_gnorm, tr, its, _ = lax.while_loop(cond, body, init)
+    past = jnp.arange(max_iter + 1) > it
+    tr, its = jnp.where(past, tr[it], tr), jnp.where(past, its[it], its)
+    return best, FitInfo(tr, it, best_gnorm <= tol, best_gnorm, its)

@@ -47,6 +47,7 @@ from .._base.checks import (
     check_finite,
     check_int,
     check_ndim,
+    check_numeric,
     check_same_dtype,
     is_concrete,
     reduce_on_device,
@@ -92,11 +93,10 @@ def check_labels(y, num_rows: int, dtype, name: str = "y"):
     """
     if y is None:
         raise ValueError(f"`{name}` must be an array of 0/1 labels, got None")
+    kind = check_numeric(y, name).kind
     y = jnp.asarray(y)
-    if y.dtype == jnp.bool_ or jnp.issubdtype(y.dtype, jnp.integer):
+    if kind in "biu":
         y = y.astype(dtype)
-    elif not jnp.issubdtype(y.dtype, jnp.floating):
-        raise ValueError(f"`{name}` must hold numeric 0/1 labels, got dtype {y.dtype}")
     if y.ndim != 1 or y.shape[0] != num_rows:
         raise ValueError(
             f"`{name}` must have shape ({num_rows},) (one 0/1 label per row), got {tuple(y.shape)}"
@@ -117,8 +117,11 @@ def check_weights(weights, num_rows: int, dtype, name: str = "weights"):
     if weights.shape != (num_rows,):
         raise ValueError(f"`{name}` must have shape ({num_rows},), got {tuple(weights.shape)}")
     check_finite(weights, name)
-    if is_concrete(weights) and weights.size and float(reduce_on_device(jnp.min, weights)) < 0:
-        raise ValueError(f"`{name}` must be non-negative")
+    if is_concrete(weights) and weights.size:
+        if float(reduce_on_device(jnp.min, weights)) < 0:
+            raise ValueError(f"`{name}` must be non-negative")
+        if not float(reduce_on_device(jnp.max, weights)) > 0:
+            raise ValueError(f"`{name}` are all zero: at least one row must count")
     return weights
 
 

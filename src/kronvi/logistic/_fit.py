@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from .._base.checks import check_int, check_optimizer
+from .._base.checks import all_finite, check_int, check_optimizer, is_concrete, reduce_on_device
 from .._base.kron import kron_sum_expectation
 from .._base.precision import matmul
 from .._model.families import MeanField, check_family, grid_moments
@@ -48,13 +48,19 @@ def laplace_start_logits(prior_w, Phi, y, weights, *, max_iter: int = 100):
 
     w, _ = minimize_lbfgs(loss, mu, max_iter=max_iter, tol=1e-7)
     p = jax.nn.sigmoid(matmul(Phi, w))
-    prec = matmul(weights * p * (1.0 - p), Phi**2) + 1.0 / tau2
+    # sum_i (sqrt(weights_i p_i (1 - p_i)) Phi_ij)^2: no 0 * inf where Phi^2 overflows and p (1 - p) is 0
+    prec = jnp.sum((jnp.sqrt(weights * p * (1.0 - p))[:, None] * Phi) ** 2, axis=0) + 1.0 / tau2
     V = prior_w.values
-    return (
+    logits = (
         prior_w.log_probs
         - 0.5 * prec[:, None] * (V - w[:, None]) ** 2
         + 0.5 * (V - mu[:, None]) ** 2 / tau2[:, None]
     )
+    # a weight whose Gaussian overflows (features beyond ~1e19 in float32) starts from its prior
+    usable = jnp.all(jnp.isfinite(logits), axis=-1, keepdims=True) & jnp.any(
+        logits > -jnp.inf, axis=-1, keepdims=True
+    )
+    return jnp.where(usable, logits, prior_w.log_probs)
 
 
 def _neg_elbo_per_row(logits, prior_w, Phi, y, weights, bound, chunk_size, n):
@@ -173,7 +179,8 @@ def fit_logistic(
 
     Raises:
       ValueError: naming the argument: labels other than 0/1 or NaN (`y`), shapes (`Phi`, `y`,
-        `q_init`), unknown `method` or `bound`, `"sgd"` without `key`.
+        `q_init`), `weights` negative or all zero, unknown `method` or `bound`, `"sgd"` without `key`.
+      FloatingPointError: a fit on concrete inputs that ended with non-finite logits.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi, kronvi.logistic as kl
@@ -206,23 +213,21 @@ def fit_logistic(
     if method == "lbfgs":
         max_iter = 100 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-6 if tol is None else float(tol)
-        return _fit_lbfgs(
-            q0.logits,
-            prior_w,
+        return _checked(
+            _fit_lbfgs(
+                q0.logits, prior_w, Phi, y, weights, bound=bound, chunk_size=chunk_size, max_iter=max_iter,
+                tol=tol, laplace=laplace,
+            ),
             Phi,
-            y,
-            weights,
-            bound=bound,
-            chunk_size=chunk_size,
-            max_iter=max_iter,
-            tol=tol,
-            laplace=laplace,
-        )
+        )  # fmt: skip
     if method == "cavi":
         max_iter = 30 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-7 if tol is None else float(tol)
-        return _fit_cavi(
-            q0.logits, prior_w, Phi, y, weights, bound=bound, max_iter=max_iter, tol=tol, laplace=laplace
+        return _checked(
+            _fit_cavi(
+                q0.logits, prior_w, Phi, y, weights, bound=bound, max_iter=max_iter, tol=tol, laplace=laplace
+            ),
+            Phi,
         )
     if key is None:
         raise ValueError('`key` is required for method="sgd" (a jax.random key)')
@@ -232,7 +237,21 @@ def fit_logistic(
     num_steps = 500 if num_steps is None else check_int(num_steps, "num_steps", 1)
     optimizer = optax.adam(0.05) if optimizer is None else optimizer
     check_optimizer(optimizer)
-    return _compiled_sgd(optimizer)(
-        key, q0.logits, prior_w, Phi, y, weights, bound=bound, chunk_size=chunk_size, num_steps=num_steps,
-        batch_size=batch_size, laplace=laplace,
+    return _checked(
+        _compiled_sgd(optimizer)(
+            key, q0.logits, prior_w, Phi, y, weights, bound=bound, chunk_size=chunk_size,
+            num_steps=num_steps, batch_size=batch_size, laplace=laplace,
+        ),
+        Phi,
     )  # fmt: skip
+
+
+def _checked(result, Phi):
+    """`result` `(q_w, info)`; `FloatingPointError` when a concrete fit ended with non-finite logits."""
+    q, _ = result
+    if is_concrete(q.logits) and not all_finite(q.logits):
+        big = float(reduce_on_device(lambda P: jnp.max(jnp.abs(P)), Phi))
+        raise FloatingPointError(
+            f"fit_logistic ended with non-finite logits; `Phi` reaches {big:.3g} in {Phi.dtype}: standardize it"
+        )
+    return result

@@ -22,6 +22,7 @@ from jax import lax
 from .._base.checks import (
     as_float_array,
     check_finite,
+    check_fit_dtype,
     check_int,
     check_ndim,
     check_positive,
@@ -174,6 +175,7 @@ def laplace_grid_prior(
       True
     """
     Phi = as_float_array(Phi, "Phi")
+    check_fit_dtype(Phi, "Phi")
     check_ndim(Phi, 2, "Phi", "(num_points, num_features)")
     n, b = Phi.shape
     if n == 0:

@@ -14,19 +14,40 @@ rule $t_k = (k + \tfrac12) h$, $k < N$. Two rigorous error terms (derivation in
 $E[\cosh Z]\, e^{-2\pi/h} / (1 - e^{-2\pi/h})$ with $E\cosh Z$ exact from the MGF, and
 truncation, at most $\tfrac{2}{\pi} e^{-\pi N h} / (1 - e^{-\pi N h})$. The step $h$ is chosen
 per point to balance the two.
+
+The nodes a point needs grow with its margin ($N \propto \log E\cosh Z \approx \max|Z|$), so
+beyond $|Z| \approx 10^3$ the 4096 nodes of the cap no longer meet the bound. Such points are
+recomputed without quadrature, exactly, as the sum over all $m^b$ configurations, when there are at most
+$2^{14}$ of them: at any margin, including the large-margin limit (the $q$-mass of the sign of $Z$).
+With more configurations the capped quadrature is returned with its bound and a warning; its step then
+resolves $Z$ relative to its range, so it approaches the $q$-mass of the sign as the margins grow
+(measured: `docs/notes/2026-11-23-logistic.md`), but its bound cannot show it.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-from .._base.checks import check_int, fetch, is_concrete
+from .._base.checks import check_int, fetch, is_concrete, reduce_on_device
 from .._model.families import check_family
 from ._bound import check_design, log_mgf
+
+# At most this many configurations m**b are summed per point by the exact fallback; quadrature nodes cap.
+_ENUMERATION_LIMIT = 1 << 14
+_MAX_NODES = 4096
+
+
+def target_error(dtype) -> float:
+    """The error the default nodes aim at: 1e-7 (float32), 1e-13 (float64)."""
+    return 1e-13 if jnp.dtype(dtype) == jnp.float64 else 1e-7
 
 
 def default_num_nodes(dtype) -> int:
@@ -45,24 +66,26 @@ def _max_log_cosh(log_q, values, Phi):
     return jnp.max(jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0))
 
 
-def nodes_for(max_log_cosh: float, dtype) -> int:
+def nodes_for(max_log_cosh: float, dtype, cap: int = _MAX_NODES) -> int:
     r"""Nodes for a total error below 1e-7 (float32) or 1e-13 (float64) at every point: with the balanced
     step the error is about $e^{-E}$ once $N \ge E (E + a) / (2\pi^2)$,
-    $a = \log(2 E\cosh Z)$; rounded up to a power of 2 in `[16, 4096]`."""
+    $a = \log(2 E\cosh Z)$; rounded up to a power of 2 in `[16, cap]`."""
     E = (13.0 if jnp.dtype(dtype) == jnp.float64 else 7.0) * math.log(10.0) + 2.0
-    a = max(float(max_log_cosh), 0.0) + math.log(2.0)
+    a = min(max(float(max_log_cosh), 0.0), 1e300) + math.log(2.0)
     need = E * (E + a) / (2.0 * math.pi**2)
-    return int(min(4096, max(16, 2 ** math.ceil(math.log2(max(need, 1.0))))))
+    return int(min(cap, max(16, 2 ** math.ceil(math.log2(max(need, 1.0))))))
 
 
 def _step_and_error(log_cosh, num_nodes):
-    """Per-point step `h` balancing aliasing and truncation, and the resulting error bound."""
+    """Per-point step `h` balancing aliasing and truncation, and the resulting error bound (at most 1,
+    the most two probabilities can differ by)."""
     a = jnp.maximum(log_cosh, 0.0) + math.log(2.0)  # log(2 E cosh Z) >= log 2
     N = num_nodes
-    h = (-a + jnp.sqrt(a * a + 8.0 * math.pi**2 * N)) / (2.0 * math.pi * N)
+    # the positive root of pi N h^2 + a h - 2 pi, without the cancellation of (-a + sqrt(...)) for large a
+    h = 4.0 * math.pi / (a + jnp.hypot(a, math.sqrt(8.0 * math.pi**2 * N)))
     alias = jnp.exp(log_cosh - 2.0 * math.pi / h) / -jnp.expm1(-2.0 * math.pi / h)
     trunc = (2.0 / math.pi) * jnp.exp(-math.pi * N * h) / -jnp.expm1(-math.pi * N * h)
-    return h, alias + trunc
+    return h, jnp.minimum(alias + trunc, 1.0)
 
 
 def _chunk_probs(log_q, q, values, Phi, num_nodes):
@@ -118,9 +141,11 @@ def predict_logistic(
       Phi_new: `(N, b)` test features, in the dtype of `prior_w`.
       num_nodes: quadrature nodes. Default: for concrete inputs, enough for an error below 1e-7
         (float32) or 1e-13 (float64) at every point (`nodes_for`, from the exact
-        $\max_i \log E\cosh Z_i$); inside a trace 32 (float32) or 64 (float64).
+        $\max_i \log E\cosh Z_i$, at most 4096), points with larger margins recomputed as the module
+        docstring says; inside a trace 32 (float32) or 64 (float64), no recomputation.
       chunk_size: points per chunk (default: about 2**20 numbers per chunk).
-      with_error_bound: also return the `(N,)` bound on each probability's quadrature error.
+      with_error_bound: also return the `(N,)` bound on each probability's error, floating-point
+        rounding apart (0 for a probability summed over every configuration).
 
     Returns:
       `(N,)` probabilities; with `with_error_bound`, `(probs, error_bound)`.
@@ -144,11 +169,16 @@ def predict_logistic(
     if n == 0:
         empty = jnp.zeros((0,), Phi_new.dtype)
         return (empty, empty) if with_error_bound else empty
+    refine = num_nodes is None and all(is_concrete(a) for a in (q_w.logits, prior_w.values, Phi_new))
     if num_nodes is None:
-        args = (q_w.logits, prior_w.values, Phi_new)
-        if all(is_concrete(a) for a in args):
+        if refine:
             log_q = jax.nn.log_softmax(q_w.logits, axis=-1)
-            num_nodes = nodes_for(fetch(_max_log_cosh(log_q, prior_w.values, Phi_new)), Phi_new.dtype)
+            max_log_cosh = fetch(_max_log_cosh(log_q, prior_w.values, Phi_new))
+            if m**b <= _ENUMERATION_LIMIT and nodes_for(max_log_cosh, Phi_new.dtype, cap=2**62) > _MAX_NODES:
+                # the capped quadrature would miss its bound: sum over the configurations straight away
+                p, err = _enumerate(q_w.log_probs, prior_w.values, Phi_new, max(1, min(n, (1 << 20) // m**b)))
+                return (p, err) if with_error_bound else p
+            num_nodes = nodes_for(max_log_cosh, Phi_new.dtype)
         else:
             num_nodes = default_num_nodes(Phi_new.dtype)
     num_nodes = check_int(num_nodes, "num_nodes", 1)
@@ -156,7 +186,66 @@ def predict_logistic(
         chunk_size = max(1, min(n, (1 << 20) // (num_nodes * b * m)))
     chunk_size = min(check_int(chunk_size, "chunk_size", 1), n)
     p, err = _predict_jit(q_w.log_probs, prior_w.values, Phi_new, num_nodes, chunk_size)
+    if refine:  # the default nodes aim at target_error: recompute the points they miss
+        target = target_error(Phi_new.dtype)
+        if int(reduce_on_device(_count_above, err, target)):
+            p, err = _refine(q_w.log_probs, prior_w.values, Phi_new, p, err, target, num_nodes)
     return (p, err) if with_error_bound else p
 
 
 _predict_jit = jax.jit(_predict, static_argnums=(3, 4))
+
+
+def _chunked_rows(fn, Phi, chunk):
+    """`fn` over row chunks of `Phi` (`lax.map`), the results `(n,)` each."""
+    n, b = Phi.shape
+    num = -(-n // chunk)
+    pad = num * chunk - n
+    if pad:
+        Phi = jnp.concatenate([Phi, jnp.zeros((pad, b), Phi.dtype)])
+    out = lax.map(fn, Phi.reshape(num, chunk, b))
+    return jax.tree.map(lambda a: a.reshape(-1)[:n], out)
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _enumerate(log_q, values, Phi, chunk):
+    r"""Exact $E\sigma(Z)$ as the sum over all `m**b` configurations (error bound 0: rounding only)."""
+    b, m = values.shape
+    idx = np.array(list(itertools.product(range(m), repeat=b)), np.int32).reshape(-1, b)  # (C, b)
+    rows = np.arange(b)
+    W = values[rows, idx]  # (C, b)
+    weight = jnp.exp(jnp.sum(log_q[rows, idx], axis=-1))  # (C,)
+
+    def chunk_probs(P):
+        Z = jnp.einsum("rb,cb->rc", P, W, precision=lax.Precision.HIGHEST)
+        return jnp.clip(jax.nn.sigmoid(Z) @ weight, 0.0, 1.0)
+
+    p = _chunked_rows(chunk_probs, Phi, chunk)
+    return p, jnp.zeros_like(p)
+
+
+@jax.jit
+def _count_above(err, target):
+    return jnp.sum(err > target)
+
+
+def _refine(log_q, values, Phi, p, err, target, num_nodes):
+    """Recomputes the points whose quadrature bound exceeds `target` as the sum over every configuration
+    when there are few (module docstring); warns about points still above."""
+    n, b = Phi.shape
+    m = values.shape[-1]
+    if m**b <= _ENUMERATION_LIMIT:
+        p2, err2 = _enumerate(log_q, values, Phi, max(1, min(n, (1 << 20) // m**b)))
+        above = err > target
+        p, err = jnp.where(above, p2, p), jnp.where(above, err2, err)
+    left = int(reduce_on_device(_count_above, err, target))
+    if left:
+        worst = float(reduce_on_device(jnp.max, err))
+        warnings.warn(
+            f"predict_logistic: {left} of {n} probabilities have error bounds above {target:g} (up to "
+            f"{worst:.3g}): their margins |Phi_new w| are too large for {num_nodes} quadrature nodes and "
+            f"the {m}**{b} configurations too many to sum; `with_error_bound=True` returns the bounds",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return p, err

@@ -6,6 +6,7 @@ import functools
 
 import jax
 
+from .._base.checks import check_int
 from .._model.families import MeanField
 from .._solvers.lbfgs import BACKENDS, minimize_lbfgs
 from ._bounds import elbo_bound
@@ -56,7 +57,7 @@ def fit_mixture_bound(
 
     Returns:
       `(q, log_center, q_noise, info)`, `info` a [`kronvi.FitInfo`][kronvi.FitInfo] whose `elbo` trace holds
-      the bound.
+      the best bound so far and `iterate_elbo` the bound at each iterate.
 
     References:
       Evans & Nair (2018), Theorem 3 and Table 2 ("5-Mixture").
@@ -65,22 +66,25 @@ def fit_mixture_bound(
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (30, 2)); stats = kronvi.regression_stats(Phi, Phi[:, 0])
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=5), kronvi.noise_prior(0.1)
-      >>> qw, qn, _ = kronvi.fit_regression(stats, pw, pn)
+      >>> qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)  # a poor start
       >>> q0 = kronvi.mixture_from_mean_field(jax.random.key(1), qw, 2, noise_scale=0.1)
       >>> q, log_c, qn2, info = kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, qn), max_iter=50)
-      >>> bool(info.elbo[info.num_iter] >= info.elbo[0])
+      >>> start = kronvi.mixture_elbo_bound(q0, q0.log_marginals, qn, pw, pn, stats)
+      >>> end = kronvi.mixture_elbo_bound(q, log_c, qn2, pw, pn, stats)
+      >>> round(float(start)), round(float(end)), bool(jnp.allclose(end, info.elbo[info.num_iter]))
+      (-959, -24, True)
+      >>> bool(jnp.all(jnp.diff(info.iterate_elbo) >= -1e-4))  # every iterate's bound, not the best so far
       True
     """
     if method not in BACKENDS:
         raise ValueError(f"`method` must be one of {BACKENDS}, got {method!r}")
     q, log_center, q_noise = _parse_init(init)
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)
-    if int(max_iter) < 1:
-        raise ValueError(f"`max_iter` must be >= 1, got {max_iter}")
+    max_iter = check_int(max_iter, "max_iter", 1)
     if not float(tol) >= 0:
         raise ValueError(f"`tol` must be >= 0, got {tol}")
     return _fit_bound(
-        q, log_center, q_noise, prior_w, prior_noise, stats, max_iter=int(max_iter), tol=float(tol),
+        q, log_center, q_noise, prior_w, prior_noise, stats, max_iter=max_iter, tol=float(tol),
         method=method, rescale=bool(rescale),
     )  # fmt: skip
 
