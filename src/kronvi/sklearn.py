@@ -65,6 +65,7 @@ from ._model.grids import DiscretePrior, gaussian_prior
 from ._model.regression import noise_moments, predict_regression
 from ._stats.eigen import eigenbasis, rotate_features
 from ._stats.regression import RegressionStats, merge_stats, regression_stats_from_inputs
+from .gaussian._blr import spectral_evidence_optimum
 from .logistic import BOUNDS, fit_logistic, predict_logistic
 from .logistic._predict import target_error
 from .pipeline import (
@@ -221,12 +222,15 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       lengthscale: `"gp"` (the GP marginal-likelihood estimate, per input) or a positive number (one
         lengthscale in standardized input units; the signal variance is then the target variance and no GP
         is fitted).
-      prior_scale: the prior sd $\sigma_w$ of the weights: `"auto"` (the GP signal sd for `"rff"` with
-        `lengthscale="gp"`, else the target sd for `"rff"` and target sd $/\sqrt d$ for `"linear"`) or a
-        positive number (in target units).
+      prior_scale: the prior sd $\sigma_w$ of the weights: `"auto"` or a positive number (in target
+        units). `"auto"` with `basis="eigen"` and `noise="auto"`: the prior sd and the noise variance that
+        jointly maximize the exact evidence
+        ([`kronvi.spectral_evidence_optimum`][kronvi.spectral_evidence_optimum], as `BayesianRidge` chooses
+        them), from the GP's values; otherwise the GP signal sd for `"rff"` with `lengthscale="gp"`, else
+        the target sd for `"rff"` and target sd $/\sqrt d$ for `"linear"`.
       basis: `"eigen"` or `"features"`, above.
       levels: grid values per weight (15: 4-bit codes).
-      width: grid half-width in posterior sds (`"eigen"`, default 4) or prior sds (`"features"`, default 3).
+      width: grid half-width in posterior sds (`"eigen"`, default 6) or prior sds (`"features"`, default 3).
       noise: the centre $s^2$ of the noise-variance grid: `"auto"` (the exact-evidence optimum for
         `"eigen"`; the GP estimate, else a tenth of the target variance, for `"features"`) or a positive
         number.
@@ -235,7 +239,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         10 for `"features"`); 1 fixes the noise variance at $s^2$.
       method: `"cavi"` (coordinate ascent, the default) or `"lbfgs"`.
       starts: starting points of the fit, `"gaussian"`, `"prior"` or `"both"` (the highest ELBO is kept);
-        default: `"gaussian"` for `"eigen"`, `"both"` for `"features"`.
+        default: `"prior"` for `"eigen"` (diagonal coordinate ascent), `"both"` for `"features"`.
       max_iter: iterations of the fit (default: the method's).
       gp_points: the most rows used by the GP hyperparameter fit (a subsample of larger data), >= 2.
       gp_restarts: starts of the GP hyperparameter fit, >= 1.
@@ -260,6 +264,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       stats_: [`kronvi.RegressionStats`][kronvi.RegressionStats] of the features and the standardized
         targets of all rows seen, float64, before any rotation.
       basis_: [`kronvi.Eigenbasis`][kronvi.Eigenbasis] for `"eigen"`, else `None`.
+      prior_scale_: the prior sd $\sigma_w$ of the weights used by the last fit, in target units.
       prior_w_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grid of the weights `(b, levels)`, for the
         standardized targets.
       prior_noise_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grid of the noise variance
@@ -409,9 +414,12 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
                 )
             with self._precision():
                 dtype = self._jax_dtype()
+                gp_rule = DirectConfig()
                 hyper, _ = fit_gp_hyperparameters(
                     k_gp, jnp.asarray(_standardized(std, X, dtype)), jnp.asarray((y - y_shift) / y_unit, dtype),
                     num_points=self.gp_points, num_restarts=self.gp_restarts,
+                    degenerate_margin=gp_rule.gp_degenerate_margin, restarts=gp_rule.gp_restart_rule,
+                    screen_points=gp_rule.gp_screen_points,
                 )  # fmt: skip
             hyper = GPHyperparameters(
                 np.asarray(hyper.lengthscales, np.float64),
@@ -481,7 +489,14 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             scale, guess = f64(scale), f64(guess / y_scale**2)
             if self.basis == "eigen":
                 rotated, basis = eigenbasis(stats)
-                s2 = evidence_noise_variance(rotated, basis, scale, guess) if self.noise == "auto" else guess
+                if self.noise == "auto" and self.prior_scale == "auto":  # both by the exact evidence
+                    scale, s2 = spectral_evidence_optimum(
+                        basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, scale, guess
+                    )
+                elif self.noise == "auto":
+                    s2 = evidence_noise_variance(rotated, basis, scale, guess)
+                else:
+                    s2 = guess
                 prior_w = eigen_posterior_grid(
                     rotated, basis, scale, s2, levels=config.levels, width=config.width
                 )
@@ -500,6 +515,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             q_w, q_n, info = fit_best_start(fit_stats, prior_w, prior_n, config, key=self._fit_key)
             noise = float(noise_moments(q_n, prior_n)[2])
         self.hyperparameters_ = hyper
+        self.prior_scale_ = float(scale) * y_scale
         self.y_offset_, self.y_scale_ = y_offset, y_scale
         self.noise_variance_ = noise * y_scale**2
         self.basis_ = basis

@@ -302,12 +302,37 @@ def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
         hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
     screened = info.screened
     assert int(screened.num_points) == 20 and screened.num_iterations.shape == (4,)
-    assert int(info.num_points) == 50 and info.num_iterations.shape == (1,)  # one start refined on 50 rows
+    assert int(screened.chosen) == 0  # the screening chose the first start: only it runs on the 50 rows
+    assert int(info.num_points) == 50 and info.num_iterations.shape == (1,)
     chosen = jax.tree.map(lambda a: a[screened.chosen], screened.starts)
     assert float(hyper.noise_variance) != float(chosen.noise_variance)  # it moved on the 50 rows
     assert not bool(info.degenerate) and float(hyper.lengthscales[0]) < float(hyper.lengthscales[1])
     with pytest.raises(ValueError, match="restarts"):
         kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="some")
+
+
+def test_screened_refines_the_winner_and_runs_the_first_start_from_cold():
+    # start 0 is degenerate ('all noise'): the screening picks start 1, and on all rows the winner (refined
+    # from its screened optimum) and start 0 (from cold) both run; the rule keeps the non-degenerate one.
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(90, 2))
+    y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
+    y = y - y.mean()
+    vy = float(y.var())
+    with jax.enable_x64(False):
+        default = _gp._default_starts(3, 2, jnp.asarray(vy, jnp.float32), jnp.float32)
+        init = jax.tree.map(
+            lambda bad, d: jnp.concatenate([jnp.asarray(bad, jnp.float32)[None], d]),
+            kronvi.GPHyperparameters(jnp.full((2,), 100.0), 0.01 * vy, 0.99 * vy),
+            default,
+        )
+        kw = dict(init=init, num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
+        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y, **kw)
+    assert int(info.screened.chosen) != 0 and info.num_iterations.shape == (2,)
+    # start 0 (second in the refinement) stayed in its trap, the refined winner did not
+    assert bool(info.degenerate_starts[1]) and not bool(info.degenerate_starts[0])
+    assert int(info.chosen) == 0 and not bool(info.degenerate)
+    assert float(hyper.noise_variance) < 0.05 * vy
 
 
 def test_screened_falls_back_to_every_start_when_the_refined_one_is_degenerate():
