@@ -1,6 +1,5 @@
 """Fixtures only: both precisions (``dtype``). Shared references live in ``helpers.py``."""
 
-
 import jax
 import numpy as np
 import pytest

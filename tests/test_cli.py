@@ -161,7 +161,9 @@ def test_json_records_the_settings_that_made_it(csv_path, tmp_path, fake_fold):
     assert settings["source"] == "yacht (shipped)" and settings["folds"] == 10 and settings["folds_run"] == 1
 
 
-def test_json_keeps_an_existing_files_permissions_and_new_files_follow_the_umask(csv_path, tmp_path, fake_fold):
+def test_json_keeps_an_existing_files_permissions_and_new_files_follow_the_umask(
+    csv_path, tmp_path, fake_fold
+):
     old = os.umask(0o022)
     try:
         new, existing = tmp_path / "new.json", tmp_path / "existing.json"

@@ -222,9 +222,13 @@ def _check_config(config: DirectConfig):
     if config.max_iter is not None:
         check_int(config.max_iter, "config.max_iter", 1)
     if config.frequency_sampling not in SAMPLINGS:
-        raise ValueError(f"`config.frequency_sampling` must be one of {SAMPLINGS}, got {config.frequency_sampling!r}")
+        raise ValueError(
+            f"`config.frequency_sampling` must be one of {SAMPLINGS}, got {config.frequency_sampling!r}"
+        )
     if config.gp_restart_rule not in ("all", "screened"):
-        raise ValueError(f"`config.gp_restart_rule` must be 'all' or 'screened', got {config.gp_restart_rule!r}")
+        raise ValueError(
+            f"`config.gp_restart_rule` must be 'all' or 'screened', got {config.gp_restart_rule!r}"
+        )
     if not float(config.width) > 0:
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")
     if not float(config.noise_span) > 1.0:
@@ -371,7 +375,9 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None):
     config = resolve_config(config)
     _check_config(config)
     if (config.basis == "eigen") != (fold.basis is not None):
-        raise ValueError("`fold` was prepared with another `basis` than `config`'s: prepare it with this config")
+        raise ValueError(
+            "`fold` was prepared with another `basis` than `config`'s: prepare it with this config"
+        )
     if bool(config.noise_cv) != (fold.cv_stats is not None):
         raise ValueError(
             "`fold` was prepared with another `noise_cv` setting than `config`'s: prepare it with this config"
@@ -394,7 +400,15 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None):
     _block(q_w)
     t4 = time.perf_counter()
     model = FittedDirect(
-        fold.standardizer, fold.features, fold.y_offset, fold.prior_w, prior_n, q_w, q_n, fold.hyper, fold.basis
+        fold.standardizer,
+        fold.features,
+        fold.y_offset,
+        fold.prior_w,
+        prior_n,
+        q_w,
+        q_n,
+        fold.hyper,
+        fold.basis,
     )
     timings = dict(
         init_seconds=fold.init_seconds,
@@ -503,7 +517,9 @@ def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None 
     mean, _ = predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     y_c = jnp.asarray(y_test, dtype) - model.y_offset
     try:
-        log_dens, _ = predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c)
+        log_dens, _ = predictive_log_density(
+            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c
+        )
     except DensityToleranceError as e:  # a few points below the rounding floor: keep the best values, say so
         warnings.warn(f"NLPD: {e}", stacklevel=2)
         log_dens = jnp.asarray(e.log_density)

@@ -15,7 +15,12 @@ def test_check_output_path_names_every_problem_before_anything_is_written(tmp_pa
     existing.write_text("{}")
     cases = [
         (tmp_path / "missing" / "out.json", {}, FileNotFoundError, "no such folder"),
-        (tmp_path / "missing" / ".." / "out.json", {}, FileNotFoundError, "no such folder"),  # as the OS resolves it
+        (
+            tmp_path / "missing" / ".." / "out.json",
+            {},
+            FileNotFoundError,
+            "no such folder",
+        ),  # as the OS resolves it
         (tmp_path, {}, IsADirectoryError, "is a folder"),
         (data, {"inputs": [data], "overwrite": True}, ValueError, "is the input data file"),
         (existing, {}, ValueError, "exists: pass overwrite=True"),

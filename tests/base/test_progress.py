@@ -106,6 +106,7 @@ def test_true_without_tqdm_prints_plain_lines_to_stderr(monkeypatch, capsys):
 
 def test_true_with_tqdm_draws_a_bar(capsys):
     import tqdm  # noqa: F401  (in the `test` extra: the bar must be drawn, not the test skipped)
+
     X, y, kw = _reparam_problem()
     kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
     err = capsys.readouterr().err

@@ -166,12 +166,21 @@ def set_(d, key, value):
         (lambda h, a: set_(a, "spare", np.zeros(2)), r"array\(s\) \['spare'\] that its header does not list"),
         (lambda h, a: set_(a, "q_w.logits", a["q_w.logits"][:, :5]), "has shape .* but the header records"),
         (lambda h, a: set_(a, "q_w.logits", a["q_w.logits"] + 1), "does not match its checksum"),
-        (lambda h, a: set_(h["tree"]["fields"]["q_w"], "cls", "kronvi._families:Nope"), "not a kronvi model class"),
+        (
+            lambda h, a: set_(h["tree"]["fields"]["q_w"], "cls", "kronvi._families:Nope"),
+            "not a kronvi model class",
+        ),
         (lambda h, a: set_(h["tree"]["fields"]["q_w"], "cls", "os:system"), "non-kronvi class"),
         (lambda h, a: set_(h["tree"], "cls", "kronvi._io:save_model"), "not a kronvi model class"),
         (lambda h, a: set_(h["arrays"]["q_w.logits"], "dtype", "|O"), "malformed kronvi header"),
         (lambda h, a: set_(h["arrays"]["q_w.logits"], "shape", [6, -15]), "malformed kronvi header"),
-        (lambda h, a: set_(h["tree"]["fields"]["features"], "t", "list") or set_(h["tree"]["fields"]["features"], "items", 1), "malformed kronvi header"),
+        (
+            lambda h, a: (
+                set_(h["tree"]["fields"]["features"], "t", "list")
+                or set_(h["tree"]["fields"]["features"], "items", 1)
+            ),
+            "malformed kronvi header",
+        ),
     ],
 )
 def test_bad_header_or_arrays(saved, tmp_path, edit, match):
@@ -266,8 +275,12 @@ def test_a_class_name_never_imports_a_module(saved, tmp_path, monkeypatch):
 
 
 def test_saving_an_unregistered_kronvi_class_is_an_error(tmp_path):
-    model = make_model(np.float32, features={"info": kronvi.FitInfo(*[jnp.zeros(())] * len(kronvi.FitInfo._fields))})
-    with pytest.raises(TypeError, match=r"cannot save `features.info`: .*FitInfo is not one of the kronvi classes"):
+    model = make_model(
+        np.float32, features={"info": kronvi.FitInfo(*[jnp.zeros(())] * len(kronvi.FitInfo._fields))}
+    )
+    with pytest.raises(
+        TypeError, match=r"cannot save `features.info`: .*FitInfo is not one of the kronvi classes"
+    ):
         kronvi.save_model(tmp_path / "m.npz", model)
     assert not os.listdir(tmp_path)
 
@@ -302,7 +315,9 @@ def test_sizes_are_checked_before_any_array_is_inflated(saved, tmp_path):
     assert bomb.stat().st_size < 200_000
 
     def load():
-        with pytest.raises(ValueError, match=r"array 'q_w.logits' has shape \(1000, 12000\) .* header records"):
+        with pytest.raises(
+            ValueError, match=r"array 'q_w.logits' has shape \(1000, 12000\) .* header records"
+        ):
             kronvi.load_model(bomb)
 
     assert _peak_bytes(load) < 5_000_000
