@@ -1,0 +1,306 @@
+"""kronvi's default regression pipeline against the tools a user would pick instead, in one run.
+
+For fold 0 of each dataset (the shared UCI folds; yacht ships with kronvi):
+
+- **kronvi**: `kronvi.pipeline.fit_direct` with the default `DirectConfig()` on the raw training rows (GP
+  hyperparameters, features, eigenbasis, evidence, fit), then the exact predictive mean and the exact
+  predictive log density of every test row (`kronvi.predictive_log_density`). Its stages come from the
+  fit's own timings. "first call" is a fresh process (XLA compilation included); the other columns are
+  warm repeats, after one untimed call in the same process.
+- **BayesianRidge**: scikit-learn's `BayesianRidge()` (its defaults: intercept, evidence-optimal prior
+  and noise) fitted on the very random Fourier features kronvi built (float64), predicting with
+  `return_std`.
+- **sklearn GP**: `GaussianProcessRegressor` with an ARD squared-exponential kernel plus white noise on
+  the standardized inputs (n <= 5000 only; one timed fit, its default single optimizer start).
+- **NumPyro SVI**: Bayesian linear regression on the same features (w ~ N(0, sw^2), sw and the noise sd
+  HalfNormal(1) on the standardized targets), mean-field normal guide (`AutoNormal`), Adam(0.01),
+  `--svi-steps` steps on minibatches of 512 rows.
+
+Everyone runs with the machine's defaults (no thread settings). Repeats are interleaved (kronvi,
+BayesianRidge, NumPyro, kronvi, ...) and medians reported, with the load average before each dataset.
+A synthetic 2,000,000-row set (11 inputs, `experiments/scale_2m.py`'s function) runs kronvi end to end
+and compares the rate of its statistics pass with the float32 GEMM rate measured in the same run;
+the peers cannot hold its `2e6 x 2000` feature matrix (32 GB in float64) and are not run there.
+
+Run: python benchmarks/bench_vs_peers.py [--repeats 3] [--datasets yacht,concrete,energy,kin40k,protein]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import kronvi
+from kronvi import pipeline
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _timing import load_average, machine  # noqa: E402
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"
+
+
+def load(name, data_dir):
+    """`(X_train, y_train, X_test, y_test)` of fold 0, float64 NumPy arrays."""
+    path = pathlib.Path(data_dir) / name
+    X, y, mask = (
+        kronvi.load_uci(path) if path.exists() else kronvi.load_demo() if name == "yacht" else (None,) * 3
+    )
+    if X is None:
+        raise SystemExit(f"no data for {name!r} in {data_dir} (pass --data-dir)")
+    test = np.asarray(mask)[:, 0].astype(bool)
+    X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
+    return X[~test], y[~test], X[test], y[test]
+
+
+def synthetic(n, n_test=4000, seed=0):
+    """Smooth target of 5 of 11 inputs plus noise sd 0.1 (as experiments/scale_2m.py)."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2.0, 2.0, size=(n + n_test, 11))
+    f = (
+        np.sin(1.5 * X[:, 0])
+        + 0.5 * np.cos(X[:, 1] * X[:, 2])
+        + 0.3 * X[:, 3] ** 2
+        - 0.4 * np.tanh(2 * X[:, 4])
+    )
+    y = f + 0.1 * rng.standard_normal(n + n_test)
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def gaussian_nlpd(y, mean, var):
+    return float(np.mean(0.5 * np.log(2 * np.pi * var) + 0.5 * (y - mean) ** 2 / var))
+
+
+def run_kronvi(Xtr, ytr, Xte, yte, key=0):
+    """The default pipeline end to end; seconds of each stage and the test metrics."""
+    t0 = time.perf_counter()
+    model, timings, _ = pipeline.fit_direct(jax.random.key(key), Xtr, ytr)
+    jax.block_until_ready(model.q_w.logits)
+    t1 = time.perf_counter()
+    Phi = pipeline.fold_features(model, Xte)
+    mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    mean = np.asarray(mean, np.float64) + float(model.y_offset)
+    t2 = time.perf_counter()
+    yc = jnp.asarray(yte - float(model.y_offset), Phi.dtype)
+    ld, _ = kronvi.predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc)
+    ld = np.asarray(ld)
+    t3 = time.perf_counter()
+    return dict(
+        fit=t1 - t0, gp=timings["init_seconds"], stats=timings["stats_seconds"], cavi=timings["fit_seconds"],
+        predict=t2 - t1, density=t3 - t2,
+        rmse=float(np.sqrt(np.mean((mean - yte) ** 2))), nlpd=float(-np.mean(ld)),
+    )  # fmt: skip
+
+
+def same_features(Xtr, ytr, Xte, key=0):
+    """kronvi's random Fourier features of the standardized inputs (float64), as the pipeline builds them."""
+    fold = pipeline.prepare_fold(
+        jax.random.key(key), Xtr, ytr, pipeline.DirectConfig(basis="features", noise_cv=())
+    )
+    with jax.enable_x64(True):
+        feats = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), fold.features)
+        std = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), fold.standardizer)
+        F = [
+            np.asarray(kronvi.rff_features(feats, kronvi.standardize(std, jnp.asarray(X))))
+            for X in (Xtr, Xte)
+        ]
+    return F
+
+
+def run_bayesian_ridge(F, Ftest, ytr, yte):
+    from sklearn.linear_model import BayesianRidge
+
+    t0 = time.perf_counter()
+    br = BayesianRidge().fit(F, ytr)
+    t1 = time.perf_counter()
+    mean, sd = br.predict(Ftest, return_std=True)
+    return dict(
+        fit=t1 - t0, rmse=float(np.sqrt(np.mean((mean - yte) ** 2))), nlpd=gaussian_nlpd(yte, mean, sd**2),
+        prior_scale=float(br.lambda_**-0.5), noise_variance=float(1.0 / br.alpha_),
+    )  # fmt: skip
+
+
+def run_sklearn_gp(Xtr, ytr, Xte, yte):
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+    from sklearn.gaussian_process.kernels import ConstantKernel as C
+
+    mu, sd = Xtr.mean(0), Xtr.std(0)
+    sd[sd == 0] = 1.0
+    d = Xtr.shape[1]
+    kernel = C(1.0) * RBF(np.ones(d), length_scale_bounds=(1e-2, 1e3)) + WhiteKernel(0.1, (1e-6, 1e1))
+    t0 = time.perf_counter()
+    gp = GaussianProcessRegressor(kernel, normalize_y=True).fit((Xtr - mu) / sd, ytr)
+    t1 = time.perf_counter()
+    mean, std = gp.predict((Xte - mu) / sd, return_std=True)
+    return dict(
+        fit=t1 - t0, rmse=float(np.sqrt(np.mean((mean - yte) ** 2))), nlpd=gaussian_nlpd(yte, mean, std**2)
+    )
+
+
+def run_numpyro(F, Ftest, ytr, yte, steps, key=0):
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.infer.autoguide import AutoNormal
+
+    mu, scale = ytr.mean(), ytr.std()
+    F32, y32 = jnp.asarray(F, jnp.float32), jnp.asarray((ytr - mu) / scale, jnp.float32)
+    n, b = F32.shape
+
+    def model(Phi, y):
+        sw = numpyro.sample("sw", dist.HalfNormal(1.0))
+        s = numpyro.sample("s", dist.HalfNormal(1.0))
+        w = numpyro.sample("w", dist.Normal(0.0, sw).expand([b]).to_event(1))
+        with numpyro.plate("rows", n, subsample_size=min(512, n)) as idx:
+            numpyro.sample("y", dist.Normal(Phi[idx] @ w, s), obs=y[idx])
+
+    guide = AutoNormal(model)
+    svi = SVI(model, guide, numpyro.optim.Adam(0.01), Trace_ELBO())
+    t0 = time.perf_counter()
+    result = svi.run(jax.random.key(key), steps, F32, y32, progress_bar=False)
+    params = jax.block_until_ready(result.params)
+    t1 = time.perf_counter()
+    loc, sc = params["w_auto_loc"], params["w_auto_scale"]
+    s = guide.median(params)["s"]
+    Ft = jnp.asarray(Ftest, jnp.float32)
+    mean = np.asarray(Ft @ loc) * scale + mu
+    var = (np.asarray((Ft**2) @ sc**2) + float(s) ** 2) * scale**2
+    return dict(
+        fit=t1 - t0, rmse=float(np.sqrt(np.mean((mean - yte) ** 2))), nlpd=gaussian_nlpd(yte, mean, var)
+    )
+
+
+def gemm_rate():
+    """The machine's float32 GEMM rate (GFLOP/s): the faster of the host BLAS and XLA, best of 5."""
+    rng = np.random.default_rng(0)
+    A, B = rng.normal(size=(4096, 2000)).astype(np.float32), rng.normal(size=(4096, 2000)).astype(np.float32)
+    flops = 2 * 4096 * 2000 * 2000
+    best = {}
+    xla = jax.jit(lambda a, b: jnp.matmul(a.T, b, precision="highest"))
+    Aj, Bj = jnp.asarray(A), jnp.asarray(B)
+    for name, fn in [("host BLAS", lambda: A.T @ B), ("XLA", lambda: xla(Aj, Bj).block_until_ready())]:
+        fn()
+        ts = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        best[name] = flops / min(ts) / 1e9
+    return best
+
+
+def first_call(name, data_dir, n_synthetic):
+    """The first call of this process: kronvi's end to end seconds with compilation."""
+    data = synthetic(n_synthetic) if name == "synthetic" else load(name, data_dir)
+    out = run_kronvi(*data)
+    print(json.dumps(out))
+
+
+def fmt(x, digits=3):
+    return "—" if x is None else f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", default="yacht,concrete,energy,kin40k,protein")
+    ap.add_argument("--data-dir", default=str(DATA))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--svi-steps", type=int, default=5000)
+    ap.add_argument("--synthetic-rows", type=int, default=2_000_000, help="0: skip the synthetic set")
+    ap.add_argument("--gp-max-rows", type=int, default=5000)
+    ap.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first calls")
+    ap.add_argument("--first-call", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.first_call:
+        return first_call(args.first_call, args.data_dir, args.synthetic_rows)
+
+    print(machine())
+    print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; {load_average()}")
+    rows = []
+    for name in [d for d in args.datasets.split(",") if d]:
+        Xtr, ytr, Xte, yte = load(name, args.data_dir)
+        print(f"\n== {name}: {len(Xtr)} training rows, {len(Xte)} test rows, {Xtr.shape[1]} inputs; {load_average()}",
+              flush=True)  # fmt: skip
+        first = None
+        if not args.no_first_call:
+            cmd = [sys.executable, __file__, "--first-call", name, "--data-dir", args.data_dir]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            first = json.loads(res.stdout.strip().splitlines()[-1])["fit"] if res.returncode == 0 else None
+            print(f"  kronvi first call (fresh process): fit {fmt(first)} s", flush=True)
+        F, Ft = same_features(Xtr, ytr, Xte)
+        run_kronvi(Xtr, ytr, Xte, yte)  # untimed: this process's compilations for these shapes
+        runs = {"kronvi": [], "BayesianRidge": [], "NumPyro SVI": []}
+        for r in range(args.repeats):
+            runs["kronvi"].append(run_kronvi(Xtr, ytr, Xte, yte))
+            runs["BayesianRidge"].append(run_bayesian_ridge(F, Ft, ytr, yte))
+            runs["NumPyro SVI"].append(run_numpyro(F, Ft, ytr, yte, args.svi_steps))
+            print(f"  repeat {r + 1}/{args.repeats}: " + ", ".join(
+                f"{k} {v[-1]['fit']:.2f} s (RMSE {v[-1]['rmse']:.4g})" for k, v in runs.items()), flush=True)  # fmt: skip
+        gp = run_sklearn_gp(Xtr, ytr, Xte, yte) if len(Xtr) <= args.gp_max_rows else None
+        if gp:
+            print(f"  sklearn GP: fit {gp['fit']:.2f} s, RMSE {gp['rmse']:.4g}", flush=True)
+        med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in runs.items()}
+        rows.append(dict(name=name, n=len(Xtr), first=first, gp=gp, **med))
+
+    print("\n## Fit seconds (warm medians) and test accuracy, fold 0\n")
+    print(
+        "| dataset (n) | kronvi fit | its GP / stats / CAVI | kronvi first call | kronvi density of the test rows "
+        "| BayesianRidge fit | NumPyro SVI fit | sklearn GP fit | kronvi / BayesianRidge time |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        k, br, sv = r["kronvi"], r["BayesianRidge"], r["NumPyro SVI"]
+        print(f"| {r['name']} ({r['n']}) | {fmt(k['fit'])} | {fmt(k['gp'], 2)} / {fmt(k['stats'], 2)} / "
+              f"{fmt(k['cavi'], 2)} | {fmt(r['first'])} | {fmt(k['density'])} | {fmt(br['fit'])} | {fmt(sv['fit'])} | "
+              f"{fmt(r['gp']['fit'] if r['gp'] else None)} | {k['fit'] / br['fit']:.2f} |")  # fmt: skip
+    print(
+        "\n| dataset | kronvi RMSE / NLPD | BayesianRidge RMSE / NLPD | NumPyro SVI RMSE / NLPD | sklearn GP RMSE / NLPD "
+        "| kronvi / BayesianRidge RMSE | kronvi - BayesianRidge NLPD |"
+    )
+    print("|---|---|---|---|---|---:|---:|")
+    for r in rows:
+        k, br, sv, gp = r["kronvi"], r["BayesianRidge"], r["NumPyro SVI"], r["gp"]
+        g = f"{gp['rmse']:.4g} / {gp['nlpd']:.3f}" if gp else "—"
+        print(f"| {r['name']} | {k['rmse']:.4g} / {k['nlpd']:.3f} | {br['rmse']:.4g} / {br['nlpd']:.3f} | "
+              f"{sv['rmse']:.4g} / {sv['nlpd']:.3f} | {g} | {k['rmse'] / br['rmse']:.3f} | "
+              f"{k['nlpd'] - br['nlpd']:+.3f} |")  # fmt: skip
+
+    if args.synthetic_rows:
+        n = args.synthetic_rows
+        print(
+            f"\n## Synthetic, {n:,} training rows, 4,000 test rows, 11 inputs; {load_average()}\n", flush=True
+        )
+        rates = gemm_rate()
+        first = None
+        if not args.no_first_call:
+            cmd = [sys.executable, __file__, "--first-call", "synthetic", "--synthetic-rows", str(n)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            first = json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else None
+        run_kronvi(*synthetic(min(n, 20_000)))  # untimed: the compilations (same chunk, GP and b x b shapes)
+        k = run_kronvi(*synthetic(n))
+        b = 2 * pipeline.DirectConfig().num_frequencies
+        stats_rate = 2 * n * b * b / k["stats"] / 1e9
+        gemm = max(rates.values())
+        print("measured float32 GEMM rate: " + ", ".join(f"{k_} {v:.0f} GFLOP/s" for k_, v in rates.items()))
+        print(f"kronvi end to end (warm): fit {k['fit']:.1f} s (GP {k['gp']:.1f}, statistics and eigenbasis "
+              f"{k['stats']:.1f}, CAVI {k['cavi']:.2f}), density of 4,000 test rows {k['density']:.1f} s; "
+              f"RMSE {k['rmse']:.4f} (noise sd 0.1), NLPD {k['nlpd']:.3f}")  # fmt: skip
+        if first:
+            print(f"kronvi first call (fresh process): fit {first['fit']:.1f} s")
+        print(f"statistics pass (features, Phi^T Phi, Phi^T y, eigenbasis) as 2 n b^2 flops: {stats_rate:.0f} "
+              f"GFLOP/s = {stats_rate / gemm:.0%} of the float32 GEMM rate")  # fmt: skip
+    print(f"\n{load_average()} at the end")
+
+
+if __name__ == "__main__":
+    main()
