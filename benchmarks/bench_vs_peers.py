@@ -288,7 +288,7 @@ def main(argv=None):
             first = json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else None
         run_kronvi(*synthetic(min(n, 20_000)))  # untimed: the compilations (same chunk, GP and b x b shapes)
         k = run_kronvi(*synthetic(n))
-        b = 2 * pipeline.DirectConfig().num_frequencies
+        b = 2 * pipeline.default_num_frequencies(n)
         stats_rate = 2 * n * b * b / k["stats"] / 1e9
         gemm = max(rates.values())
         print("measured float32 GEMM rate: " + ", ".join(f"{k_} {v:.0f} GFLOP/s" for k_, v in rates.items()))

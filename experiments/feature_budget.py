@@ -146,6 +146,21 @@ def render(records, settings):
         lines.append(f"| {d} | {k} | " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("Cells: RMSE / NLPD / seconds.")
+    lines += ["", "Per dataset, over the folds run: mean RMSE ratio and mean NLPD difference against the first "
+              "setting.", "", "| dataset | folds | " + " | ".join(f"{s} b={b}" for s, b in settings[1:]) + " |",
+              "|---|---:|" + "---|" * (len(settings) - 1)]  # fmt: skip
+    for d in dict.fromkeys(r["dataset"] for r in records):
+        base = {r["fold"]: r for r in records if r["dataset"] == d and (r["sampling"], r["b"]) == settings[0]}
+        cells = []
+        for s, b in settings[1:]:
+            pairs = [(base[r["fold"]], r) for r in records
+                     if r["dataset"] == d and (r["sampling"], r["b"]) == (s, b) and r["fold"] in base]  # fmt: skip
+            cells.append(
+                "—" if not pairs else
+                f"{np.mean([r['rmse'] / b0['rmse'] for b0, r in pairs]):.3f} / "
+                f"{np.mean([r['exact_nlpd'] - b0['exact_nlpd'] for b0, r in pairs]):+.3f}"
+            )  # fmt: skip
+        lines.append(f"| {d} | {len(base)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

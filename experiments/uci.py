@@ -111,8 +111,9 @@ class StudyConfig:
 
     # The paper's recipe (direct-mf-sparse; the mixtures start from it): the fold preparation, its features,
     # noise grid and GP settings, which every method shares.
-    direct: DirectConfig = resolve_config(DirectConfig(basis="features"))
-    # kronvi's default recipe (direct-mf, exact-blr): the same GP hyperparameters and features.
+    direct: DirectConfig = resolve_config(DirectConfig(basis="features", num_frequencies=1000))
+    # kronvi's default recipe (direct-mf, exact-blr): the same GP hyperparameters; the same features below
+    # 20,000 training rows, twice as many from there (kronvi.pipeline.default_num_frequencies).
     default: DirectConfig = resolve_config(DirectConfig())
     # REPARAM (the paper's settings) and its optimizer
     reparam_batch: int = 100
@@ -648,7 +649,7 @@ def run_gauss_exact(setup: Setup):
 def run_reparam(setup: Setup):
     cfg = setup.cfg
     fold = setup.fold
-    b = 2 * cfg.direct.num_frequencies
+    b = 2 * fold.features.frequencies.shape[1]
     n_total = fold.X.shape[0] + len(setup.y_test)
     steps = cfg.reparam_steps_small if n_total < 3000 else cfg.reparam_steps_large
     # Weights in prior-standard-deviation units (w = sw * u, features scaled by sw): Adam's step size is
@@ -682,7 +683,7 @@ def run_elrg(setup: Setup, *, rank: int):
     fold = setup.fold
     eigen_fold, _ = setup.eigen()
     s2 = float(eigen_fold.noise_variance)
-    b = 2 * cfg.direct.num_frequencies
+    b = 2 * fold.features.frequencies.shape[1]
     n_total = fold.X.shape[0] + len(setup.y_test)
     steps = cfg.reparam_steps_small if n_total < 3000 else cfg.reparam_steps_large
     k_init, k_fit = jax.random.split(jax.random.fold_in(setup.key, 5))
@@ -888,7 +889,9 @@ def parse_args(argv=None):
     )  # fmt: skip
     p.add_argument("--lb-tol", type=float, default=StudyConfig.lb_tol, help="L-BFGS gradient-norm tolerance")
     p.add_argument(
-        "--num-features", type=int, default=2 * StudyConfig.direct.num_frequencies, help="b (even)"
+        "--num-features", type=int, default=None,
+        help="b (even) of every method; default: 2000, and the default recipe's (direct-mf, exact-blr) by the "
+        "training rows (kronvi.pipeline.default_num_frequencies: 4000 from 20,000 rows)",
     )
     p.add_argument(
         "--noise-span",
@@ -920,7 +923,7 @@ OPTION_RANGES = {
 def option_errors(args) -> list[str]:
     """One line per bad option value (none: an empty list); checks everything that needs no data."""
     errors = study_cli.option_errors(args, OPTION_RANGES)
-    if args.num_features >= 2 and args.num_features % 2:
+    if args.num_features is not None and args.num_features >= 2 and args.num_features % 2:
         errors.append(f"--num-features must be an even number (cos and sin pairs), got {args.num_features}")
     if not args.noise_span > 1.0 or not np.isfinite(args.noise_span):  # NaN fails both
         errors.append(f"--noise-span must be a finite number > 1, got {args.noise_span}")
@@ -936,8 +939,9 @@ def option_errors(args) -> list[str]:
     if bad:
         errors.append(f"unknown method(s) {bad}; choose from {METHODS} or elrg-<rank>")
     ranks = [int(m.split("-")[1]) for m in methods if ELRG_METHOD.fullmatch(m)]
-    if any(not 1 <= r <= args.num_features for r in ranks):
-        errors.append(f"elrg-<rank>: ranks must be in [1, --num-features ({args.num_features})], got {ranks}")
+    num_features = args.num_features or 2 * StudyConfig.direct.num_frequencies
+    if any(not 1 <= r <= num_features for r in ranks):
+        errors.append(f"elrg-<rank>: ranks must be in [1, --num-features ({num_features})], got {ranks}")
     if args.rerun_mismatched and not args.resume:
         errors.append("--rerun-mismatched needs --resume")
     return errors
@@ -949,13 +953,14 @@ def config_from_args(args) -> StudyConfig:
         raise study_cli.UsageError(errors[0])
     noise_cv = parse_noise_cv(args.noise_cv)
     direct = resolve_config(DirectConfig(
-        basis="features", num_frequencies=args.num_features // 2, noise_span=args.noise_span, noise_cv=noise_cv,
+        basis="features", num_frequencies=(args.num_features or 2 * StudyConfig.direct.num_frequencies) // 2,
+        noise_span=args.noise_span, noise_cv=noise_cv,
         method=args.direct_fit, starts=tuple(x.strip() for x in args.direct_starts.split(",")),
     ))  # fmt: skip
     steps = {}
     if args.reparam_steps is not None:
         steps = dict(reparam_steps_small=args.reparam_steps, reparam_steps_large=args.reparam_steps)
-    default = resolve_config(DirectConfig(num_frequencies=args.num_features // 2))
+    default = resolve_config(DirectConfig(num_frequencies=args.num_features and args.num_features // 2))
     return StudyConfig(
         direct=direct, default=default, nlpd_points=args.nlpd_points, sgd_steps=args.sgd_steps, sgd_samples=args.sgd_samples,
         sgd_init_noise=args.sgd_init_noise, sgd_estimator=args.sgd_estimator, lb_max_iter=args.lb_iters,

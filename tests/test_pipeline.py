@@ -36,3 +36,21 @@ def test_same_seed_same_answer_with_any_blas_thread_count():
     assert one["lengthscales"] == two["lengthscales"]
     np.testing.assert_allclose(one["mean"], two["mean"], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(one["var"], two["var"], rtol=1e-4)
+
+
+def test_default_features_grow_with_the_training_rows(monkeypatch):
+    import jax
+
+    from kronvi import pipeline
+
+    assert pipeline.default_num_frequencies(19_999) == 1000
+    assert pipeline.default_num_frequencies(20_000) == 2000
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
+    config = pipeline.DirectConfig(gp_restarts=1)
+    monkeypatch.setattr(pipeline, "LARGE_DATA_ROWS", 30)  # 40 rows count as large data
+    fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
+    assert fold.features.frequencies.shape == (2, 2000) and fold.stats.Phity.shape == (4000,)
+    explicit = pipeline.prepare_fold(jax.random.key(0), X, y, config._replace(num_frequencies=7))
+    assert explicit.features.frequencies.shape == (2, 7)  # an explicit count is kept
