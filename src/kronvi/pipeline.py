@@ -98,7 +98,9 @@ def default_num_frequencies(num_rows: int) -> int:
 
 
 def _num_frequencies(config, num_rows: int) -> int:
-    return default_num_frequencies(num_rows) if config.num_frequencies is None else int(config.num_frequencies)
+    return (
+        default_num_frequencies(num_rows) if config.num_frequencies is None else int(config.num_frequencies)
+    )
 
 
 class FoldResult(NamedTuple):
