@@ -353,3 +353,26 @@ def test_screened_falls_back_to_every_start_when_the_refined_one_is_degenerate()
     assert bool(np.all(info.screened.degenerate_starts)) and int(info.screened.chosen) == 0
     assert info.num_iterations.shape == (4,)  # the fallback ran every start on all rows
     assert not bool(info.degenerate) and float(hyper.noise_variance) < 0.05 * vy
+
+
+def test_screened_falls_back_when_the_refined_winner_fails(monkeypatch):
+    # parkinsons fold 0: the winner's float32 Cholesky failed on all rows and the first start ended pinned at
+    # the noise bound; every start then runs on all rows. Simulated by failing the refinement's winner.
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(90, 2))
+    y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
+    y = y - y.mean()
+    original, calls = _gp._fitted, []
+
+    def fitted(X, y, starts, **kw):
+        hyper, info = original(X, y, starts, **kw)
+        calls.append(starts.noise_variance.shape[0])
+        if len(calls) == 2:  # the refinement: its first start (the screened winner) fails
+            info = info._replace(log_marginal_likelihoods=info.log_marginal_likelihoods.at[0].set(-jnp.inf))
+        return hyper, info
+
+    monkeypatch.setattr(_gp, "_fitted", fitted)
+    with jax.enable_x64(False):
+        kw = dict(num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
+        _, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
+    assert calls == [4, 1, 4] and info.num_iterations.shape == (4,)  # screening, refinement, fallback
