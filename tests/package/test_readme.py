@@ -9,8 +9,8 @@ import numpy as np
 def test_readme_example_runs():
     readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
     code = re.search(r"## Using it\n\n```python\n(.*?)```", readme.read_text(), re.S).group(1)
-    assert "num_frequencies=1000" in code
-    code = code.replace("num_frequencies=1000", "num_frequencies=50")
+    assert "DirectConfig()" in code
+    code = code.replace("DirectConfig()", "DirectConfig(num_frequencies=50)")
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)
     mean, var = np.asarray(namespace["mean"]), np.asarray(namespace["var"])
