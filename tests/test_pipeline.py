@@ -49,8 +49,8 @@ def test_default_features_grow_with_the_training_rows(monkeypatch):
     X = rng.normal(size=(40, 2))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
     config = pipeline.DirectConfig(gp_restarts=1)
-    monkeypatch.setattr(pipeline, "LARGE_DATA_ROWS", 30)  # 40 rows count as large data
+    monkeypatch.setattr(pipeline, "default_num_frequencies", lambda n: 11 if n == 40 else 0)  # the rule's use
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
-    assert fold.features.frequencies.shape == (2, 2000) and fold.stats.Phity.shape == (4000,)
+    assert fold.features.frequencies.shape == (2, 11) and fold.stats.Phity.shape == (22,)
     explicit = pipeline.prepare_fold(jax.random.key(0), X, y, config._replace(num_frequencies=7))
     assert explicit.features.frequencies.shape == (2, 7)  # an explicit count is kept
