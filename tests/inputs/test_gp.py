@@ -208,13 +208,28 @@ def test_select_prefers_comparable_nondegenerate_start():
     assert int(_gp._select(jnp.array([-jnp.inf, -5.0]), jnp.array([False, True]), 2.0)) == 1
 
 
+def _sine_rows():
+    """90 rows of y = sin(x_0) + 0.05 noise (centred), with an irrelevant second input."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(90, 2))
+    y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
+    return X, y - y.mean()
+
+
+def _trapped_first_start(vy):
+    """Four float32 starts: an 'all noise' one (lengthscales 100, 99% noise) first, then the default 3."""
+    default = _gp._default_starts(3, 2, jnp.asarray(vy, jnp.float32), jnp.float32)
+    return jax.tree.map(
+        lambda bad, d: jnp.concatenate([jnp.asarray(bad, jnp.float32)[None], d]),
+        kronvi.GPHyperparameters(jnp.full((2,), 100.0), 0.01 * vy, 0.99 * vy),
+        default,
+    )
+
+
 def test_subsample_is_deterministic_and_bounded():
     # float32, 50 rows of 2 inputs and 4 starts: the same compiled program as the float32 case above.
     with jax.enable_x64(False):
-        rng = np.random.default_rng(3)
-        X = rng.normal(size=(90, 2))
-        y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
-        y = y - y.mean()
+        X, y = _sine_rows()
         kw = dict(num_points=50, min_noise_variance=1e-3)
         h1, i1 = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
         h2, i2 = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
@@ -294,10 +309,7 @@ def test_choose_keeps_a_pinned_start_that_predicts_best():
 
 def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
     with jax.enable_x64(False):
-        rng = np.random.default_rng(3)
-        X = rng.normal(size=(90, 2))
-        y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
-        y = y - y.mean()
+        X, y = _sine_rows()
         kw = dict(num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
         hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
     screened = info.screened
@@ -314,18 +326,10 @@ def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
 def test_screened_refines_the_winner_and_runs_the_first_start_from_cold():
     # start 0 is degenerate ('all noise'): the screening picks start 1, and on all rows the winner (refined
     # from its screened optimum) and start 0 (from cold) both run; the rule keeps the non-degenerate one.
-    rng = np.random.default_rng(3)
-    X = rng.normal(size=(90, 2))
-    y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
-    y = y - y.mean()
+    X, y = _sine_rows()
     vy = float(y.var())
     with jax.enable_x64(False):
-        default = _gp._default_starts(3, 2, jnp.asarray(vy, jnp.float32), jnp.float32)
-        init = jax.tree.map(
-            lambda bad, d: jnp.concatenate([jnp.asarray(bad, jnp.float32)[None], d]),
-            kronvi.GPHyperparameters(jnp.full((2,), 100.0), 0.01 * vy, 0.99 * vy),
-            default,
-        )
+        init = _trapped_first_start(vy)
         kw = dict(init=init, num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
         hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y, **kw)
     assert int(info.screened.chosen) != 0 and info.num_iterations.shape == (2,)
@@ -341,12 +345,7 @@ def test_screened_falls_back_to_every_start_when_the_refined_one_is_degenerate()
     X, y, _, _ = _sine_problem()
     vy = float(y.var())
     with jax.enable_x64(False):
-        default = _gp._default_starts(3, 2, jnp.asarray(vy, jnp.float32), jnp.float32)
-        init = jax.tree.map(
-            lambda bad, d: jnp.concatenate([jnp.asarray(bad, jnp.float32)[None], d]),
-            kronvi.GPHyperparameters(jnp.full((2,), 100.0), 0.01 * vy, 0.99 * vy),
-            default,
-        )
+        init = _trapped_first_start(vy)
         hyper, info = kronvi.fit_gp_hyperparameters(
             jax.random.key(0), X, y, init=init, restarts="screened", screen_points=3
         )
@@ -358,10 +357,7 @@ def test_screened_falls_back_to_every_start_when_the_refined_one_is_degenerate()
 def test_screened_falls_back_when_the_refined_winner_fails(monkeypatch):
     # parkinsons fold 0: the winner's float32 Cholesky failed on all rows and the first start ended pinned at
     # the noise bound; every start then runs on all rows. Simulated by failing the refinement's winner.
-    rng = np.random.default_rng(3)
-    X = rng.normal(size=(90, 2))
-    y = np.sin(X[:, 0]) + 0.05 * rng.normal(size=90)
-    y = y - y.mean()
+    X, y = _sine_rows()
     original, calls = _gp._fitted, []
 
     def fitted(X, y, starts, **kw):
