@@ -75,8 +75,8 @@ class DirectConfig(NamedTuple):
     starts: tuple[str, ...] | None = None
     gp_points: int = 1000
     gp_restarts: int = 4
-    # "screened": the GP's starts run on `gp_screen_points` of its rows and the chosen one is refined on all
-    # (kronvi.fit_gp_hyperparameters(restarts="screened")); "all": every start on every row, the best kept.
+    # "screened": the GP's starts run on `gp_screen_points` of its rows, then the winner and the first start
+    # on all (kronvi.fit_gp_hyperparameters(restarts="screened")); "all": every start on every row.
     gp_restart_rule: str = "screened"
     gp_screen_points: int = 300
     gp_degenerate_margin: float = 2.0  # kronvi.fit_gp_hyperparameters(degenerate_margin=...)
@@ -90,10 +90,8 @@ LARGE_DATA_ROWS = 20_000
 
 def default_num_frequencies(num_rows: int) -> int:
     """The default recipe's random frequencies for `num_rows` training rows: 1000 (b = 2000 features)
-    below `LARGE_DATA_ROWS` (20,000) rows, 2000 (b = 4000) from there. On the large shared datasets the
-    gap to the best regressors is in the features, not the inference: at b = 4000 kin40k's RMSE falls
-    from 0.184 to 0.135 and protein's from 0.509 to 0.496 (fold 0), while elevators (16,598 rows) gains
-    nothing from b = 8000 (`experiments/results/feature_budget.md`). The cost is $O(nb^2 + b^3)$."""
+    below `LARGE_DATA_ROWS` (20,000) rows, 2000 (b = 4000) from there, where more features pay for their
+    $O(nb^2 + b^3)$ cost (`experiments/results/feature_budget.md`, `docs/notes/2026-11-26-speed.md`)."""
     return 2000 if int(num_rows) >= LARGE_DATA_ROWS else 1000
 
 

@@ -48,8 +48,7 @@ def fit_regression(
       every weight in turn (keeping $\Phi^\top\Phi\bar w$ current in $O(b)$ per weight) and
       then the noise: $O(b^2)$ per sweep and the exact ELBO never decreases. The values in `info.elbo`
       are computed in the working dtype and carry its rounding: in float32 they can dip by about
-      $10^{-4}$ of their magnitude where the iterates' float64 ELBOs still rise (the README's first
-      example: a last step of -0.005 at 309.3 in float32, +0.024 re-evaluated in float64).
+      $10^{-4}$ of their magnitude where the iterates' float64 ELBOs still rise.
     - `"lbfgs"`: the paper's recipe, `jaxopt.LBFGS` on $-\mathcal{L}/n$ over the logits with
       gradients from `jax.grad`.
     - `"optax-lbfgs"`: the same with `optax.lbfgs`.

@@ -152,16 +152,16 @@ def _cholesky_inverse(L):
     solves with the identity, the bulk of a likelihood gradient); elsewhere those two solves in XLA. Not
     for float64: the callback runs on an XLA thread, where a `jax.enable_x64` context (thread-local) does
     not hold, and its float64 operand would arrive as float32."""
-    eye = jnp.eye(L.shape[-1], dtype=L.dtype)
+
+    def in_xla(L):
+        return jax.scipy.linalg.cho_solve((L, True), jnp.eye(L.shape[-1], dtype=L.dtype))
+
     if L.dtype != jnp.float32:
-        return jax.scipy.linalg.cho_solve((L, True), eye)
+        return in_xla(L)
 
     def on_host(L):
         out = jax.ShapeDtypeStruct(L.shape, L.dtype)
         return jax.pure_callback(_potri, out, L, vmap_method="sequential")
-
-    def in_xla(L):
-        return jax.scipy.linalg.cho_solve((L, True), eye)
 
     return lax.platform_dependent(L, cpu=on_host, default=in_xla)
 
@@ -406,10 +406,7 @@ def fit_gp_hyperparameters(
         degenerate or has its noise variance at the lower bound, every start runs on the whole subsample
         (with concrete inputs; inside `jit` there is no fallback).
         `info` describes the refinement (one or two starts) or the fallback, and `info.screened` the
-        screening. On the 28 UCI datasets the first start alone lost a better basin on some folds
-        (parkinsons: test RMSE 0.79 against 0.19), and the screened winner alone on others (protein, one
-        fold: log evidence -1009 against -956 from the first start); together they keep both at about
-        half the cost of every start (`docs/notes/2026-11-26-speed.md`).
+        screening. Why both the winner and the first start: `docs/notes/2026-11-26-speed.md`.
       screen_points: rows of the screening run of `restarts="screened"`.
       parallel_restarts: run the starts in parallel with `vmap` (`True`) or one after another with
         `lax.map` (`False`). Default: `vmap` on GPU/TPU, `lax.map` on CPU, where a `vmap`-batched
