@@ -321,6 +321,10 @@ def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
     assert not bool(info.degenerate) and float(hyper.lengthscales[0]) < float(hyper.lengthscales[1])
     with pytest.raises(ValueError, match="restarts"):
         kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="some")
+    with pytest.raises(ValueError, match="screen_points"):
+        kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="screened", screen_points=1)
+    with pytest.raises(ValueError, match="screen_points"):
+        kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="screened", screen_points=2.5)
 
 
 def test_screened_refines_the_winner_and_runs_the_first_start_from_cold():
