@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 SCRIPT = textwrap.dedent(
     """
@@ -44,7 +45,7 @@ def test_same_seed_same_answer_with_any_blas_thread_count():
     np.testing.assert_allclose(one["var"], two["var"], rtol=1e-4)
 
 
-def test_default_features_grow_with_the_training_rows(monkeypatch):
+def test_default_features_grow_with_the_training_rows_and_far_targets_keep_their_spread(monkeypatch):
     import jax
 
     from kronvi import pipeline
@@ -58,5 +59,12 @@ def test_default_features_grow_with_the_training_rows(monkeypatch):
     monkeypatch.setattr(pipeline, "default_num_frequencies", lambda n: 11 if n == 40 else 0)  # the rule's use
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
     assert fold.features.frequencies.shape == (2, 11) and fold.stats.Phity.shape == (22,)
-    explicit = pipeline.prepare_fold(jax.random.key(0), X, y, config._replace(num_frequencies=7))
-    assert explicit.features.frequencies.shape == (2, 7)  # an explicit count is kept
+    # An explicit count is kept. The targets' offset and centring are float64 on the host: in float32,
+    # y + 1e6 would be rounded to steps of 1/16 before centring, and a float32 offset would move every
+    # prediction by up to 1/32.
+    far = pipeline.prepare_fold(jax.random.key(0), X, y + 1e6, config._replace(num_frequencies=7))
+    assert far.features.frequencies.shape == (2, 7)
+    assert far.y_offset.dtype == np.float64
+    assert float(far.y_offset) - float(fold.y_offset) == pytest.approx(1e6, abs=1e-8)
+    np.testing.assert_allclose(np.asarray(far.y), np.asarray(fold.y), rtol=0, atol=1e-6)
+

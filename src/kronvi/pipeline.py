@@ -138,7 +138,7 @@ class PreparedFold(NamedTuple):
     """A training set prepared for fitting ([`prepare_fold`][kronvi.pipeline.prepare_fold]): everything before the noise grid's choice."""
 
     standardizer: Standardizer  # from the training rows
-    y_offset: jax.Array  # the training targets' mean
+    y_offset: jax.Array  # the training targets' mean (a float64 NumPy scalar for concrete targets)
     X: jax.Array  # standardized training inputs `(n, d)`
     y: jax.Array  # centred training targets `(n,)`
     hyper: GPHyperparameters
@@ -293,11 +293,9 @@ def prepare_fold(
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     t0 = time.perf_counter()
     X = jnp.asarray(X, dtype)
-    y = jnp.asarray(y, dtype)
     std = fit_standardizer(X)
     Xs = standardize(std, X)
-    y_offset = jnp.mean(y)
-    yc = y - y_offset
+    y_offset, yc = _centre(y, dtype)
     if gp is None:
         hyper, gp_info = fit_gp_hyperparameters(
             k_gp, Xs, yc, num_points=config.gp_points, num_restarts=config.gp_restarts,
@@ -334,6 +332,26 @@ def prepare_fold(
         std, y_offset, Xs, yc, hyper, gp_info, feats, stats, cv_stats, prior_w, k_fit, t1 - t0, t2 - t1,
         basis, s2, prior_scale,
     )  # fmt: skip
+
+
+def _centre_like(y, offset, dtype):
+    """`y - offset` in `dtype`, subtracted in float64 for concrete targets (see `_centre`)."""
+    if isinstance(y, jax.core.Tracer) or isinstance(offset, jax.core.Tracer):
+        return jnp.asarray(y, dtype) - offset
+    return jnp.asarray(np.asarray(y, np.float64) - np.float64(offset), dtype)
+
+
+def _centre(y, dtype):
+    """`(y_offset, y - y_offset)`: the mean of concrete targets and the centring in float64 on the host (a
+    float64 NumPy scalar, so that `mean + y_offset` returns the targets' units to their own precision: targets
+    far from zero, y + 1e6 say, would lose their spread to a float32 offset), the centred targets in `dtype`;
+    traced targets are centred in `dtype`."""
+    if isinstance(y, jax.core.Tracer):
+        y = jnp.asarray(y, dtype)
+        return jnp.mean(y), y - jnp.mean(y)
+    y = np.asarray(y, np.float64)
+    offset = np.mean(y)
+    return offset, jnp.asarray(y - offset, dtype)
 
 
 def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
@@ -445,7 +463,7 @@ def fold_features(fitted, X):
     """Features of raw inputs `X (N, d)` through a [`PreparedFold`][kronvi.pipeline.PreparedFold]'s or [`FittedDirect`][kronvi.pipeline.FittedDirect]'s
     standardizer and random Fourier features (rotated to its eigenbasis, if any), in the dtype of its
     statistics: `(N, b)`."""
-    dtype = fitted.y_offset.dtype
+    dtype = fitted.features.frequencies.dtype
     Phi = rff_features(fitted.features, standardize(fitted.standardizer, jnp.asarray(X, dtype)))
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
 
@@ -536,7 +554,7 @@ def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None 
     dtype = model.q_w.logits.dtype
     Phi = fold_features(model, X_test)
     mean, _ = predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
-    y_c = jnp.asarray(y_test, dtype) - model.y_offset
+    y_c = _centre_like(y_test, model.y_offset, dtype)
     try:
         log_dens, _ = predictive_log_density(
             model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c
