@@ -1,3 +1,4 @@
+import helpers as H
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,11 +17,11 @@ def _rand(rng, shape, dtype, positive=False):
 def test_inner_products_match_dense(dtype, b, m):
     rng = np.random.default_rng(0)
     a, c = _rand(rng, (b, m), dtype), _rand(rng, (b, m), dtype)
-    dense = float(np.dot(np.asarray(K.kron_dense(a), np.float64), np.asarray(K.kron_dense(c))))
-    np.testing.assert_allclose(float(K.kron_inner(a, c)), dense, rtol=tol(dtype))
+    dense = float(np.dot(np.asarray(H.kron_dense(a), np.float64), np.asarray(H.kron_dense(c))))
+    np.testing.assert_allclose(float(H.kron_inner(a, c)), dense, rtol=tol(dtype))
     ap, cp = jnp.abs(a) + 0.1, jnp.abs(c) + 0.1
-    ref = np.log(np.dot(np.asarray(K.kron_dense(ap), np.float64), np.asarray(K.kron_dense(cp))))
-    np.testing.assert_allclose(float(K.kron_log_inner(ap, cp)), ref, rtol=tol(dtype))
+    ref = np.log(np.dot(np.asarray(H.kron_dense(ap), np.float64), np.asarray(H.kron_dense(cp))))
+    np.testing.assert_allclose(float(H.kron_log_inner(ap, cp)), ref, rtol=tol(dtype))
     np.testing.assert_allclose(
         float(K.kron_log_inner_from_logs(jnp.log(ap), jnp.log(cp))), ref, rtol=tol(dtype)
     )
@@ -30,8 +31,8 @@ def test_log_of_product_is_kronecker_sum(dtype):
     rng = np.random.default_rng(1)
     a = _rand(rng, (3, 4), dtype, positive=True)
     np.testing.assert_allclose(
-        K.kron_sum_dense(K.kron_log(a)),
-        np.log(np.asarray(K.kron_dense(a), np.float64)),
+        H.kron_sum_dense(H.kron_log(a)),
+        np.log(np.asarray(H.kron_dense(a), np.float64)),
         rtol=tol(dtype),
         atol=tol(dtype),
     )
@@ -41,8 +42,8 @@ def test_elementwise_product(dtype):
     rng = np.random.default_rng(2)
     a, c = _rand(rng, (3, 3), dtype), _rand(rng, (3, 3), dtype)
     np.testing.assert_allclose(
-        K.kron_dense(K.kron_mul(a, c)),
-        np.asarray(K.kron_dense(a)) * np.asarray(K.kron_dense(c)),
+        H.kron_dense(H.kron_mul(a, c)),
+        np.asarray(H.kron_dense(a)) * np.asarray(H.kron_dense(c)),
         rtol=tol(dtype),
         atol=tol(dtype),
     )
@@ -54,18 +55,18 @@ def test_kron_sum_inner_matches_dense(dtype, zero_total):
     s, a = _rand(rng, (4, 3), dtype), _rand(rng, (4, 3), dtype)
     if zero_total:  # a factor summing to zero must not break the division-free product
         a = a.at[1].set(jnp.asarray([1.0, -1.0, 0.0], dtype))
-    dense = np.dot(np.asarray(K.kron_sum_dense(s), np.float64), np.asarray(K.kron_dense(a), np.float64))
-    np.testing.assert_allclose(float(K.kron_sum_inner(s, a)), dense, rtol=tol(dtype), atol=tol(dtype))
+    dense = np.dot(np.asarray(H.kron_sum_dense(s), np.float64), np.asarray(H.kron_dense(a), np.float64))
+    np.testing.assert_allclose(float(H.kron_sum_inner(s, a)), dense, rtol=tol(dtype), atol=tol(dtype))
 
 
 def test_kron_sum_times_product_is_sum_of_products(dtype):
     rng = np.random.default_rng(4)
     s, a = _rand(rng, (3, 2), dtype), _rand(rng, (3, 2), dtype)
-    terms = K.kron_sum_mul_kron(s, a)
+    terms = H.kron_sum_mul_kron(s, a)
     assert terms.shape == (3, 3, 2)
     np.testing.assert_allclose(
-        K.kron_sum_of_products_dense(terms),
-        np.asarray(K.kron_sum_dense(s)) * np.asarray(K.kron_dense(a)),
+        H.kron_sum_of_products_dense(terms),
+        np.asarray(H.kron_sum_dense(s)) * np.asarray(H.kron_dense(a)),
         rtol=tol(dtype),
         atol=tol(dtype),
     )
@@ -75,10 +76,10 @@ def test_sum_of_products_inner(dtype):
     rng = np.random.default_rng(5)
     A, B = _rand(rng, (2, 3, 3), dtype), _rand(rng, (4, 3, 3), dtype)
     dense = np.dot(
-        np.asarray(K.kron_sum_of_products_dense(A), np.float64),
-        np.asarray(K.kron_sum_of_products_dense(B), np.float64),
+        np.asarray(H.kron_sum_of_products_dense(A), np.float64),
+        np.asarray(H.kron_sum_of_products_dense(B), np.float64),
     )
-    np.testing.assert_allclose(float(K.kron_sum_of_products_inner(A, B)), dense, rtol=tol(dtype))
+    np.testing.assert_allclose(float(H.kron_sum_of_products_inner(A, B)), dense, rtol=tol(dtype))
 
 
 def test_expected_quadratic_matches_enumeration(dtype):
@@ -100,10 +101,19 @@ def test_expected_quadratic_matches_enumeration(dtype):
     np.testing.assert_allclose(float(got), ref, rtol=tol(dtype))
 
 
+def test_kron_sum_expectation_matches_dense(dtype):
+    # The library's E_q[sum_j s_j] for normalized factors: the dense Kronecker sum against the dense q.
+    rng = np.random.default_rng(8)
+    s = _rand(rng, (4, 3), dtype)
+    q = jnp.asarray(rng.dirichlet(np.ones(3), size=4), dtype)
+    dense = np.dot(np.asarray(H.kron_sum_dense(s), np.float64), np.asarray(H.kron_dense(q), np.float64))
+    np.testing.assert_allclose(float(K.kron_sum_expectation(s, q)), dense, rtol=tol(dtype))
+
+
 def test_primitives_vmap_over_leading_axis(dtype):
     rng = np.random.default_rng(7)
-    s, a = _rand(rng, (5, 3, 2), dtype), _rand(rng, (5, 3, 2), dtype)
-    for fn in (K.kron_inner, K.kron_sum_inner):
+    s, a = _rand(rng, (5, 3, 2), dtype), _rand(rng, (5, 3, 2), dtype, positive=True)
+    for fn in (K.kron_sum_expectation, K.kron_log_inner_from_logs, H.kron_inner, H.kron_sum_inner):
         batched = jax.vmap(fn)(s, a)
         looped = jnp.stack([fn(s[i], a[i]) for i in range(5)])
         np.testing.assert_allclose(batched, looped, rtol=tol(dtype))

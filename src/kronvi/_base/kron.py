@@ -1,4 +1,4 @@
-r"""Kronecker-product algebra on factors, never forming the $m^b$ dense vectors.
+r"""Kronecker-product algebra on factors, never forming the $m^b$ dense vectors: what the ELBOs use.
 
 A Kronecker-product vector $\bigotimes_{j=1}^b a_j$ is stored as its factors `a` of shape
 `(b, m)`; a Kronecker sum $\bigoplus_j s_j = \sum_j 1 \otimes \dots \otimes s_j \otimes \dots
@@ -6,7 +6,9 @@ A Kronecker-product vector $\bigotimes_{j=1}^b a_j$ is stored as its factors `a`
 as `(R, b, m)`. Dense vectors follow `jnp.kron` order (factor 0 is the slowest-varying index), so
 `dense[i]` is the configuration `numpy.unravel_index(i, (m,) * b)`.
 
-Every function works on the trailing axes and maps over leading ones under `jax.vmap`.
+Every function works on the trailing axes and maps over leading ones under `jax.vmap`. The rest of the
+algebra of Propositions 1-3 (inner products, Kronecker sums, dense forms), which the closed-form ELBOs do not
+need, is in the tests' references (`tests/helpers.py`).
 
 References:
   Evans & Nair (2018), Propositions 1-3 and eq. 6.
@@ -22,81 +24,10 @@ import jax.numpy as jnp
 from .precision import matmul
 
 
-def kron_dense(factors):
-    r"""Dense $\bigotimes_j a_j$ of factors `(b, m)` (length `m**b`): a test reference."""
-    return functools.reduce(jnp.kron, list(factors))
-
-
-def kron_sum_dense(factors):
-    r"""Dense Kronecker sum $\bigoplus_j s_j$ of factors `(b, m)`: a test reference."""
-    b, m = factors.shape
-    ones = jnp.ones((m,), factors.dtype)
-    out = 0.0
-    for j in range(b):
-        out = out + kron_dense(jnp.stack([factors[i] if i == j else ones for i in range(b)]))
-    return out
-
-
-def kron_inner(a, b):
-    r"""Prop. 1: $\langle \bigotimes_j a_j, \bigotimes_j b_j \rangle = \prod_j \langle a_j, b_j\rangle$.
-
-    Args:
-      a, b: factors `(..., b, m)`.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> a = jnp.array([[1.0, 2.0], [3.0, 4.0]]); b = jnp.ones((2, 2))
-      >>> float(kron_inner(a, b)) == float(jnp.dot(kron_dense(a), kron_dense(b)))
-      True
-    """
-    return jnp.prod(jnp.sum(a * b, axis=-1), axis=-1)
-
-
-def kron_log_inner(a, b):
-    r"""$\log \langle \bigotimes_j a_j, \bigotimes_j b_j\rangle = \sum_j \log\langle a_j, b_j\rangle$,
-    for nonnegative factors (the log-space form used for products over many weights)."""
-    return jnp.sum(jnp.log(jnp.sum(a * b, axis=-1)), axis=-1)
-
-
 def kron_log_inner_from_logs(log_a, log_b):
-    r"""As `kron_log_inner` with factors given as logs: $\sum_j \mathrm{LSE}_k(\log a_{jk} +
+    r"""$\log \langle \bigotimes_j a_j, \bigotimes_j b_j\rangle$ with factors given as logs: $\sum_j \mathrm{LSE}_k(\log a_{jk} +
     \log b_{jk})$, stable when factors underflow."""
     return jnp.sum(jax.nn.logsumexp(log_a + log_b, axis=-1), axis=-1)
-
-
-def kron_log(factors):
-    r"""Prop. 2: the element-wise log of $\bigotimes_j a_j$ is the Kronecker sum
-    $\bigoplus_j \log a_j$; returns its factors `log(a)` (positive `a`)."""
-    return jnp.log(factors)
-
-
-def kron_mul(a, b):
-    r"""Element-wise product of Kronecker products: $(\bigotimes a_j) \circ (\bigotimes b_j) =
-    \bigotimes (a_j \circ b_j)$ (mixed-product property); returns the factors."""
-    return a * b
-
-
-def kron_sum_inner(s, a):
-    r"""Prop. 3: $\langle \bigoplus_j s_j, \bigotimes_j a_j\rangle = \sum_j \langle s_j, a_j\rangle
-    \prod_{i \neq j} \langle 1, a_i\rangle$.
-
-    For normalized distributions ($\langle 1, a_i\rangle = 1$) this is the expectation
-    $\sum_j E_{a_j}[s_j]$, which is how $E_q[\log p]$ and $E_q[\log q]$ of factorized
-    distributions cost $O(bm)$. Computed without division, so zero factors are fine.
-
-    Args:
-      s: Kronecker-sum factors `(..., b, m)`.
-      a: Kronecker-product factors `(..., b, m)`.
-    """
-    dots = jnp.sum(s * a, axis=-1)  # (..., b)
-    totals = jnp.sum(a, axis=-1)  # (..., b)
-    # prod_{i != j} totals_i via exclusive prefix and suffix products.
-    ones = jnp.ones_like(totals[..., :1])
-    prefix = jnp.cumprod(jnp.concatenate([ones, totals[..., :-1]], axis=-1), axis=-1)
-    suffix = jnp.flip(
-        jnp.cumprod(jnp.concatenate([ones, jnp.flip(totals, -1)[..., :-1]], axis=-1), axis=-1), -1
-    )
-    return jnp.sum(dots * prefix * suffix, axis=-1)
 
 
 def kron_sum_expectation(s, q):
@@ -108,27 +39,6 @@ def kron_sum_expectation(s, q):
     whose gradient would cost more than the rest of the ELBO.
     """
     return jnp.sum(s * q, axis=(-2, -1))
-
-
-def kron_sum_mul_kron(s, a):
-    r"""Element-wise $(\bigoplus_j s_j) \circ (\bigotimes_j a_j)$, a sum of `b` Kronecker
-    products: returns factors `(b, b, m)` where term `j` has factor `s_j a_j` at `j` and `a_i`
-    elsewhere."""
-    b = a.shape[-2]
-    eye = jnp.eye(b, dtype=bool)[..., None]
-    return jnp.where(eye, (s * a)[..., None, :, :], a[..., None, :, :])
-
-
-def kron_sum_of_products_dense(terms):
-    r"""Dense $\sum_r \bigotimes_j a^{(r)}_j$ of terms `(R, b, m)`: a test reference."""
-    return sum(kron_dense(t) for t in terms)
-
-
-def kron_sum_of_products_inner(A, B):
-    r"""$\langle \sum_r \bigotimes_j a^{(r)}_j, \sum_s \bigotimes_j b^{(s)}_j\rangle =
-    \sum_{r,s} \prod_j \langle a^{(r)}_j, b^{(s)}_j\rangle$ for terms `A (R, b, m)`, `B (S, b, m)`,
-    in $O(RSbm)$."""
-    return jnp.sum(jax.vmap(lambda a: jax.vmap(lambda bb: kron_inner(a, bb))(B))(A))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=())
