@@ -99,3 +99,87 @@ def test_every_public_name_is_documented():
         if not n.startswith("_") and callable(getattr(kronvi, n)) and not (getattr(kronvi, n).__doc__ or "").strip()
     ]  # fmt: skip
     assert not missing, missing
+
+
+ROOT = SRC.parent.parent
+
+
+def _stated_stages():
+    """`[(stage number, [module or package names], item text)]` of the numbered map in docs/design.md."""
+    import re
+
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+    items = re.split(r"\n(?=\d+\. )", "\n" + section)
+    stages = []
+    for item in items:
+        m = re.match(r"(\d+)\. (.*?) — ", item.strip(), re.S)
+        if m:
+            names = [n.rstrip("/").removesuffix(".py") for n in re.findall(r"`([^`]+)`", m.group(2))]
+            stages.append((int(m.group(1)), names, item))
+    return stages
+
+
+def _stage_of():
+    """Module name -> its stage number in docs/design.md."""
+    out = {}
+    for number, names, _ in _stated_stages():
+        for n in names:
+            out[f"kronvi.{n}"] = number
+    return out
+
+
+def _module_stage(module, stages):
+    parts = module.split(".")
+    for k in range(len(parts), 1, -1):
+        if ".".join(parts[:k]) in stages:
+            return stages[".".join(parts[:k])]
+    return None
+
+
+def test_every_module_is_on_the_stated_map():
+    stages = _stated_stages()
+    stage_of = _stage_of()
+    missing = []
+    for name, path in _modules():
+        if name == "kronvi" or path.name == "__init__.py":
+            continue
+        number = _module_stage(name, stage_of)
+        if number is None:
+            missing.append(f"{name}: no stage")
+            continue
+        if name not in stage_of:  # a module inside a stage's package: its file must be named in the item
+            item = next(text for n, _, text in stages if n == number)
+            if path.stem not in item:
+                missing.append(f"{name}: not named in stage {number}")
+    assert not missing, missing
+
+
+def test_imports_follow_the_stated_order():
+    stage_of = _stage_of()
+    graph = _graph()
+    inits = {m for m in graph if (SRC.parent / m.replace(".", "/") / "__init__.py").exists()}
+    against = []
+    for module, deps in graph.items():
+        if module in inits:  # package __init__ files only re-export
+            continue
+        mine = _module_stage(module, stage_of)
+        for dep in deps - inits:
+            theirs = _module_stage(dep, stage_of)
+            if theirs is not None and mine is not None and theirs > mine:
+                against.append(f"{module} (stage {mine}) imports {dep} (stage {theirs})")
+    assert not against, against
+
+
+def test_readme_lists_the_stages_in_the_stated_order():
+    stage_of = _stage_of()
+    text = (ROOT / "README.md").read_text()
+    table = text.split("| stage | package | contents |", 1)[1].split("\n\n", 1)[0]
+    rows = [r for r in table.strip().splitlines()[1:] if r.startswith("|")]
+    import re
+
+    order = []
+    for row in rows:
+        first = re.search(r"`kronvi/([^`]+)`", row.split("|")[2]).group(1)
+        order.append(stage_of[f"kronvi.{first.rstrip('/').removesuffix('.py')}"])
+    assert order == sorted(order) and len(set(order)) == len(order), order
