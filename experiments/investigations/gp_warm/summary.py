@@ -14,7 +14,8 @@ def main(path):
     for line in open(path):
         r = json.loads(line)
         by[(r["dataset"], r["fold"])][r["rule"]] = r
-    rules = [r for r in RULES if any(r in v for v in by.values())]
+    seen = {r for v in by.values() for r in v} - {"screened"}
+    rules = [r for r in RULES if r in seen] + sorted(seen - set(RULES))
     print(f"# The GP's refinement rules against `screened`\n\nFrom `{path}` (`run.py` beside this file). RMSE ratio, "
           "NLPD difference and GP-seconds ratio (warm) of the exact BLR predictive on each rule's features "
           "against the current rule; seconds are comparable only within a row (a busy machine).\n")  # fmt: skip
