@@ -49,39 +49,73 @@ _BASIS_DEFAULTS = {
 
 
 class DirectConfig(NamedTuple):
-    """Settings of the DIRECT regression pipeline. `None` fields take the default of the `basis`
+    r"""Settings of the DIRECT regression pipeline. `None` fields take the default of the `basis`
     (`resolve_config`): `"eigen"` width 6 posterior sds, noise grid spanning 3x around the evidence
     maximizer, no noise CV, the prior start (diagonal CAVI); `"features"` (the paper's appendix E) width 3 prior sds,
-    noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts."""
+    noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts.
 
-    basis: str = "eigen"  # "eigen" (accurate) or "features" (the paper's sparse 4-bit recipe)
-    # b = 2 * num_frequencies features; None: by the training rows, `default_num_frequencies(n)`
+    Attributes:
+      basis: `"eigen"` (accurate: the weights in the eigenbasis of $\Phi^\top\Phi$) or `"features"` (the
+        paper's sparse 4-bit recipe on the random Fourier features).
+      num_frequencies: random frequencies; the features are their cosines and sines, b = 2 `num_frequencies`.
+        `None`: by the training rows, `default_num_frequencies(n)`.
+      frequency_sampling: `"iid"`, `"orthogonal"` or `"halton"` (`rff_init(sampling=...)`).
+      levels: levels of each weight's grid (15: 4-bit codes).
+      width: the weight grid's half-width, in posterior sds (`"eigen"`) or prior sds (`"features"`).
+      noise_levels: levels of the noise-variance grid.
+      noise_span: the noise grid when `noise_cv` is empty: $s^2 \times [1/\text{span}, \text{span}]$ around
+        the evidence maximizer (`"eigen"`) or the GP estimate (`"features"`).
+      noise_cv: `"features"` only: the spans of the noise grids to choose from by `cv_folds`-fold
+        cross-validation on the training rows (`select_prior` with `cv_criterion`); span 1 fixes the
+        noise at the GP estimate. Empty: the paper's protocol, one grid of `noise_span`.
+      cv_folds: folds of that inner cross-validation.
+      cv_criterion: `"log_density"` or `"sq_error"` (`select_prior`).
+      cv_max_iter: CAVI sweeps per inner fit (from `gaussian_start`, which is close).
+      method: how `fit_regression` fits: `"cavi"`, `"lbfgs"` or `"optax-lbfgs"`.
+      max_iter: its sweeps or iterations; `None`: its default.
+      starts: fit from each start and keep the highest ELBO: `"prior"` and/or `"gaussian"`
+        (`gaussian_start`).
+      gp_points: training rows the GP hyperparameters are fitted on (at most).
+      gp_restarts: starts of the GP hyperparameter fit.
+      gp_restart_rule: `"screened"`: the GP's starts run on `gp_screen_points` of its rows, then the
+        winner and the first start on all (`fit_gp_hyperparameters(restarts="screened")`); `"all"`: every
+        start on every row.
+      gp_screen_points: rows of that screening.
+      gp_degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
+      chunk_size: rows per chunk of the statistics pass.
+      max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
+        of it, at most this many times (the paper's protocol: 0).
+
+    Example:
+      >>> from kronvi.pipeline import DirectConfig
+      >>> DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
+      DirectConfig(basis='eigen', num_frequencies=None, frequency_sampling='iid', levels=15, width=None,
+        noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
+        cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
+        gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, chunk_size=2048,
+        max_noise_recentres=0)
+    """
+
+    basis: str = "eigen"
     num_frequencies: int | None = None
-    frequency_sampling: str = "iid"  # "iid", "orthogonal" or "halton" (kronvi.rff_init(sampling=...))
-    levels: int = 15  # 4-bit weight grid
-    width: float | None = None  # grid half-width: posterior sds ("eigen") or prior sds ("features")
+    frequency_sampling: str = "iid"
+    levels: int = 15
+    width: float | None = None
     noise_levels: int = 15
-    noise_span: float | None = None  # the noise grid when `noise_cv` is empty: s2 x [1/span, span]
-    # "features" only: noise grids s2 x [1/span, span] to choose from by `cv_folds`-fold cross-validation
-    # on the training rows (kronvi.select_prior, `cv_criterion`); span 1 = the noise fixed at the GP
-    # estimate s2. Empty: the paper's protocol, one grid of `noise_span`.
+    noise_span: float | None = None
     noise_cv: tuple[float, ...] | None = None
     cv_folds: int = 5
-    cv_criterion: str = "log_density"  # or "sq_error" (kronvi.select_prior)
-    cv_max_iter: int = 10  # CAVI sweeps per inner fit (from kronvi.gaussian_start, which is close)
+    cv_criterion: str = "log_density"
+    cv_max_iter: int = 10
     method: str = "cavi"
     max_iter: int | None = None
-    # Fit from each start and keep the highest ELBO: "prior" and/or "gaussian" (kronvi.gaussian_start).
     starts: tuple[str, ...] | None = None
     gp_points: int = 1000
     gp_restarts: int = 4
-    # "screened": the GP's starts run on `gp_screen_points` of its rows, then the winner and the first start
-    # on all (kronvi.fit_gp_hyperparameters(restarts="screened")); "all": every start on every row.
     gp_restart_rule: str = "screened"
     gp_screen_points: int = 300
-    gp_degenerate_margin: float = 2.0  # kronvi.fit_gp_hyperparameters(degenerate_margin=...)
+    gp_degenerate_margin: float = 2.0
     chunk_size: int = 2048
-    # Opt-in: refit with the noise grid recentred while q_noise piles up on an end of it (paper protocol: 0).
     max_noise_recentres: int = 0
 
 
@@ -121,7 +155,19 @@ class FoldResult(NamedTuple):
 
 class FittedDirect(NamedTuple):
     """Everything needed to predict on new raw inputs (`fold_features` maps them to the features the
-    weights belong to)."""
+    weights belong to).
+
+    Attributes:
+      standardizer: `Standardizer` of the training inputs.
+      features: `RandomFourierFeatures`, the feature map of the standardized inputs.
+      y_offset: `()` the training targets' mean; predictions on the original scale add it back.
+      prior_w: `DiscretePrior` `(b, m)` over the weights (in the eigenbasis when `basis` is set).
+      prior_noise: `DiscretePrior` `(1, m_sigma)` over the noise variance.
+      q_w: `MeanField` `(b, m)`, the posterior over the weights.
+      q_noise: `MeanField` `(1, m_sigma)`, the posterior over the noise variance.
+      hyper: `GPHyperparameters` the features were drawn for.
+      basis: `Eigenbasis` rotating the features (`DirectConfig.basis` `"eigen"`), else `None`.
+    """
 
     standardizer: object
     features: RandomFourierFeatures
@@ -131,7 +177,7 @@ class FittedDirect(NamedTuple):
     q_w: object
     q_noise: object
     hyper: GPHyperparameters
-    basis: Eigenbasis | None = None  # the rotation of the features ("eigen"), else None
+    basis: Eigenbasis | None = None
 
 
 class PreparedFold(NamedTuple):

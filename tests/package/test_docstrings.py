@@ -34,3 +34,22 @@ def test_no_docstring_uses_mkdocs_link_syntax():
 def test_help_of_fit_regression_names_objects_in_plain_backticks():
     text = pydoc.render_doc(kronvi.fit_regression, renderer=pydoc.plaintext)
     assert "`RegressionStats`" in text and "`DiscretePrior`" in text and "][" not in text
+
+
+def _attributes_section(doc: str) -> list[str]:
+    """The names an `Attributes:` section of a Google docstring lists, in order."""
+    lines = doc.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Attributes:")
+    indent = len(lines[start + 1]) - len(lines[start + 1].lstrip())
+    names = []
+    for line in lines[start + 1 :]:
+        if line.strip() and len(line) - len(line.lstrip()) < indent:
+            break
+        if len(line) - len(line.lstrip()) == indent:
+            names.append(line.strip().split(":")[0])
+    return names
+
+
+def test_the_pipeline_types_document_every_field():
+    for cls in (kronvi.pipeline.DirectConfig, kronvi.pipeline.FittedDirect):
+        assert _attributes_section(cls.__doc__) == list(cls._fields), cls.__name__
