@@ -160,7 +160,8 @@ class FittedDirect(NamedTuple):
     Attributes:
       standardizer: `Standardizer` of the training inputs.
       features: `RandomFourierFeatures`, the feature map of the standardized inputs.
-      y_offset: `()` the training targets' mean; predictions on the original scale add it back.
+      y_offset: `()` the training targets' mean (a float64 NumPy scalar for concrete targets);
+        predictions on the original scale add it back.
       prior_w: `DiscretePrior` `(b, m)` over the weights (in the eigenbasis when `basis` is set).
       prior_noise: `DiscretePrior` `(1, m_sigma)` over the noise variance.
       q_w: `MeanField` `(b, m)`, the posterior over the weights.
