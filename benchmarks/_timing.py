@@ -1,5 +1,7 @@
-"""Timing helpers shared by the benchmark scripts: wall-clock seconds of a call that has finished on the
-device, medians over repeats, and the machine's load."""
+"""Timing helpers shared by every benchmark script: wall-clock seconds of a call that has finished on the
+device, medians over repeats after a compiling call, and the machine and its load for a result's header.
+
+The scripts import it as `from _timing import ...` after putting their own folder on `sys.path`."""
 
 from __future__ import annotations
 
@@ -7,8 +9,17 @@ import os
 import platform
 import statistics
 import time
+from typing import Any, NamedTuple
 
 import jax
+
+
+class Timing(NamedTuple):
+    """What `timed` measured: the median of the timed calls, the first (compiling) call, the last result."""
+
+    median: float
+    first: float
+    result: Any
 
 
 def seconds(fn, *args, **kwargs):
@@ -18,10 +29,21 @@ def seconds(fn, *args, **kwargs):
     return out, time.perf_counter() - t0
 
 
+def timed(fn, *args, repeats: int, **kwargs) -> Timing:
+    """Times `fn(*args, **kwargs)`: a first call (it compiles and warms up; its time is `first`), then
+    `repeats` calls whose median is `median`. Each call waits for every JAX array in its result."""
+    result, first = seconds(fn, *args, **kwargs)
+    times = []
+    for _ in range(repeats):
+        result, t = seconds(fn, *args, **kwargs)
+        times.append(t)
+    return Timing(statistics.median(times), first, result)
+
+
 def median_seconds(fn, *args, repeats: int, warmup: bool = True):
     """Median wall-clock seconds of `repeats` calls of `fn(*args)` (after one untimed call if `warmup`)."""
     if warmup:
-        jax.block_until_ready(fn(*args))
+        return timed(fn, *args, repeats=repeats).median
     return statistics.median(seconds(fn, *args)[1] for _ in range(repeats))
 
 

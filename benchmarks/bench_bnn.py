@@ -15,8 +15,9 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import pathlib  # noqa: E402
 import platform  # noqa: E402
-import time  # noqa: E402
+import sys  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -26,18 +27,15 @@ import kronvi  # noqa: E402
 from kronvi import bnn  # noqa: E402
 from kronvi.bnn._elbo import general_fit_terms, monomial_expansion  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _timing import median_seconds as _median_seconds  # noqa: E402
+
 M = 15  # grid levels
 REPEATS = 30
 
 
 def median_seconds(fn, *args):
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return _median_seconds(fn, *args, repeats=REPEATS)
 
 
 def setup(sizes, n=2000, seed=0):

@@ -24,8 +24,7 @@ import argparse
 import functools
 import os
 import re
-import statistics
-import time
+import sys
 from pathlib import Path
 
 import jax
@@ -35,18 +34,11 @@ import numpy as np
 import kronvi
 from kronvi._fit.cavi import _sequential_sweep, blocked_sweep, coupling_blocks, sweep_function
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import median_seconds  # noqa: E402
+
 CPU_RESULTS = Path(__file__).parent / "results" / "bench_cavi_cpu.txt"
 NEVER = -float("inf")  # a tolerance no sweep meets: every fit runs all its sweeps
-
-
-def median_seconds(fn, *args, repeats):
-    jax.block_until_ready(fn(*args))  # compile + warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def problems(b, m, n, rng):

@@ -15,8 +15,8 @@ Run: python benchmarks/bench_core.py
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -24,15 +24,8 @@ import numpy as np
 
 import kronvi
 
-
-def median_seconds(fn, *args, repeats):
-    jax.block_until_ready(fn(*args))  # compile + warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _timing import median_seconds  # noqa: E402
 
 
 def main():

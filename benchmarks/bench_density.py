@@ -16,14 +16,17 @@ Run: python benchmarks/bench_density.py [--n 4000] [--repeats 3]
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import kronvi
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _timing import timed  # noqa: E402
 
 
 def problem(n, b, m, s, seed=0):
@@ -46,16 +49,6 @@ def problem(n, b, m, s, seed=0):
     return dict(values=values, logits=logits, svals=svals, log_qn=np.log(qn), Phi=Phi, y=y)
 
 
-def median_seconds(fn, repeats):
-    out = jax.block_until_ready(fn())  # compile + warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
-
-
 def run(p, dtype, repeats):
     a = {k: jnp.asarray(v, dtype) for k, v in p.items()}
     b, m = a["values"].shape
@@ -66,13 +59,15 @@ def run(p, dtype, repeats):
     def call(**kw):
         return kronvi.predictive_log_density(q_w, q_n, prior_w, prior_n, a["Phi"], a["y"], **kw)
 
-    t1, (_, e1) = median_seconds(lambda: call(rtol=None), repeats)
-    t2, (ld, e2) = median_seconds(lambda: call(), repeats)
+    t1, _, (_, e1) = timed(call, rtol=None, repeats=repeats)
+    t2, _, (ld, e2) = timed(call, repeats=repeats)
     e1, e2 = np.asarray(e1, np.float64), np.asarray(e2, np.float64)
     name = jnp.dtype(dtype).name
     tol = 1e-6 if jnp.dtype(dtype) == jnp.float64 else 1e-2
-    print(f"| {name} | one pass (rtol=None) | {t1:.2f} | {1e3 * t1 / len(p['y']):.2f} | "
-          f"{np.median(e1):.1e} | {np.percentile(e1, 99):.1e} | {e1.max():.1e} |")
+    print(
+        f"| {name} | one pass (rtol=None) | {t1:.2f} | {1e3 * t1 / len(p['y']):.2f} | "
+        f"{np.median(e1):.1e} | {np.percentile(e1, 99):.1e} | {e1.max():.1e} |"
+    )
     print(f"| {name} | default (rtol {tol:g}: {np.sum(~(e1 <= tol))} points over it) | {t2:.2f} | "
           f"{1e3 * t2 / len(p['y']):.2f} | {np.median(e2):.1e} | {np.percentile(e2, 99):.1e} | {e2.max():.1e} |")  # fmt: skip
     return np.asarray(ld, np.float64), e2
@@ -87,7 +82,9 @@ def main():
     m, s = 15, 15
     p = problem(args.n, args.b, m, s)
     dev = jax.devices()[0]
-    print(f"jax {jax.__version__} on {dev.platform} ({dev.device_kind}), N={args.n}, b={args.b}, m={m}, S={s}")
+    print(
+        f"jax {jax.__version__} on {dev.platform} ({dev.device_kind}), N={args.n}, b={args.b}, m={m}, S={s}"
+    )
     print()
     print("| dtype | call | seconds (median) | ms per point | bound median | bound p99 | bound max |")
     print("|---|---|---:|---:|---:|---:|---:|")

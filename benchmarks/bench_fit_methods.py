@@ -12,14 +12,18 @@ Run: python benchmarks/bench_fit_methods.py [--sizes 200,1000,2000] [--seeds 0,1
 from __future__ import annotations
 
 import argparse
+import pathlib
 import statistics
-import time
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import kronvi
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _timing import timed  # noqa: E402
 
 
 def make_problem(seed, b, n=20000, d=5):
@@ -96,21 +100,13 @@ def main():
         for seed in seeds:
             stats, pw, pn, Phi_te, y_te = make_problem(seed, b)
             for name, fn in methods().items():
-                f = jax.jit(fn)
-                jax.block_until_ready(f(stats, pw, pn))  # compile
-                times = []
-                for _ in range(args.repeats):
-                    t0 = time.perf_counter()
-                    q, qn, info = jax.block_until_ready(f(stats, pw, pn))
-                    times.append(time.perf_counter() - t0)
+                sec, _, (q, qn, info) = timed(jax.jit(fn), stats, pw, pn, repeats=args.repeats)
                 elbo = float(info.elbo[int(info.num_iter)])
                 mu, _ = kronvi.predict_regression(q, qn, pw, pn, Phi_te)
                 rmse = float(np.sqrt(np.mean((np.asarray(mu) - y_te) ** 2)))
-                rows.setdefault(name, []).append(
-                    (seed, elbo, statistics.median(times), rmse, int(info.num_iter))
-                )
+                rows.setdefault(name, []).append((seed, elbo, sec, rmse, int(info.num_iter)))
                 print(
-                    f"  b={b} seed={seed} {name:28s} elbo={elbo:12.1f} t={statistics.median(times):7.3f}s"
+                    f"  b={b} seed={seed} {name:28s} elbo={elbo:12.1f} t={sec:7.3f}s"
                     f" rmse={rmse:.4f} iters={int(info.num_iter)}",
                     flush=True,
                 )

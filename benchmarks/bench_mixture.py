@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import pathlib
 import platform
-import statistics
-import time
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -35,17 +35,14 @@ import optax
 
 import kronvi
 
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _timing import seconds, timed  # noqa: E402
+
 
 def median_seconds(fn, *args, reps=10):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    compile_s = time.perf_counter() - t0
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), compile_s
+    """(median seconds of `reps` calls, seconds of the first, compiling call)."""
+    t = timed(fn, *args, repeats=reps)
+    return t.median, t.first
 
 
 def make_problem(dtype, b=2000, m=15, n=4000, seed=0):
@@ -92,9 +89,7 @@ def timing(r, sample_sizes, lbfgs_iters):
             print(f"SGD step ({est:19s}), num_samples={S:5d}: {1e3 * sec:8.2f} ms   (compile {comp:.1f} s)")
     kw = dict(init=(q, q_n), max_iter=lbfgs_iters, tol=0.0)
     jax.block_until_ready(kronvi.fit_mixture_bound(stats, prior_w, prior_n, **dict(kw, max_iter=1)))
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(kronvi.fit_mixture_bound(stats, prior_w, prior_n, **kw))
-    sec = time.perf_counter() - t0
+    out, sec = seconds(kronvi.fit_mixture_bound, stats, prior_w, prior_n, **kw)
     it = int(out[3].num_iter)
     print(f"fit_mixture_bound (jaxopt L-BFGS): {it} iterations in {sec:.1f} s = {1e3 * sec / it:.1f} ms/it")
     # Where the time goes: bound evaluations per L-BFGS iteration (zoom line search), same objective.
@@ -178,11 +173,9 @@ def quality(r, sgd_runs, lbfgs_iters):
             f"r={r} start (mixture_from_mean_field, noise_scale=0.3): ELBO {e0:+.3f} +- {s0:.3f}, "
             f"bound at the marginals {b0:+.3f} (literal form {float(lit) - mf:+.3f})"
         )
-        t0 = time.perf_counter()
-        q, lc, qn, binfo = kronvi.fit_mixture_bound(
-            stats, prior_w, prior_n, init=(q0, q_n), max_iter=lbfgs_iters
+        (q, lc, qn, binfo), sec = seconds(
+            kronvi.fit_mixture_bound, stats, prior_w, prior_n, init=(q0, q_n), max_iter=lbfgs_iters
         )
-        sec = time.perf_counter() - t0
         bound = float(binfo.elbo[binfo.num_iter]) - mf
         e, s = unbiased(q, qn)
         print(
@@ -191,14 +184,11 @@ def quality(r, sgd_runs, lbfgs_iters):
             f"weights {np.round(np.asarray(q.weights), 3).tolist()}"
         )
         for S, steps, lr, est, cosine in sgd_runs:
-            t0 = time.perf_counter()
             opt = optax.adam(optax.cosine_decay_schedule(lr, steps) if cosine else lr)
-            q, qn, sinfo = kronvi.fit_mixture_sgd(
-                jax.random.key(1), stats, prior_w, prior_n, init=(q0, q_n), optimizer=opt,
-                num_steps=steps, num_samples=S, estimator=est,
+            (q, qn, sinfo), sec = seconds(
+                kronvi.fit_mixture_sgd, jax.random.key(1), stats, prior_w, prior_n, init=(q0, q_n),
+                optimizer=opt, num_steps=steps, num_samples=S, estimator=est,
             )  # fmt: skip
-            jax.block_until_ready(q)
-            sec = time.perf_counter() - t0
             e, s = unbiased(q, qn)
             last = float(np.mean(sinfo.elbo[-50:])) - mf
             sched = "cosine-decayed " if cosine else ""

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 
 def parse():
@@ -42,6 +40,9 @@ def main():
     import numpy as np
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _timing  # imports jax: after XLA_FLAGS too
 
     import kronvi
 
@@ -73,13 +74,7 @@ def main():
     y = rng.normal(size=n).astype(np.float32)
 
     def median_seconds(fn):
-        jax.block_until_ready(fn())  # compile and warm up
-        times = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn())
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return _timing.median_seconds(fn, repeats=args.repeats)
 
     one = jax.device_put(Phi, devices[0])
     gemm = jax.jit(lambda A: A.T @ A)

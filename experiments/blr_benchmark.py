@@ -620,7 +620,8 @@ def render(records, table_path: pathlib.Path, figure_path: pathlib.Path | None, 
     out = [
         "# How close is each posterior to the exact one? (Bayesian linear regression)",
         "",
-        "Written by `experiments/blr_benchmark.py` from its JSON; the protocol is in the script's docstring. "
+        "Written by `python experiments/blr_benchmark.py --json experiments/results/blr_benchmark.json` (or from "
+        "that JSON with `--render-only`); the protocol is in the script's docstring. "
         "One train/test split per dataset (UCI: fold 0), float64, the noise variance fixed. KL in nats.",
         "",
         "| dataset | n | b | test points | noise variance |",

@@ -66,6 +66,8 @@ def main(argv=None):
             f"{m(old, 'sparsity_pct'):.0f}% → {m(new, 'sparsity_pct'):.0f}% |"
         )
     head = [
+        f"Command: `python experiments/compare_default.py --before {a.before} --after {a.after} --out {a.out}`.",
+        "",
         f"Default recipe within 1.02x exact-blr's RMSE and 0.05 nats of its NLPD on **{met} of {total}** datasets; "
         f"lower RMSE than the paper's recipe on **{better} of {total}**. {_nlpd_rows(after)} The before "
         "records' NLPD came from the study's former copy of the density, over at most 100 test rows per fold.",

@@ -95,7 +95,8 @@ def main(argv=None):
         records = json.load(fh)
     stem = os.path.splitext(args.json)[0]
     text = (
-        f"# Classification study\n\nFrom `{os.path.basename(args.json)}` (`experiments/classification.py`; "
+        f"# Classification study\n\nFrom `{os.path.basename(args.json)}` (the two `experiments/classification.py` "
+        f"commands in its docstring, then `python experiments/render_classification.py {args.json}`; "
         "mean ± sd over folds).\n\n" + table(records) + "\n\n## Done criteria (direct methods)\n\n"
         + criteria(records) + "\n"
     )  # fmt: skip

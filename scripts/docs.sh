@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 # OpenBLAS threads inside XLA's thread pool oversubscribe a small machine; must be set before Python starts
 # (the tutorial kernels inherit it).
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
-# The tutorials print no progress bars and must not download anything.
-export MPLBACKEND=Agg
+# The tutorials print no progress bars and must not download anything. Their kernels draw figures with
+# matplotlib's inline backend, which puts each figure into the page (Agg would draw none).
+export MPLBACKEND=module://matplotlib_inline.backend_inline
 # The tutorials run in separate kernels that compile many of the same XLA programs: share one JAX
 # compilation cache between them, fresh for every build (KRONVI_DOCS_JAX_CACHE=DIR keeps one across builds).
 cache_dir="${KRONVI_DOCS_JAX_CACHE:-}"

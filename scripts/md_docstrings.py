@@ -3,59 +3,16 @@
 Usage: python scripts/md_docstrings.py src/kronvi/<file>.py ...
 
 - :math:`x` -> $x$; `.. math::` blocks -> $$ ... $$ blocks at the directive's indentation;
-- :func:/:class:/:mod:/...`x` -> [`x`][kronvi.path] when x names a public kronvi object that the API pages
-  document (top-level names as kronvi.x, namespace names as kronvi.<namespace>.x), else plain `x`;
+- :func:/:class:/:mod:/...`x` -> `x` (`~a.b.x` -> `x`); the docs build links the names of documented kronvi
+  objects (scripts/griffe_autolinks.py);
 - ``code`` -> `code`.
 
 Only docstrings (module, class, function) are touched; comments and string literals are left alone.
 Keep docstrings with backslashes raw (r-prefixed), and run the file's doctests afterwards.
 """
 import ast
-import importlib
-import importlib.util
 import re
 import sys
-
-import kronvi
-
-SUBS = [s for s in ("gaussian", "mixtures", "quantize", "pipeline", "logistic", "bnn", "feature_learning", "sklearn") if importlib.util.find_spec(f"kronvi.{s}")]
-ident = {}
-for n in dir(kronvi):
-    if not n.startswith("_") and n not in SUBS:
-        ident[n] = f"kronvi.{n}"
-for s in SUBS:
-    m = importlib.import_module(f"kronvi.{s}")
-    ident[s] = f"kronvi.{s}"
-    ident[f"kronvi.{s}"] = f"kronvi.{s}"
-    exported = getattr(m, "__all__", None)
-    for n in exported or dir(m):
-        if n.startswith("_") or isinstance(getattr(m, n), type(m)):
-            continue
-        home = getattr(getattr(m, n), "__module__", None) or f"kronvi.{s}"
-        if exported is None and not home.startswith(f"kronvi.{s}"):
-            continue  # imported helpers are documented where they live
-        ident[n] = f"kronvi.{s}.{n}"
-        ident[f"kronvi.{n}"] = f"kronvi.{s}.{n}"
-        ident[f"kronvi.{s}.{n}"] = f"kronvi.{s}.{n}"
-for n in list(ident):
-    if not n.startswith("kronvi.") and ident[n].count(".") == 1:
-        ident[f"kronvi.{n}"] = ident[n]
-ident["kronvi"] = None
-
-
-def resolve(target):
-    t = target.lstrip("~").rstrip("()")
-    if t in ident and ident[t]:
-        return ident[t]
-    head, _, tail = t.rpartition(".")
-    if head in ident and ident[head] and tail and not tail.startswith("_"):
-        obj = kronvi
-        for part in ident[head].split(".")[1:]:
-            obj = getattr(obj, part)
-        if hasattr(obj, tail) and isinstance(obj, type):
-            return f"{ident[head]}.{tail}"
-    return None
-
 
 ROLE = re.compile(r":(func|class|mod|attr|data|meth|obj|exc):`([^`]+)`")
 MATH = re.compile(r":math:`([^`]+)`", re.S)
@@ -64,14 +21,10 @@ DIRECTIVE = re.compile(r"^(\s*)\.\. math::[ \t]*(.*)$")
 
 
 def role(m):
-    target = m.group(2).strip()
-    text = target.lstrip("~")
-    if target.startswith("~"):
-        text = text.rsplit(".", 1)[-1]
-    r = resolve(target)
-    if r is None:
-        return f"`{text}`"
-    return f"[`{text}`][{r}]"
+    text = m.group(2).strip()
+    if text.startswith("~"):
+        text = text[1:].rsplit(".", 1)[-1]
+    return f"`{text.rstrip('()')}`"
 
 
 def math_blocks(lines):

@@ -11,7 +11,8 @@ python -m ruff check src tests benchmarks experiments
 # One worker per core (pytest-xdist): each test mostly compiles XLA programs on one thread. pytest-benchmark,
 # where installed, turns itself off under xdist with a warning that filterwarnings=error would raise.
 workers="${KRONVI_TEST_WORKERS:-auto}"
-python -m pytest -p no:cacheprovider -p no:benchmark -n "$workers" "$@"
+# -rs: each skipped test says why in the summary.
+python -m pytest -p no:cacheprovider -p no:benchmark -n "$workers" -rs "$@"
 # The experiments' own tests (smoke runs of every study) and the strict docs build run after this in CI
 # (.ci/run); they are checks of the studies and tutorials, not of the library, and would push this command
 # past ten minutes on two cores.

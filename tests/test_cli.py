@@ -1,12 +1,18 @@
 """``kronvi fit``: options and output paths are checked before any compute; errors are one line."""
 
+import argparse
+import io
 import json
 import os
+import re
 import stat
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+import kronvi
 from kronvi import cli
 from kronvi.pipeline import FoldResult
 
@@ -134,6 +140,70 @@ def test_help_documents_force(capsys):
         cli.main(["fit", "--help"])
     out = capsys.readouterr().out
     assert "--force" in out and "--debug" in out
+
+
+def _subparsers(parser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from action.choices.items()
+
+
+def test_help_of_every_command_states_every_default(capsys):
+    parser, _ = cli._parsers()
+    commands = [("kronvi", parser), *_subparsers(parser)]
+    assert [name for name, _ in commands] == ["kronvi", "fit"]
+    for name, command in commands:
+        text = command.format_help()
+        for action in command._actions:
+            if isinstance(
+                action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)
+            ):
+                continue
+            if action.const is True and action.default is False:  # a flag: off unless given
+                continue
+            help_text = command._get_formatter()._get_help_string(action) % vars(action)
+            assert "default" in help_text, (name, action.dest, help_text)
+            assert " ".join(help_text.split()[:3]) in " ".join(text.split()), (name, action.dest)
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: 2000)" in out and "(default: eigen)" in out and "(default: cavi)" in out
+
+
+def test_version_from_main_and_from_python_m_kronvi(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kronvi {kronvi.__version__}"
+    run = subprocess.run(
+        [sys.executable, "-m", "kronvi", "--version"], capture_output=True, text=True, check=True
+    )
+    assert run.stdout.strip() == f"kronvi {kronvi.__version__}"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_fold_progress_in_a_log_is_plain_lines_and_never_nan(csv_path, fake_fold, capsys):
+    assert cli.main(["fit", str(csv_path), "--folds", "5"]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert re.findall(r"eta (\S+)", err) == ["?", "0.0s"]  # never `eta nan`
+    lines = err.splitlines()
+    # instant folds: the first status and the last, nothing between (at most one line per 10 s)
+    assert len(lines) == 2 and "0/5 folds" in lines[0] and lines[0].endswith("eta ?"), lines
+    assert "5/5 folds" in lines[1] and "fold 4: RMSE" in lines[1]
+
+
+def test_fold_progress_on_a_terminal_is_redrawn_in_place(csv_path, fake_fold, monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main(["fit", str(csv_path), "--folds", "3"]) == 0
+    err = terminal.getvalue()
+    assert err.count("\r") == 4 and err.endswith("\n") and err.count("\n") == 1
+    assert "eta ?" in err and "3/3 folds" in err
 
 
 def test_a_csv_named_without_csv_is_read_as_a_csv(csv_path, tmp_path, fake_fold, capsys):

@@ -31,6 +31,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
 import numpy as np
 
 import kronvi
@@ -70,7 +71,7 @@ prior_w = kronvi.gaussian_prior(P, 0.8, levels=15, dtype=jnp.float32)
 prior_noise = kronvi.noise_prior(jnp.float32(0.1), levels=15, span=30.0)
 t0 = time.perf_counter()
 q_w, q_noise, info = bnn.fit_bnn(
-    stats, prior_w, prior_noise, method="cavi", key=jax.random.key(1), max_iter=30
+    stats, prior_w, prior_noise, method="cavi", key=jax.random.key(1), max_iter=30, num_starts=4
 )
 print(
     f"ELBO {float(info.elbo[0]):.1f} -> {float(info.elbo[-1]):.1f} in {int(info.num_iter)} sweeps "
@@ -80,14 +81,26 @@ print("E[noise variance]:", float(kronvi.noise_moments(q_noise, prior_noise)[2])
 
 # %% [markdown]
 # The predictive mean and variance are exact sums over every weight configuration (the variance includes
-# $E[\sigma^2]$).
+# $E[\sigma^2]$), here on a grid of inputs that reaches beyond the data:
 
 # %%
-x_new = np.linspace(-2.5, 2.5, 6)
-mean, var = bnn.predict_bnn(q_w, q_noise, prior_w, prior_noise, jnp.asarray(np.column_stack([x_new, np.ones(6)]),
+x_new = np.linspace(-3.0, 3.0, 121)
+mean, var = bnn.predict_bnn(q_w, q_noise, prior_w, prior_noise, jnp.asarray(np.column_stack([x_new, np.ones_like(x_new)]),
                             jnp.float32), layer_sizes)  # fmt: skip
-for xi, m, v in zip(x_new, np.asarray(mean) + y_mean, np.asarray(var), strict=True):
-    print(f"x = {xi:5.2f}: {m:6.2f} ± {2 * np.sqrt(v):.2f}   (truth {(xi - 0.5) ** 2 - 1:6.2f})")
+mean, sd = np.asarray(mean) + y_mean, np.sqrt(np.asarray(var))
+for xi in (-2.5, 0.5, 2.5):
+    i = int(np.argmin(np.abs(x_new - xi)))
+    print(f"x = {xi:5.2f}: {mean[i]:6.2f} ± {2 * sd[i]:.2f}   (truth {(xi - 0.5) ** 2 - 1:6.2f})")
+fig, ax = plt.subplots(figsize=(7, 3.5))
+ax.plot(x, y, "k.", ms=3, alpha=0.4, label="training data")
+ax.fill_between(x_new, mean - 2 * sd, mean + 2 * sd, alpha=0.3, label="mean ± 2 sd")
+ax.plot(x_new, mean, label="predictive mean")
+ax.plot(x_new, (x_new - 0.5) ** 2 - 1, "k--", lw=1, label="truth")
+ax.axvspan(2.0, 3.0, color="gray", alpha=0.1)
+ax.axvspan(-3.0, -2.0, color="gray", alpha=0.1)
+ax.set(xlabel="x", ylabel="y", title="exact predictive band (shaded: outside the data)")
+ax.legend(loc="upper center")
+fig.tight_layout()
 
 # %% [markdown]
 # Deeper networks work the same way (`layer_sizes = (d, h_1, h_2, 1)`): the exact ELBO is then computed by

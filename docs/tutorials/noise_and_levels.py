@@ -14,13 +14,14 @@
 # A DIRECT model has two discrete priors: the weights' grids and the noise variance's grid. Their
 # support is fixed before fitting, so a grid that is too narrow confines the posterior, and a grid that is
 # too coarse quantizes it. This page shows how to place both and how to check the choice, on the yacht
-# data with 200 random Fourier features. To keep the page short, the features use the GP
-# hyperparameters that [`fit_gp_hyperparameters`][kronvi.fit_gp_hyperparameters] found on this fold
-# (the pipeline of the [quickstart](quickstart.py) fits them; `model.hyper` holds them).
+# data with 200 random Fourier features, placed by GP hyperparameters that
+# [`fit_gp_hyperparameters`][kronvi.fit_gp_hyperparameters] fits on this fold's training rows (as the
+# pipeline of the [quickstart](quickstart.py) does; there `model.hyper` holds them).
 
 # %%
 import jax
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
 import numpy as np
 
 import kronvi
@@ -29,9 +30,14 @@ X, y, test_mask = kronvi.load_demo()
 test = test_mask[:, 2].astype(bool)  # fold 2 of 10
 std = kronvi.fit_standardizer(X[~test])
 y_offset = y[~test].mean()
-lengthscales = jnp.array([6.47, 0.81, 17.7, 41.1, 3.75, 0.74])  # GP fit on the standardized inputs
-prior_scale = 3.79  # sqrt of the GP's signal variance: the prior sd of every weight
-features = kronvi.rff_init(jax.random.key(1), lengthscales, num_frequencies=100)
+hyper, _ = kronvi.fit_gp_hyperparameters(
+    jax.random.key(0),
+    jnp.asarray(kronvi.standardize(std, X[~test]), jnp.float32),
+    jnp.asarray(y[~test] - y_offset, jnp.float32),
+)
+prior_scale = float(jnp.sqrt(hyper.signal_variance))  # the prior sd of every weight
+print("GP lengthscales", np.array2string(np.asarray(hyper.lengthscales), precision=2), f"prior sd {prior_scale:.2f}")
+features = kronvi.rff_init(jax.random.key(1), hyper.lengthscales, num_frequencies=100)
 
 
 def featurize(rows):
@@ -75,6 +81,7 @@ print(f"evidence-optimal noise variance {float(s2):.4f} (target variance {float(
 
 # %%
 prior_w = kronvi.gaussian_prior(b, prior_scale, levels=15, width=3.0)
+fig, ax = plt.subplots(figsize=(7, 3))
 for span in [1.2, 3.0, 30.0]:
     prior_noise = kronvi.noise_prior(s2, levels=15, span=span)
     q_w, q_noise, info = kronvi.fit_regression(stats, prior_w, prior_noise, init="gaussian")
@@ -84,6 +91,12 @@ for span in [1.2, 3.0, 30.0]:
         f"span {span:6.1f}: ELBO {float(info.elbo[-1]):8.1f}  mass on the end levels {p[0] + p[-1]:.2f}  "
         f"mode at level {p.argmax():2d}/14  test RMSE {rmse:.3f}  NLPD {nlpd:.3f}"
     )
+    ax.plot(np.asarray(prior_noise.values[0]), p, "o-", label=f"span {span}")
+ax.axvline(float(s2), color="gray", ls=":", label="evidence optimum")
+ax.set(xscale="log", xlabel="noise variance (grid levels)", ylabel="posterior probability",
+       title="the noise posterior on each grid")  # fmt: skip
+ax.legend()
+fig.tight_layout()
 
 # %% [markdown]
 # ## Or let cross-validation choose
@@ -123,7 +136,7 @@ for levels in [3, 15]:
 #
 # In the eigenbasis of $\Phi^\top\Phi$ the exact posterior of Bayesian linear regression is a product
 # of independent Gaussians $N(\mu_j, \tau_j^2)$, so a mean field loses nothing there, and each weight's
-# grid can span its own posterior, $\mu_j \pm 4\tau_j$
+# grid can span its own posterior, $\mu_j \pm 6\tau_j$
 # ([`posterior_grid_prior`][kronvi.posterior_grid_prior]). Then the discrete posterior predicts like
 # exact Bayesian linear regression ([`blr_posterior`][kronvi.gaussian.blr_posterior]); what remains is
 # quantization, and 15 levels make it negligible. The pipeline computes the eigenbasis in float64 (see
@@ -137,7 +150,7 @@ with jax.enable_x64(True):
     s2_64 = kronvi.blr_evidence_noise(stats64, prior_scale, lower=1e-5, upper=10.0)
     precision = basis.eigenvalues / s2_64 + 1.0 / prior_scale**2
     center, spread = rotated.Phity / s2_64 / precision, 1.0 / jnp.sqrt(precision)
-    pw = kronvi.posterior_grid_prior(center, spread, prior_scale, levels=15, width=4.0)
+    pw = kronvi.posterior_grid_prior(center, spread, prior_scale, levels=15, width=6.0)
     pn = kronvi.noise_prior(s2_64, levels=15, span=3.0)
     q_w, q_noise, info = kronvi.fit_regression(rotated, pw, pn, init="gaussian")
     m, v = kronvi.predict_regression(q_w, q_noise, pw, pn, kronvi.rotate_features(basis, f64(Phi_test)))

@@ -16,8 +16,8 @@
 # yacht, stores 64 posterior samples in 4 bits per weight, predicts from them with integer arithmetic, and
 # saves and loads the whole model as one file.
 #
-# The setup is that of the [noise grid tutorial](noise_and_levels.py): 200 random Fourier features with
-# the GP hyperparameters of this fold.
+# The setup is that of the [noise grid tutorial](noise_and_levels.py): 200 random Fourier features placed
+# by GP hyperparameters fitted on this fold's training rows.
 
 # %%
 import os
@@ -33,7 +33,13 @@ X, y, test_mask = kronvi.load_demo()
 test = test_mask[:, 2].astype(bool)  # fold 2 of 10
 std = kronvi.fit_standardizer(X[~test])
 y_offset = float(y[~test].mean())
-features = kronvi.rff_init(jax.random.key(1), jnp.array([6.47, 0.81, 17.7, 41.1, 3.75, 0.74]), num_frequencies=100)
+hyper, _ = kronvi.fit_gp_hyperparameters(
+    jax.random.key(0),
+    jnp.asarray(kronvi.standardize(std, X[~test]), jnp.float32),
+    jnp.asarray(y[~test] - y_offset, jnp.float32),
+)
+prior_scale = float(jnp.sqrt(hyper.signal_variance))  # the prior sd of every weight
+features = kronvi.rff_init(jax.random.key(1), hyper.lengthscales, num_frequencies=100)
 
 
 def featurize(X_rows):
@@ -43,8 +49,8 @@ def featurize(X_rows):
 Phi, Phi_test = featurize(X[~test]), featurize(X[test])
 stats = kronvi.regression_stats(Phi, jnp.asarray(y[~test] - y_offset, jnp.float32))
 b = Phi.shape[1]
-prior_w = kronvi.gaussian_prior(b, 3.79, levels=15, width=3.0)  # one shared grid, zero is level 7
-s2 = kronvi.blr_evidence_noise(stats, 3.79, lower=1e-5, upper=10.0)
+prior_w = kronvi.gaussian_prior(b, prior_scale, levels=15, width=3.0)  # one shared grid, zero is level 7
+s2 = kronvi.blr_evidence_noise(stats, prior_scale, lower=1e-5, upper=10.0)
 prior_noise = kronvi.noise_prior(s2, levels=15, span=30.0)
 q_w, q_noise, info = kronvi.fit_regression(stats, prior_w, prior_noise, init="gaussian")
 print(f"expected sparsity {100 * float(kronvi.expected_sparsity(q_w, prior_w)):.0f}% of {b} weights")

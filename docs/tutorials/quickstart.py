@@ -24,6 +24,8 @@ import time
 
 import jax
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
 
 import kronvi
 
@@ -62,6 +64,24 @@ log_dens, _ = kronvi.predictive_log_density(
     model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi_test, y_test - model.y_offset
 )
 print(f"test RMSE {rmse:.3f}, NLPD {float(-jnp.mean(log_dens)):.3f}")
+
+# %% [markdown]
+# The test rows sorted by their predictive mean, with the band of two predictive standard deviations
+# (the noise included) and the observed targets:
+
+# %%
+order = np.argsort(np.asarray(mean))
+sd = np.sqrt(np.asarray(var))[order]
+m_sorted = np.asarray(mean)[order]
+inside = np.mean(np.abs(np.asarray(y_test)[order] - m_sorted) <= 2 * sd)
+fig, ax = plt.subplots(figsize=(7, 3.5))
+ax.fill_between(np.arange(len(order)), m_sorted - 2 * sd, m_sorted + 2 * sd, alpha=0.3, label="mean ± 2 sd")
+ax.plot(m_sorted, color="C0", label="predictive mean")
+ax.plot(np.asarray(y_test)[order], "k.", label="observed")
+ax.set(xlabel="test row (sorted by predictive mean)", ylabel="target",
+       title=f"yacht, fold 2: {100 * inside:.0f}% of the test targets inside the band")  # fmt: skip
+ax.legend(loc="upper left")
+fig.tight_layout()
 
 # %% [markdown]
 # ## Stage by stage

@@ -77,7 +77,12 @@ prior_noise = kronvi.noise_prior(0.01, levels=15, span=10.0)
 q_w, q_noise, info = kronvi.fit_regression(stats, prior_w, prior_noise, init="gaussian")
 _, _, e_noise = kronvi.noise_moments(q_noise, prior_noise)
 print(f"ELBO {float(info.elbo[-1]):.1f}; posterior mean noise variance {float(e_noise):.3f}")
-print("(the data have noise variance 0.01; the rest is signal that 200 random features miss)")
+true_noise = 0.01  # the noise added to y above: sd 0.1
+if float(e_noise) > 1.5 * true_noise:
+    print(f"the data's noise variance is {true_noise}: the other {float(e_noise) - true_noise:.3f} is signal "
+          f"that {stats.PhitPhi.shape[0]} random features miss")  # fmt: skip
+else:
+    print(f"close to the data's noise variance, {true_noise}: the features capture the signal")
 
 # %% [markdown]
 # ## Many devices
@@ -133,8 +138,9 @@ print(out.stdout)
 # With `jax.distributed.initialize` each process holds its own rows, and
 # `jax.make_array_from_process_local_data` assembles them into one global array sharded over every device
 # of every process; the same call returns the same statistics on every process. One copy of this runs per
-# process (not executed here; the recipe, tested with two CPU processes, is in the note
-# `docs/notes/2026-11-22-multi-host.md`):
+# process (a sketch, not executed here: the README's "GPUs and many machines" section has a complete
+# script that runs as one or more processes, and the note `docs/notes/2026-11-22-multi-host.md` pads
+# unequal row counts):
 #
 # ```python
 # jax.distributed.initialize(coordinator_address="host0:12357", num_processes=N, process_id=i)

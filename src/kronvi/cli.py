@@ -18,22 +18,20 @@ import numpy as np
 
 from . import __version__
 from ._base.files import check_output_path, write_atomic
+from ._base.progress import StatusLine, format_eta
 from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
 from .pipeline import BASES, DirectConfig, parse_noise_cv, resolve_config, run_fold, summarize
 
 MAX_SEED = 2**32 - 1  # as NumPy's and scikit-learn's integer seeds
 
 
-def _progress(done: int, total: int, start: float, note: str = "", stream=sys.stderr):
+def _fold_status(done: int, total: int, start: float, note: str = "") -> str:
+    """`[###---] 3/10 folds  12.3s elapsed  eta 28.7s  <note>` (`eta ?` before the first fold ends)."""
     width = 30
     filled = int(width * done / max(total, 1))
     elapsed = time.perf_counter() - start
-    eta = elapsed / done * (total - done) if done else float("nan")
     bar = "#" * filled + "-" * (width - filled)
-    stream.write(f"\r[{bar}] {done}/{total} folds  {elapsed:6.1f}s elapsed  eta {eta:5.1f}s  {note}")
-    if done == total:
-        stream.write("\n")
-    stream.flush()
+    return f"[{bar}] {done}/{total} folds  {elapsed:6.1f}s elapsed  {format_eta(elapsed, done, total)}  {note}".rstrip()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,11 +41,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` ends each option's line with `(default: ...)`; options whose default is `None` or a flag's
+    `False` say in their own words what happens without them."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _parsers():
     """The `kronvi` parser and its `fit` subparser."""
-    p = _Parser(prog="kronvi", description=__doc__)
+    p = _Parser(prog="kronvi", description=__doc__, formatter_class=_HelpFormatter)
+    p.add_argument("--version", action="version", version=f"kronvi {__version__}")
     sub = p.add_subparsers(dest="command")
-    f = sub.add_parser("fit", help="cross-validate DIRECT regression (default command)")
+    f = sub.add_parser(
+        "fit",
+        help="cross-validate DIRECT regression (default command)",
+        description=__doc__,
+        formatter_class=_HelpFormatter,
+    )
     f.add_argument(
         "source",
         nargs="?",
@@ -57,8 +71,15 @@ def _parsers():
     f.add_argument("--folds", type=int, default=10, help="folds for a CSV without a mask")
     f.add_argument("--num-features", type=int, default=2000, help="b, random Fourier features (even)")
     f.add_argument("--levels", type=int, default=15, help="weight grid levels (15 = 4 bits)")
-    f.add_argument("--method", default="cavi", choices=["cavi", "lbfgs", "optax-lbfgs"])
-    f.add_argument("--max-folds", type=int, default=None, help="run only the first K folds")
+    f.add_argument(
+        "--method",
+        default="cavi",
+        choices=["cavi", "lbfgs", "optax-lbfgs"],
+        help="how the weights' posterior is fitted (kronvi.fit_regression)",
+    )
+    f.add_argument(
+        "--max-folds", type=int, default=None, help="run only the first K folds (default: every fold)"
+    )
     f.add_argument(
         "--noise-recentres",
         type=int,
@@ -80,12 +101,13 @@ def _parsers():
         "cross-validation on the training rows (1 = noise fixed at the GP estimate s2); 'none' = the paper's "
         "single grid, span 10; default 10,3,1",
     )
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--seed", type=int, default=0, help="random seed of the features and of a CSV's folds")
     f.add_argument(
         "--json",
         metavar="PATH",
         help="write per-fold results and the summary to this JSON file (checked before any compute, "
-        "written atomically; NaN/inf values are written as null); an existing file is an error unless --force",
+        "written atomically; NaN/inf values are written as null); an existing file is an error unless "
+        "--force (default: no file)",
     )
     f.add_argument("--force", action="store_true", help="let --json overwrite an existing file")
     f.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -147,7 +169,7 @@ def main(argv=None):
     (`argv` None) it then exits at once, without tearing down the interpreter under XLA's threads."""
     program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("fit", "-h", "--help"):
+    if not argv or argv[0] not in ("fit", "-h", "--help", "--version"):
         argv = ["fit"] + argv
     parser, fit_parser = _parsers()
     args = parser.parse_args(argv)
@@ -238,18 +260,22 @@ def _fit(args):
     results, lines = [], []
     start = time.perf_counter()
     key = jax.random.key(args.seed)
-    _progress(0, K, start)
-    for k in range(K):
-        tr, te = folds != k, folds == k
-        res, _ = run_fold(jax.random.fold_in(key, k), X[tr], y[tr], X[te], y[te], config)
-        results.append(res)
-        lines.append(
-            f"{k:>4} {int(tr.sum()):>7} {res.rmse:>9.4f} {res.nlpd:>8.3f} {res.sparsity_pct:>9.1f} "
-            f"{res.init_seconds:>7.2f} {res.stats_seconds:>7.2f} {res.select_seconds:>6.2f} "
-            f"{res.noise_span:>5g} {res.fit_seconds:>7.2f} "
-            f"{res.num_iter:>5}"
-        )
-        _progress(k + 1, K, start, f"fold {k}: RMSE {res.rmse:.3f}")
+    status = StatusLine()  # redrawn in place on a terminal; plain lines, now and then, in a log file
+    status.show(_fold_status(0, K, start))
+    try:
+        for k in range(K):
+            tr, te = folds != k, folds == k
+            res, _ = run_fold(jax.random.fold_in(key, k), X[tr], y[tr], X[te], y[te], config)
+            results.append(res)
+            lines.append(
+                f"{k:>4} {int(tr.sum()):>7} {res.rmse:>9.4f} {res.nlpd:>8.3f} {res.sparsity_pct:>9.1f} "
+                f"{res.init_seconds:>7.2f} {res.stats_seconds:>7.2f} {res.select_seconds:>6.2f} "
+                f"{res.noise_span:>5g} {res.fit_seconds:>7.2f} "
+                f"{res.num_iter:>5}"
+            )
+            status.show(_fold_status(k + 1, K, start, f"fold {k}: RMSE {res.rmse:.3f}"), final=k + 1 == K)
+    finally:
+        status.close()
     s = summarize(results)
     print(header)
     print("\n".join(lines))

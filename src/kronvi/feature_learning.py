@@ -3,14 +3,14 @@ parameters of a feature map, through the sufficient statistics.
 
 A feature map is any pure function `feature_fn(params, X) -> Phi` whose parameters are a pytree of
 arrays: random Fourier features with learnable lengthscales
-([`rff_lengthscale_map`][kronvi.feature_learning.rff_lengthscale_map]), a multilayer perceptron as a plain
-list of arrays ([`mlp_init`][kronvi.feature_learning.mlp_init],
-[`mlp_features`][kronvi.feature_learning.mlp_features]), or the arrays of an Equinox or Flax model
+(`rff_lengthscale_map`), a multilayer perceptron as a plain
+list of arrays (`mlp_init`,
+`mlp_features`), or the arrays of an Equinox or Flax model
 (`params, static = eqx.partition(model, eqx.is_array)`; `feature_fn = lambda p, X:
-jax.vmap(eqx.combine(p, static))(X)`). [`feature_elbo`][kronvi.feature_learning.feature_elbo] is the exact
-ELBO as a function of those parameters; [`fit_features`][kronvi.feature_learning.fit_features] learns them
+jax.vmap(eqx.combine(p, static))(X)`). `feature_elbo` is the exact
+ELBO as a function of those parameters; `fit_features` learns them
 together with the discrete posterior under fixed grids, and
-[`fit_features_eigen`][kronvi.feature_learning.fit_features_eigen] does so inside kronvi's default recipe
+`fit_features_eigen` does so inside kronvi's default recipe
 (weights discretized in the eigenbasis, grids re-placed every round). Measurements:
 `docs/notes/2026-11-23-feature-learning.md`.
 """
@@ -57,15 +57,15 @@ __all__ = [
 
 class EigenFeatureModel(NamedTuple):
     """A fitted model of the eigenbasis recipe on learned features (see
-    [`fit_features_eigen`][kronvi.feature_learning.fit_features_eigen]).
+    `fit_features_eigen`).
 
     Attributes:
       params: the feature map's parameters.
-      basis: [`Eigenbasis`][kronvi.Eigenbasis] of $\\Phi^\\top\\Phi$; the weights belong to $\\Phi V$.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`, each coordinate's grid over its exact posterior.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` around the evidence maximizer.
-      q_w: [`MeanField`][kronvi.MeanField] over the rotated weights.
-      q_noise: [`MeanField`][kronvi.MeanField] over the noise variance.
+      basis: `Eigenbasis` of $\\Phi^\\top\\Phi$; the weights belong to $\\Phi V$.
+      prior_w: `DiscretePrior` `(b, m)`, each coordinate's grid over its exact posterior.
+      prior_noise: `DiscretePrior` `(1, m_sigma)` around the evidence maximizer.
+      q_w: `MeanField` over the rotated weights.
+      q_noise: `MeanField` over the noise variance.
       elbo: the exact ELBO of this model on the training rows.
     """
 
@@ -88,12 +88,12 @@ def eigen_feature_model(
 ) -> EigenFeatureModel:  # fmt: skip
     r"""kronvi's default recipe on the features `feature_fn(params, X)`: eigenbasis, grids and fit.
 
-    The statistics are rotated to the eigenbasis of $\Phi^\top\Phi$ ([`eigenbasis`][kronvi.eigenbasis]);
+    The statistics are rotated to the eigenbasis of $\Phi^\top\Phi$ (`eigenbasis`);
     the noise grid spans `noise_span`x around the exact-evidence maximizer
-    ([`evidence_noise_variance`][kronvi.pipeline.evidence_noise_variance], searched around
+    (`evidence_noise_variance`, searched around
     `noise_variance`); coordinate $j$ gets `levels` values over its exact posterior ± `width` sds under
-    the prior $N(0, \sigma_w^2)$ ([`eigen_posterior_grid`][kronvi.pipeline.eigen_posterior_grid]); the
-    mean field is fitted by coordinate ascent from [`gaussian_start`][kronvi.gaussian_start].
+    the prior $N(0, \sigma_w^2)$ (`eigen_posterior_grid`); the
+    mean field is fitted by coordinate ascent from `gaussian_start`.
 
     Computed in the dtype of the features: pass float64 inputs and parameters (under
     `jax.enable_x64(True)`) as the pipeline does, since the small eigenvalues that carry signal are below
@@ -112,7 +112,7 @@ def eigen_feature_model(
       chunk_size: rows per chunk of the statistics.
 
     Returns:
-      [`EigenFeatureModel`][kronvi.feature_learning.EigenFeatureModel].
+      `EigenFeatureModel`.
     """
     stats = feature_stats(params, X, y, feature_fn=feature_fn, chunk_size=chunk_size)
     rotated, basis = eigenbasis(stats)
@@ -126,12 +126,12 @@ def eigen_feature_model(
 
 def predict_features(model: EigenFeatureModel, X, *, feature_fn):
     r"""Features of new inputs in the model's eigenbasis, $\Phi(X) V$, `(N, b)`: pass them to
-    [`predict_regression`][kronvi.predict_regression] or
-    [`predictive_log_density`][kronvi.predictive_log_density] with the model's `q_w, q_noise, prior_w,
+    `predict_regression` or
+    `predictive_log_density` with the model's `q_w, q_noise, prior_w,
     prior_noise`.
 
     Args:
-      model: [`EigenFeatureModel`][kronvi.feature_learning.EigenFeatureModel].
+      model: `EigenFeatureModel`.
       X: inputs `(N, d)`, prepared as the training inputs were (standardized).
       feature_fn: the feature map the model was fitted with.
     """
@@ -150,9 +150,9 @@ def fit_features_eigen(
     The recipe's grids depend on the features: each coordinate's levels span its exact posterior. Each
     round therefore
 
-    1. places the recipe at the current parameters ([`eigen_feature_model`][kronvi.feature_learning.eigen_feature_model]:
+    1. places the recipe at the current parameters (`eigen_feature_model`:
        eigenbasis $V$, grids, noise grid, $q$);
-    2. holds $V$ and the grids fixed and runs [`fit_features`][kronvi.feature_learning.fit_features] for
+    2. holds $V$ and the grids fixed and runs `fit_features` for
        one round on the features $\Phi_\theta V$: `param_iter` L-BFGS iterations on
        $\max_q \mathcal{L}(\theta, q) + \log p(\theta)$, $q$ refitted by `inner_sweeps` sweeps of
        coordinate ascent at every evaluation and the gradient taken at that $q$ (the envelope theorem;
@@ -177,13 +177,13 @@ def fit_features_eigen(
       inner_sweeps: coordinate-ascent sweeps refitting $q$ at each evaluation of the objective.
       log_prior: optional `log_prior(params) -> scalar` added to the objective (MAP for the parameters).
       levels: levels of every weight grid and of the noise grid, as for
-        [`eigen_feature_model`][kronvi.feature_learning.eigen_feature_model].
+        `eigen_feature_model`.
       width: half-width of each weight grid in posterior sds.
       noise_span: the noise grid spans `noise_variance * [1/span, span]` around the maximizer.
       chunk_size: rows per chunk of the statistics.
 
     Returns:
-      `(model, elbo_trace)`: the placed [`EigenFeatureModel`][kronvi.feature_learning.EigenFeatureModel]
+      `(model, elbo_trace)`: the placed `EigenFeatureModel`
       with the highest ELBO (its `params` are the learned parameters) and the ELBO of the model placed
       before each round and at the end, `(rounds + 1,)`.
 

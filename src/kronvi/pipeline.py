@@ -6,9 +6,9 @@ exact ELBO fit -> exact predictive mean, variance and density.
 Two recipes (`DirectConfig.basis`):
 
 - `"eigen"` (default): the weights are discretized in the eigenbasis of $\Phi^\top\Phi$
-  ([`kronvi.eigenbasis`][kronvi.eigenbasis]), where the likelihood factorizes; the noise grid is centred on the exact
-  evidence maximizer ([`kronvi.blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise]) and each weight's 15 levels span its exact
-  posterior ([`kronvi.posterior_grid_prior`][kronvi.posterior_grid_prior]). Accuracy matches exact Bayesian linear regression on the
+  (`kronvi.eigenbasis`), where the likelihood factorizes; the noise grid is centred on the exact
+  evidence maximizer (`kronvi.blr_evidence_noise`) and each weight's 15 levels span its exact
+  posterior (`kronvi.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
   same features; the weights are not sparse and each needs its own grid (2 floats) plus the rotation.
 - `"features"`: the paper's recipe, weights of the random Fourier features on one grid of
   `±width` prior sds with a zero level: sparse 4-bit codes, less accurate
@@ -49,39 +49,73 @@ _BASIS_DEFAULTS = {
 
 
 class DirectConfig(NamedTuple):
-    """Settings of the DIRECT regression pipeline. `None` fields take the default of the `basis`
-    ([`resolve_config`][kronvi.pipeline.resolve_config]): `"eigen"` width 6 posterior sds, noise grid spanning 3x around the evidence
+    r"""Settings of the DIRECT regression pipeline. `None` fields take the default of the `basis`
+    (`resolve_config`): `"eigen"` width 6 posterior sds, noise grid spanning 3x around the evidence
     maximizer, no noise CV, the prior start (diagonal CAVI); `"features"` (the paper's appendix E) width 3 prior sds,
-    noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts."""
+    noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts.
 
-    basis: str = "eigen"  # "eigen" (accurate) or "features" (the paper's sparse 4-bit recipe)
-    # b = 2 * num_frequencies features; None: by the training rows, `default_num_frequencies(n)`
+    Attributes:
+      basis: `"eigen"` (accurate: the weights in the eigenbasis of $\Phi^\top\Phi$) or `"features"` (the
+        paper's sparse 4-bit recipe on the random Fourier features).
+      num_frequencies: random frequencies; the features are their cosines and sines, b = 2 `num_frequencies`.
+        `None`: by the training rows, `default_num_frequencies(n)`.
+      frequency_sampling: `"iid"`, `"orthogonal"` or `"halton"` (`rff_init(sampling=...)`).
+      levels: levels of each weight's grid (15: 4-bit codes).
+      width: the weight grid's half-width, in posterior sds (`"eigen"`) or prior sds (`"features"`).
+      noise_levels: levels of the noise-variance grid.
+      noise_span: the noise grid when `noise_cv` is empty: $s^2 \times [1/\text{span}, \text{span}]$ around
+        the evidence maximizer (`"eigen"`) or the GP estimate (`"features"`).
+      noise_cv: `"features"` only: the spans of the noise grids to choose from by `cv_folds`-fold
+        cross-validation on the training rows (`select_prior` with `cv_criterion`); span 1 fixes the
+        noise at the GP estimate. Empty: the paper's protocol, one grid of `noise_span`.
+      cv_folds: folds of that inner cross-validation.
+      cv_criterion: `"log_density"` or `"sq_error"` (`select_prior`).
+      cv_max_iter: CAVI sweeps per inner fit (from `gaussian_start`, which is close).
+      method: how `fit_regression` fits: `"cavi"`, `"lbfgs"` or `"optax-lbfgs"`.
+      max_iter: its sweeps or iterations; `None`: its default.
+      starts: fit from each start and keep the highest ELBO: `"prior"` and/or `"gaussian"`
+        (`gaussian_start`).
+      gp_points: training rows the GP hyperparameters are fitted on (at most).
+      gp_restarts: starts of the GP hyperparameter fit.
+      gp_restart_rule: `"screened"`: the GP's starts run on `gp_screen_points` of its rows, then the
+        winner and the first start on all (`fit_gp_hyperparameters(restarts="screened")`); `"all"`: every
+        start on every row.
+      gp_screen_points: rows of that screening.
+      gp_degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
+      chunk_size: rows per chunk of the statistics pass.
+      max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
+        of it, at most this many times (the paper's protocol: 0).
+
+    Example:
+      >>> from kronvi.pipeline import DirectConfig
+      >>> DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
+      DirectConfig(basis='eigen', num_frequencies=None, frequency_sampling='iid', levels=15, width=None,
+        noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
+        cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
+        gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, chunk_size=2048,
+        max_noise_recentres=0)
+    """
+
+    basis: str = "eigen"
     num_frequencies: int | None = None
-    frequency_sampling: str = "iid"  # "iid", "orthogonal" or "halton" (kronvi.rff_init(sampling=...))
-    levels: int = 15  # 4-bit weight grid
-    width: float | None = None  # grid half-width: posterior sds ("eigen") or prior sds ("features")
+    frequency_sampling: str = "iid"
+    levels: int = 15
+    width: float | None = None
     noise_levels: int = 15
-    noise_span: float | None = None  # the noise grid when `noise_cv` is empty: s2 x [1/span, span]
-    # "features" only: noise grids s2 x [1/span, span] to choose from by `cv_folds`-fold cross-validation
-    # on the training rows (kronvi.select_prior, `cv_criterion`); span 1 = the noise fixed at the GP
-    # estimate s2. Empty: the paper's protocol, one grid of `noise_span`.
+    noise_span: float | None = None
     noise_cv: tuple[float, ...] | None = None
     cv_folds: int = 5
-    cv_criterion: str = "log_density"  # or "sq_error" (kronvi.select_prior)
-    cv_max_iter: int = 10  # CAVI sweeps per inner fit (from kronvi.gaussian_start, which is close)
+    cv_criterion: str = "log_density"
+    cv_max_iter: int = 10
     method: str = "cavi"
     max_iter: int | None = None
-    # Fit from each start and keep the highest ELBO: "prior" and/or "gaussian" (kronvi.gaussian_start).
     starts: tuple[str, ...] | None = None
     gp_points: int = 1000
     gp_restarts: int = 4
-    # "screened": the GP's starts run on `gp_screen_points` of its rows, then the winner and the first start
-    # on all (kronvi.fit_gp_hyperparameters(restarts="screened")); "all": every start on every row.
     gp_restart_rule: str = "screened"
     gp_screen_points: int = 300
-    gp_degenerate_margin: float = 2.0  # kronvi.fit_gp_hyperparameters(degenerate_margin=...)
+    gp_degenerate_margin: float = 2.0
     chunk_size: int = 2048
-    # Opt-in: refit with the noise grid recentred while q_noise piles up on an end of it (paper protocol: 0).
     max_noise_recentres: int = 0
 
 
@@ -120,8 +154,21 @@ class FoldResult(NamedTuple):
 
 
 class FittedDirect(NamedTuple):
-    """Everything needed to predict on new raw inputs ([`fold_features`][kronvi.pipeline.fold_features] maps them to the features the
-    weights belong to)."""
+    """Everything needed to predict on new raw inputs (`fold_features` maps them to the features the
+    weights belong to).
+
+    Attributes:
+      standardizer: `Standardizer` of the training inputs.
+      features: `RandomFourierFeatures`, the feature map of the standardized inputs.
+      y_offset: `()` the training targets' mean (a float64 NumPy scalar for concrete targets);
+        predictions on the original scale add it back.
+      prior_w: `DiscretePrior` `(b, m)` over the weights (in the eigenbasis when `basis` is set).
+      prior_noise: `DiscretePrior` `(1, m_sigma)` over the noise variance.
+      q_w: `MeanField` `(b, m)`, the posterior over the weights.
+      q_noise: `MeanField` `(1, m_sigma)`, the posterior over the noise variance.
+      hyper: `GPHyperparameters` the features were drawn for.
+      basis: `Eigenbasis` rotating the features (`DirectConfig.basis` `"eigen"`), else `None`.
+    """
 
     standardizer: object
     features: RandomFourierFeatures
@@ -131,11 +178,11 @@ class FittedDirect(NamedTuple):
     q_w: object
     q_noise: object
     hyper: GPHyperparameters
-    basis: Eigenbasis | None = None  # the rotation of the features ("eigen"), else None
+    basis: Eigenbasis | None = None
 
 
 class PreparedFold(NamedTuple):
-    """A training set prepared for fitting ([`prepare_fold`][kronvi.pipeline.prepare_fold]): everything before the noise grid's choice."""
+    """A training set prepared for fitting (`prepare_fold`): everything before the noise grid's choice."""
 
     standardizer: Standardizer  # from the training rows
     y_offset: jax.Array  # the training targets' mean (a float64 NumPy scalar for concrete targets)
@@ -172,7 +219,7 @@ def noise_prior_for_span(noise_variance, span, levels):
 
 def inner_fold_stats(key, feature_map, X, y, num_folds: int, *, chunk_size=None):
     """Training statistics accumulated per random inner fold in one pass: `(stats, (cv_train, cv_test))`,
-    `stats` being their sum (all rows) and the pair the stacked fold statistics for [`choose_noise_prior`][kronvi.pipeline.choose_noise_prior]."""
+    `stats` being their sum (all rows) and the pair the stacked fold statistics for `choose_noise_prior`."""
     n = X.shape[0]
     if n < num_folds:
         raise ValueError(f"{n} training rows cannot make {num_folds} cross-validation folds")
@@ -182,8 +229,8 @@ def inner_fold_stats(key, feature_map, X, y, num_folds: int, *, chunk_size=None)
 
 
 def choose_noise_prior(cv_stats, prior_w, noise_variance, spans, *, levels, criterion, max_iter):
-    """The noise grid `noise_variance x [1/span, span]` ([`noise_prior_for_span`][kronvi.pipeline.noise_prior_for_span]) among `spans` that
-    [`kronvi.select_prior`][kronvi.select_prior] prefers on the inner folds `cv_stats = (cv_train, cv_test)`.
+    """The noise grid `noise_variance x [1/span, span]` (`noise_prior_for_span`) among `spans` that
+    `kronvi.select_prior` prefers on the inner folds `cv_stats = (cv_train, cv_test)`.
     Returns `(span, prior_noise, scores)`."""
     cands = [(prior_w, noise_prior_for_span(noise_variance, s, levels)) for s in spans]
     best, scores = select_prior(*cv_stats, cands, criterion=criterion, max_iter=max_iter)
@@ -269,24 +316,24 @@ def prepare_fold(
 ) -> PreparedFold:
     """Prepares raw training rows for a DIRECT fit: standardizer and centred targets from these rows, GP
     hyperparameters on at most `config.gp_points` of them, `config.num_frequencies` (by default
-    [`default_num_frequencies`][kronvi.pipeline.default_num_frequencies] of the rows) random Fourier
+    `default_num_frequencies` of the rows) random Fourier
     frequencies, the weight grid, and the training statistics in one chunked pass (accumulated per inner
-    fold when `config.noise_cv` is set, for [`choose_noise_prior`][kronvi.pipeline.choose_noise_prior]).
+    fold when `config.noise_cv` is set, for `choose_noise_prior`).
 
-    Every study that fits one train/test split starts here; [`fit_prepared`][kronvi.pipeline.fit_prepared] continues from it, and
-    [`fold_features`][kronvi.pipeline.fold_features] maps test inputs through the same standardizer and features.
+    Every study that fits one train/test split starts here; `fit_prepared` continues from it, and
+    `fold_features` maps test inputs through the same standardizer and features.
 
     Args:
       key: PRNG key; split into the GP's, the features' and the fits' (`PreparedFold.key`).
       X: raw training inputs `(n, d)`.
       y: raw training targets `(n,)`.
-      config: [`DirectConfig`][kronvi.pipeline.DirectConfig] (default: the paper's settings).
+      config: `DirectConfig` (default: the paper's settings).
       dtype: floating dtype of the inputs, statistics and fits.
       gp: `None`, or `(hyper, gp_info)` of an earlier preparation of the same rows with the same key
         (another `basis`, say), to skip refitting the GP hyperparameters.
 
     Returns:
-      [`PreparedFold`][kronvi.pipeline.PreparedFold].
+      `PreparedFold`.
     """
     config = resolve_config(config)
     _check_config(config)
@@ -362,7 +409,7 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
     still carry signal (down to $\sigma^2/\sigma_w^2$, e.g. 1e-4 of the largest on yacht) are below
     the rounding of float32 statistics. The results are cast back to the working dtype; in the eigenbasis
     the fit is well conditioned (`docs/notes/2026-11-22-accuracy-defaults.md`). With fewer rows than
-    features the basis comes from the `n x n` Gram matrix ([`kronvi.eigenbasis_from_inputs`][kronvi.eigenbasis_from_inputs]).
+    features the basis comes from the `n x n` Gram matrix (`kronvi.eigenbasis_from_inputs`).
     The prior scale and the noise variance maximize the exact evidence together, from the GP's values.
     """
     dtype = X.dtype
@@ -383,9 +430,9 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
 
 
 def evidence_noise_variance(rotated, basis, prior_scale, guess, *, log_range: float = 12.0):
-    """The noise variance maximizing the exact evidence ([`kronvi.blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise]) within
+    """The noise variance maximizing the exact evidence (`kronvi.blr_evidence_noise`) within
     `guess * exp(±log_range)` (`guess`: e.g. the GP estimate), from the eigenbasis already computed:
-    `(rotated, basis)` of [`kronvi.eigenbasis`][kronvi.eigenbasis]."""
+    `(rotated, basis)` of `kronvi.eigenbasis`."""
     guess = jnp.asarray(guess, rotated.PhitPhi.dtype)
     lower, upper = guess * np.exp(-log_range), guess * np.exp(log_range)
     return spectral_evidence_noise(
@@ -396,19 +443,19 @@ def evidence_noise_variance(rotated, basis, prior_scale, guess, *, log_range: fl
 def eigen_posterior_grid(rotated, basis, prior_scale, noise_variance, *, levels: int, width: float):
     r"""Weight grids for the eigenbasis recipe: coordinate `j` gets `levels` values spanning its exact
     posterior $N(\mu_j, \tau_j^2)$ ± `width` sds, $\tau_j^{-2} = \lambda_j/\sigma^2 +
-    \sigma_w^{-2}$, $\mu_j = \tau_j^2 c_j/\sigma^2$ ([`kronvi.posterior_grid_prior`][kronvi.posterior_grid_prior])."""
+    \sigma_w^{-2}$, $\mu_j = \tau_j^2 c_j/\sigma^2$ (`kronvi.posterior_grid_prior`)."""
     precision = basis.eigenvalues / noise_variance + 1.0 / prior_scale**2
     center = rotated.Phity / noise_variance / precision
     return posterior_grid_prior(center, 1.0 / jnp.sqrt(precision), prior_scale, levels=levels, width=width)
 
 
 def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None):
-    """Chooses the noise grid and fits DIRECT mean field on a [`prepare_fold`][kronvi.pipeline.prepare_fold] result (with the same
-    `config`). Returns `(model, timings, info)` as [`fit_direct`][kronvi.pipeline.fit_direct].
+    """Chooses the noise grid and fits DIRECT mean field on a `prepare_fold` result (with the same
+    `config`). Returns `(model, timings, info)` as `fit_direct`.
 
     With `config.noise_cv` the grid `s2 x [1/span, span]` is chosen among those spans on the inner folds
-    ([`choose_noise_prior`][kronvi.pipeline.choose_noise_prior], timed as `select_seconds`); otherwise it is the grid of
-    `config.noise_span`. The fit keeps the best of `config.starts` ([`fit_best_start`][kronvi.pipeline.fit_best_start]), refitted
+    (`choose_noise_prior`, timed as `select_seconds`); otherwise it is the grid of
+    `config.noise_span`. The fit keeps the best of `config.starts` (`fit_best_start`), refitted
     with a recentred noise grid up to `config.max_noise_recentres` times.
     """
     config = resolve_config(config)
@@ -460,7 +507,7 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None):
 
 
 def fold_features(fitted, X):
-    """Features of raw inputs `X (N, d)` through a [`PreparedFold`][kronvi.pipeline.PreparedFold]'s or [`FittedDirect`][kronvi.pipeline.FittedDirect]'s
+    """Features of raw inputs `X (N, d)` through a `PreparedFold`'s or `FittedDirect`'s
     standardizer and random Fourier features (rotated to its eigenbasis, if any), in the dtype of its
     statistics: `(N, b)`."""
     dtype = fitted.features.frequencies.dtype
@@ -469,14 +516,14 @@ def fold_features(fitted, X):
 
 
 def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32):
-    """Fits DIRECT mean-field regression on raw training data: [`prepare_fold`][kronvi.pipeline.prepare_fold] then
-    [`fit_prepared`][kronvi.pipeline.fit_prepared]. Returns `(model, timings, info)`.
+    """Fits DIRECT mean-field regression on raw training data: `prepare_fold` then
+    `fit_prepared`. Returns `(model, timings, info)`.
 
     With `config.noise_cv` (the default) the noise grid is chosen among those spans by
     `config.cv_folds`-fold cross-validation on the training rows: the statistics are accumulated per
     inner fold in the same single pass (their sum is the training statistics), each candidate is fitted
-    on every `total - fold` (vmapped, CAVI from [`kronvi.gaussian_start`][kronvi.gaussian_start]) and scored exactly on the
-    held-out fold ([`kronvi.select_prior`][kronvi.select_prior] with `config.cv_criterion`). That time is
+    on every `total - fold` (vmapped, CAVI from `kronvi.gaussian_start`) and scored exactly on the
+    held-out fold (`kronvi.select_prior` with `config.cv_criterion`). That time is
     `select_seconds`.
     """
     config = resolve_config(config)

@@ -1,6 +1,6 @@
 r"""scikit-learn estimators over DIRECT regression (and, once it exists, logistic regression).
 
-`DirectRegressor` wraps the same stages as [`kronvi.pipeline`][kronvi.pipeline] (standardize the inputs
+`DirectRegressor` wraps the same stages as `kronvi.pipeline` (standardize the inputs
 and the targets, GP hyperparameters, random Fourier features, exact statistics, the eigenbasis recipe,
 coordinate ascent) behind `fit` / `predict(X, return_std=True)` / `partial_fit`, so it drops into a
 `Pipeline`, `GridSearchCV` or `clone` like `BayesianRidge` or `GaussianProcessRegressor`.
@@ -9,9 +9,9 @@ scikit-learn is imported here only: `import kronvi` does not import it. Install 
 `pip install "kronvi[sklearn]"`.
 
 **Streaming (`partial_fit`).** The statistics $(n, y^\top y, \Phi^\top y, \Phi^\top\Phi)$ are sums over
-rows, so chunks merge exactly ([`kronvi.merge_stats`][kronvi.merge_stats]). What is *not* a sum over rows is
+rows, so chunks merge exactly (`kronvi.merge_stats`). What is *not* a sum over rows is
 everything the statistics are computed *through*: the input standardization, the GP hyperparameters and the
-random frequencies. They are fixed once, by [`DirectRegressor.initialize`][kronvi.sklearn.DirectRegressor.initialize]
+random frequencies. They are fixed once, by `DirectRegressor.initialize`
 on the rows it is given (`partial_fit` calls it on its first chunk unless it was called before), and every
 later chunk goes through the same map. The standardization of $y$ is exact whatever the chunks: the
 statistics are accumulated for the features augmented with a constant column (which carries
@@ -195,21 +195,21 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
     r"""DIRECT mean-field regression with random Fourier features, as a scikit-learn regressor.
 
     The model is $y = \Phi(x)^\top w + \varepsilon$ with a discrete prior on every weight and on the noise
-    variance, fitted by maximizing the exact ELBO ([`kronvi.fit_regression`][kronvi.fit_regression]). `fit`
-    follows [`kronvi.pipeline.prepare_fold`][kronvi.pipeline.prepare_fold] and
-    [`kronvi.pipeline.fit_prepared`][kronvi.pipeline.fit_prepared]: standardize the inputs (in float64) and
+    variance, fitted by maximizing the exact ELBO (`kronvi.fit_regression`). `fit`
+    follows `kronvi.pipeline.prepare_fold` and
+    `kronvi.pipeline.fit_prepared`: standardize the inputs (in float64) and
     the targets (`y_offset_`, `y_scale_`: predictions are equivariant to the units of y), fit GP
     hyperparameters on at most `gp_points` rows
-    ([`kronvi.fit_gp_hyperparameters`][kronvi.fit_gp_hyperparameters]), draw `n_frequencies` random
+    (`kronvi.fit_gp_hyperparameters`), draw `n_frequencies` random
     frequencies, accumulate the statistics in float64, then
 
     - `basis="eigen"` (default): rotate to the eigenbasis of $\Phi^\top\Phi$
-      ([`kronvi.eigenbasis`][kronvi.eigenbasis]), centre the noise grid on the exact-evidence optimum and
+      (`kronvi.eigenbasis`), centre the noise grid on the exact-evidence optimum and
       place each weight's `levels` values on ±`width` posterior sds: the accuracy of exact Bayesian linear
       regression on the same features;
     - `basis="features"`: the paper's recipe, one grid of `levels` values on ±`width` prior sds with a zero
       level for every feature weight: sparse 4-bit posteriors
-      ([`kronvi.sample_codes`][kronvi.sample_codes]), less accurate.
+      (`kronvi.sample_codes`), less accurate.
 
     `predict(X, return_std=True)` returns the exact predictive mean and standard deviation of a new target
     (noise included), as `BayesianRidge` does. See the module docstring for `partial_fit`.
@@ -225,7 +225,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       prior_scale: the prior sd $\sigma_w$ of the weights: `"auto"` or a positive number (in target
         units). `"auto"` with `basis="eigen"` and `noise="auto"`: the prior sd and the noise variance that
         jointly maximize the exact evidence
-        ([`kronvi.spectral_evidence_optimum`][kronvi.spectral_evidence_optimum], as `BayesianRidge` chooses
+        (`kronvi.spectral_evidence_optimum`, as `BayesianRidge` chooses
         them), from the GP's values; otherwise the GP signal sd for `"rff"` with `lengthscale="gp"`, else
         the target sd for `"rff"` and target sd $/\sqrt d$ for `"linear"`.
       basis: `"eigen"` or `"features"`, above.
@@ -251,30 +251,30 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
 
     Attributes:
       n_features_in_: number of input columns $d$.
-      standardizer_: [`kronvi.Standardizer`][kronvi.Standardizer] of the inputs, float64 NumPy arrays
+      standardizer_: `kronvi.Standardizer` of the inputs, float64 NumPy arrays
         (inputs are standardized in float64, then cast to `dtype`).
-      hyperparameters_: [`kronvi.GPHyperparameters`][kronvi.GPHyperparameters] used for the features and the
+      hyperparameters_: `kronvi.GPHyperparameters` used for the features and the
         prior, in the units of the targets, float64 NumPy arrays: the GP estimate, or the fixed lengthscale
         with the variance of all targets seen.
-      feature_map_: [`kronvi.RandomFourierFeatures`][kronvi.RandomFourierFeatures], or `None` for `"linear"`.
+      feature_map_: `kronvi.RandomFourierFeatures`, or `None` for `"linear"`.
       y_offset_: mean of all targets seen.
       y_scale_: standard deviation of all targets seen (at least `1e-6 |y_offset_|`; 1 when both are 0).
         The model is fitted to the standardized targets $(y -$ `y_offset_`$)/$`y_scale_`, so that its
         predictions are equivariant to the units of y and no float32 statistic overflows.
-      stats_: [`kronvi.RegressionStats`][kronvi.RegressionStats] of the features and the standardized
+      stats_: `kronvi.RegressionStats` of the features and the standardized
         targets of all rows seen, float64, before any rotation.
-      basis_: [`kronvi.Eigenbasis`][kronvi.Eigenbasis] for `"eigen"`, else `None`.
+      basis_: `kronvi.Eigenbasis` for `"eigen"`, else `None`.
       prior_scale_: the prior sd $\sigma_w$ of the weights used by the last fit, in target units.
-      prior_w_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grid of the weights `(b, levels)`, for the
+      prior_w_: the `kronvi.DiscretePrior` grid of the weights `(b, levels)`, for the
         standardized targets.
-      prior_noise_: the [`kronvi.DiscretePrior`][kronvi.DiscretePrior] grid of the noise variance
+      prior_noise_: the `kronvi.DiscretePrior` grid of the noise variance
         `(1, noise_levels)`, for the standardized targets.
-      q_w_: the fitted [`kronvi.MeanField`][kronvi.MeanField] posterior of the weights `(b, levels)`.
-      q_noise_: the fitted [`kronvi.MeanField`][kronvi.MeanField] posterior of the noise variance
+      q_w_: the fitted `kronvi.MeanField` posterior of the weights `(b, levels)`.
+      q_noise_: the fitted `kronvi.MeanField` posterior of the noise variance
         `(1, noise_levels)`.
       noise_variance_: posterior mean of the noise variance, in squared target units.
       elbo_: the final ELBO (nats) of the targets in their own units.
-      fit_info_: the fit's [`kronvi.FitInfo`][kronvi.FitInfo] (its trace: ELBOs of the standardized targets).
+      fit_info_: the fit's `kronvi.FitInfo` (its trace: ELBOs of the standardized targets).
       n_iter_: iterations of the fit (sweeps for CAVI).
       n_samples_seen_: rows seen by `fit` / `partial_fit`.
 
@@ -546,9 +546,9 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
     def partial_fit(self, X, y):
         """Adds a chunk of rows and refits the posterior on all rows seen so far.
 
-        The first call (unless [`initialize`][kronvi.sklearn.DirectRegressor.initialize] came first) fixes
+        The first call (unless `initialize` came first) fixes
         the standardization, GP hyperparameters and feature map from this chunk. Statistics merge exactly
-        ([`kronvi.merge_stats`][kronvi.merge_stats]) and the targets are standardized by the mean and
+        (`kronvi.merge_stats`) and the targets are standardized by the mean and
         standard deviation of all rows, so after `initialize(X, y)` the chunks of `X` give the model of `fit(X, y)`.
 
         Args:
@@ -586,7 +586,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
 
         The mean is `y_offset_` + `y_scale_` $\Phi(x)^\top E_q[w]$; the variance, `y_scale_`$^2$ times
         $\sum_j \Phi_j(x)^2\,\mathrm{Var}_q(w_j) + E_q[\sigma^2]$, includes the noise
-        ([`kronvi.predict_regression`][kronvi.predict_regression] of the standardized targets).
+        (`kronvi.predict_regression` of the standardized targets).
 
         Args:
           X: inputs `(N, d)`.
@@ -605,7 +605,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
     def sample_y(self, X, n_samples: int = 1, random_state=0):
         r"""Draws functions from the posterior and evaluates them at `X`.
 
-        Each draw takes every weight from its posterior factor ([`kronvi.sample_codes`][kronvi.sample_codes]:
+        Each draw takes every weight from its posterior factor (`kronvi.sample_codes`:
         grid values, exactly) and returns `y_offset_` + `y_scale_` $\Phi(x)^\top w$, the noise-free function
         (add $N(0,$ `noise_variance_`$)$ for new targets), laid out as in `GaussianProcessRegressor.sample_y`.
 
@@ -632,10 +632,10 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
 
     The model is $P(y = 1 \mid x, w) = \sigma(\Phi(x)^\top w + w_0)$ with a discrete prior on every weight
     (one grid of `levels` values on ±`width` prior sds with a zero level, as
-    [`kronvi.gaussian_prior`][kronvi.gaussian_prior]) and an intercept $w_0$ on the same kind of grid. The
+    `kronvi.gaussian_prior`) and an intercept $w_0$ on the same kind of grid. The
     mean-field posterior maximizes a lower bound on the ELBO
-    ([`kronvi.logistic.fit_logistic`][kronvi.logistic.fit_logistic]); probabilities are the exact
-    $E_q[\sigma(\Phi^\top w)]$ ([`kronvi.logistic.predict_logistic`][kronvi.logistic.predict_logistic]).
+    (`kronvi.logistic.fit_logistic`); probabilities are the exact
+    $E_q[\sigma(\Phi^\top w)]$ (`kronvi.logistic.predict_logistic`).
     More than two classes are fitted one-vs-rest (one binary posterior per class; `predict_proba`
     normalizes the per-class probabilities).
 
@@ -655,14 +655,14 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
     Attributes:
       classes_: the class labels, sorted.
       n_features_in_: number of input columns $d$.
-      standardizer_: [`kronvi.Standardizer`][kronvi.Standardizer] of the inputs, float64 NumPy arrays
+      standardizer_: `kronvi.Standardizer` of the inputs, float64 NumPy arrays
         (inputs are standardized in float64, then cast to `dtype`).
-      feature_map_: [`kronvi.RandomFourierFeatures`][kronvi.RandomFourierFeatures], or `None`.
-      prior_w_: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b + 1, levels)` (the last weight is the
+      feature_map_: `kronvi.RandomFourierFeatures`, or `None`.
+      prior_w_: `kronvi.DiscretePrior` `(b + 1, levels)` (the last weight is the
         intercept).
-      q_w_: list of fitted [`kronvi.MeanField`][kronvi.MeanField] posteriors: one for two classes (of the
+      q_w_: list of fitted `kronvi.MeanField` posteriors: one for two classes (of the
         second class), one per class otherwise.
-      fit_info_: list of the fits' [`kronvi.FitInfo`][kronvi.FitInfo].
+      fit_info_: list of the fits' `kronvi.FitInfo`.
       n_iter_: L-BFGS iterations of each fit, `(n_fits,)`.
 
     Example:
@@ -832,7 +832,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
 
 
 def _frequencies(seed: int, lengthscales, num_frequencies: int, dtype) -> RandomFourierFeatures:
-    """[`kronvi.rff_init`][kronvi.rff_init]'s draw, $W_{dj} = z_{dj} / \\ell_d$, from a NumPy generator
+    """`kronvi.rff_init`'s draw, $W_{dj} = z_{dj} / \\ell_d$, from a NumPy generator
     seeded by `seed`: the same frequencies for every input dimension without a compile per dimension."""
     ls = np.asarray(lengthscales, np.float64)
     z = np.random.default_rng(seed).standard_normal((ls.shape[0], int(num_frequencies)))
@@ -840,7 +840,7 @@ def _frequencies(seed: int, lengthscales, num_frequencies: int, dtype) -> Random
 
 
 def _standardizer(X) -> Standardizer:
-    """[`kronvi.fit_standardizer`][kronvi.fit_standardizer]'s rule (moments of each column scaled by a
+    """`kronvi.fit_standardizer`'s rule (moments of each column scaled by a
     power of two, scale 1 for constant columns) on the float64 inputs, in NumPy, so that data of every
     shape do not each compile a program. Float64 NumPy arrays."""
     unit = np.ldexp(1.0, np.frexp(np.max(np.abs(X), axis=0))[1])

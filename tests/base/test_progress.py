@@ -1,7 +1,9 @@
 """Opt-in progress reporting of the scanned loops: steps, default-off, tqdm-absent path, vmap and jit."""
 
 import builtins
+import io
 import re
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -88,7 +90,20 @@ def test_default_adds_no_callback_to_the_compiled_loop():
     assert "callback" in str(jax.make_jaxpr(loop)(on))  # the check above can fail
 
 
-def test_true_without_tqdm_prints_plain_lines_to_stderr(monkeypatch, capsys):
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_true_without_tqdm_on_a_terminal_redraws_one_line(monkeypatch):
     real_import = builtins.__import__
 
     def no_tqdm(name, *args, **kwargs):
@@ -97,20 +112,67 @@ def test_true_without_tqdm_prints_plain_lines_to_stderr(monkeypatch, capsys):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_tqdm)
+    monkeypatch.setattr(sys, "stderr", _Terminal())
     X, y, kw = _reparam_problem()
     kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
-    err = capsys.readouterr().err
-    steps = re.findall(r"REPARAM: step (\d+)/23 elbo \S+ grad_norm \S+", err)
+    err = sys.stderr.getvalue()
+    steps = re.findall(r"\rREPARAM: step (\d+)/23 elbo \S+ grad_norm \S+ \(\S+s elapsed, eta \S+s\)", err)
     assert steps == ["10", "20", "23"], err
+    assert err.endswith("\n") and err.count("\n") == 1 and "nan" not in err
 
 
-def test_true_with_tqdm_draws_a_bar(capsys):
+def test_true_off_a_terminal_writes_plain_lines_at_a_modest_rate(monkeypatch, capsys):
+    X, y, kw = _reparam_problem()
+    kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
+    err = capsys.readouterr().err  # not a terminal: no tqdm bar, no carriage return
+    assert "\r" not in err and "nan" not in err and "it/s" not in err
+    # a fast fit: the first report and the last, within the 10-second spacing
+    assert re.findall(r"^REPARAM: step (\d+)/23 .*\(\S+ elapsed, eta \S+\)$", err, re.M) == ["10", "23"], err
+    monkeypatch.setattr(prog, "PLAIN_LINE_SECONDS", 0.0)
+    kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
+    assert re.findall(r"^REPARAM: step (\d+)/23", capsys.readouterr().err, re.M) == ["10", "20", "23"]
+
+
+def test_plain_lines_keep_their_spacing_and_always_show_the_last():
+    out, clock = io.StringIO(), _Clock()
+    line = prog.StatusLine(file=out, min_interval=10.0, clock=clock)
+    assert not line.terminal
+    for t in range(0, 35):  # one status a second
+        clock.now = float(t)
+        line.show(f"status {t}", final=t == 34)
+    line.close()
+    assert out.getvalue().splitlines() == ["status 0", "status 10", "status 20", "status 30", "status 34"]
+    assert "\r" not in out.getvalue()
+
+
+def test_a_terminal_line_is_redrawn_and_ended_once():
+    out = _Terminal()
+    line = prog.StatusLine(file=out)
+    assert line.terminal
+    line.show("a long first status")
+    line.show("short", final=True)
+    line.close()  # already ended: nothing more
+    assert out.getvalue() == "\ra long first status\x1b[K\rshort\x1b[K\n"
+    closed = io.StringIO()
+    closed.close()
+    assert not prog.is_terminal(closed) and not prog.is_terminal(object())
+
+
+def test_eta_is_a_question_mark_until_known():
+    assert prog.format_eta(0.0, 0, 10) == "eta ?"
+    assert prog.format_eta(float("nan"), 3, 10) == "eta ?"
+    assert prog.format_eta(6.0, 3, 10) == "eta 14.0s"
+    assert prog.format_eta(6.0, 12, 10) == "eta 0.0s"
+
+
+def test_true_with_tqdm_draws_a_bar_on_a_terminal(monkeypatch):
     import tqdm  # noqa: F401  (in the `test` extra: the bar must be drawn, not the test skipped)
 
+    monkeypatch.setattr(sys, "stderr", _Terminal())
     X, y, kw = _reparam_problem()
     kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
-    err = capsys.readouterr().err
-    assert "REPARAM" in err and "23/23" in err
+    err = sys.stderr.getvalue()
+    assert "REPARAM" in err and "23/23" in err and "it/s" in err
 
 
 def test_under_vmap_each_fold_reports_and_under_jit_it_is_a_clear_error():

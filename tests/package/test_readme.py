@@ -1,19 +1,239 @@
-"""The README's usage example runs as written (a smaller feature count keeps it fast)."""
+"""The README runs and its numbers come from the files it cites.
 
+- Every ```python block runs as written, with smaller sizes where the test says so (each substitution must
+  still find its text, so a changed snippet fails here rather than going untested). The ```bash blocks
+  install packages and run the suite: they are not run.
+- Every number the README quotes next to a committed file is in that file: a paragraph, a list item or a
+  table that cites files (a table or a list also takes the citations of the paragraph before it) may
+  quote only numbers found in them, to the README's precision (seconds may be written as ms and back).
+  Numbers with a decimal point, a thousands separator or a % sign are checked; plain integers (sizes,
+  counts, seeds) are not. A cited file that does not exist fails.
+- Counts the README derives from a committed file are recomputed from it.
+"""
+
+import json
+import os
 import pathlib
 import re
+import socket
+import subprocess
+import sys
+from decimal import Decimal
 
 import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+RESULT_DIRS = ("experiments/results", "experiments/investigations", "benchmarks/results")
 
 
-def test_readme_example_runs():
-    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
-    code = re.search(r"## Using it\n\n```python\n(.*?)```", readme.read_text(), re.S).group(1)
-    assert "DirectConfig()" in code
-    code = code.replace("DirectConfig()", "DirectConfig(num_frequencies=50)")
+def _python_blocks():
+    return re.findall(r"```python\n(.*?)```", README, re.S)
+
+
+def _run(code: str, substitutions=()) -> dict:
+    for old, new in substitutions:
+        assert old in code, f"the README snippet no longer contains {old!r}"
+        code = code.replace(old, new)
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)
-    mean, var = np.asarray(namespace["mean"]), np.asarray(namespace["var"])
-    y, test = np.asarray(namespace["y"]), np.asarray(namespace["test"])
+    return namespace
+
+
+def test_every_python_block_is_tested():
+    assert len(_python_blocks()) == 4  # a new block needs a test below
+
+
+def test_usage_example_runs():
+    ns = _run(_python_blocks()[0], [("DirectConfig()", "DirectConfig(num_frequencies=50)")])
+    mean, var = np.asarray(ns["mean"]), np.asarray(ns["var"])
+    y, test = np.asarray(ns["y"]), np.asarray(ns["test"])
     assert mean.shape == (int(test.sum()),) and np.all(var > 0)
     assert np.sqrt(np.mean((mean - y[test]) ** 2)) < 0.5 * np.std(y)
+
+
+def test_scikit_learn_example_runs():
+    pytest.importorskip("sklearn")
+    # 20 frequencies and a fixed lengthscale (no GP fit): the grid search's plumbing, not its accuracy
+    ns = _run(
+        _python_blocks()[1],
+        [("DirectRegressor(n_frequencies=100)", "DirectRegressor(n_frequencies=20, lengthscale=1.0)")],
+    )
+    assert ns["search"].best_params_["directregressor__levels"] in (7, 15)
+    assert ns["mean"].shape == ns["std"].shape == (5,) and np.all(ns["std"] > 0)
+
+
+def test_precision_example_runs():
+    ns = _run(_python_blocks()[2], [("(20_000, 2000)", "(200, 20)"), ("(20_000,)", "(200,)")])
+    assert int(ns["stats"].n) == 200 and ns["stats"].PhitPhi.shape == (20, 20)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_multi_process_recipe_runs_as_one_process(tmp_path):
+    code = _python_blocks()[3]
+    assert "localhost:12357" in code
+    script = tmp_path / "recipe.py"
+    script.write_text(
+        code.replace("localhost:12357", f"localhost:{_free_port()}") + "\nprint(int(stats.n))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, str(script), "0", "1"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split()[-1] == "1000"
+
+
+# ---- the numbers
+
+
+def _blocks(text: str):
+    """`(kind, text)` of each heading, paragraph, list item and table outside code blocks."""
+    out, cur, kind, fenced = [], [], None, False
+    for line in text.splitlines() + [""]:
+        fence = line.startswith("```")
+        fenced ^= fence
+        if cur and (fenced or fence or not line.strip() or line.startswith("#") or line.startswith("- ")
+                    or line.startswith("|") != (kind == "table")):  # fmt: skip
+            out.append((kind, "\n".join(cur)))
+            cur, kind = [], None
+        if fenced or fence or not line.strip():
+            continue
+        if line.startswith("#"):
+            out.append(("heading", line))
+            continue
+        if kind is None:
+            kind = "table" if line.startswith("|") else "item" if line.startswith("- ") else "text"
+        cur.append(line)
+    return out
+
+
+_FILE = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:txt|md|json|jsonl|log))\b")
+# a number: optional sign, digits with optional thousands separators, optional decimals and exponent, and
+# an optional unit (%, s, ms) that the comparison uses
+_NUMBER = re.compile(
+    r"(?<![\w.,/^])(?P<num>[−-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[−-]?\d+)?)(?P<unit>%|\s?ms\b|\s?s\b)?(?![\w^])"
+)
+_FILE_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _resolve(name: str):
+    path = ROOT / name
+    if path.is_file():
+        return path
+    hits = [
+        p
+        for d in RESULT_DIRS
+        for p in (ROOT / d).rglob(pathlib.Path(name).name)
+        if p.as_posix().endswith(name)
+    ]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _quoted(text: str):
+    """The numbers a block quotes: `(token, Decimal value, unit)`; plain integers are left out."""
+    for m in _NUMBER.finditer(text):
+        num, unit = m.group("num"), (m.group("unit") or "").strip()
+        if not ("." in num or "," in num or unit == "%" or "e" in num):
+            continue
+        yield m.group(0), Decimal(num.replace("−", "-").replace(",", "")), unit
+
+
+def _file_values(path) -> np.ndarray:
+    values = []
+    for token in _FILE_NUMBER.findall(path.read_text(errors="replace")):
+        try:
+            values.append(float(token.replace(",", "")))
+        except ValueError:
+            pass
+    return np.unique(np.abs(values))
+
+
+def _found(value: Decimal, unit: str, values: np.ndarray) -> bool:
+    """`value` (to its own last digit; an integer's trailing zeros are rounding) is among `values`."""
+    exponent = value.as_tuple().exponent
+    if exponent == 0 and value != 0:  # 107,000 means about 107 thousand
+        digits = str(abs(int(value)))
+        exponent = len(digits) - len(digits.rstrip("0"))
+    half = 0.5 * 10.0**exponent * (1 + 1e-9)
+    x = abs(float(value))
+    scales = {"s": (1.0, 1e3), "ms": (1.0, 1e-3)}.get(unit, (1.0,))  # seconds may be written as ms and back
+    return any(np.any(np.abs(values - x * k) <= half * k) for k in scales)
+
+
+def _checked_blocks():
+    """`(kind, text, cited files)` of each block that cites a file or follows a paragraph that does: a
+    table or a list takes the citations of the paragraph before it in its section."""
+    paragraph = []
+    for kind, text in _blocks(README):
+        cited = _FILE.findall(text)
+        if kind == "heading":
+            paragraph = []
+        elif kind == "text":
+            paragraph = cited
+        else:
+            cited = cited + paragraph
+        if cited and kind != "heading":
+            yield kind, text, cited
+
+
+def test_readme_cites_only_files_that_exist():
+    missing = sorted({c for _, _, cited in _checked_blocks() for c in cited if _resolve(c) is None})
+    assert missing == []
+
+
+def test_numbers_quoted_next_to_a_file_are_in_it():
+    problems = []
+    for _, text, cited in _checked_blocks():
+        paths = [p for p in map(_resolve, cited) if p is not None]
+        values = np.unique(np.concatenate([_file_values(p) for p in paths])) if paths else np.array([])
+        for token, value, unit in _quoted(text):
+            if not _found(value, unit, values):
+                problems.append(f"{token!r} not in {cited}: {text[:80]!r}")
+    assert problems == []
+
+
+def test_the_checks_can_fail(tmp_path):
+    values = np.array([0.4668, 408.1, 107296.0])
+    assert _found(Decimal("0.47"), "s", values) and _found(Decimal("0.41"), "s", values)  # 408.1 ms
+    assert _found(Decimal("107000"), "", values) and not _found(Decimal("0.48"), "s", values)
+    assert [t for t, _, _ in _quoted("RMSE 0.158 ± 0.109 on 28 of 28, 79% sparse, 25,361 nats, 2.1e-8")] == [
+        "0.158",
+        "0.109",
+        "79%",
+        "25,361",
+        "2.1e-8",
+    ]
+    assert _resolve("bench_fit_methods.txt") == ROOT / "benchmarks/results/bench_fit_methods.txt"
+    assert _resolve("experiments/results/rmse_gap.md") is None  # moved to experiments/investigations/results
+
+
+def test_ten_fold_counts_are_the_committed_files():
+    """'lower than the paper's recipe on N of 28 ... higher on K', recomputed as compare_default.py does."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        from compare_default import per_fold
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+    before = json.loads((ROOT / "experiments/results/uci.json").read_text())
+    after = json.loads((ROOT / "experiments/results/uci_default_10fold.json").read_text())
+    old = per_fold(before, "direct-mf-sparse", aliases=("direct-mf",))
+    new = per_fold(after, "direct-mf")
+    exact = per_fold(after, "exact-blr")
+    lower = higher = 0
+    for d in new:
+        folds = sorted(set(new[d]) & set(exact.get(d, {})) & set(old.get(d, {})))
+        if folds:
+            ratio = np.mean([new[d][k]["rmse"] for k in folds]) / np.mean([old[d][k]["rmse"] for k in folds])
+            lower += ratio < 1
+            higher += ratio > 1
+    total = lower + higher
+    text = " ".join(README.split())
+    assert f"test RMSE lower than the paper's recipe on {lower} of {total}" in text
+    assert f"higher on {higher}, by at most" in text

@@ -1,12 +1,12 @@
 r"""Output files: one rule for every file kronvi writes (`save_model`, `kronvi fit --json`, the studies).
 
-[`check_output_path`][kronvi.check_output_path] runs before any compute and raises for everything
+`check_output_path` runs before any compute and raises for everything
 that can make the write fail or lose data: the folder is missing (as the operating system resolves the
 path, so `out/missing/../x.json` is missing too) or cannot take a new file, the path is a folder, the
 path is one of the run's inputs (through links too, whatever the overwrite flag), or the file exists
 and the caller has not asked to replace it.
 
-[`write_atomic`][kronvi.write_atomic] writes a temporary file in the destination's folder, flushes it
+`write_atomic` writes a temporary file in the destination's folder, flushes it
 to disk and renames it over the destination (`os.replace`), so a reader sees the old file or the new
 one, never half of one, and a failed or interrupted write leaves the old file as it was. A replaced
 file keeps its permission bits; a new file gets the mode a plain `open(path, "w")` would give it

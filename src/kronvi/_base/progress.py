@@ -16,7 +16,9 @@ outstanding callbacks (`jax.effects_barrier`) and unregisters the token.
 `progress` accepts:
 
 - `None`: nothing (no callback in the program, no overhead);
-- `True`: a `tqdm` bar when tqdm is importable, else one plain line per report on `stderr`;
+- `True`: on a terminal, a `tqdm` bar when tqdm is importable, else one line redrawn in place; when
+  `stderr` is not a terminal (a log file, a pipe), plain lines without carriage returns, at most one
+  every `PLAIN_LINE_SECONDS` seconds besides the first and the last report (`StatusLine`);
 - a callable `progress(step, total, metrics)`: `step` is the number of steps done (1-based, a Python
   `int`), `total` the number of steps, `metrics` a `dict` of this step's diagnostics (Python floats
   for scalars, NumPy arrays otherwise).
@@ -32,6 +34,7 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -41,7 +44,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["ProgressReporter", "check_progress", "progress_scope", "report_progress"]
+__all__ = [
+    "PLAIN_LINE_SECONDS",
+    "ProgressReporter",
+    "StatusLine",
+    "check_progress",
+    "format_eta",
+    "is_terminal",
+    "progress_scope",
+    "report_progress",
+]
 
 _REPORTERS: dict[int, Callable[[int, int, dict], None]] = {}
 _TOKENS = itertools.count(1)
@@ -56,25 +68,117 @@ def _under_jit() -> bool:
     return bool(fn()) if fn is not None else False
 
 
+PLAIN_LINE_SECONDS = 10.0  # off a terminal: at most one progress line this often (plus first and last)
+
+
+def is_terminal(stream) -> bool:
+    """True when `stream` is shown live: a terminal (`isatty()`) or a Jupyter cell's output (which draws
+    `\\r` and tqdm's widgets); False for files, pipes and closed streams."""
+    if type(stream).__module__.startswith("ipykernel."):
+        return True
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except (ValueError, OSError):  # closed or detached
+        return False
+
+
+def format_eta(elapsed: float, done: int, total: int) -> str:
+    """The remaining time from the mean pace so far: `"eta 12.3s"`, or `"eta ?"` before the first step
+    (never `nan`).
+
+    Example:
+      >>> format_eta(10.0, 0, 4), format_eta(10.0, 2, 4), format_eta(10.0, 4, 4)
+      ('eta ?', 'eta 10.0s', 'eta 0.0s')
+    """
+    if done <= 0 or not elapsed >= 0:
+        return "eta ?"
+    return f"eta {elapsed / done * max(total - done, 0):.1f}s"
+
+
+class StatusLine:
+    """One status line of a long loop, for terminals and log files alike.
+
+    On a terminal each `show` redraws the line in place (`\\r`) and `close` ends it with a newline. Anywhere
+    else (a log file, a pipe, a CI log) each shown status is a plain line ending in `\\n`, with no carriage
+    return, and only at a modest rate: the first status, then at most one every `min_interval` seconds,
+    and the final one (`final=True`), so a log of a long run stays short.
+
+    Args:
+      file: the stream (default `sys.stderr`, looked up at each write).
+      min_interval: seconds between plain lines off a terminal (default `PLAIN_LINE_SECONDS`).
+      terminal: force the terminal (`True`) or plain (`False`) behaviour; default `is_terminal(file)`.
+      clock: the time source in seconds (default `time.monotonic`).
+    """
+
+    def __init__(
+        self, *, file=None, min_interval: float | None = None, terminal: bool | None = None, clock=None
+    ):
+        self.file = file
+        self.min_interval = PLAIN_LINE_SECONDS if min_interval is None else float(min_interval)
+        self.terminal = is_terminal(self._stream) if terminal is None else bool(terminal)
+        self.clock = time.monotonic if clock is None else clock
+        self._last_time = None  # when the last plain line was written
+        self._open = False  # a terminal line waits for its newline
+
+    @property
+    def _stream(self):
+        return self.file if self.file is not None else sys.stderr
+
+    def show(self, text: str, *, final: bool = False) -> None:
+        """Shows `text` as the current status (`final`: the last one, always written)."""
+        stream = self._stream
+        if self.terminal:
+            stream.write(f"\r{text}\x1b[K")  # \x1b[K: clear what a longer previous line left
+            self._open = True
+            if final:
+                self.close()
+                return
+        else:
+            now = self.clock()
+            if not final and self._last_time is not None and now - self._last_time < self.min_interval:
+                return
+            stream.write(text + "\n")
+            self._last_time = now
+        stream.flush()
+
+    def close(self) -> None:
+        """Ends a terminal line with its newline (plain lines need nothing)."""
+        if self._open:
+            self._stream.write("\n")
+            self._stream.flush()
+            self._open = False
+
+
 class ProgressReporter:
-    """The host-side end of `progress=True`: a tqdm bar, or plain lines on `stderr` without tqdm.
+    """The host-side end of `progress=True`.
+
+    On a terminal: a tqdm bar when tqdm is importable, else a `StatusLine` redrawn in place. Anywhere else
+    (a log file, a pipe): plain lines through a `StatusLine`, `step i/total` with the scalar metrics,
+    elapsed time and `eta` (`eta ?` until a step is done), at most one every `PLAIN_LINE_SECONDS` seconds
+    besides the first and the last report.
 
     Args:
       total: number of steps.
       desc: label shown before the bar or at the start of each line.
-      file: stream for the plain lines (default `sys.stderr`).
+      file: the stream (default `sys.stderr`).
+      min_interval: seconds between plain lines off a terminal (default `PLAIN_LINE_SECONDS`).
     """
 
-    def __init__(self, total: int, desc: str = "", *, file=None):
+    def __init__(self, total: int, desc: str = "", *, file=None, min_interval: float | None = None):
         self.total = int(total)
         self.desc = desc
         self.file = file
         self._bar = None
         self._last = 0
-        try:
-            from tqdm.auto import tqdm  # noqa: PLC0415 (optional dependency)
-        except ImportError:
-            tqdm = None
+        self._start = time.monotonic()
+        self._line = StatusLine(file=file, min_interval=min_interval)
+        tqdm = None
+        if self._line.terminal:
+            try:
+                from tqdm.auto import tqdm  # noqa: PLC0415 (optional dependency)
+            except ImportError:
+                tqdm = None
         if tqdm is not None:
             self._bar = tqdm(total=self.total, desc=desc or None, leave=True, file=file)
 
@@ -87,14 +191,17 @@ class ProgressReporter:
             if shown:
                 self._bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
         else:
-            text = " ".join(f"{k} {v:.6g}" for k, v in shown.items())
+            elapsed = time.monotonic() - self._start
+            words = [f"step {step}/{total}", *(f"{k} {v:.6g}" for k, v in shown.items())]
+            words.append(f"({elapsed:.1f}s elapsed, {format_eta(elapsed, step, total)})")
             prefix = f"{self.desc}: " if self.desc else ""
-            print(f"{prefix}step {step}/{total} {text}".rstrip(), file=self.file or sys.stderr, flush=True)
+            self._line.show(prefix + " ".join(words), final=step >= total)
         self._last = step
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+        self._line.close()
 
 
 def check_progress(progress, progress_every, total: int, name: str = "progress"):

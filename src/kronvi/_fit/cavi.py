@@ -204,10 +204,10 @@ def blocked_sweep(
     after the block with one product $A_{S\cdot}^\top \Delta\bar w_S$, so a sweep runs one loop step per
     block instead of one per weight.
 
-    `jacobi=False`: the block's weights are updated in turn, exactly as [`cavi_sweep`][kronvi.cavi_sweep]
+    `jacobi=False`: the block's weights are updated in turn, exactly as `cavi_sweep`
     does (the same updates, rounded differently). `jacobi=True`: the block moves together, damped
     (`damped_jacobi_step`). Either way the ELBO never decreases (beyond rounding), and a fixed point is a
-    point where every factor is at its coordinate optimum, as for [`cavi_sweep`][kronvi.cavi_sweep].
+    point where every factor is at its coordinate optimum, as for `cavi_sweep`.
     """
     A, c, V, logp = stats.PhitPhi, stats.Phity, prior_w.values, prior_w.log_probs
     b = A.shape[0]
@@ -249,7 +249,7 @@ BLOCK_SIZES = {"blocked": 16, "jacobi": 64}
 
 def diagonal_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0):
     r"""One coordinate-ascent sweep when $\Phi^\top\Phi$ is diagonal (statistics in an eigenbasis,
-    [`kronvi.eigenbasis`][kronvi.eigenbasis]): given the noise the weights do not interact, so every weight's
+    `kronvi.eigenbasis`): given the noise the weights do not interact, so every weight's
     coordinate optimum $\log q_j(v) = \log p_j(v) + E[\sigma^{-2}](v c_j - \tfrac12 A_{jj} v^2)$ is
     computed at once, in $O(bm)$, and equals what a sequential sweep in any `order` gives; then the
     noise. The off-diagonal entries of `stats.PhitPhi` are not read: on other statistics this is not a
@@ -266,9 +266,9 @@ def diagonal_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, tempe
 
 def sweep_function(sweep: str, PhitPhi):
     """The sweep `fit_cavi` runs on statistics with this `PhitPhi`, with the signature of
-    [`cavi_sweep`][kronvi.cavi_sweep]; `"jacobi"` groups the weights by coupling here, once.
+    `cavi_sweep`; `"jacobi"` groups the weights by coupling here, once.
 
-    `"auto"`: [`cavi_sweep`][kronvi.cavi_sweep] when compiled for a CPU, the damped block-Jacobi sweep for an
+    `"auto"`: `cavi_sweep` when compiled for a CPU, the damped block-Jacobi sweep for an
     accelerator, where each loop step costs kernel launches
     (`docs/notes/2026-11-22-cavi-on-accelerators.md`); the blocks are only built for the accelerator.
     """

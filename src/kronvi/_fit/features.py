@@ -10,7 +10,7 @@ $$
 $$
 
 with $g = \partial\mathcal{L}/\partial(\Phi^\top y)$ and $G = \partial\mathcal{L}/\partial(\Phi^\top\Phi)$, both
-$O(b^2)$ and computed once. [`feature_stats`][kronvi.feature_learning.feature_stats] has this pullback as
+$O(b^2)$ and computed once. `feature_stats` has this pullback as
 its custom VJP: one forward pass over row chunks for the statistics and one backward pass that
 recomputes each chunk's features and pulls $y_c g^\top + \Phi_c(G + G^\top)$ back through the feature map,
 so memory stays $O(\text{chunk}\cdot b + b^2)$ plus the parameters, never $O(nb)$.
@@ -39,7 +39,7 @@ _STARTS = ("previous", "gaussian", "prior")
 
 
 class FeatureFitInfo(NamedTuple):
-    """Diagnostics of [`fit_features`][kronvi.feature_learning.fit_features].
+    """Diagnostics of `fit_features`.
 
     Attributes:
       objective: `(num_rounds + 1,)` the objective (the ELBO, plus `log_prior(params)` when given) after
@@ -77,7 +77,7 @@ def _resolve_chunk(n, chunk_size):
 def feature_stats(params, X, y, *, feature_fn, chunk_size: int | None = None) -> RegressionStats:
     r"""Sufficient statistics of $\Phi =$ `feature_fn(params, X)`, differentiable in `params`, `X`, `y`.
 
-    The forward pass is [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]
+    The forward pass is `regression_stats_from_inputs`
     (chunked, compensated sums). The backward pass is a custom VJP: given the cotangents
     $(\bar n, \bar a, g, G)$ of $(n, y^\top y, \Phi^\top y, \Phi^\top\Phi)$ it revisits the row chunks,
     recomputes $\Phi_c$ and pulls
@@ -92,13 +92,13 @@ def feature_stats(params, X, y, *, feature_fn, chunk_size: int | None = None) ->
     Args:
       params: a pytree of float arrays, the feature map's parameters.
       X: inputs `(n, d)`.
-      y: targets `(n,)` (centre them: see [`regression_stats`][kronvi.regression_stats]).
+      y: targets `(n,)` (centre them: see `regression_stats`).
       feature_fn: a pure function `(params, X_chunk) -> Phi_chunk` mapping `(c, d)` to `(c, b)`. Bind fixed
         arrays with `functools.partial` or `jax.tree_util.Partial`: they are traced, not baked in.
       chunk_size: rows per chunk; `None`: equal chunks of at most 4096 rows.
 
     Returns:
-      [`RegressionStats`][kronvi.RegressionStats] in the dtype of the features.
+      `RegressionStats` in the dtype of the features.
 
     Raises:
       ValueError: bad shapes, NaN/inf in `X` or `y`, or non-finite statistics (checked when concrete).
@@ -194,18 +194,18 @@ def feature_elbo(
     s(\theta) = (n,\ y^\top y,\ \Phi_\theta^\top y,\ \Phi_\theta^\top\Phi_\theta),
     $$
 
-    the ELBO of [`regression_elbo`][kronvi.regression_elbo] on the statistics of
-    [`feature_stats`][kronvi.feature_learning.feature_stats]. `jax.grad` with respect to `params` costs
+    the ELBO of `regression_elbo` on the statistics of
+    `feature_stats`. `jax.grad` with respect to `params` costs
     one forward and one backward pass over the rows (chained through the $O(b^2)$ gradient of the
     ELBO in the statistics); with respect to the logits of `q_w` and `q_noise` it is the gradient of
-    [`regression_elbo`][kronvi.regression_elbo].
+    `regression_elbo`.
 
     Args:
       params: pytree of float arrays, the feature map's parameters.
-      q_w: [`MeanField`][kronvi.MeanField] over the weights, logits `(b, m)`.
-      q_noise: [`MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      q_w: `MeanField` over the weights, logits `(b, m)`.
+      q_noise: `MeanField` over the noise variance, logits `(1, m_sigma)`.
+      prior_w: `DiscretePrior` `(b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
       X: inputs `(n, d)`.
       y: centred targets `(n,)`.
       feature_fn: `(params, X_chunk) -> Phi_chunk`, `(c, d) -> (c, b)`, pure and differentiable.
@@ -258,9 +258,9 @@ def fit_features(
 
     1. moves $\theta$ by at most `param_iter` L-BFGS iterations on
        $-(\mathcal{L}(\theta, q) + \log p(\theta))/n$ with $q$ fixed, the gradient from
-       [`feature_elbo`][kronvi.feature_learning.feature_elbo] (one forward and one backward pass over the
+       `feature_elbo` (one forward and one backward pass over the
        rows per evaluation);
-    2. refits $q$ on the new statistics with [`fit_regression`][kronvi.fit_regression] (coordinate
+    2. refits $q$ on the new statistics with `fit_regression` (coordinate
        ascent) from each of `starts` and keeps the highest ELBO.
 
     L-BFGS returns its best iterate and `"previous"` (the current $q$) never loses ELBO under coordinate
@@ -273,12 +273,12 @@ def fit_features(
       params: pytree of float arrays, the starting parameters $\theta_0$.
       X: inputs `(n, d)`.
       y: centred targets `(n,)`.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)` over the weights of the `b` features.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over the noise variance.
+      prior_w: `DiscretePrior` `(b, m)` over the weights of the `b` features.
+      prior_noise: `DiscretePrior` `(1, m_sigma)` over the noise variance.
       feature_fn: `(params, X_chunk) -> Phi_chunk`, `(c, d) -> (c, b)`, pure and differentiable (e.g.
-        [`rff_lengthscale_map`][kronvi.feature_learning.rff_lengthscale_map] or
-        [`mlp_features`][kronvi.feature_learning.mlp_features]).
-      init: the first $q$: `"gaussian"` ([`gaussian_start`][kronvi.gaussian_start]), `"prior"` or a
+        `rff_lengthscale_map` or
+        `mlp_features`).
+      init: the first $q$: `"gaussian"` (`gaussian_start`), `"prior"` or a
         tuple `(q_w, q_noise)`; it is fitted on $\theta_0$'s statistics before the first round.
       max_rounds: at most this many rounds.
       param_iter: L-BFGS iterations on $\theta$ per round.
@@ -289,12 +289,12 @@ def fit_features(
       log_prior: optional `log_prior(params) -> scalar`, added to the objective (e.g. a Gaussian prior on
         the weights of an MLP: MAP for $\theta$); a `functools.partial` or `jax.tree_util.Partial` has
         its arrays traced.
-      backend: `"optax-lbfgs"` or `"lbfgs"` (jaxopt), see [`minimize_lbfgs`][kronvi.minimize_lbfgs].
+      backend: `"optax-lbfgs"` or `"lbfgs"` (jaxopt), see `minimize_lbfgs`.
       chunk_size: rows per chunk of the statistics (`None`: at most 4096).
 
     Returns:
       `((params, q_w, q_noise), info)` with `info` a
-      [`FeatureFitInfo`][kronvi.feature_learning.FeatureFitInfo].
+      `FeatureFitInfo`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi

@@ -54,12 +54,12 @@ def fit_regression(
     - `"optax-lbfgs"`: the same with `optax.lbfgs`.
 
     Args:
-      stats: [`RegressionStats`][kronvi.RegressionStats].
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: `RegressionStats`.
+      prior_w: `DiscretePrior` `(b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
       method: one of `"cavi"`, `"lbfgs"`, `"optax-lbfgs"`.
       init: where to start: `"prior"` (default, also `None`), `"gaussian"` (the exact optimum of
-        the continuous mean-field problem, [`kronvi.gaussian_start`][kronvi.gaussian_start]) or a tuple `(q_w, q_noise)`.
+        the continuous mean-field problem, `kronvi.gaussian_start`) or a tuple `(q_w, q_noise)`.
       max_iter: sweeps (CAVI, default 100) or iterations (L-BFGS, default 1000).
       tol: stop when the ELBO gains less than `tol * n` nats in a sweep (CAVI, default 1e-7) or when
         the gradient norm of $-\mathcal{L}/n$ falls below `tol` (L-BFGS, default 1e-6).
@@ -67,7 +67,7 @@ def fit_regression(
         `benchmarks/bench_fit_methods.py`): `"random"` (a fresh permutation per sweep from `key`),
         `"cyclic"` (0..b-1), `"greedy"` (each sweep visits weights by decreasing
         $|(\Phi^\top y)_j| / \sqrt{(\Phi^\top\Phi)_{jj}}$) or `"gain"` (each sweep visits
-        weights by decreasing exact single-coordinate gain, see [`coordinate_gains`][kronvi.coordinate_gains]).
+        weights by decreasing exact single-coordinate gain, see `coordinate_gains`).
       key: PRNG key for `order="random"` (default `jax.random.key(0)`).
       anneal_sweeps: CAVI only; the first `anneal_sweeps` sweeps maximize
         $E_q[\log p(y, w)] + T\,H[q]$ with the temperature `T` decaying geometrically from
@@ -75,14 +75,14 @@ def fit_regression(
         monotone only after them.
       sweep: CAVI only, how a sweep visits the weights. Each schedule keeps the ELBO monotone, and its
         fixed points are the points where every factor is at its coordinate optimum.
-        `"sequential"`: one loop step per weight ([`cavi_sweep`][kronvi.cavi_sweep]). `"blocked"`: the same updates
+        `"sequential"`: one loop step per weight (`cavi_sweep`). `"blocked"`: the same updates
         in turn, in blocks of 16 weights that each read their rows of $\Phi^\top\Phi$ once (rounded
         differently). `"jacobi"`: the weights are first grouped into blocks of up to 64 weakly coupled
         weights (once per fit, $O(b^2)$); each block moves together towards its single-coordinate optima,
         the full way when the exact ELBO change allows it and damped otherwise, so the ELBO cannot fall:
         another path to a fixed point. `"diagonal"`: only for diagonal $\Phi^\top\Phi$ (statistics in
         an eigenbasis): every weight moves to its optimum at once, exactly what any sequential order gives
-        there, in $O(bm)$ ([`diagonal_sweep`][kronvi.diagonal_sweep]). `"auto"` (default): `"sequential"` on a CPU, `"jacobi"` on an
+        there, in $O(bm)$ (`diagonal_sweep`). `"auto"` (default): `"sequential"` on a CPU, `"jacobi"` on an
         accelerator (GPU, TPU), where each loop step costs kernel launches
         (`docs/notes/2026-11-22-cavi-on-accelerators.md`).
       device: `None` (default): the fit runs where the statistics live. A `jax.Device` (concrete
@@ -90,7 +90,7 @@ def fit_regression(
         device, e.g. `jax.devices("cpu")[0]` to fit on the host exactly as on a CPU-only machine.
 
     Returns:
-      `(q_w, q_noise, info)` with `info` a [`FitInfo`][kronvi.FitInfo].
+      `(q_w, q_noise, info)` with `info` a `FitInfo`.
     """
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}, got {method!r}")

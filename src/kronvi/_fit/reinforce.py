@@ -69,9 +69,9 @@ def regression_log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
     Args:
       idx_w: `(S, b)` integer level indices of the weights, one row per configuration.
       idx_noise: `(S,)` integer level indices of the noise variance.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
-      stats: [`RegressionStats`][kronvi.RegressionStats] of the data.
+      prior_w: `DiscretePrior` `(b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
+      stats: `RegressionStats` of the data.
 
     Returns:
       `(S,)` log joint densities.
@@ -179,18 +179,18 @@ def reinforce_gradient_from_draws(
     Args:
       idx_w: `(S, b)` integer level indices of the weights, drawn from `q_w`.
       idx_noise: `(S,)` integer level indices of the noise variance, drawn from `q_noise`.
-      q_w: [`MeanField`][kronvi.MeanField] `(b, m)`.
-      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
-      stats: [`RegressionStats`][kronvi.RegressionStats] of the data.
+      q_w: `MeanField` `(b, m)`.
+      q_noise: `MeanField` `(1, m_sigma)`.
+      prior_w: `DiscretePrior` `(b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
+      stats: `RegressionStats` of the data.
       baseline: `None` (no baseline), `"leave-one-out"` (`S >= 2`) or a scalar independent of these
         draws (e.g. a moving average of earlier ELBO estimates).
       exact_entropy: sample only $E_q[\log p(y, x)]$ and add the entropy's exact gradient.
 
     Returns:
       `((grad_w, grad_noise), info)`: ascent directions of the ELBO in `q_w.logits` `(b, m)` and
-      `q_noise.logits` `(1, m_sigma)`, and a [`ReinforceInfo`][kronvi.ReinforceInfo].
+      `q_noise.logits` `(1, m_sigma)`, and a `ReinforceInfo`.
 
     Raises:
       ValueError: draws of the wrong shape, or `baseline="leave-one-out"` with one draw.
@@ -221,7 +221,7 @@ def sample_mean_field(key, q: MeanField, *, num_samples: int):
 
     Args:
       key: a `jax.random` key.
-      q: [`MeanField`][kronvi.MeanField] `(b, m)`.
+      q: `MeanField` `(b, m)`.
       num_samples: `S`, an int >= 1.
 
     Returns:
@@ -249,29 +249,29 @@ def reinforce_gradient(
     r"""REINFORCE (score-function) estimate of the exact ELBO's gradient in the logits of a mean-field q.
 
     Draws `num_samples` configurations $x_s = (w_s, \sigma^2_s) \sim q$ and returns
-    [`reinforce_gradient_from_draws`][kronvi.reinforce_gradient_from_draws] at them: with
+    `reinforce_gradient_from_draws` at them: with
     $f(x) = \log p(y, x) - \log q(x)$,
 
     $$ \hat g = \frac1S \sum_{s=1}^S \big(f(x_s) - c_s\big)\,\nabla_\ell \log q(x_s), \qquad
        E[\hat g] = \nabla_\ell \mathcal{L}, $$
 
-    the gradient of [`kronvi.regression_elbo`][kronvi.regression_elbo] in `(q_w.logits, q_noise.logits)`.
+    the gradient of `kronvi.regression_elbo` in `(q_w.logits, q_noise.logits)`.
     Cost $O(S b^2)$ from the statistics, whatever `n` is. Jittable (`num_samples` static).
 
     Args:
       key: a `jax.random` key.
-      q_w: [`MeanField`][kronvi.MeanField] `(b, m)`.
-      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
-      stats: [`RegressionStats`][kronvi.RegressionStats] of the data.
+      q_w: `MeanField` `(b, m)`.
+      q_noise: `MeanField` `(1, m_sigma)`.
+      prior_w: `DiscretePrior` `(b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
+      stats: `RegressionStats` of the data.
       num_samples: `S`, the number of draws, an int >= 1.
       baseline: `None`, `"leave-one-out"` (`S >= 2`) or a scalar independent of the draws.
       exact_entropy: sample only $E_q[\log p(y, x)]$ and add the entropy's exact gradient.
 
     Returns:
       `((grad_w, grad_noise), info)`: ascent directions `(b, m)` and `(1, m_sigma)`, and a
-      [`ReinforceInfo`][kronvi.ReinforceInfo] (an unbiased ELBO estimate and its standard error).
+      `ReinforceInfo` (an unbiased ELBO estimate and its standard error).
 
     References:
       Williams (1992), REINFORCE; Evans & Nair (2018), section 5.1 and Figure 1.

@@ -2,7 +2,7 @@ r"""Choosing among priors by K-fold cross-validation computed from sufficient st
 
 The held-out squared error of the posterior-mean predictor needs only the held-out rows' statistics:
 $\|y - \Phi\bar w\|^2 = y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w$. With
-fold statistics from one pass ([`kronvi.kfold_stats`][kronvi.kfold_stats], [`kronvi.kfold_stats_from_inputs`][kronvi.kfold_stats_from_inputs]), a
+fold statistics from one pass (`kronvi.kfold_stats`, `kronvi.kfold_stats_from_inputs`), a
 K-fold cross-validation score is K fits on `total - fold_k` (vmapped) and K such evaluations: no
 second pass over the data.
 
@@ -51,9 +51,9 @@ def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionSt
     `stats` summarizes: $y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w$.
 
     Args:
-      q_w: [`MeanField`][kronvi.MeanField] `(b, m)` over the weights.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`: the grid values of `q_w`.
-      stats: [`RegressionStats`][kronvi.RegressionStats] of held-out rows (targets centred like the training targets).
+      q_w: `MeanField` `(b, m)` over the weights.
+      prior_w: `DiscretePrior` `(b, m)`: the grid values of `q_w`.
+      stats: `RegressionStats` of held-out rows (targets centred like the training targets).
 
     Returns:
       A scalar, the sum (not the mean) of squared errors; divide by `stats.n` for the mean.
@@ -92,17 +92,17 @@ def _check_heldout(q_w, prior_w, stats):
 
 
 def heldout_scores(q_w: MeanField, q_noise: MeanField, prior_w: DiscretePrior, prior_noise, stats):
-    r"""Both [`HeldoutScores`][kronvi.HeldoutScores] of `(q_w, q_noise)` on the rows that `stats` summarizes.
+    r"""Both `HeldoutScores` of `(q_w, q_noise)` on the rows that `stats` summarizes.
 
     Args:
-      q_w: [`MeanField`][kronvi.MeanField] `(b, m)` over the weights.
-      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
-      stats: [`RegressionStats`][kronvi.RegressionStats] of held-out rows.
+      q_w: `MeanField` `(b, m)` over the weights.
+      q_noise: `MeanField` `(1, m_sigma)` over the noise variance.
+      prior_w: `DiscretePrior` `(b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
+      stats: `RegressionStats` of held-out rows.
 
     Returns:
-      [`HeldoutScores`][kronvi.HeldoutScores] (sums over the held-out rows).
+      `HeldoutScores` (sums over the held-out rows).
     """
     if q_noise.logits.shape[-2:] != prior_noise.values.shape[-2:]:
         raise ValueError(
@@ -129,18 +129,18 @@ def cv_scores(
     r"""Held-out scores of DIRECT mean field on every fold, one vmapped fit per fold.
 
     Args:
-      train_stats: [`RegressionStats`][kronvi.RegressionStats] stacked on a leading fold axis `(K, ...)` (e.g. the first
-        output of [`kronvi.kfold_stats`][kronvi.kfold_stats]).
+      train_stats: `RegressionStats` stacked on a leading fold axis `(K, ...)` (e.g. the first
+        output of `kronvi.kfold_stats`).
       test_stats: the held-out statistics, stacked the same way.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`, shared by the folds.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`, shared by the folds.
-      init: passed to [`kronvi.fit_regression`][kronvi.fit_regression] (default `"gaussian"`: CAVI from
-        [`kronvi.gaussian_start`][kronvi.gaussian_start]).
-      method: passed to [`kronvi.fit_regression`][kronvi.fit_regression] (default `"cavi"`).
-      max_iter: passed to [`kronvi.fit_regression`][kronvi.fit_regression].
+      prior_w: `DiscretePrior` `(b, m)`, shared by the folds.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`, shared by the folds.
+      init: passed to `kronvi.fit_regression` (default `"gaussian"`: CAVI from
+        `kronvi.gaussian_start`).
+      method: passed to `kronvi.fit_regression` (default `"cavi"`).
+      max_iter: passed to `kronvi.fit_regression`.
 
     Returns:
-      [`HeldoutScores`][kronvi.HeldoutScores] of `(K,)` arrays, one entry per held-out fold.
+      `HeldoutScores` of `(K,)` arrays, one entry per held-out fold.
     """
     if train_stats.PhitPhi.ndim != 3 or test_stats.PhitPhi.ndim != 3:
         raise ValueError(
@@ -191,16 +191,16 @@ def select_prior(train_stats, test_stats, candidates, *, criterion: str = "log_d
     they are scored one after another; the folds of each are fitted in one vmapped call.
 
     Args:
-      train_stats: stacked training statistics of the folds, as for [`cv_scores`][kronvi.cv_scores].
-      test_stats: stacked held-out statistics of the folds, as for [`cv_scores`][kronvi.cv_scores].
+      train_stats: stacked training statistics of the folds, as for `cv_scores`.
+      test_stats: stacked held-out statistics of the folds, as for `cv_scores`.
       candidates: a non-empty sequence of `(prior_w, prior_noise)` pairs.
       criterion: `"log_density"` (default: the highest pooled-variance predictive log density, see
-        [`HeldoutScores`][kronvi.HeldoutScores]) or `"sq_error"` (the lowest squared error).
-      **fit_kwargs: `init`, `method`, `max_iter` for [`cv_scores`][kronvi.cv_scores].
+        `HeldoutScores`) or `"sq_error"` (the lowest squared error).
+      **fit_kwargs: `init`, `method`, `max_iter` for `cv_scores`.
 
     Returns:
       `(index, scores)`: the index of the best candidate (the first one on ties) and
-      [`HeldoutScores`][kronvi.HeldoutScores] of `(C,)` arrays, per held-out row: the mean squared error and the mean log
+      `HeldoutScores` of `(C,)` arrays, per held-out row: the mean squared error and the mean log
       density over all held-out rows.
     """
     if criterion not in CRITERIA:

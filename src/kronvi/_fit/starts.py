@@ -2,7 +2,7 @@ r"""Starting points for mean-field DIRECT fits.
 
 Coordinate ascent on a discrete grid stops at the first configuration that no single-weight update
 improves. With many rows each factor is close to a point mass, so a fit started from the prior can stop far
-from the continuous optimum. [`gaussian_start`][kronvi.gaussian_start] starts instead
+from the continuous optimum. `gaussian_start` starts instead
 from the exact optimum of the *continuous* mean-field problem with the same prior variances, which is one
 Cholesky factorization of $\Phi^\top\Phi$ away.
 """
@@ -37,11 +37,11 @@ def _gaussian_start(prior_w, prior_noise, stats, max_iter):
 
 
 def gaussian_start(stats, prior_w, prior_noise, *, max_iter: int = 3):
-    r"""A starting point `(q_w, q_noise)` for [`kronvi.fit_regression`][kronvi.fit_regression] from the continuous problem.
+    r"""A starting point `(q_w, q_noise)` for `kronvi.fit_regression` from the continuous problem.
 
     Fits the diagonal Gaussian posterior $\prod_j N(\mu_j, s_j^2)$ under the prior
     $N(0, v_j)$, where $v_j$ is the variance of weight `j`'s discrete prior, with the noise
-    variance learned inside the range of the noise grid ([`kronvi.fit_gaussian_mf`][kronvi.gaussian.fit_gaussian_mf], exact, `max_iter`
+    variance learned inside the range of the noise grid (`kronvi.fit_gaussian_mf`, exact, `max_iter`
     alternating updates: a start needs no more, CAVI refines the noise). Then each
     discrete factor is set to its exact coordinate optimum with every other weight at its Gaussian mean:
     $\log q_j(v) = \log p_j(v) + (v h_j - \tfrac12 (\Phi^\top\Phi)_{jj} v^2)/\sigma^2$,
@@ -50,13 +50,13 @@ def gaussian_start(stats, prior_w, prior_noise, *, max_iter: int = 3):
     given that $q_w$.
 
     Args:
-      stats: [`RegressionStats`][kronvi.RegressionStats].
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: `RegressionStats`.
+      prior_w: `DiscretePrior` `(b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
       max_iter: updates of the continuous problem (each one Cholesky factorization of a `b x b` matrix).
 
     Returns:
-      `(q_w, q_noise)`, two [`MeanField`][kronvi.MeanField], to pass as `init` to [`kronvi.fit_regression`][kronvi.fit_regression].
+      `(q_w, q_noise)`, two `MeanField`, to pass as `init` to `kronvi.fit_regression`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi

@@ -42,7 +42,7 @@ def fit_standardizer(X) -> Standardizer:
 
     A column whose standard deviation is zero up to rounding ($\sigma_d \le 100\,\epsilon\,|\mu_d|$,
     with $\epsilon$ the machine epsilon of the dtype) is constant: it gets `scale = 1`, so that
-    [`standardize`][kronvi.standardize] maps it to zeros instead of NaN or inf.
+    `standardize` maps it to zeros instead of NaN or inf.
 
     The moments are computed on each column divided by the power of two just above its largest
     magnitude, then scaled back: exact (a power-of-two scaling rounds nothing), and finite for every
@@ -80,7 +80,7 @@ def standardize(st: Standardizer, X) -> jax.Array:
     r"""Applies $(X - \text{mean}) / \text{scale}$ column-wise.
 
     Args:
-      st: A [`Standardizer`][kronvi.Standardizer] from [`fit_standardizer`][kronvi.fit_standardizer].
+      st: A `Standardizer` from `fit_standardizer`.
       X: Inputs `(n, d)` with the same `d` as the standardizer.
 
     Returns:
@@ -251,7 +251,7 @@ def load_demo():
     r"""The yacht hydrodynamics data set (308 rows, 6 inputs, 10 folds) shipped with kronvi.
 
     Returns:
-      (X, y, test_mask): As [`load_uci`][kronvi.load_uci].
+      (X, y, test_mask): As `load_uci`.
 
     Example:
       >>> import kronvi
@@ -311,7 +311,7 @@ def fold_indices(test_mask) -> np.ndarray:
 
     Returns:
       `(n,)` int64 NumPy array of fold ids in `[0, K)`, the `folds` argument of
-      [`kronvi.kfold_stats`][kronvi.kfold_stats].
+      `kronvi.kfold_stats`.
 
     Example:
       >>> import kronvi

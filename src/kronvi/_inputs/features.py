@@ -145,11 +145,11 @@ def rff_features(params: RandomFourierFeatures, X) -> jax.Array:
     r"""Evaluates the random Fourier features $D^{-1/2}[\cos(XW), \sin(XW)]$.
 
     Pure and jittable; pass `functools.partial(rff_features, params)` as the `feature_map` of
-    [`kronvi.regression_stats_from_inputs`][kronvi.regression_stats_from_inputs] to build statistics chunk by
+    `kronvi.regression_stats_from_inputs` to build statistics chunk by
     chunk.
 
     Args:
-      params: A [`RandomFourierFeatures`][kronvi.RandomFourierFeatures] with frequencies `(d, D)`.
+      params: A `RandomFourierFeatures` with frequencies `(d, D)`.
       X: Inputs `(n, d)`.
 
     Returns:

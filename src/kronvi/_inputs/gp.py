@@ -5,7 +5,7 @@ initialized, as in Evans & Nair (2018, Sec. 5), from an exact GP fit on a subsam
 `num_points` training rows. The GP marginal likelihood is multimodal: besides the optimum that explains
 the data by a function, there is a *degenerate* one that explains everything as noise (noise variance
 $\approx \operatorname{var}(y)$, lengthscales at a bound or no signal variance), and a single
-optimizer run from a poor start can end there (test RMSE = std of y). [`fit_gp_hyperparameters`][kronvi.fit_gp_hyperparameters]
+optimizer run from a poor start can end there (test RMSE = std of y). `fit_gp_hyperparameters`
 therefore runs several starts in parallel (`vmap`), keeps every parameter inside sane bounds by
 construction, and prefers a non-degenerate optimum whose likelihood is comparable to the best one.
 """
@@ -67,7 +67,7 @@ class GPHyperparameters(NamedTuple):
 
 
 class GPFitInfo(NamedTuple):
-    """Diagnostics of [`fit_gp_hyperparameters`][kronvi.fit_gp_hyperparameters]; per-start arrays have a leading `(S,)` axis.
+    """Diagnostics of `fit_gp_hyperparameters`; per-start arrays have a leading `(S,)` axis.
 
     Attributes:
       log_marginal_likelihoods: `(S,)` final log marginal likelihood of each start on the subsample
@@ -76,7 +76,7 @@ class GPFitInfo(NamedTuple):
       degenerate: `()` whether the returned optimum is degenerate (explains the data as noise); true
         only when no start found a comparable non-degenerate optimum.
       degenerate_starts: `(S,)` which starts ended at a degenerate optimum.
-      starts: [`GPHyperparameters`][kronvi.GPHyperparameters] stacked `(S, ...)`, the optimum of every start.
+      starts: `GPHyperparameters` stacked `(S, ...)`, the optimum of every start.
       loo_mse: `(S,)` leave-one-out mean squared error of each start's posterior mean on the subsample
         (compare with `var(y)`: a degenerate start predicts no better than the mean).
       num_iterations: `(S,)` L-BFGS iterations of every start.
@@ -84,7 +84,7 @@ class GPFitInfo(NamedTuple):
       grad_norms: `(S,)` final gradient norm of $-\\log p / n$ in the unconstrained parameters.
       num_points: `()` rows of the subsample the likelihood was computed on.
       noise_at_bound: `(S,)` which starts ended with the noise variance pinned at its lower bound.
-      screened: with `restarts="screened"`, the [`GPFitInfo`][kronvi.GPFitInfo] of the screening run
+      screened: with `restarts="screened"`, the `GPFitInfo` of the screening run
         (every start, on `screen_points` rows); else `None`.
     """
 
@@ -236,7 +236,7 @@ def gp_log_marginal_likelihood(hyper: GPHyperparameters, X, y) -> jax.Array:
     $O(n^2)$ memory. Differentiable in `hyper` (and `X`, `y`); runs under `jit`/`vmap`.
 
     Args:
-      hyper: [`GPHyperparameters`][kronvi.GPHyperparameters] with `lengthscales` of shape `(d,)`.
+      hyper: `GPHyperparameters` with `lengthscales` of shape `(d,)`.
       X: inputs `(n, d)`.
       y: targets `(n,)` (centred: the GP has zero mean).
 
@@ -354,7 +354,7 @@ def fit_gp_hyperparameters(
 
     `min(n, num_points)` rows are drawn without replacement with `key` (all rows when `n` is
     smaller; the result is deterministic given `key`). Each start maximizes
-    [`gp_log_marginal_likelihood`][kronvi.gp_log_marginal_likelihood] on that subsample with `optax.lbfgs` over an unconstrained
+    `gp_log_marginal_likelihood` on that subsample with `optax.lbfgs` over an unconstrained
     $u$ with $\log\theta = \log\theta_{lo} + (\log\theta_{hi} - \log\theta_{lo})\,
     \mathrm{sigmoid}(u)$, so every parameter stays inside its bounds:
 
@@ -381,7 +381,7 @@ def fit_gp_hyperparameters(
     interpolate do this); when the chosen start is pinned and an unpinned, non-degenerate start has a
     leave-one-out error at least as small, the best such start is returned instead.
 
-    Inputs are expected standardized ([`kronvi.fit_standardizer`][kronvi.fit_standardizer]) and `y` centred.
+    Inputs are expected standardized (`kronvi.fit_standardizer`) and `y` centred.
 
     Args:
       key: PRNG key for the subsample.
@@ -397,7 +397,7 @@ def fit_gp_hyperparameters(
         float32 (where a smaller noise makes the Cholesky factorization fail).
       degenerate_margin: how many nats below the best start a non-degenerate start may be and still be
         preferred to a degenerate best (a log Bayes factor).
-      init: optional starting points, [`GPHyperparameters`][kronvi.GPHyperparameters] stacked `(S, ...)`, replacing the
+      init: optional starting points, `GPHyperparameters` stacked `(S, ...)`, replacing the
         default starts (clipped into the bounds).
       restarts: `"all"` (default): every start runs on the subsample and the rule above picks one.
         `"screened"`: every start runs on the first `screen_points` rows of the subsample and the rule
@@ -417,7 +417,7 @@ def fit_gp_hyperparameters(
         with 277 rows).
 
     Returns:
-      `(hyper, info)`: the chosen [`GPHyperparameters`][kronvi.GPHyperparameters] and a [`GPFitInfo`][kronvi.GPFitInfo].
+      `(hyper, info)`: the chosen `GPHyperparameters` and a `GPFitInfo`.
 
     References:
       Rasmussen & Williams (2006), Sec. 5.4.1 (marginal likelihood, local optima, Fig. 5.5); Evans &

@@ -1,13 +1,13 @@
 r"""Feature maps with trainable parameters: `feature_fn(params, X) -> Phi`, pure and differentiable.
 
-Two examples of the one convention that [`feature_elbo`][kronvi.feature_learning.feature_elbo] and
-[`fit_features`][kronvi.feature_learning.fit_features] accept:
+Two examples of the one convention that `feature_elbo` and
+`fit_features` accept:
 
 - random Fourier features whose lengthscales are the parameters
-  ([`rff_lengthscale_map`][kronvi.feature_learning.rff_lengthscale_map]): the spectral draws stay fixed,
+  (`rff_lengthscale_map`): the spectral draws stay fixed,
   only $\log \ell$ moves;
 - a multilayer perceptron written as a plain pytree of arrays
-  ([`mlp_init`][kronvi.feature_learning.mlp_init], [`mlp_features`][kronvi.feature_learning.mlp_features]).
+  (`mlp_init`, `mlp_features`).
 
 The parameters are any pytree of float arrays. An Equinox or Flax model works the same way: split it
 into its arrays and the rest (`params, static = eqx.partition(model, eqx.is_array)`) and pass
@@ -31,13 +31,13 @@ def rff_lengthscale_features(unit: RandomFourierFeatures, log_lengthscales, X) -
 
     With unit-lengthscale draws $z_{dj} \sim N(0, 1)$ (`unit.frequencies`), the frequencies are
     $W_{dj} = z_{dj} / \ell_d$ and the features those of
-    [`rff_features`][kronvi.rff_features]:
+    `rff_features`:
     $\phi(x) = D^{-1/2}[\cos(x^\top W), \sin(x^\top W)]$. The draws are held fixed, so the
     parameters are the $d$ log-lengthscales only (learning every frequency instead overfits: the
     sparse-spectrum GP of Lázaro-Gredilla et al., 2010).
 
     Args:
-      unit: [`RandomFourierFeatures`][kronvi.RandomFourierFeatures] drawn with unit lengthscales,
+      unit: `RandomFourierFeatures` drawn with unit lengthscales,
         frequencies `(d, D)`.
       log_lengthscales: `(d,)` $\theta = \log \ell$.
       X: inputs `(n, d)`.
@@ -83,7 +83,7 @@ def rff_lengthscale_map(key, num_inputs: int, num_frequencies: int, *, dtype=jnp
 
     Returns:
       A `jax.tree_util.Partial` of
-      [`rff_lengthscale_features`][kronvi.feature_learning.rff_lengthscale_features] with the unit
+      `rff_lengthscale_features` with the unit
       draws bound; it is a pytree, so passing it to a jitted function traces the draws instead of
       baking them in (one compile serves every fold).
 
@@ -138,7 +138,7 @@ def mlp_features(params, X) -> jax.Array:
     weight prior of standard deviation $\sigma_w$ gives functions of variance at most $\sigma_w^2$.
 
     Args:
-      params: `[(W_1, c_1), ..., (W_L, c_L)]` as from [`mlp_init`][kronvi.feature_learning.mlp_init].
+      params: `[(W_1, c_1), ..., (W_L, c_L)]` as from `mlp_init`.
       X: inputs `(n, d)`.
 
     Returns:

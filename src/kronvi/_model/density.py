@@ -36,7 +36,7 @@ Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
   the prefactor $M(\tau)e^{-\tau y}$.
 
 The relative bound is $\rho_{pre} + \mathrm{abs}/(Q-\mathrm{abs})$ (`inf` if $Q \le \mathrm{abs}$).
-Where it exceeds the caller's tolerance, [`predictive_log_density`][kronvi.predictive_log_density] redoes the point with 4x the nodes.
+Where it exceeds the caller's tolerance, `predictive_log_density` redoes the point with 4x the nodes.
 The derivation and its measurements: docs/notes/2026-11-22-fast-density-prototype.md.
 """
 
@@ -334,7 +334,7 @@ CHUNK = 256  # the most points per kernel call with concrete inputs (first pass 
 
 
 class DensityToleranceError(FloatingPointError):
-    """[`predictive_log_density`][kronvi.predictive_log_density] could not meet `rtol` at some points.
+    """`predictive_log_density` could not meet `rtol` at some points.
 
     Attributes:
       log_density: `(N,)` the best values found for every point (NumPy).
@@ -392,11 +392,11 @@ def predictive_log_density(
     unreliable one.
 
     Args:
-      q_w: [`MeanField`][kronvi.MeanField] over the weights, logits `(b, m)`.
-      q_noise: [`MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`, as for
-        [`regression_elbo`][kronvi.regression_elbo].
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
+      q_w: `MeanField` over the weights, logits `(b, m)`.
+      q_noise: `MeanField` over the noise variance, logits `(1, m_sigma)`.
+      prior_w: `DiscretePrior` `(b, m)`, as for
+        `regression_elbo`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)` over positive variances.
       Phi_new: `(N, b)` test features.
       y_new: `(N,)` test targets (on the scale the model was fit on).
       rtol: relative error bound above which a point is refined; `"auto"`: 1e-2 in float32 (whose

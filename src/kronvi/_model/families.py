@@ -1,6 +1,6 @@
 """Variational families over discrete grids.
 
-[`MeanField`][kronvi.MeanField] is $q(w) = \\bigotimes_{j=1}^b q_j$ with $q_j = \\mathrm{softmax}(\\ell_j)$
+`MeanField` is $q(w) = \\bigotimes_{j=1}^b q_j$ with $q_j = \\mathrm{softmax}(\\ell_j)$
 over the `m` levels of weight `j`'s grid.
 """
 

@@ -1,6 +1,6 @@
 """Discrete priors on grids of values: one grid of `m` levels per weight.
 
-A [`DiscretePrior`][kronvi.DiscretePrior] of shape `(b, m)` is the fully factorized prior
+A `DiscretePrior` of shape `(b, m)` is the fully factorized prior
 $p(w) = \\prod_{j=1}^b p_j(w_j)$ with $w_j \\in \\{v_{j1}, \\dots, v_{jm}\\}$; its log
 probability vector over all $m^b$ configurations is the Kronecker sum
 $\\bigoplus_j \\log p_j$ (Evans & Nair 2018, eq. 6). The same class with `b = 1` and positive
@@ -84,7 +84,7 @@ def gaussian_prior(num_weights: int, scale, *, levels: int = 15, width: float = 
         the statistics in one dtype (float32 or float64).
 
     Returns:
-      A [`DiscretePrior`][kronvi.DiscretePrior] of shape `(b, levels)`.
+      A `DiscretePrior` of shape `(b, levels)`.
 
     Example:
       >>> import kronvi
@@ -124,7 +124,7 @@ def noise_prior(variance, *, levels: int = 15, span: float = 10.0, dtype=None):
       dtype: float dtype of the grid; `None` keeps the dtype of `variance`.
 
     Returns:
-      A [`DiscretePrior`][kronvi.DiscretePrior] of shape `(1, levels)` over positive variances.
+      A `DiscretePrior` of shape `(1, levels)` over positive variances.
 
     Example:
       >>> import kronvi

@@ -2,9 +2,9 @@ r"""A Gaussian prior discretized on grids placed where each weight's posterior l
 
 A fixed grid (e.g. 15 levels on $\pm3\sigma_w$) is coarse wherever the data determine a weight far
 better than the prior does: the posterior sd $\sigma/\sqrt{\lambda_j}$ can be a thousandth of
-$\sigma_w$, and the mean field can only snap to the nearest level. [`posterior_grid_prior`][kronvi.posterior_grid_prior]
+$\sigma_w$, and the mean field can only snap to the nearest level. `posterior_grid_prior`
 keeps the prior density $N(0, \sigma_w^2)$ but evaluates it on `levels` points spanning
-`center_j ± width * spread_j`. In the eigenbasis of $\Phi^\top\Phi$ ([`kronvi.eigenbasis`][kronvi.eigenbasis])
+`center_j ± width * spread_j`. In the eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`)
 with the exact per-coordinate posterior as `center` and `spread`, the discrete mean-field posterior
 is the exact Gaussian posterior quantized to `levels` points per coordinate.
 """
@@ -36,7 +36,7 @@ def posterior_grid_prior(center, spread, prior_scale, *, levels: int = 15, width
       width: half-width of each grid in units of `spread`.
 
     Returns:
-      [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, levels)` with `log_probs` $\propto -v^2/(2\sigma_w^2)$.
+      `kronvi.DiscretePrior` `(b, levels)` with `log_probs` $\propto -v^2/(2\sigma_w^2)$.
 
     Example:
       >>> import jax.numpy as jnp, kronvi

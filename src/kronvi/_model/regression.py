@@ -97,11 +97,11 @@ def regression_elbo(q_w, q_noise, prior_w, prior_noise, stats):
     $\log p(y \mid \Phi)$ (the $-\frac n2 \log 2\pi$ constant included).
 
     Args:
-      q_w: [`MeanField`][kronvi.MeanField] over the weights, logits `(b, m)`.
-      q_noise: [`MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
-      stats: [`RegressionStats`][kronvi.RegressionStats] of the data.
+      q_w: `MeanField` over the weights, logits `(b, m)`.
+      q_noise: `MeanField` over the noise variance, logits `(1, m_sigma)`.
+      prior_w: `DiscretePrior` `(b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)` over positive variances.
+      stats: `RegressionStats` of the data.
 
     Returns:
       The ELBO, a scalar.
@@ -142,10 +142,10 @@ def predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_new):
     E_q[\sigma^2]$ (the weights are independent under mean-field q). $O(b)$ per point.
 
     Args:
-      q_w: [`MeanField`][kronvi.MeanField] over the weights, logits `(b, m)`.
-      q_noise: [`MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
+      q_w: `MeanField` over the weights, logits `(b, m)`.
+      q_noise: `MeanField` over the noise variance, logits `(1, m_sigma)`.
+      prior_w: `DiscretePrior` `(b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)` over positive variances.
       Phi_new: test features `(num_points, b)`.
 
     Returns:

@@ -65,7 +65,7 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
 
     Returns:
       `(best, info)`: the best iterate (lowest finite `loss`; the start if no step improved on it),
-      so a fit never ends worse than it began, and a [`FitInfo`][kronvi.FitInfo] whose trace holds
+      so a fit never ends worse than it began, and a `FitInfo` whose trace holds
       `-(best loss so far) * scale` (the ELBO when `loss = -ELBO / scale`), whose `iterate_elbo`
       holds `-loss * scale` at every iterate, and whose `grad_norm` is the gradient norm at `best`.
 

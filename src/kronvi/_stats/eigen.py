@@ -33,11 +33,11 @@ def eigenbasis(stats):
     r"""Rotates the statistics to the eigenbasis of $\Phi^\top\Phi$.
 
     Args:
-      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] with `b` features.
+      stats: `kronvi.RegressionStats` with `b` features.
 
     Returns:
-      `(rotated, basis)`: [`kronvi.RegressionStats`][kronvi.RegressionStats] with diagonal `PhitPhi` (the statistics of
-      the features $\Phi V$), and the [`Eigenbasis`][kronvi.Eigenbasis] (use [`rotate_features`][kronvi.rotate_features] on new
+      `(rotated, basis)`: `kronvi.RegressionStats` with diagonal `PhitPhi` (the statistics of
+      the features $\Phi V$), and the `Eigenbasis` (use `rotate_features` on new
       features).
 
     Example:
@@ -75,7 +75,7 @@ def rotate_features(basis, Phi):
     r"""Features in the eigenbasis, $\Phi V$, `(num_points, b)`.
 
     Args:
-      basis: [`Eigenbasis`][kronvi.Eigenbasis] from [`eigenbasis`][kronvi.eigenbasis].
+      basis: `Eigenbasis` from `eigenbasis`.
       Phi: `(num_points, b)` features.
     """
     if not isinstance(basis, Eigenbasis):
@@ -90,12 +90,12 @@ def rotate_features(basis, Phi):
 
 
 def eigenbasis_from_inputs(feature_map, X, y, *, chunk_size: int | None = None):
-    r"""[`eigenbasis`][kronvi.eigenbasis] of the statistics of `feature_map(X)`, by the cheaper of two routes.
+    r"""`eigenbasis` of the statistics of `feature_map(X)`, by the cheaper of two routes.
 
     With `n` rows and `b` features:
 
     - `n >= b` (primal): $\Phi^\top\Phi$ accumulated chunk by chunk
-      ([`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]), then its eigendecomposition:
+      (`regression_stats_from_inputs`), then its eigendecomposition:
       $O(nb^2 + b^3)$.
     - `n < b` (dual): the Gram matrix $\Phi\Phi^\top = U S U^\top$, `n x n`, gives the nonzero
       eigenvalues $S$ of $\Phi^\top\Phi$ and their eigenvectors $V = \Phi^\top U S^{-1/2}$, with
@@ -110,14 +110,14 @@ def eigenbasis_from_inputs(feature_map, X, y, *, chunk_size: int | None = None):
 
     Args:
       feature_map: a pure function `(c, d) -> (c, b)`, as for
-        [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs].
+        `regression_stats_from_inputs`.
       X: raw inputs `(n, d)`.
       y: targets `(n,)`.
       chunk_size: rows per chunk of the primal route (`None`: equal chunks of at most 4096).
 
     Returns:
-      `(rotated, basis)` as [`eigenbasis`][kronvi.eigenbasis]: the statistics of $\Phi V$ (diagonal
-      `PhitPhi`) and the [`Eigenbasis`][kronvi.Eigenbasis], eigenvalues ascending.
+      `(rotated, basis)` as `eigenbasis`: the statistics of $\Phi V$ (diagonal
+      `PhitPhi`) and the `Eigenbasis`, eigenvalues ascending.
 
     Example:
       >>> import functools, jax, jax.numpy as jnp, kronvi

@@ -57,14 +57,14 @@ def _nonfinite(stats: RegressionStats, name: str = "stats") -> list[str]:
 
 
 def check_stats(stats, name: str = "stats") -> None:
-    r"""Validates the statistics a fit receives: a [`RegressionStats`][kronvi.RegressionStats] in float32 or float64 with
+    r"""Validates the statistics a fit receives: a `RegressionStats` in float32 or float64 with
     `PhitPhi` of shape `(..., b, b)`, and, when the arrays are concrete (not traced inside `jit` or
     `vmap`), `n > 0` and no NaN or inf.
 
     float16 statistics are rejected: float16 overflows at 65504 and has no Cholesky factorization.
 
     Raises:
-      TypeError: `stats` is not a [`RegressionStats`][kronvi.RegressionStats] or not float32/float64.
+      TypeError: `stats` is not a `RegressionStats` or not float32/float64.
       ValueError: `PhitPhi` has the wrong shape, `n <= 0`, or an entry is NaN or infinite.
     """
     if not isinstance(stats, RegressionStats):
@@ -135,7 +135,7 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None, mask=None) -> Reg
     Rows are processed in chunks of `chunk_size` inside `lax.scan`; the running sums are
     compensated (Neumaier summation), so float32 statistics of millions of rows keep float32 accuracy
     rather than losing digits with `n`. Working memory beyond the input is
-    $O(\text{chunk}\cdot b + b^2)$. Use [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs] to compute features
+    $O(\text{chunk}\cdot b + b^2)$. Use `regression_stats_from_inputs` to compute features
     chunk by chunk so that the `n x b` feature matrix never exists.
 
     For an accurate ELBO, centre `y` (subtract its training mean): the expected residual
@@ -147,7 +147,7 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None, mask=None) -> Reg
     `jax.distributed.initialize`), every device accumulates its own rows and the results are summed
     across devices with one rounding, so the statistics equal the single-device ones; they come back
     replicated on every device. Use `mask` for padding rows (shards are equal in size). Recipe:
-    `docs/notes/2026-11-22-multi-host.md`; streaming from files: [`regression_stats_from_chunks`][kronvi.regression_stats_from_chunks].
+    `docs/notes/2026-11-22-multi-host.md`; streaming from files: `regression_stats_from_chunks`.
 
     Args:
       Phi: features `(n, b)`.
@@ -157,7 +157,7 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None, mask=None) -> Reg
         which may hold any values). `n` counts the `True` rows.
 
     Returns:
-      [`RegressionStats`][kronvi.RegressionStats] in the dtype of the inputs.
+      `RegressionStats` in the dtype of the inputs.
 
     Raises:
       ValueError: for bad shapes or NaN/inf inputs, and when a statistic overflows the dtype (e.g. float16
@@ -180,7 +180,7 @@ def regression_stats_from_inputs(feature_map, X, y, *, chunk_size: int | None = 
       feature_map: a pure function `(c, d) -> (c, b)`, e.g. `functools.partial(rff_features, params)`;
         the arrays bound in a `functools.partial` / `jax.tree_util.Partial` are traced, so new
         parameters (another fold's feature map) do not recompile.
-      X: raw inputs `(n, d)`; may be sharded over rows as in [`regression_stats`][kronvi.regression_stats].
+      X: raw inputs `(n, d)`; may be sharded over rows as in `regression_stats`.
       y: targets `(n,)`.
       chunk_size: rows per chunk (per device when sharded); `None` splits the rows into equal chunks of at most 4096.
       mask: optional `(n,)` booleans: the rows to count (`False` marks padding).
@@ -296,7 +296,7 @@ def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
       folds: integer fold index per row `(n,)` in `[0, K)`; every fold must be non-empty.
 
     Returns:
-      `(train, test)`: two [`RegressionStats`][kronvi.RegressionStats] stacked on a leading fold axis `(K, ...)`, with
+      `(train, test)`: two `RegressionStats` stacked on a leading fold axis `(K, ...)`, with
       `train[k] = total - test[k]`, ready for `jax.vmap` over folds.
     """
     Phi, y = _validate_xy(Phi, y, "Phi")
@@ -305,8 +305,8 @@ def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
 
 
 def kfold_stats_from_inputs(feature_map, X, y, folds, *, chunk_size: int | None = None):
-    r"""[`kfold_stats`][kronvi.kfold_stats] of `feature_map(X)`, the features built chunk by chunk (as in
-    [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]): one pass over the rows. Memory: the `K` statistics,
+    r"""`kfold_stats` of `feature_map(X)`, the features built chunk by chunk (as in
+    `regression_stats_from_inputs`): one pass over the rows. Memory: the `K` statistics,
     $O(K b^2)$, plus one fold's copy of the inputs at a time (no feature matrix).
 
     Args:

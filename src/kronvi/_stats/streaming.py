@@ -13,12 +13,12 @@ def regression_stats_from_chunks(
 ) -> RegressionStats:
     r"""Sufficient statistics of the rows of every block an iterator yields, one block in memory at a time.
 
-    Each block's statistics come from [`regression_stats`][kronvi.regression_stats] (or [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]
+    Each block's statistics come from `regression_stats` (or `regression_stats_from_inputs`
     with `feature_map`), compensated within the block, and the blocks are merged with
-    [`merge_stats`][kronvi.merge_stats] while the rounding error of every merge is carried along (Neumaier summation
+    `merge_stats` while the rounding error of every merge is carried along (Neumaier summation
     across blocks), so the result matches the one-shot statistics to the dtype's accuracy whatever the
     number of blocks. A block may be a global `jax.Array` sharded over devices or processes, as in
-    [`regression_stats`][kronvi.regression_stats]: then every process reads its own rows of each block.
+    `regression_stats`: then every process reads its own rows of each block.
 
     Args:
       chunks: an iterable of `(X, y)` or `(X, y, mask)` blocks: `X` features `(c, b)` (raw inputs
@@ -28,7 +28,7 @@ def regression_stats_from_chunks(
       chunk_size: rows per chunk within a block; `None` picks `min(c, 4096)`.
 
     Returns:
-      [`RegressionStats`][kronvi.RegressionStats] of all the rows, in the dtype of the blocks.
+      `RegressionStats` of all the rows, in the dtype of the blocks.
 
     Raises:
       ValueError: `chunks` yields nothing, or a block is not `(X, y)` / `(X, y, mask)`, or a block's

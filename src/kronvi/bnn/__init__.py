@@ -1,10 +1,10 @@
 r"""DIRECT Bayesian neural networks with quadratic activations (Evans & Nair 2018, section 3.2, appendix D).
 
-A network [`quadratic_net`][kronvi.bnn.quadratic_net] with `layer_sizes = (d, h_1, ..., h_L, 1)` squares every hidden
+A network `quadratic_net` with `layer_sizes = (d, h_1, ..., h_L, 1)` squares every hidden
 pre-activation and has a linear output. With a discrete prior on every weight and on the noise variance,
 the mean-field ELBO is exact and needs the data only through moment statistics computed once
-([`bnn_stats`][kronvi.bnn.bnn_stats]): [`bnn_elbo`][kronvi.bnn.bnn_elbo] evaluates it, [`fit_bnn`][kronvi.bnn.fit_bnn] maximizes it (L-BFGS on exact
-gradients, or exact coordinate ascent), [`predict_bnn`][kronvi.bnn.predict_bnn] gives the exact predictive mean and variance.
+(`bnn_stats`): `bnn_elbo` evaluates it, `fit_bnn` maximizes it (L-BFGS on exact
+gradients, or exact coordinate ascent), `predict_bnn` gives the exact predictive mean and variance.
 
 Modules: `_net` (the network and its weight layout), `_stats` (statistics), `_elbo` (the exact ELBO:
 a closed form for one hidden layer, a monomial expansion for any depth), `_fit` (fit and prediction).

@@ -13,7 +13,7 @@ $c\,\prod_p w_p^{k_p}\,x^\alpha$, and under the mean field
 $E[\prod_p w_p^{k_p}] = \prod_p \langle q_p, v_p^{k_p}\rangle$: only per-weight moments of order
 up to $2^{L+1}$ enter (the paper's factor vectors $g$, all ones except $O(L)$ of them
 per term). The data enter through the statistics $\sum_i y_i x_i^{\otimes 2^L}$ and
-$\sum_i x_i^{\otimes 2^{L+1}}$ ([`BNNStats`][kronvi.bnn.BNNStats]).
+$\sum_i x_i^{\otimes 2^{L+1}}$ (`BNNStats`).
 
 Two evaluations of the same formula:
 
@@ -256,15 +256,15 @@ def bnn_elbo(q_w, q_noise, prior_w, prior_noise, stats):
        \Big(y^\top y - 2\sum_i y_i E f(x_i) + \sum_i E f(x_i)^2\Big) + E_q[\log p] + H[q]. $$
 
     One hidden layer costs $O(h d^4 + P \bar m)$; deeper networks use the monomial expansion
-    (exponential in the depth). Conventions as in [`kronvi.regression_elbo`][kronvi.regression_elbo] (the
+    (exponential in the depth). Conventions as in `kronvi.regression_elbo` (the
     $-\frac n2 \log 2\pi$ constant included).
 
     Args:
-      q_w: [`kronvi.MeanField`][kronvi.MeanField] over the `P` weights in [`quadratic_net`][kronvi.bnn.quadratic_net] order, logits `(P, m)`.
-      q_noise: [`kronvi.MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
-      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(P, m)`.
-      prior_noise: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
-      stats: [`BNNStats`][kronvi.bnn.BNNStats] from [`bnn_stats`][kronvi.bnn.bnn_stats] (they carry `layer_sizes`).
+      q_w: `kronvi.MeanField` over the `P` weights in `quadratic_net` order, logits `(P, m)`.
+      q_noise: `kronvi.MeanField` over the noise variance, logits `(1, m_sigma)`.
+      prior_w: `kronvi.DiscretePrior` `(P, m)`.
+      prior_noise: `kronvi.DiscretePrior` `(1, m_sigma)` over positive variances.
+      stats: `BNNStats` from `bnn_stats` (they carry `layer_sizes`).
 
     Returns:
       The ELBO, a scalar.

@@ -2,7 +2,7 @@ r"""Fitting the DIRECT quadratic network and predicting with it.
 
 Two optimizers on the exact ELBO of `kronvi.bnn._elbo`:
 
-* L-BFGS on the softmax logits with exact gradients ([`kronvi.minimize_lbfgs`][kronvi.minimize_lbfgs]);
+* L-BFGS on the softmax logits with exact gradients (`kronvi.minimize_lbfgs`);
 * exact coordinate ascent. Under the mean field the expected log-likelihood is *multilinear* in the
   factors $q_1, \dots, q_P$ (each monomial's expectation is a product of one moment per weight), so
   as a function of one factor the ELBO is $\langle q_p, c_p + \log p_p\rangle + H[q_p] + \text{const}$
@@ -13,7 +13,7 @@ Two optimizers on the exact ELBO of `kronvi.bnn._elbo`:
 
 The ELBO of a quadratic network is symmetric (a sign flip of a hidden unit's incoming weights, a
 permutation of hidden units) and a symmetric start (`q = prior` on a symmetric grid) is a stationary
-point, so fits start from randomly perturbed logits ([`bnn_init`][kronvi.bnn.bnn_init]).
+point, so fits start from randomly perturbed logits (`bnn_init`).
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ def bnn_init(key, prior_w, prior_noise, *, scale: float = 1.0):
 
     Args:
       key: PRNG key.
-      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(P, m)`.
-      prior_noise: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      prior_w: `kronvi.DiscretePrior` `(P, m)`.
+      prior_noise: `kronvi.DiscretePrior` `(1, m_sigma)`.
       scale: standard deviation of the logit perturbation.
 
     Returns:
-      `(q_w, q_noise)`, two [`kronvi.MeanField`][kronvi.MeanField].
+      `(q_w, q_noise)`, two `kronvi.MeanField`.
     """
     noise = jax.random.normal(key, prior_w.log_probs.shape, prior_w.log_probs.dtype)
     return (
@@ -76,19 +76,19 @@ def fit_bnn(
     init_scale: float = 3.0,
     num_starts: int = 1,
 ):
-    r"""Fits the mean-field DIRECT quadratic network by maximizing the exact ELBO ([`bnn_elbo`][kronvi.bnn.bnn_elbo]).
+    r"""Fits the mean-field DIRECT quadratic network by maximizing the exact ELBO (`bnn_elbo`).
 
     Args:
-      stats: [`BNNStats`][kronvi.bnn.BNNStats] (they carry `layer_sizes`).
-      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(P, m)` over the weights in [`quadratic_net`][kronvi.bnn.quadratic_net] order.
-      prior_noise: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: `BNNStats` (they carry `layer_sizes`).
+      prior_w: `kronvi.DiscretePrior` `(P, m)` over the weights in `quadratic_net` order.
+      prior_noise: `kronvi.DiscretePrior` `(1, m_sigma)`.
       method: `"cavi"` (default; exact coordinate ascent, one gradient per weight per sweep; the ELBO
         never decreases), `"lbfgs"` (`jaxopt.LBFGS` on $-\mathcal L/n$ over the logits, exact
         gradients) or `"optax-lbfgs"` (the same with `optax.lbfgs`). L-BFGS on softmax logits stalls
         where factors saturate (their gradient vanishes away from any optimum): on this docstring's
         example it stops after 12 iterations at ELBO -595, where coordinate ascent reaches -78
         (`docs/notes/2026-11-23-bnn.md`).
-      q_init: `(q_w, q_noise)` to start from; `None`: [`bnn_init`][kronvi.bnn.bnn_init] with `key` and `init_scale`
+      q_init: `(q_w, q_noise)` to start from; `None`: `bnn_init` with `key` and `init_scale`
         (`num_starts` of them).
       key: PRNG key for the random start (default `jax.random.key(0)`).
       max_iter: L-BFGS iterations (default 1000) or CAVI sweeps (default 50).
@@ -103,7 +103,7 @@ def fit_bnn(
         (`docs/notes/2026-11-23-bnn.md`), so a handful of starts pays. Ignored with `q_init`.
 
     Returns:
-      `(q_w, q_noise, info)` with `info` a [`kronvi.FitInfo`][kronvi.FitInfo].
+      `(q_w, q_noise, info)` with `info` a `kronvi.FitInfo`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -231,11 +231,11 @@ def predict_bnn(q_w, q_noise, prior_w, prior_noise, X_new, layer_sizes):
     $g_j = E[(W_j\cdot x)^2]$), for deeper networks by the monomial expansion at each point.
 
     Args:
-      q_w: [`kronvi.MeanField`][kronvi.MeanField] over the `P` weights, logits `(P, m)`, as in
-        [`bnn_elbo`][kronvi.bnn.bnn_elbo].
-      q_noise: [`kronvi.MeanField`][kronvi.MeanField] over the noise variance, logits `(1, m_sigma)`.
-      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(P, m)`.
-      prior_noise: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)` over positive variances.
+      q_w: `kronvi.MeanField` over the `P` weights, logits `(P, m)`, as in
+        `bnn_elbo`.
+      q_noise: `kronvi.MeanField` over the noise variance, logits `(1, m_sigma)`.
+      prior_w: `kronvi.DiscretePrior` `(P, m)`.
+      prior_noise: `kronvi.DiscretePrior` `(1, m_sigma)` over positive variances.
       X_new: test inputs `(num_points, d)`.
       layer_sizes: `(d, h_1, ..., h_L, 1)`, Python ints (static under `jit`).
 

@@ -9,8 +9,8 @@ $$ n,\quad y^\top y,\quad p = \sum_i y_i\, z_i \in \mathbb{R}^{D},\quad
 
 the paper's $y^\top y$, $\mathbf p$ and $\mathbf V$, here indexed by input monomials
 instead of expanded hidden units. They are the regression statistics of the features `z`, so they are
-accumulated by the same chunked, compensated pass ([`kronvi.regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]) and are
-additive over rows ([`merge_bnn_stats`][kronvi.bnn.merge_bnn_stats]). Their size depends on `d` and the depth only:
+accumulated by the same chunked, compensated pass (`kronvi.regression_stats_from_inputs`) and are
+additive over rows (`merge_bnn_stats`). Their size depends on `d` and the depth only:
 $d^2$ and $d^4$ entries for one hidden layer.
 """
 
@@ -38,7 +38,7 @@ class BNNStats(NamedTuple):
       zz: $\sum_i z_i z_i^\top$, shape `(D, D)`.
       architecture: an empty array of shape `(0, *layer_sizes)`: its shape (static under `jit`;
         `vmap` strips the fold axis) records the network the statistics are for. Read it with
-        [`stats_layer_sizes`][kronvi.bnn.stats_layer_sizes].
+        `stats_layer_sizes`.
     """
 
     n: jax.Array
@@ -102,7 +102,7 @@ def bnn_stats(X, y, layer_sizes, *, chunk_size: int | None = None) -> BNNStats:
 
     $z_i = x_i^{\otimes 2^L}$ for `L = len(layer_sizes) - 2` hidden layers; rows are processed in
     chunks inside `lax.scan` with compensated sums (the pass of
-    [`kronvi.regression_stats_from_inputs`][kronvi.regression_stats_from_inputs]), so the `n x D` matrix of `z` never exists. The
+    `kronvi.regression_stats_from_inputs`), so the `n x D` matrix of `z` never exists. The
     cost is $O(n D^2)$ once; the ELBO afterwards never touches the data. Centre `y`.
 
     Args:
@@ -112,7 +112,7 @@ def bnn_stats(X, y, layer_sizes, *, chunk_size: int | None = None) -> BNNStats:
       chunk_size: rows per chunk; `None`: equal chunks of at most 4096 rows.
 
     Returns:
-      [`BNNStats`][kronvi.bnn.BNNStats] in the dtype of the inputs.
+      `BNNStats` in the dtype of the inputs.
 
     Raises:
       ValueError: bad `layer_sizes`, `X` whose width is not `layer_sizes[0]`, bad shapes or NaN/inf.

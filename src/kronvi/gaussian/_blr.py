@@ -59,7 +59,7 @@ def blr_posterior(stats, prior_scale, noise_variance):
     $\Sigma = (\Phi^\top\Phi/\sigma^2 + \sigma_w^{-2} I)^{-1}$, $\mu = \Sigma\Phi^\top y/\sigma^2$.
 
     Args:
-      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] with `b` features.
+      stats: `kronvi.RegressionStats` with `b` features.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)` array (one prior sd per weight).
       noise_variance: $\sigma^2$, a positive scalar.
 
@@ -91,7 +91,7 @@ def blr_log_evidence(stats, prior_scale, noise_variance):
     r"""Exact log marginal likelihood $\log p(y) = \log N(y;\ 0,\ \Phi D\Phi^\top + \sigma^2 I)$.
 
     Args:
-      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats].
+      stats: `kronvi.RegressionStats`.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)` array.
       noise_variance: $\sigma^2$, a positive scalar.
 
@@ -122,7 +122,7 @@ def _log_evidence(stats, scale, s2):
 
 
 def blr_evidence_noise(stats, prior_scale, *, lower, upper, num_steps: int = 60):
-    r"""The noise variance in `[lower, upper]` that maximizes the exact evidence [`blr_log_evidence`][kronvi.gaussian.blr_log_evidence].
+    r"""The noise variance in `[lower, upper]` that maximizes the exact evidence `blr_log_evidence`.
 
     One eigendecomposition $\Phi^\top\Phi = V\Lambda V^\top$ makes each evidence evaluation
     $O(b)$: with $c = V^\top\Phi^\top y$ and a scalar $\sigma_w$,
@@ -132,7 +132,7 @@ def blr_evidence_noise(stats, prior_scale, *, lower, upper, num_steps: int = 60)
     the evidence is unimodal in practice but not provably, so the bracket should be a plausible range.
 
     Args:
-      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats].
+      stats: `kronvi.RegressionStats`.
       prior_scale: $\sigma_w$, a positive scalar.
       lower: the lower end of the bracket, a positive scalar below `upper`.
       upper: the upper end of the bracket, a positive scalar above `lower`.
@@ -193,9 +193,9 @@ def _evidence_noise(stats, scale, lo, hi, num_steps):
 
 @functools.partial(jax.jit, static_argnames="num_steps")
 def spectral_evidence_noise(eigenvalues, c, yty, n, prior_scale, lower, upper, *, num_steps: int = 60):
-    r"""The golden-section search of [`blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise] on an eigendecomposition already at hand:
+    r"""The golden-section search of `blr_evidence_noise` on an eigendecomposition already at hand:
     `eigenvalues` of $\Phi^\top\Phi$ and `c` $= V^\top\Phi^\top y$ (e.g. the `Phity` of
-    [`kronvi.eigenbasis`][kronvi.eigenbasis]'s rotated statistics). Unchecked: validate with [`blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise]'s
+    `kronvi.eigenbasis`'s rotated statistics). Unchecked: validate with `blr_evidence_noise`'s
     rules first."""
 
     def f(t):
@@ -218,14 +218,14 @@ def spectral_evidence_optimum(
     eigenvalues, c, yty, n, prior_scale, noise_variance, *, log_range=12.0, max_iter: int = 100
 ):
     r"""The prior scale $\sigma_w$ and noise variance $\sigma^2$ that jointly maximize the exact evidence
-    [`spectral_log_evidence`][kronvi.gaussian.spectral_log_evidence], from the spectrum of $\Phi^\top\Phi$: `O(b)` per step.
+    `spectral_log_evidence`, from the spectrum of $\Phi^\top\Phi$: `O(b)` per step.
 
     Newton's method on $(\log\sigma_w^2, \log\sigma^2)$ from `(prior_scale, noise_variance)`, each step
     with a Hessian shifted to be negative definite (Levenberg-Marquardt) and halved until the evidence
     rises; both logarithms stay within `log_range` of their start. Stops when a step gains less than
     $10^{-12}$ of the evidence's magnitude, or after `max_iter` steps. This is the choice
     scikit-learn's `BayesianRidge` makes by its fixed-point iteration (MacKay 1992). Unchecked:
-    validate the inputs as [`blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise] does.
+    validate the inputs as `blr_evidence_noise` does.
 
     Args:
       eigenvalues: `(b,)` eigenvalues of $\Phi^\top\Phi$.
@@ -301,7 +301,7 @@ def predict_blr(mean, cov, noise_variance, Phi_new):
     r"""Exact predictive $y^* \sim N(\Phi^*\mu,\ \mathrm{diag}(\Phi^*\Sigma\Phi^{*\top}) + \sigma^2)$.
 
     Args:
-      mean: `(b,)` posterior mean from [`blr_posterior`][kronvi.gaussian.blr_posterior].
+      mean: `(b,)` posterior mean from `blr_posterior`.
       cov: `(b, b)` posterior covariance.
       noise_variance: $\sigma^2$.
       Phi_new: `(num_points, b)` test features.

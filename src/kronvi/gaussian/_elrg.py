@@ -121,7 +121,7 @@ class ELRG:
 
 
 def check_elrg(q, b=None, name="q"):
-    """Checks that `q` is an [`ELRG`][kronvi.gaussian.ELRG] (with `b` weights when given)."""
+    """Checks that `q` is an `ELRG` (with `b` weights when given)."""
     if not isinstance(q, ELRG):
         raise TypeError(f"`{name}` must be an ELRG, got {type(q).__name__}")
     if b is not None and q.mean.shape[0] != b:
@@ -190,7 +190,7 @@ _minibatch_elbo_jit = jax.jit(_minibatch_elbo, static_argnums=9)
 
 
 def elrg_kl(q, prior_scale):
-    r"""$\mathrm{KL}(q\,\|\,N(0, \sigma_w^2 I))$ of an [`ELRG`][kronvi.gaussian.ELRG] posterior, by the paper's Lemma 2.
+    r"""$\mathrm{KL}(q\,\|\,N(0, \sigma_w^2 I))$ of an `ELRG` posterior, by the paper's Lemma 2.
 
     $$
     \mathrm{KL} = \tfrac12\Big(\sum_j \frac{d_j + \|V_{j\cdot}\|^2 + \mu_j^2}{\sigma_{w,j}^2} - b
@@ -201,7 +201,7 @@ def elrg_kl(q, prior_scale):
     `b x b` matrix.
 
     Args:
-      q: [`ELRG`][kronvi.gaussian.ELRG] with `b` weights and rank `r`.
+      q: `ELRG` with `b` weights and rank `r`.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)` array (a diagonal prior).
 
     Returns:
@@ -222,7 +222,7 @@ def elrg_kl(q, prior_scale):
 
 
 def elrg_elbo(q, noise_variance, stats, *, prior_scale):
-    r"""Exact ELBO of an [`ELRG`][kronvi.gaussian.ELRG] posterior for Bayesian linear regression, from the statistics.
+    r"""Exact ELBO of an `ELRG` posterior for Bayesian linear regression, from the statistics.
 
     $$
     \mathcal{L} = -\tfrac n2\log(2\pi\sigma^2) - \frac{1}{2\sigma^2}\Big(y^\top y - 2\mu^\top\Phi^\top y
@@ -231,12 +231,12 @@ def elrg_elbo(q, noise_variance, stats, *, prior_scale):
     $$
 
     $O(b^2 r)$ whatever `n` is; $\log p(y) - \mathcal{L} = \mathrm{KL}(q\,\|\,p(w\mid y))$,
-    the KL to the exact posterior ([`kronvi.blr_log_evidence`][kronvi.gaussian.blr_log_evidence]).
+    the KL to the exact posterior (`kronvi.blr_log_evidence`).
 
     Args:
-      q: [`ELRG`][kronvi.gaussian.ELRG] with `b` weights.
+      q: `ELRG` with `b` weights.
       noise_variance: $\sigma^2$, a positive scalar.
-      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] with `b` features.
+      stats: `kronvi.RegressionStats` with `b` features.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
 
     Returns:
@@ -261,7 +261,7 @@ def elrg_elbo(q, noise_variance, stats, *, prior_scale):
 def elrg_minibatch_elbo(
     key, q, noise_variance, Phi_batch, y_batch, *, num_data, prior_scale, num_samples: int = 1
 ):
-    r"""Unbiased minibatch estimate of the ELBO of an [`ELRG`][kronvi.gaussian.ELRG] posterior by local reparameterization.
+    r"""Unbiased minibatch estimate of the ELBO of an `ELRG` posterior by local reparameterization.
 
     For each row of the minibatch (drawn uniformly from the `num_data` rows) and each of `num_samples`
     draws, the output is sampled directly (the paper's Lemma 1):
@@ -273,12 +273,12 @@ def elrg_minibatch_elbo(
       - \mathrm{KL}(q\,\|\,p)
     $$
 
-    (closed-form KL, [`elrg_kl`][kronvi.gaussian.elrg_kl]). Its expectation over the rows and the draws is the exact ELBO
-    ([`elrg_elbo`][kronvi.gaussian.elrg_elbo]), and so is that of its gradient in `q`.
+    (closed-form KL, `elrg_kl`). Its expectation over the rows and the draws is the exact ELBO
+    (`elrg_elbo`), and so is that of its gradient in `q`.
 
     Args:
       key: PRNG key for the draws.
-      q: [`ELRG`][kronvi.gaussian.ELRG] with `b` weights and rank `r`.
+      q: `ELRG` with `b` weights and rank `r`.
       noise_variance: $\sigma^2$.
       Phi_batch: `(B, b)` features of the minibatch rows.
       y_batch: `(B,)` their targets.
@@ -305,13 +305,13 @@ def elrg_minibatch_elbo(
 
 
 def predict_elrg(q, noise_variance, Phi_new):
-    r"""Predictive mean and variance under an [`ELRG`][kronvi.gaussian.ELRG] posterior (exact, Gaussian).
+    r"""Predictive mean and variance under an `ELRG` posterior (exact, Gaussian).
 
     $y^* \sim N(\Phi^*\mu,\ (\Phi^*)^{\circ 2}d + \|\Phi^* V\|^2_{\text{row}} + \sigma^2)$:
     $O(b r)$ per point.
 
     Args:
-      q: [`ELRG`][kronvi.gaussian.ELRG].
+      q: `ELRG`.
       noise_variance: $\sigma^2$.
       Phi_new: `(num_points, b)` test features.
 
@@ -414,25 +414,25 @@ def fit_elrg(
     progress=None,
     progress_every: int | None = None,
 ):
-    r"""Fits an [`ELRG`][kronvi.gaussian.ELRG] posterior (low-rank plus diagonal covariance) for Bayesian linear regression.
+    r"""Fits an `ELRG` posterior (low-rank plus diagonal covariance) for Bayesian linear regression.
 
     The noise variance $\sigma^2$ is fixed. Two objectives:
 
-    - `"exact"`: L-BFGS ([`kronvi.minimize_lbfgs`][kronvi.minimize_lbfgs]) on the closed-form ELBO [`elrg_elbo`][kronvi.gaussian.elrg_elbo] from
+    - `"exact"`: L-BFGS (`kronvi.minimize_lbfgs`) on the closed-form ELBO `elrg_elbo` from
       the statistics, with exact gradients; $O(b^2 r)$ per evaluation whatever `n` is. Without
       `init` it starts with the mean at its exact optimum, which is the same for every Gaussian family
       under this objective (the exact posterior mean: one Cholesky factorization), the diagonal at the
       factorized Gaussian's optimum and small random factors from `key` (zero factors are a stationary
       point).
     - `"local-reparam"`: the paper's training. `num_steps` steps of `optimizer` (an
-      `optax.GradientTransformation`) on [`elrg_minibatch_elbo`][kronvi.gaussian.elrg_minibatch_elbo] over minibatches of `batch_size`
+      `optax.GradientTransformation`) on `elrg_minibatch_elbo` over minibatches of `batch_size`
       rows of `data = (Phi, y)` drawn uniformly with replacement, `num_samples` draws per row (Lemma 1).
       Without `init` the mean starts at 0 and the diagonal and factors as above. `stats` may be
       `None`.
 
     Args:
       key: PRNG key (the starting factors; the minibatches and draws of `"local-reparam"`).
-      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] of the training data (`None` allowed for
+      stats: `kronvi.RegressionStats` of the training data (`None` allowed for
         `"local-reparam"`).
       prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
       noise_variance: $\sigma^2$, a positive scalar (not learned).
@@ -442,7 +442,7 @@ def fit_elrg(
         variance, the paper's ELRG; `log_diag` is then a scalar).
       diag_variance: with `diagonal="constant"`, a positive value fixes the diagonal there (the paper sets
         a small constant); `None` learns it.
-      init: optional starting [`ELRG`][kronvi.gaussian.ELRG] (its `log_diag` replaced by `log(diag_variance)` when that
+      init: optional starting `ELRG` (its `log_diag` replaced by `log(diag_variance)` when that
         is given).
       max_iter: `"exact"`: the most L-BFGS iterations, an int >= 1.
       tol: `"exact"`: the L-BFGS gradient-norm tolerance on $-\mathcal{L}/n$.
@@ -454,13 +454,13 @@ def fit_elrg(
       num_samples: `"local-reparam"`: draws per row, an int >= 1.
       progress: `"local-reparam"`: `None` (default: no reporting, nothing added to the compiled loop),
         `True` (a tqdm bar, or lines on stderr without tqdm) or a callable `(step, total, metrics)`
-        receiving the fields of [`kronvi.ReparamInfo`][kronvi.gaussian.ReparamInfo] as floats; see `kronvi/_base/progress.py`.
+        receiving the fields of `kronvi.ReparamInfo` as floats; see `kronvi/_base/progress.py`.
         Ignored by `"exact"` (one L-BFGS call).
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      `(q, info)`: the fitted [`ELRG`][kronvi.gaussian.ELRG] and, for `"exact"`, a [`kronvi.FitInfo`][kronvi.FitInfo] (ELBO trace,
-      iterations, convergence); for `"local-reparam"`, a [`kronvi.ReparamInfo`][kronvi.gaussian.ReparamInfo] of `(num_steps,)`
+      `(q, info)`: the fitted `ELRG` and, for `"exact"`, a `kronvi.FitInfo` (ELBO trace,
+      iterations, convergence); for `"local-reparam"`, a `kronvi.ReparamInfo` of `(num_steps,)`
       minibatch ELBO estimates and gradient norms.
 
     References:

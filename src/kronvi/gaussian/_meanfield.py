@@ -11,7 +11,7 @@ $$
   + \textstyle\sum_j (\Phi^\top\Phi)_{jj} s_j^2\Big) - \mathrm{KL}\big(q \,\|\, N(0, \sigma_w^2 I)\big)
 $$
 
-is maximized by exact coordinate ascent ([`fit_gaussian_mf`][kronvi.gaussian.fit_gaussian_mf]): for fixed $\sigma^2$ the optimal
+is maximized by exact coordinate ascent (`fit_gaussian_mf`): for fixed $\sigma^2$ the optimal
 factors are closed form, for fixed `q` the optimal noise is $E_q\|y-\Phi w\|^2/n$.
 
 References:
@@ -54,7 +54,7 @@ class GaussianMeanField(NamedTuple):
 
 
 def check_gaussian_q(q, b=None, name="q"):
-    """Checks a [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField] with finite `(b,)` fields (any `b` when `None`)."""
+    """Checks a `GaussianMeanField` with finite `(b,)` fields (any `b` when `None`)."""
     if not isinstance(q, GaussianMeanField):
         raise TypeError(f"`{name}` must be a GaussianMeanField, got {type(q).__name__}")
     mean, log_std = jnp.asarray(q.mean), jnp.asarray(q.log_std)
@@ -156,9 +156,9 @@ def gaussian_mf_elbo(q, noise_variance, stats, *, prior_scale):
     $O(b^2)$ whatever `n` is; a lower bound on $\log p(y \mid \Phi, \sigma^2)$.
 
     Args:
-      q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField] with `(b,)` fields.
+      q: `GaussianMeanField` with `(b,)` fields.
       noise_variance: $\sigma^2$, positive scalar.
-      stats: [`RegressionStats`][kronvi.RegressionStats] of the data (`b` features).
+      stats: `RegressionStats` of the data (`b` features).
       prior_scale: $\sigma_w$, positive scalar or `(b,)`.
 
     Returns:
@@ -198,7 +198,7 @@ def fit_gaussian_mf(
     max_iter: int = 100,
     tol: float = 1e-7,
 ):
-    r"""Fits the diagonal Gaussian posterior by exact coordinate ascent on [`gaussian_mf_elbo`][kronvi.gaussian.gaussian_mf_elbo].
+    r"""Fits the diagonal Gaussian posterior by exact coordinate ascent on `gaussian_mf_elbo`.
 
     One iteration sets the factors to their exact optimum for the current noise variance,
 
@@ -215,7 +215,7 @@ def fit_gaussian_mf(
     a block maximum, so the ELBO trace never decreases. With `learn_noise=False` one iteration is exact.
 
     Args:
-      stats: [`RegressionStats`][kronvi.RegressionStats].
+      stats: `RegressionStats`.
       prior_scale: $\sigma_w$, positive scalar or `(b,)`.
       noise_variance: fixed $\sigma^2$, or the starting value when `learn_noise`.
       learn_noise: learn $\sigma^2$ as a point estimate (type-II maximum likelihood on the ELBO).
@@ -224,8 +224,8 @@ def fit_gaussian_mf(
       tol: stop when an iteration gains less than `tol * n` nats.
 
     Returns:
-      `(q, noise_variance, info)`: a [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField], the final noise variance and a
-      [`kronvi.FitInfo`][kronvi.FitInfo] with the ELBO trace.
+      `(q, noise_variance, info)`: a `GaussianMeanField`, the final noise variance and a
+      `kronvi.FitInfo` with the ELBO trace.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -268,7 +268,7 @@ def _optimal_q(stats, scale, noise_variance):
 
 @functools.partial(jax.jit, static_argnames=("learn_noise", "max_iter", "tol"))
 def fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
-    """The traced coordinate ascent of [`fit_gaussian_mf`][kronvi.gaussian.fit_gaussian_mf] on validated arrays (`lo`/`hi` bound the
+    """The traced coordinate ascent of `fit_gaussian_mf` on validated arrays (`lo`/`hi` bound the
     learned noise variance; use `0` and `inf` for none). Returns `(q, noise_variance, info)`."""
     dtype = stats.PhitPhi.dtype
     b = stats.PhitPhi.shape[-1]
@@ -302,7 +302,7 @@ def predict_gaussian_mf(q, noise_variance, Phi_new):
     $y^* \sim N(\Phi^*\mu,\ (\Phi^*)^{\circ 2} s^2 + \sigma^2)$.
 
     Args:
-      q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField].
+      q: `GaussianMeanField`.
       noise_variance: $\sigma^2$.
       Phi_new: test features `(num_points, b)`.
 

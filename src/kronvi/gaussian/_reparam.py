@@ -2,8 +2,8 @@ r"""REPARAM: the Gaussian mean-field posterior trained by minibatch reparameteri
 
 The baseline of Evans & Nair (2018, Table 1): stochastic gradients of a minibatch Monte Carlo ELBO with
 $w = \mu + s\odot\epsilon$ and a closed-form KL, trained by any optax optimizer in the optax/blackjax
-shape ([`gaussian_reparam_init`][kronvi.gaussian.gaussian_reparam_init], [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step], the driver
-[`fit_gaussian_reparam`][kronvi.gaussian.fit_gaussian_reparam]). The optimizer is captured in a closure built once per optimizer
+shape (`gaussian_reparam_init`, `gaussian_reparam_step`, the driver
+`fit_gaussian_reparam`). The optimizer is captured in a closure built once per optimizer
 configuration (`kronvi._solvers.optimizers.cache_by_optimizer`), never a static `jit` argument.
 
 References:
@@ -38,13 +38,13 @@ from ._meanfield import (
 
 
 class ReparamState(NamedTuple):
-    """State of [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step].
+    """State of `gaussian_reparam_step`.
 
     Attributes:
-      q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField].
+      q: `GaussianMeanField`.
       noise_param: `()` unconstrained noise parameter: $\\log\\sigma^2$ without `noise_bounds`,
         else $u$ with $\\log\\sigma^2 = \\log lo + (\\log hi - \\log lo)\\,\\mathrm{sigmoid}(u)$;
-        read it with [`reparam_noise_variance`][kronvi.gaussian.reparam_noise_variance].
+        read it with `reparam_noise_variance`.
       opt_state: the optimizer's state for `(q.mean, q.log_std, noise_param)`.
     """
 
@@ -54,7 +54,7 @@ class ReparamState(NamedTuple):
 
 
 class ReparamInfo(NamedTuple):
-    """Diagnostics of one [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step] (stacked over steps by the driver).
+    """Diagnostics of one `gaussian_reparam_step` (stacked over steps by the driver).
 
     Attributes:
       elbo: the minibatch Monte Carlo ELBO estimate at the parameters before the step (unbiased for the
@@ -82,7 +82,7 @@ def _noise_to_param(s, bounds):
 
 
 def reparam_noise_variance(state, *, noise_bounds=None):
-    """The noise variance $\\sigma^2$ held by a [`ReparamState`][kronvi.gaussian.ReparamState] (same `noise_bounds` as the
+    """The noise variance $\\sigma^2$ held by a `ReparamState` (same `noise_bounds` as the
     fit)."""
     if not isinstance(state, ReparamState):
         raise TypeError(f"`state` must be a ReparamState, got {type(state).__name__}")
@@ -91,10 +91,10 @@ def reparam_noise_variance(state, *, noise_bounds=None):
 
 
 def gaussian_reparam_init(q, noise_variance, *, optimizer, noise_bounds=None):
-    r"""Initial [`ReparamState`][kronvi.gaussian.ReparamState] for [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step].
+    r"""Initial `ReparamState` for `gaussian_reparam_step`.
 
     Args:
-      q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField] to start from.
+      q: `GaussianMeanField` to start from.
       noise_variance: starting $\sigma^2$ (clipped into `noise_bounds`).
       optimizer: an `optax.GradientTransformation` (it minimizes $-\mathcal{L}/n$).
       noise_bounds: optional `(lo, hi)` for the noise variance (a sigmoid reparameterization keeps it
@@ -204,18 +204,18 @@ def gaussian_reparam_step(
 
     Args:
       key: PRNG key for the $\epsilon$ draws.
-      state: [`ReparamState`][kronvi.gaussian.ReparamState].
+      state: `ReparamState`.
       Phi_batch: features of the minibatch `(B, b)`.
       y_batch: targets `(B,)`.
       num_data: $n$, the full data size (scales the likelihood).
       prior_scale: $\sigma_w$, scalar or `(b,)`.
-      optimizer: the `optax.GradientTransformation` given to [`gaussian_reparam_init`][kronvi.gaussian.gaussian_reparam_init].
+      optimizer: the `optax.GradientTransformation` given to `gaussian_reparam_init`.
       num_samples: Monte Carlo samples $S$ (the paper: 10).
       learn_noise: whether $\sigma^2$ moves with the optimizer.
-      noise_bounds: the `noise_bounds` given to [`gaussian_reparam_init`][kronvi.gaussian.gaussian_reparam_init].
+      noise_bounds: the `noise_bounds` given to `gaussian_reparam_init`.
 
     Returns:
-      `(state, info)` with `info` a [`ReparamInfo`][kronvi.gaussian.ReparamInfo].
+      `(state, info)` with `info` a `ReparamInfo`.
     """
     if not isinstance(state, ReparamState):
         raise TypeError(f"`state` must be a ReparamState, got {type(state).__name__}")
@@ -251,7 +251,7 @@ def fit_gaussian_reparam(
 ):
     r"""Trains the diagonal Gaussian posterior with minibatch reparameterization gradients (REPARAM).
 
-    Runs [`gaussian_reparam_step`][kronvi.gaussian.gaussian_reparam_step] `num_steps` times inside `lax.scan` (one compile per optimizer
+    Runs `gaussian_reparam_step` `num_steps` times inside `lax.scan` (one compile per optimizer
     configuration, static arguments and shapes). Each step
     draws `batch_size` row indices uniformly with replacement and, when `feature_map` is given,
     computes the minibatch features from the raw inputs on the fly (so the `n x b` feature matrix never
@@ -261,7 +261,7 @@ def fit_gaussian_reparam(
       key: PRNG key (minibatches and $\epsilon$ draws).
       X: inputs `(n, d)`, or features `(n, b)` when `feature_map` is `None`.
       y: targets `(n,)`.
-      init: `(q, noise_variance)`: a [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField] and the starting $\sigma^2$.
+      init: `(q, noise_variance)`: a `GaussianMeanField` and the starting $\sigma^2$.
       prior_scale: $\sigma_w$, scalar or `(b,)`.
       optimizer: an `optax.GradientTransformation`, e.g. `optax.adam(1e-2)`.
       num_steps: number of steps (the paper: 1000 for `n < 3000`, else 10000).
@@ -273,11 +273,11 @@ def fit_gaussian_reparam(
       noise_bounds: optional `(lo, hi)` for the learned noise variance.
       progress: `None` (default: no reporting, nothing added to the compiled loop), `True` (a tqdm bar,
         or lines on stderr without tqdm) or a callable `(step, total, metrics)` receiving the fields of
-        [`ReparamInfo`][kronvi.gaussian.ReparamInfo] as floats; see `kronvi/_base/progress.py`.
+        `ReparamInfo` as floats; see `kronvi/_base/progress.py`.
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      `(q, noise_variance, info)`; `info` is a [`ReparamInfo`][kronvi.gaussian.ReparamInfo] of `(num_steps,)` arrays.
+      `(q, noise_variance, info)`; `info` is a `ReparamInfo` of `(num_steps,)` arrays.
 
     References:
       Evans & Nair (2018), Table 1 ("REPARAM"); Blundell et al. (2015), "Weight uncertainty in neural

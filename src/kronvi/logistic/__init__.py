@@ -5,14 +5,14 @@ the weights' grids and a mean-field posterior. The expected log-likelihood has n
 bounded below from per-row moment generating functions of $\Phi_i w$, which are Kronecker products
 and cost $O(bm)$ each:
 
-* [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound] (`bound="theorem2"`: the paper's; `"jensen"`: the optimal per-row
-  centre; `"tilted"`, the default: the tightest, a minimum over tilts), [`logistic_elbo_bound`][kronvi.logistic.logistic_elbo_bound]
-  (with the exact prior and entropy terms), [`logistic_loglik_minibatch`][kronvi.logistic.logistic_loglik_minibatch] (unbiased minibatch
-  estimate) and [`logistic_loglik_estimate`][kronvi.logistic.logistic_loglik_estimate] (Monte Carlo estimate of the exact value, to measure gaps);
-* [`fit_logistic`][kronvi.logistic.fit_logistic]: L-BFGS on the full bound, closed-form coordinate ascent (minorize-maximize), or
+* `logistic_loglik_bound` (`bound="theorem2"`: the paper's; `"jensen"`: the optimal per-row
+  centre; `"tilted"`, the default: the tightest, a minimum over tilts), `logistic_elbo_bound`
+  (with the exact prior and entropy terms), `logistic_loglik_minibatch` (unbiased minibatch
+  estimate) and `logistic_loglik_estimate` (Monte Carlo estimate of the exact value, to measure gaps);
+* `fit_logistic`: L-BFGS on the full bound, closed-form coordinate ascent (minorize-maximize), or
   optax SGD on minibatches;
-* [`predict_logistic`][kronvi.logistic.predict_logistic]: exact $E_q[\sigma(\Phi^* w)]$ from the characteristic function;
-* [`laplace_grid_prior`][kronvi.logistic.laplace_grid_prior]: the accurate default grids, the prior
+* `predict_logistic`: exact $E_q[\sigma(\Phi^* w)]$ from the characteristic function;
+* `laplace_grid_prior`: the accurate default grids, the prior
   $N(0, \sigma_w^2)$ on levels placed on the Laplace approximation to the posterior (MAP $\pm$ 4 sds).
 
 Modules: `_bound`, `_cavi`, `_fit`, `_laplace`, `_predict`. Measurements: `docs/notes/2026-11-23-logistic.md`.

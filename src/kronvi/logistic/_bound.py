@@ -240,8 +240,8 @@ def logistic_loglik_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, c
     `"jensen"` and `"tilted"`), in chunks of rows.
 
     Args:
-      q_w: [`kronvi.MeanField`][kronvi.MeanField] over the weights, logits `(b, m)`.
-      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`: the weights' grids.
+      q_w: `kronvi.MeanField` over the weights, logits `(b, m)`.
+      prior_w: `kronvi.DiscretePrior` `(b, m)`: the weights' grids.
       Phi: `(n, b)` features, in the dtype of `prior_w`.
       y: `(n,)` labels in $\{0, 1\}$ (bool, int or float).
       bound: `"tilted"` (default, the tightest), `"jensen"` or `"theorem2"` (the paper's).
@@ -276,10 +276,10 @@ def logistic_loglik_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, c
 
 def logistic_elbo_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, chunk_size: int | None = None):
     r"""Lower bound on the ELBO of DIRECT logistic regression:
-    [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound] $+\, E_q[\log p(w)] - E_q[\log q(w)]$ (the last two exact).
+    `logistic_loglik_bound` $+\, E_q[\log p(w)] - E_q[\log q(w)]$ (the last two exact).
 
     Args:
-      q_w, prior_w, Phi, y, bound, chunk_size: as in [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound].
+      q_w, prior_w, Phi, y, bound, chunk_size: as in `logistic_loglik_bound`.
 
     Returns:
       A scalar $\le E_q[\log p(y \mid w)] - \mathrm{KL}(q \,\|\, p)$.
@@ -294,16 +294,16 @@ def logistic_elbo_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, chu
 def logistic_loglik_minibatch(
     key, q_w, prior_w, Phi, y, *, batch_size: int, bound: str = DEFAULT_BOUND, chunk_size: int | None = None
 ):
-    r"""Unbiased minibatch estimate of [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound]: $\frac{n}{B}$ times the bound's
+    r"""Unbiased minibatch estimate of `logistic_loglik_bound`: $\frac{n}{B}$ times the bound's
     sum over `batch_size` rows drawn uniformly without replacement.
 
     Args:
       key: `jax.random` key.
-      q_w, prior_w, Phi, y, bound, chunk_size: as in [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound].
+      q_w, prior_w, Phi, y, bound, chunk_size: as in `logistic_loglik_bound`.
       batch_size: $B$, rows per minibatch, `1 <= B <= n`.
 
     Returns:
-      A scalar whose expectation over the draw equals [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound].
+      A scalar whose expectation over the draw equals `logistic_loglik_bound`.
     """
     check_bound(bound)
     Phi, y = check_logistic_args(q_w, prior_w, Phi, y)
@@ -322,7 +322,7 @@ def logistic_loglik_estimate(key, q_w, prior_w, Phi, y, *, num_samples: int = 10
 
     Args:
       key: `jax.random` key.
-      q_w, prior_w, Phi, y: as in [`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound].
+      q_w, prior_w, Phi, y: as in `logistic_loglik_bound`.
       num_samples: draws $S \ge 2$.
 
     Returns:

@@ -1,6 +1,6 @@
 r"""Fitting mean-field DIRECT logistic regression by maximizing a lower bound on its ELBO.
 
-`"lbfgs"`: L-BFGS on the exact gradient of the full-data bound ([`kronvi.minimize_lbfgs`][kronvi.minimize_lbfgs]).
+`"lbfgs"`: L-BFGS on the exact gradient of the full-data bound (`kronvi.minimize_lbfgs`).
 `"sgd"`: any optax optimizer on unbiased minibatch estimates of it, for large `n`. Both are pure
 (`lax.while_loop`/`lax.scan`), run under `jit` and `vmap` (e.g. CV folds stacked on a leading axis)
 and return `(q_w, info)`.
@@ -135,14 +135,14 @@ def fit_logistic(
     chunk_size: int | None = None,
     weights=None,
 ):
-    r"""Fits mean-field DIRECT logistic regression by maximizing [`logistic_elbo_bound`][kronvi.logistic.logistic_elbo_bound].
+    r"""Fits mean-field DIRECT logistic regression by maximizing `logistic_elbo_bound`.
 
     The objective is $B(q) + E_q[\log p(w)] - E_q[\log q(w)]$ with $B$ the chosen lower
-    bound on $\sum_i E_q\log p(y_i \mid w)$ ([`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound]), optimized over the
+    bound on $\sum_i E_q\log p(y_i \mid w)$ (`logistic_loglik_bound`), optimized over the
     logits of $q_j = \mathrm{softmax}(\ell_j)$.
 
     Methods:
-      `"lbfgs"` (default): L-BFGS ([`kronvi.minimize_lbfgs`][kronvi.minimize_lbfgs], `optax.lbfgs`) on the exact
+      `"lbfgs"` (default): L-BFGS (`kronvi.minimize_lbfgs`, `optax.lbfgs`) on the exact
       gradient of $-\mathcal{L}/n$ over all rows; $O(nbm)$ per evaluation.
       `"sgd"`: `num_steps` steps of `optimizer` on unbiased minibatch estimates
       ($\frac{n}{B}\sum_{i \in \text{batch}}$, `batch_size` rows drawn without replacement
@@ -154,12 +154,12 @@ def fit_logistic(
     Args:
       Phi: `(n, b)` features, in the dtype of `prior_w`.
       y: `(n,)` labels in $\{0, 1\}$.
-      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      prior_w: `kronvi.DiscretePrior` `(b, m)`.
       method: `"lbfgs"`, `"sgd"` or `"cavi"`.
-      bound: `"tilted"` (default), `"jensen"` or `"theorem2"` ([`logistic_loglik_bound`][kronvi.logistic.logistic_loglik_bound]).
+      bound: `"tilted"` (default), `"jensen"` or `"theorem2"` (`logistic_loglik_bound`).
       q_init: where to start: `"laplace"` (default, also `None`; `laplace_start_logits`, a
         Gaussian approximation at the MAP, $O(nb)$ per iteration), `"prior"`, or a
-        [`kronvi.MeanField`][kronvi.MeanField].
+        `kronvi.MeanField`.
       max_iter: L-BFGS iterations (default 100) or CAVI sweeps (default 30).
       tol: L-BFGS gradient-norm tolerance on $-\mathcal{L}/n$ (default 1e-6); CAVI stops when a
         sweep gains less than `tol * n` nats (default 1e-7).
@@ -174,7 +174,7 @@ def fit_logistic(
         `vmap` over folds).
 
     Returns:
-      `(q_w, info)`: the fitted [`kronvi.MeanField`][kronvi.MeanField] and a [`kronvi.FitInfo`][kronvi.FitInfo] whose `elbo`
+      `(q_w, info)`: the fitted `kronvi.MeanField` and a `kronvi.FitInfo` whose `elbo`
       trace holds the bound (L-BFGS: best so far; SGD: each step's minibatch estimate, before the step).
 
     Raises:

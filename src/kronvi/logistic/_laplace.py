@@ -3,7 +3,7 @@ r"""Grids placed on the Laplace approximation to the logistic posterior (the acc
 A fixed grid (15 levels on $\pm 3\sigma_w$) is too coarse once many rows determine the weights far
 more finely than the prior does: on kin40k (36,000 rows) the posterior sds were a sixth of the grid's
 spacing and the MAP lay beyond its edge (`docs/notes/2026-11-23-logistic.md`). As on the regression
-side ([`kronvi.posterior_grid_prior`][kronvi.posterior_grid_prior]), the prior density
+side (`kronvi.posterior_grid_prior`), the prior density
 $N(0, \sigma_w^2)$ is kept but evaluated on levels placed where the posterior lies. Logistic regression
 has no exact Gaussian posterior, so the grid is centred on the MAP $\hat w$ of the Gaussian-prior model and
 scaled by the Laplace marginal sds $\sqrt{(H^{-1})_{jj}}$, found by damped Newton in
@@ -36,7 +36,7 @@ _STEPS = 2.0 ** -jnp.arange(12.0)  # the damped Newton step's trial lengths, lon
 
 
 class LaplaceInfo(NamedTuple):
-    r"""The Laplace approximation behind [`laplace_grid_prior`][kronvi.logistic.laplace_grid_prior].
+    r"""The Laplace approximation behind `laplace_grid_prior`.
 
     Attributes:
       mean: `(b,)` the MAP $\hat w$ of the Gaussian-prior logistic model (the grids' centres).
@@ -128,7 +128,7 @@ def laplace_grid_prior(
 ):
     r"""The prior $N(0, \sigma_w^2)$ discretized on grids placed on the Laplace approximation to the
     posterior of logistic regression: the accurate default grids for
-    [`fit_logistic`][kronvi.logistic.fit_logistic].
+    `fit_logistic`.
 
     Weight $j$ gets `levels` points on $\hat w_j \pm$ `width` $\cdot\, \hat\sigma_j$, where $\hat w$ is the
     MAP of $\sum_i \text{weights}_i \log\sigma(s_i\Phi_i w) - \sum_j w_j^2 / (2\sigma_{w,j}^2)$
@@ -136,7 +136,7 @@ def laplace_grid_prior(
     $H = \Phi^\top\mathrm{diag}(\text{weights}_i\,\sigma_i(1-\sigma_i))\Phi + \mathrm{diag}(\sigma_w^{-2})$
     the Hessian at $\hat w$ (the Laplace marginal sds). The prior's log-probabilities are
     $-v^2/(2\sigma_{w,j}^2)$ at those levels, normalized
-    ([`kronvi.posterior_grid_prior`][kronvi.posterior_grid_prior]). The MAP comes from damped Newton
+    (`kronvi.posterior_grid_prior`). The MAP comes from damped Newton
     (eigendecomposition of $H$, a backtracking line search), $O(nb^2 + b^3)$ per iteration, from
     $w = 0$; the objective is strictly convex, so it converges quadratically.
 
@@ -155,8 +155,8 @@ def laplace_grid_prior(
         log joint (default: 100 times the machine epsilon of `Phi`'s dtype).
 
     Returns:
-      `(prior_w, info)`: a [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, levels)` in `Phi`'s dtype
-      and a [`LaplaceInfo`][kronvi.logistic.LaplaceInfo] (the MAP, the sds, the Laplace log evidence,
+      `(prior_w, info)`: a `kronvi.DiscretePrior` `(b, levels)` in `Phi`'s dtype
+      and a `LaplaceInfo` (the MAP, the sds, the Laplace log evidence,
       the iterations, whether it converged).
 
     Raises:

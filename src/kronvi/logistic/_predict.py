@@ -136,8 +136,8 @@ def predict_logistic(
     $O(N b m)$ per point.
 
     Args:
-      q_w: [`kronvi.MeanField`][kronvi.MeanField] `(b, m)`.
-      prior_w: [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      q_w: `kronvi.MeanField` `(b, m)`.
+      prior_w: `kronvi.DiscretePrior` `(b, m)`.
       Phi_new: `(N, b)` test features, in the dtype of `prior_w`.
       num_nodes: quadrature nodes. Default: for concrete inputs, enough for an error below 1e-7
         (float32) or 1e-13 (float64) at every point (`nodes_for`, from the exact

@@ -1,16 +1,16 @@
 r"""Mixture posteriors and mixture priors beyond mean field (Evans & Nair 2018, section 4).
 
-A [`Mixture`][kronvi.mixtures.Mixture] is $q(w) = \sum_{k=1}^r \alpha_k \bigotimes_{j=1}^b q^{(k)}_j$. Everything linear in
+A `Mixture` is $q(w) = \sum_{k=1}^r \alpha_k \bigotimes_{j=1}^b q^{(k)}_j$. Everything linear in
 `q` (expected log-likelihood, expected log of a factorized prior, predictive moments) is exact; the entropy
 is not, and two ways around it are implemented:
 
-* [`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound], the deterministic lower bound of Theorem 3, fitted with L-BFGS by
-  [`fit_mixture_bound`][kronvi.mixtures.fit_mixture_bound];
-* [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate], an unbiased stochastic ELBO and gradient (score function, eq. 13, by
-  default Rao-Blackwellized per factor), fitted with any optax optimizer by [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init] /
-  [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step] / [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd].
+* `mixture_elbo_bound`, the deterministic lower bound of Theorem 3, fitted with L-BFGS by
+  `fit_mixture_bound`;
+* `mixture_elbo_estimate`, an unbiased stochastic ELBO and gradient (score function, eq. 13, by
+  default Rao-Blackwellized per factor), fitted with any optax optimizer by `mixture_sgd_init` /
+  `mixture_sgd_step` / `fit_mixture_sgd`.
 
-A [`MixturePrior`][kronvi.mixtures.MixturePrior] has no exact expected log-density; [`mixture_prior_bound`][kronvi.mixtures.mixture_prior_bound] is the lower bound
+A `MixturePrior` has no exact expected log-density; `mixture_prior_bound` is the lower bound
 of Theorem 4. The noise variance keeps a mean-field factor, whose exact coordinate-ascent update stays
 closed form for mixtures.
 

@@ -1,8 +1,8 @@
 r"""The deterministic terms of a mixture's ELBO: exact expectations and the Theorem 3 and 4 lower bounds.
 
 Everything linear in `q` is an $\alpha$-weighted sum of mean-field terms, exact in
-$O(r(bm + b^2))$. The entropy is not: [`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound] bounds it below (Theorem 3). A
-[`MixturePrior`][kronvi.mixtures.MixturePrior] has no exact expected log-density: [`mixture_prior_bound`][kronvi.mixtures.mixture_prior_bound] bounds it below
+$O(r(bm + b^2))$. The entropy is not: `mixture_elbo_bound` bounds it below (Theorem 3). A
+`MixturePrior` has no exact expected log-density: `mixture_prior_bound` bounds it below
 (Theorem 4).
 
 References:
@@ -38,13 +38,13 @@ def mixture_expected_rss(q, prior_w, stats):
 
 @jax.jit
 def expected_loglik(q, q_noise, prior_w, prior_noise, stats):
-    """[`mixture_expected_loglik`][kronvi.mixtures.mixture_expected_loglik] without validation."""
+    """`mixture_expected_loglik` without validation."""
     e_inv, e_log, _ = noise_moments(q_noise, prior_noise)
     return -0.5 * stats.n * (LOG_2PI + e_log) - 0.5 * e_inv * mixture_expected_rss(q, prior_w, stats)
 
 
 def prior_bound(log_probs, log_weights, prior):
-    """Theorem 4 with per-component optimal responsibilities (see [`mixture_prior_bound`][kronvi.mixtures.mixture_prior_bound])."""
+    """Theorem 4 with per-component optimal responsibilities (see `mixture_prior_bound`)."""
     e = einsum("kjm,cjm->kc", jnp.exp(log_probs), prior.log_probs)  # E_{q^(k)} log p^(c)
     return jnp.sum(jnp.exp(log_weights) * jax.nn.logsumexp(prior.log_weights[None, :] + e, axis=-1))
 
@@ -81,11 +81,11 @@ def mixture_expected_loglik(q, q_noise, prior_w, prior_noise, stats):
     $O(r b^2)$.
 
     Args:
-      q: [`Mixture`][kronvi.mixtures.Mixture], logits `(r, b, m)`.
-      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] or [`MixturePrior`][kronvi.mixtures.MixturePrior] (only its grid `values (b, m)` is used).
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
-      stats: [`RegressionStats`][kronvi.RegressionStats].
+      q: `Mixture`, logits `(r, b, m)`.
+      q_noise: `MeanField` `(1, m_sigma)` over the noise variance.
+      prior_w: `DiscretePrior` or `MixturePrior` (only its grid `values (b, m)` is used).
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
+      stats: `RegressionStats`.
 
     Returns:
       A scalar.
@@ -126,8 +126,8 @@ def mixture_prior_bound(q, prior):
     $C = 1$.
 
     Args:
-      q: [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)` or [`MeanField`][kronvi.MeanField] `(b, m)`.
-      prior: [`MixturePrior`][kronvi.mixtures.MixturePrior] `(C, b, m)`, or a [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)` (then the exact
+      q: `Mixture` `(r, b, m)` or `MeanField` `(b, m)`.
+      prior: `MixturePrior` `(C, b, m)`, or a `DiscretePrior` `(b, m)` (then the exact
         expectation is returned).
 
     Returns:
@@ -207,18 +207,18 @@ def mixture_elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, *, r
     with distinct components gives $e^{1000}$, and the literal form returns $-\infty$). Use
     `rescale=False` for the literal statement of the theorem.
 
-    The rest of the ELBO is exact ([`mixture_expected_loglik`][kronvi.mixtures.mixture_expected_loglik], the expected log prior, the noise
-    terms), or, for a [`MixturePrior`][kronvi.mixtures.MixturePrior], uses the Theorem-4 bound ([`mixture_prior_bound`][kronvi.mixtures.mixture_prior_bound]); the
+    The rest of the ELBO is exact (`mixture_expected_loglik`, the expected log prior, the noise
+    terms), or, for a `MixturePrior`, uses the Theorem-4 bound (`mixture_prior_bound`); the
     result is always $\le$ the exact ELBO.
 
     Args:
-      q: [`Mixture`][kronvi.mixtures.Mixture], logits `(r, b, m)`.
+      q: `Mixture`, logits `(r, b, m)`.
       log_center: `(b, m)` logs of the centre's factors $a_j$ (any finite values; `a` need
         not be normalized). `q.log_marginals` is a good start; for `r = 1` it makes the bound exact.
-      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)` or [`MixturePrior`][kronvi.mixtures.MixturePrior] `(C, b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
-      stats: [`RegressionStats`][kronvi.RegressionStats].
+      q_noise: `MeanField` `(1, m_sigma)`.
+      prior_w: `DiscretePrior` `(b, m)` or `MixturePrior` `(C, b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
+      stats: `RegressionStats`.
       rescale: evaluate at the optimally rescaled centre (see above).
 
     Returns:

@@ -3,7 +3,7 @@ r"""Unbiased stochastic ELBO estimates for a mixture posterior: four entropy est
 Every estimator `(key, q, q_noise, prior_w, prior_noise, stats, num_samples) -> (surrogate, estimate,
 stderr)` keeps the expected log-likelihood, the noise terms and (for a factorized prior) the expected log
 prior exact, and samples only the entropy (and a mixture prior's) term; `jax.grad` of `surrogate` is an
-unbiased ELBO gradient, `estimate` an unbiased ELBO value. See [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+unbiased ELBO gradient, `estimate` an unbiased ELBO value. See `mixture_elbo_estimate`.
 
 References:
   Evans & Nair (2018), section 4, "Unbiased stochastic entropy and prior expectation gradients", eq. 13.
@@ -26,7 +26,7 @@ from ._sampling import log_prob_at, sample_indices, sample_per_component
 
 @functools.partial(jax.jit, static_argnames=("num_samples",))
 def _estimate_score(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
-    """Returns `(surrogate, estimate, stderr)`; see [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate]."""
+    """Returns `(surrogate, estimate, stderr)`; see `mixture_elbo_estimate`."""
     sg = lax.stop_gradient
     exact = expected_loglik(q, q_noise, prior_w, prior_noise, stats) + noise_terms(q_noise, prior_noise)
     idx = sample_indices(key, sg(q.probs), sg(q.log_weights), num_samples=num_samples)
@@ -54,7 +54,7 @@ def _stratified_terms(key, q, prior_w, num_samples):
     r"""Draws `num_samples // r` (>= 2) configurations from each component (no gradient through the
     draws) and returns `(idx, log_q_own, log_q_mix, log_p)`: the grid indices `(r, S_k, b)`,
     $\log q_k(x_{ks})$ and $\log q(x_{ks})$, both `(r, S_k)`, and $\log p(x_{ks})$ for a
-    [`MixturePrior`][kronvi.mixtures.MixturePrior] (else `None`)."""
+    `MixturePrior` (else `None`)."""
     r, b = q.logits.shape[0], q.logits.shape[1]
     per = max(2, num_samples // r)
     idx = sample_per_component(key, lax.stop_gradient(q.probs), per)  # (r, S_k, b), x ~ q_k
@@ -93,7 +93,7 @@ def _value_and_stderr(exact, weights, f):
 @functools.partial(jax.jit, static_argnames=("num_samples",))
 def _estimate_stratified(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
     r"""Returns `(surrogate, estimate, stderr)` with component-stratified draws, exact component
-    entropies and a pure score-function gradient; see [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate]."""
+    entropies and a pure score-function gradient; see `mixture_elbo_estimate`."""
     sg = lax.stop_gradient
     exact = _estimate_stratified_common(q, q_noise, prior_w, prior_noise, stats)
     sq = Mixture._unchecked(sg(q.logits), sg(q.weight_logits))
@@ -181,7 +181,7 @@ def mixture_elbo_estimate(
     $\beta_s = \frac{1}{S-1}\sum_{t\ne s}\log q(x_t)$, which is independent of $x_s$ and so
     keeps the estimate unbiased while removing most of its variance. The mixture density is
     $\log q(x) = \mathrm{LSE}_k(\log\alpha_k + \sum_j \log q^{(k)}_j(x_j))$, $O(rSb)$; the
-    gradient covers the component logits and the mixture weights. For a [`MixturePrior`][kronvi.mixtures.MixturePrior] the
+    gradient covers the component logits and the mixture weights. For a `MixturePrior` the
     prior term is sampled the same way ($\log p(x) - \log q(x)$ in place of $-\log q(x)$).
 
     The returned value is itself an unbiased estimate of the ELBO (the exact terms plus the sample mean of
@@ -234,11 +234,11 @@ def mixture_elbo_estimate(
 
     Args:
       key: PRNG key.
-      q: [`Mixture`][kronvi.mixtures.Mixture], logits `(r, b, m)`.
-      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)` or [`MixturePrior`][kronvi.mixtures.MixturePrior] `(C, b, m)`.
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
-      stats: [`RegressionStats`][kronvi.RegressionStats].
+      q: `Mixture`, logits `(r, b, m)`.
+      q_noise: `MeanField` `(1, m_sigma)`.
+      prior_w: `DiscretePrior` `(b, m)` or `MixturePrior` `(C, b, m)`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
+      stats: `RegressionStats`.
       num_samples: draws `S` (>= 2, for the baseline); the paper's "5-Mixture SGD" uses 3000.
       estimator: `"local"` (default), `"stratified"`, `"stratified-pathwise"` or `"score"`
         (eq. 13 as written).
@@ -268,7 +268,7 @@ def mixture_elbo_estimate(
 
 
 def estimator_fn(name):
-    """The estimator called `name` (one of [`ESTIMATORS`][kronvi.mixtures.ESTIMATORS]), else a `ValueError`."""
+    """The estimator called `name` (one of `ESTIMATORS`), else a `ValueError`."""
     if name == "stratified":
         return _estimate_stratified
     if name == "local":
@@ -298,14 +298,14 @@ def mixture_elbo_unbiased(
     E_q[\log p(w) - \log q(w)]$: every term exact except the last, estimated by the mean of
     $\log p(x_s) - \log q(x_s)$ over `num_samples` draws $x_s \sim q$ (the exact
     $E_q[\log p]$ is used for a factorized prior). Use it to report the objective that
-    [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd] maximizes, or to compare with [`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound].
+    `fit_mixture_sgd` maximizes, or to compare with `mixture_elbo_bound`.
 
     Args:
-      key, q, q_noise, prior_w, prior_noise, stats: as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+      key, q, q_noise, prior_w, prior_noise, stats: as in `mixture_elbo_estimate`.
       num_samples: draws (>= 2).
       estimator: `"stratified"` (default: exact component entropies, sampled log-ratios),
         `"local"` and `"stratified-pathwise"` (the same value on the same draws; `"local"` also
-        computes its gradient terms, so costs more) or `"score"`, as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+        computes its gradient terms, so costs more) or `"score"`, as in `mixture_elbo_estimate`.
       chunk_size: draws per chunk (>= 2, dividing `num_samples`), or `None` for one chunk. The
         chunks run one after another with keys `jax.random.split(key, num_samples // chunk_size)`, so
         memory is that of one chunk; the result is the mean of the chunk estimates and their standard

@@ -1,7 +1,7 @@
-r"""The mixture family: [`Mixture`][kronvi.mixtures.Mixture] posteriors, [`MixturePrior`][kronvi.mixtures.MixturePrior] priors and their validation.
+r"""The mixture family: `Mixture` posteriors, `MixturePrior` priors and their validation.
 
-A [`Mixture`][kronvi.mixtures.Mixture] is $q(w) = \sum_{k=1}^r \alpha_k \bigotimes_{j=1}^b q^{(k)}_j$, a sum of `r`
-Kronecker-product vectors over the $m^b$ grid configurations; a [`MixturePrior`][kronvi.mixtures.MixturePrior] is
+A `Mixture` is $q(w) = \sum_{k=1}^r \alpha_k \bigotimes_{j=1}^b q^{(k)}_j$, a sum of `r`
+Kronecker-product vectors over the $m^b$ grid configurations; a `MixturePrior` is
 $p(w) = \sum_c \beta_c \bigotimes_j p^{(c)}_j$ on one grid.
 """
 
@@ -91,7 +91,7 @@ class Mixture:
 
     @classmethod
     def from_mean_field(cls, q_w: MeanField):
-        """The one-component mixture equal to a [`MeanField`][kronvi.MeanField] distribution."""
+        """The one-component mixture equal to a `MeanField` distribution."""
         if not isinstance(q_w, MeanField):
             raise TypeError(f"`q_w` must be a MeanField, got {type(q_w).__name__}")
         return cls(q_w.logits[None], jnp.zeros((1,), q_w.logits.dtype))
@@ -156,7 +156,7 @@ class MixturePrior:
 
     @classmethod
     def from_priors(cls, priors, log_weights=None):
-        """Stacks [`DiscretePrior`][kronvi.DiscretePrior] components that share one grid (equal weights by default)."""
+        """Stacks `DiscretePrior` components that share one grid (equal weights by default)."""
         priors = list(priors)
         if not priors or not all(isinstance(p, DiscretePrior) for p in priors):
             raise TypeError("`priors` must be a non-empty sequence of DiscretePrior")
@@ -175,13 +175,13 @@ class MixturePrior:
 
 
 def check_mixture(q, name="q"):
-    """Raises `TypeError` unless `q` is a [`Mixture`][kronvi.mixtures.Mixture]."""
+    """Raises `TypeError` unless `q` is a `Mixture`."""
     if not isinstance(q, Mixture):
         raise TypeError(f"`{name}` must be a Mixture, got {type(q).__name__}")
 
 
 def check_weight_prior(prior_w, q=None, name="prior_w"):
-    """A [`DiscretePrior`][kronvi.DiscretePrior] or [`MixturePrior`][kronvi.mixtures.MixturePrior] whose grid matches `q`'s `(b, m)`."""
+    """A `DiscretePrior` or `MixturePrior` whose grid matches `q`'s `(b, m)`."""
     if not isinstance(prior_w, DiscretePrior | MixturePrior):
         raise TypeError(f"`{name}` must be a DiscretePrior or MixturePrior, got {type(prior_w).__name__}")
     if q is not None and q.logits.shape[-2:] != prior_w.values.shape[-2:]:
@@ -246,13 +246,13 @@ def mixture_from_mean_field(
 
     Args:
       key: PRNG key.
-      q_w: [`MeanField`][kronvi.MeanField] `(b, m)`, e.g. from [`kronvi.fit_regression`][kronvi.fit_regression].
+      q_w: `MeanField` `(b, m)`, e.g. from `kronvi.fit_regression`.
       num_components: `r >= 1`.
       noise_scale: standard deviation of the logit perturbation, `>= 0`.
       smoothing: weight $\epsilon \in [0, 1]$ of the uniform distribution mixed into each factor.
 
     Returns:
-      A [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)`.
+      A `Mixture` `(r, b, m)`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi

@@ -40,23 +40,23 @@ def fit_mixture_bound(
 
     L-BFGS (the paper's Table 2 recipe) on $-\mathcal{B}/n$ over the component logits, the mixture
     weight logits, `log_center` and the noise logits, with gradients from `jax.grad`; the bound is
-    [`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound], so the final value is a certified lower bound on the ELBO (and on
-    $\log p(y)$). Start from a mean-field fit: [`mixture_from_mean_field`][kronvi.mixtures.mixture_from_mean_field] of
-    [`kronvi.fit_regression`][kronvi.fit_regression]'s `q_w`.
+    `mixture_elbo_bound`, so the final value is a certified lower bound on the ELBO (and on
+    $\log p(y)$). Start from a mean-field fit: `mixture_from_mean_field` of
+    `kronvi.fit_regression`'s `q_w`.
 
     Args:
-      stats: [`RegressionStats`][kronvi.RegressionStats].
-      prior_w: [`DiscretePrior`][kronvi.DiscretePrior] `(b, m)` or [`MixturePrior`][kronvi.mixtures.MixturePrior].
-      prior_noise: [`DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`.
+      stats: `RegressionStats`.
+      prior_w: `DiscretePrior` `(b, m)` or `MixturePrior`.
+      prior_noise: `DiscretePrior` `(1, m_sigma)`.
       init: `(q, q_noise)` (centre initialized at `q.log_marginals`) or `(q, log_center, q_noise)`.
       method: `"lbfgs"` (`jaxopt.LBFGS`) or `"optax-lbfgs"` (`optax.lbfgs`).
       max_iter: L-BFGS iterations.
       tol: stop when the gradient norm of $-\mathcal{B}/n$ falls below `tol`.
-      rescale: the form of the bound, see [`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound] (the default, the closed-form
+      rescale: the form of the bound, see `mixture_elbo_bound` (the default, the closed-form
         optimal scale of the centre, cannot overflow for many weights).
 
     Returns:
-      `(q, log_center, q_noise, info)`, `info` a [`kronvi.FitInfo`][kronvi.FitInfo] whose `elbo` trace holds
+      `(q, log_center, q_noise, info)`, `info` a `kronvi.FitInfo` whose `elbo` trace holds
       the best bound so far and `iterate_elbo` the bound at each iterate.
 
     References:

@@ -22,8 +22,8 @@ def predict_mixture(q, q_noise, prior_w, prior_noise, Phi_new):
     $$
 
     Args:
-      q: [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)`.
-      q_noise, prior_w, prior_noise: as in [`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound] (only `prior_w.values` is used).
+      q: `Mixture` `(r, b, m)`.
+      q_noise, prior_w, prior_noise: as in `mixture_elbo_bound` (only `prior_w.values` is used).
       Phi_new: test features `(num_points, b)`.
 
     Returns:

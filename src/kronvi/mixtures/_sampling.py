@@ -1,4 +1,4 @@
-r"""Drawing grid configurations from a [`Mixture`][kronvi.mixtures.Mixture], and its log-density at drawn configurations."""
+r"""Drawing grid configurations from a `Mixture`, and its log-density at drawn configurations."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def sample_mixture(key, q, num_samples: int):
 
     Args:
       key: PRNG key.
-      q: [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)` with `m <= 256`.
+      q: `Mixture` `(r, b, m)` with `m <= 256`.
       num_samples: number of draws `S`.
 
     Returns:

@@ -1,7 +1,7 @@
 r"""Stochastic-gradient ascent on the exact ELBO of a mixture posterior (the paper's "Mixture SGD").
 
-The optax/blackjax shape: [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init] returns a state, [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step] maps
-`(key, state, ...)` to `(state, info)`, and [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd] runs the steps in `lax.scan`. The
+The optax/blackjax shape: `mixture_sgd_init` returns a state, `mixture_sgd_step` maps
+`(key, state, ...)` to `(state, info)`, and `fit_mixture_sgd` runs the steps in `lax.scan`. The
 optimizer is captured in a closure built once per optimizer configuration
 (`kronvi._solvers.optimizers.cache_by_optimizer`), never passed as a static `jit` argument, so
 fresh but equal optimizers (two calls of `optax.adam(1e-2)`) share one compiled program.
@@ -31,11 +31,11 @@ NOISE_UPDATES = ("cavi", "gradient")
 
 
 class MixtureSGDState(NamedTuple):
-    """State of [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step]: the current posterior and the optax state.
+    """State of `mixture_sgd_step`: the current posterior and the optax state.
 
     Attributes:
-      q: [`Mixture`][kronvi.mixtures.Mixture] over the weights.
-      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
+      q: `Mixture` over the weights.
+      q_noise: `MeanField` `(1, m_sigma)` over the noise variance.
       opt_state: the optimizer's state for the parameters
         `(q.logits, q.weight_logits, q_noise.logits)`.
     """
@@ -46,7 +46,7 @@ class MixtureSGDState(NamedTuple):
 
 
 class MixtureSGDInfo(NamedTuple):
-    r"""Diagnostics of one [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step] (stacked over steps by [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd]).
+    r"""Diagnostics of one `mixture_sgd_step` (stacked over steps by `fit_mixture_sgd`).
 
     Attributes:
       elbo: unbiased estimate of the ELBO at the parameters *before* the step (same draws as the
@@ -130,15 +130,15 @@ def _compiled_fit(optimizer):
 
 
 def mixture_sgd_init(q, q_noise, *, optimizer):
-    r"""Initial [`MixtureSGDState`][kronvi.mixtures.MixtureSGDState] for [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step].
+    r"""Initial `MixtureSGDState` for `mixture_sgd_step`.
 
     Args:
-      q: [`Mixture`][kronvi.mixtures.Mixture] to start from (e.g. [`mixture_from_mean_field`][kronvi.mixtures.mixture_from_mean_field]).
-      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)`.
+      q: `Mixture` to start from (e.g. `mixture_from_mean_field`).
+      q_noise: `MeanField` `(1, m_sigma)`.
       optimizer: an `optax.GradientTransformation` (it minimizes $-\mathcal{L}/n$).
 
     Returns:
-      A [`MixtureSGDState`][kronvi.mixtures.MixtureSGDState].
+      A `MixtureSGDState`.
 
     Example:
       >>> import jax.numpy as jnp, optax, kronvi
@@ -168,7 +168,7 @@ def mixture_sgd_step(
 ):
     r"""One stochastic-gradient step on the ELBO of a mixture posterior (optax/blackjax shape).
 
-    Draws `num_samples` configurations, forms the unbiased gradient of [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate]
+    Draws `num_samples` configurations, forms the unbiased gradient of `mixture_elbo_estimate`
     with respect to the component logits, the weight logits and the noise logits, and applies
     `optimizer` to $-\mathcal{L}/n$. With `noise_update="cavi"` (default) the noise factor is
     instead set to its exact coordinate-ascent optimum given the updated mixture,
@@ -178,16 +178,16 @@ def mixture_sgd_step(
 
     Args:
       key: PRNG key for this step's draws.
-      state: [`MixtureSGDState`][kronvi.mixtures.MixtureSGDState] from [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init] or a previous step.
-      stats, prior_w, prior_noise: the data and priors, as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
-      optimizer: the `optax.GradientTransformation` given to [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init].
+      state: `MixtureSGDState` from `mixture_sgd_init` or a previous step.
+      stats, prior_w, prior_noise: the data and priors, as in `mixture_elbo_estimate`.
+      optimizer: the `optax.GradientTransformation` given to `mixture_sgd_init`.
       num_samples: draws per step (>= 2); the paper uses 3000.
       noise_update: `"cavi"` or `"gradient"`.
       estimator: `"local"` (default), `"stratified"`, `"stratified-pathwise"` or `"score"`,
-        see [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+        see `mixture_elbo_estimate`.
 
     Returns:
-      `(state, info)` with `info` a [`MixtureSGDInfo`][kronvi.mixtures.MixtureSGDInfo].
+      `(state, info)` with `info` a `MixtureSGDInfo`.
     """
     if not isinstance(state, MixtureSGDState):
         raise TypeError(f"`state` must be a MixtureSGDState, got {type(state).__name__}")
@@ -219,30 +219,30 @@ def fit_mixture_sgd(
 ):
     r"""Fits a mixture posterior by stochastic gradient ascent on the exact ELBO (the paper's "Mixture SGD").
 
-    Runs [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step] `num_steps` times inside `lax.scan`, with a fresh key per step; one
+    Runs `mixture_sgd_step` `num_steps` times inside `lax.scan`, with a fresh key per step; one
     compile serves every call with an equal optimizer configuration and equal static arguments and shapes.
     With `noise_update="cavi"` the noise factor is first set to its exact optimum given the initial
-    mixture. Unlike [`fit_mixture_bound`][kronvi.mixtures.fit_mixture_bound] the objective is the ELBO itself (no entropy bound), at the
-    price of Monte Carlo noise; [`mixture_elbo_unbiased`][kronvi.mixtures.mixture_elbo_unbiased] reports the result.
+    mixture. Unlike `fit_mixture_bound` the objective is the ELBO itself (no entropy bound), at the
+    price of Monte Carlo noise; `mixture_elbo_unbiased` reports the result.
 
     Args:
       key: PRNG key.
-      stats, prior_w, prior_noise: as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
-      init: `(q, q_noise)`: a [`Mixture`][kronvi.mixtures.Mixture] (e.g. [`mixture_from_mean_field`][kronvi.mixtures.mixture_from_mean_field] of a mean-field fit)
-        and a [`MeanField`][kronvi.MeanField] over the noise.
+      stats, prior_w, prior_noise: as in `mixture_elbo_estimate`.
+      init: `(q, q_noise)`: a `Mixture` (e.g. `mixture_from_mean_field` of a mean-field fit)
+        and a `MeanField` over the noise.
       optimizer: an `optax.GradientTransformation`, e.g. `optax.adam(1e-2)`.
       num_steps: number of steps.
       num_samples: draws per step (>= 2); the paper's "5-Mixture SGD" uses 3000.
-      noise_update: `"cavi"` (default) or `"gradient"`, see [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step].
+      noise_update: `"cavi"` (default) or `"gradient"`, see `mixture_sgd_step`.
       estimator: `"local"` (default), `"stratified"`, `"stratified-pathwise"` or `"score"`,
-        see [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+        see `mixture_elbo_estimate`.
       progress: `None` (default: no reporting, nothing added to the compiled loop), `True` (a tqdm bar,
         or lines on stderr without tqdm) or a callable `(step, total, metrics)` receiving the fields of
-        [`MixtureSGDInfo`][kronvi.mixtures.MixtureSGDInfo] as floats; see `kronvi/_base/progress.py`.
+        `MixtureSGDInfo` as floats; see `kronvi/_base/progress.py`.
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      `(q, q_noise, info)`; `info` is a [`MixtureSGDInfo`][kronvi.mixtures.MixtureSGDInfo] of `(num_steps,)` arrays.
+      `(q, q_noise, info)`; `info` is a `MixtureSGDInfo` of `(num_steps,)` arrays.
 
     References:
       Evans & Nair (2018), section 4 and Table 2 ("5-Mixture SGD").

@@ -5,11 +5,11 @@ weights being $w_j = v_{j, c_j}$. With `m = 15` levels a code fits in 4 bits, so
 `b` weights takes `ceil(b / 2)` bytes instead of `4 b` in float32; and where the posterior puts
 its mass on the zero level, most codes are "zero". This module
 
-* draws codes exactly from a variational family ([`sample_codes`][kronvi.quantize.sample_codes]),
-* packs them losslessly `8 // bits` per byte ([`pack_codes`][kronvi.quantize.pack_codes] / [`unpack_codes`][kronvi.quantize.unpack_codes]),
+* draws codes exactly from a variational family (`sample_codes`),
+* packs them losslessly `8 // bits` per byte (`pack_codes` / `unpack_codes`),
 * predicts $\Phi^* w^{(s)}$ for every stored sample, either exactly in floating point or with
-  integer arithmetic ([`predict_from_codes`][kronvi.quantize.predict_from_codes], [`integer_samples`][kronvi.quantize.integer_samples], [`predict_integer`][kronvi.quantize.predict_integer])
-  with a stated error bound ([`integer_error_bound`][kronvi.quantize.integer_error_bound]).
+  integer arithmetic (`predict_from_codes`, `integer_samples`, `predict_integer`)
+  with a stated error bound (`integer_error_bound`).
 
 Integer path. On an evenly spaced grid $v_{jk} = \beta_j + \delta_j (k - z_j)$, with
 $z_j$ the level nearest zero and $\beta_j = v_{j z_j}$ (set to 0 when that level *is* zero, up
@@ -104,7 +104,7 @@ def sample_codes(key, q, num_samples: int):
 
     Args:
       key: A `jax.random` key.
-      q: A [`kronvi.MeanField`][kronvi.MeanField] with logits `(b, m)` (or a [`kronvi.Mixture`][kronvi.mixtures.Mixture] with logits
+      q: A `kronvi.MeanField` with logits `(b, m)` (or a `kronvi.Mixture` with logits
           `(r, b, m)`), `m <= 256`.
       num_samples: `S >= 1`, the number of samples (a Python int).
 
@@ -165,8 +165,8 @@ def pack_codes(codes, *, bits: int = 4):
 
     Args:
       codes: `(..., b)` integer array with `0 <= codes < 2**bits` (e.g. `(S, b)` from
-          [`sample_codes`][kronvi.quantize.sample_codes]).
-      bits: Bits per code, one of 1, 2, 4, 8 (4 holds the 15-level grids of [`kronvi.gaussian_prior`][kronvi.gaussian_prior]).
+          `sample_codes`).
+      bits: Bits per code, one of 1, 2, 4, 8 (4 holds the 15-level grids of `kronvi.gaussian_prior`).
 
     Returns:
       jax.Array: `(..., ceil(b * bits / 8))` `uint8`.
@@ -224,12 +224,12 @@ _pack_jit = jax.jit(functools.partial(_pack, xp=jnp), static_argnums=1)
 
 
 def unpack_codes(packed, num_weights: int, *, bits: int = 4):
-    r"""Inverse of [`pack_codes`][kronvi.quantize.pack_codes].
+    r"""Inverse of `pack_codes`.
 
     Args:
       packed: `(..., ceil(num_weights * bits / 8))` `uint8`.
       num_weights: `b`, the number of codes per row.
-      bits: Bits per code, one of 1, 2, 4, 8 (as given to [`pack_codes`][kronvi.quantize.pack_codes]).
+      bits: Bits per code, one of 1, 2, 4, 8 (as given to `pack_codes`).
 
     Returns:
       jax.Array: `(..., b)` `uint8` codes.
@@ -334,20 +334,20 @@ def predict_from_codes(packed, prior_w, Phi_new, *, integer: bool = False, bits:
     r"""Predictions $f_{is} = \Phi^*_i \cdot w^{(s)}$ for every stored sample.
 
     The float path gathers $w^{(s)}_j = v_{j, c_{sj}}$ and multiplies exactly (to floating-point
-    rounding). The integer path (`integer=True`) is [`predict_integer`][kronvi.quantize.predict_integer] on
-    [`integer_samples`][kronvi.quantize.integer_samples]: int8 features, int32 accumulation, within [`integer_error_bound`][kronvi.quantize.integer_error_bound] of the
+    rounding). The integer path (`integer=True`) is `predict_integer` on
+    `integer_samples`: int8 features, int32 accumulation, within `integer_error_bound` of the
     float result. It requires evenly spaced grids.
 
     Args:
-      packed: `(S, ceil(b * bits / 8))` `uint8` packed codes ([`pack_codes`][kronvi.quantize.pack_codes]).
-      prior_w: The [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)` whose grid the codes index.
+      packed: `(S, ceil(b * bits / 8))` `uint8` packed codes (`pack_codes`).
+      prior_w: The `kronvi.DiscretePrior` `(b, m)` whose grid the codes index.
       Phi_new: `(N, b)` test features.
       integer: Use the integer path.
       bits: Bits per code; by default inferred from the width of `packed` (an error when ambiguous).
 
     Returns:
       jax.Array: `(N, S)` predictions (no noise, no `y` offset). Their mean over samples estimates the
-          predictive mean of [`kronvi.predict_regression`][kronvi.predict_regression] with standard error
+          predictive mean of `kronvi.predict_regression` with standard error
           $\sqrt{\mathrm{Var}_q(\Phi^*_i w)/S}$.
 
     References:
@@ -396,7 +396,7 @@ class IntegerSamples(NamedTuple):
       base_index: `(k_0,)` int32 positions of the weights whose zero level is not zero (usually none).
       base: `(k_0,)` their zero-level values $\beta_j$.
       residual: `(b,)` largest deviation $\max_k |v_{jk} - \beta_j - \delta_j (k - z_j)|$ of each grid
-          from its affine form (rounding-level for [`kronvi.gaussian_prior`][kronvi.gaussian_prior]).
+          from its affine form (rounding-level for `kronvi.gaussian_prior`).
     """
 
     deltas: jax.Array
@@ -414,7 +414,7 @@ def _affine_grid(prior_w: DiscretePrior):
     and $\beta_j = v_{j z_j}$, replaced by 0 when $|v_{j z_j}| \le 10^{-5}\max_k |v_{jk}|$.
 
     Args:
-      prior_w: A concrete [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`.
+      prior_w: A concrete `kronvi.DiscretePrior` `(b, m)`.
 
     Returns:
       tuple of numpy.ndarray: `(zero, step, base, residual)`: `(b,)` int zero levels, `(b,)` steps
@@ -460,7 +460,7 @@ def integer_samples(packed, prior_w, *, bits: int | None = None, prune: bool = T
 
     Args:
       packed: `(S, ceil(b * bits / 8))` `uint8` packed codes.
-      prior_w: The [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)` of the codes, with evenly spaced grids.
+      prior_w: The `kronvi.DiscretePrior` `(b, m)` of the codes, with evenly spaced grids.
       bits: Bits per code; inferred from `packed` by default.
       prune: Drop the weights that are zero in every sample.
 
@@ -531,7 +531,7 @@ def predict_integer(isamples: IntegerSamples, Phi_new):
       + s_i\Big(\sum_j q_{ij} d_{sj} - o_i \sum_j d_{sj}\Big),
     $$
 
-    with both integer sums accumulated exactly in int32. See [`integer_error_bound`][kronvi.quantize.integer_error_bound] for the error.
+    with both integer sums accumulated exactly in int32. See `integer_error_bound` for the error.
 
     The work is an elementwise pass over $\Phi^*$ (quantization) plus an integer GEMM over the
     `k` kept weights (int8 operands on CPU, int32 elsewhere; exact either way), done in blocks of 512
@@ -543,7 +543,7 @@ def predict_integer(isamples: IntegerSamples, Phi_new):
     slower.
 
     Args:
-      isamples: [`IntegerSamples`][kronvi.quantize.IntegerSamples] from [`integer_samples`][kronvi.quantize.integer_samples].
+      isamples: `IntegerSamples` from `integer_samples`.
       Phi_new: `(N, b)` test features, or `(N, k)` features of the kept weights only
           (`Phi_new[:, isamples.index]`; not allowed when some grid's zero level is nonzero).
 
@@ -660,7 +660,7 @@ def _predict_block(Phi_kept, step, deltas):
 
 
 def integer_error_bound(isamples: IntegerSamples, Phi_new):
-    r"""Bound on $|\hat f_{is} - \Phi^*_i \cdot w^{(s)}|$ for [`predict_integer`][kronvi.quantize.predict_integer].
+    r"""Bound on $|\hat f_{is} - \Phi^*_i \cdot w^{(s)}|$ for `predict_integer`.
 
     The int32 sums are exact, so the error comes from the int8 quantization of $A_{ij}$ and from
     the grid's deviation from its affine form. The zero point is the rounded real zero and the clipped
@@ -679,7 +679,7 @@ def integer_error_bound(isamples: IntegerSamples, Phi_new):
     machine epsilon of the working dtype.
 
     Args:
-      isamples: [`IntegerSamples`][kronvi.quantize.IntegerSamples].
+      isamples: `IntegerSamples`.
       Phi_new: `(N, b)` test features (all of them: the second term involves every weight).
 
     Returns:

@@ -1,6 +1,6 @@
 r"""Saving and loading fitted DIRECT models: one versioned `.npz` file, no pickle.
 
-A file holds every array of a [`DirectModel`][kronvi.quantize.DirectModel] under a readable key (`prior_w.values`,
+A file holds every array of a `DirectModel` under a readable key (`prior_w.values`,
 `features.frequencies`, ...) plus a JSON header under `__kronvi__` with the format tag, the format
 version, the tree structure (which class goes where) and the shape, dtype and SHA-256 digest of each
 array. Loading checks all of it and then validates the model as a whole (grid shapes agree, codes fit the
@@ -50,28 +50,28 @@ _BOUND_RATIO = 16
 class DirectModel(NamedTuple):
     r"""A fitted DIRECT regression model or classifier, ready to save, load and predict with.
 
-    A classifier ([`kronvi.logistic.fit_logistic`][kronvi.logistic.fit_logistic]) has `prior_noise = q_noise = None`; its
+    A classifier (`kronvi.logistic.fit_logistic`) has `prior_noise = q_noise = None`; its
     probabilities from stored samples are `jax.nn.sigmoid(predict_from_codes(...) + y_offset).mean(1)`,
-    exactly [`kronvi.logistic.predict_logistic`][kronvi.logistic.predict_logistic] computes their expectation under `q_w`.
+    exactly `kronvi.logistic.predict_logistic` computes their expectation under `q_w`.
 
     Attributes
     ----------
     prior_w
-        [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(b, m)`, the weight grids.
+        `kronvi.DiscretePrior` `(b, m)`, the weight grids.
     prior_noise
-        [`kronvi.DiscretePrior`][kronvi.DiscretePrior] `(1, m_sigma)`, the noise-variance grid (`None`: a classifier).
+        `kronvi.DiscretePrior` `(1, m_sigma)`, the noise-variance grid (`None`: a classifier).
     q_w
-        Posterior over the weights: [`kronvi.MeanField`][kronvi.MeanField] `(b, m)` or [`kronvi.Mixture`][kronvi.mixtures.Mixture]
+        Posterior over the weights: `kronvi.MeanField` `(b, m)` or `kronvi.Mixture`
         `(r, b, m)`.
     q_noise
-        [`kronvi.MeanField`][kronvi.MeanField] `(1, m_sigma)`, posterior over the noise variance (`None`: a classifier).
+        `kronvi.MeanField` `(1, m_sigma)`, posterior over the noise variance (`None`: a classifier).
     features
         The feature map's parameters: `None` or any pytree of arrays built from dicts (string keys),
         lists, tuples and `NamedTuple` s (e.g. `(Standardizer, RandomFourierFeatures)`).
     y_offset
         Scalar added to $\Phi^* w$ to predict `y` (the training mean of `y`).
     packed_codes
-        `None` or `(S, ceil(b * bits / 8))` `uint8` posterior samples from [`kronvi.pack_codes`][kronvi.quantize.pack_codes].
+        `None` or `(S, ceil(b * bits / 8))` `uint8` posterior samples from `kronvi.pack_codes`.
     bits
         Bits per code of `packed_codes`, one of 1, 2, 4, 8.
     """
@@ -313,14 +313,14 @@ def _digest(arr: np.ndarray) -> str:
 
 
 def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
-    r"""Writes a [`DirectModel`][kronvi.quantize.DirectModel] to one versioned `.npz` file (atomically).
+    r"""Writes a `DirectModel` to one versioned `.npz` file (atomically).
 
     Parameters
     ----------
     path
         Destination file name (`str` or path-like); written as given, no suffix is added.
     model
-        The model; validated first (see [`load_model`][kronvi.quantize.load_model] for what is checked).
+        The model; validated first (see `load_model` for what is checked).
     compress
         Deflate the arrays (`numpy.savez_compressed`).
 
@@ -332,7 +332,7 @@ def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
     FileNotFoundError, IsADirectoryError, PermissionError
         If the folder of `path` does not exist, `path` is a folder, or the folder cannot take a file
         (checked before anything is written; an existing file is replaced atomically and keeps its
-        permission bits, see [`kronvi.write_atomic`][kronvi.write_atomic]).
+        permission bits, see `kronvi.write_atomic`).
 
     Examples
     --------
@@ -491,7 +491,7 @@ def _read_file(f, path, max_bytes):
 
 
 def load_model(path, *, max_bytes: int | None = None) -> DirectModel:
-    r"""Reads a [`DirectModel`][kronvi.quantize.DirectModel] written by [`save_model`][kronvi.quantize.save_model].
+    r"""Reads a `DirectModel` written by `save_model`.
 
     The file is untrusted input. Checks, each with its own `ValueError`: the file is an `.npz` archive
     (a text file or a damaged one "is not a kronvi model file") with a kronvi header of kind
@@ -510,7 +510,7 @@ def load_model(path, *, max_bytes: int | None = None) -> DirectModel:
     Parameters
     ----------
     path
-        A file written by [`save_model`][kronvi.quantize.save_model].
+        A file written by `save_model`.
     max_bytes
         The most bytes all arrays of the file may take once read (checked from the file's directory
         before any array is inflated). Default: 16 times the file's size, and at least 64 MiB.
