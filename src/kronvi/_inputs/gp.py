@@ -12,10 +12,8 @@ construction, and prefers a non-degenerate optimum whose likelihood is comparabl
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import math
-import os
 from typing import NamedTuple
 
 import jax
@@ -34,7 +32,7 @@ from .._base.checks import (
     is_concrete,
 )
 from .._base.precision import dot, matmul
-from .._base.threads import run_single_threaded, single_blas_thread
+from .._base.threads import run_single_threaded
 from .._solvers.lbfgs import minimize_lbfgs
 
 # Bounds, relative to the reference scales (lengthscales: median column std of X; variances: var(y)).
@@ -518,52 +516,16 @@ def fit_gp_hyperparameters(
     return hyper, info
 
 
-def _stall_rtol(dtype):
-    """A start stops when an iteration raises the log marginal likelihood by no more than this fraction."""
-    return 10 * jnp.finfo(dtype).eps
-
-
 def _fitted(X, y, starts, *, min_noise, margin, max_iter, tol, parallel):
-    """The starts maximized and judged, with one BLAS thread for their LAPACK calls (kronvi._base.threads).
-
-    On a CPU with concrete inputs, the starts are split between up to `_num_workers()` host threads, each
-    running its share one after another in one compiled program: every start runs on one core with one BLAS
-    thread, so the answer is the same whatever the split (each start's arithmetic is its own)."""
+    """`_fit` with one BLAS thread for the LAPACK calls inside the compiled fit (kronvi._base.threads)."""
     dtype = X.dtype
     margin, tol = jnp.asarray(margin, dtype), jnp.asarray(tol, dtype)
-    run = functools.partial(_run_starts, max_iter=int(max_iter), parallel=bool(parallel))
-    S = starts.noise_variance.shape[0]
-    workers = min(S, _num_workers())
-    traced = any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((X, y, starts, min_noise)))
-    on_cpu = not traced and all(d.platform == "cpu" for d in X.devices())
-    if parallel or traced or not on_cpu or workers < 2:
-        results = run_single_threaded(run, X, y, starts, min_noise, tol)
-    else:
-        cuts = [round(S * i / workers) for i in range(workers + 1)]
-        groups = [jax.tree.map(lambda a, i=i: a[cuts[i] : cuts[i + 1]], starts) for i in range(workers)]
-        x64 = jax.dtypes.canonicalize_dtype(np.float64) == np.float64  # `jax.enable_x64` is per thread
-
-        def one(group):
-            with jax.enable_x64(x64):
-                return jax.block_until_ready(run(X, y, group, min_noise, tol))
-
-        with single_blas_thread(), concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(one, groups))
-        results = jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
-    return _judge(X, y, min_noise, margin, *results)
+    return run_single_threaded(_fit, X, y, starts, min_noise, margin, int(max_iter), tol, bool(parallel))
 
 
-def _num_workers():
-    """Host threads for the starts: the cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def _bounds(X, y, min_noise):
-    """The box of the unconstrained parameters, and what the degeneracy test needs."""
-    d = X.shape[1]
+@functools.partial(jax.jit, static_argnums=(5, 7))
+def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
+    m, d = X.shape
     dtype = X.dtype
     var_y = jnp.var(y)
     std = jnp.std(X, axis=0)
@@ -584,39 +546,28 @@ def _bounds(X, y, min_noise):
             jnp.log(jnp.maximum(_NOISE_UPPER * var_y, 10 * min_noise))[None],
         ]
     ).astype(dtype)
-    return _Bounds(lo, hi), var_y, active, ls_lo, ls_hi
-
-
-@functools.partial(jax.jit, static_argnames=("max_iter", "parallel"))
-def _run_starts(X, y, starts, min_noise, tol, *, max_iter, parallel):
-    """Each start maximized: `(hypers, lmls, iterations, converged, gradient norms, LOO errors)`, stacked."""
-    m = X.shape[0]
-    dtype = X.dtype
-    bounds = _bounds(X, y, min_noise)[0]
+    bounds = _Bounds(lo, hi)
 
     def loss(u):
         return -_lml(_unpack(u, bounds), X, y) / m
 
-    def judged(start):
+    def run(start):
         # Stops at a stall too (no decrease beyond rounding: the line search found no better point).
         u, info = minimize_lbfgs(
-            loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype)
+            loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=10 * jnp.finfo(dtype).eps
         )
-        hyper, lml = _unpack(u, bounds), info.elbo[info.num_iter]
+        return _unpack(u, bounds), info.elbo[info.num_iter], info.num_iter, info.converged, info.grad_norm
+
+    def judged(start):
+        hyper, lml, it, conv, gnorm = run(start)
         loo = _loo_mse(hyper, X, y)
         loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)
-        return hyper, jnp.where(jnp.isfinite(lml), lml, -jnp.inf), info.num_iter, info.converged, info.grad_norm, loo
+        return hyper, jnp.where(jnp.isfinite(lml), lml, -jnp.inf), it, conv, gnorm, loo
 
     # vmap batches the starts' Cholesky factorizations into one LAPACK call per step; lax.map runs the
     # starts one after another (see `parallel_restarts`).
     batch_map = jax.vmap if parallel else (lambda f: functools.partial(lax.map, f))
-    return batch_map(judged)(starts)
-
-
-@jax.jit
-def _judge(X, y, min_noise, margin, hypers, lmls, iters, converged, gnorms, loo):
-    """The rule of `fit_gp_hyperparameters` over the starts' optima."""
-    _, var_y, active, ls_lo, ls_hi = _bounds(X, y, min_noise)
+    hypers, lmls, iters, converged, gnorms, loo = batch_map(judged)(starts)
     degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
     pinned = hypers.noise_variance <= 1.5 * min_noise
     chosen = _choose(lmls, degenerate, pinned, loo, margin)
@@ -631,7 +582,7 @@ def _judge(X, y, min_noise, margin, hypers, lmls, iters, converged, gnorms, loo)
         num_iterations=iters,
         converged=converged,
         grad_norms=gnorms,
-        num_points=jnp.asarray(X.shape[0], jnp.int32),
+        num_points=jnp.asarray(m, jnp.int32),
         noise_at_bound=pinned,
     )
     return hyper, info
