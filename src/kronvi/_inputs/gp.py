@@ -516,6 +516,11 @@ def fit_gp_hyperparameters(
     return hyper, info
 
 
+def _stall_rtol(dtype):
+    """A start stops when an iteration raises the log marginal likelihood by no more than this fraction."""
+    return 10 * jnp.finfo(dtype).eps
+
+
 def _fitted(X, y, starts, *, min_noise, margin, max_iter, tol, parallel):
     """`_fit` with one BLAS thread for the LAPACK calls inside the compiled fit (kronvi._base.threads)."""
     dtype = X.dtype
@@ -554,7 +559,7 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
     def run(start):
         # Stops at a stall too (no decrease beyond rounding: the line search found no better point).
         u, info = minimize_lbfgs(
-            loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=10 * jnp.finfo(dtype).eps
+            loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype)
         )
         return _unpack(u, bounds), info.elbo[info.num_iter], info.num_iter, info.converged, info.grad_norm
 
