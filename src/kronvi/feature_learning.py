@@ -25,6 +25,7 @@ import numpy as np
 from ._base.checks import check_int
 from ._base.precision import matmul
 from ._base.pytree import as_traced_callable
+from ._fit.features import FeatureFit as FeatureFit
 from ._fit.features import FeatureFitInfo as FeatureFitInfo
 from ._fit.features import feature_elbo as feature_elbo
 from ._fit.features import feature_stats as feature_stats
@@ -36,11 +37,14 @@ from ._inputs.learned import rff_lengthscale_features as rff_lengthscale_feature
 from ._inputs.learned import rff_lengthscale_map as rff_lengthscale_map
 from ._model.families import MeanField
 from ._model.grids import DiscretePrior, noise_prior
+from ._solvers.info import FitInfo, fit_info
 from ._stats.eigen import Eigenbasis, eigenbasis, rotate_features
 from .pipeline import eigen_posterior_grid, evidence_noise_variance
 
 __all__ = [
+    "EigenFeatureFit",
     "EigenFeatureModel",
+    "FeatureFit",
     "FeatureFitInfo",
     "eigen_feature_model",
     "feature_elbo",
@@ -76,6 +80,23 @@ class EigenFeatureModel(NamedTuple):
     q_w: MeanField
     q_noise: MeanField
     elbo: float
+
+
+class EigenFeatureFit(NamedTuple):
+    """The result of [`fit_features_eigen`][kronvi.feature_learning.fit_features_eigen].
+
+    Attributes:
+      model: the placed [`EigenFeatureModel`][kronvi.feature_learning.EigenFeatureModel] with the highest
+        ELBO (its `params` are the learned parameters).
+      info: [`kronvi.FitInfo`][kronvi.FitInfo] over the rounds: `elbo` `(max_iter + 1,)` the best ELBO of
+        the models placed so far (before the first round, then after each), so `final_elbo` is
+        `model.elbo`; `iterate_elbo` the ELBO of the model placed at each of those points, which can
+        fall from one round to the next; `converged` is false (the rounds have no stopping test);
+        `optimizer` the method of the parameter steps.
+    """
+
+    model: EigenFeatureModel
+    info: FitInfo
 
 
 def _rotated(fn, vectors, params, X):
@@ -120,7 +141,7 @@ def eigen_feature_model(
     prior_w = eigen_posterior_grid(rotated, basis, prior_scale, s2, levels=levels, width=width)
     prior_n = noise_prior(s2, levels=levels, span=noise_span)
     q_w, q_n, info = fit_regression(rotated, prior_w, prior_n, init="gaussian")
-    elbo = float(info.elbo[int(info.num_iter)])
+    elbo = float(info.final_elbo)
     return EigenFeatureModel(params, basis, prior_w, prior_n, q_w, q_n, elbo)
 
 
@@ -183,18 +204,20 @@ def fit_features_eigen(
       chunk_size: rows per chunk of the statistics.
 
     Returns:
-      `(model, elbo_trace)`: the placed [`EigenFeatureModel`][kronvi.feature_learning.EigenFeatureModel]
-      with the highest ELBO (its `params` are the learned parameters) and the ELBO of the model placed
-      before each round and at the end, `(rounds + 1,)`.
+      [`EigenFeatureFit`][kronvi.feature_learning.EigenFeatureFit] `(model, info)`: the placed
+      [`EigenFeatureModel`][kronvi.feature_learning.EigenFeatureModel] with the highest ELBO (its `params`
+      are the learned parameters) and a [`kronvi.FitInfo`][kronvi.FitInfo] whose `iterate_elbo` holds the
+      ELBO of the model placed before each round and at the end, `(rounds + 1,)`, and `elbo` its running
+      maximum.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> from kronvi.feature_learning import fit_features_eigen, rff_lengthscale_map
       >>> X = jnp.linspace(-3, 3, 100)[:, None]; y = jnp.sin(2 * X[:, 0])
       >>> fmap = rff_lengthscale_map(jax.random.key(0), 1, 10)
-      >>> model, trace = fit_features_eigen(jnp.zeros(1), X, y, feature_fn=fmap, prior_scale=1.0,
+      >>> model, info = fit_features_eigen(jnp.zeros(1), X, y, feature_fn=fmap, prior_scale=1.0,
       ...     noise_variance=0.01, rounds=2, param_iter=3, inner_sweeps=2)  # doctest: +SKIP
-      >>> len(trace), bool(trace[-1] > trace[0])  # doctest: +SKIP
+      >>> len(info.iterate_elbo), bool(info.final_elbo > info.elbo[0])  # doctest: +SKIP
       (3, True)
     """
     rounds = check_int(rounds, "rounds", 0)
@@ -205,13 +228,14 @@ def fit_features_eigen(
     )
     trace = [model.elbo]
     best = model
+    best_trace = [model.elbo]
     for _ in range(rounds):
         rotated = jax.tree_util.Partial(_rotated, fn, model.basis.vectors)
-        (params, _, _), _ = fit_features(
+        params = fit_features(
             params, X, y, model.prior_w, model.prior_noise, feature_fn=rotated, init=(model.q_w, model.q_noise),
             max_rounds=1, param_iter=param_iter, inner_sweeps=inner_sweeps, starts=("previous",),
             log_prior=log_prior, chunk_size=chunk_size,
-        )  # fmt: skip
+        ).params  # fmt: skip
         s2 = model.prior_noise.values[0, model.prior_noise.values.shape[-1] // 2]
         model = eigen_feature_model(
             params, X, y, feature_fn=fn, prior_scale=prior_scale, noise_variance=s2, **opts
@@ -219,4 +243,9 @@ def fit_features_eigen(
         trace.append(model.elbo)
         if model.elbo > best.elbo:
             best = model
-    return best, np.asarray(trace)
+        best_trace.append(best.elbo)
+    info = fit_info(
+        np.asarray(best_trace), np.asarray(rounds), np.asarray(False), optimizer="optax-lbfgs",
+        iterate_elbo=np.asarray(trace),
+    )  # fmt: skip
+    return EigenFeatureFit(best, info)

@@ -524,7 +524,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         self.fit_info_ = info
         self.n_iter_ = max(int(info.num_iter), 1)
         # the density of y is that of the standardized targets divided by y_scale per row
-        self.elbo_ = float(info.elbo[int(info.num_iter)]) - self.n_samples_seen_ * np.log(y_scale)
+        self.elbo_ = float(info.final_elbo) - self.n_samples_seen_ * np.log(y_scale)
         return self
 
     def fit(self, X, y):

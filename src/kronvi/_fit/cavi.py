@@ -15,7 +15,7 @@ from jax import lax
 from .._base.precision import dot
 from .._model.families import MeanField, grid_moments
 from .._model.regression import coordinate_optimum, elbo_from_logits, noise_moments, noise_update
-from .._solvers.lbfgs import FitInfo
+from .._solvers.info import fit_info
 
 ORDERS = ("random", "cyclic", "greedy", "gain")
 
@@ -349,4 +349,4 @@ def fit_cavi(
         cond, body, (jnp.asarray(0), logits_w, logits_n, trace, jnp.asarray(False))
     )
     tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    return MeanField._unchecked(lw), MeanField._unchecked(ln), FitInfo(tr, it, done)
+    return MeanField._unchecked(lw), MeanField._unchecked(ln), fit_info(tr, it, done, optimizer="cavi")

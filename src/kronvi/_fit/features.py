@@ -31,6 +31,7 @@ from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
 from .._model.families import MeanField
 from .._model.regression import check_regression_args, regression_elbo
+from .._solvers.info import register_static_optimizer
 from .._solvers.lbfgs import BACKENDS, minimize_lbfgs
 from .._stats.regression import RegressionStats, check_stats, regression_stats_from_inputs
 from .regression import fit_regression
@@ -38,30 +39,52 @@ from .regression import fit_regression
 _STARTS = ("previous", "gaussian", "prior")
 
 
+@register_static_optimizer
 class FeatureFitInfo(NamedTuple):
-    """Diagnostics of [`fit_features`][kronvi.feature_learning.fit_features].
+    """Diagnostics of [`fit_features`][kronvi.feature_learning.fit_features]: the fields of
+    [`kronvi.FitInfo`][kronvi.FitInfo] (an iteration is a round), then the objective's.
 
     Attributes:
-      objective: `(num_rounds + 1,)` the objective (the ELBO, plus `log_prior(params)` when given) after
-        the first fit of `q` (index 0) and after each round (a parameter step, then a refit of `q`);
-        entries past `num_rounds` repeat the final value. It never decreases.
-      elbo: `(num_rounds + 1,)` the ELBO alone at the same points.
-      num_rounds: rounds run.
-      converged: whether a round gained less than `tol * n` nats before `max_rounds`.
+      elbo: `(max_iter + 1,)` the ELBO after the first fit of `q` (index 0) and after each round (a
+        parameter step, then a refit of `q`); entries past `num_iter` repeat the final value.
+      final_elbo: the ELBO at the returned parameters and `q`, `elbo[num_iter]`.
+      num_iter: rounds run.
+      converged: whether a round gained less than `tol * n` nats before `max_iter` rounds.
+      optimizer: the method of the parameter steps, `"optax-lbfgs"` or `"lbfgs"` (static).
+      objective: `(max_iter + 1,)` the objective (the ELBO, plus `log_prior(params)` when given) at the
+        same points. It never decreases.
       grad_norm: norm of the gradient of the objective divided by `n`, in the parameters, at the returned
         parameters, with the `q` of that round's step (`nan` when no round was accepted).
-      attempted: `(num_rounds + 1,)` the objective each round reached before the no-progress test (`nan`
+      attempted: `(max_iter + 1,)` the objective each round reached before the no-progress test (`nan`
         where every refit's ELBO was non-finite): `objective`, except at a last round that the test
         undid. With `"previous"` among the starts it does not decrease either, by the argument above
         and not by that test.
     """
 
-    objective: np.ndarray
     elbo: np.ndarray
-    num_rounds: int
+    final_elbo: float
+    num_iter: int
     converged: bool
+    optimizer: str
+    objective: np.ndarray
     grad_norm: float
     attempted: np.ndarray | None = None
+
+
+class FeatureFit(NamedTuple):
+    """The result of [`fit_features`][kronvi.feature_learning.fit_features].
+
+    Attributes:
+      params: the learned parameters of the feature map (a pytree like the starting ones).
+      q_w: [`MeanField`][kronvi.MeanField] `(b, m)` over the weights of the learned features.
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
+      info: [`FeatureFitInfo`][kronvi.feature_learning.FeatureFitInfo].
+    """
+
+    params: object
+    q_w: MeanField
+    q_noise: MeanField
+    info: FeatureFitInfo
 
 
 def _apply(fn, params, X):
@@ -293,8 +316,7 @@ def fit_features(
       chunk_size: rows per chunk of the statistics (`None`: at most 4096).
 
     Returns:
-      `((params, q_w, q_noise), info)` with `info` a
-      [`FeatureFitInfo`][kronvi.feature_learning.FeatureFitInfo].
+      [`FeatureFit`][kronvi.feature_learning.FeatureFit] `(params, q_w, q_noise, info)`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -303,8 +325,8 @@ def fit_features(
       >>> X = jnp.linspace(-3, 3, 100)[:, None]
       >>> y = jnp.sin(3 * X[:, 0]) + 0.1 * jax.random.normal(jax.random.key(1), (100,))
       >>> pw, pn = kronvi.gaussian_prior(20, 1.0, levels=15), kronvi.noise_prior(0.01, levels=7, span=10.0)
-      >>> (theta, q_w, q_n), info = fit_features(jnp.log(jnp.ones(1) * 3.0), X, y, pw, pn,
-      ...                                        feature_fn=fmap, max_rounds=2, param_iter=10)
+      >>> theta, q_w, q_n, info = fit_features(jnp.log(jnp.ones(1) * 3.0), X, y, pw, pn,
+      ...                                      feature_fn=fmap, max_rounds=2, param_iter=10)
       >>> bool(info.objective[-1] >= info.objective[0]), float(jnp.exp(theta[0])) < 3.0
       (True, True)
     """
@@ -379,14 +401,16 @@ def fit_features(
             break
     pad = max_rounds + 1 - len(objs)
     info = FeatureFitInfo(
-        objective=np.asarray(objs + [objs[-1]] * pad),
         elbo=np.asarray(elbos + [elbos[-1]] * pad),
-        num_rounds=rounds,
+        final_elbo=elbos[-1],
+        num_iter=rounds,
         converged=converged,
+        optimizer=backend,
+        objective=np.asarray(objs + [objs[-1]] * pad),
         grad_norm=grad_norm,
         attempted=np.asarray(attempted + [attempted[-1]] * pad),
     )
-    return (params, q_w, q_n), info
+    return FeatureFit(params, q_w, q_n, info)
 
 
 def _zero_log_prior(params):

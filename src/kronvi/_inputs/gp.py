@@ -556,7 +556,7 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
         u, info = minimize_lbfgs(
             loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=10 * jnp.finfo(dtype).eps
         )
-        return _unpack(u, bounds), info.elbo[info.num_iter], info.num_iter, info.converged, info.grad_norm
+        return _unpack(u, bounds), info.final_elbo, info.num_iter, info.converged, info.grad_norm
 
     def judged(start):
         hyper, lml, it, conv, gnorm = run(start)

@@ -19,6 +19,7 @@ point, so fits start from randomly perturbed logits ([`bnn_init`][kronvi.bnn.bnn
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,8 @@ from jax import lax
 from .._base.checks import as_float_array, check_finite, check_int, check_ndim
 from .._model.families import MeanField
 from .._model.regression import noise_moments, noise_optimum_logits
-from .._solvers.lbfgs import FitInfo, minimize_lbfgs
+from .._solvers.info import FitInfo, fit_info
+from .._solvers.lbfgs import minimize_lbfgs
 from ._elbo import (
     check_bnn_args,
     elbo_from_logits,
@@ -41,6 +43,21 @@ from ._stats import check_bnn_stats, tensor_power_map
 BNN_METHODS = ("lbfgs", "optax-lbfgs", "cavi")
 # An L-BFGS fit has converged only if one coordinate-ascent sweep from it gains at most this many nats per row.
 _SWEEP_GAIN = 1e-6
+
+
+class BNNFit(NamedTuple):
+    """The result of [`fit_bnn`][kronvi.bnn.fit_bnn].
+
+    Attributes:
+      q_w: [`kronvi.MeanField`][kronvi.MeanField] `(P, m)` over the weights, in
+        [`quadratic_net`][kronvi.bnn.quadratic_net] order.
+      q_noise: [`kronvi.MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
+      info: [`kronvi.FitInfo`][kronvi.FitInfo].
+    """
+
+    q_w: MeanField
+    q_noise: MeanField
+    info: FitInfo
 
 
 def bnn_init(key, prior_w, prior_noise, *, scale: float = 1.0):
@@ -103,7 +120,7 @@ def fit_bnn(
         (`docs/notes/2026-11-23-bnn.md`), so a handful of starts pays. Ignored with `q_init`.
 
     Returns:
-      `(q_w, q_noise, info)` with `info` a [`kronvi.FitInfo`][kronvi.FitInfo].
+      [`BNNFit`][kronvi.bnn.BNNFit] `(q_w, q_noise, info)`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -113,7 +130,7 @@ def fit_bnn(
       >>> stats = bnn_stats(X1, y, (3, 2, 1))
       >>> pw, pn = kronvi.gaussian_prior(8, 1.0, levels=7), kronvi.noise_prior(0.1)
       >>> q_w, q_n, info = fit_bnn(stats, pw, pn)
-      >>> round(float(info.elbo[-1])), bool(info.converged)
+      >>> round(float(info.final_elbo)), bool(info.converged)
       (-78, True)
     """
     if method not in BNN_METHODS:
@@ -139,8 +156,8 @@ def fit_bnn(
         backend = "lbfgs" if method == "lbfgs" else "optax-lbfgs"
         fit = functools.partial(_fit_lbfgs, max_iter=max_iter, tol=tol, backend=backend)
     if num_starts == 1:
-        return fit(q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
-    return _best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stats)
+        return BNNFit(*fit(q_w0.logits, q_n0.logits, prior_w, prior_noise, stats))
+    return BNNFit(*_best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stats))
 
 
 def _best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stats):
@@ -148,7 +165,7 @@ def _best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stat
     lw0 = jax.vmap(lambda k: bnn_init(k, prior_w, prior_noise, scale=init_scale)[0].logits)(keys)
     ln0 = jnp.broadcast_to(prior_noise.log_probs, (num_starts,) + prior_noise.log_probs.shape)
     q_w, q_n, info = jax.vmap(fit, in_axes=(0, 0, None, None, None))(lw0, ln0, prior_w, prior_noise, stats)
-    best = jnp.argmax(info.elbo[:, -1])
+    best = jnp.argmax(info.final_elbo)
     return jax.tree.map(lambda a: a[best], (q_w, q_n, info))
 
 
@@ -190,7 +207,7 @@ def _fit_lbfgs(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol
     gain = elbo_from_logits(
         *_cavi_sweep(lw, ln, prior_w, prior_noise, stats, sizes), prior_w, prior_noise, stats, sizes
     )
-    value = info.elbo[info.num_iter]
+    value = info.final_elbo
     slack = jnp.maximum(_SWEEP_GAIN * stats.n, 16 * jnp.finfo(value.dtype).eps * jnp.abs(value))  # rounding
     info = info._replace(converged=info.converged & (gain - value <= slack))
     return MeanField._unchecked(lw), MeanField._unchecked(ln), info
@@ -219,7 +236,7 @@ def _fit_cavi(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol)
     init = (jnp.asarray(0), logits_w, logits_n, value0, jnp.asarray(False), trace)
     it, lw, ln, _, done, trace = lax.while_loop(cond, body, init)
     trace = jnp.where(jnp.arange(max_iter + 1) <= it, trace, trace[it])
-    return MeanField._unchecked(lw), MeanField._unchecked(ln), FitInfo(trace, it, done, None)
+    return MeanField._unchecked(lw), MeanField._unchecked(ln), fit_info(trace, it, done, optimizer="cavi")
 
 
 def predict_bnn(q_w, q_noise, prior_w, prior_noise, X_new, layer_sizes):

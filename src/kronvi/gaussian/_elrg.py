@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +56,7 @@ from .._base.precision import dot, einsum, matmul
 from .._base.progress import check_progress, progress_scope, report_progress
 from .._base.pytree import validated_pytree
 from .._model.regression import LOG_2PI
+from .._solvers.info import FitInfo, fit_info
 from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.linalg import jittered_cholesky
 from .._solvers.optimizers import cache_by_optimizer
@@ -338,6 +340,18 @@ def predict_elrg(q, noise_variance, Phi_new):
 # Fitting
 
 
+class ELRGFit(NamedTuple):
+    """The result of [`fit_elrg`][kronvi.gaussian.fit_elrg].
+
+    Attributes:
+      q: the fitted [`ELRG`][kronvi.gaussian.ELRG].
+      info: [`kronvi.FitInfo`][kronvi.FitInfo], for either objective.
+    """
+
+    q: ELRG
+    info: FitInfo
+
+
 def _mf_variance(G_diag, scale, s2):
     """The factorized Gaussian's optimal variances $1/((\\Phi^\\top\\Phi)_{jj}/\\sigma^2 + \\sigma_w^{-2})$."""
     return 1.0 / (G_diag / s2 + 1.0 / scale**2)
@@ -459,9 +473,11 @@ def fit_elrg(
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      `(q, info)`: the fitted [`ELRG`][kronvi.gaussian.ELRG] and, for `"exact"`, a [`kronvi.FitInfo`][kronvi.FitInfo] (ELBO trace,
-      iterations, convergence); for `"local-reparam"`, a [`kronvi.ReparamInfo`][kronvi.gaussian.ReparamInfo] of `(num_steps,)`
-      minibatch ELBO estimates and gradient norms.
+      [`ELRGFit`][kronvi.gaussian.ELRGFit] `(q, info)`: the fitted [`ELRG`][kronvi.gaussian.ELRG] and a
+      [`kronvi.FitInfo`][kronvi.FitInfo]. For `"exact"` (`optimizer="optax-lbfgs"`) its `elbo` is the
+      exact ELBO trace; for `"local-reparam"` (`optimizer="sgd"`) it holds `(num_steps + 1,)` minibatch
+      estimates (each step's at the parameters before it, then one at the returned parameters) and
+      `steps` the [`kronvi.ReparamInfo`][kronvi.gaussian.ReparamInfo] of the steps.
 
     References:
       Tomczak et al. (2020), section 3 (Lemmas 1 and 2, ELRG-VI and ELRG-D-VI).
@@ -472,7 +488,7 @@ def fit_elrg(
       >>> y = Phi @ jnp.array([1., -1., 0.5, 0.]) + 0.3 * jax.random.normal(jax.random.key(1), (100,))
       >>> stats = kronvi.regression_stats(Phi, y)
       >>> q, info = kronvi.fit_elrg(jax.random.key(2), stats, 1.0, 0.09, rank=2)
-      >>> q.factors.shape, q.mean.dtype, bool(info.elbo[-1] > info.elbo[0])
+      >>> q.factors.shape, q.mean.dtype, bool(info.final_elbo > info.elbo[0])
       ((4, 2), dtype('float32'), True)
       >>> gap = kronvi.blr_log_evidence(stats, 1.0, 0.09) - kronvi.elrg_elbo(q, 0.09, stats, prior_scale=1.0)
       >>> bool(-0.01 < gap < 0.1)  # KL(q || exact posterior), nats, up to float32 rounding
@@ -554,7 +570,7 @@ def _fit_exact(q0, stats, scale, s2, learn_diag, *, max_iter, tol):
         return -_elbo(*_fixable(p, q0, learn_diag), s2, stats, scale) / stats.n
 
     best, info = minimize_lbfgs(loss, tuple(q0), stats.n, max_iter=max_iter, tol=tol)
-    return ELRG._unchecked(*_fixable(best, q0, learn_diag)), info
+    return ELRGFit(ELRG._unchecked(*_fixable(best, q0, learn_diag)), info)
 
 
 @cache_by_optimizer
@@ -564,21 +580,17 @@ def _compiled_local(optimizer):
         n_arr = jnp.asarray(n, Phi.dtype)
         params0 = tuple(q0)
 
+        def loss(p, k):
+            k_idx, k_draw = jax.random.split(k)
+            idx = jax.random.randint(k_idx, (batch_size,), 0, n)
+            mean, log_diag, V = _fixable(p, q0, learn_diag)
+            elbo = _minibatch_elbo(k_draw, mean, log_diag, V, s2, Phi[idx], y[idx], n_arr, scale, num_samples)
+            return -elbo / n_arr
+
         def body(carry, xs):
             k, i = xs
             params, opt_state = carry
-            k_idx, k_draw = jax.random.split(k)
-            idx = jax.random.randint(k_idx, (batch_size,), 0, n)
-            Phi_b, y_b = Phi[idx], y[idx]
-
-            def loss(p):
-                mean, log_diag, V = _fixable(p, q0, learn_diag)
-                return (
-                    -_minibatch_elbo(k_draw, mean, log_diag, V, s2, Phi_b, y_b, n_arr, scale, num_samples)
-                    / n_arr
-                )
-
-            value, grads = jax.value_and_grad(loss)(params)
+            value, grads = jax.value_and_grad(loss)(params, k)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             info = ReparamInfo(-value * n_arr, optax.tree.norm(grads))
@@ -586,7 +598,11 @@ def _compiled_local(optimizer):
             return (params, opt_state), info
 
         xs = (jax.random.split(key, num_steps), jnp.arange(num_steps))
-        (params, _), info = lax.scan(body, (params0, optimizer.init(params0)), xs)
-        return ELRG._unchecked(*_fixable(params, q0, learn_diag)), info
+        (params, _), steps = lax.scan(body, (params0, optimizer.init(params0)), xs)
+        # the ELBO at the returned parameters: one more estimate, on a minibatch and draws no step used
+        final = -loss(params, jax.random.fold_in(key, num_steps)) * n_arr
+        trace = jnp.concatenate([steps.elbo, final[None]])
+        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd", steps=steps)
+        return ELRGFit(ELRG._unchecked(*_fixable(params, q0, learn_diag)), info)
 
     return jax.jit(fit, static_argnames=("num_steps", "batch_size", "num_samples"))

@@ -32,7 +32,7 @@ from .._base.checks import as_float_array, check_finite, check_ndim, check_posit
 from .._base.kron import expected_quadratic
 from .._base.precision import dot, matmul
 from .._model.regression import LOG_2PI
-from .._solvers.lbfgs import FitInfo
+from .._solvers.info import FitInfo, fit_info
 from .._solvers.linalg import jittered_cholesky
 from .._stats.regression import RegressionStats
 
@@ -47,6 +47,21 @@ class GaussianMeanField(NamedTuple):
 
     mean: jax.Array
     log_std: jax.Array
+
+
+class GaussianFit(NamedTuple):
+    r"""The result of [`fit_gaussian_mf`][kronvi.gaussian.fit_gaussian_mf] and
+    [`fit_gaussian_reparam`][kronvi.gaussian.fit_gaussian_reparam].
+
+    Attributes:
+      q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField].
+      noise_variance: `()` the final noise variance $\sigma^2$ (a point estimate).
+      info: [`kronvi.FitInfo`][kronvi.FitInfo].
+    """
+
+    q: GaussianMeanField
+    noise_variance: jax.Array
+    info: FitInfo
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -224,8 +239,9 @@ def fit_gaussian_mf(
       tol: stop when an iteration gains less than `tol * n` nats.
 
     Returns:
-      `(q, noise_variance, info)`: a [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField], the final noise variance and a
-      [`kronvi.FitInfo`][kronvi.FitInfo] with the ELBO trace.
+      [`GaussianFit`][kronvi.gaussian.GaussianFit] `(q, noise_variance, info)`: a
+      [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField], the final noise variance and a
+      [`kronvi.FitInfo`][kronvi.FitInfo] (`optimizer="cavi"`) with the ELBO trace.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -269,7 +285,7 @@ def _optimal_q(stats, scale, noise_variance):
 @functools.partial(jax.jit, static_argnames=("learn_noise", "max_iter", "tol"))
 def fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
     """The traced coordinate ascent of [`fit_gaussian_mf`][kronvi.gaussian.fit_gaussian_mf] on validated arrays (`lo`/`hi` bound the
-    learned noise variance; use `0` and `inf` for none). Returns `(q, noise_variance, info)`."""
+    learned noise variance; use `0` and `inf` for none). Returns a [`GaussianFit`][kronvi.gaussian.GaussianFit]."""
     dtype = stats.PhitPhi.dtype
     b = stats.PhitPhi.shape[-1]
     mean0 = jnp.zeros((b,), dtype)
@@ -293,7 +309,7 @@ def fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
     init = (jnp.asarray(0), mean0, log_std0, s0, trace, jnp.asarray(False))
     it, mean, log_std, s, tr, done = lax.while_loop(cond, body, init)
     tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    return GaussianMeanField(mean, log_std), s, FitInfo(tr, it, done)
+    return GaussianFit(GaussianMeanField(mean, log_std), s, fit_info(tr, it, done, optimizer="cavi"))
 
 
 def predict_gaussian_mf(q, noise_variance, Phi_new):

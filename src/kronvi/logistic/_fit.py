@@ -3,12 +3,13 @@ r"""Fitting mean-field DIRECT logistic regression by maximizing a lower bound on
 `"lbfgs"`: L-BFGS on the exact gradient of the full-data bound ([`kronvi.minimize_lbfgs`][kronvi.minimize_lbfgs]).
 `"sgd"`: any optax optimizer on unbiased minibatch estimates of it, for large `n`. Both are pure
 (`lax.while_loop`/`lax.scan`), run under `jit` and `vmap` (e.g. CV folds stacked on a leading axis)
-and return `(q_w, info)`.
+and return a [`LogisticFit`][kronvi.logistic.LogisticFit] `(q_w, info)`.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,13 +20,27 @@ from .._base.checks import all_finite, check_int, check_optimizer, is_concrete, 
 from .._base.kron import kron_sum_expectation
 from .._base.precision import matmul
 from .._model.families import MeanField, check_family, grid_moments
-from .._solvers.lbfgs import FitInfo, minimize_lbfgs
+from .._solvers.info import FitInfo, fit_info
+from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.optimizers import cache_by_optimizer
 from ._bound import DEFAULT_BOUND, bound_rows_sum, check_bound, check_logistic_args, check_weights
 from ._cavi import fit_cavi
 
 METHODS = ("lbfgs", "sgd", "cavi")
 STARTS = ("laplace", "prior")
+
+
+class LogisticFit(NamedTuple):
+    """The result of [`fit_logistic`][kronvi.logistic.fit_logistic].
+
+    Attributes:
+      q_w: [`kronvi.MeanField`][kronvi.MeanField] `(b, m)` over the weights.
+      info: [`kronvi.FitInfo`][kronvi.FitInfo]; its `elbo` trace holds the bound on the ELBO that the fit
+        maximizes.
+    """
+
+    q_w: MeanField
+    info: FitInfo
 
 
 def laplace_start_logits(prior_w, Phi, y, weights, *, max_iter: int = 100):
@@ -111,8 +126,10 @@ def _compiled_sgd(optimizer):
         (logits, _), trace = lax.scan(
             body, (logits, optimizer.init(logits)), jax.random.split(key, num_steps)
         )
-        trace = jnp.concatenate([trace, trace[-1:]])
-        info = FitInfo(trace, jnp.asarray(num_steps), jnp.asarray(False), None)
+        # the bound at the returned logits: one more estimate, on a minibatch no step used
+        idx = jax.random.choice(jax.random.fold_in(key, num_steps), rows, (batch_size,), replace=False)
+        trace = jnp.concatenate([trace, -loss(logits, idx)[None] * n])
+        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd")
         return MeanField._unchecked(logits), info
 
     return jax.jit(fit, static_argnames=("bound", "chunk_size", "num_steps", "batch_size", "laplace"))
@@ -174,8 +191,10 @@ def fit_logistic(
         `vmap` over folds).
 
     Returns:
-      `(q_w, info)`: the fitted [`kronvi.MeanField`][kronvi.MeanField] and a [`kronvi.FitInfo`][kronvi.FitInfo] whose `elbo`
-      trace holds the bound (L-BFGS: best so far; SGD: each step's minibatch estimate, before the step).
+      [`LogisticFit`][kronvi.logistic.LogisticFit] `(q_w, info)`: the fitted
+      [`kronvi.MeanField`][kronvi.MeanField] and a [`kronvi.FitInfo`][kronvi.FitInfo] whose `elbo` trace holds
+      the bound (L-BFGS: best so far; SGD: each step's minibatch estimate at the logits before it, then one
+      at the returned logits).
 
     Raises:
       ValueError: naming the argument: labels other than 0/1 or NaN (`y`), shapes (`Phi`, `y`,
@@ -247,11 +266,12 @@ def fit_logistic(
 
 
 def _checked(result, Phi):
-    """`result` `(q_w, info)`; `FloatingPointError` when a concrete fit ended with non-finite logits."""
-    q, _ = result
+    """`result` `(q_w, info)` as a `LogisticFit`; `FloatingPointError` when a concrete fit ended with
+    non-finite logits."""
+    q, info = result
     if is_concrete(q.logits) and not all_finite(q.logits):
         big = float(reduce_on_device(lambda P: jnp.max(jnp.abs(P)), Phi))
         raise FloatingPointError(
             f"fit_logistic ended with non-finite logits; `Phi` reaches {big:.3g} in {Phi.dtype}: standardize it"
         )
-    return result
+    return LogisticFit(q, info)

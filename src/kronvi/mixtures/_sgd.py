@@ -22,10 +22,11 @@ from jax import lax
 from .._base.checks import check_optimizer
 from .._base.progress import check_progress, progress_scope, report_progress
 from .._model.families import MeanField
+from .._solvers.info import fit_info
 from .._solvers.optimizers import cache_by_optimizer
 from ._bounds import noise_cavi_logits
 from ._estimators import estimator_fn
-from ._family import Mixture, check_count, check_mixture, check_mixture_args
+from ._family import Mixture, MixtureFit, check_count, check_mixture, check_mixture_args
 
 NOISE_UPDATES = ("cavi", "gradient")
 
@@ -123,8 +124,15 @@ def _compiled_fit(optimizer):
             return state, info
 
         xs = (jax.random.split(key, num_steps), jnp.arange(num_steps))
-        state, info = lax.scan(body, state, xs)
-        return state.q, state.q_noise, info
+        state, steps = lax.scan(body, state, xs)
+        # the ELBO at the returned parameters: one more estimate, on draws no step used
+        _, final, _ = estimator_fn(estimator)(
+            jax.random.fold_in(key, num_steps), state.q, state.q_noise, prior_w, prior_noise, stats,
+            num_samples=num_samples,
+        )  # fmt: skip
+        trace = jnp.concatenate([steps.elbo, final[None]])
+        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd", steps=steps)
+        return MixtureFit(state.q, state.q_noise, None, info)
 
     return jax.jit(fit, static_argnames=("num_steps", "num_samples", "noise_update", "estimator"))
 
@@ -242,7 +250,11 @@ def fit_mixture_sgd(
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      `(q, q_noise, info)`; `info` is a [`MixtureSGDInfo`][kronvi.mixtures.MixtureSGDInfo] of `(num_steps,)` arrays.
+      [`MixtureFit`][kronvi.mixtures.MixtureFit] `(q, q_noise, None, info)`: `info` a
+      [`kronvi.FitInfo`][kronvi.FitInfo] (`optimizer="sgd"`) whose `elbo` trace `(num_steps + 1,)` holds
+      each step's unbiased estimate at the parameters before it and one more at the returned
+      parameters, and whose `steps` is the [`MixtureSGDInfo`][kronvi.mixtures.MixtureSGDInfo] of the
+      steps, `(num_steps,)` arrays.
 
     References:
       Evans & Nair (2018), section 4 and Table 2 ("5-Mixture SGD").
@@ -253,10 +265,10 @@ def fit_mixture_sgd(
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=5), kronvi.noise_prior(0.1)
       >>> qw, qn, _ = kronvi.fit_regression(stats, pw, pn)
       >>> q0 = kronvi.mixture_from_mean_field(jax.random.key(1), qw, 2)
-      >>> q, qn2, info = kronvi.fit_mixture_sgd(jax.random.key(2), stats, pw, pn, init=(q0, qn),
-      ...                                       optimizer=optax.adam(0.05), num_steps=20, num_samples=16)
-      >>> info.elbo.shape
-      (20,)
+      >>> fit = kronvi.fit_mixture_sgd(jax.random.key(2), stats, pw, pn, init=(q0, qn),
+      ...                              optimizer=optax.adam(0.05), num_steps=20, num_samples=16)
+      >>> fit.info.elbo.shape, fit.info.steps.elbo_stderr.shape, fit.info.optimizer
+      ((21,), (20,), 'sgd')
     """
     if not (isinstance(init, tuple) and len(init) == 2):
         raise TypeError("`init` must be a tuple (q, q_noise)")
