@@ -63,7 +63,7 @@ def methods():
     def best_of_starts(st, pw, pn):
         # The pipeline's default: CAVI from the prior and from kronvi.gaussian_start, keep the higher ELBO.
         fits = [kronvi.fit_regression(st, pw, pn, init=s) for s in ("prior", "gaussian")]
-        final = [f[2].elbo[f[2].num_iter] for f in fits]
+        final = [f.info.final_elbo for f in fits]
         return jax.tree.map(lambda a, b: jnp.where(final[1] > final[0], b, a), *fits)
 
     return {
@@ -103,7 +103,7 @@ def main():
                     t0 = time.perf_counter()
                     q, qn, info = jax.block_until_ready(f(stats, pw, pn))
                     times.append(time.perf_counter() - t0)
-                elbo = float(info.elbo[int(info.num_iter)])
+                elbo = float(info.final_elbo)
                 mu, _ = kronvi.predict_regression(q, qn, pw, pn, Phi_te)
                 rmse = float(np.sqrt(np.mean((np.asarray(mu) - y_te) ** 2)))
                 rows.setdefault(name, []).append(

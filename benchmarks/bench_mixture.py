@@ -121,7 +121,7 @@ def quality(r, sgd_runs, lbfgs_iters):
     with jax.enable_x64(True):
         stats, prior_w, prior_n = make_problem(jnp.float64)
         q_w, q_n, info = kronvi.fit_regression(stats, prior_w, prior_n, max_iter=200)
-        mf = float(info.elbo[info.num_iter])
+        mf = float(info.final_elbo)
         b = q_w.logits.shape[0]
         print(f"\n## quality, float64, same problem (b={b}, r={r}); nats relative to the mean-field ELBO")
         print(f"mean-field ELBO (CAVI, {int(info.num_iter)} sweeps): {mf:.4f}")
@@ -179,11 +179,11 @@ def quality(r, sgd_runs, lbfgs_iters):
             f"bound at the marginals {b0:+.3f} (literal form {float(lit) - mf:+.3f})"
         )
         t0 = time.perf_counter()
-        q, lc, qn, binfo = kronvi.fit_mixture_bound(
+        q, qn, lc, binfo = kronvi.fit_mixture_bound(
             stats, prior_w, prior_n, init=(q0, q_n), max_iter=lbfgs_iters
         )
         sec = time.perf_counter() - t0
-        bound = float(binfo.elbo[binfo.num_iter]) - mf
+        bound = float(binfo.final_elbo) - mf
         e, s = unbiased(q, qn)
         print(
             f"L-BFGS bound fit ({int(binfo.num_iter)} it, converged={bool(binfo.converged)}, {sec:.0f} s): "
@@ -193,14 +193,14 @@ def quality(r, sgd_runs, lbfgs_iters):
         for S, steps, lr, est, cosine in sgd_runs:
             t0 = time.perf_counter()
             opt = optax.adam(optax.cosine_decay_schedule(lr, steps) if cosine else lr)
-            q, qn, sinfo = kronvi.fit_mixture_sgd(
+            q, qn, _, sinfo = kronvi.fit_mixture_sgd(
                 jax.random.key(1), stats, prior_w, prior_n, init=(q0, q_n), optimizer=opt,
                 num_steps=steps, num_samples=S, estimator=est,
             )  # fmt: skip
             jax.block_until_ready(q)
             sec = time.perf_counter() - t0
             e, s = unbiased(q, qn)
-            last = float(np.mean(sinfo.elbo[-50:])) - mf
+            last = float(np.mean(sinfo.steps.elbo[-50:])) - mf
             sched = "cosine-decayed " if cosine else ""
             print(
                 f"SGD adam({sched}{lr}), {est} estimator, {steps} steps x {S} samples ({sec:.0f} s): "
@@ -241,7 +241,7 @@ def bimodal():
             return float(np.sum(w * (joint - lq[:, None] - lqs[None])))
 
         q_w, q_n, info = kronvi.fit_regression(stats, prior_w, prior_n, anneal_sweeps=20)
-        mf = float(info.elbo[info.num_iter])
+        mf = float(info.final_elbo)
         print("\n## tiny bimodal problem (b=3, m=3, r=2), exact by enumeration")
         print(f"log p(y) = {log_z:.4f}; mean-field ELBO {mf:.4f} (gap {log_z - mf:.4f})")
         from_mf = kronvi.mixture_from_mean_field(jax.random.key(1), q_w, 2, noise_scale=1.0)
@@ -249,13 +249,13 @@ def bimodal():
             ("from mean field (noise_scale=1)", from_mf),
             ("leaning to the two modes", _two_modes()),
         ]:
-            q, lc, qn, binfo = kronvi.fit_mixture_bound(stats, prior_w, prior_n, init=(q0, q_n), max_iter=500)
-            bound = float(binfo.elbo[binfo.num_iter])
+            q, qn, lc, binfo = kronvi.fit_mixture_bound(stats, prior_w, prior_n, init=(q0, q_n), max_iter=500)
+            bound = float(binfo.final_elbo)
             print(
                 f"start {name}: L-BFGS bound {bound:.4f}, exact ELBO {exact(q, qn):.4f}, "
                 f"weights {np.round(np.asarray(q.weights), 3).tolist()}"
             )
-            q, qn, sinfo = kronvi.fit_mixture_sgd(
+            q, qn, _, sinfo = kronvi.fit_mixture_sgd(
                 jax.random.key(2), stats, prior_w, prior_n, init=(q0, q_n), optimizer=optax.adam(0.1),
                 num_steps=1000, num_samples=16,
             )  # fmt: skip

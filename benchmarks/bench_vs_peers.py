@@ -95,7 +95,7 @@ def run_kronvi(Xtr, ytr, Xte, yte, key=0):
     ld = np.asarray(ld)
     t3 = time.perf_counter()
     return dict(
-        fit=t1 - t0, gp=timings["init_seconds"], stats=timings["stats_seconds"], cavi=timings["fit_seconds"],
+        fit=t1 - t0, gp=timings.init_seconds, stats=timings.stats_seconds, cavi=timings.fit_seconds,
         predict=t2 - t1, density=t3 - t2,
         rmse=float(np.sqrt(np.mean((mean - yte) ** 2))), nlpd=float(-np.mean(ld)),
     )  # fmt: skip

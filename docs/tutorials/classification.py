@@ -63,7 +63,7 @@ q, info = kl.fit_logistic(Phi_tr, y_tr, prior, max_iter=30)
 p = kl.predict_logistic(q, prior, Phi_te)
 acc = float(jnp.mean((p > 0.5) == (y_te == 1)))
 logloss = float(-jnp.mean(y_te * jnp.log(p) + (1 - y_te) * jnp.log1p(-p)))
-print(f"ELBO bound {float(info.elbo[info.num_iter]):.2f}; test accuracy {acc:.3f}, log loss {logloss:.3f}")
+print(f"ELBO bound {float(info.final_elbo):.2f}; test accuracy {acc:.3f}, log loss {logloss:.3f}")
 print(f"expected sparsity {100 * float(kronvi.expected_sparsity(q, prior)):.0f}% of weights at 0")
 
 # %% [markdown]

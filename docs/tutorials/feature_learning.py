@@ -100,11 +100,11 @@ print("central difference, first input:", round(float((elbo(theta_gp + e) - elbo
 # [`fit_features`][kronvi.feature_learning.fit_features] does the same under any fixed grids.
 
 # %%
-model_rff, trace = fit_features_eigen(
+model_rff, info_rff = fit_features_eigen(
     theta_gp, X_train, y_train, feature_fn=fmap, prior_scale=prior_scale, noise_variance=noise_guess,
     rounds=3, param_iter=5, inner_sweeps=5,
 )  # fmt: skip
-print("ELBO per round:", np.round(trace, 2))
+print("ELBO per round:", np.round(info_rff.iterate_elbo, 2))
 print("learned lengthscales:", np.round(np.exp(np.asarray(model_rff.params)), 2))
 
 
@@ -149,12 +149,12 @@ def log_prior(params):
 
 
 params = mlp_init(jax.random.key(2), (X.shape[1], 32, 32), dtype=jnp.float64)
-model_mlp, trace = fit_features_eigen(
+model_mlp, info_mlp = fit_features_eigen(
     params, X_train, y_train, feature_fn=mlp_features, prior_scale=prior_scale, noise_variance=noise_guess,
     rounds=3, param_iter=10, inner_sweeps=5, log_prior=log_prior,
 )  # fmt: skip
 rmse, nlpd = evaluate(model_mlp, mlp_features)
-print("ELBO per round:", np.round(trace, 2))
+print("ELBO per round:", np.round(info_mlp.iterate_elbo, 2))
 print(f"MLP features       ELBO {model_mlp.elbo:8.2f}  test RMSE {rmse:.3f}  NLPD {nlpd:.3f}")
 
 # %% [markdown]

@@ -76,7 +76,7 @@ prior_w = kronvi.gaussian_prior(200, 1.0, levels=15, width=3.0)
 prior_noise = kronvi.noise_prior(0.01, levels=15, span=10.0)
 q_w, q_noise, info = kronvi.fit_regression(stats, prior_w, prior_noise, init="gaussian")
 _, _, e_noise = kronvi.noise_moments(q_noise, prior_noise)
-print(f"ELBO {float(info.elbo[-1]):.1f}; posterior mean noise variance {float(e_noise):.3f}")
+print(f"ELBO {float(info.final_elbo):.1f}; posterior mean noise variance {float(e_noise):.3f}")
 print("(the data have noise variance 0.01; the rest is signal that 200 random features miss)")
 
 # %% [markdown]

@@ -38,7 +38,7 @@ def check_fold(dataset, fold, runs, cfg):
     rows = []
     for method, it in runs:
         t0 = time.perf_counter()
-        q, log_c, qn, info = uci.in_precision(
+        q, qn, log_c, info = uci.in_precision(
             "float64",
             lambda *a, it=it, method=method: kronvi.fit_mixture_bound(
                 *a[:3], init=a[3:], method=method, max_iter=it, tol=cfg.lb_tol

@@ -207,15 +207,16 @@ def test_learned_lengthscales_raise_the_elbo_and_grow_on_an_irrelevant_input():
         def log_prior(t):  # a weak N(0, 3^2) prior on the log-lengthscales
             return -0.5 * jnp.sum(t**2) / 9.0
 
-        (theta, q_w, q_n), info = fit_features(
+        theta, q_w, q_n, info = fit_features(
             theta0, X, y, prior_w, prior_n, feature_fn=fmap, max_rounds=4, param_iter=10, log_prior=log_prior
         )
         # each round's objective before the no-progress test that would undo it (`objective` cannot fall)
         assert np.all(np.diff(info.attempted) >= -1e-9 * np.abs(info.attempted[1:]))
-        np.testing.assert_array_equal(info.attempted[: info.num_rounds], info.objective[: info.num_rounds])
+        np.testing.assert_array_equal(info.attempted[: info.num_iter], info.objective[: info.num_iter])
         assert info.objective[-1] > info.objective[0] + 10.0
         np.testing.assert_allclose(info.objective[0] - info.elbo[0], float(log_prior(theta0)), atol=1e-12)
-        r = info.num_rounds
+        r = info.num_iter
+        assert info.final_elbo == info.elbo[r] and info.optimizer == "optax-lbfgs"
         np.testing.assert_allclose(info.objective[r] - info.elbo[r], float(log_prior(theta)), rtol=1e-10)
         ref = feature_elbo(theta, q_w, q_n, prior_w, prior_n, X, y, feature_fn=fmap)
         np.testing.assert_allclose(float(ref), info.elbo[r], rtol=1e-10)
@@ -256,10 +257,13 @@ def test_fit_features_eigen_learns_inside_the_default_recipe():
         fmap = jax.tree.map(lambda a: a.astype(jnp.float64), rff_lengthscale_map(jax.random.key(0), 3, 15))
         kw = dict(feature_fn=fmap, prior_scale=1.0, noise_variance=0.01)
         start = eigen_feature_model(jnp.zeros(3), X, y, **kw)
-        model, trace = fit_features_eigen(jnp.zeros(3), X, y, rounds=2, param_iter=5, inner_sweeps=5, **kw)
-        assert trace.shape == (3,)
+        model, info = fit_features_eigen(jnp.zeros(3), X, y, rounds=2, param_iter=5, inner_sweeps=5, **kw)
+        trace = info.iterate_elbo
+        assert trace.shape == (3,) and info.elbo.shape == (3,)
         np.testing.assert_allclose(trace[0], start.elbo, rtol=1e-12)
         assert trace[-1] > trace[0] + 5.0
+        np.testing.assert_array_equal(info.elbo, np.maximum.accumulate(trace))
+        assert info.final_elbo == model.elbo == np.max(trace)
         # the model's ELBO is the exact ELBO of its rotated features
         Phi = predict_features(model, X, feature_fn=fmap)
         stats = kronvi.regression_stats(Phi, y)

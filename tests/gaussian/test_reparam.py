@@ -20,7 +20,7 @@ def test_reparam_converges_near_the_exact_optimum():
         jax.random.key(0), Phi, y, init=(q0, 1.0), prior_scale=1.0, optimizer=opt, num_steps=3000,
         batch_size=100, num_samples=10,
     )  # fmt: skip
-    assert info.elbo.shape == (3000,)
+    assert info.elbo.shape == (3001,) and info.steps.elbo.shape == (3000,) and info.optimizer == "sgd"
     np.testing.assert_allclose(np.asarray(q.mean), np.asarray(q_ex.mean), atol=0.03)
     np.testing.assert_allclose(np.asarray(q.log_std), np.asarray(q_ex.log_std), atol=0.25)
     assert float(s2) == pytest.approx(float(s2_ex), rel=0.15)
