@@ -69,14 +69,14 @@ def timing(r, sample_sizes, lbfgs_iters):
         f = jax.jit(
             jax.value_and_grad(
                 lambda q, lc, qn, rescale=rescale: kronvi.mixture_elbo_bound(
-                    q, lc, qn, prior_w, prior_n, stats, rescale=rescale
+                    stats, q, qn, lc, prior_w, prior_n, rescale=rescale
                 ),
                 argnums=(0, 1, 2),
             )
         )
         sec, comp = median_seconds(f, q, q.log_marginals, q_n, reps=30)
         print(f"bound value+grad (rescale={rescale}): {1e3 * sec:8.2f} ms   (compile {comp:.1f} s)")
-    f = jax.jit(lambda q, lc, qn: kronvi.mixture_elbo_bound(q, lc, qn, prior_w, prior_n, stats))
+    f = jax.jit(lambda q, lc, qn: kronvi.mixture_elbo_bound(stats, q, qn, lc, prior_w, prior_n))
     sec, comp = median_seconds(f, q, q.log_marginals, q_n, reps=30)
     print(f"bound value only:                  {1e3 * sec:8.2f} ms")
     opt = optax.adam(1e-2)
@@ -85,7 +85,7 @@ def timing(r, sample_sizes, lbfgs_iters):
         for S in sample_sizes:
             step = jax.jit(
                 lambda k, s, S=S, est=est: kronvi.mixture_sgd_step(
-                    k, s, stats, prior_w, prior_n, optimizer=opt, num_samples=S, estimator=est
+                    k, stats, s, prior_w, prior_n, optimizer=opt, num_samples=S, estimator=est
                 )
             )
             sec, comp = median_seconds(step, jax.random.key(0), state, reps=10)
@@ -103,7 +103,7 @@ def timing(r, sample_sizes, lbfgs_iters):
     def loss(params):
         lw, wl, lc, ln = params
         qq, qn = kronvi.Mixture._unchecked(lw, wl), kronvi.MeanField._unchecked(ln)
-        return -kronvi.mixture_elbo_bound(qq, lc, qn, prior_w, prior_n, stats) / stats.n
+        return -kronvi.mixture_elbo_bound(stats, qq, qn, lc, prior_w, prior_n) / stats.n
 
     solver = jaxopt_lbfgs(loss, max_iter=lbfgs_iters, tol=0.0)
     params = (q.logits, q.weight_logits, q.log_marginals, q_n.logits)
@@ -127,7 +127,7 @@ def quality(r, sgd_runs, lbfgs_iters):
         print(f"mean-field ELBO (CAVI, {int(info.num_iter)} sweeps): {mf:.4f}")
         print(f"mean-field entropy per weight: {float(kronvi.entropy(q_w)) / b:.4f} nats")
         q1 = kronvi.Mixture.from_mean_field(q_w)
-        tight = float(kronvi.mixture_elbo_bound(q1, q1.log_marginals, q_n, prior_w, prior_n, stats)) - mf
+        tight = float(kronvi.mixture_elbo_bound(stats, q1, q_n, q1.log_marginals, prior_w, prior_n)) - mf
         print(f"bound, r=1 at the mean-field optimum, centre a = q: {tight:+.2e}  (tight)")
 
         def unbiased(q, qn, repeats=10, estimator="stratified"):
@@ -135,7 +135,7 @@ def quality(r, sgd_runs, lbfgs_iters):
             ests, ses = zip(
                 *(
                     kronvi.mixture_elbo_unbiased(
-                        jax.random.key(123 + i), q, qn, prior_w, prior_n, stats, num_samples=3000,
+                        jax.random.key(123 + i), stats, q, qn, prior_w, prior_n, num_samples=3000,
                         estimator=estimator,
                     )
                     for i in range(repeats)
@@ -151,11 +151,11 @@ def quality(r, sgd_runs, lbfgs_iters):
                     lambda k, est=est, qs=qs, S=S: jax.grad(
                         lambda lg: kronvi.mixture_elbo_estimate(
                             k,
+                            stats,
                             kronvi.Mixture._unchecked(lg, qs.weight_logits),
                             q_n,
                             prior_w,
                             prior_n,
-                            stats,
                             num_samples=S,
                             estimator=est,
                         )  # fmt: skip
@@ -171,8 +171,8 @@ def quality(r, sgd_runs, lbfgs_iters):
         for est in ("score", "stratified"):
             e, s = unbiased(q0, q_n, repeats=1, estimator=est)
             print(f"ELBO estimate at the r={r} start, 3000 draws, estimator={est!r}: {e:+.3f} +- {s:.4f}")
-        b0 = float(kronvi.mixture_elbo_bound(q0, q0.log_marginals, q_n, prior_w, prior_n, stats)) - mf
-        lit = kronvi.mixture_elbo_bound(q0, q0.log_marginals, q_n, prior_w, prior_n, stats, rescale=False)
+        b0 = float(kronvi.mixture_elbo_bound(stats, q0, q_n, q0.log_marginals, prior_w, prior_n)) - mf
+        lit = kronvi.mixture_elbo_bound(stats, q0, q_n, q0.log_marginals, prior_w, prior_n, rescale=False)
         e0, s0 = unbiased(q0, q_n)
         print(
             f"r={r} start (mixture_from_mean_field, noise_scale=0.3): ELBO {e0:+.3f} +- {s0:.3f}, "

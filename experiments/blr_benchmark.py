@@ -216,7 +216,7 @@ def start_point(key, prob: Problem, family: str, *, cold: bool = False) -> kronv
 
 def expected_loglik(q, stats, s2):
     """E_q log p(y | w), exactly from the statistics (ELBO + KL to the N(0, I) prior)."""
-    return kronvi.elrg_elbo(q, s2, stats, prior_scale=1.0) + kronvi.elrg_kl(q, 1.0)
+    return kronvi.elrg_elbo(stats, q, s2, prior_scale=1.0) + kronvi.elrg_kl(q, 1.0)
 
 
 def measurement_cov(q, Phi_A):

@@ -103,7 +103,7 @@ def run_fold(name, X, y, mask, k, args, log):
             fmap = jax.tree.map(f64, rff_lengthscale_map(k_rff, X.shape[1], args.num_frequencies))
             learned, learn_info = fit_features_eigen(
                 f64(jnp.log(fold.hyper.lengthscales)), Xs, ys, feature_fn=fmap, prior_scale=sw,
-                noise_variance=s2, rounds=args.rounds, param_iter=args.param_iter,
+                noise_variance=s2, max_iter=args.rounds, param_iter=args.param_iter,
                 inner_sweeps=args.inner_sweeps,
             )  # fmt: skip
             theta, trace = learned.params, learn_info.iterate_elbo
@@ -127,7 +127,7 @@ def run_fold(name, X, y, mask, k, args, log):
             params = jax.tree.map(f64, mlp_init(jax.random.fold_in(key, 7), sizes))
             m, learn_info = fit_features_eigen(
                 params, Xs, ys, feature_fn=mlp_features, prior_scale=sw, noise_variance=s2,
-                rounds=args.mlp_rounds, param_iter=args.param_iter, inner_sweeps=args.inner_sweeps,
+                max_iter=args.mlp_rounds, param_iter=args.param_iter, inner_sweeps=args.inner_sweeps,
                 log_prior=gaussian_log_prior,
             )  # fmt: skip
             learn_s, trace = time.perf_counter() - t0, learn_info.iterate_elbo

@@ -532,7 +532,7 @@ def f64(fn, *trees):
 
 
 def mf_elbo64(setup: Setup, q_w, q_n):
-    return f64(kronvi.regression_elbo, q_w, q_n, setup.prior_w, setup.prior_n, setup.stats)
+    return f64(kronvi.regression_elbo, setup.stats, q_w, q_n, setup.prior_w, setup.prior_n)
 
 
 def unbiased64(setup: Setup, key, q, qn, *, num_samples=None):
@@ -543,7 +543,7 @@ def unbiased64(setup: Setup, key, q, qn, *, num_samples=None):
         lambda *a: kronvi.mixture_elbo_unbiased(
             key, *a, num_samples=num_samples or cfg.sgd_eval_samples, chunk_size=cfg.sgd_eval_chunk
         ),
-        q, qn, setup.prior_w, setup.prior_n, setup.stats,
+        setup.stats, q, qn, setup.prior_w, setup.prior_n,
     )  # fmt: skip
 
 
@@ -601,8 +601,8 @@ def run_mix_lb(setup: Setup):
     # Compared in float64 (same q and statistics): float32 rounding exceeds the differences at large n.
     mf64 = mf_elbo64(setup, q_w, q_n)
     pw, pn, st = setup.prior_w, setup.prior_n, setup.stats
-    bound = f64(kronvi.mixture_elbo_bound, q, log_c, qn, pw, pn, st)
-    bound0 = f64(kronvi.mixture_elbo_bound, q0, q0.log_marginals, q_n, pw, pn, st)  # the fit's start
+    bound = f64(kronvi.mixture_elbo_bound, st, q, qn, log_c, pw, pn)
+    bound0 = f64(kronvi.mixture_elbo_bound, st, q0, q_n, q0.log_marginals, pw, pn)  # the fit's start
     est, se = unbiased64(setup, k_eval, q, qn)
     fallback = not bound >= mf64
     extra = dict(
@@ -620,7 +620,7 @@ def run_mix_lb(setup: Setup):
 
 def _gaussian_result(setup: Setup, q, s2, fit_seconds, extra):
     mean, _ = kronvi.predict_gaussian_mf(q, s2, setup.Phi_test)
-    elbo = float(kronvi.gaussian_mf_elbo(q, s2, setup.stats, prior_scale=setup.sw))
+    elbo = float(kronvi.gaussian_mf_elbo(setup.stats, q, s2, prior_scale=setup.sw))
 
     def log_density(P, y):
         m, v = kronvi.predict_gaussian_mf(q, s2, P)
@@ -711,7 +711,7 @@ def run_elrg(setup: Setup, *, rank: int):
     last = np.asarray(info.steps.elbo[-min(50, steps) :])
     return dict(
         rmse=rmse, nlpd=nlpd, sparsity_pct=0.0, fit_seconds=secs,
-        elbo=float(kronvi.elrg_elbo(q, s2, setup.stats, prior_scale=sw)), noise_variance=s2, rank=rank,
+        elbo=float(kronvi.elrg_elbo(setup.stats, q, s2, prior_scale=sw)), noise_variance=s2, rank=rank,
         steps=steps, last_minibatch_elbo=float(last.mean()), eigen_stats_seconds=eigen_fold.stats_seconds,
     )  # fmt: skip
 

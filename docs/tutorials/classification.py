@@ -50,10 +50,10 @@ print(Phi_tr.shape, "training rows x features")
 
 # %%
 q0 = kronvi.MeanField.from_prior(prior)
-exact, se = kl.logistic_loglik_estimate(jax.random.key(1), q0, prior, Phi_tr, y_tr, num_samples=2000)
+exact, se = kl.logistic_loglik_estimate(jax.random.key(1), Phi_tr, y_tr, q0, prior, num_samples=2000)
 print(f"exact (MC): {float(exact):9.2f} +- {float(se):.2f}")
 for bound in kl.BOUNDS:
-    print(f"{bound:>10}: {float(kl.logistic_loglik_bound(q0, prior, Phi_tr, y_tr, bound=bound)):9.2f}")
+    print(f"{bound:>10}: {float(kl.logistic_loglik_bound(Phi_tr, y_tr, q0, prior, bound=bound)):9.2f}")
 
 # %% [markdown]
 # Fit with L-BFGS (started from a Laplace approximation) and predict exactly.

@@ -109,7 +109,7 @@ q_s, q_noise_s, _, info_s = kronvi.fit_mixture_sgd(
     jax.random.key(3), stats, prior_w, prior_noise, init=(q0, q_noise),
     optimizer=optax.adam(0.05), num_steps=200, num_samples=32,
 )
-elbo, se = kronvi.mixture_elbo_unbiased(jax.random.key(4), q_s, q_noise_s, prior_w, prior_noise, stats, num_samples=2000)
+elbo, se = kronvi.mixture_elbo_unbiased(jax.random.key(4), stats, q_s, q_noise_s, prior_w, prior_noise, num_samples=2000)
 print(f"5-mixture SGD ELBO    {float(elbo):8.3f} (standard error {float(se):.1e})")
 
 # %% [markdown]

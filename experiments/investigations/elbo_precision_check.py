@@ -62,8 +62,8 @@ def main(argv=None):
         for label, cast in (("f32", lambda t: t), ("f64", to64)):
             with jax.enable_x64(label == "f64"):
                 s, a, b_ = cast(stats), cast(pw), cast(pn)
-                mf = float(kronvi.regression_elbo(cast(q_w), cast(q_n), a, b_, s))
-                lb = float(kronvi.mixture_elbo_bound(cast(q), cast(lc), cast(qn), a, b_, s))
+                mf = float(kronvi.regression_elbo(s, cast(q_w), cast(q_n), a, b_))
+                lb = float(kronvi.mixture_elbo_bound(s, cast(q), cast(qn), cast(lc), a, b_))
                 vals[label] = (mf, lb)
         (m32, l32), (m64, l64) = vals["f32"], vals["f64"]
         row = (

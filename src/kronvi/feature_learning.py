@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from ._base.checks import check_int
+from ._base.deprecation import renamed_arguments
 from ._base.precision import matmul
 from ._base.pytree import as_traced_callable
 from ._fit.features import FeatureFit as FeatureFit
@@ -161,8 +162,9 @@ def predict_features(model: EigenFeatureModel, X, *, feature_fn):
     return rotate_features(model.basis, feature_fn(model.params, X))
 
 
+@renamed_arguments(rounds="max_iter")
 def fit_features_eigen(
-    params, X, y, *, feature_fn, prior_scale, noise_variance, rounds: int = 8, param_iter: int = 10,
+    params, X, y, *, feature_fn, prior_scale, noise_variance, max_iter: int = 8, param_iter: int = 10,
     inner_sweeps: int = 20, log_prior=None, levels: int = 15, width: float = 4.0, noise_span: float = 3.0,
     chunk_size: int | None = None,
 ):  # fmt: skip
@@ -193,7 +195,7 @@ def fit_features_eigen(
       prior_scale: $\sigma_w$.
       noise_variance: a guess of the noise variance; each round searches the evidence maximizer around the
         previous round's.
-      rounds: rounds of placement and learning.
+      max_iter: rounds of placement and learning (all of them run: there is no stopping test).
       param_iter: L-BFGS iterations per round.
       inner_sweeps: coordinate-ascent sweeps refitting $q$ at each evaluation of the objective.
       log_prior: optional `log_prior(params) -> scalar` added to the objective (MAP for the parameters).
@@ -207,7 +209,7 @@ def fit_features_eigen(
       [`EigenFeatureFit`][kronvi.feature_learning.EigenFeatureFit] `(model, info)`: the placed
       [`EigenFeatureModel`][kronvi.feature_learning.EigenFeatureModel] with the highest ELBO (its `params`
       are the learned parameters) and a [`kronvi.FitInfo`][kronvi.FitInfo] whose `iterate_elbo` holds the
-      ELBO of the model placed before each round and at the end, `(rounds + 1,)`, and `elbo` its running
+      ELBO of the model placed before each round and at the end, `(max_iter + 1,)`, and `elbo` its running
       maximum.
 
     Example:
@@ -216,11 +218,11 @@ def fit_features_eigen(
       >>> X = jnp.linspace(-3, 3, 100)[:, None]; y = jnp.sin(2 * X[:, 0])
       >>> fmap = rff_lengthscale_map(jax.random.key(0), 1, 10)
       >>> model, info = fit_features_eigen(jnp.zeros(1), X, y, feature_fn=fmap, prior_scale=1.0,
-      ...     noise_variance=0.01, rounds=2, param_iter=3, inner_sweeps=2)  # doctest: +SKIP
+      ...     noise_variance=0.01, max_iter=2, param_iter=3, inner_sweeps=2)  # doctest: +SKIP
       >>> len(info.iterate_elbo), bool(info.final_elbo > info.elbo[0])  # doctest: +SKIP
       (3, True)
     """
-    rounds = check_int(rounds, "rounds", 0)
+    max_iter = check_int(max_iter, "max_iter", 0)
     fn = as_traced_callable(feature_fn)
     opts = dict(levels=levels, width=width, noise_span=noise_span, chunk_size=chunk_size)
     model = eigen_feature_model(
@@ -229,11 +231,11 @@ def fit_features_eigen(
     trace = [model.elbo]
     best = model
     best_trace = [model.elbo]
-    for _ in range(rounds):
+    for _ in range(max_iter):
         rotated = jax.tree_util.Partial(_rotated, fn, model.basis.vectors)
         params = fit_features(
             params, X, y, model.prior_w, model.prior_noise, feature_fn=rotated, init=(model.q_w, model.q_noise),
-            max_rounds=1, param_iter=param_iter, inner_sweeps=inner_sweeps, starts=("previous",),
+            max_iter=1, param_iter=param_iter, inner_sweeps=inner_sweeps, starts=("previous",),
             log_prior=log_prior, chunk_size=chunk_size,
         ).params  # fmt: skip
         s2 = model.prior_noise.values[0, model.prior_noise.values.shape[-1] // 2]
@@ -245,7 +247,7 @@ def fit_features_eigen(
             best = model
         best_trace.append(best.elbo)
     info = fit_info(
-        np.asarray(best_trace), np.asarray(rounds), np.asarray(False), optimizer="optax-lbfgs",
+        np.asarray(best_trace), np.asarray(max_iter), np.asarray(False), optimizer="optax-lbfgs",
         iterate_elbo=np.asarray(trace),
     )  # fmt: skip
     return EigenFeatureFit(best, info)

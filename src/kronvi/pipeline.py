@@ -375,7 +375,7 @@ def prepare_fold(
     yc = y - y_offset
     if gp is None:
         hyper, gp_info = fit_gp_hyperparameters(
-            k_gp, Xs, yc, num_points=config.gp_points, num_restarts=config.gp_restarts,
+            k_gp, Xs, yc, num_points=config.gp_points, num_starts=config.gp_restarts,
             degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
             screen_points=config.gp_screen_points,
         )  # fmt: skip
@@ -547,7 +547,7 @@ def _sweep(config):
     return dict(sweep="diagonal") if config.basis == "eigen" and config.method == "cavi" else {}
 
 
-def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key) -> RegressionFit:
+def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key=None) -> RegressionFit:
     """Fits from each of `config.starts` and returns the [`kronvi.RegressionFit`][kronvi.RegressionFit]
     with the highest ELBO.
 
@@ -576,7 +576,7 @@ def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key) ->
     return best
 
 
-def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig, *, key):
+def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig, *, key=None):
     r"""Fits, and while the noise posterior puts most of its mass on an end level of its grid, moves the
     grid (same shape) to be centred on the current $E[\sigma^2]$ and refits from the current q.
 

@@ -43,7 +43,7 @@ def test_sgd_init_step_jit_and_gradient_noise_update():
         state = kronvi.mixture_sgd_init(q, q_n, optimizer=opt)
         step = jax.jit(
             lambda k, s: kronvi.mixture_sgd_step(
-                k, s, stats, prior_w, prior_n, optimizer=opt, num_samples=8, noise_update="gradient"
+                k, stats, s, prior_w, prior_n, optimizer=opt, num_samples=8, noise_update="gradient"
             )
         )
         new, info = step(jax.random.key(0), state)
@@ -52,7 +52,7 @@ def test_sgd_init_step_jit_and_gradient_noise_update():
         n = float(stats.n)
         g = jax.grad(
             lambda qq, qn: kronvi.mixture_elbo_estimate(
-                jax.random.key(0), qq, qn, prior_w, prior_n, stats, num_samples=8
+                jax.random.key(0), stats, qq, qn, prior_w, prior_n, num_samples=8
             ),
             argnums=(0, 1),
         )(q, q_n)
@@ -77,7 +77,7 @@ def test_fresh_equal_optimizers_share_one_compile():
     def step(optimizer):
         state = kronvi.mixture_sgd_init(q, q_n, optimizer=optimizer)
         return kronvi.mixture_sgd_step(
-            jax.random.key(1), state, stats, prior_w, prior_n, optimizer=optimizer, num_samples=4
+            jax.random.key(1), stats, state, prior_w, prior_n, optimizer=optimizer, num_samples=4
         )
 
     first_fit, first_step = fit(optax.adam(1e-2)), step(optax.adam(1e-2))

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_int, check_ndim
+from .._base.deprecation import renamed_arguments
 from .._model.families import MeanField
 from .._model.regression import noise_moments, noise_optimum_logits
 from .._solvers.info import FitInfo, fit_info
@@ -80,13 +81,14 @@ def bnn_init(key, prior_w, prior_noise, *, scale: float = 1.0):
     )
 
 
+@renamed_arguments(q_init="init")
 def fit_bnn(
     stats,
     prior_w,
     prior_noise,
     *,
     method: str = "cavi",
-    q_init=None,
+    init=None,
     key=None,
     max_iter: int | None = None,
     tol: float | None = None,
@@ -105,8 +107,8 @@ def fit_bnn(
         where factors saturate (their gradient vanishes away from any optimum): on this docstring's
         example it stops after 12 iterations at ELBO -595, where coordinate ascent reaches -78
         (`docs/notes/2026-11-23-bnn.md`).
-      q_init: `(q_w, q_noise)` to start from; `None`: [`bnn_init`][kronvi.bnn.bnn_init] with `key` and `init_scale`
-        (`num_starts` of them).
+      init: `(q_w, q_noise)` to start from; `None` (default): [`bnn_init`][kronvi.bnn.bnn_init] with `key`
+        and `init_scale` (`num_starts` of them).
       key: PRNG key for the random start (default `jax.random.key(0)`).
       max_iter: L-BFGS iterations (default 1000) or CAVI sweeps (default 50).
       tol: L-BFGS: gradient-norm tolerance on $-\mathcal L/n$ (default 1e-6); CAVI: stop when a
@@ -117,7 +119,7 @@ def fit_bnn(
         point that the fits spread over different optima).
       num_starts: random starts fitted together (`vmap`); the fit with the highest final ELBO is
         returned. The ELBO of a quadratic network has many local optima
-        (`docs/notes/2026-11-23-bnn.md`), so a handful of starts pays. Ignored with `q_init`.
+        (`docs/notes/2026-11-23-bnn.md`), so a handful of starts pays. Ignored with `init`.
 
     Returns:
       [`BNNFit`][kronvi.bnn.BNNFit] `(q_w, q_noise, info)`.
@@ -137,14 +139,14 @@ def fit_bnn(
         raise ValueError(f"`method` must be one of {BNN_METHODS}, got {method!r}")
     sizes = check_bnn_stats(stats)
     num_starts = check_int(num_starts, "num_starts", 1)
-    if q_init is None:
+    if init is None:
         key = jax.random.key(0) if key is None else key
         q_w0, q_n0 = bnn_init(key, prior_w, prior_noise, scale=init_scale)
     else:
         num_starts = 1
-        if not (isinstance(q_init, tuple) and len(q_init) == 2):
-            raise TypeError("`q_init` must be None or a tuple (q_w, q_noise) of MeanField")
-        q_w0, q_n0 = q_init
+        if not (isinstance(init, tuple) and len(init) == 2):
+            raise TypeError("`init` must be None or a tuple (q_w, q_noise) of MeanField")
+        q_w0, q_n0 = init
     check_bnn_args(q_w0, q_n0, prior_w, prior_noise, sizes)
     if method == "cavi":
         max_iter = 50 if max_iter is None else check_int(max_iter, "max_iter", 1)

@@ -52,6 +52,7 @@ from .._base.checks import (
     check_optimizer,
     check_xy,
 )
+from .._base.deprecation import reordered_arguments
 from .._base.precision import dot, einsum, matmul
 from .._base.progress import check_progress, progress_scope, report_progress
 from .._base.pytree import validated_pytree
@@ -60,7 +61,7 @@ from .._solvers.info import FitInfo, fit_info
 from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.linalg import jittered_cholesky
 from .._solvers.optimizers import cache_by_optimizer
-from .._stats.regression import check_stats
+from .._stats.regression import RegressionStats, check_stats
 from ._meanfield import check_noise_variance, check_prior_scale
 from ._reparam import ReparamInfo
 
@@ -223,7 +224,8 @@ def elrg_kl(q, prior_scale):
     return _kl_jit(q.mean, q.log_diag, q.factors, scale)
 
 
-def elrg_elbo(q, noise_variance, stats, *, prior_scale):
+@reordered_arguments(("q", "noise_variance", "stats"), lambda a: not isinstance(a[0], RegressionStats))
+def elrg_elbo(stats, q, noise_variance, *, prior_scale):
     r"""Exact ELBO of an [`ELRG`][kronvi.gaussian.ELRG] posterior for Bayesian linear regression, from the statistics.
 
     $$
@@ -236,9 +238,9 @@ def elrg_elbo(q, noise_variance, stats, *, prior_scale):
     the KL to the exact posterior ([`kronvi.blr_log_evidence`][kronvi.gaussian.blr_log_evidence]).
 
     Args:
+      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] with `b` features.
       q: [`ELRG`][kronvi.gaussian.ELRG] with `b` weights.
       noise_variance: $\sigma^2$, a positive scalar.
-      stats: [`kronvi.RegressionStats`][kronvi.RegressionStats] with `b` features.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
 
     Returns:
@@ -249,7 +251,7 @@ def elrg_elbo(q, noise_variance, stats, *, prior_scale):
       >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.array([1., 0., -1.])
       >>> stats = kronvi.regression_stats(Phi, y)
       >>> q = kronvi.ELRG(jnp.zeros(3), jnp.zeros(3), jnp.zeros((3, 1)))
-      >>> bool(kronvi.elrg_elbo(q, 0.1, stats, prior_scale=1.0) <= kronvi.blr_log_evidence(stats, 1.0, 0.1))
+      >>> bool(kronvi.elrg_elbo(stats, q, 0.1, prior_scale=1.0) <= kronvi.blr_log_evidence(stats, 1.0, 0.1))
       True
     """
     b = _check_stats(stats)
@@ -260,8 +262,9 @@ def elrg_elbo(q, noise_variance, stats, *, prior_scale):
     return _elbo_jit(q.mean, q.log_diag, q.factors, s2, stats, scale)
 
 
+@reordered_arguments(("key", "q", "noise_variance", "Phi_batch", "y_batch"), lambda a: isinstance(a[1], ELRG))
 def elrg_minibatch_elbo(
-    key, q, noise_variance, Phi_batch, y_batch, *, num_data, prior_scale, num_samples: int = 1
+    key, Phi_batch, y_batch, q, noise_variance, *, num_data, prior_scale, num_samples: int = 1
 ):
     r"""Unbiased minibatch estimate of the ELBO of an [`ELRG`][kronvi.gaussian.ELRG] posterior by local reparameterization.
 
@@ -280,10 +283,10 @@ def elrg_minibatch_elbo(
 
     Args:
       key: PRNG key for the draws.
-      q: [`ELRG`][kronvi.gaussian.ELRG] with `b` weights and rank `r`.
-      noise_variance: $\sigma^2$.
       Phi_batch: `(B, b)` features of the minibatch rows.
       y_batch: `(B,)` their targets.
+      q: [`ELRG`][kronvi.gaussian.ELRG] with `b` weights and rank `r`.
+      noise_variance: $\sigma^2$.
       num_data: $n$, the number of rows the minibatch was drawn from.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
       num_samples: draws $S$ per row.
@@ -490,7 +493,7 @@ def fit_elrg(
       >>> q, info = kronvi.fit_elrg(jax.random.key(2), stats, 1.0, 0.09, rank=2)
       >>> q.factors.shape, q.mean.dtype, bool(info.final_elbo > info.elbo[0])
       ((4, 2), dtype('float32'), True)
-      >>> gap = kronvi.blr_log_evidence(stats, 1.0, 0.09) - kronvi.elrg_elbo(q, 0.09, stats, prior_scale=1.0)
+      >>> gap = kronvi.blr_log_evidence(stats, 1.0, 0.09) - kronvi.elrg_elbo(stats, q, 0.09, prior_scale=1.0)
       >>> bool(-0.01 < gap < 0.1)  # KL(q || exact posterior), nats, up to float32 rounding
       True
     """

@@ -29,6 +29,7 @@ import numpy as np
 from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, fetch, is_concrete
+from .._base.deprecation import reordered_arguments
 from .._base.kron import expected_quadratic
 from .._base.precision import dot, matmul
 from .._model.regression import LOG_2PI
@@ -158,7 +159,8 @@ def _elbo(mean, log_std, noise_variance, stats, prior_scale):
     return ell - gaussian_kl(mean, log_std, prior_scale)
 
 
-def gaussian_mf_elbo(q, noise_variance, stats, *, prior_scale):
+@reordered_arguments(("q", "noise_variance", "stats"), lambda a: not isinstance(a[0], RegressionStats))
+def gaussian_mf_elbo(stats, q, noise_variance, *, prior_scale):
     r"""Exact ELBO of a diagonal Gaussian posterior for Bayesian linear regression, from the statistics.
 
     $$
@@ -171,9 +173,9 @@ def gaussian_mf_elbo(q, noise_variance, stats, *, prior_scale):
     $O(b^2)$ whatever `n` is; a lower bound on $\log p(y \mid \Phi, \sigma^2)$.
 
     Args:
+      stats: [`RegressionStats`][kronvi.RegressionStats] of the data (`b` features).
       q: [`GaussianMeanField`][kronvi.gaussian.GaussianMeanField] with `(b,)` fields.
       noise_variance: $\sigma^2$, positive scalar.
-      stats: [`RegressionStats`][kronvi.RegressionStats] of the data (`b` features).
       prior_scale: $\sigma_w$, positive scalar or `(b,)`.
 
     Returns:
@@ -188,7 +190,7 @@ def gaussian_mf_elbo(q, noise_variance, stats, *, prior_scale):
       >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.array([1., 0., -1.])
       >>> stats = kronvi.regression_stats(Phi, y)
       >>> q = kronvi.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
-      >>> bool(jnp.isfinite(kronvi.gaussian_mf_elbo(q, 0.1, stats, prior_scale=1.0)))
+      >>> bool(jnp.isfinite(kronvi.gaussian_mf_elbo(stats, q, 0.1, prior_scale=1.0)))
       True
     """
     b = _check_stats(stats)

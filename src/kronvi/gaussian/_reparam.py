@@ -21,6 +21,7 @@ import optax
 from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_optimizer, check_xy
+from .._base.deprecation import reordered_arguments
 from .._base.precision import matmul
 from .._base.progress import check_progress, progress_scope, report_progress
 from .._base.pytree import as_traced_callable
@@ -188,11 +189,12 @@ def _compiled_fit(optimizer):
     return jax.jit(fit, static_argnames=("num_steps", "batch_size", "num_samples", "learn_noise"))
 
 
+@reordered_arguments(("key", "state", "Phi_batch", "y_batch"), lambda a: isinstance(a[1], ReparamState))
 def gaussian_reparam_step(
     key,
-    state,
     Phi_batch,
     y_batch,
+    state,
     *,
     num_data,
     prior_scale,
@@ -216,9 +218,9 @@ def gaussian_reparam_step(
 
     Args:
       key: PRNG key for the $\epsilon$ draws.
-      state: [`ReparamState`][kronvi.gaussian.ReparamState].
       Phi_batch: features of the minibatch `(B, b)`.
       y_batch: targets `(B,)`.
+      state: [`ReparamState`][kronvi.gaussian.ReparamState].
       num_data: $n$, the full data size (scales the likelihood).
       prior_scale: $\sigma_w$, scalar or `(b,)`.
       optimizer: the `optax.GradientTransformation` given to [`gaussian_reparam_init`][kronvi.gaussian.gaussian_reparam_init].

@@ -79,8 +79,8 @@ def fit_mixture_bound(
       >>> qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)  # a poor start
       >>> q0 = kronvi.mixture_from_mean_field(jax.random.key(1), qw, 2, noise_scale=0.1)
       >>> q, qn2, log_c, info = kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, qn), max_iter=50)
-      >>> start = kronvi.mixture_elbo_bound(q0, q0.log_marginals, qn, pw, pn, stats)
-      >>> end = kronvi.mixture_elbo_bound(q, log_c, qn2, pw, pn, stats)
+      >>> start = kronvi.mixture_elbo_bound(stats, q0, qn, q0.log_marginals, pw, pn)
+      >>> end = kronvi.mixture_elbo_bound(stats, q, qn2, log_c, pw, pn)
       >>> round(float(start)), round(float(end)), bool(jnp.allclose(end, info.final_elbo))
       (-959, -24, True)
       >>> bool(jnp.all(jnp.diff(info.iterate_elbo) >= -1e-4))  # every iterate's bound, not the best so far

@@ -1,7 +1,7 @@
 r"""Stochastic-gradient ascent on the exact ELBO of a mixture posterior (the paper's "Mixture SGD").
 
 The optax/blackjax shape: [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init] returns a state, [`mixture_sgd_step`][kronvi.mixtures.mixture_sgd_step] maps
-`(key, state, ...)` to `(state, info)`, and [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd] runs the steps in `lax.scan`. The
+`(key, stats, state, ...)` to `(state, info)`, and [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd] runs the steps in `lax.scan`. The
 optimizer is captured in a closure built once per optimizer configuration
 (`kronvi._solvers.optimizers.cache_by_optimizer`), never passed as a static `jit` argument, so
 fresh but equal optimizers (two calls of `optax.adam(1e-2)`) share one compiled program.
@@ -20,6 +20,7 @@ import optax
 from jax import lax
 
 from .._base.checks import check_optimizer
+from .._base.deprecation import reordered_arguments
 from .._base.progress import check_progress, progress_scope, report_progress
 from .._model.families import MeanField
 from .._solvers.info import fit_info
@@ -162,10 +163,13 @@ def mixture_sgd_init(q, q_noise, *, optimizer):
     return MixtureSGDState(q, q_noise, optimizer.init(_params(q, q_noise)))
 
 
+@reordered_arguments(
+    ("key", "state", "stats", "prior_w", "prior_noise"), lambda a: isinstance(a[1], MixtureSGDState)
+)
 def mixture_sgd_step(
     key,
-    state,
     stats,
+    state,
     prior_w,
     prior_noise,
     *,
@@ -186,8 +190,9 @@ def mixture_sgd_step(
 
     Args:
       key: PRNG key for this step's draws.
+      stats: [`RegressionStats`][kronvi.RegressionStats].
       state: [`MixtureSGDState`][kronvi.mixtures.MixtureSGDState] from [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init] or a previous step.
-      stats, prior_w, prior_noise: the data and priors, as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
+      prior_w, prior_noise: the priors, as in [`mixture_elbo_estimate`][kronvi.mixtures.mixture_elbo_estimate].
       optimizer: the `optax.GradientTransformation` given to [`mixture_sgd_init`][kronvi.mixtures.mixture_sgd_init].
       num_samples: draws per step (>= 2); the paper uses 3000.
       noise_update: `"cavi"` or `"gradient"`.
