@@ -82,6 +82,12 @@ FITS = {
         "optax-lbfgs",
         4,
     ),
+    "fit_logistic lbfgs": (
+        lambda Phi, y: fit_logistic(Phi, (y > 0).astype(Phi.dtype), _priors()[0], method="lbfgs", max_iter=4),
+        kronvi.LogisticFit,
+        "lbfgs",
+        4,
+    ),
     "fit_logistic sgd": (
         lambda Phi, y: fit_logistic(
             Phi,
@@ -204,7 +210,7 @@ def test_other_results_have_named_fields():
     with jax.enable_x64(False):
         X32, y32 = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
         pw, pn = kronvi.gaussian_prior(8, 1.0, levels=5), kronvi.noise_prior(0.1)
-        fit = kronvi.fit_features(jnp.zeros(3), X32, y32, pw, pn, feature_fn=fmap, max_rounds=1, param_iter=2)
+        fit = kronvi.fit_features(jnp.zeros(3), X32, y32, pw, pn, feature_fn=fmap, max_iter=1, param_iter=2)
     assert type(fit) is kronvi.FeatureFit and fit._fields == ("params", "q_w", "q_noise", "info")
     assert fit.info._fields[:5] == COMMON and fit.info.optimizer == "optax-lbfgs"
     assert fit.info.final_elbo == fit.info.elbo[fit.info.num_iter]
