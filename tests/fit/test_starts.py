@@ -128,10 +128,11 @@ def test_best_start_skips_a_non_finite_fit_loudly(monkeypatch):
     real = pipeline.fit_regression
 
     def broken(*args, init=None, **kw):
-        q_w, q_n, info = real(*args, init=init, **kw)
+        fit = real(*args, init=init, **kw)
         if init == "gaussian":
-            info = info._replace(elbo=jnp.full_like(info.elbo, jnp.nan))
-        return q_w, q_n, info
+            nan = jnp.full_like(fit.info.elbo, jnp.nan)
+            fit = fit._replace(info=fit.info._replace(elbo=nan, final_elbo=nan[0]))
+        return fit
 
     monkeypatch.setattr(pipeline, "fit_regression", broken)
     cfg = pipeline.DirectConfig(basis="features")

@@ -23,7 +23,7 @@ ORDERS = ("random", "cyclic", "greedy", "gain")
 
 
 def _old_order(args):
-    return not isinstance(args[0], RegressionStats)
+    return len(args) > 4 and isinstance(args[4], RegressionStats)  # the statistics where they were
 
 
 _OLD_SWEEP = ("logits_w", "logits_n", "prior_w", "prior_noise", "stats", "order", "temperature")

@@ -58,7 +58,8 @@ def _log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
 
 
 @reordered_arguments(
-    ("idx_w", "idx_noise", "prior_w", "prior_noise", "stats"), lambda a: not isinstance(a[0], RegressionStats)
+    ("idx_w", "idx_noise", "prior_w", "prior_noise", "stats"),
+    lambda a: len(a) > 4 and isinstance(a[4], RegressionStats),
 )
 def regression_log_joint(stats, idx_w, idx_noise, prior_w, prior_noise):
     r"""Log joint density $\log p(y, w, \sigma^2)$ of the regression model at given grid configurations.
@@ -165,7 +166,7 @@ def _from_draws(
 
 @reordered_arguments(
     ("idx_w", "idx_noise", "q_w", "q_noise", "prior_w", "prior_noise", "stats"),
-    lambda a: len(a) > 2 and not isinstance(a[2], RegressionStats),
+    lambda a: len(a) > 2 and isinstance(a[2], MeanField),
 )
 def reinforce_gradient_from_draws(
     idx_w, idx_noise, stats, q_w, q_noise, prior_w, prior_noise, *, baseline=None, exact_entropy=False
@@ -253,7 +254,7 @@ def sample_mean_field(key, q: MeanField, *, num_samples: int):
 
 @reordered_arguments(
     ("key", "q_w", "q_noise", "prior_w", "prior_noise", "stats"),
-    lambda a: not isinstance(a[1], RegressionStats),
+    lambda a: isinstance(a[1], MeanField),
 )
 def reinforce_gradient(
     key, stats, q_w, q_noise, prior_w, prior_noise, *, num_samples, baseline=None, exact_entropy=False

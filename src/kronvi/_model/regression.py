@@ -91,7 +91,7 @@ def elbo_terms(q_w, q_noise, prior_w, prior_noise, stats):
 
 
 @reordered_arguments(
-    ("q_w", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: not isinstance(a[0], RegressionStats)
+    ("q_w", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: isinstance(a[0], MeanField)
 )
 def regression_elbo(stats, q_w, q_noise, prior_w, prior_noise):
     r"""Exact mean-field ELBO of DIRECT Bayesian linear regression (Theorem 1).

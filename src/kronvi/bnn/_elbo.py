@@ -222,7 +222,7 @@ def check_bnn_args(q_w, q_noise, prior_w, prior_noise, layer_sizes):
     check_family(q_noise, prior_noise, "q_noise", "prior_noise")
 
 
-@reordered_arguments(("q_w", "prior_w", "stats"), lambda a: not isinstance(a[0], BNNStats))
+@reordered_arguments(("q_w", "prior_w", "stats"), lambda a: isinstance(a[0], MeanField))
 def bnn_expected_rss(stats: BNNStats, q_w: MeanField, prior_w: DiscretePrior):
     r"""$E_q \sum_i (y_i - f(x_i; w))^2$ from the statistics, exactly."""
     sizes = check_bnn_stats(stats)
@@ -249,7 +249,7 @@ def elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats, sizes):
 
 
 @reordered_arguments(
-    ("q_w", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: not isinstance(a[0], BNNStats)
+    ("q_w", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: isinstance(a[0], MeanField)
 )
 def bnn_elbo(stats, q_w, q_noise, prior_w, prior_noise):
     r"""Exact mean-field ELBO of the DIRECT quadratic-activation Bayesian network.

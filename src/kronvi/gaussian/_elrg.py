@@ -61,7 +61,7 @@ from .._solvers.info import FitInfo, fit_info
 from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.linalg import jittered_cholesky
 from .._solvers.optimizers import cache_by_optimizer
-from .._stats.regression import RegressionStats, check_stats
+from .._stats.regression import check_stats
 from ._meanfield import check_noise_variance, check_prior_scale
 from ._reparam import ReparamInfo
 
@@ -224,7 +224,7 @@ def elrg_kl(q, prior_scale):
     return _kl_jit(q.mean, q.log_diag, q.factors, scale)
 
 
-@reordered_arguments(("q", "noise_variance", "stats"), lambda a: not isinstance(a[0], RegressionStats))
+@reordered_arguments(("q", "noise_variance", "stats"), lambda a: isinstance(a[0], ELRG))
 def elrg_elbo(stats, q, noise_variance, *, prior_scale):
     r"""Exact ELBO of an [`ELRG`][kronvi.gaussian.ELRG] posterior for Bayesian linear regression, from the statistics.
 

@@ -159,7 +159,7 @@ def _elbo(mean, log_std, noise_variance, stats, prior_scale):
     return ell - gaussian_kl(mean, log_std, prior_scale)
 
 
-@reordered_arguments(("q", "noise_variance", "stats"), lambda a: not isinstance(a[0], RegressionStats))
+@reordered_arguments(("q", "noise_variance", "stats"), lambda a: isinstance(a[0], GaussianMeanField))
 def gaussian_mf_elbo(stats, q, noise_variance, *, prior_scale):
     r"""Exact ELBO of a diagonal Gaussian posterior for Bayesian linear regression, from the statistics.
 

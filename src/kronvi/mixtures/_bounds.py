@@ -21,7 +21,6 @@ from .._base.kron import kron_log_inner_from_logs
 from .._base.precision import einsum
 from .._model.families import MeanField, entropy
 from .._model.regression import LOG_2PI, expected_rss, noise_moments, noise_optimum_logits
-from .._stats.regression import RegressionStats
 from ._family import (
     Mixture,
     MixturePrior,
@@ -69,9 +68,7 @@ def noise_cavi_logits(q, prior_w, prior_noise, stats):
     return noise_optimum_logits(mixture_expected_rss(q, prior_w, stats), prior_noise, stats.n)
 
 
-@reordered_arguments(
-    ("q", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: not isinstance(a[0], RegressionStats)
-)
+@reordered_arguments(("q", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: isinstance(a[0], Mixture))
 def mixture_expected_loglik(stats, q, q_noise, prior_w, prior_noise):
     r"""Exact expected log-likelihood $E_{q(w)q_\sigma}[\log N(y \mid \Phi w, \sigma^2 I)]$, mixture q.
 
@@ -182,7 +179,7 @@ def elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, rescale=True
 
 @reordered_arguments(
     ("q", "log_center", "q_noise", "prior_w", "prior_noise", "stats"),
-    lambda a: not isinstance(a[0], RegressionStats),
+    lambda a: isinstance(a[0], Mixture),
 )
 def mixture_elbo_bound(stats, q, q_noise, log_center, prior_w, prior_noise, *, rescale: bool = True):
     r"""Deterministic lower bound on the ELBO of a mixture posterior (Theorem 3).

@@ -19,7 +19,6 @@ from jax import lax
 
 from .._base.deprecation import reordered_arguments
 from .._model.families import MeanField, entropy
-from .._stats.regression import RegressionStats
 from ._bounds import expected_log_prior, expected_loglik, noise_terms
 from ._family import Mixture, MixturePrior, check_count, check_mixture_args
 from ._local import LOCAL_BATCH, local_scores
@@ -170,7 +169,7 @@ _OLD_ORDER = ("key", "q", "q_noise", "prior_w", "prior_noise", "stats")
 
 
 def _old_order(args):
-    return not isinstance(args[1], RegressionStats)
+    return isinstance(args[1], Mixture)
 
 
 @reordered_arguments(_OLD_ORDER, _old_order)
