@@ -53,7 +53,7 @@ def setup(sizes, n=2000, seed=0):
 
 def elbo_grad(stats, pw, pn, qn):
     return jax.jit(
-        jax.value_and_grad(lambda lw: bnn.bnn_elbo(kronvi.MeanField._unchecked(lw), qn, pw, pn, stats))
+        jax.value_and_grad(lambda lw: bnn.bnn_elbo(stats, kronvi.MeanField._unchecked(lw), qn, pw, pn))
     )
 
 

@@ -66,7 +66,7 @@ def schedules(b, *, on_cpu):
         return lambda A: sweep
 
     return {
-        "sequential (cavi_sweep)": fixed(kronvi.cavi_sweep),
+        "sequential (cavi_sweep)": fixed(_sequential_sweep),
         "sequential, unroll 8": fixed(functools.partial(_sequential_sweep, unroll=8)),
         "blocked, B=8": fixed(functools.partial(blocked, block_size=8)),
         'blocked, B=16 (sweep="blocked")': lambda A: sweep_function("blocked", A),

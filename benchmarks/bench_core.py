@@ -94,7 +94,7 @@ def main():
 
     def elbo(lw, ln, stats):
         return kronvi.regression_elbo(
-            kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, pn, stats
+            stats, kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, pn
         )
 
     v = jnp.asarray(rng.normal(size=b), jnp.float32)
@@ -112,9 +112,9 @@ def main():
     print(f"| ELBO + gradient | {t_grad * 1e3:.3f} | {t_grad / t_mv:.2f} |")
 
     # --- 3. one CAVI sweep
-    sweep = jax.jit(lambda lw, ln, st: kronvi.cavi_sweep(lw, ln, pw, pn, st, jnp.arange(b)))
+    sweep = jax.jit(lambda lw, ln, st: kronvi.cavi_sweep(st, lw, ln, pw, pn, jnp.arange(b)))
     t_sweep = median_seconds(sweep, logits, ln, stats, repeats=max(3, args.repeats // 3))
-    gains = jax.jit(lambda lw, ln, st: kronvi.coordinate_gains(lw, ln, pw, pn, st))
+    gains = jax.jit(lambda lw, ln, st: kronvi.coordinate_gains(st, lw, ln, pw, pn))
     t_gain = median_seconds(gains, logits, ln, stats, repeats=args.repeats)
     print("\n## Coordinate ascent")
     print(f"one CAVI sweep over b={b} weights + noise: {t_sweep * 1e3:.2f} ms ({t_sweep / t_mv:.1f} matvecs)")

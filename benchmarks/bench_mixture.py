@@ -66,14 +66,14 @@ def timing(r, sample_sizes, lbfgs_iters):
         f = jax.jit(
             jax.value_and_grad(
                 lambda q, lc, qn, rescale=rescale: kronvi.mixture_elbo_bound(
-                    q, lc, qn, prior_w, prior_n, stats, rescale=rescale
+                    stats, q, qn, lc, prior_w, prior_n, rescale=rescale
                 ),
                 argnums=(0, 1, 2),
             )
         )
         sec, comp = median_seconds(f, q, q.log_marginals, q_n, reps=30)
         print(f"bound value+grad (rescale={rescale}): {1e3 * sec:8.2f} ms   (compile {comp:.1f} s)")
-    f = jax.jit(lambda q, lc, qn: kronvi.mixture_elbo_bound(q, lc, qn, prior_w, prior_n, stats))
+    f = jax.jit(lambda q, lc, qn: kronvi.mixture_elbo_bound(stats, q, qn, lc, prior_w, prior_n))
     sec, comp = median_seconds(f, q, q.log_marginals, q_n, reps=30)
     print(f"bound value only:                  {1e3 * sec:8.2f} ms")
     opt = optax.adam(1e-2)
@@ -82,7 +82,7 @@ def timing(r, sample_sizes, lbfgs_iters):
         for S in sample_sizes:
             step = jax.jit(
                 lambda k, s, S=S, est=est: kronvi.mixture_sgd_step(
-                    k, s, stats, prior_w, prior_n, optimizer=opt, num_samples=S, estimator=est
+                    k, stats, s, prior_w, prior_n, optimizer=opt, num_samples=S, estimator=est
                 )
             )
             sec, comp = median_seconds(step, jax.random.key(0), state, reps=10)
@@ -98,7 +98,7 @@ def timing(r, sample_sizes, lbfgs_iters):
     def loss(params):
         lw, wl, lc, ln = params
         qq, qn = kronvi.Mixture._unchecked(lw, wl), kronvi.MeanField._unchecked(ln)
-        return -kronvi.mixture_elbo_bound(qq, lc, qn, prior_w, prior_n, stats) / stats.n
+        return -kronvi.mixture_elbo_bound(stats, qq, qn, lc, prior_w, prior_n) / stats.n
 
     solver = jaxopt_lbfgs(loss, max_iter=lbfgs_iters, tol=0.0)
     params = (q.logits, q.weight_logits, q.log_marginals, q_n.logits)
@@ -116,13 +116,13 @@ def quality(r, sgd_runs, lbfgs_iters):
     with jax.enable_x64(True):
         stats, prior_w, prior_n = make_problem(jnp.float64)
         q_w, q_n, info = kronvi.fit_regression(stats, prior_w, prior_n, max_iter=200)
-        mf = float(info.elbo[info.num_iter])
+        mf = float(info.final_elbo)
         b = q_w.logits.shape[0]
         print(f"\n## quality, float64, same problem (b={b}, r={r}); nats relative to the mean-field ELBO")
         print(f"mean-field ELBO (CAVI, {int(info.num_iter)} sweeps): {mf:.4f}")
         print(f"mean-field entropy per weight: {float(kronvi.entropy(q_w)) / b:.4f} nats")
         q1 = kronvi.Mixture.from_mean_field(q_w)
-        tight = float(kronvi.mixture_elbo_bound(q1, q1.log_marginals, q_n, prior_w, prior_n, stats)) - mf
+        tight = float(kronvi.mixture_elbo_bound(stats, q1, q_n, q1.log_marginals, prior_w, prior_n)) - mf
         print(f"bound, r=1 at the mean-field optimum, centre a = q: {tight:+.2e}  (tight)")
 
         def unbiased(q, qn, repeats=10, estimator="stratified"):
@@ -130,7 +130,7 @@ def quality(r, sgd_runs, lbfgs_iters):
             ests, ses = zip(
                 *(
                     kronvi.mixture_elbo_unbiased(
-                        jax.random.key(123 + i), q, qn, prior_w, prior_n, stats, num_samples=3000,
+                        jax.random.key(123 + i), stats, q, qn, prior_w, prior_n, num_samples=3000,
                         estimator=estimator,
                     )
                     for i in range(repeats)
@@ -146,11 +146,11 @@ def quality(r, sgd_runs, lbfgs_iters):
                     lambda k, est=est, qs=qs, S=S: jax.grad(
                         lambda lg: kronvi.mixture_elbo_estimate(
                             k,
+                            stats,
                             kronvi.Mixture._unchecked(lg, qs.weight_logits),
                             q_n,
                             prior_w,
                             prior_n,
-                            stats,
                             num_samples=S,
                             estimator=est,
                         )  # fmt: skip
@@ -166,17 +166,17 @@ def quality(r, sgd_runs, lbfgs_iters):
         for est in ("score", "stratified"):
             e, s = unbiased(q0, q_n, repeats=1, estimator=est)
             print(f"ELBO estimate at the r={r} start, 3000 draws, estimator={est!r}: {e:+.3f} +- {s:.4f}")
-        b0 = float(kronvi.mixture_elbo_bound(q0, q0.log_marginals, q_n, prior_w, prior_n, stats)) - mf
-        lit = kronvi.mixture_elbo_bound(q0, q0.log_marginals, q_n, prior_w, prior_n, stats, rescale=False)
+        b0 = float(kronvi.mixture_elbo_bound(stats, q0, q_n, q0.log_marginals, prior_w, prior_n)) - mf
+        lit = kronvi.mixture_elbo_bound(stats, q0, q_n, q0.log_marginals, prior_w, prior_n, rescale=False)
         e0, s0 = unbiased(q0, q_n)
         print(
             f"r={r} start (mixture_from_mean_field, noise_scale=0.3): ELBO {e0:+.3f} +- {s0:.3f}, "
             f"bound at the marginals {b0:+.3f} (literal form {float(lit) - mf:+.3f})"
         )
-        (q, lc, qn, binfo), sec = seconds(
+        (q, qn, lc, binfo), sec = seconds(
             kronvi.fit_mixture_bound, stats, prior_w, prior_n, init=(q0, q_n), max_iter=lbfgs_iters
         )
-        bound = float(binfo.elbo[binfo.num_iter]) - mf
+        bound = float(binfo.final_elbo) - mf
         e, s = unbiased(q, qn)
         print(
             f"L-BFGS bound fit ({int(binfo.num_iter)} it, converged={bool(binfo.converged)}, {sec:.0f} s): "
@@ -185,12 +185,12 @@ def quality(r, sgd_runs, lbfgs_iters):
         )
         for S, steps, lr, est, cosine in sgd_runs:
             opt = optax.adam(optax.cosine_decay_schedule(lr, steps) if cosine else lr)
-            (q, qn, sinfo), sec = seconds(
+            (q, qn, _, sinfo), sec = seconds(
                 kronvi.fit_mixture_sgd, jax.random.key(1), stats, prior_w, prior_n, init=(q0, q_n),
                 optimizer=opt, num_steps=steps, num_samples=S, estimator=est,
             )  # fmt: skip
             e, s = unbiased(q, qn)
-            last = float(np.mean(sinfo.elbo[-50:])) - mf
+            last = float(np.mean(sinfo.steps.elbo[-50:])) - mf
             sched = "cosine-decayed " if cosine else ""
             print(
                 f"SGD adam({sched}{lr}), {est} estimator, {steps} steps x {S} samples ({sec:.0f} s): "
@@ -231,7 +231,7 @@ def bimodal():
             return float(np.sum(w * (joint - lq[:, None] - lqs[None])))
 
         q_w, q_n, info = kronvi.fit_regression(stats, prior_w, prior_n, anneal_sweeps=20)
-        mf = float(info.elbo[info.num_iter])
+        mf = float(info.final_elbo)
         print("\n## tiny bimodal problem (b=3, m=3, r=2), exact by enumeration")
         print(f"log p(y) = {log_z:.4f}; mean-field ELBO {mf:.4f} (gap {log_z - mf:.4f})")
         from_mf = kronvi.mixture_from_mean_field(jax.random.key(1), q_w, 2, noise_scale=1.0)
@@ -239,13 +239,13 @@ def bimodal():
             ("from mean field (noise_scale=1)", from_mf),
             ("leaning to the two modes", _two_modes()),
         ]:
-            q, lc, qn, binfo = kronvi.fit_mixture_bound(stats, prior_w, prior_n, init=(q0, q_n), max_iter=500)
-            bound = float(binfo.elbo[binfo.num_iter])
+            q, qn, lc, binfo = kronvi.fit_mixture_bound(stats, prior_w, prior_n, init=(q0, q_n), max_iter=500)
+            bound = float(binfo.final_elbo)
             print(
                 f"start {name}: L-BFGS bound {bound:.4f}, exact ELBO {exact(q, qn):.4f}, "
                 f"weights {np.round(np.asarray(q.weights), 3).tolist()}"
             )
-            q, qn, sinfo = kronvi.fit_mixture_sgd(
+            q, qn, _, sinfo = kronvi.fit_mixture_sgd(
                 jax.random.key(2), stats, prior_w, prior_n, init=(q0, q_n), optimizer=optax.adam(0.1),
                 num_steps=1000, num_samples=16,
             )  # fmt: skip

@@ -95,7 +95,7 @@ def run_kronvi(Xtr, ytr, Xte, yte, key=0):
     )
     ld = np.asarray(ld)
     return dict(
-        fit=fit_s, gp=timings["init_seconds"], stats=timings["stats_seconds"], cavi=timings["fit_seconds"],
+        fit=fit_s, gp=timings.init_seconds, stats=timings.stats_seconds, cavi=timings.fit_seconds,
         predict=predict_s, density=density_s,
         rmse=float(np.sqrt(np.mean((mean - yte) ** 2))), nlpd=float(-np.mean(ld)),
     )  # fmt: skip

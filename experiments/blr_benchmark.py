@@ -216,7 +216,7 @@ def start_point(key, prob: Problem, family: str, *, cold: bool = False) -> kronv
 
 def expected_loglik(q, stats, s2):
     """E_q log p(y | w), exactly from the statistics (ELBO + KL to the N(0, I) prior)."""
-    return kronvi.elrg_elbo(q, s2, stats, prior_scale=1.0) + kronvi.elrg_kl(q, 1.0)
+    return kronvi.elrg_elbo(stats, q, s2, prior_scale=1.0) + kronvi.elrg_kl(q, 1.0)
 
 
 def measurement_cov(q, Phi_A):
@@ -516,7 +516,7 @@ def fit_direct(key, prob: Problem, family: str, cache: dict):
     (mix, info), secs_mix = _timed(
         lambda: kronvi.fit_mixture_bound(prob.stats, prior_w, prior_n, init=(q0, qn), max_iter=100)[::3]
     )
-    extra.update(mix_bound=float(info.elbo[int(info.num_iter)]), components=5, iterations=int(info.num_iter))
+    extra.update(mix_bound=float(info.final_elbo), components=5, iterations=int(info.num_iter))
     comps = [kronvi.MeanField(lg) for lg in mix.logits]
     return comps, mix.weights, prior_w, prior_n, prob.Phi_test, secs + secs_mix, extra
 
@@ -526,7 +526,7 @@ def _best_direct(stats, prior_w, prior_n):
     best = None
     for init in ("prior", "gaussian"):
         q, qn, info = kronvi.fit_regression(stats, prior_w, prior_n, init=init)
-        elbo = float(info.elbo[int(info.num_iter)])
+        elbo = float(info.final_elbo)
         if best is None or elbo > best[2]:
             best = (q, qn, elbo)
     return best

@@ -97,7 +97,7 @@ def run_direct_bnn(Xtr, ytr, Xte, yte, ym, ys, cfg, method, max_iter, seed):
                               num_starts=cfg.starts)  # fmt: skip
     jax.block_until_ready(q.logits)
     fit_s = time.perf_counter() - t0
-    elbo, iters = float(info.elbo[-1]), int(info.num_iter)
+    elbo, iters = float(info.final_elbo), int(info.num_iter)
     mean, var = bnn.predict_bnn(q, qn, pw, pn, jnp.asarray(Xte), sizes)
     mean, var = np.asarray(mean) * ys + ym, np.asarray(var) * ys**2
     rmse, nlpd = scores(yte, mean, var)
@@ -107,7 +107,7 @@ def run_direct_bnn(Xtr, ytr, Xte, yte, ym, ys, cfg, method, max_iter, seed):
 
 def run_direct_rff(X_train, y_train, X_test, y_test, key):
     config = kronvi.pipeline.DirectConfig()
-    res, model = kronvi.pipeline.run_fold(key, X_train, y_train, X_test, y_test, config)
+    model, res = kronvi.pipeline.run_fold(key, X_train, y_train, X_test, y_test, config)
     Phi = kronvi.pipeline.fold_features(model, X_test)
     mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     mean = np.asarray(mean + model.y_offset, np.float64)

@@ -49,10 +49,10 @@ def main(argv=None):
         for fit_bound in kl.BOUNDS:
             q, info = kl.fit_logistic(Phi, yy, prior, bound=fit_bound, max_iter=args.max_iter)
             est, se = kl.logistic_loglik_estimate(
-                jax.random.key(1), q, prior, Phi, yy, num_samples=args.samples
+                jax.random.key(1), Phi, yy, q, prior, num_samples=args.samples
             )
             gaps = [
-                float(est - kl.logistic_loglik_bound(q, prior, Phi, yy, bound=bd)) / n for bd in kl.BOUNDS
+                float(est - kl.logistic_loglik_bound(Phi, yy, q, prior, bound=bd)) / n for bd in kl.BOUNDS
             ]
             prob = np.asarray(kl.predict_logistic(q, prior, jnp.asarray(p["Pte"])))
             acc, ll, _ = metrics(prob, p["yte"])

@@ -103,7 +103,7 @@ def main(argv=None):
                 seconds = time.perf_counter() - t0
                 gp = gp or (fold.hyper, fold.gp_info)  # one GP fit per fold, timed in the first setting
                 rec = dict(dataset=name, fold=k, n=int((~test).sum()), sampling=sampling, b=b, seconds=seconds,
-                           stats_seconds=timings["stats_seconds"], gp_seconds=timings["init_seconds"],
+                           stats_seconds=timings.stats_seconds, gp_seconds=timings.init_seconds,
                            **score(fold, model, X[test], y[test]))  # fmt: skip
                 records.append(rec)
                 print(f"  [{name} fold {k + 1}] {sampling:10s} b={b:5d}: RMSE {rec['rmse']:.4f}, exact NLPD "

@@ -85,9 +85,8 @@ def run_fold(name, X, y, mask, k, args, log):
     yc = jnp.asarray(yte, jnp.float32) - model.y_offset
     Phi = fold_features(model, Xte)
     rmse, nlpd, err = metrics(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc)
-    fit = info["fit"]
     out["rff-gp"] = dict(
-        rmse=rmse, nlpd=nlpd, nlpd_max_rel_error=err, elbo=float(fit.elbo[int(fit.num_iter)]),
+        rmse=rmse, nlpd=nlpd, nlpd_max_rel_error=err, elbo=float(info.final_elbo),
         seconds=time.perf_counter() - t0, lengthscales=np.asarray(fold.hyper.lengthscales).tolist(),
     )  # fmt: skip
     log(f"{name} fold {k} rff-gp rmse {rmse:.4f} nlpd {nlpd:.3f} ({out['rff-gp']['seconds']:.1f}s)")
@@ -102,12 +101,12 @@ def run_fold(name, X, y, mask, k, args, log):
         if "rff-elbo" in args.methods:
             t0 = time.perf_counter()
             fmap = jax.tree.map(f64, rff_lengthscale_map(k_rff, X.shape[1], args.num_frequencies))
-            learned, trace = fit_features_eigen(
+            learned, learn_info = fit_features_eigen(
                 f64(jnp.log(fold.hyper.lengthscales)), Xs, ys, feature_fn=fmap, prior_scale=sw,
-                noise_variance=s2, rounds=args.rounds, param_iter=args.param_iter,
+                noise_variance=s2, max_iter=args.rounds, param_iter=args.param_iter,
                 inner_sweeps=args.inner_sweeps,
             )  # fmt: skip
-            theta = learned.params
+            theta, trace = learned.params, learn_info.iterate_elbo
             learn_s = time.perf_counter() - t0
             hyper = fold.hyper._replace(lengthscales=jnp.exp(jnp.asarray(theta, jnp.float32)))
             fold2 = prepare_fold(key, Xtr, ytr, config, gp=(hyper, fold.gp_info))
@@ -115,9 +114,8 @@ def run_fold(name, X, y, mask, k, args, log):
             rmse, nlpd, err = metrics(
                 model2.q_w, model2.q_noise, model2.prior_w, model2.prior_noise, fold_features(model2, Xte), yc
             )
-            fit = info2["fit"]
             out["rff-elbo"] = dict(
-                rmse=rmse, nlpd=nlpd, nlpd_max_rel_error=err, elbo=float(fit.elbo[int(fit.num_iter)]),
+                rmse=rmse, nlpd=nlpd, nlpd_max_rel_error=err, elbo=float(info2.final_elbo),
                 seconds=time.perf_counter() - t0, learn_seconds=learn_s, learn_trace=trace.tolist(),
                 lengthscales=np.exp(np.asarray(theta)).tolist(),
             )  # fmt: skip
@@ -127,12 +125,12 @@ def run_fold(name, X, y, mask, k, args, log):
             t0 = time.perf_counter()
             sizes = (X.shape[1], *args.mlp_sizes)
             params = jax.tree.map(f64, mlp_init(jax.random.fold_in(key, 7), sizes))
-            m, trace = fit_features_eigen(
+            m, learn_info = fit_features_eigen(
                 params, Xs, ys, feature_fn=mlp_features, prior_scale=sw, noise_variance=s2,
-                rounds=args.mlp_rounds, param_iter=args.param_iter, inner_sweeps=args.inner_sweeps,
+                max_iter=args.mlp_rounds, param_iter=args.param_iter, inner_sweeps=args.inner_sweeps,
                 log_prior=gaussian_log_prior,
             )  # fmt: skip
-            learn_s = time.perf_counter() - t0
+            learn_s, trace = time.perf_counter() - t0, learn_info.iterate_elbo
             Phi_te = predict_features(m, Xte_s, feature_fn=mlp_features)
             rmse, nlpd, err = metrics(m.q_w, m.q_noise, m.prior_w, m.prior_noise, Phi_te, yte_c)
             out["mlp-elbo"] = dict(

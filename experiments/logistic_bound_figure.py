@@ -57,7 +57,7 @@ def main(argv=None):
         p = np.asarray(q.probs[0])
         rows["exact"].append(float(np.sum(p * -np.logaddexp(0, -grid))))
         for b in kl.BOUNDS:
-            rows[b].append(float(kl.logistic_loglik_bound(q, prior, Phi, y, bound=b)))
+            rows[b].append(float(kl.logistic_loglik_bound(Phi, y, q, prior, bound=b)))
     ax = axes[1]
     ax.plot(mus, rows["exact"], "k", lw=2, label=r"exact $E_q\log\sigma(x)$")
     styles = {"theorem2": "C0--", "jensen": "C2-.", "tilted": "C3:"}

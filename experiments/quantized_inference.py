@@ -187,18 +187,17 @@ def run_dataset(name, args):
     b = args.num_features
     # The library's pipeline (standardize, GP hyperparameters, random Fourier features, statistics,
     # CAVI), as in `python -m kronvi fit`.
-    fitted, timings, fit_info = fit_direct(
+    fitted, timings, info = fit_direct(
         jax.random.key(args.seed), Xtr, ytr, DirectConfig(num_frequencies=b // 2)
     )
     std, params = fitted.standardizer, fitted.features
     y_offset = float(fitted.y_offset)
     prior_w, prior_noise, q_w, q_noise = fitted.prior_w, fitted.prior_noise, fitted.q_w, fitted.q_noise
     Phi_te = fold_features(fitted, Xte)
-    t_stats, t_fit = timings["stats_seconds"], timings["fit_seconds"]
-    info = fit_info["fit"]
+    t_stats, t_fit = timings.stats_seconds, timings.fit_seconds
     log(f"   n_train={n} n_test={len(yte)} d={d} b={b}")
     log(
-        f"   GP init {timings['init_seconds']:.1f}s, stats {t_stats:.1f}s, CAVI fit {t_fit:.1f}s "
+        f"   GP init {timings.init_seconds:.1f}s, stats {t_stats:.1f}s, CAVI fit {t_fit:.1f}s "
         f"({int(info.num_iter)} sweeps)"
     )
 

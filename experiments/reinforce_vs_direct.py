@@ -96,7 +96,7 @@ def make_problem(key, *, n):
 
 def exact_elbo(logits_w, logits_n, prior_w, prior_noise, stats):
     return kronvi.regression_elbo(
-        kronvi.MeanField(logits_w), kronvi.MeanField(logits_n), prior_w, prior_noise, stats
+        stats, kronvi.MeanField(logits_w), kronvi.MeanField(logits_n), prior_w, prior_noise
     )
 
 
@@ -125,7 +125,7 @@ def run_direct(method, stats, prior_w, prior_noise, *, max_iter, tol, repeats, l
     )
     num_iter = int(info.num_iter)
     trace = [float(e) for e in np.asarray(info.elbo)[: num_iter + 1]]
-    final = float(kronvi.regression_elbo(q_w, q_n, prior_w, prior_noise, stats))
+    final = float(kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_noise))
     log(f"{method}: {num_iter} iterations, converged={bool(info.converged)}, final ELBO {final:.4f}")
     stops = _grid(max(num_iter, 1))
     fits = {
@@ -137,7 +137,7 @@ def run_direct(method, stats, prior_w, prior_noise, *, max_iter, tol, repeats, l
     elbo_at = []
     for k in stops:  # compile every stop first (discarded), and read the ELBO of its result
         qw, qn, _ = jax.block_until_ready(fits[k]())
-        elbo_at.append(float(kronvi.regression_elbo(qw, qn, prior_w, prior_noise, stats)))
+        elbo_at.append(float(kronvi.regression_elbo(stats, qw, qn, prior_w, prior_noise)))
     times = {k: [] for k in stops}
     for _ in range(repeats):  # rounds over all stops: a slow spell on the shared CPU hits them alike
         for k in stops:
@@ -175,11 +175,11 @@ def reinforce_run(
     if baseline == "ema":  # start the moving average at a one-draw ELBO estimate at the start
         _, info0 = kronvi.reinforce_gradient(
             k0,
+            stats,
             kronvi.MeanField(logits_w),
             kronvi.MeanField(logits_n),
             prior_w,
             prior_noise,
-            stats,
             num_samples=1,
         )
         ema0 = info0.elbo
@@ -191,11 +191,11 @@ def reinforce_run(
         c = {"none": None, "leave-one-out": "leave-one-out", "ema": ema}[baseline]
         (gw, gn), info = kronvi.reinforce_gradient(
             k,
+            stats,
             kronvi.MeanField(params[0]),
             kronvi.MeanField(params[1]),
             prior_w,
             prior_noise,
-            stats,
             num_samples=num_samples,
             baseline=c,
         )

@@ -121,7 +121,7 @@ def main(argv=None):
         for init in ("prior", "gaussian"):
             q_w, q_n, finfo = kronvi.fit_regression(stats, prior_w, prior_n, key=jax.random.key(2), init=init)
             jax.block_until_ready(q_w)
-            fits[init] = (q_w, q_n, finfo, float(finfo.elbo[int(finfo.num_iter)]))
+            fits[init] = (q_w, q_n, finfo, float(finfo.final_elbo))
         t_fit = time.perf_counter() - t0
         best = max(fits, key=lambda k: fits[k][3])
         q_w, q_n, finfo, _ = fits[best]

@@ -364,7 +364,7 @@ class Setup:
     prior_w = property(lambda self: self.fold.prior_w)
 
     def direct(self):
-        """``(model, timings, info)`` of ``kronvi.pipeline.fit_prepared``, fitted once per fold."""
+        """The ``DirectFit`` ``(model, timings, info)`` of ``kronvi.pipeline.fit_prepared``, fitted once per fold."""
         if self._direct is None:
             self._direct = fit_prepared(self.fold, self.cfg.direct)
         return self._direct
@@ -376,9 +376,9 @@ class Setup:
 
     def selection(self) -> dict:
         _, timings, info = self.direct()
-        sc = info["cv_scores"]
+        sc = info.cv_scores
         return dict(
-            noise_span=float(info["noise_span"]), select_seconds=timings["select_seconds"],
+            noise_span=float(info.noise_span), select_seconds=timings.select_seconds,
             cv_mse=None if sc is None else [float(v) for v in sc.sq_error],
             cv_log_density=None if sc is None else [float(v) for v in sc.log_density],
         )  # fmt: skip
@@ -464,7 +464,6 @@ def run_direct_default(setup: Setup):
     model, timings, info = fit_prepared(fold, setup.cfg.default)
     _block(model.q_w.logits)
     secs = time.perf_counter() - t0
-    fit = info["fit"]
     pw, pn, q, q_n = model.prior_w, model.prior_noise, model.q_w, model.q_noise
     mean, _ = kronvi.predict_regression(q, q_n, pw, pn, Phi_test)
     cfg = setup.cfg
@@ -476,8 +475,8 @@ def run_direct_default(setup: Setup):
     return dict(
         rmse=rmse, nlpd=nlpd, nlpd_max_rel_error=err,
         sparsity_pct=100.0 * float(kronvi.expected_sparsity(q, pw)), fit_seconds=secs,
-        elbo=float(fit.elbo[int(fit.num_iter)]), noise_variance=float(kronvi.noise_moments(q_n, pn)[2]),
-        iterations=int(fit.num_iter), eigen_stats_seconds=fold.stats_seconds,
+        elbo=float(info.final_elbo), noise_variance=float(kronvi.noise_moments(q_n, pn)[2]),
+        iterations=int(info.num_iter), eigen_stats_seconds=fold.stats_seconds,
     )  # fmt: skip
 
 
@@ -508,10 +507,9 @@ def run_exact_blr(setup: Setup):
 
 def run_direct_mf(setup: Setup):
     model, timings, info = setup.direct()
-    fit = info["fit"]
-    elbo = float(fit.elbo[int(fit.num_iter)])
-    extra = dict(iterations=int(fit.num_iter))
-    return _discrete_result(setup, model.q_w, model.q_noise, timings["fit_seconds"], elbo, extra)
+    elbo = float(info.final_elbo)
+    extra = dict(iterations=int(info.num_iter))
+    return _discrete_result(setup, model.q_w, model.q_noise, timings.fit_seconds, elbo, extra)
 
 
 def in_precision(precision, fn, *trees):
@@ -534,7 +532,7 @@ def f64(fn, *trees):
 
 
 def mf_elbo64(setup: Setup, q_w, q_n):
-    return f64(kronvi.regression_elbo, q_w, q_n, setup.prior_w, setup.prior_n, setup.stats)
+    return f64(kronvi.regression_elbo, setup.stats, q_w, q_n, setup.prior_w, setup.prior_n)
 
 
 def unbiased64(setup: Setup, key, q, qn, *, num_samples=None):
@@ -545,15 +543,14 @@ def unbiased64(setup: Setup, key, q, qn, *, num_samples=None):
         lambda *a: kronvi.mixture_elbo_unbiased(
             key, *a, num_samples=num_samples or cfg.sgd_eval_samples, chunk_size=cfg.sgd_eval_chunk
         ),
-        q, qn, setup.prior_w, setup.prior_n, setup.stats,
+        setup.stats, q, qn, setup.prior_w, setup.prior_n,
     )  # fmt: skip
 
 
 def _mean_field(setup: Setup):
     """``(q_w, q_n, elbo, fit seconds)`` of DIRECT's mean field."""
     model, timings, info = setup.direct()
-    fit = info["fit"]
-    return model.q_w, model.q_noise, float(fit.elbo[int(fit.num_iter)]), timings["fit_seconds"]
+    return model.q_w, model.q_noise, float(info.final_elbo), timings.fit_seconds
 
 
 def run_mix_sgd(setup: Setup):
@@ -562,7 +559,7 @@ def run_mix_sgd(setup: Setup):
     t0 = time.perf_counter()
     k_init, k_fit, k_eval = jax.random.split(jax.random.fold_in(setup.key, 2), 3)
     q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.sgd_init_noise)
-    q, qn, info = kronvi.fit_mixture_sgd(
+    q, qn, _, info = kronvi.fit_mixture_sgd(
         k_fit, setup.stats, setup.prior_w, setup.prior_n, init=(q0, q_n),
         optimizer=adam_cosine(cfg.sgd_lr, cfg.sgd_steps),
         num_steps=cfg.sgd_steps, num_samples=cfg.sgd_samples, estimator=cfg.sgd_estimator,
@@ -593,7 +590,7 @@ def run_mix_lb(setup: Setup):
     t0 = time.perf_counter()
     k_init, k_eval = jax.random.split(jax.random.fold_in(setup.key, 3))
     q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.mix_init_noise)
-    q, log_c, qn, info = in_precision(
+    q, qn, log_c, info = in_precision(
         cfg.lb_precision,
         lambda *a: kronvi.fit_mixture_bound(
             *a[:3], init=a[3:], method="lbfgs", max_iter=cfg.lb_max_iter, tol=cfg.lb_tol
@@ -604,8 +601,8 @@ def run_mix_lb(setup: Setup):
     # Compared in float64 (same q and statistics): float32 rounding exceeds the differences at large n.
     mf64 = mf_elbo64(setup, q_w, q_n)
     pw, pn, st = setup.prior_w, setup.prior_n, setup.stats
-    bound = f64(kronvi.mixture_elbo_bound, q, log_c, qn, pw, pn, st)
-    bound0 = f64(kronvi.mixture_elbo_bound, q0, q0.log_marginals, q_n, pw, pn, st)  # the fit's start
+    bound = f64(kronvi.mixture_elbo_bound, st, q, qn, log_c, pw, pn)
+    bound0 = f64(kronvi.mixture_elbo_bound, st, q0, q_n, q0.log_marginals, pw, pn)  # the fit's start
     est, se = unbiased64(setup, k_eval, q, qn)
     fallback = not bound >= mf64
     extra = dict(
@@ -623,7 +620,7 @@ def run_mix_lb(setup: Setup):
 
 def _gaussian_result(setup: Setup, q, s2, fit_seconds, extra):
     mean, _ = kronvi.predict_gaussian_mf(q, s2, setup.Phi_test)
-    elbo = float(kronvi.gaussian_mf_elbo(q, s2, setup.stats, prior_scale=setup.sw))
+    elbo = float(kronvi.gaussian_mf_elbo(setup.stats, q, s2, prior_scale=setup.sw))
 
     def log_density(P, y):
         m, v = kronvi.predict_gaussian_mf(q, s2, P)
@@ -668,7 +665,7 @@ def run_reparam(setup: Setup):
     secs = time.perf_counter() - t0
     del Phi_train
     q = kronvi.GaussianMeanField(setup.sw * qu.mean, qu.log_std + jnp.log(setup.sw))
-    last = np.asarray(info.elbo[-min(50, steps) :])
+    last = np.asarray(info.steps.elbo[-min(50, steps) :])
     return _gaussian_result(setup, q, s2, secs, dict(steps=steps, last_minibatch_elbo=float(last.mean())))
 
 
@@ -711,10 +708,10 @@ def run_elrg(setup: Setup, *, rank: int):
         return np.asarray(norm.logpdf(y, m, jnp.sqrt(v))), 0.0  # closed form: no quadrature error
 
     rmse, nlpd, _ = setup.metrics(mean, log_density)
-    last = np.asarray(info.elbo[-min(50, steps) :])
+    last = np.asarray(info.steps.elbo[-min(50, steps) :])
     return dict(
         rmse=rmse, nlpd=nlpd, sparsity_pct=0.0, fit_seconds=secs,
-        elbo=float(kronvi.elrg_elbo(q, s2, setup.stats, prior_scale=sw)), noise_variance=s2, rank=rank,
+        elbo=float(kronvi.elrg_elbo(setup.stats, q, s2, prior_scale=sw)), noise_variance=s2, rank=rank,
         steps=steps, last_minibatch_elbo=float(last.mean()), eigen_stats_seconds=eigen_fold.stats_seconds,
     )  # fmt: skip
 

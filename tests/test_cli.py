@@ -14,7 +14,7 @@ import pytest
 
 import kronvi
 from kronvi import cli
-from kronvi.pipeline import FoldResult
+from kronvi.pipeline import FoldResult, FoldRun
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def fake_fold(monkeypatch):
     """A fold that 'fits' instantly, with NaN RMSE and NLPD."""
     fields = {f: 0.0 for f in FoldResult._fields}
     result = FoldResult(**{**fields, "rmse": float("nan"), "nlpd": float("nan"), "num_iter": 3})
-    monkeypatch.setattr(cli, "run_fold", lambda *args, **kwargs: (result, None))
+    monkeypatch.setattr(cli, "run_fold", lambda *args, **kwargs: FoldRun(None, result))
 
 
 def _last_line(err: str) -> str:

@@ -74,7 +74,7 @@ q_w, q_noise, info = bnn.fit_bnn(
     stats, prior_w, prior_noise, method="cavi", key=jax.random.key(1), max_iter=30, num_starts=4
 )
 print(
-    f"ELBO {float(info.elbo[0]):.1f} -> {float(info.elbo[-1]):.1f} in {int(info.num_iter)} sweeps "
+    f"ELBO {float(info.elbo[0]):.1f} -> {float(info.final_elbo):.1f} in {int(info.num_iter)} sweeps "
     f"({time.perf_counter() - t0:.1f} s with compilation)"
 )
 print("E[noise variance]:", float(kronvi.noise_moments(q_noise, prior_noise)[2]), "(true 0.09)")

@@ -51,10 +51,10 @@ print(Phi_tr.shape, "training rows x features")
 
 # %%
 q0 = kronvi.MeanField.from_prior(prior)
-exact, se = kl.logistic_loglik_estimate(jax.random.key(1), q0, prior, Phi_tr, y_tr, num_samples=2000)
+exact, se = kl.logistic_loglik_estimate(jax.random.key(1), Phi_tr, y_tr, q0, prior, num_samples=2000)
 print(f"exact (MC): {float(exact):9.2f} +- {float(se):.2f}")
 for bound in kl.BOUNDS:
-    print(f"{bound:>10}: {float(kl.logistic_loglik_bound(q0, prior, Phi_tr, y_tr, bound=bound)):9.2f}")
+    print(f"{bound:>10}: {float(kl.logistic_loglik_bound(Phi_tr, y_tr, q0, prior, bound=bound)):9.2f}")
 
 # %% [markdown]
 # Fit with L-BFGS (started from a Laplace approximation) and predict exactly.
@@ -64,7 +64,7 @@ q, info = kl.fit_logistic(Phi_tr, y_tr, prior, max_iter=30)
 p = kl.predict_logistic(q, prior, Phi_te)
 acc = float(jnp.mean((p > 0.5) == (y_te == 1)))
 logloss = float(-jnp.mean(y_te * jnp.log(p) + (1 - y_te) * jnp.log1p(-p)))
-print(f"ELBO bound {float(info.elbo[info.num_iter]):.2f}; test accuracy {acc:.3f}, log loss {logloss:.3f}")
+print(f"ELBO bound {float(info.final_elbo):.2f}; test accuracy {acc:.3f}, log loss {logloss:.3f}")
 print(f"expected sparsity {100 * float(kronvi.expected_sparsity(q, prior)):.0f}% of weights at 0")
 
 # %% [markdown]

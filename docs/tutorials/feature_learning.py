@@ -50,7 +50,7 @@ X_train, X_test = kronvi.standardize(std, jnp.asarray(X[~test])), kronvi.standar
 y_offset = y[~test].mean()
 y_train, y_test = jnp.asarray(y[~test] - y_offset), jnp.asarray(y[test] - y_offset)
 
-hyper, _ = kronvi.fit_gp_hyperparameters(jax.random.key(0), X_train, y_train, num_points=200, num_restarts=1)
+hyper, _ = kronvi.fit_gp_hyperparameters(jax.random.key(0), X_train, y_train, num_points=200, num_starts=1)
 prior_scale, noise_guess = jnp.sqrt(hyper.signal_variance), hyper.noise_variance
 print("GP lengthscales:", np.round(np.asarray(hyper.lengthscales), 2))
 
@@ -83,7 +83,7 @@ def rotated(theta, X):
 
 def elbo(theta):
     m = model_gp
-    return feature_elbo(theta, m.q_w, m.q_noise, m.prior_w, m.prior_noise, X_train, y_train, feature_fn=rotated)
+    return feature_elbo(theta, X_train, y_train, m.q_w, m.q_noise, m.prior_w, m.prior_noise, feature_fn=rotated)
 
 
 grad = jax.grad(elbo)(theta_gp)
@@ -100,11 +100,11 @@ print("central difference, first input:", round(float((elbo(theta_gp + e) - elbo
 # [`fit_features`][kronvi.feature_learning.fit_features] does the same under any fixed grids.
 
 # %%
-model_rff, trace = fit_features_eigen(
+model_rff, info_rff = fit_features_eigen(
     theta_gp, X_train, y_train, feature_fn=fmap, prior_scale=prior_scale, noise_variance=noise_guess,
-    rounds=3, param_iter=5, inner_sweeps=5,
+    max_iter=3, param_iter=5, inner_sweeps=5,
 )  # fmt: skip
-print("ELBO per round:", np.round(trace, 2))
+print("ELBO per round:", np.round(info_rff.iterate_elbo, 2))
 print("learned lengthscales:", np.round(np.exp(np.asarray(model_rff.params)), 2))
 
 
@@ -149,12 +149,12 @@ def log_prior(params):
 
 
 params = mlp_init(jax.random.key(2), (X.shape[1], 32, 32), dtype=jnp.float64)
-model_mlp, trace = fit_features_eigen(
+model_mlp, info_mlp = fit_features_eigen(
     params, X_train, y_train, feature_fn=mlp_features, prior_scale=prior_scale, noise_variance=noise_guess,
-    rounds=3, param_iter=10, inner_sweeps=5, log_prior=log_prior,
+    max_iter=3, param_iter=10, inner_sweeps=5, log_prior=log_prior,
 )  # fmt: skip
 rmse, nlpd = evaluate(model_mlp, mlp_features)
-print("ELBO per round:", np.round(trace, 2))
+print("ELBO per round:", np.round(info_mlp.iterate_elbo, 2))
 print(f"MLP features       ELBO {model_mlp.elbo:8.2f}  test RMSE {rmse:.3f}  NLPD {nlpd:.3f}")
 
 # %% [markdown]

@@ -88,7 +88,7 @@ for span in [1.2, 3.0, 30.0]:
     p = np.asarray(q_noise.probs[0])
     rmse, nlpd = scores(q_w, q_noise, prior_w, prior_noise)
     print(
-        f"span {span:6.1f}: ELBO {float(info.elbo[-1]):8.1f}  mass on the end levels {p[0] + p[-1]:.2f}  "
+        f"span {span:6.1f}: ELBO {float(info.final_elbo):8.1f}  mass on the end levels {p[0] + p[-1]:.2f}  "
         f"mode at level {p.argmax():2d}/14  test RMSE {rmse:.3f}  NLPD {nlpd:.3f}"
     )
     ax.plot(np.asarray(prior_noise.values[0]), p, "o-", label=f"span {span}")
@@ -129,7 +129,7 @@ for levels in [3, 15]:
     q_w, q_noise, info = kronvi.fit_regression(stats, pw, prior_noise, init="gaussian")
     rmse, nlpd = scores(q_w, q_noise, pw, prior_noise)
     sparsity = 100 * float(kronvi.expected_sparsity(q_w, pw))
-    print(f"{levels:2d} levels: ELBO {float(info.elbo[-1]):8.1f}  test RMSE {rmse:.3f}  sparsity {sparsity:3.0f}%")
+    print(f"{levels:2d} levels: ELBO {float(info.final_elbo):8.1f}  test RMSE {rmse:.3f}  sparsity {sparsity:3.0f}%")
 
 # %% [markdown]
 # ## Grids placed on the posterior (the default recipe)

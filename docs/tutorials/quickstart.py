@@ -46,7 +46,7 @@ print(X_train.shape, X_test.shape)
 config = kronvi.pipeline.DirectConfig(num_frequencies=100)  # b = 200 features (the default is 2000)
 t0 = time.perf_counter()
 model, timings, info = kronvi.pipeline.fit_direct(jax.random.key(0), X_train, y_train, config)
-print(f"fitted in {time.perf_counter() - t0:.1f} s (compilation included), converged: {bool(info['fit'].converged)}")
+print(f"fitted in {time.perf_counter() - t0:.1f} s (compilation included), converged: {bool(info.converged)}")
 
 # %% [markdown]
 # New inputs go through the same standardizer, features and rotation
@@ -114,7 +114,7 @@ prior_scale = jnp.sqrt(hyper.signal_variance)  # the prior sd of every weight
 prior_w = kronvi.gaussian_prior(b, prior_scale, levels=15, width=3.0)
 prior_noise = kronvi.noise_prior(hyper.noise_variance, levels=15, span=10.0)  # the paper's grid
 q_w, q_noise, fit_info = kronvi.fit_regression(stats, prior_w, prior_noise, init="gaussian")
-print(f"ELBO {float(fit_info.elbo[-1]):.1f} after {int(fit_info.num_iter)} sweeps")
+print(f"ELBO {float(fit_info.final_elbo):.1f} after {int(fit_info.num_iter)} sweeps")
 
 Phi_t = kronvi.rff_features(features, jnp.asarray(Xs_test, jnp.float32))
 m, v = kronvi.predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_t)

@@ -76,7 +76,7 @@ prior_w = kronvi.gaussian_prior(200, 1.0, levels=15, width=3.0)
 prior_noise = kronvi.noise_prior(0.01, levels=15, span=10.0)
 q_w, q_noise, info = kronvi.fit_regression(stats, prior_w, prior_noise, init="gaussian")
 _, _, e_noise = kronvi.noise_moments(q_noise, prior_noise)
-print(f"ELBO {float(info.elbo[-1]):.1f}; posterior mean noise variance {float(e_noise):.3f}")
+print(f"ELBO {float(info.final_elbo):.1f}; posterior mean noise variance {float(e_noise):.3f}")
 true_noise = 0.01  # the noise added to y above: sd 0.1
 if float(e_noise) > 1.5 * true_noise:
     print(f"the data's noise variance is {true_noise}: the other {float(e_noise) - true_noise:.3f} is signal "

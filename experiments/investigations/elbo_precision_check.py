@@ -57,13 +57,13 @@ def main(argv=None):
         pn = kronvi.noise_prior(hyper.noise_variance, levels=15, span=10.0)
         q_w, q_n, _ = fit_best_start(stats, pw, pn, DirectConfig(), key=jax.random.key(2))
         q0 = kronvi.mixture_from_mean_field(jax.random.key(3), q_w, 5, noise_scale=0.03)
-        q, lc, qn, _ = kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, q_n), method="lbfgs", max_iter=30)
+        q, qn, lc, _ = kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, q_n), method="lbfgs", max_iter=30)
         vals = {}
         for label, cast in (("f32", lambda t: t), ("f64", to64)):
             with jax.enable_x64(label == "f64"):
                 s, a, b_ = cast(stats), cast(pw), cast(pn)
-                mf = float(kronvi.regression_elbo(cast(q_w), cast(q_n), a, b_, s))
-                lb = float(kronvi.mixture_elbo_bound(cast(q), cast(lc), cast(qn), a, b_, s))
+                mf = float(kronvi.regression_elbo(s, cast(q_w), cast(q_n), a, b_))
+                lb = float(kronvi.mixture_elbo_bound(s, cast(q), cast(qn), cast(lc), a, b_))
                 vals[label] = (mf, lb)
         (m32, l32), (m64, l64) = vals["f32"], vals["f64"]
         row = (

@@ -27,14 +27,14 @@ def run(scale, X, y, mask, fold, config, key):
     Xtr, Xte = X[tr] * scale, X[te] * scale
     prepared = pipeline.prepare_fold(key, Xtr, y[tr], config)
     model, _, info = pipeline.fit_prepared(prepared, config)
-    gp = info["gp"]
+    gp = info.gp
     # the ELBO each start reaches on the chosen noise grid (fit_best_start keeps the higher)
     elbos = {}
     for start in config.starts:
-        _, _, fit = kronvi.fit_regression(
+        fit = kronvi.fit_regression(
             prepared.stats, prepared.prior_w, model.prior_noise, method=config.method, init=start
         )
-        elbos[start] = float(fit.elbo[int(fit.num_iter)])
+        elbos[start] = float(fit.info.final_elbo)
     Phi = pipeline.fold_features(model, Xte)
     mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     y_c = jnp.asarray(y[te], mean.dtype) - model.y_offset
@@ -47,8 +47,8 @@ def run(scale, X, y, mask, fold, config, key):
         ls=np.asarray(prepared.hyper.lengthscales).round(3).tolist(),
         s2f=float(prepared.hyper.signal_variance),
         s2n=float(prepared.hyper.noise_variance),
-        span=float(info["noise_span"]),
-        cv=None if info["cv_scores"] is None else np.asarray(info["cv_scores"]).round(4).tolist(),
+        span=float(info.noise_span),
+        cv=None if info.cv_scores is None else np.asarray(info.cv_scores).round(4).tolist(),
         elbos=elbos,
         rmse=float(jnp.sqrt(jnp.mean((mean - y_c) ** 2))),
     )

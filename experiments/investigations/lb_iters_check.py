@@ -34,11 +34,11 @@ def check_fold(dataset, fold, runs, cfg):
     k_init, k_eval = jax.random.split(jax.random.fold_in(setup.key, 3))
     q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.mix_init_noise)
     pw, pn, st = setup.prior_w, setup.prior_n, setup.stats
-    start = uci.f64(kronvi.mixture_elbo_bound, q0, q0.log_marginals, q_n, pw, pn, st) - mf
+    start = uci.f64(kronvi.mixture_elbo_bound, st, q0, q_n, q0.log_marginals, pw, pn) - mf
     rows = []
     for method, it in runs:
         t0 = time.perf_counter()
-        q, log_c, qn, info = uci.in_precision(
+        q, qn, log_c, info = uci.in_precision(
             "float64",
             lambda *a, it=it, method=method: kronvi.fit_mixture_bound(
                 *a[:3], init=a[3:], method=method, max_iter=it, tol=cfg.lb_tol
@@ -46,7 +46,7 @@ def check_fold(dataset, fold, runs, cfg):
             st, pw, pn, q0, q_n,
         )  # fmt: skip
         secs = time.perf_counter() - t0
-        bound = uci.f64(kronvi.mixture_elbo_bound, q, log_c, qn, pw, pn, st) - mf
+        bound = uci.f64(kronvi.mixture_elbo_bound, st, q, qn, log_c, pw, pn) - mf
         est, se = uci.unbiased64(setup, k_eval, q, qn)
         rows.append(
             f"| {dataset} | {fold} | {int(st.n)} | {start:+.4f} | {method} | {it} | {int(info.num_iter)} | "

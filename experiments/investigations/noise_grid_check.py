@@ -30,7 +30,7 @@ def main():
             ("paper (GP x/÷ 10, fixed)", DirectConfig()),
             ("recentred up to 4x", DirectConfig(max_noise_recentres=4)),
         ):
-            r, _ = run_fold(jax.random.fold_in(key, k), X[tr], y[tr], X[te], y[te], cfg)
+            r = run_fold(jax.random.fold_in(key, k), X[tr], y[tr], X[te], y[te], cfg).result
             print(
                 f"| {k} | {label} | {r.noise_recentres} | {r.noise_variance:.4g} | {r.elbo:.1f} | "
                 f"{r.rmse:.4f} | {r.nlpd:.3f} | {r.sparsity_pct:.1f} |",

@@ -76,7 +76,7 @@ def main():
     qn = kronvi.MeanField.from_prior(pn)
 
     def elbo(lw, st):
-        return kronvi.regression_elbo(kronvi.MeanField(lw), qn, pw, pn, st)
+        return kronvi.regression_elbo(st, kronvi.MeanField(lw), qn, pw, pn)
 
     grad = jax.jit(jax.value_and_grad(elbo))
     v = jnp.asarray(rng.normal(size=args.b), jnp.float32)

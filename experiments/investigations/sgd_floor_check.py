@@ -110,14 +110,14 @@ def main(argv=None):
         q_w, q_n = model.q_w, model.q_noise
         mf = uci.mf_elbo64(setup, q_w, q_n)
         q0 = kronvi.mixture_from_mean_field(jax.random.key(1), q_w, 5, noise_scale=0.03)
-        qb, log_c, qnb, _ = kronvi.fit_mixture_bound(
+        qb, qnb, log_c, _ = kronvi.fit_mixture_bound(
             stats, setup.prior_w, setup.prior_n, init=(q0, q_n), method="lbfgs", max_iter=cfg.lb_max_iter
         )
-        bound = uci.f64(kronvi.mixture_elbo_bound, qb, log_c, qnb, setup.prior_w, setup.prior_n, stats) - mf
+        bound = uci.f64(kronvi.mixture_elbo_bound, stats, qb, qnb, log_c, setup.prior_w, setup.prior_n) - mf
         est_b, se_b = uci.unbiased64(setup, jax.random.key(9), qb, qnb)
         for label, lr, noise, eps, draws, *est in VARIANTS[args.variants]:
             q0 = kronvi.mixture_from_mean_field(jax.random.key(1), q_w, 5, noise_scale=noise)
-            q, qn, _ = kronvi.fit_mixture_sgd(
+            q, qn, _, _ = kronvi.fit_mixture_sgd(
                 jax.random.key(2), stats, setup.prior_w, setup.prior_n, init=(q0, q_n),
                 optimizer=optax.adam(optax.cosine_decay_schedule(lr, cfg.sgd_steps), eps=eps),
                 num_steps=cfg.sgd_steps,

@@ -144,7 +144,7 @@ def fit(stats, pw, pn, key, opts):
     if start in ("gaussian", "best"):
         init = kronvi.gaussian_start(stats, pw, pn)
         fits.append(kronvi.fit_regression(stats, pw, pn, key=key, init=init, **opts))
-    return max(fits, key=lambda f: float(f[2].elbo[int(f[2].num_iter)]))
+    return max(fits, key=lambda f: float(f.info.final_elbo))
 
 
 def prepare(X, y, folds, k, key, degenerate_margin=2.0):
@@ -219,7 +219,7 @@ def main(argv=None):
                     es = float(noise_moments(q_n, pn)[2]) / float(s2)
                     top = float(q_n.probs[0, -1]) > 0.5 and pn.values.shape[-1] > 1
                     rows.setdefault(label, []).append(
-                        (rmse, sp, float(finfo.elbo[int(finfo.num_iter)]), es, top, int(finfo.num_iter), dt)
+                        (rmse, sp, float(finfo.final_elbo), es, top, int(finfo.num_iter), dt)
                     )
             print(f"{name} fold {k}: done ({time.perf_counter() - t_start:.0f}s)", flush=True)
         paper_rmse, paper_sp = paper_numbers(name)

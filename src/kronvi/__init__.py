@@ -29,6 +29,7 @@ from ._fit.features import FeatureFitInfo as FeatureFitInfo
 from ._fit.features import feature_elbo as feature_elbo
 from ._fit.features import feature_stats as feature_stats
 from ._fit.features import fit_features as fit_features
+from ._fit.regression import RegressionFit as RegressionFit
 from ._fit.regression import fit_regression as fit_regression
 from ._fit.reinforce import ReinforceInfo as ReinforceInfo
 from ._fit.reinforce import regression_log_joint as regression_log_joint
@@ -76,7 +77,7 @@ from ._model.regression import expected_sparsity as expected_sparsity
 from ._model.regression import noise_moments as noise_moments
 from ._model.regression import predict_regression as predict_regression
 from ._model.regression import regression_elbo as regression_elbo
-from ._solvers.lbfgs import FitInfo as FitInfo
+from ._solvers.info import FitInfo as FitInfo
 from ._solvers.lbfgs import minimize_lbfgs as minimize_lbfgs
 from ._stats.eigen import Eigenbasis as Eigenbasis
 from ._stats.eigen import eigenbasis as eigenbasis
@@ -92,6 +93,7 @@ from ._stats.regression import regression_stats as regression_stats
 from ._stats.regression import regression_stats_from_inputs as regression_stats_from_inputs
 from ._stats.regression import subtract_stats as subtract_stats
 from ._stats.streaming import regression_stats_from_chunks as regression_stats_from_chunks
+from .bnn import BNNFit as BNNFit
 from .bnn import BNNStats as BNNStats
 from .bnn import bnn_elbo as bnn_elbo
 from .bnn import bnn_expected_rss as bnn_expected_rss
@@ -101,11 +103,15 @@ from .bnn import fit_bnn as fit_bnn
 from .bnn import merge_bnn_stats as merge_bnn_stats
 from .bnn import predict_bnn as predict_bnn
 from .bnn import quadratic_net as quadratic_net
+from .feature_learning import EigenFeatureFit as EigenFeatureFit
 from .feature_learning import EigenFeatureModel as EigenFeatureModel
+from .feature_learning import FeatureFit as FeatureFit
 from .feature_learning import eigen_feature_model as eigen_feature_model
 from .feature_learning import fit_features_eigen as fit_features_eigen
 from .feature_learning import predict_features as predict_features
 from .gaussian import ELRG as ELRG
+from .gaussian import ELRGFit as ELRGFit
+from .gaussian import GaussianFit as GaussianFit
 from .gaussian import GaussianMeanField as GaussianMeanField
 from .gaussian import ReparamInfo as ReparamInfo
 from .gaussian import ReparamState as ReparamState
@@ -131,6 +137,7 @@ from .gaussian import reparam_noise_variance as reparam_noise_variance
 from .gaussian import spectral_evidence_optimum as spectral_evidence_optimum
 from .gaussian import spectral_log_evidence as spectral_log_evidence
 from .logistic import LaplaceInfo as LaplaceInfo
+from .logistic import LogisticFit as LogisticFit
 from .logistic import fit_logistic as fit_logistic
 from .logistic import laplace_grid_prior as laplace_grid_prior
 from .logistic import logistic_elbo_bound as logistic_elbo_bound
@@ -139,6 +146,7 @@ from .logistic import logistic_loglik_estimate as logistic_loglik_estimate
 from .logistic import logistic_loglik_minibatch as logistic_loglik_minibatch
 from .logistic import predict_logistic as predict_logistic
 from .mixtures import Mixture as Mixture
+from .mixtures import MixtureFit as MixtureFit
 from .mixtures import MixturePrior as MixturePrior
 from .mixtures import MixtureSGDInfo as MixtureSGDInfo
 from .mixtures import MixtureSGDState as MixtureSGDState

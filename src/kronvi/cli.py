@@ -265,7 +265,7 @@ def _fit(args):
     try:
         for k in range(K):
             tr, te = folds != k, folds == k
-            res, _ = run_fold(jax.random.fold_in(key, k), X[tr], y[tr], X[te], y[te], config)
+            res = run_fold(jax.random.fold_in(key, k), X[tr], y[tr], X[te], y[te], config).result
             results.append(res)
             lines.append(
                 f"{k:>4} {int(tr.sum()):>7} {res.rmse:>9.4f} {res.nlpd:>8.3f} {res.sparsity_pct:>9.1f} "

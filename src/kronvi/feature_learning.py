@@ -23,8 +23,10 @@ import jax
 import numpy as np
 
 from ._base.checks import check_int
+from ._base.deprecation import renamed_arguments
 from ._base.precision import matmul
 from ._base.pytree import as_traced_callable
+from ._fit.features import FeatureFit as FeatureFit
 from ._fit.features import FeatureFitInfo as FeatureFitInfo
 from ._fit.features import feature_elbo as feature_elbo
 from ._fit.features import feature_stats as feature_stats
@@ -36,11 +38,14 @@ from ._inputs.learned import rff_lengthscale_features as rff_lengthscale_feature
 from ._inputs.learned import rff_lengthscale_map as rff_lengthscale_map
 from ._model.families import MeanField
 from ._model.grids import DiscretePrior, noise_prior
+from ._solvers.info import FitInfo, fit_info
 from ._stats.eigen import Eigenbasis, eigenbasis, rotate_features
 from .pipeline import eigen_posterior_grid, evidence_noise_variance
 
 __all__ = [
+    "EigenFeatureFit",
     "EigenFeatureModel",
+    "FeatureFit",
     "FeatureFitInfo",
     "eigen_feature_model",
     "feature_elbo",
@@ -76,6 +81,23 @@ class EigenFeatureModel(NamedTuple):
     q_w: MeanField
     q_noise: MeanField
     elbo: float
+
+
+class EigenFeatureFit(NamedTuple):
+    """The result of `fit_features_eigen`.
+
+    Attributes:
+      model: the placed `EigenFeatureModel` with the highest
+        ELBO (its `params` are the learned parameters).
+      info: `kronvi.FitInfo` over the rounds: `elbo` `(max_iter + 1,)` the best ELBO of
+        the models placed so far (before the first round, then after each), so `final_elbo` is
+        `model.elbo`; `iterate_elbo` the ELBO of the model placed at each of those points, which can
+        fall from one round to the next; `converged` is false (the rounds have no stopping test);
+        `optimizer` the method of the parameter steps.
+    """
+
+    model: EigenFeatureModel
+    info: FitInfo
 
 
 def _rotated(fn, vectors, params, X):
@@ -120,7 +142,7 @@ def eigen_feature_model(
     prior_w = eigen_posterior_grid(rotated, basis, prior_scale, s2, levels=levels, width=width)
     prior_n = noise_prior(s2, levels=levels, span=noise_span)
     q_w, q_n, info = fit_regression(rotated, prior_w, prior_n, init="gaussian")
-    elbo = float(info.elbo[int(info.num_iter)])
+    elbo = float(info.final_elbo)
     return EigenFeatureModel(params, basis, prior_w, prior_n, q_w, q_n, elbo)
 
 
@@ -140,8 +162,9 @@ def predict_features(model: EigenFeatureModel, X, *, feature_fn):
     return rotate_features(model.basis, feature_fn(model.params, X))
 
 
+@renamed_arguments(rounds="max_iter")
 def fit_features_eigen(
-    params, X, y, *, feature_fn, prior_scale, noise_variance, rounds: int = 8, param_iter: int = 10,
+    params, X, y, *, feature_fn, prior_scale, noise_variance, max_iter: int = 8, param_iter: int = 10,
     inner_sweeps: int = 20, log_prior=None, levels: int = 15, width: float = 4.0, noise_span: float = 3.0,
     chunk_size: int | None = None,
 ):  # fmt: skip
@@ -172,7 +195,7 @@ def fit_features_eigen(
       prior_scale: $\sigma_w$.
       noise_variance: a guess of the noise variance; each round searches the evidence maximizer around the
         previous round's.
-      rounds: rounds of placement and learning.
+      max_iter: rounds of placement and learning (all of them run: there is no stopping test).
       param_iter: L-BFGS iterations per round.
       inner_sweeps: coordinate-ascent sweeps refitting $q$ at each evaluation of the objective.
       log_prior: optional `log_prior(params) -> scalar` added to the objective (MAP for the parameters).
@@ -183,21 +206,23 @@ def fit_features_eigen(
       chunk_size: rows per chunk of the statistics.
 
     Returns:
-      `(model, elbo_trace)`: the placed `EigenFeatureModel`
-      with the highest ELBO (its `params` are the learned parameters) and the ELBO of the model placed
-      before each round and at the end, `(rounds + 1,)`.
+      `EigenFeatureFit` `(model, info)`: the placed
+      `EigenFeatureModel` with the highest ELBO (its `params`
+      are the learned parameters) and a `kronvi.FitInfo` whose `iterate_elbo` holds the
+      ELBO of the model placed before each round and at the end, `(max_iter + 1,)`, and `elbo` its running
+      maximum.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> from kronvi.feature_learning import fit_features_eigen, rff_lengthscale_map
       >>> X = jnp.linspace(-3, 3, 100)[:, None]; y = jnp.sin(2 * X[:, 0])
       >>> fmap = rff_lengthscale_map(jax.random.key(0), 1, 10)
-      >>> model, trace = fit_features_eigen(jnp.zeros(1), X, y, feature_fn=fmap, prior_scale=1.0,
-      ...     noise_variance=0.01, rounds=2, param_iter=3, inner_sweeps=2)  # doctest: +SKIP
-      >>> len(trace), bool(trace[-1] > trace[0])  # doctest: +SKIP
+      >>> model, info = fit_features_eigen(jnp.zeros(1), X, y, feature_fn=fmap, prior_scale=1.0,
+      ...     noise_variance=0.01, max_iter=2, param_iter=3, inner_sweeps=2)  # doctest: +SKIP
+      >>> len(info.iterate_elbo), bool(info.final_elbo > info.elbo[0])  # doctest: +SKIP
       (3, True)
     """
-    rounds = check_int(rounds, "rounds", 0)
+    max_iter = check_int(max_iter, "max_iter", 0)
     fn = as_traced_callable(feature_fn)
     opts = dict(levels=levels, width=width, noise_span=noise_span, chunk_size=chunk_size)
     model = eigen_feature_model(
@@ -205,13 +230,14 @@ def fit_features_eigen(
     )
     trace = [model.elbo]
     best = model
-    for _ in range(rounds):
+    best_trace = [model.elbo]
+    for _ in range(max_iter):
         rotated = jax.tree_util.Partial(_rotated, fn, model.basis.vectors)
-        (params, _, _), _ = fit_features(
+        params = fit_features(
             params, X, y, model.prior_w, model.prior_noise, feature_fn=rotated, init=(model.q_w, model.q_noise),
-            max_rounds=1, param_iter=param_iter, inner_sweeps=inner_sweeps, starts=("previous",),
+            max_iter=1, param_iter=param_iter, inner_sweeps=inner_sweeps, starts=("previous",),
             log_prior=log_prior, chunk_size=chunk_size,
-        )  # fmt: skip
+        ).params  # fmt: skip
         s2 = model.prior_noise.values[0, model.prior_noise.values.shape[-1] // 2]
         model = eigen_feature_model(
             params, X, y, feature_fn=fn, prior_scale=prior_scale, noise_variance=s2, **opts
@@ -219,4 +245,9 @@ def fit_features_eigen(
         trace.append(model.elbo)
         if model.elbo > best.elbo:
             best = model
-    return best, np.asarray(trace)
+        best_trace.append(best.elbo)
+    info = fit_info(
+        np.asarray(best_trace), np.asarray(max_iter), np.asarray(False), optimizer="optax-lbfgs",
+        iterate_elbo=np.asarray(trace),
+    )  # fmt: skip
+    return EigenFeatureFit(best, info)

@@ -27,15 +27,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base.checks import check_int
-from ._fit.regression import METHODS, fit_regression
+from ._fit.regression import METHODS, RegressionFit, fit_regression
 from ._fit.select import CRITERIA, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import SAMPLINGS, RandomFourierFeatures, rff_features, rff_init
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
 from ._model.density import DensityToleranceError, predictive_log_density
+from ._model.families import MeanField
 from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
 from ._model.posterior_grid import posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression
+from ._solvers.info import FitInfo
 from ._stats.eigen import Eigenbasis, eigenbasis_from_inputs, rotate_features
 from ._stats.regression import RegressionStats, kfold_stats_from_inputs, regression_stats_from_inputs
 from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
@@ -179,6 +181,79 @@ class FittedDirect(NamedTuple):
     q_noise: object
     hyper: GPHyperparameters
     basis: Eigenbasis | None = None
+
+
+class DirectTimings(NamedTuple):
+    """Wall-clock seconds of the stages of `fit_direct`."""
+
+    init_seconds: float  # standardizing and the GP hyperparameters
+    stats_seconds: float  # features and statistics (with the inner folds', and the eigenbasis)
+    select_seconds: float  # the cross-validated choice of the noise grid (0 without `noise_cv`)
+    fit_seconds: float  # the mean-field fits
+
+
+class DirectInfo(NamedTuple):
+    """Diagnostics of `fit_direct`. The fields of the final fit's
+    `kronvi.FitInfo` (`elbo`, `final_elbo`, `num_iter`, `converged`, `optimizer`) are
+    also read here directly, as on every fit's `info`."""
+
+    fit: FitInfo  # the mean-field fit that was kept
+    gp: GPFitInfo  # the GP hyperparameter fit
+    noise_recentres: int  # how many times the noise grid was recentred (`config.max_noise_recentres`)
+    noise_span: float  # the noise grid used: s2 x [1/span, span]; 1 = fixed at the GP estimate
+    cv_scores: object = None  # the inner-fold scores of every span with `config.noise_cv`, else None
+
+    @property
+    def elbo(self):
+        return self.fit.elbo
+
+    @property
+    def final_elbo(self):
+        return self.fit.final_elbo
+
+    @property
+    def num_iter(self):
+        return self.fit.num_iter
+
+    @property
+    def converged(self):
+        return self.fit.converged
+
+    @property
+    def optimizer(self) -> str:
+        return self.fit.optimizer
+
+
+class DirectFit(NamedTuple):
+    """The result of `fit_direct` and `fit_prepared`.
+
+    Attributes:
+      model: `FittedDirect`, everything needed to predict.
+      timings: `DirectTimings`.
+      info: `DirectInfo`.
+    """
+
+    model: FittedDirect
+    timings: DirectTimings
+    info: DirectInfo
+
+
+class RecentredFit(NamedTuple):
+    """The result of `fit_with_noise_recentring`: a
+    `kronvi.RegressionFit`'s fields, then the noise grid it ended on."""
+
+    q_w: MeanField
+    q_noise: MeanField
+    info: FitInfo
+    prior_noise: DiscretePrior  # the last (recentred) noise grid
+    num_recentres: int
+
+
+class FoldRun(NamedTuple):
+    """The result of `run_fold`."""
+
+    model: FittedDirect
+    result: FoldResult
 
 
 class PreparedFold(NamedTuple):
@@ -345,7 +420,7 @@ def prepare_fold(
     y_offset, yc = _centre(y, dtype)
     if gp is None:
         hyper, gp_info = fit_gp_hyperparameters(
-            k_gp, Xs, yc, num_points=config.gp_points, num_restarts=config.gp_restarts,
+            k_gp, Xs, yc, num_points=config.gp_points, num_starts=config.gp_restarts,
             degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
             screen_points=config.gp_screen_points,
         )  # fmt: skip
@@ -449,9 +524,10 @@ def eigen_posterior_grid(rotated, basis, prior_scale, noise_variance, *, levels:
     return posterior_grid_prior(center, 1.0 / jnp.sqrt(precision), prior_scale, levels=levels, width=width)
 
 
-def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None):
+def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None) -> DirectFit:
     """Chooses the noise grid and fits DIRECT mean field on a `prepare_fold` result (with the same
-    `config`). Returns `(model, timings, info)` as `fit_direct`.
+    `config`). Returns a `DirectFit` `(model, timings, info)` as
+    `fit_direct`.
 
     With `config.noise_cv` the grid `s2 x [1/span, span]` is chosen among those spans on the inner folds
     (`choose_noise_prior`, timed as `select_seconds`); otherwise it is the grid of
@@ -496,14 +572,14 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None):
         fold.hyper,
         fold.basis,
     )
-    timings = dict(
+    timings = DirectTimings(
         init_seconds=fold.init_seconds,
         stats_seconds=fold.stats_seconds,
         select_seconds=(t3 - t2) if config.noise_cv else 0.0,
         fit_seconds=t4 - t3,
     )
-    info = dict(fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv)
-    return model, timings, info
+    info = DirectInfo(fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv)
+    return DirectFit(model, timings, info)
 
 
 def fold_features(fitted, X):
@@ -515,9 +591,10 @@ def fold_features(fitted, X):
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
 
 
-def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32):
+def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32) -> DirectFit:
     """Fits DIRECT mean-field regression on raw training data: `prepare_fold` then
-    `fit_prepared`. Returns `(model, timings, info)`.
+    `fit_prepared`. Returns a `DirectFit`
+    `(model, timings, info)`.
 
     With `config.noise_cv` (the default) the noise grid is chosen among those spans by
     `config.cv_folds`-fold cross-validation on the training rows: the statistics are accumulated per
@@ -535,8 +612,9 @@ def _sweep(config):
     return dict(sweep="diagonal") if config.basis == "eigen" and config.method == "cavi" else {}
 
 
-def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
-    """Fits from each of `config.starts` and returns the `(q_w, q_noise, info)` with the highest ELBO.
+def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key=None) -> RegressionFit:
+    """Fits from each of `config.starts` and returns the `kronvi.RegressionFit`
+    with the highest ELBO.
 
     Coordinate ascent on a grid stops at a local optimum that depends on the start; neither the prior nor
     the continuous optimum is the better start on every dataset (`docs/notes/2026-11-22-rmse-gap.md`).
@@ -550,7 +628,7 @@ def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
             stats, prior_w, prior_noise, method=config.method, max_iter=config.max_iter, key=key, init=start,
             **_sweep(config),
         )  # fmt: skip
-        elbo = float(fit[2].elbo[int(fit[2].num_iter)])
+        elbo = float(fit.info.final_elbo)
         if not np.isfinite(elbo):
             warnings.warn(
                 f"the fit from start {start!r} ended with a non-finite ELBO; it is skipped", stacklevel=2
@@ -563,14 +641,14 @@ def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key):
     return best
 
 
-def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig, *, key):
+def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig, *, key=None):
     r"""Fits, and while the noise posterior puts most of its mass on an end level of its grid, moves the
     grid (same shape) to be centred on the current $E[\sigma^2]$ and refits from the current q.
 
     The GP's noise estimate is a good centre for a continuous posterior, but a 4-bit weight posterior
     fits less tightly and wants more noise; a grid that is too narrow saturates at its top level (seen on
     yacht: all mass on 10x the GP estimate) and makes the predictive density overconfident.
-    Returns `(q_w, q_noise, info, prior_noise, num_recentres)`.
+    Returns a `RecentredFit` `(q_w, q_noise, info, prior_noise, num_recentres)`.
     """
     q_w, q_n, info = fit_best_start(stats, prior_w, prior_noise, config, key=key)
     recentres = 0
@@ -591,11 +669,12 @@ def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig,
             **_sweep(config),
         )
         recentres += 1
-    return q_w, q_n, info, prior_noise, recentres
+    return RecentredFit(q_w, q_n, info, prior_noise, recentres)
 
 
-def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None = None):
-    """Fits on the training rows and evaluates on the test rows. Returns `(FoldResult, model)`."""
+def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None = None) -> FoldRun:
+    """Fits on the training rows and evaluates on the test rows. Returns a `FoldRun`
+    `(model, result)`."""
     model, timings, info = fit_direct(key, X_train, y_train, config)
     t0 = time.perf_counter()
     dtype = model.q_w.logits.dtype
@@ -611,22 +690,21 @@ def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None 
         log_dens = jnp.asarray(e.log_density)
     _block(log_dens)
     t1 = time.perf_counter()
-    fit = info["fit"]
     result = FoldResult(
         rmse=float(jnp.sqrt(jnp.mean((mean - y_c) ** 2))),
         nlpd=float(-jnp.mean(log_dens)),
         sparsity_pct=100.0 * float(expected_sparsity(model.q_w, model.prior_w)),
-        elbo=float(fit.elbo[int(fit.num_iter)]),
+        elbo=float(info.final_elbo),
         predict_seconds=t1 - t0,
-        num_iter=int(fit.num_iter),
-        converged=bool(fit.converged),
+        num_iter=int(info.num_iter),
+        converged=bool(info.converged),
         noise_variance=float(noise_moments(model.q_noise, model.prior_noise)[2]),
-        gp_degenerate=bool(info["gp"].degenerate),
-        noise_recentres=int(info["noise_recentres"]),
-        noise_span=float(info["noise_span"]),
-        **timings,
+        gp_degenerate=bool(info.gp.degenerate),
+        noise_recentres=int(info.noise_recentres),
+        noise_span=float(info.noise_span),
+        **timings._asdict(),
     )
-    return result, model
+    return FoldRun(model, result)
 
 
 def summarize(results: list[FoldResult]) -> dict:

@@ -417,7 +417,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
                 gp_rule = DirectConfig()
                 hyper, _ = fit_gp_hyperparameters(
                     k_gp, jnp.asarray(_standardized(std, X, dtype)), jnp.asarray((y - y_shift) / y_unit, dtype),
-                    num_points=self.gp_points, num_restarts=self.gp_restarts,
+                    num_points=self.gp_points, num_starts=self.gp_restarts,
                     degenerate_margin=gp_rule.gp_degenerate_margin, restarts=gp_rule.gp_restart_rule,
                     screen_points=gp_rule.gp_screen_points,
                 )  # fmt: skip
@@ -524,7 +524,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         self.fit_info_ = info
         self.n_iter_ = max(int(info.num_iter), 1)
         # the density of y is that of the standardized targets divided by y_scale per row
-        self.elbo_ = float(info.elbo[int(info.num_iter)]) - self.n_samples_seen_ * np.log(y_scale)
+        self.elbo_ = float(info.final_elbo) - self.n_samples_seen_ * np.log(y_scale)
         return self
 
     def fit(self, X, y):

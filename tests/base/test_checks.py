@@ -51,7 +51,7 @@ def test_entry_points_fetch_only_scalars(on_accelerator):
         stats = kronvi.regression_stats(Phi, y, chunk_size=16)
         stats_x = kronvi.regression_stats_from_inputs(lambda x: 2.0 * x, Phi, y)
         qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
-        elbo = kronvi.regression_elbo(qw, qn, pw, pn, stats)
+        elbo = kronvi.regression_elbo(stats, qw, qn, pw, pn)
         qw, qn = kronvi.gaussian_start(stats, pw, pn)
         mean, var = kronvi.predict_regression(qw, qn, pw, pn, Phi)
         rotated, basis = kronvi.eigenbasis(stats)
@@ -112,7 +112,7 @@ def test_closed_over_data_is_checked_inside_jit(on_accelerator):
     with pytest.raises(ValueError, match=r"`Phi_new` contains 1 NaN"):
         jax.jit(lambda s: kronvi.predict_regression(qw, qn, pw, pn, bad)[0] * s)(2.0)
     stats = kronvi.regression_stats(Phi, y)
-    mean = jax.jit(lambda m: kronvi.gaussian_mf_elbo(m, 0.5, stats, prior_scale=1.0))(
+    mean = jax.jit(lambda m: kronvi.gaussian_mf_elbo(stats, m, 0.5, prior_scale=1.0))(
         kronvi.GaussianMeanField(jnp.zeros(6), jnp.zeros(6))
     )
     assert np.isfinite(float(mean))

@@ -72,7 +72,7 @@ def _entry_points():
     mix_pw = kronvi.MixturePrior(pw.values, jnp.stack([pw.log_probs, pw.log_probs]), jnp.zeros(2))
     gp = kronvi.GPHyperparameters(jnp.ones(2), jnp.asarray(1.0), jnp.asarray(0.1))
     gmf = kronvi.GaussianMeanField(jnp.zeros(b), jnp.zeros(b))
-    elbo = lambda lw: kronvi.regression_elbo(kronvi.MeanField(lw), qn, pw, pn, stats)  # noqa: E731
+    elbo = lambda lw: kronvi.regression_elbo(stats, kronvi.MeanField(lw), qn, pw, pn)  # noqa: E731
     return {
         "regression_stats": (kronvi.regression_stats, (Phi, y)),
         "regression_stats_from_inputs": (
@@ -106,14 +106,14 @@ def _entry_points():
             (stats, Phi),
         ),
         "grad gaussian_mf_elbo": (
-            jax.grad(lambda m: kronvi.gaussian_mf_elbo(gmf._replace(mean=m), 0.5, stats, prior_scale=1.0)),
+            jax.grad(lambda m: kronvi.gaussian_mf_elbo(stats, gmf._replace(mean=m), 0.5, prior_scale=1.0)),
             (gmf.mean,),
         ),
         "predict_gaussian_mf": (lambda q, P: kronvi.predict_gaussian_mf(q, 0.5, P), (gmf, Phi)),
         "grad mixture_elbo_bound": (
             jax.grad(
                 lambda lg: kronvi.mixture_elbo_bound(
-                    mix._replace(logits=lg), mix.log_marginals, qn, mix_pw, pn, stats
+                    stats, mix._replace(logits=lg), qn, mix.log_marginals, mix_pw, pn
                 )
             ),
             (mix.logits,),

@@ -95,7 +95,7 @@ def test_elbo_equals_enumeration(layer_sizes, m):
         ref = brute_force(layer_sizes, X, y, *rest)
         pw, pn, q, qn = kronvi_objects(*rest)
         stats = bnn_stats(jnp.asarray(X), jnp.asarray(y), layer_sizes)
-        got = float(jax.jit(bnn_elbo)(q, qn, pw, pn, stats))
+        got = float(jax.jit(bnn_elbo)(stats, q, qn, pw, pn))
         assert abs(got - ref) <= 1e-9 * abs(ref), (got, ref)
 
 
@@ -118,11 +118,11 @@ def test_float32_close_to_float64():
     X, y, *rest = problem(sizes, 5, seed=7, n=40)
     with jax.enable_x64(True):
         pw, pn, q, qn = kronvi_objects(*rest)
-        ref = float(bnn_elbo(q, qn, pw, pn, bnn_stats(jnp.asarray(X), jnp.asarray(y), sizes)))
+        ref = float(bnn_elbo(bnn_stats(jnp.asarray(X), jnp.asarray(y), sizes), q, qn, pw, pn))
     with jax.enable_x64(False):
         pw, pn, q, qn = kronvi_objects(*(np.asarray(a, np.float32) for a in rest))
         stats = bnn_stats(jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32), sizes)
-        got = jax.jit(bnn_elbo)(q, qn, pw, pn, stats)
+        got = jax.jit(bnn_elbo)(stats, q, qn, pw, pn)
         assert got.dtype == jnp.float32
         assert abs(float(got) - ref) <= 1e-4 * abs(ref)
 
@@ -138,7 +138,7 @@ def test_gradient_matches_finite_differences(layer_sizes):
 
         @jax.jit
         def f(lw, ln):
-            return bnn_elbo(kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, pn, stats)
+            return bnn_elbo(stats, kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, pn)
 
         check_grads(f, (jnp.asarray(q_logits), jnp.asarray(qn_logits)), order=1, modes=["rev"],
                                   eps=1e-6, atol=1e-6, rtol=1e-6)  # fmt: skip
@@ -153,5 +153,5 @@ def test_expected_rss_is_exact_at_a_point_mass():
         values = np.stack([w, w + 1.0], axis=1)
         pw = kronvi.DiscretePrior(jnp.asarray(values), jnp.zeros(values.shape))
         q = kronvi.MeanField(jnp.asarray(np.stack([np.zeros_like(w), np.full_like(w, -60.0)], axis=1)))
-        rss = bnn_expected_rss(q, pw, bnn_stats(jnp.asarray(X), jnp.asarray(y), sizes))
+        rss = bnn_expected_rss(bnn_stats(jnp.asarray(X), jnp.asarray(y), sizes), q, pw)
         np.testing.assert_allclose(rss, np.sum((y - net_np(w, X, sizes)) ** 2), rtol=1e-10)

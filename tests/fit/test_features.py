@@ -72,7 +72,7 @@ def test_feature_elbo_equals_brute_force_enumeration():
         X, y = _data(np.float64, n=11, d=2)
         params = mlp_init(jax.random.key(0), (2, 4, 3), dtype=jnp.float64)
         q_w, q_n, prior_w, prior_n = _model(np.float64, 3, m=3)
-        value = feature_elbo(params, q_w, q_n, prior_w, prior_n, X, y, feature_fn=mlp_features)
+        value = feature_elbo(params, X, y, q_w, q_n, prior_w, prior_n, feature_fn=mlp_features)
         ref = brute_force_elbo(
             mlp_features(params, X), y, np.asarray(prior_w.values), np.asarray(prior_w.log_probs),
             softmax(np.asarray(q_w.logits)), np.asarray(prior_n.values)[0], np.asarray(prior_n.log_probs)[0],
@@ -85,9 +85,9 @@ def test_feature_elbo_equals_regression_elbo_on_precomputed_statistics(dtype):
     X, y = _data(dtype)
     params = mlp_init(jax.random.key(0), (3, 8, 6), dtype=dtype)
     q_w, q_n, prior_w, prior_n = _model(dtype, 6)
-    value = feature_elbo(params, q_w, q_n, prior_w, prior_n, X, y, feature_fn=mlp_features, chunk_size=10)
+    value = feature_elbo(params, X, y, q_w, q_n, prior_w, prior_n, feature_fn=mlp_features, chunk_size=10)
     stats = kronvi.regression_stats(mlp_features(params, X), y)
-    ref = kronvi.regression_elbo(q_w, q_n, prior_w, prior_n, stats)
+    ref = kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
     assert value.dtype == jnp.dtype(dtype)
     np.testing.assert_allclose(value, ref, rtol=tol(dtype, x32=1e-5, x64=1e-12))
 
@@ -111,7 +111,7 @@ def test_gradient_in_the_lengthscales_matches_finite_differences():
 
         @jax.jit
         def f(t):
-            return feature_elbo(t, q_w, q_n, prior_w, prior_n, X, y, feature_fn=fmap, chunk_size=16)
+            return feature_elbo(t, X, y, q_w, q_n, prior_w, prior_n, feature_fn=fmap, chunk_size=16)
 
         grad = jax.grad(f)(theta)
         fd = _central_differences(lambda t: float(f(t)), theta, 1e-6)
@@ -127,7 +127,7 @@ def test_gradient_in_the_mlp_weights_matches_finite_differences():
 
         @jax.jit
         def f(p):
-            return feature_elbo(p, q_w, q_n, prior_w, prior_n, X, y, feature_fn=mlp_features, chunk_size=8)
+            return feature_elbo(p, X, y, q_w, q_n, prior_w, prior_n, feature_fn=mlp_features, chunk_size=8)
 
         jax.test_util.check_grads(f, (params,), order=1, modes=["rev"], eps=1e-6, rtol=1e-6)
         grad = jax.grad(f)(params)
@@ -144,10 +144,10 @@ def test_custom_vjp_equals_autodiff_through_the_dense_features():
         q_w, q_n, prior_w, prior_n = _model(np.float64, 5)
 
         def chunked(p, X, y):
-            return feature_elbo(p, q_w, q_n, prior_w, prior_n, X, y, feature_fn=mlp_features, chunk_size=8)
+            return feature_elbo(p, X, y, q_w, q_n, prior_w, prior_n, feature_fn=mlp_features, chunk_size=8)
 
         def dense(p, X, y):
-            return kronvi.regression_elbo(q_w, q_n, prior_w, prior_n, _dense_stats(mlp_features(p, X), y))
+            return kronvi.regression_elbo(_dense_stats(mlp_features(p, X), y), q_w, q_n, prior_w, prior_n)
 
         got = jax.jit(jax.grad(chunked, argnums=(0, 1, 2)))(params, X, y)  # compiled: fewer dispatches
         ref = jax.jit(jax.grad(dense, argnums=(0, 1, 2)))(params, X, y)
@@ -164,11 +164,11 @@ def test_autodiff_through_compensated_regression_stats_is_exact():
 
         def via_stats(P):
             return kronvi.regression_elbo(
-                q_w, q_n, prior_w, prior_n, kronvi.regression_stats(P, y, chunk_size=8)
+                kronvi.regression_stats(P, y, chunk_size=8), q_w, q_n, prior_w, prior_n
             )
 
         def dense(P):
-            return kronvi.regression_elbo(q_w, q_n, prior_w, prior_n, _dense_stats(P, y))
+            return kronvi.regression_elbo(_dense_stats(P, y), q_w, q_n, prior_w, prior_n)
 
         got, ref = jax.jit(jax.grad(via_stats))(Phi), jax.jit(jax.grad(dense))(Phi)
         np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
@@ -182,7 +182,7 @@ def test_jit_and_vmap_over_parameters():
     @jax.jit
     def value_and_grad(fmap, theta, X, y):
         f = functools.partial(feature_elbo, feature_fn=fmap)
-        return jax.value_and_grad(f)(theta, q_w, q_n, prior_w, prior_n, X, y)
+        return jax.value_and_grad(f)(theta, X, y, q_w, q_n, prior_w, prior_n)
 
     thetas = jnp.asarray([[0.0, 0.0, 0.0], [0.5, -0.5, 1.0], [-0.3, 0.2, 0.1]])
     batched = jax.vmap(value_and_grad, in_axes=(None, 0, None, None))(fmap, thetas, X, y)
@@ -207,17 +207,18 @@ def test_learned_lengthscales_raise_the_elbo_and_grow_on_an_irrelevant_input():
         def log_prior(t):  # a weak N(0, 3^2) prior on the log-lengthscales
             return -0.5 * jnp.sum(t**2) / 9.0
 
-        (theta, q_w, q_n), info = fit_features(
-            theta0, X, y, prior_w, prior_n, feature_fn=fmap, max_rounds=4, param_iter=10, log_prior=log_prior
+        theta, q_w, q_n, info = fit_features(
+            theta0, X, y, prior_w, prior_n, feature_fn=fmap, max_iter=4, param_iter=10, log_prior=log_prior
         )
         # each round's objective before the no-progress test that would undo it (`objective` cannot fall)
         assert np.all(np.diff(info.attempted) >= -1e-9 * np.abs(info.attempted[1:]))
-        np.testing.assert_array_equal(info.attempted[: info.num_rounds], info.objective[: info.num_rounds])
+        np.testing.assert_array_equal(info.attempted[: info.num_iter], info.objective[: info.num_iter])
         assert info.objective[-1] > info.objective[0] + 10.0
         np.testing.assert_allclose(info.objective[0] - info.elbo[0], float(log_prior(theta0)), atol=1e-12)
-        r = info.num_rounds
+        r = info.num_iter
+        assert info.final_elbo == info.elbo[r] and info.optimizer == "optax-lbfgs"
         np.testing.assert_allclose(info.objective[r] - info.elbo[r], float(log_prior(theta)), rtol=1e-10)
-        ref = feature_elbo(theta, q_w, q_n, prior_w, prior_n, X, y, feature_fn=fmap)
+        ref = feature_elbo(theta, X, y, q_w, q_n, prior_w, prior_n, feature_fn=fmap)
         np.testing.assert_allclose(float(ref), info.elbo[r], rtol=1e-10)
         ls = np.exp(np.asarray(theta))
         assert ls[1] > 1.5 * ls[0] and ls[2] > 1.5 * ls[0], ls
@@ -256,14 +257,17 @@ def test_fit_features_eigen_learns_inside_the_default_recipe():
         fmap = jax.tree.map(lambda a: a.astype(jnp.float64), rff_lengthscale_map(jax.random.key(0), 3, 15))
         kw = dict(feature_fn=fmap, prior_scale=1.0, noise_variance=0.01)
         start = eigen_feature_model(jnp.zeros(3), X, y, **kw)
-        model, trace = fit_features_eigen(jnp.zeros(3), X, y, rounds=2, param_iter=5, inner_sweeps=5, **kw)
-        assert trace.shape == (3,)
+        model, info = fit_features_eigen(jnp.zeros(3), X, y, max_iter=2, param_iter=5, inner_sweeps=5, **kw)
+        trace = info.iterate_elbo
+        assert trace.shape == (3,) and info.elbo.shape == (3,)
         np.testing.assert_allclose(trace[0], start.elbo, rtol=1e-12)
         assert trace[-1] > trace[0] + 5.0
+        np.testing.assert_array_equal(info.elbo, np.maximum.accumulate(trace))
+        assert info.final_elbo == model.elbo == np.max(trace)
         # the model's ELBO is the exact ELBO of its rotated features
         Phi = predict_features(model, X, feature_fn=fmap)
         stats = kronvi.regression_stats(Phi, y)
-        elbo = kronvi.regression_elbo(model.q_w, model.q_noise, model.prior_w, model.prior_noise, stats)
+        elbo = kronvi.regression_elbo(stats, model.q_w, model.q_noise, model.prior_w, model.prior_noise)
         np.testing.assert_allclose(float(elbo), model.elbo, rtol=1e-9)
         ls = np.exp(np.asarray(model.params))
         assert ls[1] > ls[0] and ls[2] > ls[0]

@@ -32,7 +32,7 @@ def _setup(dtype, *, b=2, m=3, ms=2, seed=0):
 
 def _exact_grad(q_w, q_n, prior_w, prior_n, stats):
     def elbo(lw, ln):
-        return kronvi.regression_elbo(kronvi.MeanField(lw), kronvi.MeanField(ln), prior_w, prior_n, stats)
+        return kronvi.regression_elbo(stats, kronvi.MeanField(lw), kronvi.MeanField(ln), prior_w, prior_n)
 
     return jax.grad(elbo, argnums=(0, 1))(q_w.logits, q_n.logits)
 
@@ -53,7 +53,7 @@ def _log_q(p, idx_w, idx_n):
 def test_log_joint_matches_the_data(dtype):
     p, stats, prior_w, prior_n, *_ = _setup(dtype, b=3)
     idx_w, idx_n = _configs(3, 3, 2)
-    got = regression_log_joint(jnp.asarray(idx_w), jnp.asarray(idx_n), prior_w, prior_n, stats)
+    got = regression_log_joint(stats, jnp.asarray(idx_w), jnp.asarray(idx_n), prior_w, prior_n)
     assert got.dtype == dtype
     Phi, y = p["Phi"].astype(np.float64), p["y"].astype(np.float64)
     W = p["values"][np.arange(3), idx_w]
@@ -77,7 +77,7 @@ def test_one_draw_is_unbiased_exactly(baseline, exact_entropy):
 
         def one(iw, i_n):
             (gw, gn), info = reinforce_gradient_from_draws(
-                iw[None], i_n[None], q_w, q_n, prior_w, prior_n, stats,
+                iw[None], i_n[None], stats, q_w, q_n, prior_w, prior_n,
                 baseline=baseline, exact_entropy=exact_entropy,
             )  # fmt: skip
             return gw, gn, info.elbo
@@ -88,7 +88,7 @@ def test_one_draw_is_unbiased_exactly(baseline, exact_entropy):
         want_w, want_n = _exact_grad(q_w, q_n, prior_w, prior_n, stats)
         np.testing.assert_allclose(np.einsum("c,cbk->bk", weights, gw), want_w, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(np.einsum("c,cbk->bk", weights, gn), want_n, rtol=1e-10, atol=1e-10)
-        elbo = kronvi.regression_elbo(q_w, q_n, prior_w, prior_n, stats)
+        elbo = kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
         assert float(weights @ est) == pytest.approx(float(elbo), rel=1e-12)
         # The estimate is random (it can fail): a single draw is far from the mean.
         assert np.max(np.abs(gw - np.asarray(want_w)[None])) > 1e-2
@@ -108,11 +108,11 @@ def test_leave_one_out_pairs_are_unbiased_exactly():
             (gw, gn), _ = reinforce_gradient_from_draws(
                 iw,
                 i_n,
+                stats,
                 q_w,
                 q_n,
                 prior_w,
                 prior_n,
-                stats,
                 baseline="leave-one-out",
             )
             return gw, gn
@@ -137,14 +137,14 @@ def test_sampled_gradient_averages_to_the_exact_gradient():
         @jax.vmap
         def estimate(key):
             (gw, gn), info = reinforce_gradient(
-                key, q_w, q_n, prior_w, prior_n, stats, num_samples=50, baseline="leave-one-out"
+                key, stats, q_w, q_n, prior_w, prior_n, num_samples=50, baseline="leave-one-out"
             )
             return gw, gn, info.elbo
 
         gw, gn, est = estimate(keys)
         assert gw.dtype == np.float64
         want_w, want_n = _exact_grad(q_w, q_n, prior_w, prior_n, stats)
-        elbo = kronvi.regression_elbo(q_w, q_n, prior_w, prior_n, stats)
+        elbo = kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
         for got, want in ((gw, want_w), (gn, want_n), (est, elbo)):
             got = np.asarray(got)
             se = got.std(0, ddof=1) / np.sqrt(got.shape[0])
@@ -162,7 +162,7 @@ def test_info_and_jit_without_retrace():
     _, stats, prior_w, prior_n, q_w, q_n = _setup(np.float32)
     f = jax.jit(
         lambda k, q: reinforce_gradient(
-            k, q, q_n, prior_w, prior_n, stats, num_samples=4, baseline="leave-one-out"
+            k, stats, q, q_n, prior_w, prior_n, num_samples=4, baseline="leave-one-out"
         )
     )
     (gw, gn), info = f(jax.random.key(0), q_w)
@@ -171,13 +171,13 @@ def test_info_and_jit_without_retrace():
     assert gw.dtype == np.float32 and gn.dtype == np.float32 and info.elbo.dtype == np.float32
     f(jax.random.key(1), q_w)
     assert f._cache_size() == 1
-    _, info1 = reinforce_gradient(jax.random.key(0), q_w, q_n, prior_w, prior_n, stats, num_samples=1)
+    _, info1 = reinforce_gradient(jax.random.key(0), stats, q_w, q_n, prior_w, prior_n, num_samples=1)
     assert np.isnan(info1.stderr)
 
 
 def test_bad_input_gets_named_errors():
     _, stats, prior_w, prior_n, q_w, q_n = _setup(np.float32)
-    args = (q_w, q_n, prior_w, prior_n, stats)
+    args = (stats, q_w, q_n, prior_w, prior_n)
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="num_samples"):
         reinforce_gradient(key, *args, num_samples=0)
@@ -196,4 +196,4 @@ def test_bad_input_gets_named_errors():
     with pytest.raises(TypeError, match="`q`"):
         sample_mean_field(key, q_w.logits, num_samples=2)
     with pytest.raises(ValueError, match="q_w"):
-        reinforce_gradient(key, kronvi.MeanField(jnp.zeros((3, 3))), *args[1:], num_samples=2)
+        reinforce_gradient(key, stats, kronvi.MeanField(jnp.zeros((3, 3))), *args[2:], num_samples=2)

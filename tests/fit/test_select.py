@@ -198,15 +198,16 @@ def test_command_line_and_fit_direct_choose_a_noise_grid_by_cross_validation(tmp
     cfg = DirectConfig(basis="features", num_frequencies=8, noise_cv=(10.0, 3.0, 1.0), cv_folds=5)
     key = jax.random.fold_in(jax.random.key(0), 0)
     model, timings, info = fit_direct(key, X[tr], y[tr], cfg)
-    assert info["noise_span"] == fold["noise_span"]
-    np.testing.assert_allclose(float(info["fit"].elbo[int(info["fit"].num_iter)]), fold["elbo"], rtol=1e-5)
-    assert info["cv_scores"].sq_error.shape == (3,)
-    assert timings["select_seconds"] > 0
-    chosen = noise_prior_for_span(model.hyper.noise_variance, info["noise_span"], 15)
+    assert info.noise_span == fold["noise_span"]
+    np.testing.assert_allclose(float(info.final_elbo), fold["elbo"], rtol=1e-5)
+    assert info.final_elbo == info.fit.final_elbo and info.optimizer == "cavi"
+    assert info.cv_scores.sq_error.shape == (3,)
+    assert timings.select_seconds > 0
+    chosen = noise_prior_for_span(model.hyper.noise_variance, info.noise_span, 15)
     np.testing.assert_allclose(model.prior_noise.values, chosen.values, rtol=1e-6)  # the fit used it
     # The paper's protocol: one grid of `noise_span`, no selection.
     model0, timings0, info0 = fit_direct(key, X[tr], y[tr], cfg._replace(noise_cv=()))
-    assert info0["noise_span"] == 10.0 and info0["cv_scores"] is None
+    assert info0.noise_span == 10.0 and info0.cv_scores is None
     assert model0.prior_noise.values.shape == (1, 15)
     for bad in (dict(noise_cv=(0.5,)), dict(cv_folds=1), dict(cv_folds=2.0)):
         with pytest.raises(ValueError, match="noise_cv|cv_folds"):

@@ -98,10 +98,10 @@ def test_fit_from_gaussian_start_and_best_of_starts():
         stats, prior_w, prior_n, init=kronvi.gaussian_start(stats, prior_w, prior_n)
     )
     np.testing.assert_array_equal(manual[0].logits, fits["gaussian"][0].logits)
-    final = {s: float(f[2].elbo[int(f[2].num_iter)]) for s, f in fits.items()}
+    final = {s: float(f.info.final_elbo) for s, f in fits.items()}
     assert final["prior"] != final["gaussian"]
     best = fit_best_start(stats, prior_w, prior_n, DirectConfig(basis="features"), key=jax.random.key(0))
-    assert float(best[2].elbo[int(best[2].num_iter)]) == max(final.values())
+    assert float(best.info.final_elbo) == max(final.values())
     with pytest.raises(ValueError, match="starts"):
         fit_best_start(stats, prior_w, prior_n, DirectConfig(starts=()), key=jax.random.key(0))
     with pytest.raises(TypeError, match="init"):
@@ -128,16 +128,17 @@ def test_best_start_skips_a_non_finite_fit_loudly(monkeypatch):
     real = pipeline.fit_regression
 
     def broken(*args, init=None, **kw):
-        q_w, q_n, info = real(*args, init=init, **kw)
+        fit = real(*args, init=init, **kw)
         if init == "gaussian":
-            info = info._replace(elbo=jnp.full_like(info.elbo, jnp.nan))
-        return q_w, q_n, info
+            nan = jnp.full_like(fit.info.elbo, jnp.nan)
+            fit = fit._replace(info=fit.info._replace(elbo=nan, final_elbo=nan[0]))
+        return fit
 
     monkeypatch.setattr(pipeline, "fit_regression", broken)
     cfg = pipeline.DirectConfig(basis="features")
     with pytest.warns(UserWarning, match="'gaussian'"):
         best = pipeline.fit_best_start(stats, prior_w, prior_n, cfg, key=jax.random.key(0))
-    assert np.isfinite(float(best[2].elbo[int(best[2].num_iter)]))
+    assert np.isfinite(float(best.info.final_elbo))
     with pytest.warns(UserWarning), pytest.raises(FloatingPointError, match="every start"):
         pipeline.fit_best_start(
             stats, prior_w, prior_n, cfg._replace(starts=("gaussian",)), key=jax.random.key(0)

@@ -16,7 +16,7 @@ def test_exact_elbo_matches_dense_reference(dtype):
     rng = np.random.default_rng(1)
     mean, std = rng.normal(size=4), rng.uniform(0.1, 1.0, size=4)
     q = kronvi.GaussianMeanField(jnp.asarray(mean, dtype), jnp.asarray(np.log(std), dtype))
-    got = kronvi.gaussian_mf_elbo(q, 0.4, stats, prior_scale=0.7)
+    got = kronvi.gaussian_mf_elbo(stats, q, 0.4, prior_scale=0.7)
     assert got.dtype == jnp.dtype(dtype)
     want = dense_gaussian_elbo(Phi, y, mean, std, 0.4, 0.7)
     np.testing.assert_allclose(float(got), want, rtol=tol(dtype, x32=1e-5, x64=1e-11))
@@ -36,7 +36,7 @@ def test_exact_elbo_matches_monte_carlo():
         f = log_lik + log_p - log_q
         mc, se = f.mean(), f.std() / np.sqrt(len(f))
         q = kronvi.GaussianMeanField(jnp.asarray(mean), jnp.asarray(np.log(std)))
-        got = float(kronvi.gaussian_mf_elbo(q, s2, stats, prior_scale=sw))
+        got = float(kronvi.gaussian_mf_elbo(stats, q, s2, prior_scale=sw))
         assert abs(got - mc) < 5 * se, (got, mc, se)
 
 
@@ -49,7 +49,7 @@ def test_elbo_gradient_matches_finite_differences():
 
         def f(mean, log_std, log_s2):
             q = kronvi.GaussianMeanField(mean, log_std)
-            return kronvi.gaussian_mf_elbo(q, jnp.exp(log_s2), stats, prior_scale=scale)
+            return kronvi.gaussian_mf_elbo(stats, q, jnp.exp(log_s2), prior_scale=scale)
 
         check_grads(jax.jit(f), (mean, log_std, jnp.asarray(-0.5)), order=2, modes=["rev"], eps=1e-4)
 
@@ -69,7 +69,7 @@ def test_closed_form_fit_fixed_noise_is_the_stationary_point_and_the_posterior_m
     if np.dtype(dtype) == np.float64:
         g = jax.grad(
             lambda m, ls: kronvi.gaussian_mf_elbo(
-                kronvi.GaussianMeanField(m, ls), 0.2, stats, prior_scale=0.8
+                stats, kronvi.GaussianMeanField(m, ls), 0.2, prior_scale=0.8
             ),
             argnums=(0, 1),
         )(q.mean, q.log_std)
@@ -86,7 +86,7 @@ def test_closed_form_fit_learned_noise_is_monotone_and_stationary(dtype):
     with jax.enable_x64(True):
         stats64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), stats)
         qq = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), q)
-        dlog = jax.grad(lambda t: kronvi.gaussian_mf_elbo(qq, jnp.exp(t), stats64, prior_scale=1.0))(
+        dlog = jax.grad(lambda t: kronvi.gaussian_mf_elbo(stats64, qq, jnp.exp(t), prior_scale=1.0))(
             jnp.log(jnp.asarray(float(s2), jnp.float64))
         )
         assert abs(float(dlog)) < 1e-2 * float(stats.n) * tol(dtype, x32=1.0, x64=1e-4)
@@ -102,9 +102,9 @@ def test_contracts_jit_vmap_dtype():
     stats, _, _ = gaussian_problem(np.float32)
     folds = jax.tree.map(lambda a: jnp.stack([a, 2 * a]), stats)
     q = kronvi.GaussianMeanField(jnp.zeros(4), jnp.zeros(4))
-    e = jax.vmap(lambda s: kronvi.gaussian_mf_elbo(q, 0.5, s, prior_scale=1.0))(folds)
+    e = jax.vmap(lambda s: kronvi.gaussian_mf_elbo(s, q, 0.5, prior_scale=1.0))(folds)
     assert e.shape == (2,) and e.dtype == jnp.float32
-    e0 = jax.jit(lambda s: kronvi.gaussian_mf_elbo(q, 0.5, s, prior_scale=1.0))(stats)
+    e0 = jax.jit(lambda s: kronvi.gaussian_mf_elbo(s, q, 0.5, prior_scale=1.0))(stats)
     np.testing.assert_allclose(float(e0), float(e[0]), rtol=1e-6)
     m, v = kronvi.predict_gaussian_mf(q, 0.5, jnp.ones((3, 4)))
     assert m.shape == v.shape == (3,) and float(v[0]) == pytest.approx(4.5)
@@ -114,10 +114,10 @@ def test_bad_inputs():
     stats, _, _ = gaussian_problem(np.float32)
     q = kronvi.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
     with pytest.raises(ValueError, match="weights"):
-        kronvi.gaussian_mf_elbo(q, 0.5, stats, prior_scale=1.0)
+        kronvi.gaussian_mf_elbo(stats, q, 0.5, prior_scale=1.0)
     q = kronvi.GaussianMeanField(jnp.zeros(4), jnp.zeros(4))
     with pytest.raises(ValueError, match="positive"):
-        kronvi.gaussian_mf_elbo(q, -0.5, stats, prior_scale=1.0)
+        kronvi.gaussian_mf_elbo(stats, q, -0.5, prior_scale=1.0)
     with pytest.raises(ValueError, match="lo < hi"):
         kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1.0, noise_bounds=(2.0, 1.0))
     with pytest.raises(TypeError, match="GradientTransformation"):

@@ -13,18 +13,18 @@ import kronvi
 def test_reparam_converges_near_the_exact_optimum():
     stats, Phi, y = gaussian_problem(np.float32, n=400, b=3, noise=0.5, seed=4)
     q_ex, s2_ex, _ = kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1.0)
-    e_ex = float(kronvi.gaussian_mf_elbo(q_ex, s2_ex, stats, prior_scale=1.0))
+    e_ex = float(kronvi.gaussian_mf_elbo(stats, q_ex, s2_ex, prior_scale=1.0))
     q0 = kronvi.GaussianMeanField(jnp.zeros(3), jnp.full(3, -2.0))
     opt = optax.adam(optax.exponential_decay(0.03, 3000, 0.05))
     q, s2, info = kronvi.fit_gaussian_reparam(
         jax.random.key(0), Phi, y, init=(q0, 1.0), prior_scale=1.0, optimizer=opt, num_steps=3000,
         batch_size=100, num_samples=10,
     )  # fmt: skip
-    assert info.elbo.shape == (3000,)
+    assert info.elbo.shape == (3001,) and info.steps.elbo.shape == (3000,) and info.optimizer == "sgd"
     np.testing.assert_allclose(np.asarray(q.mean), np.asarray(q_ex.mean), atol=0.03)
     np.testing.assert_allclose(np.asarray(q.log_std), np.asarray(q_ex.log_std), atol=0.25)
     assert float(s2) == pytest.approx(float(s2_ex), rel=0.15)
-    e = float(kronvi.gaussian_mf_elbo(q, s2, stats, prior_scale=1.0))
+    e = float(kronvi.gaussian_mf_elbo(stats, q, s2, prior_scale=1.0))
     assert e_ex - 2.0 < e <= e_ex + 1e-3
 
 
@@ -52,7 +52,7 @@ def test_reparam_step_and_bounded_noise():
     )
     for i in range(200):
         state, info = kronvi.gaussian_reparam_step(
-            jax.random.key(i), state, Phi[:50], y[:50], num_data=100, prior_scale=1.0, optimizer=opt,
+            jax.random.key(i), Phi[:50], y[:50], state, num_data=100, prior_scale=1.0, optimizer=opt,
             noise_bounds=(0.5, 2.0),
         )  # fmt: skip
     s2 = float(kronvi.reparam_noise_variance(state, noise_bounds=(0.5, 2.0)))
@@ -76,7 +76,7 @@ def test_fresh_equal_optimizers_share_one_compile():
     def step(optimizer):
         state = kronvi.gaussian_reparam_init(q0, 1.0, optimizer=optimizer)
         return kronvi.gaussian_reparam_step(
-            jax.random.key(1), state, Phi[:10], y[:10], num_data=50, prior_scale=1.0, optimizer=optimizer
+            jax.random.key(1), Phi[:10], y[:10], state, num_data=50, prior_scale=1.0, optimizer=optimizer
         )
 
     first_fit, first_step = fit(optax.adam(1e-2)), step(optax.adam(1e-2))

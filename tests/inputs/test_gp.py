@@ -252,8 +252,8 @@ def test_fit_validation():
         kronvi.fit_gp_hyperparameters(key, X, np.zeros(10))
     with pytest.raises(ValueError, match="num_points"):
         kronvi.fit_gp_hyperparameters(key, X, y, num_points=1)
-    with pytest.raises(ValueError, match="num_restarts"):
-        kronvi.fit_gp_hyperparameters(key, X, y, num_restarts=0)
+    with pytest.raises(ValueError, match="num_starts"):
+        kronvi.fit_gp_hyperparameters(key, X, y, num_starts=0)
     with pytest.raises(ValueError, match="max_iter"):
         kronvi.fit_gp_hyperparameters(key, X, y, max_iter=0)
     with pytest.raises(ValueError, match="`X` has 10 rows but `y` has 9"):

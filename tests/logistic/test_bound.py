@@ -26,7 +26,7 @@ def problem(dtype, b=3, m=4, n=9, scale=1.0, seed=0):
 def test_bounds_below_exact_and_ordered(dtype, scale):
     q, prior, Phi, y = problem(dtype, scale=scale)
     exact = expected_loglik(q.probs, prior.values, Phi, y)
-    vals = {bd: float(kl.logistic_loglik_bound(q, prior, Phi, y, bound=bd)) for bd in kl.BOUNDS}
+    vals = {bd: float(kl.logistic_loglik_bound(Phi, y, q, prior, bound=bd)) for bd in kl.BOUNDS}
     tol = 1e-4 * abs(exact) if dtype == np.float32 else 1e-10 * abs(exact)
     for v in vals.values():
         assert v <= exact + tol
@@ -35,7 +35,7 @@ def test_bounds_below_exact_and_ordered(dtype, scale):
     assert vals["jensen"] >= vals["theorem2"] - tol
     for v in vals.values():
         assert np.asarray(v).dtype == np.float64  # python float; dtype checked below
-    assert kl.logistic_loglik_bound(q, prior, Phi, y).dtype == dtype
+    assert kl.logistic_loglik_bound(Phi, y, q, prior).dtype == dtype
 
 
 def test_bounds_rowwise_formulas_float64():
@@ -57,13 +57,13 @@ def test_bounds_rowwise_formulas_float64():
         cands = [-a * s * Ez + np.log(mgf[a] + mgf[a - 1.0]) for a in (0.0, 0.5, 1.0)]
         tilt = -np.sum(np.min(cands, axis=0))
         np.testing.assert_allclose(
-            kl.logistic_loglik_bound(q, prior, Phi, y, bound="theorem2"), th2, rtol=1e-10
+            kl.logistic_loglik_bound(Phi, y, q, prior, bound="theorem2"), th2, rtol=1e-10
         )
         np.testing.assert_allclose(
-            kl.logistic_loglik_bound(q, prior, Phi, y, bound="jensen"), jen, rtol=1e-10
+            kl.logistic_loglik_bound(Phi, y, q, prior, bound="jensen"), jen, rtol=1e-10
         )
         np.testing.assert_allclose(
-            kl.logistic_loglik_bound(q, prior, Phi, y, bound="tilted"), tilt, rtol=1e-10
+            kl.logistic_loglik_bound(Phi, y, q, prior, bound="tilted"), tilt, rtol=1e-10
         )
 
 
@@ -72,23 +72,23 @@ def test_stable_for_large_logits(dtype):
     q, prior, Phi, y = problem(dtype, scale=300.0, n=5)
     exact = expected_loglik(q.probs, prior.values, Phi, y)
     for bd in ("tilted", "jensen"):
-        v = float(kl.logistic_loglik_bound(q, prior, Phi, y, bound=bd))
+        v = float(kl.logistic_loglik_bound(Phi, y, q, prior, bound=bd))
         assert np.isfinite(v) and v <= exact * (1 - 1e-5)
 
 
 def test_chunks_do_not_change_the_value(dtype):
     q, prior, Phi, y = problem(dtype, n=11)
-    full = kl.logistic_loglik_bound(q, prior, Phi, y)
+    full = kl.logistic_loglik_bound(Phi, y, q, prior)
     for c in (1, 4, 11, 50):
-        np.testing.assert_allclose(kl.logistic_loglik_bound(q, prior, Phi, y, chunk_size=c), full, rtol=1e-5)
+        np.testing.assert_allclose(kl.logistic_loglik_bound(Phi, y, q, prior, chunk_size=c), full, rtol=1e-5)
 
 
 def test_elbo_bound_is_loglik_bound_minus_kl(dtype):
     q, prior, Phi, y = problem(dtype)
     kl_exact = float(jnp.sum(q.probs * (q.log_probs - prior.log_probs)))
     np.testing.assert_allclose(
-        kl.logistic_elbo_bound(q, prior, Phi, y),
-        kl.logistic_loglik_bound(q, prior, Phi, y) - kl_exact,
+        kl.logistic_elbo_bound(Phi, y, q, prior),
+        kl.logistic_loglik_bound(Phi, y, q, prior) - kl_exact,
         rtol=1e-5,
     )
 
@@ -98,7 +98,7 @@ def test_gradients_match_finite_differences():
         q, prior, Phi, y = problem(np.float64, n=6)
         for bd in kl.BOUNDS:
             f = jax.jit(
-                lambda lg, bd=bd: kl.logistic_elbo_bound(kronvi.MeanField(lg), prior, Phi, y, bound=bd)
+                lambda lg, bd=bd: kl.logistic_elbo_bound(Phi, y, kronvi.MeanField(lg), prior, bound=bd)
             )
             check_grads(f, (q.logits,), order=1, modes=["rev"], eps=1e-6, atol=1e-6, rtol=1e-6)
 
@@ -106,10 +106,10 @@ def test_gradients_match_finite_differences():
 def test_minibatch_exactly_unbiased_over_all_batches(dtype):
     """The mean of the estimate over every subset of B rows equals the full bound."""
     q, prior, Phi, y = problem(dtype, n=5)
-    full = float(kl.logistic_loglik_bound(q, prior, Phi, y))
+    full = float(kl.logistic_loglik_bound(Phi, y, q, prior))
     B = 2
     vals = [
-        5 / B * float(kl.logistic_loglik_bound(q, prior, Phi[np.array(s)], y[np.array(s)]))
+        5 / B * float(kl.logistic_loglik_bound(Phi[np.array(s)], y[np.array(s)], q, prior))
         for s in itertools.combinations(range(5), B)
     ]
     np.testing.assert_allclose(np.mean(vals), full, rtol=1e-5)
@@ -118,9 +118,9 @@ def test_minibatch_exactly_unbiased_over_all_batches(dtype):
 def test_minibatch_sampler_is_unbiased():
     """The sampler's draws average to the full bound within 4 standard errors (and vary)."""
     q, prior, Phi, y = problem(np.float32, n=20)
-    full = float(kl.logistic_loglik_bound(q, prior, Phi, y))
+    full = float(kl.logistic_loglik_bound(Phi, y, q, prior))
     keys = jax.random.split(jax.random.key(3), 200)
-    est = jax.vmap(lambda k: kl.logistic_loglik_minibatch(k, q, prior, Phi, y, batch_size=5))(keys)
+    est = jax.vmap(lambda k: kl.logistic_loglik_minibatch(k, Phi, y, q, prior, batch_size=5))(keys)
     est = np.asarray(est, np.float64)
     se = est.std(ddof=1) / np.sqrt(len(est))
     assert se > 0 and abs(est.mean() - full) < 4 * se
@@ -130,7 +130,7 @@ def test_mc_estimate_matches_enumeration():
     with jax.enable_x64(True):
         q, prior, Phi, y = problem(np.float64)
         exact = expected_loglik(q.probs, prior.values, Phi, y)
-        est, se = kl.logistic_loglik_estimate(jax.random.key(1), q, prior, Phi, y, num_samples=4000)
+        est, se = kl.logistic_loglik_estimate(jax.random.key(1), Phi, y, q, prior, num_samples=4000)
         assert abs(float(est) - exact) < 4 * float(se)
 
 
@@ -148,7 +148,7 @@ def test_mc_estimate_matches_enumeration():
 def test_bad_labels_are_named(bad, match):
     q, prior, Phi, _ = problem(np.float32)
     with pytest.raises(ValueError, match=match) as err:
-        kl.logistic_loglik_bound(q, prior, Phi, bad)
+        kl.logistic_loglik_bound(Phi, bad, q, prior)
     assert "`y`" in str(err.value)
     with pytest.raises(ValueError, match="`y`"):
         kl.fit_logistic(Phi, bad, prior, max_iter=2)
@@ -157,17 +157,17 @@ def test_bad_labels_are_named(bad, match):
 def test_bad_arguments_are_named():
     q, prior, Phi, y = problem(np.float32)
     with pytest.raises(ValueError, match="`bound`"):
-        kl.logistic_loglik_bound(q, prior, Phi, y, bound="nope")
+        kl.logistic_loglik_bound(Phi, y, q, prior, bound="nope")
     with pytest.raises(ValueError, match="`Phi`"):
-        kl.logistic_loglik_bound(q, prior, Phi[:, :2], y)
+        kl.logistic_loglik_bound(Phi[:, :2], y, q, prior)
     with pytest.raises(ValueError, match="`Phi`"):
-        kl.logistic_loglik_bound(q, prior, Phi.at[0, 0].set(jnp.nan), y)
+        kl.logistic_loglik_bound(Phi.at[0, 0].set(jnp.nan), y, q, prior)
     with pytest.raises(ValueError, match="`batch_size`"):
-        kl.logistic_loglik_minibatch(jax.random.key(0), q, prior, Phi, y, batch_size=100)
+        kl.logistic_loglik_minibatch(jax.random.key(0), Phi, y, q, prior, batch_size=100)
 
 
 def test_bool_and_int_labels_accepted():
     q, prior, Phi, y = problem(np.float32)
-    ref = kl.logistic_loglik_bound(q, prior, Phi, y)
-    np.testing.assert_allclose(kl.logistic_loglik_bound(q, prior, Phi, np.asarray(y) > 0.5), ref)
-    np.testing.assert_allclose(kl.logistic_loglik_bound(q, prior, Phi, np.asarray(y).astype(int)), ref)
+    ref = kl.logistic_loglik_bound(Phi, y, q, prior)
+    np.testing.assert_allclose(kl.logistic_loglik_bound(Phi, np.asarray(y) > 0.5, q, prior), ref)
+    np.testing.assert_allclose(kl.logistic_loglik_bound(Phi, np.asarray(y).astype(int), q, prior), ref)

@@ -42,7 +42,7 @@ def test_estimator_gradient_is_unbiased(mixture_prior, estimator):
             def f(logits, wl, ln):
                 qq, qn = kronvi.Mixture._unchecked(logits, wl), kronvi.MeanField._unchecked(ln)
                 return kronvi.mixture_elbo_estimate(
-                    key, qq, qn, prior_w, prior_n, stats, num_samples=2, estimator=estimator
+                    key, stats, qq, qn, prior_w, prior_n, num_samples=2, estimator=estimator
                 )
 
             return jax.grad(f, argnums=(0, 1, 2))(*args)
@@ -78,7 +78,7 @@ def test_estimator_gradient_in_mixture_prior_parameters_is_unbiased(estimator):
         def grad_one(key):
             g = jax.grad(
                 lambda pw: kronvi.mixture_elbo_estimate(
-                    key, q, q_n, pw, prior_n, stats, num_samples=2, estimator=estimator
+                    key, stats, q, q_n, pw, prior_n, num_samples=2, estimator=estimator
                 )
             )(prior_w)
             return g.log_probs, g.log_weights
@@ -100,11 +100,11 @@ def test_unbiased_value_matches_exact_elbo(estimator):
             exact = ref_mixture_elbo(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"], mixture_prior)
             key = jax.random.key(1)
             kw = dict(num_samples=50000, estimator=estimator)
-            est, se = kronvi.mixture_elbo_unbiased(key, q, q_n, prior_w, prior_n, stats, **kw)
+            est, se = kronvi.mixture_elbo_unbiased(key, stats, q, q_n, prior_w, prior_n, **kw)
             assert abs(float(est) - exact) < 5 * float(se)
             assert 0 < float(se) < 0.05
             # The surrogate's value is the same estimate on the same draws.
-            sur = kronvi.mixture_elbo_estimate(key, q, q_n, prior_w, prior_n, stats, **kw)
+            sur = kronvi.mixture_elbo_estimate(key, stats, q, q_n, prior_w, prior_n, **kw)
             np.testing.assert_allclose(float(sur), float(est), rtol=1e-12)
 
 
@@ -116,10 +116,10 @@ def test_unbiased_in_chunks_is_the_mean_of_the_chunk_estimates():
         q, q_n, prior_w, prior_n, stats = mixture_model(p)
         key = jax.random.key(5)
         est, se = kronvi.mixture_elbo_unbiased(
-            key, q, q_n, prior_w, prior_n, stats, num_samples=4000, chunk_size=1000
+            key, stats, q, q_n, prior_w, prior_n, num_samples=4000, chunk_size=1000
         )
         parts = [
-            kronvi.mixture_elbo_unbiased(k, q, q_n, prior_w, prior_n, stats, num_samples=1000)
+            kronvi.mixture_elbo_unbiased(k, stats, q, q_n, prior_w, prior_n, num_samples=1000)
             for k in jax.random.split(key, 4)
         ]
         np.testing.assert_allclose(float(est), np.mean([float(e) for e, _ in parts]), rtol=1e-12)
@@ -133,13 +133,13 @@ def test_unbiased_in_chunks_is_the_mean_of_the_chunk_estimates():
         for shift in (0.1, 0.2, 0.3):
             q2 = kronvi.Mixture(q.logits + shift, q.weight_logits)
             kronvi.mixture_elbo_unbiased(
-                key, q2, q_n, prior_w, prior_n, stats, num_samples=4000, chunk_size=1000
+                key, stats, q2, q_n, prior_w, prior_n, num_samples=4000, chunk_size=1000
             )
         assert _unbiased_in_chunks._cache_size() == before
         for bad in (0, 1, 3000, 1.5):
             with pytest.raises(ValueError, match="chunk_size"):
                 kronvi.mixture_elbo_unbiased(
-                    key, q, q_n, prior_w, prior_n, stats, num_samples=4000, chunk_size=bad
+                    key, stats, q, q_n, prior_w, prior_n, num_samples=4000, chunk_size=bad
                 )
 
 
@@ -159,7 +159,7 @@ def test_score_only_gradient_is_exact_at_identical_components():
             def f(lg, wl, ln):
                 qq, qn = kronvi.Mixture._unchecked(lg, wl), kronvi.MeanField._unchecked(ln)
                 return kronvi.mixture_elbo_estimate(
-                    key, qq, qn, prior_w, prior_n, stats, num_samples=30, estimator=estimator
+                    key, stats, qq, qn, prior_w, prior_n, num_samples=30, estimator=estimator
                 )
 
             return jax.grad(f, argnums=(0, 1, 2))(*args)
@@ -180,7 +180,7 @@ def _total_variance(estimator, q, q_n, prior_w, prior_n, stats, num_samples=40, 
         def f(lg):
             qq = kronvi.Mixture._unchecked(lg, q.weight_logits)
             return kronvi.mixture_elbo_estimate(
-                key, qq, q_n, prior_w, prior_n, stats, num_samples=num_samples, estimator=estimator
+                key, stats, qq, q_n, prior_w, prior_n, num_samples=num_samples, estimator=estimator
             )
 
         return jax.grad(f)(q.logits)
@@ -226,9 +226,9 @@ def test_stratified_estimator_is_exact_for_one_component_and_has_lower_variance(
         p = mixture_problem(9)
         q, q_n, prior_w, prior_n, stats = mixture_model(p, mixture_prior=False)
         one = kronvi.Mixture(q.logits[:1], q.weight_logits[:1])
-        exact = kronvi.regression_elbo(kronvi.MeanField(q.logits[0]), q_n, prior_w, prior_n, stats)
+        exact = kronvi.regression_elbo(stats, kronvi.MeanField(q.logits[0]), q_n, prior_w, prior_n)
         est, se = kronvi.mixture_elbo_unbiased(
-            jax.random.key(0), one, q_n, prior_w, prior_n, stats, num_samples=8
+            jax.random.key(0), stats, one, q_n, prior_w, prior_n, num_samples=8
         )
         np.testing.assert_allclose(float(est), float(exact), rtol=1e-12)
         assert float(se) == 0.0
@@ -238,7 +238,7 @@ def test_stratified_estimator_is_exact_for_one_component_and_has_lower_variance(
         )
         ses = {
             e: float(kronvi.mixture_elbo_unbiased(
-                jax.random.key(2), close, q_n, prior_w, prior_n, stats, num_samples=3000, estimator=e
+                jax.random.key(2), stats, close, q_n, prior_w, prior_n, num_samples=3000, estimator=e
             )[1])
             for e in ("stratified", "score")
         }  # fmt: skip
@@ -246,5 +246,5 @@ def test_stratified_estimator_is_exact_for_one_component_and_has_lower_variance(
         # inside the float64 block: the float64 arrays built above cannot be checked outside it
         with pytest.raises(ValueError, match="estimator"):
             kronvi.mixture_elbo_estimate(
-                jax.random.key(0), q, q_n, prior_w, prior_n, stats, num_samples=4, estimator="rb"
+                jax.random.key(0), stats, q, q_n, prior_w, prior_n, num_samples=4, estimator="rb"
             )

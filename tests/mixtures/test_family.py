@@ -44,29 +44,29 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="`log_weights` has 3 entries"):
         kronvi.MixturePrior(np.zeros((3, 3)), np.zeros((2, 3, 3)), np.zeros(3))
     with pytest.raises(TypeError, match="`q` must be a Mixture"):
-        kronvi.mixture_elbo_bound(kronvi.MeanField(q.logits[0]), q.logits[0], q_n, prior_w, prior_n, stats)
+        kronvi.mixture_elbo_bound(stats, kronvi.MeanField(q.logits[0]), q_n, q.logits[0], prior_w, prior_n)
     with pytest.raises(ValueError, match="`log_center` must have shape"):
-        kronvi.mixture_elbo_bound(q, np.zeros((3, 4)), q_n, prior_w, prior_n, stats)
+        kronvi.mixture_elbo_bound(stats, q, q_n, np.zeros((3, 4)), prior_w, prior_n)
     with pytest.raises(ValueError, match="`log_center` contains"):
-        kronvi.mixture_elbo_bound(q, np.full((3, 3), np.nan), q_n, prior_w, prior_n, stats)
+        kronvi.mixture_elbo_bound(stats, q, q_n, np.full((3, 3), np.nan), prior_w, prior_n)
     big = kronvi.gaussian_prior(4, 1.0, levels=3)
     with pytest.raises(ValueError, match="`prior_w` grid has shape"):
-        kronvi.mixture_elbo_bound(q, q.log_marginals, q_n, big, prior_n, stats)
+        kronvi.mixture_elbo_bound(stats, q, q_n, q.log_marginals, big, prior_n)
     with pytest.raises(TypeError, match="`prior_w` must be a DiscretePrior or MixturePrior"):
-        kronvi.mixture_expected_loglik(q, q_n, np.zeros((3, 3)), prior_n, stats)
+        kronvi.mixture_expected_loglik(stats, q, q_n, np.zeros((3, 3)), prior_n)
     with pytest.raises(TypeError, match="`stats` must be RegressionStats"):
-        kronvi.mixture_expected_loglik(q, q_n, prior_w, prior_n, (1.0, 1.0))
+        kronvi.mixture_expected_loglik((1.0, 1.0), q, q_n, prior_w, prior_n)
     bad_stats = kronvi.regression_stats(np.ones((5, 4)), np.ones(5))
     with pytest.raises(ValueError, match="`stats` describe 4 features"):
-        kronvi.mixture_expected_loglik(q, q_n, prior_w, prior_n, bad_stats)
+        kronvi.mixture_expected_loglik(bad_stats, q, q_n, prior_w, prior_n)
     with pytest.raises(ValueError, match="`stats.n` must be positive"):
-        kronvi.mixture_expected_loglik(q, q_n, prior_w, prior_n, stats._replace(n=jnp.asarray(0.0)))
+        kronvi.mixture_expected_loglik(stats._replace(n=jnp.asarray(0.0)), q, q_n, prior_w, prior_n)
     with pytest.raises(ValueError, match="`q_noise.logits` has shape"):
-        kronvi.mixture_expected_loglik(q, kronvi.MeanField(np.zeros((1, 5))), prior_w, prior_n, stats)
+        kronvi.mixture_expected_loglik(stats, q, kronvi.MeanField(np.zeros((1, 5))), prior_w, prior_n)
     key = jax.random.key(0)
     for bad in (1, 0, 2.0, True):
         with pytest.raises(ValueError, match="`num_samples` must be an int >= 2"):
-            kronvi.mixture_elbo_estimate(key, q, q_n, prior_w, prior_n, stats, num_samples=bad)
+            kronvi.mixture_elbo_estimate(key, stats, q, q_n, prior_w, prior_n, num_samples=bad)
     with pytest.raises(ValueError, match="`num_samples` must be an int >= 1"):
         kronvi.sample_mixture(key, q, 0)
     with pytest.raises(ValueError, match="uint8 indices need <= 256"):
@@ -91,7 +91,7 @@ def test_bad_inputs():
         kronvi.fit_mixture_sgd(key, stats, prior_w, prior_n, init=(q, q_n), optimizer=optax.adam(0.1),
                                num_steps=0, num_samples=4)  # fmt: skip
     with pytest.raises(TypeError, match="`state` must be a MixtureSGDState"):
-        kronvi.mixture_sgd_step(key, (q, q_n), stats, prior_w, prior_n, optimizer=optax.adam(0.1),
+        kronvi.mixture_sgd_step(key, stats, (q, q_n), prior_w, prior_n, optimizer=optax.adam(0.1),
                                 num_samples=4)  # fmt: skip
     with pytest.raises(TypeError, match="`priors` must be a non-empty sequence"):
         kronvi.MixturePrior.from_priors([])

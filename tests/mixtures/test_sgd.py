@@ -19,12 +19,13 @@ def test_fit_mixture_sgd_and_noise_cavi():
     with jax.enable_x64(True):
         p, stats, prior_w, prior_n, log_z, q0 = bimodal_problem()
         q_w, q_n, info_mf = kronvi.fit_regression(stats, prior_w, prior_n, anneal_sweeps=20)
-        mf = float(info_mf.elbo[info_mf.num_iter])
-        q, q_n2, info = kronvi.fit_mixture_sgd(
+        mf = float(info_mf.final_elbo)
+        q, q_n2, _, info = kronvi.fit_mixture_sgd(
             jax.random.key(0), stats, prior_w, prior_n, init=(q0, q_n), optimizer=optax.adam(0.1),
             num_steps=400, num_samples=16,
         )  # fmt: skip
-        assert info.elbo.shape == (400,) and info.grad_norm.shape == (400,)
+        assert info.elbo.shape == (401,) and info.steps.grad_norm.shape == (400,)
+        assert info.optimizer == "sgd" and int(info.num_iter) == 400 and not bool(info.converged)
         args = (q.logits, q.weight_logits, q_n2.logits)
         exact = ref_mixture_elbo(p, *(np.asarray(a) for a in args))
         assert mf + 0.3 < exact <= log_z
@@ -42,7 +43,7 @@ def test_sgd_init_step_jit_and_gradient_noise_update():
         state = kronvi.mixture_sgd_init(q, q_n, optimizer=opt)
         step = jax.jit(
             lambda k, s: kronvi.mixture_sgd_step(
-                k, s, stats, prior_w, prior_n, optimizer=opt, num_samples=8, noise_update="gradient"
+                k, stats, s, prior_w, prior_n, optimizer=opt, num_samples=8, noise_update="gradient"
             )
         )
         new, info = step(jax.random.key(0), state)
@@ -51,7 +52,7 @@ def test_sgd_init_step_jit_and_gradient_noise_update():
         n = float(stats.n)
         g = jax.grad(
             lambda qq, qn: kronvi.mixture_elbo_estimate(
-                jax.random.key(0), qq, qn, prior_w, prior_n, stats, num_samples=8
+                jax.random.key(0), stats, qq, qn, prior_w, prior_n, num_samples=8
             ),
             argnums=(0, 1),
         )(q, q_n)
@@ -76,7 +77,7 @@ def test_fresh_equal_optimizers_share_one_compile():
     def step(optimizer):
         state = kronvi.mixture_sgd_init(q, q_n, optimizer=optimizer)
         return kronvi.mixture_sgd_step(
-            jax.random.key(1), state, stats, prior_w, prior_n, optimizer=optimizer, num_samples=4
+            jax.random.key(1), stats, state, prior_w, prior_n, optimizer=optimizer, num_samples=4
         )
 
     first_fit, first_step = fit(optax.adam(1e-2)), step(optax.adam(1e-2))

@@ -33,7 +33,8 @@ def _reference(p):
 @pytest.mark.parametrize("seed,b,m,ms", [(0, 3, 3, 3), (1, 2, 5, 4), (2, 4, 3, 1), (3, 1, 7, 2)])
 def test_elbo_matches_enumeration(dtype, seed, b, m, ms):
     p = random_problem(np.random.default_rng(seed), b=b, m=m, ms=ms)
-    elbo = kronvi.regression_elbo(*_model(p, dtype))
+    q_w, q_n, prior_w, prior_n, stats = _model(p, dtype)
+    elbo = kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
     assert elbo.dtype == jnp.dtype(dtype)
     np.testing.assert_allclose(float(elbo), _reference(p), rtol=tol(dtype, x32=1e-5, x64=1e-9))
 
@@ -52,9 +53,9 @@ def test_elbo_is_lower_bound_on_evidence():
         lj = lp - 0.5 * len(p["y"]) * np.log(2 * np.pi * s) - 0.5 * rss / s
         log_evidence = np.logaddexp.reduce(lj)
         q_w, q_n, prior_w, prior_n, stats = _model(p, np.float64)
-        assert float(kronvi.regression_elbo(q_w, q_n, prior_w, prior_n, stats)) < log_evidence
+        assert float(kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)) < log_evidence
         fitted, fn, _ = kronvi.fit_regression(stats, prior_w, prior_n, max_iter=200, tol=0.0)
-        elbo = float(kronvi.regression_elbo(fitted, fn, prior_w, prior_n, stats))
+        elbo = float(kronvi.regression_elbo(stats, fitted, fn, prior_w, prior_n))
         assert elbo <= log_evidence + 1e-9
 
 
@@ -67,7 +68,7 @@ def test_elbo_gradient_matches_finite_differences():
             st = stats._replace(PhitPhi=A)
             pw = prior_w._replace(values=vals)
             return kronvi.regression_elbo(
-                kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, prior_n, st
+                st, kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, prior_n
             )
 
         check_grads(

@@ -25,7 +25,7 @@ def _stack(*trees):
 
 
 FUNCTIONS = {
-    "elbo": lambda st, pw, pn, q, qn, P: kronvi.regression_elbo(q, qn, pw, pn, st),
+    "elbo": lambda st, pw, pn, q, qn, P: kronvi.regression_elbo(st, q, qn, pw, pn),
     "predict": lambda st, pw, pn, q, qn, P: kronvi.predict_regression(q, qn, pw, pn, P),
     "sparsity": lambda st, pw, pn, q, qn, P: kronvi.expected_sparsity(q, pw),
 }
@@ -68,7 +68,7 @@ def test_grad_of_prediction_and_elbo_through_the_prior_scale():
     def loss(scale):
         pw2 = pw._replace(values=pw.values * scale)
         mean, var = kronvi.predict_regression(q, qn, pw2, pn, P)
-        return kronvi.regression_elbo(q, qn, pw2, pn, st) + jnp.sum(mean) + jnp.sum(var)
+        return kronvi.regression_elbo(st, q, qn, pw2, pn) + jnp.sum(mean) + jnp.sum(var)
 
     g = jax.grad(loss)(jnp.float32(1.0))
     eps = 1e-2

@@ -174,7 +174,7 @@ def test_default_lengthscales_are_the_gp_estimate_per_input():
     k_gp = jax.random.split(jax.random.key(seed), 3)[0]
     Xs = jnp.asarray((X - X.mean(axis=0)) / X.std(axis=0), jnp.float32)
     ref, _ = kronvi.fit_gp_hyperparameters(
-        k_gp, Xs, jnp.asarray(y - y.mean(), jnp.float32), num_points=60, num_restarts=1
+        k_gp, Xs, jnp.asarray(y - y.mean(), jnp.float32), num_points=60, num_starts=1
     )
     np.testing.assert_allclose(ls[0], float(ref.lengthscales[0]), rtol=0.02)
     np.testing.assert_allclose(

@@ -12,21 +12,35 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._base.deprecation import reordered_arguments
 from .._base.precision import dot
 from .._model.families import MeanField, grid_moments
 from .._model.regression import coordinate_optimum, elbo_from_logits, noise_moments, noise_update
-from .._solvers.lbfgs import FitInfo
+from .._solvers.info import fit_info
+from .._stats.regression import RegressionStats
 
 ORDERS = ("random", "cyclic", "greedy", "gain")
 
 
-def coordinate_gains(logits_w, logits_n, prior_w, prior_noise, stats):
+def _old_order(args):
+    return len(args) > 4 and isinstance(args[4], RegressionStats)  # the statistics where they were
+
+
+_OLD_SWEEP = ("logits_w", "logits_n", "prior_w", "prior_noise", "stats", "order", "temperature")
+
+
+@reordered_arguments(_OLD_SWEEP[:5], _old_order)
+def coordinate_gains(stats, logits_w, logits_n, prior_w, prior_noise):
     r"""ELBO gain of updating each weight alone to its coordinate optimum: $KL(q_j \| q_j^*)$.
 
     As a function of one factor the ELBO is $-KL(q_j \| q_j^*) + \text{const}$, so this is the
     exact gain of each single-coordinate update; `order="gain"` visits weights by decreasing gain
     (Gauss-Southwell). Cost $O(b^2 + bm)$.
     """
+    return _gains(logits_w, logits_n, prior_w, prior_noise, stats)
+
+
+def _gains(logits_w, logits_n, prior_w, prior_noise, stats):
     e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
     probs = jax.nn.softmax(logits_w, -1)
     mean, _ = grid_moments(probs, prior_w.values)
@@ -34,7 +48,8 @@ def coordinate_gains(logits_w, logits_n, prior_w, prior_noise, stats):
     return jnp.sum(probs * (jax.nn.log_softmax(logits_w, -1) - star), axis=-1)
 
 
-def cavi_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0):
+@reordered_arguments(_OLD_SWEEP, _old_order)
+def cavi_sweep(stats, logits_w, logits_n, prior_w, prior_noise, order, temperature=1.0):
     """One coordinate-ascent sweep over the weights in `order`, then the noise. Returns new logits."""
     return _sequential_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature)
 
@@ -247,13 +262,18 @@ SWEEPS = ("auto", "sequential", "blocked", "jacobi", "diagonal")
 BLOCK_SIZES = {"blocked": 16, "jacobi": 64}
 
 
-def diagonal_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0):
+@reordered_arguments(_OLD_SWEEP, _old_order)
+def diagonal_sweep(stats, logits_w, logits_n, prior_w, prior_noise, order, temperature=1.0):
     r"""One coordinate-ascent sweep when $\Phi^\top\Phi$ is diagonal (statistics in an eigenbasis,
     `kronvi.eigenbasis`): given the noise the weights do not interact, so every weight's
     coordinate optimum $\log q_j(v) = \log p_j(v) + E[\sigma^{-2}](v c_j - \tfrac12 A_{jj} v^2)$ is
     computed at once, in $O(bm)$, and equals what a sequential sweep in any `order` gives; then the
     noise. The off-diagonal entries of `stats.PhitPhi` are not read: on other statistics this is not a
     coordinate-ascent step."""
+    return _diagonal_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature)
+
+
+def _diagonal_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature=1.0):
     del order
     e_inv, _, _ = noise_moments(MeanField._unchecked(logits_n), prior_noise)
     a, V = jnp.diagonal(stats.PhitPhi), prior_w.values
@@ -265,8 +285,9 @@ def diagonal_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, tempe
 
 
 def sweep_function(sweep: str, PhitPhi):
-    """The sweep `fit_cavi` runs on statistics with this `PhitPhi`, with the signature of
-    `cavi_sweep`; `"jacobi"` groups the weights by coupling here, once.
+    """The sweep `fit_cavi` runs on statistics with this `PhitPhi`, with the signature
+    `(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature)`; `"jacobi"` groups the
+    weights by coupling here, once.
 
     `"auto"`: `cavi_sweep` when compiled for a CPU, the damped block-Jacobi sweep for an
     accelerator, where each loop step costs kernel launches
@@ -274,9 +295,9 @@ def sweep_function(sweep: str, PhitPhi):
     """
     b = PhitPhi.shape[0]
     if sweep == "sequential":
-        return cavi_sweep
+        return _sequential_sweep
     if sweep == "diagonal":
-        return diagonal_sweep
+        return _diagonal_sweep
     if sweep == "blocked":
         return functools.partial(blocked_sweep, block_size=min(BLOCK_SIZES[sweep], b), jacobi=False)
     B = min(BLOCK_SIZES["jacobi"], b)
@@ -289,7 +310,7 @@ def sweep_function(sweep: str, PhitPhi):
 
     blocks = lax.platform_dependent(PhitPhi, cpu=no_blocks, default=lambda A: coupling_blocks(A, B))
     jacobi = functools.partial(blocked_sweep, block_size=B, jacobi=True, blocks=blocks)
-    return lambda *args: lax.platform_dependent(*args, cpu=cavi_sweep, default=jacobi)
+    return lambda *args: lax.platform_dependent(*args, cpu=_sequential_sweep, default=jacobi)
 
 
 @functools.partial(
@@ -329,7 +350,7 @@ def fit_cavi(
         elif order == "random":
             perm = jax.random.permutation(jax.random.fold_in(key, it), b)
         elif order == "gain":
-            perm = jnp.argsort(-coordinate_gains(lw, ln, prior_w, prior_noise, stats))
+            perm = jnp.argsort(-_gains(lw, ln, prior_w, prior_noise, stats))
         elif order == "greedy":
             perm = greedy
         else:
@@ -349,4 +370,4 @@ def fit_cavi(
         cond, body, (jnp.asarray(0), logits_w, logits_n, trace, jnp.asarray(False))
     )
     tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    return MeanField._unchecked(lw), MeanField._unchecked(ln), FitInfo(tr, it, done)
+    return MeanField._unchecked(lw), MeanField._unchecked(ln), fit_info(tr, it, done, optimizer="cavi")

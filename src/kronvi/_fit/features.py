@@ -27,10 +27,12 @@ import numpy as np
 from jax import lax
 
 from .._base.checks import check_finite, check_int, check_nonempty, check_xy, is_concrete
+from .._base.deprecation import renamed_arguments, reordered_arguments
 from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
 from .._model.families import MeanField
 from .._model.regression import check_regression_args, regression_elbo
+from .._solvers.info import register_static_optimizer
 from .._solvers.lbfgs import BACKENDS, minimize_lbfgs
 from .._stats.regression import RegressionStats, check_stats, regression_stats_from_inputs
 from .regression import fit_regression
@@ -38,30 +40,52 @@ from .regression import fit_regression
 _STARTS = ("previous", "gaussian", "prior")
 
 
+@register_static_optimizer
 class FeatureFitInfo(NamedTuple):
-    """Diagnostics of `fit_features`.
+    """Diagnostics of `fit_features`: the fields of
+    `kronvi.FitInfo` (an iteration is a round), then the objective's.
 
     Attributes:
-      objective: `(num_rounds + 1,)` the objective (the ELBO, plus `log_prior(params)` when given) after
-        the first fit of `q` (index 0) and after each round (a parameter step, then a refit of `q`);
-        entries past `num_rounds` repeat the final value. It never decreases.
-      elbo: `(num_rounds + 1,)` the ELBO alone at the same points.
-      num_rounds: rounds run.
-      converged: whether a round gained less than `tol * n` nats before `max_rounds`.
+      elbo: `(max_iter + 1,)` the ELBO after the first fit of `q` (index 0) and after each round (a
+        parameter step, then a refit of `q`); entries past `num_iter` repeat the final value.
+      final_elbo: the ELBO at the returned parameters and `q`, `elbo[num_iter]`.
+      num_iter: rounds run.
+      converged: whether a round gained less than `tol * n` nats before `max_iter` rounds.
+      optimizer: the method of the parameter steps, `"optax-lbfgs"` or `"lbfgs"` (static).
+      objective: `(max_iter + 1,)` the objective (the ELBO, plus `log_prior(params)` when given) at the
+        same points. It never decreases.
       grad_norm: norm of the gradient of the objective divided by `n`, in the parameters, at the returned
         parameters, with the `q` of that round's step (`nan` when no round was accepted).
-      attempted: `(num_rounds + 1,)` the objective each round reached before the no-progress test (`nan`
+      attempted: `(max_iter + 1,)` the objective each round reached before the no-progress test (`nan`
         where every refit's ELBO was non-finite): `objective`, except at a last round that the test
         undid. With `"previous"` among the starts it does not decrease either, by the argument above
         and not by that test.
     """
 
-    objective: np.ndarray
     elbo: np.ndarray
-    num_rounds: int
+    final_elbo: float
+    num_iter: int
     converged: bool
+    optimizer: str
+    objective: np.ndarray
     grad_norm: float
     attempted: np.ndarray | None = None
+
+
+class FeatureFit(NamedTuple):
+    """The result of `fit_features`.
+
+    Attributes:
+      params: the learned parameters of the feature map (a pytree like the starting ones).
+      q_w: `MeanField` `(b, m)` over the weights of the learned features.
+      q_noise: `MeanField` `(1, m_sigma)` over the noise variance.
+      info: `FeatureFitInfo`.
+    """
+
+    params: object
+    q_w: MeanField
+    q_noise: MeanField
+    info: FeatureFitInfo
 
 
 def _apply(fn, params, X):
@@ -184,8 +208,11 @@ def _stats_bwd(chunk, res, g):
 _stats_vjp.defvjp(_stats_fwd, _stats_bwd)
 
 
+@reordered_arguments(
+    ("params", "q_w", "q_noise", "prior_w", "prior_noise", "X", "y"), lambda a: isinstance(a[1], MeanField)
+)
 def feature_elbo(
-    params, q_w, q_noise, prior_w, prior_noise, X, y, *, feature_fn, chunk_size: int | None = None
+    params, X, y, q_w, q_noise, prior_w, prior_noise, *, feature_fn, chunk_size: int | None = None
 ) -> jax.Array:
     r"""The exact DIRECT ELBO of the features $\Phi_\theta =$ `feature_fn(params, X)`, differentiable in `params`.
 
@@ -202,12 +229,12 @@ def feature_elbo(
 
     Args:
       params: pytree of float arrays, the feature map's parameters.
+      X: inputs `(n, d)`.
+      y: centred targets `(n,)`.
       q_w: `MeanField` over the weights, logits `(b, m)`.
       q_noise: `MeanField` over the noise variance, logits `(1, m_sigma)`.
       prior_w: `DiscretePrior` `(b, m)`.
       prior_noise: `DiscretePrior` `(1, m_sigma)`.
-      X: inputs `(n, d)`.
-      y: centred targets `(n,)`.
       feature_fn: `(params, X_chunk) -> Phi_chunk`, `(c, d) -> (c, b)`, pure and differentiable.
       chunk_size: rows per chunk (`None`: at most 4096).
 
@@ -224,14 +251,15 @@ def feature_elbo(
       >>> X = jnp.linspace(-2, 2, 30)[:, None]; y = jnp.sin(2 * X[:, 0])
       >>> pw, pn = kronvi.gaussian_prior(8, 1.0, levels=5), kronvi.noise_prior(0.1)
       >>> qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
-      >>> g = jax.grad(feature_elbo)(jnp.zeros(1), qw, qn, pw, pn, X, y, feature_fn=fmap)
+      >>> g = jax.grad(feature_elbo)(jnp.zeros(1), X, y, qw, qn, pw, pn, feature_fn=fmap)
       >>> g.shape, bool(jnp.all(jnp.isfinite(g)))
       ((1,), True)
     """
     stats = feature_stats(params, X, y, feature_fn=feature_fn, chunk_size=chunk_size)
-    return regression_elbo(q_w, q_noise, prior_w, prior_noise, stats)
+    return regression_elbo(stats, q_w, q_noise, prior_w, prior_noise)
 
 
+@renamed_arguments(max_rounds="max_iter", backend="method")
 def fit_features(
     params,
     X,
@@ -241,14 +269,14 @@ def fit_features(
     *,
     feature_fn,
     init="gaussian",
-    max_rounds: int = 10,
+    max_iter: int = 10,
     param_iter: int = 20,
     fit_iter: int | None = None,
     starts: tuple[str, ...] = ("previous", "gaussian"),
     tol: float = 1e-6,
     inner_sweeps: int = 0,
     log_prior=None,
-    backend: str = "optax-lbfgs",
+    method: str = "optax-lbfgs",
     chunk_size: int | None = None,
 ):
     r"""Learns feature-map parameters and the mean-field posterior by maximizing the exact DIRECT ELBO.
@@ -280,7 +308,7 @@ def fit_features(
         `mlp_features`).
       init: the first $q$: `"gaussian"` (`gaussian_start`), `"prior"` or a
         tuple `(q_w, q_noise)`; it is fitted on $\theta_0$'s statistics before the first round.
-      max_rounds: at most this many rounds.
+      max_iter: at most this many rounds.
       param_iter: L-BFGS iterations on $\theta$ per round.
       fit_iter: coordinate-ascent sweeps per refit of $q$ (default: `fit_regression`'s).
       starts: where each refit of $q$ starts, the best ELBO kept: any of `"previous"`, `"gaussian"`,
@@ -289,12 +317,12 @@ def fit_features(
       log_prior: optional `log_prior(params) -> scalar`, added to the objective (e.g. a Gaussian prior on
         the weights of an MLP: MAP for $\theta$); a `functools.partial` or `jax.tree_util.Partial` has
         its arrays traced.
-      backend: `"optax-lbfgs"` or `"lbfgs"` (jaxopt), see `minimize_lbfgs`.
+      method: the L-BFGS of the parameter steps: `"optax-lbfgs"` (`optax.lbfgs`) or `"lbfgs"`
+        (`jaxopt.LBFGS`), see `minimize_lbfgs`.
       chunk_size: rows per chunk of the statistics (`None`: at most 4096).
 
     Returns:
-      `((params, q_w, q_noise), info)` with `info` a
-      `FeatureFitInfo`.
+      `FeatureFit` `(params, q_w, q_noise, info)`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -303,8 +331,8 @@ def fit_features(
       >>> X = jnp.linspace(-3, 3, 100)[:, None]
       >>> y = jnp.sin(3 * X[:, 0]) + 0.1 * jax.random.normal(jax.random.key(1), (100,))
       >>> pw, pn = kronvi.gaussian_prior(20, 1.0, levels=15), kronvi.noise_prior(0.01, levels=7, span=10.0)
-      >>> (theta, q_w, q_n), info = fit_features(jnp.log(jnp.ones(1) * 3.0), X, y, pw, pn,
-      ...                                        feature_fn=fmap, max_rounds=2, param_iter=10)
+      >>> theta, q_w, q_n, info = fit_features(jnp.log(jnp.ones(1) * 3.0), X, y, pw, pn,
+      ...                                      feature_fn=fmap, max_iter=2, param_iter=10)
       >>> bool(info.objective[-1] >= info.objective[0]), float(jnp.exp(theta[0])) < 3.0
       (True, True)
     """
@@ -312,13 +340,13 @@ def fit_features(
     check_nonempty(X, "X")
     check_finite(X, "X")
     check_finite(y, "y")
-    max_rounds = check_int(max_rounds, "max_rounds", 0)
+    max_iter = check_int(max_iter, "max_iter", 0)
     param_iter = check_int(param_iter, "param_iter", 1)
     inner_sweeps = check_int(inner_sweeps, "inner_sweeps", 0)
     if not starts or any(s not in _STARTS for s in starts):
         raise ValueError(f"`starts` must name one or more of {_STARTS}, got {starts!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"`backend` must be one of {BACKENDS}, got {backend!r}")
+    if method not in BACKENDS:
+        raise ValueError(f"`method` must be one of {BACKENDS}, got {method!r}")
     if log_prior is not None and not callable(log_prior):
         raise TypeError(f"`log_prior` must be callable or None, got {type(log_prior).__name__}")
     fn = as_traced_callable(feature_fn)
@@ -341,7 +369,7 @@ def fit_features(
     n = float(stats.n)
 
     def value(p, qw, qn, st):
-        return float(regression_elbo(qw, qn, prior_w, prior_noise, st)), float(lp(p))
+        return float(regression_elbo(st, qw, qn, prior_w, prior_noise)), float(lp(p))
 
     elbo0, lp0 = value(params, q_w, q_n, stats)
     elbos, objs = [elbo0], [elbo0 + lp0]
@@ -349,8 +377,8 @@ def fit_features(
     converged = False
     rounds = 0
     grad_norm = float("nan")
-    for _ in range(max_rounds):
-        static = (chunk, param_iter, backend, inner_sweeps)
+    for _ in range(max_iter):
+        static = (chunk, param_iter, method, inner_sweeps)
         new_params, step_grad_norm = _param_step(
             *static, fn, lp, params, q_w.logits, q_n.logits, prior_w, prior_noise, X, y
         )
@@ -377,16 +405,18 @@ def fit_features(
         if gain < tol * n:
             converged = True
             break
-    pad = max_rounds + 1 - len(objs)
+    pad = max_iter + 1 - len(objs)
     info = FeatureFitInfo(
-        objective=np.asarray(objs + [objs[-1]] * pad),
         elbo=np.asarray(elbos + [elbos[-1]] * pad),
-        num_rounds=rounds,
+        final_elbo=elbos[-1],
+        num_iter=rounds,
         converged=converged,
+        optimizer=method,
+        objective=np.asarray(objs + [objs[-1]] * pad),
         grad_norm=grad_norm,
         attempted=np.asarray(attempted + [attempted[-1]] * pad),
     )
-    return (params, q_w, q_n), info
+    return FeatureFit(params, q_w, q_n, info)
 
 
 def _zero_log_prior(params):
@@ -407,7 +437,7 @@ def _param_step(
             qw, qn, _ = fit_regression(
                 jax.lax.stop_gradient(stats), prior_w, prior_noise, init=(q_w, q_n), max_iter=inner_sweeps
             )
-        return -(regression_elbo(qw, qn, prior_w, prior_noise, stats) + lp(p)) / n
+        return -(regression_elbo(stats, qw, qn, prior_w, prior_noise) + lp(p)) / n
 
     best, info = minimize_lbfgs(loss, params, n, max_iter=param_iter, tol=0.0, backend=backend)
     return best, info.grad_norm

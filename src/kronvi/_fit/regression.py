@@ -1,24 +1,41 @@
 r"""Fitting mean-field DIRECT regression: exact coordinate ascent and L-BFGS on the exact ELBO.
 
 Pure functions built on `lax.while_loop`: they run under `jit` and `vmap` (e.g. over CV folds stacked
-on a leading axis) and return `(q_w, q_noise, info)` instead of raising inside a compiled program.
+on a leading axis) and return a `RegressionFit` `(q_w, q_noise, info)` instead of
+raising inside a compiled program.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 
 from .._base.checks import check_int
 from .._model.families import MeanField
 from .._model.regression import check_regression_args, elbo_from_logits
+from .._solvers.info import FitInfo
 from .._solvers.lbfgs import minimize_lbfgs
 from .cavi import ORDERS, SWEEPS, fit_cavi
 from .placement import home_sharding, resolve_device, run_on
 from .starts import gaussian_start
 
 METHODS = ("cavi", "lbfgs", "optax-lbfgs")
+
+
+class RegressionFit(NamedTuple):
+    """The result of `fit_regression` (and of the pipeline's fits of it).
+
+    Attributes:
+      q_w: `MeanField` `(b, m)` over the weights.
+      q_noise: `MeanField` `(1, m_sigma)` over the noise variance.
+      info: `FitInfo`.
+    """
+
+    q_w: MeanField
+    q_noise: MeanField
+    info: FitInfo
 
 
 def fit_regression(
@@ -90,7 +107,7 @@ def fit_regression(
         device, e.g. `jax.devices("cpu")[0]` to fit on the host exactly as on a CPU-only machine.
 
     Returns:
-      `(q_w, q_noise, info)` with `info` a `FitInfo`.
+      `RegressionFit` `(q_w, q_noise, info)`.
     """
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}, got {method!r}")
@@ -129,8 +146,8 @@ def fit_regression(
         tol = 1e-6 if tol is None else float(tol)
         fit = functools.partial(_fit_lbfgs, max_iter=max_iter, tol=tol, backend=method)
     if target is None:
-        return fit(*args)
-    return run_on(target, fit, args, home_sharding(stats))
+        return RegressionFit(*fit(*args))
+    return RegressionFit(*run_on(target, fit, args, home_sharding(stats)))
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter", "tol", "backend"))

@@ -22,11 +22,12 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._base.checks import check_int
+from .._base.deprecation import reordered_arguments
 from .._base.precision import einsum, matmul
 from .._model.families import MeanField
 from .._model.grids import check_noise_prior, check_weight_prior
 from .._model.regression import LOG_2PI, check_regression_args
-from .._stats.regression import check_stats
+from .._stats.regression import RegressionStats, check_stats
 
 
 class ReinforceInfo(NamedTuple):
@@ -56,7 +57,11 @@ def _log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
     return loglik + log_prior
 
 
-def regression_log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
+@reordered_arguments(
+    ("idx_w", "idx_noise", "prior_w", "prior_noise", "stats"),
+    lambda a: len(a) > 4 and isinstance(a[4], RegressionStats),
+)
+def regression_log_joint(stats, idx_w, idx_noise, prior_w, prior_noise):
     r"""Log joint density $\log p(y, w, \sigma^2)$ of the regression model at given grid configurations.
 
     $$ \log p(y, w, \sigma^2) = -\tfrac n2 \log(2\pi\sigma^2)
@@ -67,11 +72,11 @@ def regression_log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
     `prior_noise.values[0, idx_noise[s]]`; $O(b^2)$ per configuration from the statistics.
 
     Args:
+      stats: `RegressionStats` of the data.
       idx_w: `(S, b)` integer level indices of the weights, one row per configuration.
       idx_noise: `(S,)` integer level indices of the noise variance.
       prior_w: `DiscretePrior` `(b, m)`.
       prior_noise: `DiscretePrior` `(1, m_sigma)`.
-      stats: `RegressionStats` of the data.
 
     Returns:
       `(S,)` log joint densities.
@@ -80,7 +85,7 @@ def regression_log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
       >>> import jax.numpy as jnp, kronvi
       >>> stats = kronvi.regression_stats(jnp.eye(2), jnp.array([1.0, 0.0]))
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(1.0, levels=1)
-      >>> kronvi.regression_log_joint(jnp.zeros((1, 2), int), jnp.zeros(1, int), pw, pn, stats).shape
+      >>> kronvi.regression_log_joint(stats, jnp.zeros((1, 2), int), jnp.zeros(1, int), pw, pn).shape
       (1,)
     """
     check_weight_prior(prior_w)
@@ -159,8 +164,12 @@ def _from_draws(
     return (grad_w, grad_n), ReinforceInfo(exact + jnp.mean(f), stderr)
 
 
+@reordered_arguments(
+    ("idx_w", "idx_noise", "q_w", "q_noise", "prior_w", "prior_noise", "stats"),
+    lambda a: len(a) > 2 and isinstance(a[2], MeanField),
+)
 def reinforce_gradient_from_draws(
-    idx_w, idx_noise, q_w, q_noise, prior_w, prior_noise, stats, *, baseline=None, exact_entropy=False
+    idx_w, idx_noise, stats, q_w, q_noise, prior_w, prior_noise, *, baseline=None, exact_entropy=False
 ):
     r"""The REINFORCE estimate of the ELBO's gradient in the logits of `q` from given draws of `q`.
 
@@ -179,11 +188,11 @@ def reinforce_gradient_from_draws(
     Args:
       idx_w: `(S, b)` integer level indices of the weights, drawn from `q_w`.
       idx_noise: `(S,)` integer level indices of the noise variance, drawn from `q_noise`.
+      stats: `RegressionStats` of the data.
       q_w: `MeanField` `(b, m)`.
       q_noise: `MeanField` `(1, m_sigma)`.
       prior_w: `DiscretePrior` `(b, m)`.
       prior_noise: `DiscretePrior` `(1, m_sigma)`.
-      stats: `RegressionStats` of the data.
       baseline: `None` (no baseline), `"leave-one-out"` (`S >= 2`) or a scalar independent of these
         draws (e.g. a moving average of earlier ELBO estimates).
       exact_entropy: sample only $E_q[\log p(y, x)]$ and add the entropy's exact gradient.
@@ -243,8 +252,12 @@ def sample_mean_field(key, q: MeanField, *, num_samples: int):
     return jnp.sum(u[:, :, None] >= cdf[None], axis=-1, dtype=jnp.int32)
 
 
+@reordered_arguments(
+    ("key", "q_w", "q_noise", "prior_w", "prior_noise", "stats"),
+    lambda a: isinstance(a[1], MeanField),
+)
 def reinforce_gradient(
-    key, q_w, q_noise, prior_w, prior_noise, stats, *, num_samples, baseline=None, exact_entropy=False
+    key, stats, q_w, q_noise, prior_w, prior_noise, *, num_samples, baseline=None, exact_entropy=False
 ):
     r"""REINFORCE (score-function) estimate of the exact ELBO's gradient in the logits of a mean-field q.
 
@@ -260,11 +273,11 @@ def reinforce_gradient(
 
     Args:
       key: a `jax.random` key.
+      stats: `RegressionStats` of the data.
       q_w: `MeanField` `(b, m)`.
       q_noise: `MeanField` `(1, m_sigma)`.
       prior_w: `DiscretePrior` `(b, m)`.
       prior_noise: `DiscretePrior` `(1, m_sigma)`.
-      stats: `RegressionStats` of the data.
       num_samples: `S`, the number of draws, an int >= 1.
       baseline: `None`, `"leave-one-out"` (`S >= 2`) or a scalar independent of the draws.
       exact_entropy: sample only $E_q[\log p(y, x)]$ and add the entropy's exact gradient.
@@ -281,8 +294,8 @@ def reinforce_gradient(
       >>> Phi = jax.random.normal(jax.random.key(0), (30, 3)); y = Phi @ jnp.array([1., 0., -1.])
       >>> stats = kronvi.regression_stats(Phi, y)
       >>> pw, pn = kronvi.gaussian_prior(3, 1.0, levels=3), kronvi.noise_prior(0.1, levels=3)
-      >>> (gw, gn), info = kronvi.reinforce_gradient(jax.random.key(1), kronvi.MeanField.from_prior(pw),
-      ...     kronvi.MeanField.from_prior(pn), pw, pn, stats, num_samples=8, baseline="leave-one-out")
+      >>> (gw, gn), info = kronvi.reinforce_gradient(jax.random.key(1), stats, kronvi.MeanField.from_prior(pw),
+      ...     kronvi.MeanField.from_prior(pn), pw, pn, num_samples=8, baseline="leave-one-out")
       >>> gw.shape, gn.shape
       ((3, 3), (1, 3))
     """
@@ -294,11 +307,11 @@ def reinforce_gradient(
     return reinforce_gradient_from_draws(
         idx_w,
         idx_n,
+        stats,
         q_w,
         q_noise,
         prior_w,
         prior_noise,
-        stats,
         baseline=baseline,
         exact_entropy=exact_entropy,
     )

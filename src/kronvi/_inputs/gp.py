@@ -31,6 +31,7 @@ from .._base.checks import (
     fetch,
     is_concrete,
 )
+from .._base.deprecation import renamed_arguments
 from .._base.precision import dot, matmul
 from .._base.threads import run_single_threaded
 from .._solvers.lbfgs import minimize_lbfgs
@@ -288,8 +289,8 @@ def _pack(hyper: GPHyperparameters, bounds: _Bounds):
     return jnp.log(frac) - jnp.log1p(-frac)
 
 
-def _default_starts(num_restarts, d, var_y, dtype):
-    i = jnp.arange(num_restarts) % len(_LENGTHSCALE_FACTORS)
+def _default_starts(num_starts, d, var_y, dtype):
+    i = jnp.arange(num_starts) % len(_LENGTHSCALE_FACTORS)
     factors = jnp.asarray(_LENGTHSCALE_FACTORS, dtype)[i]
     fracs = jnp.asarray(_NOISE_FRACTIONS, dtype)[i]
     ls = jnp.sqrt(jnp.asarray(d, dtype)) * factors[:, None] * jnp.ones((1, d), dtype)
@@ -332,13 +333,14 @@ def _select(lmls, degenerate, margin):
     return jnp.argmax(tied)
 
 
+@renamed_arguments(num_restarts="num_starts")
 def fit_gp_hyperparameters(
     key,
     X,
     y,
     *,
     num_points: int = 1000,
-    num_restarts: int = 4,
+    num_starts: int = 4,
     max_iter: int = 200,
     tol: float = 1e-5,
     min_noise_variance=None,
@@ -386,7 +388,7 @@ def fit_gp_hyperparameters(
       X: training inputs `(n, d)`.
       y: training targets `(n,)`, centred.
       num_points: maximum subsample size (the cost is $O(\text{num\_points}^3)$ per iteration).
-      num_restarts: number of starts `S` (ignored when `init` is given).
+      num_starts: number of starts `S` (ignored when `init` is given).
       max_iter: maximum L-BFGS iterations per start.
       tol: stop a start when the gradient norm of $-\log p / n$ in $u$ falls below `tol`;
         a start also stops when an iteration no longer decreases the objective.
@@ -450,9 +452,9 @@ def fit_gp_hyperparameters(
     if is_concrete(var_y) and not float(fetch(var_y)) > 0:
         raise ValueError("`y` is constant (zero variance): there is nothing to fit")
     if init is None:
-        if int(num_restarts) < 1:
-            raise ValueError(f"`num_restarts` must be >= 1, got {num_restarts}")
-        starts = _default_starts(int(num_restarts), d, var_y, dtype)
+        if int(num_starts) < 1:
+            raise ValueError(f"`num_starts` must be >= 1, got {num_starts}")
+        starts = _default_starts(int(num_starts), d, var_y, dtype)
     else:
         if not isinstance(init, GPHyperparameters):
             raise TypeError(f"`init` must be GPHyperparameters, got {type(init).__name__}")
@@ -561,7 +563,7 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
         u, info = minimize_lbfgs(
             loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype)
         )
-        return _unpack(u, bounds), info.elbo[info.num_iter], info.num_iter, info.converged, info.grad_norm
+        return _unpack(u, bounds), info.final_elbo, info.num_iter, info.converged, info.grad_norm
 
     def judged(start):
         hyper, lml, it, conv, gnorm = run(start)

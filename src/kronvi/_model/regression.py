@@ -22,6 +22,7 @@ import math
 import jax.numpy as jnp
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_same_dtype
+from .._base.deprecation import reordered_arguments
 from .._base.kron import expected_quadratic, kron_sum_expectation
 from .._base.precision import matmul
 from .._stats.regression import RegressionStats, check_stats
@@ -89,7 +90,10 @@ def elbo_terms(q_w, q_noise, prior_w, prior_noise, stats):
     return ell, log_prior, log_q
 
 
-def regression_elbo(q_w, q_noise, prior_w, prior_noise, stats):
+@reordered_arguments(
+    ("q_w", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: isinstance(a[0], MeanField)
+)
+def regression_elbo(stats, q_w, q_noise, prior_w, prior_noise):
     r"""Exact mean-field ELBO of DIRECT Bayesian linear regression (Theorem 1).
 
     The sum over all $m^b m_\sigma$ configurations of weights and noise variance, computed in
@@ -97,11 +101,11 @@ def regression_elbo(q_w, q_noise, prior_w, prior_noise, stats):
     $\log p(y \mid \Phi)$ (the $-\frac n2 \log 2\pi$ constant included).
 
     Args:
+      stats: `RegressionStats` of the data.
       q_w: `MeanField` over the weights, logits `(b, m)`.
       q_noise: `MeanField` over the noise variance, logits `(1, m_sigma)`.
       prior_w: `DiscretePrior` `(b, m)`.
       prior_noise: `DiscretePrior` `(1, m_sigma)` over positive variances.
-      stats: `RegressionStats` of the data.
 
     Returns:
       The ELBO, a scalar.
@@ -114,8 +118,8 @@ def regression_elbo(q_w, q_noise, prior_w, prior_noise, stats):
       >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.array([1., 0., -1.])
       >>> stats = kronvi.regression_stats(Phi, y)
       >>> pw, pn = kronvi.gaussian_prior(3, 1.0, levels=5), kronvi.noise_prior(0.1)
-      >>> elbo = kronvi.regression_elbo(kronvi.MeanField.from_prior(pw),
-      ...                               kronvi.MeanField.from_prior(pn), pw, pn, stats)
+      >>> elbo = kronvi.regression_elbo(stats, kronvi.MeanField.from_prior(pw),
+      ...                               kronvi.MeanField.from_prior(pn), pw, pn)
       >>> bool(jnp.isfinite(elbo))
       True
     """

@@ -6,38 +6,14 @@ Why jaxopt is configured the way it is: `docs/notes/2026-11-22-library-history.m
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
 
+from .info import fit_info
+
 BACKENDS = ("lbfgs", "optax-lbfgs")
-
-
-class FitInfo(NamedTuple):
-    """Diagnostics of a fit.
-
-    Attributes:
-      elbo: `(max_iter + 1,)` ELBO at the start (index 0) and after each iteration (sweep for
-        `"cavi"`); entries past `num_iter` repeat the final value. For L-BFGS each entry is the
-        best value so far (the fit returns its best iterate), so this trace cannot decrease; the
-        ELBO of each iterate is `iterate_elbo`.
-      num_iter: iterations run.
-      converged: whether the stopping criterion was met before `max_iter`.
-      grad_norm: L-BFGS only: the gradient norm at the returned parameters (`None` for CAVI).
-      iterate_elbo: L-BFGS only (`None` otherwise, where `elbo` already holds each iterate's value):
-        `(max_iter + 1,)` the ELBO at the start and at the point each iteration reached, which a failed
-        line search can leave below the one before (or at NaN); entries past `num_iter` repeat the
-        last. `elbo` is its running maximum over finite values.
-    """
-
-    elbo: jax.Array
-    num_iter: jax.Array
-    converged: jax.Array
-    grad_norm: jax.Array | None = None
-    iterate_elbo: jax.Array | None = None
 
 
 def jaxopt_lbfgs(loss, *, max_iter, tol):
@@ -65,7 +41,7 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
 
     Returns:
       `(best, info)`: the best iterate (lowest finite `loss`; the start if no step improved on it),
-      so a fit never ends worse than it began, and a `FitInfo` whose trace holds
+      so a fit never ends worse than it began, and a `FitInfo` (`optimizer=backend`) whose trace holds
       `-(best loss so far) * scale` (the ELBO when `loss = -ELBO / scale`), whose `iterate_elbo`
       holds `-loss * scale` at every iterate, and whose `grad_norm` is the gradient norm at `best`.
 
@@ -129,4 +105,6 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
     it, *_, best, _, best_gnorm, tr, its, _ = lax.while_loop(cond, body, init)
     past = jnp.arange(max_iter + 1) > it
     tr, its = jnp.where(past, tr[it], tr), jnp.where(past, its[it], its)
-    return best, FitInfo(tr, it, best_gnorm <= tol, best_gnorm, its)
+    return best, fit_info(
+        tr, it, best_gnorm <= tol, optimizer=backend, grad_norm=best_gnorm, iterate_elbo=its
+    )

@@ -17,6 +17,7 @@ References:
 from ._elbo import bnn_elbo as bnn_elbo
 from ._elbo import bnn_expected_rss as bnn_expected_rss
 from ._fit import BNN_METHODS as BNN_METHODS
+from ._fit import BNNFit as BNNFit
 from ._fit import bnn_init as bnn_init
 from ._fit import fit_bnn as fit_bnn
 from ._fit import predict_bnn as predict_bnn

@@ -33,6 +33,7 @@ import numpy as np
 from jax import lax
 
 from .._base.checks import check_same_dtype
+from .._base.deprecation import reordered_arguments
 from .._base.precision import einsum, matmul
 from .._model.families import MeanField, check_family, entropy, grid_moments
 from .._model.grids import DiscretePrior, check_noise_prior, check_weight_prior
@@ -221,7 +222,8 @@ def check_bnn_args(q_w, q_noise, prior_w, prior_noise, layer_sizes):
     check_family(q_noise, prior_noise, "q_noise", "prior_noise")
 
 
-def bnn_expected_rss(q_w: MeanField, prior_w: DiscretePrior, stats: BNNStats):
+@reordered_arguments(("q_w", "prior_w", "stats"), lambda a: isinstance(a[0], MeanField))
+def bnn_expected_rss(stats: BNNStats, q_w: MeanField, prior_w: DiscretePrior):
     r"""$E_q \sum_i (y_i - f(x_i; w))^2$ from the statistics, exactly."""
     sizes = check_bnn_stats(stats)
     return expected_rss_from_probs(q_w.probs, prior_w.values, stats, sizes)
@@ -246,7 +248,10 @@ def elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats, sizes):
     return elbo_parts(q_w.probs, q_w.log_probs, q_n, prior_w, prior_noise, stats, sizes)
 
 
-def bnn_elbo(q_w, q_noise, prior_w, prior_noise, stats):
+@reordered_arguments(
+    ("q_w", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: isinstance(a[0], MeanField)
+)
+def bnn_elbo(stats, q_w, q_noise, prior_w, prior_noise):
     r"""Exact mean-field ELBO of the DIRECT quadratic-activation Bayesian network.
 
     The sum over every configuration of the `P` weights and the noise variance,
@@ -260,11 +265,11 @@ def bnn_elbo(q_w, q_noise, prior_w, prior_noise, stats):
     $-\frac n2 \log 2\pi$ constant included).
 
     Args:
+      stats: `BNNStats` from `bnn_stats` (they carry `layer_sizes`).
       q_w: `kronvi.MeanField` over the `P` weights in `quadratic_net` order, logits `(P, m)`.
       q_noise: `kronvi.MeanField` over the noise variance, logits `(1, m_sigma)`.
       prior_w: `kronvi.DiscretePrior` `(P, m)`.
       prior_noise: `kronvi.DiscretePrior` `(1, m_sigma)` over positive variances.
-      stats: `BNNStats` from `bnn_stats` (they carry `layer_sizes`).
 
     Returns:
       The ELBO, a scalar.
@@ -281,7 +286,7 @@ def bnn_elbo(q_w, q_noise, prior_w, prior_noise, stats):
       >>> X = jax.random.normal(jax.random.key(0), (20, 2)); y = X[:, 0] ** 2
       >>> stats = bnn_stats(X, y, (2, 2, 1))
       >>> pw, pn = kronvi.gaussian_prior(6, 1.0, levels=5), kronvi.noise_prior(0.1)
-      >>> elbo = bnn_elbo(kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn), pw, pn, stats)
+      >>> elbo = bnn_elbo(stats, kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn), pw, pn)
       >>> bool(jnp.isfinite(elbo))
       True
     """

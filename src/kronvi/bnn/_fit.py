@@ -19,15 +19,18 @@ point, so fits start from randomly perturbed logits (`bnn_init`).
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_int, check_ndim
+from .._base.deprecation import renamed_arguments
 from .._model.families import MeanField
 from .._model.regression import noise_moments, noise_optimum_logits
-from .._solvers.lbfgs import FitInfo, minimize_lbfgs
+from .._solvers.info import FitInfo, fit_info
+from .._solvers.lbfgs import minimize_lbfgs
 from ._elbo import (
     check_bnn_args,
     elbo_from_logits,
@@ -41,6 +44,21 @@ from ._stats import check_bnn_stats, tensor_power_map
 BNN_METHODS = ("lbfgs", "optax-lbfgs", "cavi")
 # An L-BFGS fit has converged only if one coordinate-ascent sweep from it gains at most this many nats per row.
 _SWEEP_GAIN = 1e-6
+
+
+class BNNFit(NamedTuple):
+    """The result of `fit_bnn`.
+
+    Attributes:
+      q_w: `kronvi.MeanField` `(P, m)` over the weights, in
+        `quadratic_net` order.
+      q_noise: `kronvi.MeanField` `(1, m_sigma)` over the noise variance.
+      info: `kronvi.FitInfo`.
+    """
+
+    q_w: MeanField
+    q_noise: MeanField
+    info: FitInfo
 
 
 def bnn_init(key, prior_w, prior_noise, *, scale: float = 1.0):
@@ -63,13 +81,14 @@ def bnn_init(key, prior_w, prior_noise, *, scale: float = 1.0):
     )
 
 
+@renamed_arguments(q_init="init")
 def fit_bnn(
     stats,
     prior_w,
     prior_noise,
     *,
     method: str = "cavi",
-    q_init=None,
+    init=None,
     key=None,
     max_iter: int | None = None,
     tol: float | None = None,
@@ -88,8 +107,8 @@ def fit_bnn(
         where factors saturate (their gradient vanishes away from any optimum): on this docstring's
         example it stops after 12 iterations at ELBO -595, where coordinate ascent reaches -78
         (`docs/notes/2026-11-23-bnn.md`).
-      q_init: `(q_w, q_noise)` to start from; `None`: `bnn_init` with `key` and `init_scale`
-        (`num_starts` of them).
+      init: `(q_w, q_noise)` to start from; `None` (default): `bnn_init` with `key`
+        and `init_scale` (`num_starts` of them).
       key: PRNG key for the random start (default `jax.random.key(0)`).
       max_iter: L-BFGS iterations (default 1000) or CAVI sweeps (default 50).
       tol: L-BFGS: gradient-norm tolerance on $-\mathcal L/n$ (default 1e-6); CAVI: stop when a
@@ -100,10 +119,10 @@ def fit_bnn(
         point that the fits spread over different optima).
       num_starts: random starts fitted together (`vmap`); the fit with the highest final ELBO is
         returned. The ELBO of a quadratic network has many local optima
-        (`docs/notes/2026-11-23-bnn.md`), so a handful of starts pays. Ignored with `q_init`.
+        (`docs/notes/2026-11-23-bnn.md`), so a handful of starts pays. Ignored with `init`.
 
     Returns:
-      `(q_w, q_noise, info)` with `info` a `kronvi.FitInfo`.
+      `BNNFit` `(q_w, q_noise, info)`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -113,21 +132,21 @@ def fit_bnn(
       >>> stats = bnn_stats(X1, y, (3, 2, 1))
       >>> pw, pn = kronvi.gaussian_prior(8, 1.0, levels=7), kronvi.noise_prior(0.1)
       >>> q_w, q_n, info = fit_bnn(stats, pw, pn)
-      >>> round(float(info.elbo[-1])), bool(info.converged)
+      >>> round(float(info.final_elbo)), bool(info.converged)
       (-78, True)
     """
     if method not in BNN_METHODS:
         raise ValueError(f"`method` must be one of {BNN_METHODS}, got {method!r}")
     sizes = check_bnn_stats(stats)
     num_starts = check_int(num_starts, "num_starts", 1)
-    if q_init is None:
+    if init is None:
         key = jax.random.key(0) if key is None else key
         q_w0, q_n0 = bnn_init(key, prior_w, prior_noise, scale=init_scale)
     else:
         num_starts = 1
-        if not (isinstance(q_init, tuple) and len(q_init) == 2):
-            raise TypeError("`q_init` must be None or a tuple (q_w, q_noise) of MeanField")
-        q_w0, q_n0 = q_init
+        if not (isinstance(init, tuple) and len(init) == 2):
+            raise TypeError("`init` must be None or a tuple (q_w, q_noise) of MeanField")
+        q_w0, q_n0 = init
     check_bnn_args(q_w0, q_n0, prior_w, prior_noise, sizes)
     if method == "cavi":
         max_iter = 50 if max_iter is None else check_int(max_iter, "max_iter", 1)
@@ -139,8 +158,8 @@ def fit_bnn(
         backend = "lbfgs" if method == "lbfgs" else "optax-lbfgs"
         fit = functools.partial(_fit_lbfgs, max_iter=max_iter, tol=tol, backend=backend)
     if num_starts == 1:
-        return fit(q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
-    return _best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stats)
+        return BNNFit(*fit(q_w0.logits, q_n0.logits, prior_w, prior_noise, stats))
+    return BNNFit(*_best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stats))
 
 
 def _best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stats):
@@ -148,7 +167,7 @@ def _best_of_starts(fit, key, init_scale, num_starts, prior_w, prior_noise, stat
     lw0 = jax.vmap(lambda k: bnn_init(k, prior_w, prior_noise, scale=init_scale)[0].logits)(keys)
     ln0 = jnp.broadcast_to(prior_noise.log_probs, (num_starts,) + prior_noise.log_probs.shape)
     q_w, q_n, info = jax.vmap(fit, in_axes=(0, 0, None, None, None))(lw0, ln0, prior_w, prior_noise, stats)
-    best = jnp.argmax(info.elbo[:, -1])
+    best = jnp.argmax(info.final_elbo)
     return jax.tree.map(lambda a: a[best], (q_w, q_n, info))
 
 
@@ -190,7 +209,7 @@ def _fit_lbfgs(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol
     gain = elbo_from_logits(
         *_cavi_sweep(lw, ln, prior_w, prior_noise, stats, sizes), prior_w, prior_noise, stats, sizes
     )
-    value = info.elbo[info.num_iter]
+    value = info.final_elbo
     slack = jnp.maximum(_SWEEP_GAIN * stats.n, 16 * jnp.finfo(value.dtype).eps * jnp.abs(value))  # rounding
     info = info._replace(converged=info.converged & (gain - value <= slack))
     return MeanField._unchecked(lw), MeanField._unchecked(ln), info
@@ -219,7 +238,7 @@ def _fit_cavi(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol)
     init = (jnp.asarray(0), logits_w, logits_n, value0, jnp.asarray(False), trace)
     it, lw, ln, _, done, trace = lax.while_loop(cond, body, init)
     trace = jnp.where(jnp.arange(max_iter + 1) <= it, trace, trace[it])
-    return MeanField._unchecked(lw), MeanField._unchecked(ln), FitInfo(trace, it, done, None)
+    return MeanField._unchecked(lw), MeanField._unchecked(ln), fit_info(trace, it, done, optimizer="cavi")
 
 
 def predict_bnn(q_w, q_noise, prior_w, prior_noise, X_new, layer_sizes):

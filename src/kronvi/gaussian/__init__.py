@@ -14,12 +14,14 @@ from ._blr import predict_blr as predict_blr
 from ._blr import spectral_evidence_optimum as spectral_evidence_optimum
 from ._blr import spectral_log_evidence as spectral_log_evidence
 from ._elrg import ELRG as ELRG
+from ._elrg import ELRGFit as ELRGFit
 from ._elrg import elrg_elbo as elrg_elbo
 from ._elrg import elrg_kl as elrg_kl
 from ._elrg import elrg_minibatch_elbo as elrg_minibatch_elbo
 from ._elrg import fit_elrg as fit_elrg
 from ._elrg import predict_elrg as predict_elrg
 from ._kl import gaussian_kl as gaussian_kl
+from ._meanfield import GaussianFit as GaussianFit
 from ._meanfield import GaussianMeanField as GaussianMeanField
 from ._meanfield import fit_gaussian_mf as fit_gaussian_mf
 from ._meanfield import gaussian_mf_elbo as gaussian_mf_elbo

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,10 +52,12 @@ from .._base.checks import (
     check_optimizer,
     check_xy,
 )
+from .._base.deprecation import reordered_arguments
 from .._base.precision import dot, einsum, matmul
 from .._base.progress import check_progress, progress_scope, report_progress
 from .._base.pytree import validated_pytree
 from .._model.regression import LOG_2PI
+from .._solvers.info import FitInfo, fit_info
 from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.linalg import jittered_cholesky
 from .._solvers.optimizers import cache_by_optimizer
@@ -221,7 +224,8 @@ def elrg_kl(q, prior_scale):
     return _kl_jit(q.mean, q.log_diag, q.factors, scale)
 
 
-def elrg_elbo(q, noise_variance, stats, *, prior_scale):
+@reordered_arguments(("q", "noise_variance", "stats"), lambda a: isinstance(a[0], ELRG))
+def elrg_elbo(stats, q, noise_variance, *, prior_scale):
     r"""Exact ELBO of an `ELRG` posterior for Bayesian linear regression, from the statistics.
 
     $$
@@ -234,9 +238,9 @@ def elrg_elbo(q, noise_variance, stats, *, prior_scale):
     the KL to the exact posterior (`kronvi.blr_log_evidence`).
 
     Args:
+      stats: `kronvi.RegressionStats` with `b` features.
       q: `ELRG` with `b` weights.
       noise_variance: $\sigma^2$, a positive scalar.
-      stats: `kronvi.RegressionStats` with `b` features.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
 
     Returns:
@@ -247,7 +251,7 @@ def elrg_elbo(q, noise_variance, stats, *, prior_scale):
       >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.array([1., 0., -1.])
       >>> stats = kronvi.regression_stats(Phi, y)
       >>> q = kronvi.ELRG(jnp.zeros(3), jnp.zeros(3), jnp.zeros((3, 1)))
-      >>> bool(kronvi.elrg_elbo(q, 0.1, stats, prior_scale=1.0) <= kronvi.blr_log_evidence(stats, 1.0, 0.1))
+      >>> bool(kronvi.elrg_elbo(stats, q, 0.1, prior_scale=1.0) <= kronvi.blr_log_evidence(stats, 1.0, 0.1))
       True
     """
     b = _check_stats(stats)
@@ -258,8 +262,9 @@ def elrg_elbo(q, noise_variance, stats, *, prior_scale):
     return _elbo_jit(q.mean, q.log_diag, q.factors, s2, stats, scale)
 
 
+@reordered_arguments(("key", "q", "noise_variance", "Phi_batch", "y_batch"), lambda a: isinstance(a[1], ELRG))
 def elrg_minibatch_elbo(
-    key, q, noise_variance, Phi_batch, y_batch, *, num_data, prior_scale, num_samples: int = 1
+    key, Phi_batch, y_batch, q, noise_variance, *, num_data, prior_scale, num_samples: int = 1
 ):
     r"""Unbiased minibatch estimate of the ELBO of an `ELRG` posterior by local reparameterization.
 
@@ -278,10 +283,10 @@ def elrg_minibatch_elbo(
 
     Args:
       key: PRNG key for the draws.
-      q: `ELRG` with `b` weights and rank `r`.
-      noise_variance: $\sigma^2$.
       Phi_batch: `(B, b)` features of the minibatch rows.
       y_batch: `(B,)` their targets.
+      q: `ELRG` with `b` weights and rank `r`.
+      noise_variance: $\sigma^2$.
       num_data: $n$, the number of rows the minibatch was drawn from.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
       num_samples: draws $S$ per row.
@@ -336,6 +341,18 @@ def predict_elrg(q, noise_variance, Phi_new):
 
 # ----------------------------------------------------------------------------------------------------
 # Fitting
+
+
+class ELRGFit(NamedTuple):
+    """The result of `fit_elrg`.
+
+    Attributes:
+      q: the fitted `ELRG`.
+      info: `kronvi.FitInfo`, for either objective.
+    """
+
+    q: ELRG
+    info: FitInfo
 
 
 def _mf_variance(G_diag, scale, s2):
@@ -459,9 +476,11 @@ def fit_elrg(
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      `(q, info)`: the fitted `ELRG` and, for `"exact"`, a `kronvi.FitInfo` (ELBO trace,
-      iterations, convergence); for `"local-reparam"`, a `kronvi.ReparamInfo` of `(num_steps,)`
-      minibatch ELBO estimates and gradient norms.
+      `ELRGFit` `(q, info)`: the fitted `ELRG` and a
+      `kronvi.FitInfo`. For `"exact"` (`optimizer="optax-lbfgs"`) its `elbo` is the
+      exact ELBO trace; for `"local-reparam"` (`optimizer="sgd"`) it holds `(num_steps + 1,)` minibatch
+      estimates (each step's at the parameters before it, then one at the returned parameters) and
+      `steps` the `kronvi.ReparamInfo` of the steps.
 
     References:
       Tomczak et al. (2020), section 3 (Lemmas 1 and 2, ELRG-VI and ELRG-D-VI).
@@ -472,9 +491,9 @@ def fit_elrg(
       >>> y = Phi @ jnp.array([1., -1., 0.5, 0.]) + 0.3 * jax.random.normal(jax.random.key(1), (100,))
       >>> stats = kronvi.regression_stats(Phi, y)
       >>> q, info = kronvi.fit_elrg(jax.random.key(2), stats, 1.0, 0.09, rank=2)
-      >>> q.factors.shape, q.mean.dtype, bool(info.elbo[-1] > info.elbo[0])
+      >>> q.factors.shape, q.mean.dtype, bool(info.final_elbo > info.elbo[0])
       ((4, 2), dtype('float32'), True)
-      >>> gap = kronvi.blr_log_evidence(stats, 1.0, 0.09) - kronvi.elrg_elbo(q, 0.09, stats, prior_scale=1.0)
+      >>> gap = kronvi.blr_log_evidence(stats, 1.0, 0.09) - kronvi.elrg_elbo(stats, q, 0.09, prior_scale=1.0)
       >>> bool(-0.01 < gap < 0.1)  # KL(q || exact posterior), nats, up to float32 rounding
       True
     """
@@ -554,7 +573,7 @@ def _fit_exact(q0, stats, scale, s2, learn_diag, *, max_iter, tol):
         return -_elbo(*_fixable(p, q0, learn_diag), s2, stats, scale) / stats.n
 
     best, info = minimize_lbfgs(loss, tuple(q0), stats.n, max_iter=max_iter, tol=tol)
-    return ELRG._unchecked(*_fixable(best, q0, learn_diag)), info
+    return ELRGFit(ELRG._unchecked(*_fixable(best, q0, learn_diag)), info)
 
 
 @cache_by_optimizer
@@ -564,21 +583,17 @@ def _compiled_local(optimizer):
         n_arr = jnp.asarray(n, Phi.dtype)
         params0 = tuple(q0)
 
+        def loss(p, k):
+            k_idx, k_draw = jax.random.split(k)
+            idx = jax.random.randint(k_idx, (batch_size,), 0, n)
+            mean, log_diag, V = _fixable(p, q0, learn_diag)
+            elbo = _minibatch_elbo(k_draw, mean, log_diag, V, s2, Phi[idx], y[idx], n_arr, scale, num_samples)
+            return -elbo / n_arr
+
         def body(carry, xs):
             k, i = xs
             params, opt_state = carry
-            k_idx, k_draw = jax.random.split(k)
-            idx = jax.random.randint(k_idx, (batch_size,), 0, n)
-            Phi_b, y_b = Phi[idx], y[idx]
-
-            def loss(p):
-                mean, log_diag, V = _fixable(p, q0, learn_diag)
-                return (
-                    -_minibatch_elbo(k_draw, mean, log_diag, V, s2, Phi_b, y_b, n_arr, scale, num_samples)
-                    / n_arr
-                )
-
-            value, grads = jax.value_and_grad(loss)(params)
+            value, grads = jax.value_and_grad(loss)(params, k)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             info = ReparamInfo(-value * n_arr, optax.tree.norm(grads))
@@ -586,7 +601,11 @@ def _compiled_local(optimizer):
             return (params, opt_state), info
 
         xs = (jax.random.split(key, num_steps), jnp.arange(num_steps))
-        (params, _), info = lax.scan(body, (params0, optimizer.init(params0)), xs)
-        return ELRG._unchecked(*_fixable(params, q0, learn_diag)), info
+        (params, _), steps = lax.scan(body, (params0, optimizer.init(params0)), xs)
+        # the ELBO at the returned parameters: one more estimate, on a minibatch and draws no step used
+        final = -loss(params, jax.random.fold_in(key, num_steps)) * n_arr
+        trace = jnp.concatenate([steps.elbo, final[None]])
+        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd", steps=steps)
+        return ELRGFit(ELRG._unchecked(*_fixable(params, q0, learn_diag)), info)
 
     return jax.jit(fit, static_argnames=("num_steps", "batch_size", "num_samples"))

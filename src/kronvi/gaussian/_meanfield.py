@@ -29,10 +29,11 @@ import numpy as np
 from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, fetch, is_concrete
+from .._base.deprecation import reordered_arguments
 from .._base.kron import expected_quadratic
 from .._base.precision import dot, matmul
 from .._model.regression import LOG_2PI
-from .._solvers.lbfgs import FitInfo
+from .._solvers.info import FitInfo, fit_info
 from .._solvers.linalg import jittered_cholesky
 from .._stats.regression import RegressionStats
 
@@ -47,6 +48,21 @@ class GaussianMeanField(NamedTuple):
 
     mean: jax.Array
     log_std: jax.Array
+
+
+class GaussianFit(NamedTuple):
+    r"""The result of `fit_gaussian_mf` and
+    `fit_gaussian_reparam`.
+
+    Attributes:
+      q: `GaussianMeanField`.
+      noise_variance: `()` the final noise variance $\sigma^2$ (a point estimate).
+      info: `kronvi.FitInfo`.
+    """
+
+    q: GaussianMeanField
+    noise_variance: jax.Array
+    info: FitInfo
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -143,7 +159,8 @@ def _elbo(mean, log_std, noise_variance, stats, prior_scale):
     return ell - gaussian_kl(mean, log_std, prior_scale)
 
 
-def gaussian_mf_elbo(q, noise_variance, stats, *, prior_scale):
+@reordered_arguments(("q", "noise_variance", "stats"), lambda a: isinstance(a[0], GaussianMeanField))
+def gaussian_mf_elbo(stats, q, noise_variance, *, prior_scale):
     r"""Exact ELBO of a diagonal Gaussian posterior for Bayesian linear regression, from the statistics.
 
     $$
@@ -156,9 +173,9 @@ def gaussian_mf_elbo(q, noise_variance, stats, *, prior_scale):
     $O(b^2)$ whatever `n` is; a lower bound on $\log p(y \mid \Phi, \sigma^2)$.
 
     Args:
+      stats: `RegressionStats` of the data (`b` features).
       q: `GaussianMeanField` with `(b,)` fields.
       noise_variance: $\sigma^2$, positive scalar.
-      stats: `RegressionStats` of the data (`b` features).
       prior_scale: $\sigma_w$, positive scalar or `(b,)`.
 
     Returns:
@@ -173,7 +190,7 @@ def gaussian_mf_elbo(q, noise_variance, stats, *, prior_scale):
       >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.array([1., 0., -1.])
       >>> stats = kronvi.regression_stats(Phi, y)
       >>> q = kronvi.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
-      >>> bool(jnp.isfinite(kronvi.gaussian_mf_elbo(q, 0.1, stats, prior_scale=1.0)))
+      >>> bool(jnp.isfinite(kronvi.gaussian_mf_elbo(stats, q, 0.1, prior_scale=1.0)))
       True
     """
     b = _check_stats(stats)
@@ -224,8 +241,9 @@ def fit_gaussian_mf(
       tol: stop when an iteration gains less than `tol * n` nats.
 
     Returns:
-      `(q, noise_variance, info)`: a `GaussianMeanField`, the final noise variance and a
-      `kronvi.FitInfo` with the ELBO trace.
+      `GaussianFit` `(q, noise_variance, info)`: a
+      `GaussianMeanField`, the final noise variance and a
+      `kronvi.FitInfo` (`optimizer="cavi"`) with the ELBO trace.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -269,7 +287,7 @@ def _optimal_q(stats, scale, noise_variance):
 @functools.partial(jax.jit, static_argnames=("learn_noise", "max_iter", "tol"))
 def fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
     """The traced coordinate ascent of `fit_gaussian_mf` on validated arrays (`lo`/`hi` bound the
-    learned noise variance; use `0` and `inf` for none). Returns `(q, noise_variance, info)`."""
+    learned noise variance; use `0` and `inf` for none). Returns a `GaussianFit`."""
     dtype = stats.PhitPhi.dtype
     b = stats.PhitPhi.shape[-1]
     mean0 = jnp.zeros((b,), dtype)
@@ -293,7 +311,7 @@ def fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
     init = (jnp.asarray(0), mean0, log_std0, s0, trace, jnp.asarray(False))
     it, mean, log_std, s, tr, done = lax.while_loop(cond, body, init)
     tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    return GaussianMeanField(mean, log_std), s, FitInfo(tr, it, done)
+    return GaussianFit(GaussianMeanField(mean, log_std), s, fit_info(tr, it, done, optimizer="cavi"))
 
 
 def predict_gaussian_mf(q, noise_variance, Phi_new):

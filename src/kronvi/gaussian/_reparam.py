@@ -21,12 +21,15 @@ import optax
 from jax import lax
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_optimizer, check_xy
+from .._base.deprecation import reordered_arguments
 from .._base.precision import matmul
 from .._base.progress import check_progress, progress_scope, report_progress
 from .._base.pytree import as_traced_callable
 from .._model.regression import LOG_2PI
+from .._solvers.info import fit_info
 from .._solvers.optimizers import cache_by_optimizer
 from ._meanfield import (
+    GaussianFit,
     GaussianMeanField,
     check_count,
     check_gaussian_q,
@@ -159,28 +162,39 @@ def _compiled_fit(optimizer):
         n = X.shape[0]
         n_arr = jnp.asarray(n, X.dtype)
 
-        def body(state, xs):
-            k, i = xs
+        def batch(k):
             k_idx, k_eps = jax.random.split(k)
             idx = jax.random.randint(k_idx, (batch_size,), 0, n)
-            Phi_b = fmap(X[idx]).astype(X.dtype)
+            return k_eps, fmap(X[idx]).astype(X.dtype), y[idx]
+
+        def body(state, xs):
+            k, i = xs
+            k_eps, Phi_b, y_b = batch(k)
             state, info = step(
-                k_eps, state, Phi_b, y[idx], n_arr, scale, bounds, num_samples=num_samples,
+                k_eps, state, Phi_b, y_b, n_arr, scale, bounds, num_samples=num_samples,
                 learn_noise=learn_noise,
             )  # fmt: skip
             report_progress(progress, i, num_steps, info._asdict())
             return state, info
 
-        return lax.scan(body, state, (jax.random.split(key, num_steps), jnp.arange(num_steps)))
+        state, steps = lax.scan(body, state, (jax.random.split(key, num_steps), jnp.arange(num_steps)))
+        # the ELBO at the returned parameters: one more estimate, on a minibatch and draws no step used
+        k_eps, Phi_b, y_b = batch(jax.random.fold_in(key, num_steps))
+        params = (state.q.mean, state.q.log_std, state.noise_param)
+        final = _minibatch_elbo(k_eps, params, Phi_b, y_b, n_arr, scale, bounds, num_samples, learn_noise)
+        trace = jnp.concatenate([steps.elbo, final[None]])
+        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd", steps=steps)
+        return GaussianFit(state.q, _noise_from_param(state.noise_param, bounds), info)
 
     return jax.jit(fit, static_argnames=("num_steps", "batch_size", "num_samples", "learn_noise"))
 
 
+@reordered_arguments(("key", "state", "Phi_batch", "y_batch"), lambda a: isinstance(a[1], ReparamState))
 def gaussian_reparam_step(
     key,
-    state,
     Phi_batch,
     y_batch,
+    state,
     *,
     num_data,
     prior_scale,
@@ -204,9 +218,9 @@ def gaussian_reparam_step(
 
     Args:
       key: PRNG key for the $\epsilon$ draws.
-      state: `ReparamState`.
       Phi_batch: features of the minibatch `(B, b)`.
       y_batch: targets `(B,)`.
+      state: `ReparamState`.
       num_data: $n$, the full data size (scales the likelihood).
       prior_scale: $\sigma_w$, scalar or `(b,)`.
       optimizer: the `optax.GradientTransformation` given to `gaussian_reparam_init`.
@@ -277,7 +291,11 @@ def fit_gaussian_reparam(
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      `(q, noise_variance, info)`; `info` is a `ReparamInfo` of `(num_steps,)` arrays.
+      `GaussianFit` `(q, noise_variance, info)`: `info` a
+      `kronvi.FitInfo` (`optimizer="sgd"`) whose `elbo` trace `(num_steps + 1,)` holds
+      each step's minibatch estimate at the parameters before it and one more at the returned
+      parameters, and whose `steps` is the `ReparamInfo` of the steps,
+      `(num_steps,)` arrays.
 
     References:
       Evans & Nair (2018), Table 1 ("REPARAM"); Blundell et al. (2015), "Weight uncertainty in neural
@@ -323,8 +341,7 @@ def fit_gaussian_reparam(
     every = check_progress(progress, progress_every, num_steps)
     state = gaussian_reparam_init(q, s0, optimizer=optimizer, noise_bounds=noise_bounds)
     with progress_scope(progress, total=num_steps, every=every, desc="REPARAM") as prog:
-        state, info = _compiled_fit(optimizer)(
+        return _compiled_fit(optimizer)(
             key, state, fmap, X.astype(dtype), y.astype(dtype), scale, bounds, prog, num_steps=num_steps,
             batch_size=batch_size, num_samples=num_samples, learn_noise=bool(learn_noise),
         )  # fmt: skip
-    return state.q, _noise_from_param(state.noise_param, bounds), info

@@ -27,6 +27,7 @@ from ._bound import logistic_elbo_bound as logistic_elbo_bound
 from ._bound import logistic_loglik_bound as logistic_loglik_bound
 from ._bound import logistic_loglik_estimate as logistic_loglik_estimate
 from ._bound import logistic_loglik_minibatch as logistic_loglik_minibatch
+from ._fit import LogisticFit as LogisticFit
 from ._fit import fit_logistic as fit_logistic
 from ._laplace import LaplaceInfo as LaplaceInfo
 from ._laplace import laplace_grid_prior as laplace_grid_prior

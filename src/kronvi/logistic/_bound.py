@@ -52,6 +52,7 @@ from .._base.checks import (
     is_concrete,
     reduce_on_device,
 )
+from .._base.deprecation import reordered_arguments
 from .._base.kron import kron_sum_expectation
 from .._base.precision import matmul
 from .._model.families import MeanField, check_family, entropy
@@ -229,7 +230,16 @@ def kl_to_prior(q_w: MeanField, prior_w: DiscretePrior):
 # ----------------------------------------------------------------------------------------------------
 
 
-def logistic_loglik_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, chunk_size: int | None = None):
+def _old_order(args):
+    return isinstance(args[0], MeanField)
+
+
+def _old_order_after_key(args):
+    return isinstance(args[1], MeanField)
+
+
+@reordered_arguments(("q_w", "prior_w", "Phi", "y"), _old_order)
+def logistic_loglik_bound(Phi, y, q_w, prior_w, *, bound: str = DEFAULT_BOUND, chunk_size: int | None = None):
     r"""Lower bound on the expected log-likelihood $\sum_i E_q \log p(y_i \mid w)$ of logistic
     regression under a mean-field discrete posterior.
 
@@ -240,10 +250,10 @@ def logistic_loglik_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, c
     `"jensen"` and `"tilted"`), in chunks of rows.
 
     Args:
-      q_w: `kronvi.MeanField` over the weights, logits `(b, m)`.
-      prior_w: `kronvi.DiscretePrior` `(b, m)`: the weights' grids.
       Phi: `(n, b)` features, in the dtype of `prior_w`.
       y: `(n,)` labels in $\{0, 1\}$ (bool, int or float).
+      q_w: `kronvi.MeanField` over the weights, logits `(b, m)`.
+      prior_w: `kronvi.DiscretePrior` `(b, m)`: the weights' grids.
       bound: `"tilted"` (default, the tightest), `"jensen"` or `"theorem2"` (the paper's).
       chunk_size: rows per chunk (default: about 2**20 numbers per chunk).
 
@@ -262,8 +272,8 @@ def logistic_loglik_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, c
       >>> prior = kronvi.gaussian_prior(2, 1.0, levels=5)
       >>> q = kronvi.MeanField.from_prior(prior)
       >>> Phi, y = jnp.array([[1.0, 0.0], [0.0, -1.0]]), jnp.array([1, 0])
-      >>> lb = kl.logistic_loglik_bound(q, prior, Phi, y)
-      >>> bool(lb <= 2 * jnp.log(0.5)) and bool(lb > kl.logistic_loglik_bound(q, prior, Phi, y, bound="theorem2"))
+      >>> lb = kl.logistic_loglik_bound(Phi, y, q, prior)
+      >>> bool(lb <= 2 * jnp.log(0.5)) and bool(lb > kl.logistic_loglik_bound(Phi, y, q, prior, bound="theorem2"))
       True
     """
     check_bound(bound)
@@ -274,12 +284,13 @@ def logistic_loglik_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, c
     return _bound_rows_sum_jit(q_w.log_probs, prior_w.values, Phi, y, weights, bound, chunk_size)
 
 
-def logistic_elbo_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, chunk_size: int | None = None):
+@reordered_arguments(("q_w", "prior_w", "Phi", "y"), _old_order)
+def logistic_elbo_bound(Phi, y, q_w, prior_w, *, bound: str = DEFAULT_BOUND, chunk_size: int | None = None):
     r"""Lower bound on the ELBO of DIRECT logistic regression:
     `logistic_loglik_bound` $+\, E_q[\log p(w)] - E_q[\log q(w)]$ (the last two exact).
 
     Args:
-      q_w, prior_w, Phi, y, bound, chunk_size: as in `logistic_loglik_bound`.
+      Phi, y, q_w, prior_w, bound, chunk_size: as in `logistic_loglik_bound`.
 
     Returns:
       A scalar $\le E_q[\log p(y \mid w)] - \mathrm{KL}(q \,\|\, p)$.
@@ -287,19 +298,20 @@ def logistic_elbo_bound(q_w, prior_w, Phi, y, *, bound: str = DEFAULT_BOUND, chu
     References:
       Evans & Nair (2018), eq. 7 and Theorem 2.
     """
-    ll = logistic_loglik_bound(q_w, prior_w, Phi, y, bound=bound, chunk_size=chunk_size)
+    ll = logistic_loglik_bound(Phi, y, q_w, prior_w, bound=bound, chunk_size=chunk_size)
     return ll - kl_to_prior(q_w, prior_w)
 
 
+@reordered_arguments(("key", "q_w", "prior_w", "Phi", "y"), _old_order_after_key)
 def logistic_loglik_minibatch(
-    key, q_w, prior_w, Phi, y, *, batch_size: int, bound: str = DEFAULT_BOUND, chunk_size: int | None = None
+    key, Phi, y, q_w, prior_w, *, batch_size: int, bound: str = DEFAULT_BOUND, chunk_size: int | None = None
 ):
     r"""Unbiased minibatch estimate of `logistic_loglik_bound`: $\frac{n}{B}$ times the bound's
     sum over `batch_size` rows drawn uniformly without replacement.
 
     Args:
       key: `jax.random` key.
-      q_w, prior_w, Phi, y, bound, chunk_size: as in `logistic_loglik_bound`.
+      Phi, y, q_w, prior_w, bound, chunk_size: as in `logistic_loglik_bound`.
       batch_size: $B$, rows per minibatch, `1 <= B <= n`.
 
     Returns:
@@ -316,13 +328,14 @@ def logistic_loglik_minibatch(
     return _bound_rows_sum_jit(q_w.log_probs, prior_w.values, Phi[idx], y[idx], weights, bound, chunk_size)
 
 
-def logistic_loglik_estimate(key, q_w, prior_w, Phi, y, *, num_samples: int = 1000):
+@reordered_arguments(("key", "q_w", "prior_w", "Phi", "y"), _old_order_after_key)
+def logistic_loglik_estimate(key, Phi, y, q_w, prior_w, *, num_samples: int = 1000):
     r"""Unbiased Monte Carlo estimate of the exact $\sum_i E_q \log p(y_i \mid w)$ and its standard
     error, from `num_samples` independent draws of $w \sim q$ (to measure the bounds' gaps).
 
     Args:
       key: `jax.random` key.
-      q_w, prior_w, Phi, y: as in `logistic_loglik_bound`.
+      Phi, y, q_w, prior_w: as in `logistic_loglik_bound`.
       num_samples: draws $S \ge 2$.
 
     Returns:

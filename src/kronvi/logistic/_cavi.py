@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._base.precision import matmul
-from .._solvers.lbfgs import FitInfo
+from .._solvers.info import fit_info
 from ._bound import bound_from_mgfs, exponents, log_mgf
 
 _MAX_EXP = 60.0  # exponents of a level's MGF ratio are clipped here (the level's new mass is ~0 anyway)
@@ -105,4 +105,4 @@ def fit_cavi(logits, prior_w, Phi, y, weights, *, bound, max_iter, tol):
         cond, body, (jnp.asarray(0), log_q, e0, trace, jnp.asarray(False))
     )
     tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
-    return log_q, FitInfo(tr, it, done, None)
+    return log_q, fit_info(tr, it, done, optimizer="cavi")

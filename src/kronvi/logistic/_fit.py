@@ -1,14 +1,16 @@
 r"""Fitting mean-field DIRECT logistic regression by maximizing a lower bound on its ELBO.
 
-`"lbfgs"`: L-BFGS on the exact gradient of the full-data bound (`kronvi.minimize_lbfgs`).
+`"optax-lbfgs"` and `"lbfgs"`: L-BFGS (`optax.lbfgs`, `jaxopt.LBFGS`) on the exact gradient of the
+full-data bound (`kronvi.minimize_lbfgs`).
 `"sgd"`: any optax optimizer on unbiased minibatch estimates of it, for large `n`. Both are pure
 (`lax.while_loop`/`lax.scan`), run under `jit` and `vmap` (e.g. CV folds stacked on a leading axis)
-and return `(q_w, info)`.
+and return a `LogisticFit` `(q_w, info)`.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,16 +18,31 @@ import optax
 from jax import lax
 
 from .._base.checks import all_finite, check_int, check_optimizer, is_concrete, reduce_on_device
+from .._base.deprecation import renamed_arguments
 from .._base.kron import kron_sum_expectation
 from .._base.precision import matmul
 from .._model.families import MeanField, check_family, grid_moments
-from .._solvers.lbfgs import FitInfo, minimize_lbfgs
+from .._solvers.info import FitInfo, fit_info
+from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.optimizers import cache_by_optimizer
 from ._bound import DEFAULT_BOUND, bound_rows_sum, check_bound, check_logistic_args, check_weights
 from ._cavi import fit_cavi
 
-METHODS = ("lbfgs", "sgd", "cavi")
+METHODS = ("optax-lbfgs", "lbfgs", "sgd", "cavi")
 STARTS = ("laplace", "prior")
+
+
+class LogisticFit(NamedTuple):
+    """The result of `fit_logistic`.
+
+    Attributes:
+      q_w: `kronvi.MeanField` `(b, m)` over the weights.
+      info: `kronvi.FitInfo`; its `elbo` trace holds the bound on the ELBO that the fit
+        maximizes.
+    """
+
+    q_w: MeanField
+    info: FitInfo
 
 
 def laplace_start_logits(prior_w, Phi, y, weights, *, max_iter: int = 100):
@@ -71,13 +88,13 @@ def _neg_elbo_per_row(logits, prior_w, Phi, y, weights, bound, chunk_size, n):
     return -(ll - kl) / n
 
 
-@functools.partial(jax.jit, static_argnames=("bound", "chunk_size", "max_iter", "tol", "laplace"))
-def _fit_lbfgs(logits, prior_w, Phi, y, weights, *, bound, chunk_size, max_iter, tol, laplace):
+@functools.partial(jax.jit, static_argnames=("bound", "chunk_size", "max_iter", "tol", "laplace", "backend"))
+def _fit_lbfgs(logits, prior_w, Phi, y, weights, *, bound, chunk_size, max_iter, tol, laplace, backend):
     n = jnp.sum(weights)
     if laplace:
         logits = laplace_start_logits(prior_w, Phi, y, weights)
     loss = lambda lg: _neg_elbo_per_row(lg, prior_w, Phi, y, weights, bound, chunk_size, n)  # noqa: E731
-    logits, info = minimize_lbfgs(loss, logits, n, max_iter=max_iter, tol=tol)
+    logits, info = minimize_lbfgs(loss, logits, n, max_iter=max_iter, tol=tol, backend=backend)
     return MeanField._unchecked(logits), info
 
 
@@ -111,21 +128,24 @@ def _compiled_sgd(optimizer):
         (logits, _), trace = lax.scan(
             body, (logits, optimizer.init(logits)), jax.random.split(key, num_steps)
         )
-        trace = jnp.concatenate([trace, trace[-1:]])
-        info = FitInfo(trace, jnp.asarray(num_steps), jnp.asarray(False), None)
+        # the bound at the returned logits: one more estimate, on a minibatch no step used
+        idx = jax.random.choice(jax.random.fold_in(key, num_steps), rows, (batch_size,), replace=False)
+        trace = jnp.concatenate([trace, -loss(logits, idx)[None] * n])
+        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd")
         return MeanField._unchecked(logits), info
 
     return jax.jit(fit, static_argnames=("bound", "chunk_size", "num_steps", "batch_size", "laplace"))
 
 
+@renamed_arguments(q_init="init")
 def fit_logistic(
     Phi,
     y,
     prior_w,
     *,
-    method: str = "lbfgs",
+    method: str = "optax-lbfgs",
     bound: str = DEFAULT_BOUND,
-    q_init=None,
+    init=None,
     max_iter: int | None = None,
     tol: float | None = None,
     key=None,
@@ -142,8 +162,9 @@ def fit_logistic(
     logits of $q_j = \mathrm{softmax}(\ell_j)$.
 
     Methods:
-      `"lbfgs"` (default): L-BFGS (`kronvi.minimize_lbfgs`, `optax.lbfgs`) on the exact
-      gradient of $-\mathcal{L}/n$ over all rows; $O(nbm)$ per evaluation.
+      `"optax-lbfgs"` (default): L-BFGS (`kronvi.minimize_lbfgs`, `optax.lbfgs`) on
+      the exact gradient of $-\mathcal{L}/n$ over all rows; $O(nbm)$ per evaluation. `"lbfgs"`: the
+      same with `jaxopt.LBFGS`, as in the other fits.
       `"sgd"`: `num_steps` steps of `optimizer` on unbiased minibatch estimates
       ($\frac{n}{B}\sum_{i \in \text{batch}}$, `batch_size` rows drawn without replacement
       each step); $O(Bbm)$ per step, for large `n`.
@@ -155,9 +176,9 @@ def fit_logistic(
       Phi: `(n, b)` features, in the dtype of `prior_w`.
       y: `(n,)` labels in $\{0, 1\}$.
       prior_w: `kronvi.DiscretePrior` `(b, m)`.
-      method: `"lbfgs"`, `"sgd"` or `"cavi"`.
+      method: `"optax-lbfgs"`, `"lbfgs"`, `"sgd"` or `"cavi"`.
       bound: `"tilted"` (default), `"jensen"` or `"theorem2"` (`logistic_loglik_bound`).
-      q_init: where to start: `"laplace"` (default, also `None`; `laplace_start_logits`, a
+      init: where to start: `"laplace"` (default, also `None`; `laplace_start_logits`, a
         Gaussian approximation at the MAP, $O(nb)$ per iteration), `"prior"`, or a
         `kronvi.MeanField`.
       max_iter: L-BFGS iterations (default 100) or CAVI sweeps (default 30).
@@ -174,12 +195,14 @@ def fit_logistic(
         `vmap` over folds).
 
     Returns:
-      `(q_w, info)`: the fitted `kronvi.MeanField` and a `kronvi.FitInfo` whose `elbo`
-      trace holds the bound (L-BFGS: best so far; SGD: each step's minibatch estimate, before the step).
+      `LogisticFit` `(q_w, info)`: the fitted
+      `kronvi.MeanField` and a `kronvi.FitInfo` whose `elbo` trace holds
+      the bound (L-BFGS: best so far; SGD: each step's minibatch estimate at the logits before it, then one
+      at the returned logits).
 
     Raises:
       ValueError: naming the argument: labels other than 0/1 or NaN (`y`), shapes (`Phi`, `y`,
-        `q_init`), `weights` negative or all zero, unknown `method` or `bound`, `"sgd"` without `key`.
+        `init`), `weights` negative or all zero, unknown `method` or `bound`, `"sgd"` without `key`.
       FloatingPointError: a fit on concrete inputs that ended with non-finite logits.
 
     Example:
@@ -195,14 +218,14 @@ def fit_logistic(
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}, got {method!r}")
     check_bound(bound)
-    laplace = q_init is None or (isinstance(q_init, str) and q_init == "laplace")
-    if laplace or (isinstance(q_init, str) and q_init == "prior"):
+    laplace = init is None or (isinstance(init, str) and init == "laplace")
+    if laplace or (isinstance(init, str) and init == "prior"):
         q0 = MeanField.from_prior(prior_w)
-    elif isinstance(q_init, MeanField):
-        q0 = q_init
+    elif isinstance(init, MeanField):
+        q0 = init
     else:
-        raise ValueError(f'`q_init` must be "laplace", "prior", None or a MeanField, got {q_init!r}')
-    check_family(q0, prior_w, "q_init", "prior_w")
+        raise ValueError(f'`init` must be "laplace", "prior", None or a MeanField, got {init!r}')
+    check_family(q0, prior_w, "init", "prior_w")
     Phi, y = check_logistic_args(q0, prior_w, Phi, y)
     if chunk_size is not None:
         chunk_size = check_int(chunk_size, "chunk_size", 1)
@@ -210,13 +233,13 @@ def fit_logistic(
     if n == 0:
         raise ValueError("`Phi` is empty (no rows)")
     weights = check_weights(weights, n, Phi.dtype)
-    if method == "lbfgs":
+    if method in ("optax-lbfgs", "lbfgs"):
         max_iter = 100 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-6 if tol is None else float(tol)
         return _checked(
             _fit_lbfgs(
                 q0.logits, prior_w, Phi, y, weights, bound=bound, chunk_size=chunk_size, max_iter=max_iter,
-                tol=tol, laplace=laplace,
+                tol=tol, laplace=laplace, backend=method,
             ),
             Phi,
         )  # fmt: skip
@@ -247,11 +270,12 @@ def fit_logistic(
 
 
 def _checked(result, Phi):
-    """`result` `(q_w, info)`; `FloatingPointError` when a concrete fit ended with non-finite logits."""
-    q, _ = result
+    """`result` `(q_w, info)` as a `LogisticFit`; `FloatingPointError` when a concrete fit ended with
+    non-finite logits."""
+    q, info = result
     if is_concrete(q.logits) and not all_finite(q.logits):
         big = float(reduce_on_device(lambda P: jnp.max(jnp.abs(P)), Phi))
         raise FloatingPointError(
             f"fit_logistic ended with non-finite logits; `Phi` reaches {big:.3g} in {Phi.dtype}: standardize it"
         )
-    return result
+    return LogisticFit(q, info)

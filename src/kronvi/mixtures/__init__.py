@@ -30,6 +30,7 @@ from ._estimators import ESTIMATORS as ESTIMATORS
 from ._estimators import mixture_elbo_estimate as mixture_elbo_estimate
 from ._estimators import mixture_elbo_unbiased as mixture_elbo_unbiased
 from ._family import Mixture as Mixture
+from ._family import MixtureFit as MixtureFit
 from ._family import MixturePrior as MixturePrior
 from ._family import mixture_from_mean_field as mixture_from_mean_field
 from ._fit_bound import fit_mixture_bound as fit_mixture_bound

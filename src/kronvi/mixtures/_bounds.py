@@ -16,6 +16,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .._base.deprecation import reordered_arguments
 from .._base.kron import kron_log_inner_from_logs
 from .._base.precision import einsum
 from .._model.families import MeanField, entropy
@@ -67,7 +68,8 @@ def noise_cavi_logits(q, prior_w, prior_noise, stats):
     return noise_optimum_logits(mixture_expected_rss(q, prior_w, stats), prior_noise, stats.n)
 
 
-def mixture_expected_loglik(q, q_noise, prior_w, prior_noise, stats):
+@reordered_arguments(("q", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: isinstance(a[0], Mixture))
+def mixture_expected_loglik(stats, q, q_noise, prior_w, prior_noise):
     r"""Exact expected log-likelihood $E_{q(w)q_\sigma}[\log N(y \mid \Phi w, \sigma^2 I)]$, mixture q.
 
     The expectation is linear in `q`, so it is the $\alpha$-weighted sum of the mean-field terms:
@@ -81,11 +83,11 @@ def mixture_expected_loglik(q, q_noise, prior_w, prior_noise, stats):
     $O(r b^2)$.
 
     Args:
+      stats: `RegressionStats`.
       q: `Mixture`, logits `(r, b, m)`.
       q_noise: `MeanField` `(1, m_sigma)` over the noise variance.
       prior_w: `DiscretePrior` or `MixturePrior` (only its grid `values (b, m)` is used).
       prior_noise: `DiscretePrior` `(1, m_sigma)`.
-      stats: `RegressionStats`.
 
     Returns:
       A scalar.
@@ -99,7 +101,7 @@ def mixture_expected_loglik(q, q_noise, prior_w, prior_noise, stats):
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(0.1)
       >>> q = kronvi.Mixture.from_mean_field(kronvi.MeanField.from_prior(pw))
       >>> qn = kronvi.MeanField.from_prior(pn)
-      >>> bool(jnp.isfinite(kronvi.mixture_expected_loglik(q, qn, pw, pn, stats)))
+      >>> bool(jnp.isfinite(kronvi.mixture_expected_loglik(stats, q, qn, pw, pn)))
       True
     """
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)
@@ -175,7 +177,11 @@ def elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, rescale=True
     )
 
 
-def mixture_elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, *, rescale: bool = True):
+@reordered_arguments(
+    ("q", "log_center", "q_noise", "prior_w", "prior_noise", "stats"),
+    lambda a: isinstance(a[0], Mixture),
+)
+def mixture_elbo_bound(stats, q, q_noise, log_center, prior_w, prior_noise, *, rescale: bool = True):
     r"""Deterministic lower bound on the ELBO of a mixture posterior (Theorem 3).
 
     Concavity of the logarithm, $\log x \le \log a + x/a - 1$ for $a > 0$, applied to every
@@ -212,13 +218,13 @@ def mixture_elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, *, r
     result is always $\le$ the exact ELBO.
 
     Args:
+      stats: `RegressionStats`.
       q: `Mixture`, logits `(r, b, m)`.
+      q_noise: `MeanField` `(1, m_sigma)`.
       log_center: `(b, m)` logs of the centre's factors $a_j$ (any finite values; `a` need
         not be normalized). `q.log_marginals` is a good start; for `r = 1` it makes the bound exact.
-      q_noise: `MeanField` `(1, m_sigma)`.
       prior_w: `DiscretePrior` `(b, m)` or `MixturePrior` `(C, b, m)`.
       prior_noise: `DiscretePrior` `(1, m_sigma)`.
-      stats: `RegressionStats`.
       rescale: evaluate at the optimally rescaled centre (see above).
 
     Returns:
@@ -233,8 +239,8 @@ def mixture_elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, *, r
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(0.1)
       >>> qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
       >>> q = kronvi.Mixture.from_mean_field(qw)
-      >>> bound = kronvi.mixture_elbo_bound(q, q.log_marginals, qn, pw, pn, stats)
-      >>> bool(jnp.allclose(bound, kronvi.regression_elbo(qw, qn, pw, pn, stats)))
+      >>> bound = kronvi.mixture_elbo_bound(stats, q, qn, q.log_marginals, pw, pn)
+      >>> bool(jnp.allclose(bound, kronvi.regression_elbo(stats, qw, qn, pw, pn)))
       True
     """
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._base.deprecation import reordered_arguments
 from .._model.families import MeanField, entropy
 from ._bounds import expected_log_prior, expected_loglik, noise_terms
 from ._family import Mixture, MixturePrior, check_count, check_mixture_args
@@ -164,8 +165,16 @@ def _estimate_local(key, q, q_noise, prior_w, prior_noise, stats, num_samples):
 ESTIMATORS = ("stratified", "local", "stratified-pathwise", "score")
 
 
+_OLD_ORDER = ("key", "q", "q_noise", "prior_w", "prior_noise", "stats")
+
+
+def _old_order(args):
+    return isinstance(args[1], Mixture)
+
+
+@reordered_arguments(_OLD_ORDER, _old_order)
 def mixture_elbo_estimate(
-    key, q, q_noise, prior_w, prior_noise, stats, *, num_samples: int, estimator: str = "local"
+    key, stats, q, q_noise, prior_w, prior_noise, *, num_samples: int, estimator: str = "local"
 ):
     r"""Stochastic ELBO surrogate whose gradient is an unbiased estimate of the exact ELBO gradient.
 
@@ -234,11 +243,11 @@ def mixture_elbo_estimate(
 
     Args:
       key: PRNG key.
+      stats: `RegressionStats`.
       q: `Mixture`, logits `(r, b, m)`.
       q_noise: `MeanField` `(1, m_sigma)`.
       prior_w: `DiscretePrior` `(b, m)` or `MixturePrior` `(C, b, m)`.
       prior_noise: `DiscretePrior` `(1, m_sigma)`.
-      stats: `RegressionStats`.
       num_samples: draws `S` (>= 2, for the baseline); the paper's "5-Mixture SGD" uses 3000.
       estimator: `"local"` (default), `"stratified"`, `"stratified-pathwise"` or `"score"`
         (eq. 13 as written).
@@ -257,8 +266,8 @@ def mixture_elbo_estimate(
       >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.regression_stats(Phi, Phi[:, 0])
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(0.1)
       >>> q = kronvi.Mixture(jnp.zeros((2, 2, 3)), jnp.zeros(2))
-      >>> g = jax.grad(kronvi.mixture_elbo_estimate, argnums=1)(
-      ...     jax.random.key(1), q, kronvi.MeanField.from_prior(pn), pw, pn, stats, num_samples=8)
+      >>> g = jax.grad(kronvi.mixture_elbo_estimate, argnums=2)(
+      ...     jax.random.key(1), stats, q, kronvi.MeanField.from_prior(pn), pw, pn, num_samples=8)
       >>> g.logits.shape
       (2, 2, 3)
     """
@@ -280,13 +289,14 @@ def estimator_fn(name):
     raise ValueError(f"`estimator` must be one of {ESTIMATORS}, got {name!r}")
 
 
+@reordered_arguments(_OLD_ORDER, _old_order)
 def mixture_elbo_unbiased(
     key,
+    stats,
     q,
     q_noise,
     prior_w,
     prior_noise,
-    stats,
     *,
     num_samples: int,
     estimator: str = "stratified",
@@ -301,7 +311,7 @@ def mixture_elbo_unbiased(
     `fit_mixture_sgd` maximizes, or to compare with `mixture_elbo_bound`.
 
     Args:
-      key, q, q_noise, prior_w, prior_noise, stats: as in `mixture_elbo_estimate`.
+      key, stats, q, q_noise, prior_w, prior_noise: as in `mixture_elbo_estimate`.
       num_samples: draws (>= 2).
       estimator: `"stratified"` (default: exact component entropies, sampled log-ratios),
         `"local"` and `"stratified-pathwise"` (the same value on the same draws; `"local"` also
@@ -320,9 +330,9 @@ def mixture_elbo_unbiased(
       >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.regression_stats(Phi, Phi[:, 0])
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(0.1)
       >>> qw, qn = kronvi.MeanField(jnp.zeros((2, 3))), kronvi.MeanField.from_prior(pn)  # uniform q_w
-      >>> est, se = kronvi.mixture_elbo_unbiased(jax.random.key(1), kronvi.Mixture.from_mean_field(qw),
-      ...                                        qn, pw, pn, stats, num_samples=100)
-      >>> bool(jnp.abs(est - kronvi.regression_elbo(qw, qn, pw, pn, stats)) < 1e-3)  # log q is constant
+      >>> est, se = kronvi.mixture_elbo_unbiased(jax.random.key(1), stats, kronvi.Mixture.from_mean_field(qw),
+      ...                                        qn, pw, pn, num_samples=100)
+      >>> bool(jnp.abs(est - kronvi.regression_elbo(stats, qw, qn, pw, pn)) < 1e-3)  # log q is constant
       True
     """
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)

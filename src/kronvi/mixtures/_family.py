@@ -7,6 +7,8 @@ $p(w) = \sum_c \beta_c \bigotimes_j p^{(c)}_j$ on one grid.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,7 @@ from .._base.checks import as_float_array, check_finite, check_ndim, fetch, is_c
 from .._base.pytree import validated_pytree
 from .._model.families import MeanField, check_family
 from .._model.grids import DiscretePrior, check_noise_prior
+from .._solvers.info import FitInfo
 from .._stats.regression import RegressionStats
 
 
@@ -167,6 +170,25 @@ class MixturePrior:
         if log_weights is None:
             log_weights = jnp.zeros((len(priors),), values.dtype)
         return cls(values, jnp.stack([p.log_probs for p in priors]), log_weights)
+
+
+class MixtureFit(NamedTuple):
+    """The result of [`fit_mixture_bound`][kronvi.mixtures.fit_mixture_bound] and
+    [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd].
+
+    Attributes:
+      q: [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)` over the weights.
+      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
+      log_center: `(b, m)` the centre of the Theorem-3 bound at the optimum
+        ([`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound]); `None` for the SGD fit, which has no
+        bound.
+      info: [`FitInfo`][kronvi.FitInfo].
+    """
+
+    q: Mixture
+    q_noise: MeanField
+    log_center: jax.Array | None
+    info: FitInfo
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -7,22 +7,30 @@ import functools
 import jax
 
 from .._base.checks import check_int
+from .._base.deprecation import warn_deprecated
 from .._model.families import MeanField
 from .._solvers.lbfgs import BACKENDS, minimize_lbfgs
 from ._bounds import elbo_bound
-from ._family import Mixture, check_log_center, check_mixture, check_mixture_args
+from ._family import Mixture, MixtureFit, check_log_center, check_mixture, check_mixture_args
 
 
 def _parse_init(init):
     if not isinstance(init, tuple) or len(init) not in (2, 3):
-        raise TypeError("`init` must be a tuple (q, q_noise) or (q, log_center, q_noise)")
+        raise TypeError("`init` must be a tuple (q, q_noise) or (q, q_noise, log_center)")
     if len(init) == 2:
         q, q_noise = init
         check_mixture(q, "init[0]")
-        return q, q.log_marginals, q_noise
-    q, log_center, q_noise = init
+        return q, q_noise, q.log_marginals
+    q, q_noise, log_center = init
+    if isinstance(log_center, MeanField) and not isinstance(q_noise, MeanField):
+        warn_deprecated(
+            "fit_mixture_bound(init=(q, log_center, q_noise)): the order is now (q, q_noise, log_center), "
+            "as in MixtureFit",
+            stacklevel=4,
+        )
+        q_noise, log_center = log_center, q_noise
     check_mixture(q, "init[0]")
-    return q, check_log_center(log_center, q), q_noise
+    return q, q_noise, check_log_center(log_center, q)
 
 
 def fit_mixture_bound(
@@ -48,7 +56,8 @@ def fit_mixture_bound(
       stats: `RegressionStats`.
       prior_w: `DiscretePrior` `(b, m)` or `MixturePrior`.
       prior_noise: `DiscretePrior` `(1, m_sigma)`.
-      init: `(q, q_noise)` (centre initialized at `q.log_marginals`) or `(q, log_center, q_noise)`.
+      init: `(q, q_noise)` (centre initialized at `q.log_marginals`) or `(q, q_noise, log_center)` (the
+        first three fields of a `MixtureFit`).
       method: `"lbfgs"` (`jaxopt.LBFGS`) or `"optax-lbfgs"` (`optax.lbfgs`).
       max_iter: L-BFGS iterations.
       tol: stop when the gradient norm of $-\mathcal{B}/n$ falls below `tol`.
@@ -56,8 +65,9 @@ def fit_mixture_bound(
         optimal scale of the centre, cannot overflow for many weights).
 
     Returns:
-      `(q, log_center, q_noise, info)`, `info` a `kronvi.FitInfo` whose `elbo` trace holds
-      the best bound so far and `iterate_elbo` the bound at each iterate.
+      `MixtureFit` `(q, q_noise, log_center, info)`, `info` a
+      `kronvi.FitInfo` whose `elbo` trace holds the best bound so far and `iterate_elbo`
+      the bound at each iterate.
 
     References:
       Evans & Nair (2018), Theorem 3 and Table 2 ("5-Mixture").
@@ -68,25 +78,26 @@ def fit_mixture_bound(
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=5), kronvi.noise_prior(0.1)
       >>> qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)  # a poor start
       >>> q0 = kronvi.mixture_from_mean_field(jax.random.key(1), qw, 2, noise_scale=0.1)
-      >>> q, log_c, qn2, info = kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, qn), max_iter=50)
-      >>> start = kronvi.mixture_elbo_bound(q0, q0.log_marginals, qn, pw, pn, stats)
-      >>> end = kronvi.mixture_elbo_bound(q, log_c, qn2, pw, pn, stats)
-      >>> round(float(start)), round(float(end)), bool(jnp.allclose(end, info.elbo[info.num_iter]))
+      >>> q, qn2, log_c, info = kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, qn), max_iter=50)
+      >>> start = kronvi.mixture_elbo_bound(stats, q0, qn, q0.log_marginals, pw, pn)
+      >>> end = kronvi.mixture_elbo_bound(stats, q, qn2, log_c, pw, pn)
+      >>> round(float(start)), round(float(end)), bool(jnp.allclose(end, info.final_elbo))
       (-959, -24, True)
       >>> bool(jnp.all(jnp.diff(info.iterate_elbo) >= -1e-4))  # every iterate's bound, not the best so far
       True
     """
     if method not in BACKENDS:
         raise ValueError(f"`method` must be one of {BACKENDS}, got {method!r}")
-    q, log_center, q_noise = _parse_init(init)
+    q, q_noise, log_center = _parse_init(init)
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)
     max_iter = check_int(max_iter, "max_iter", 1)
     if not float(tol) >= 0:
         raise ValueError(f"`tol` must be >= 0, got {tol}")
-    return _fit_bound(
+    q, log_center, q_noise, info = _fit_bound(
         q, log_center, q_noise, prior_w, prior_noise, stats, max_iter=max_iter, tol=float(tol),
         method=method, rescale=bool(rescale),
     )  # fmt: skip
+    return MixtureFit(q, q_noise, log_center, info)
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter", "tol", "method", "rescale"))

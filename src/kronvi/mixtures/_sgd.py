@@ -1,7 +1,7 @@
 r"""Stochastic-gradient ascent on the exact ELBO of a mixture posterior (the paper's "Mixture SGD").
 
 The optax/blackjax shape: `mixture_sgd_init` returns a state, `mixture_sgd_step` maps
-`(key, state, ...)` to `(state, info)`, and `fit_mixture_sgd` runs the steps in `lax.scan`. The
+`(key, stats, state, ...)` to `(state, info)`, and `fit_mixture_sgd` runs the steps in `lax.scan`. The
 optimizer is captured in a closure built once per optimizer configuration
 (`kronvi._solvers.optimizers.cache_by_optimizer`), never passed as a static `jit` argument, so
 fresh but equal optimizers (two calls of `optax.adam(1e-2)`) share one compiled program.
@@ -20,12 +20,14 @@ import optax
 from jax import lax
 
 from .._base.checks import check_optimizer
+from .._base.deprecation import reordered_arguments
 from .._base.progress import check_progress, progress_scope, report_progress
 from .._model.families import MeanField
+from .._solvers.info import fit_info
 from .._solvers.optimizers import cache_by_optimizer
 from ._bounds import noise_cavi_logits
 from ._estimators import estimator_fn
-from ._family import Mixture, check_count, check_mixture, check_mixture_args
+from ._family import Mixture, MixtureFit, check_count, check_mixture, check_mixture_args
 
 NOISE_UPDATES = ("cavi", "gradient")
 
@@ -123,8 +125,15 @@ def _compiled_fit(optimizer):
             return state, info
 
         xs = (jax.random.split(key, num_steps), jnp.arange(num_steps))
-        state, info = lax.scan(body, state, xs)
-        return state.q, state.q_noise, info
+        state, steps = lax.scan(body, state, xs)
+        # the ELBO at the returned parameters: one more estimate, on draws no step used
+        _, final, _ = estimator_fn(estimator)(
+            jax.random.fold_in(key, num_steps), state.q, state.q_noise, prior_w, prior_noise, stats,
+            num_samples=num_samples,
+        )  # fmt: skip
+        trace = jnp.concatenate([steps.elbo, final[None]])
+        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd", steps=steps)
+        return MixtureFit(state.q, state.q_noise, None, info)
 
     return jax.jit(fit, static_argnames=("num_steps", "num_samples", "noise_update", "estimator"))
 
@@ -154,10 +163,13 @@ def mixture_sgd_init(q, q_noise, *, optimizer):
     return MixtureSGDState(q, q_noise, optimizer.init(_params(q, q_noise)))
 
 
+@reordered_arguments(
+    ("key", "state", "stats", "prior_w", "prior_noise"), lambda a: isinstance(a[1], MixtureSGDState)
+)
 def mixture_sgd_step(
     key,
-    state,
     stats,
+    state,
     prior_w,
     prior_noise,
     *,
@@ -178,8 +190,9 @@ def mixture_sgd_step(
 
     Args:
       key: PRNG key for this step's draws.
+      stats: `RegressionStats`.
       state: `MixtureSGDState` from `mixture_sgd_init` or a previous step.
-      stats, prior_w, prior_noise: the data and priors, as in `mixture_elbo_estimate`.
+      prior_w, prior_noise: the priors, as in `mixture_elbo_estimate`.
       optimizer: the `optax.GradientTransformation` given to `mixture_sgd_init`.
       num_samples: draws per step (>= 2); the paper uses 3000.
       noise_update: `"cavi"` or `"gradient"`.
@@ -242,7 +255,11 @@ def fit_mixture_sgd(
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
-      `(q, q_noise, info)`; `info` is a `MixtureSGDInfo` of `(num_steps,)` arrays.
+      `MixtureFit` `(q, q_noise, None, info)`: `info` a
+      `kronvi.FitInfo` (`optimizer="sgd"`) whose `elbo` trace `(num_steps + 1,)` holds
+      each step's unbiased estimate at the parameters before it and one more at the returned
+      parameters, and whose `steps` is the `MixtureSGDInfo` of the
+      steps, `(num_steps,)` arrays.
 
     References:
       Evans & Nair (2018), section 4 and Table 2 ("5-Mixture SGD").
@@ -253,10 +270,10 @@ def fit_mixture_sgd(
       >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=5), kronvi.noise_prior(0.1)
       >>> qw, qn, _ = kronvi.fit_regression(stats, pw, pn)
       >>> q0 = kronvi.mixture_from_mean_field(jax.random.key(1), qw, 2)
-      >>> q, qn2, info = kronvi.fit_mixture_sgd(jax.random.key(2), stats, pw, pn, init=(q0, qn),
-      ...                                       optimizer=optax.adam(0.05), num_steps=20, num_samples=16)
-      >>> info.elbo.shape
-      (20,)
+      >>> fit = kronvi.fit_mixture_sgd(jax.random.key(2), stats, pw, pn, init=(q0, qn),
+      ...                              optimizer=optax.adam(0.05), num_steps=20, num_samples=16)
+      >>> fit.info.elbo.shape, fit.info.steps.elbo_stderr.shape, fit.info.optimizer
+      ((21,), (20,), 'sgd')
     """
     if not (isinstance(init, tuple) and len(init) == 2):
         raise TypeError("`init` must be a tuple (q, q_noise)")

@@ -1,0 +1,62 @@
+"""Old argument names and orders that keep working for one release, with a `DeprecationWarning`."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+
+# The release after which the old spellings stop working.
+REMOVED_IN = "0.3"
+
+
+def warn_deprecated(message: str, stacklevel: int = 3) -> None:
+    """A `DeprecationWarning` saying `message` and when the old spelling goes."""
+    warnings.warn(
+        f"{message} (the old form is removed in kronvi {REMOVED_IN})", DeprecationWarning, stacklevel
+    )
+
+
+def renamed_arguments(**renames: str):
+    """Decorator: keyword arguments renamed `old=new` still work under their old name, with a
+    `DeprecationWarning`; giving both names is a `TypeError`. The signature (`inspect.signature`) shows
+    the new names only."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            for old, new in renames.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both `{old}` and its new name `{new}`")
+                    warn_deprecated(f"{fn.__name__}(): `{old}` is now called `{new}`")
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def reordered_arguments(old: tuple[str, ...], is_old):
+    """Decorator: a call in the old positional order `old` (parameter names, in that order) still works
+    for one release, with a `DeprecationWarning`. `is_old(args)` tells the orders apart by the types of
+    the positional arguments (e.g. a `MeanField` where the statistics now come first); the positional
+    arguments of such a call are passed on by name."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if len(args) > 1 and is_old(args):
+                names = old[: len(args)]
+                new = [p for p in inspect.signature(fn).parameters if p in old]
+                warn_deprecated(
+                    f"{fn.__name__}({', '.join(old)}): the order is now {fn.__name__}({', '.join(new)})"
+                )
+                kwargs.update(zip(names, args, strict=True))
+                return fn(**kwargs)
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
