@@ -429,3 +429,21 @@ def test_files_written_by_version_1_still_load(name):
     # Saving again writes the public class paths, and the round trip is exact.
     header = json.dumps(kronvi.quantize._io._encode(model, "", {}))
     assert "kronvi._" not in header
+
+
+def test_a_pipeline_model_saved_as_a_direct_model_still_loads_and_predicts():
+    # tests/data/make_pipeline_model_v1.py wrote it before save_model took a whole FittedDirect:
+    # the standardizer, feature map and eigenbasis under `features`; the numbers are what it printed.
+    model = kronvi.load_model(pathlib.Path(__file__).parents[1] / "data" / "pipeline_model_v1.npz")
+    X, _, _ = kronvi.load_demo()
+    f = model.features
+    assert isinstance(f["standardizer"], kronvi.Standardizer) and isinstance(f["basis"], kronvi.Eigenbasis)
+    Xs = kronvi.standardize(f["standardizer"], jnp.asarray(X[[12, 16, 26]], jnp.float32))
+    Phi = kronvi.rotate_features(f["basis"], kronvi.rff_features(f["rff"], Xs))
+    mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    np.testing.assert_allclose(mean, [1.626542091369629, -1.954939603805542, 1.6127287149429321], rtol=1e-5)
+    np.testing.assert_allclose(var, [0.12371628731489182, 0.12427255511283875, 0.1217116042971611], rtol=1e-5)
+    codes = kronvi.unpack_codes(model.packed_codes, 8, bits=4)
+    assert np.asarray(codes).tolist() == [
+        [7, 7, 7, 7, 8, 7, 9, 8], [7, 7, 6, 7, 8, 8, 8, 8], [8, 5, 8, 5, 7, 5, 6, 8]
+    ]  # fmt: skip
