@@ -1,5 +1,6 @@
 """Saving and loading DirectModel files: exact round trips, and a clear error for every kind of bad file."""
 
+import functools
 import hashlib
 import json
 import os
@@ -126,6 +127,94 @@ def test_round_trip_mixture_posterior(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------
+# Whole pipeline models
+# ----------------------------------------------------------------------------------------------------
+
+RECIPES = ("features", "eigen")
+
+
+def _demo_rows():
+    X, y, mask = kronvi.load_demo()
+    test = mask[:, 0].astype(bool)
+    return X[~test], y[~test], X[test]
+
+
+@functools.cache
+def fitted(basis):
+    """A small pipeline model of each recipe, fitted once per session."""
+    X, y, _ = _demo_rows()
+    config = kronvi.pipeline.DirectConfig(basis=basis, num_frequencies=12, gp_restarts=1, gp_points=60)
+    return kronvi.pipeline.fit_direct(jax.random.key(0), X, y, config)[0]
+
+
+@pytest.mark.parametrize("basis", RECIPES)
+def test_a_whole_pipeline_model_round_trips_and_predicts_identically(basis, tmp_path):
+    model = fitted(basis)
+    path = tmp_path / f"{basis}.npz"
+    kronvi.save_model(path, model)
+    loaded = kronvi.load_model(path)
+    assert isinstance(loaded, kronvi.pipeline.FittedDirect)
+    assert_same_tree(model, loaded)
+    _, _, X_test = _demo_rows()
+    Phi, Phi_loaded = (kronvi.pipeline.fold_features(m, X_test) for m in (model, loaded))
+    np.testing.assert_array_equal(Phi, Phi_loaded)
+    y = jnp.linspace(-2.0, 2.0, Phi.shape[0])
+    for fn in (kronvi.predict_regression, lambda *a: kronvi.predictive_log_density(*a, y)):
+        for x, z in zip(
+            fn(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi),
+            fn(loaded.q_w, loaded.q_noise, loaded.prior_w, loaded.prior_noise, Phi_loaded),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(x, z)
+    with np.load(path) as z:
+        assert json.loads(str(z["__kronvi__"]))["kind"] == "FittedDirect"
+
+
+def test_a_pipeline_model_file_is_checked_as_a_whole(tmp_path):
+    model = fitted("eigen")
+    b = model.prior_w.values.shape[0]
+    cases = [
+        (model._replace(basis=model.basis._replace(vectors=model.basis.vectors[:, :-1])), r"basis.vectors` has shape"),
+        (model._replace(standardizer=model.standardizer._replace(mean=model.standardizer.mean[:2])), "standardizer.mean"),
+        (model._replace(basis=None, features=kronvi.RandomFourierFeatures(model.features.frequencies[:, :-1])),
+         f"has {b} weights but the features \\({b - 2}\\)"),
+        (model._replace(q_w=kronvi.MeanField(model.q_w.logits[:-1])), "q_w.logits"),
+        (model._replace(hyper=tuple(model.hyper)), "must be a GPHyperparameters"),
+    ]  # fmt: skip
+    for bad, match in cases:
+        with pytest.raises((TypeError, ValueError), match=match):
+            kronvi.save_model(tmp_path / "bad.npz", bad)
+    assert not os.listdir(tmp_path)
+    # The same checks guard loading: a file whose rotation was cut to another size is refused.
+    kronvi.save_model(tmp_path / "good.npz", model)
+
+    def edit(h, a):
+        a["basis.vectors"] = a["basis.vectors"][:-1]
+        h["arrays"]["basis.vectors"] = {
+            "shape": [b - 1, b],
+            "dtype": "<f4",
+            "sha256": _sha(a["basis.vectors"]),
+        }
+        h["tree"]["fields"]["basis"]["fields"]["vectors"]["shape"] = [b - 1, b]
+
+    with pytest.raises(ValueError, match="inconsistent model: `model.basis.vectors` has shape"):
+        kronvi.load_model(rewrite(tmp_path / "good.npz", tmp_path / "cut.npz", edit))
+
+
+def test_a_file_without_a_field_added_since_loads_with_its_default(tmp_path):
+    model = fitted("features")
+    kronvi.save_model(tmp_path / "m.npz", model)
+    bad = rewrite(tmp_path / "m.npz", tmp_path / "old.npz", lambda h, a: h["tree"]["fields"].pop("basis"))
+    loaded = kronvi.load_model(bad)
+    assert loaded.basis is None
+    assert_same_tree(model, loaded)
+    # A field without a default cannot be left out.
+    bad = rewrite(tmp_path / "m.npz", tmp_path / "older.npz", lambda h, a: h["tree"]["fields"].pop("hyper"))
+    with pytest.raises(ValueError, match="has fields .* but kronvi.pipeline:FittedDirect has"):
+        kronvi.load_model(bad)
+
+
+# ----------------------------------------------------------------------------------------------------
 # Errors
 # ----------------------------------------------------------------------------------------------------
 
@@ -157,7 +246,8 @@ def set_(d, key, value):
     [
         (lambda h, a: set_(h, "version", 2), "format version 2, newer than this kronvi reads"),
         (lambda h, a: set_(h, "version", "1"), "invalid format version"),
-        (lambda h, a: set_(h, "kind", "LogisticModel"), "holds a kronvi 'LogisticModel', not a DirectModel"),
+        (lambda h, a: set_(h, "kind", "LogisticModel"), "holds a kronvi 'LogisticModel', not one of"),
+        (lambda h, a: set_(h, "kind", "FittedDirect"), "does not describe a FittedDirect"),
         (lambda h, a: set_(h, "format", "other"), "not a kronvi model file"),
         (lambda h, a: a.pop("q_w.logits"), r"missing array\(s\) \['q_w.logits'\]"),
         (lambda h, a: set_(a, "spare", np.zeros(2)), r"array\(s\) \['spare'\] that its header does not list"),
@@ -429,3 +519,21 @@ def test_files_written_by_version_1_still_load(name):
     # Saving again writes the public class paths, and the round trip is exact.
     header = json.dumps(kronvi.quantize._io._encode(model, "", {}))
     assert "kronvi._" not in header
+
+
+def test_a_pipeline_model_saved_as_a_direct_model_still_loads_and_predicts():
+    # tests/data/make_pipeline_model_v1.py wrote it before save_model took a whole FittedDirect:
+    # the standardizer, feature map and eigenbasis under `features`; the numbers are what it printed.
+    model = kronvi.load_model(pathlib.Path(__file__).parents[1] / "data" / "pipeline_model_v1.npz")
+    X, _, _ = kronvi.load_demo()
+    f = model.features
+    assert isinstance(f["standardizer"], kronvi.Standardizer) and isinstance(f["basis"], kronvi.Eigenbasis)
+    Xs = kronvi.standardize(f["standardizer"], jnp.asarray(X[[12, 16, 26]], jnp.float32))
+    Phi = kronvi.rotate_features(f["basis"], kronvi.rff_features(f["rff"], Xs))
+    mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    np.testing.assert_allclose(mean, [1.626542091369629, -1.954939603805542, 1.6127287149429321], rtol=1e-5)
+    np.testing.assert_allclose(var, [0.12371628731489182, 0.12427255511283875, 0.1217116042971611], rtol=1e-5)
+    codes = kronvi.unpack_codes(model.packed_codes, 8, bits=4)
+    assert np.asarray(codes).tolist() == [
+        [7, 7, 7, 7, 8, 7, 9, 8], [7, 7, 6, 7, 8, 8, 8, 8], [8, 5, 8, 5, 7, 5, 6, 8]
+    ]  # fmt: skip

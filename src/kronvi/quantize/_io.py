@@ -1,9 +1,10 @@
 r"""Saving and loading fitted DIRECT models: one versioned `.npz` file, no pickle.
 
-A file holds every array of a `DirectModel` under a readable key (`prior_w.values`,
-`features.frequencies`, ...) plus a JSON header under `__kronvi__` with the format tag, the format
-version, the tree structure (which class goes where) and the shape, dtype and SHA-256 digest of each
-array. Loading checks all of it and then validates the model as a whole (grid shapes agree, codes fit the
+A file holds every array of a `DirectModel` or of a whole pipeline model
+(`kronvi.pipeline.FittedDirect`: standardizer, feature map, basis, priors and
+posteriors) under a readable key (`prior_w.values`, `features.frequencies`, ...) plus a JSON header under
+`__kronvi__` with the format tag, the kind of model, the format version, the tree structure (which class
+goes where) and the shape, dtype and SHA-256 digest of each array. Loading checks all of it and then validates the model as a whole (grid shapes agree, codes fit the
 grid), so a corrupted, truncated, foreign or mismatched file raises a `ValueError` saying what is wrong
 instead of yielding a model that predicts garbage.
 
@@ -33,13 +34,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base.files import check_output_path, write_atomic
+from .._inputs.data import Standardizer
+from .._inputs.features import RandomFourierFeatures
+from .._inputs.gp import GPHyperparameters
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior, check_noise_prior
+from .._stats.eigen import Eigenbasis
 from ..mixtures._family import Mixture
 from ._codes import BITS, check_bits, packed_width, unpack_codes
 
 FORMAT = "kronvi"
 KIND = "DirectModel"
+KINDS = (KIND, "FittedDirect")  # the classes a file's root may be (its header's "kind")
 VERSION = 1
 _HEADER = "__kronvi__"
 _MAX_HEADER_BYTES = 16 * 2**20  # the JSON header of a model with thousands of arrays is well below this
@@ -155,6 +161,81 @@ def check_model(model) -> None:
             raise ValueError(f"`model.packed_codes` holds codes >= the {m} levels of `model.prior_w`")
 
 
+def _finite_array(x, name: str, shape=None):
+    if not isinstance(x, (jax.Array, np.ndarray)) or np.asarray(x).dtype.kind != "f":
+        raise ValueError(f"`{name}` must be a float array, got {type(x).__name__}")
+    if shape is not None and tuple(x.shape) != tuple(shape):
+        raise ValueError(f"`{name}` has shape {tuple(x.shape)}, expected {tuple(shape)}")
+    if not np.all(np.isfinite(np.asarray(x))):
+        raise ValueError(f"`{name}` holds NaN or inf")
+
+
+def _basis_width(basis, b: int, name: str) -> int:
+    """The number of weights a pipeline model's `basis` maps `b` features to (checking its shapes)."""
+    if basis is None:
+        return b
+    if isinstance(basis, Eigenbasis):
+        _finite_array(basis.vectors, f"{name}.vectors", (b, b))
+        _finite_array(basis.eigenvalues, f"{name}.eigenvalues", (b,))
+        return b
+    raise TypeError(f"`{name}` must be None or an Eigenbasis, got {type(basis).__name__}")
+
+
+def check_fitted(model) -> None:
+    """Raises `TypeError`/`ValueError` naming the field if `model` is not a consistent
+    `kronvi.pipeline.FittedDirect`: the standardizer, feature map, GP
+    hyperparameters and basis agree on the input and feature counts, and the priors and posteriors are a
+    consistent regression model (`check_model`) on the basis's weights."""
+    fitted = _registry()["kronvi.pipeline:FittedDirect"]
+    if not isinstance(model, fitted):
+        raise TypeError(f"`model` must be a FittedDirect, got {type(model).__name__}")
+    for field, cls in [
+        ("standardizer", Standardizer),
+        ("features", RandomFourierFeatures),
+        ("hyper", GPHyperparameters),
+    ]:
+        if not isinstance(getattr(model, field), cls):
+            raise TypeError(
+                f"`model.{field}` must be a {cls.__name__}, got {type(getattr(model, field)).__name__}"
+            )
+    freq = model.features.frequencies
+    _finite_array(freq, "model.features.frequencies")
+    if freq.ndim != 2:
+        raise ValueError(f"`model.features.frequencies` must have shape (d, D), got {tuple(freq.shape)}")
+    d, b = freq.shape[0], 2 * freq.shape[1]
+    _finite_array(model.standardizer.mean, "model.standardizer.mean", (d,))
+    _finite_array(model.standardizer.scale, "model.standardizer.scale", (d,))
+    if not np.all(np.asarray(model.standardizer.scale) > 0):
+        raise ValueError("`model.standardizer.scale` must be positive")
+    _finite_array(model.hyper.lengthscales, "model.hyper.lengthscales", (d,))
+    if not isinstance(model.y_offset, (jax.Array, np.ndarray)):
+        raise ValueError(f"`model.y_offset` must be a scalar array, got {model.y_offset!r}")
+    width = _basis_width(model.basis, b, "model.basis")
+    weights = model.prior_w.values.shape[0] if isinstance(model.prior_w, DiscretePrior) else None
+    if weights != width:
+        raise ValueError(
+            f"`model.prior_w` has {weights} weights but the features ({b}) and `model.basis` give {width}"
+        )
+    if not isinstance(model.q_w, MeanField):
+        raise TypeError(f"`model.q_w` must be a MeanField, got {type(model.q_w).__name__}")
+    if model.prior_noise is None or model.q_noise is None:
+        raise ValueError("`model.prior_noise` and `model.q_noise` must be set")
+    check_model(
+        DirectModel(model.prior_w, model.prior_noise, model.q_w, model.q_noise, y_offset=model.y_offset)
+    )
+
+
+def _check_root(model) -> None:
+    if isinstance(model, DirectModel):
+        check_model(model)
+    elif type(model).__name__ == "FittedDirect":
+        check_fitted(model)
+    else:
+        raise TypeError(
+            f"`model` must be a DirectModel or a kronvi.pipeline.FittedDirect, got {type(model).__name__}"
+        )
+
+
 # ----------------------------------------------------------------------------------------------------
 # Tree encoding: structure -> JSON header, leaves -> named arrays
 # ----------------------------------------------------------------------------------------------------
@@ -175,7 +256,7 @@ _MODEL_CLASSES = (
     "kronvi:DirectModel", "kronvi:DiscretePrior", "kronvi:MeanField", "kronvi:Mixture", "kronvi:MixturePrior",
     "kronvi:IntegerSamples", "kronvi:Standardizer", "kronvi:RandomFourierFeatures", "kronvi:GPHyperparameters",
     "kronvi:Eigenbasis", "kronvi:RegressionStats", "kronvi:EigenFeatureModel", "kronvi:GaussianMeanField",
-    "kronvi:ELRG", "kronvi:BNNStats",
+    "kronvi:ELRG", "kronvi:BNNStats", "kronvi.pipeline:FittedDirect",
 )  # fmt: skip
 
 
@@ -292,8 +373,12 @@ def _decode(node, path: str, arrays, specs: dict):
                 raise ValueError(f"malformed NamedTuple at `{path}` in the header: {e}") from None
             return foreign(**values)
         expected = list(cls._fields)
+        defaults = getattr(cls, "_field_defaults", {})
+        got = list(values)
+        if got == expected[: len(got)] and all(f in defaults for f in expected[len(got) :]):
+            values.update({f: defaults[f] for f in expected[len(got) :]})  # fields added since: defaults
         if expected != list(values):
-            raise ValueError(f"`{path or 'model'}` has fields {list(values)} but {name} has {expected}")
+            raise ValueError(f"`{path or 'model'}` has fields {got} but {name} has {expected}")
         try:
             obj = cls(*values.values())  # full validation (finite, shapes, ...) where the class has it
         except (TypeError, ValueError) as e:
@@ -312,15 +397,18 @@ def _digest(arr: np.ndarray) -> str:
 # ----------------------------------------------------------------------------------------------------
 
 
-def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
-    r"""Writes a `DirectModel` to one versioned `.npz` file (atomically).
+def save_model(path, model, *, compress: bool = True) -> None:
+    r"""Writes a `DirectModel` or a whole pipeline model
+    (`kronvi.pipeline.FittedDirect`) to one versioned `.npz` file (atomically).
 
     Parameters
     ----------
     path
         Destination file name (`str` or path-like); written as given, no suffix is added.
     model
-        The model; validated first (see `load_model` for what is checked).
+        A `DirectModel`, or a `FittedDirect` from `kronvi.pipeline.fit_direct`
+        (any recipe: its standardizer, feature map, basis, priors and posteriors); validated first (see
+        `load_model` for what is checked).
     compress
         Deflate the arrays (`numpy.savez_compressed`).
 
@@ -345,12 +433,12 @@ def save_model(path, model: DirectModel, *, compress: bool = True) -> None:
     True
     """
     path = check_output_path(path, option="`path`", overwrite=True)
-    check_model(model)
+    _check_root(model)
     arrays: dict = {}
     tree = _encode(model, "", arrays)
     header = {
         "format": FORMAT,
-        "kind": KIND,
+        "kind": type(model).__name__,
         "version": VERSION,
         "tree": tree,
         "arrays": {
@@ -367,8 +455,8 @@ def _check_header(header, path) -> dict:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         got = header.get("format") if isinstance(header, dict) else type(header).__name__
         raise ValueError(f"{path!r} is not a kronvi model file (format tag {got!r})")
-    if header.get("kind") != KIND:
-        raise ValueError(f"{path!r} holds a kronvi {header.get('kind')!r}, not a {KIND}")
+    if header.get("kind") not in KINDS:
+        raise ValueError(f"{path!r} holds a kronvi {header.get('kind')!r}, not one of {KINDS}")
     version = header.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ValueError(f"{path!r}: invalid format version {version!r}")
@@ -490,18 +578,23 @@ def _read_file(f, path, max_bytes):
     return header, specs, arrays
 
 
-def load_model(path, *, max_bytes: int | None = None) -> DirectModel:
-    r"""Reads a `DirectModel` written by `save_model`.
+def load_model(path, *, max_bytes: int | None = None):
+    r"""Reads a `DirectModel` or a
+    `kronvi.pipeline.FittedDirect` written by
+    `save_model`.
 
     The file is untrusted input. Checks, each with its own `ValueError`: the file is an `.npz` archive
     (a text file or a damaged one "is not a kronvi model file") with a kronvi header of kind
-    `DirectModel`; its format version is supported; every array the header lists is present, a plain
+    `DirectModel` or `FittedDirect`; its format version is supported; every array the header lists is present, a plain
     bool, integer or float array, and there are no others; before anything is inflated, each array's
     `.npy` header and its size in the zip directory agree with the shape and dtype the header records,
     and all of them together fit `max_bytes`; each array matches its SHA-256 digest; every class the
     file names is one of kronvi's model classes (looked up in a fixed registry: no module named in a
     file is imported) and passes its constructor's validation; and the model is consistent ($q_w$ and
-    the priors share the grid shape, the packed codes have the width of `b` codes and stay below `m`).
+    the priors share the grid shape, the packed codes have the width of `b` codes and stay below `m`; for a
+    `FittedDirect`, the standardizer, feature map and basis agree on the number of inputs, features and
+    weights, and their arrays are finite). A file written before a class gained a field with a default
+    loads with that default.
 
     Arrays come back as JAX arrays (NumPy arrays for leaves that were NumPy arrays) with the stored dtype,
     so the reloaded model predicts identically. (A float64 file loaded with `jax_enable_x64` off comes
@@ -517,7 +610,9 @@ def load_model(path, *, max_bytes: int | None = None) -> DirectModel:
 
     Returns
     -------
-    DirectModel
+    DirectModel or FittedDirect
+        The model the file holds (its header's kind); a `FittedDirect` gives the same
+        `fold_features` and predictions as the model that was saved.
 
     Raises
     ------
@@ -544,10 +639,10 @@ def load_model(path, *, max_bytes: int | None = None) -> DirectModel:
         raise ValueError(f"{path!r}: malformed kronvi header (nested too deeply)") from None
     except (TypeError, AttributeError, KeyError) as e:
         raise ValueError(f"{path!r}: malformed kronvi header ({type(e).__name__}: {e})") from None
-    if not isinstance(model, DirectModel):
-        raise ValueError(f"{path!r}: the header does not describe a DirectModel")
+    if type(model).__name__ != header["kind"]:
+        raise ValueError(f"{path!r}: the header does not describe a {header['kind']}")
     try:
-        check_model(model)
+        _check_root(model)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path!r}: inconsistent model: {e}") from None
     return model
