@@ -1,4 +1,4 @@
-r"""The diagnostics every fit returns ([`FitInfo`][kronvi.FitInfo]), a pytree whose `optimizer` is static."""
+r"""The diagnostics every fit returns (`FitInfo`), a pytree whose `optimizer` is static."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class FitInfo(NamedTuple):
         failed line search can leave below the one before (or at NaN); entries past `num_iter` repeat
         the last. `elbo` is its running maximum over finite values.
       steps: `"sgd"` only: the per-step diagnostics stacked over the `num_steps` steps (e.g.
-        [`ReparamInfo`][kronvi.gaussian.ReparamInfo], [`MixtureSGDInfo`][kronvi.mixtures.MixtureSGDInfo]);
+        `ReparamInfo`, `MixtureSGDInfo`);
         `None` otherwise.
 
     Example:
@@ -81,6 +81,6 @@ register_static_optimizer(FitInfo)
 
 
 def fit_info(elbo, num_iter, converged, *, optimizer: str, **optional) -> FitInfo:
-    """A [`FitInfo`][kronvi.FitInfo] with `final_elbo = elbo[num_iter]` (traceable: call it where
+    """A `FitInfo` with `final_elbo = elbo[num_iter]` (traceable: call it where
     `elbo` is one trace, inside `jit` or under `vmap`)."""
     return FitInfo(elbo, elbo[num_iter], num_iter, converged, optimizer, **optional)

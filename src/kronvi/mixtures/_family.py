@@ -173,16 +173,16 @@ class MixturePrior:
 
 
 class MixtureFit(NamedTuple):
-    """The result of [`fit_mixture_bound`][kronvi.mixtures.fit_mixture_bound] and
-    [`fit_mixture_sgd`][kronvi.mixtures.fit_mixture_sgd].
+    """The result of `fit_mixture_bound` and
+    `fit_mixture_sgd`.
 
     Attributes:
-      q: [`Mixture`][kronvi.mixtures.Mixture] `(r, b, m)` over the weights.
-      q_noise: [`MeanField`][kronvi.MeanField] `(1, m_sigma)` over the noise variance.
+      q: `Mixture` `(r, b, m)` over the weights.
+      q_noise: `MeanField` `(1, m_sigma)` over the noise variance.
       log_center: `(b, m)` the centre of the Theorem-3 bound at the optimum
-        ([`mixture_elbo_bound`][kronvi.mixtures.mixture_elbo_bound]); `None` for the SGD fit, which has no
+        (`mixture_elbo_bound`); `None` for the SGD fit, which has no
         bound.
-      info: [`FitInfo`][kronvi.FitInfo].
+      info: `FitInfo`.
     """
 
     q: Mixture
