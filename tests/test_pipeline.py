@@ -46,7 +46,9 @@ def test_same_seed_same_answer_with_any_blas_thread_count():
 
 def test_default_features_grow_with_the_training_rows(monkeypatch):
     import jax
+    import jax.numpy as jnp
 
+    import kronvi
     from kronvi import pipeline
 
     assert pipeline.default_num_frequencies(19_999) == 1000
@@ -54,9 +56,10 @@ def test_default_features_grow_with_the_training_rows(monkeypatch):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
-    config = pipeline.DirectConfig(gp_restarts=1)
+    gp = (kronvi.GPHyperparameters(jnp.ones(2), jnp.asarray(1.0), jnp.asarray(0.1)), None)  # no GP fit
     monkeypatch.setattr(pipeline, "default_num_frequencies", lambda n: 11 if n == 40 else 0)  # the rule's use
-    fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
+    fold = pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(), gp=gp)  # default recipe
     assert fold.features.frequencies.shape == (2, 11) and fold.stats.Phity.shape == (22,)
-    explicit = pipeline.prepare_fold(jax.random.key(0), X, y, config._replace(num_frequencies=7))
+    config = pipeline.DirectConfig(basis="features", noise_cv=(), num_frequencies=7)  # the cheaper basis
+    explicit = pipeline.prepare_fold(jax.random.key(0), X, y, config, gp=gp)
     assert explicit.features.frequencies.shape == (2, 7)  # an explicit count is kept
