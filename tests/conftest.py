@@ -1,8 +1,20 @@
-"""Fixtures only: both precisions (``dtype``). Shared references live in ``helpers.py``."""
+"""Fixtures only: both precisions (``dtype``) and a fresh compilation cache per module. Shared references
+live in ``helpers.py``."""
+
+import gc
 
 import jax
 import numpy as np
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_compilation_caches():
+    """Drops every compiled program after each test module: a long-lived xdist worker would otherwise keep
+    the programs of every module it ran."""
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture(params=["float32", "float64"])

@@ -47,7 +47,9 @@ def test_same_seed_same_answer_with_any_blas_thread_count():
 
 def test_default_features_grow_with_the_training_rows_and_far_targets_keep_their_spread(monkeypatch):
     import jax
+    import jax.numpy as jnp
 
+    import kronvi
     from kronvi import pipeline
 
     assert pipeline.default_num_frequencies(19_999) == 1000
@@ -55,16 +57,17 @@ def test_default_features_grow_with_the_training_rows_and_far_targets_keep_their
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
-    config = pipeline.DirectConfig(gp_restarts=1)
+    gp = (kronvi.GPHyperparameters(jnp.ones(2), jnp.asarray(1.0), jnp.asarray(0.1)), None)  # no GP fit
     monkeypatch.setattr(pipeline, "default_num_frequencies", lambda n: 11 if n == 40 else 0)  # the rule's use
-    fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
+    fold = pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(), gp=gp)  # default recipe
     assert fold.features.frequencies.shape == (2, 11) and fold.stats.Phity.shape == (22,)
-    # An explicit count is kept. The targets' offset and centring are float64 on the host: in float32,
-    # y + 1e6 would be rounded to steps of 1/16 before centring, and a float32 offset would move every
-    # prediction by up to 1/32.
-    far = pipeline.prepare_fold(jax.random.key(0), X, y + 1e6, config._replace(num_frequencies=7))
-    assert far.features.frequencies.shape == (2, 7)
+    config = pipeline.DirectConfig(basis="features", noise_cv=(), num_frequencies=7)  # the cheaper basis
+    explicit = pipeline.prepare_fold(jax.random.key(0), X, y, config, gp=gp)
+    assert explicit.features.frequencies.shape == (2, 7)  # an explicit count is kept
+    # The targets' offset and centring are float64 on the host: in float32, y + 1e6 would be rounded to
+    # steps of 1/16 before centring, and a float32 offset would move every prediction by up to 1/32.
+    far = pipeline.prepare_fold(jax.random.key(0), X, y + 1e6, config, gp=gp)
     assert far.y_offset.dtype == np.float64
-    assert float(far.y_offset) - float(fold.y_offset) == pytest.approx(1e6, abs=1e-8)
-    np.testing.assert_allclose(np.asarray(far.y), np.asarray(fold.y), rtol=0, atol=1e-6)
+    assert float(far.y_offset) - float(explicit.y_offset) == pytest.approx(1e6, abs=1e-8)
+    np.testing.assert_allclose(np.asarray(far.y), np.asarray(explicit.y), rtol=0, atol=1e-6)
 
