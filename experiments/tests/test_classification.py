@@ -106,6 +106,7 @@ def _one_error_line(err, message):
         (["--prior-scales", "1,x"], "--prior-scales must be a comma list of numbers"),
         (["--prior-scales", "nan"], "--prior-scales must hold positive finite numbers, got nan"),
         (["--max-iter", "0"], "--max-iter must be >= 1, got 0"),
+        (["--tol", "-1"], "--tol must be >= 0, got -1.0"),
         (["--vi-steps", "0"], "--vi-steps must be >= 1, got 0"),
         (["--seed", "-1"], "--seed must be in [0, 4294967295], got -1"),
         (["--data-dir", "/nonexistent/classification"], "--data-dir '/nonexistent/classification': no such folder"),

@@ -125,3 +125,38 @@ def test_cavi_is_monotone_and_reaches_a_stationary_point(bound):
             q.logits
         )
         assert float(jnp.max(jnp.abs(g))) < 1e-3
+
+
+def test_newton_start_matches_the_lbfgs_start(monkeypatch):
+    """The Laplace start's MAP by damped Newton (up to `NEWTON_MAX_FEATURES` weights) is the MAP that
+    L-BFGS finds, and coordinate ascent from either start ends at the same optimum."""
+    from kronvi.logistic import _fit
+
+    with jax.enable_x64(True):
+        Phi, y, prior = data(np.float64, n=80)
+        w = jnp.ones(80)
+        newton = _fit.laplace_start_logits(prior, Phi, y, w)
+        monkeypatch.setattr(_fit, "NEWTON_MAX_FEATURES", 0)
+        lbfgs = _fit.laplace_start_logits(prior, Phi, y, w)
+        np.testing.assert_allclose(jax.nn.softmax(newton), jax.nn.softmax(lbfgs), atol=1e-6)
+        fits = [
+            kl.fit_logistic(Phi, y, prior, method="cavi", q_init=kronvi.MeanField(s), max_iter=60, tol=0.0)
+            for s in (newton, lbfgs)
+        ]
+        np.testing.assert_allclose(fits[0][1].elbo[-1], fits[1][1].elbo[-1], rtol=1e-9)
+        np.testing.assert_allclose(fits[0][0].probs, fits[1][0].probs, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["lbfgs", "cavi"])
+def test_vmap_over_padded_folds_with_the_laplace_start(method):
+    """The default start under `vmap` over folds with zero-weight padding: each fold as fitted alone."""
+    Phi, y, prior = data(np.float32, n=40)
+    junk = jax.random.normal(jax.random.key(5), (2, 4, 3)) * 5.0
+    P2 = jnp.concatenate([jnp.stack([Phi, Phi[::-1]]), junk], axis=1)
+    y2 = jnp.concatenate([jnp.stack([y, y[::-1]]), jnp.array([[1.0] * 4, [0.0] * 4])], axis=1)
+    w = jnp.concatenate([jnp.ones(40), jnp.zeros(4)])
+    fit = lambda P, yy: kl.fit_logistic(P, yy, prior, method=method, max_iter=5, weights=w)  # noqa: E731
+    qv, _ = jax.jit(jax.vmap(fit))(P2, y2)
+    for k in range(2):
+        q, _ = kl.fit_logistic(P2[k, :40], y2[k, :40], prior, method=method, max_iter=5)
+        np.testing.assert_allclose(qv.probs[k], q.probs, atol=2e-3)

@@ -180,9 +180,46 @@ def bound_from_mgfs(L, sez, bound: str):
     return -jnp.min(jnp.stack(cands, axis=-1), axis=-1)
 
 
+def bound_grads(L, sez, weights, bound: str):
+    r"""The gradients of $\sum_i \text{weights}_i\,\text{bound}_i$ (`bound_from_mgfs`)
+    with respect to the log-MGFs `L (K, r)` (rows last) and to $s_i E_q z_i$ `(r,)`, in closed form.
+
+    `"theorem2"`: $-e^{L}$; `"jensen"`: $-\sigma(L)$; `"tilted"`: the active tilt's softmax of its
+    two log-MGFs (the gradient of the minimum is the gradient of its smallest term).
+    """
+    if bound == "theorem2":
+        return -weights * jnp.exp(L), jnp.zeros_like(sez)
+    if bound == "jensen":
+        return -weights * jax.nn.sigmoid(L), jnp.zeros_like(sez)
+    # columns: exponents (-1, -1/2, 1/2, 1); tilts 0: (0, L[-1]), 1/2: (L[1/2], L[-1/2]), 1: (L[1], 0)
+    a0 = jnp.logaddexp(0.0, L[0])
+    a1 = -0.5 * sez + jnp.logaddexp(L[2], L[1])
+    a2 = -sez + jnp.logaddexp(L[3], 0.0)
+    pick0 = (a0 <= a1) & (a0 <= a2)
+    pick1 = ~pick0 & (a1 <= a2)
+    pick2 = ~pick0 & ~pick1
+    t1 = jax.nn.sigmoid(L[1] - L[2])
+    zero = jnp.zeros_like(sez)
+    gL = -weights * jnp.stack(
+        [
+            jnp.where(pick0, jax.nn.sigmoid(L[0]), zero),
+            jnp.where(pick1, t1, zero),
+            jnp.where(pick1, 1.0 - t1, zero),
+            jnp.where(pick2, jax.nn.sigmoid(L[3]), zero),
+        ]
+    )
+    gE = weights * jnp.where(pick1, 0.5, jnp.where(pick2, 1.0, 0.0))
+    return gL, gE
+
+
+def exponent_values(bound: str, dtype):
+    """`(K,)` the multipliers $c$ of $s_i z_i$ whose log-MGFs `bound` needs (`_EXPONENTS[bound]`)."""
+    return jnp.asarray(_EXPONENTS[bound], dtype)
+
+
 def exponents(s, bound: str, dtype):
     """The MGF exponents of each row, `(r, K)`: `s_i` times `_EXPONENTS[bound]`."""
-    return s[:, None] * jnp.asarray(_EXPONENTS[bound], dtype)[None, :]
+    return s[:, None] * exponent_values(bound, dtype)[None, :]
 
 
 def row_bounds(log_q, values, mean, Phi, s, bound: str):

@@ -12,97 +12,146 @@ $$ \log q_j(v_k) = \log p_j(v_k) + \sum_i \frac{\partial B_i}{\partial q_{jk}} +
 which never decreases the ELBO bound (for `"theorem2"` it is the exact coordinate optimum). A sweep
 visits every weight in turn, keeping every row's $L_{ic}$ and $s_i E[z_i]$ current in
 $O(n m)$ per weight: $O(nbm)$ per sweep, like one evaluation of the bound.
+
+With $R_{ick} = e^{c s_i\Phi_{ij}v_{jk}} / m_{ijc}(q_j)$ the coefficient is
+$\partial B_i / \partial q_{jk} = \sum_c (\partial B_i / \partial L_{ic}) R_{ick}
++ v_{jk}\, s_i\Phi_{ij}\, \partial B_i / \partial(s_iE z_i)$, and the updated row term is
+$m_{ijc}(q'_j) = m_{ijc}(q_j) \sum_k R_{ick}\, q'_{jk}$: one table of exponentials per weight serves
+both. Every weight's $\log m_{ijc}$ is computed once, before the first sweep, and kept current by each
+update (in a `(b, K, n)` table when it is small enough, else recomputed per weight). A sweep costs about
+two passes of exponentials over the `(n, K, m)` terms of each weight. Measurements:
+`docs/notes/2026-11-27-logistic-speed.md`.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._base.precision import matmul
+from .._base.precision import dot, matmul
 from .._solvers.info import fit_info
-from ._bound import bound_from_mgfs, exponents, log_mgf
+from ._bound import bound_from_mgfs, bound_grads, exponent_values
 
 _MAX_EXP = 60.0  # exponents of a level's MGF ratio are clipped here (the level's new mass is ~0 anyway)
 _MIN_LOGIT = -200.0
+_TABLE_LIMIT = 1 << 25  # numbers in the (b, K, n) table of per-weight log-MGFs kept between sweeps
+
+
+def _weight_log_mgf(x, v, log_q, c):
+    r"""$\log\sum_k q_k e^{c\, x_i v_k}$, `(K, n)`, for one weight: signed column `x (n,)`, levels
+    `v (m,)`, log-probabilities `log_q (m,)`, exponents `c (K,)`. The sum over the `m` levels is
+    written out, so that it streams over the rows (XLA's reduction over the middle axis of a
+    `(K, m, n)` array does not, once it outgrows the cache)."""
+    terms = [c[:, None] * (v[k] * x)[None, :] + log_q[k] for k in range(v.shape[0])]
+    top = functools.reduce(jnp.maximum, terms)
+    return top + jnp.log(functools.reduce(jnp.add, [jnp.exp(t - top) for t in terms]))
+
+
+def _signed_columns(Phi, y):
+    """`(b, n)`: column `j` is $s_i \\Phi_{ij}$, $s = 2y - 1$ (one contiguous row per weight)."""
+    return ((2.0 * y - 1.0)[:, None] * Phi).T
+
+
+def _keeps_table(X, bound) -> bool:
+    return X.shape[0] * X.shape[1] * exponent_values(bound, X.dtype).shape[0] <= _TABLE_LIMIT
+
+
+def _state(log_q, values, X, bound):
+    r"""`(L, sez, table)`: the rows' log-MGFs `(K, n)`, $s_i E_q z_i$ `(n,)` and the per-weight
+    log-MGFs `(b, K, n)` (`None` above `_TABLE_LIMIT` numbers)."""
+    c = exponent_values(bound, X.dtype)
+    terms = (X, values, log_q)
+    if _keeps_table(X, bound):
+        table = lax.map(lambda t: _weight_log_mgf(*t, c), terms)
+        L = jnp.sum(table, axis=0)
+    else:
+        table = None
+        L = lax.fori_loop(
+            0,
+            X.shape[0],
+            lambda j, acc: acc + _weight_log_mgf(X[j], values[j], log_q[j], c),
+            jnp.zeros((c.shape[0], X.shape[1]), X.dtype),
+        )
+    sez = matmul(jnp.sum(jnp.exp(log_q) * values, axis=-1), X)
+    return L, sez, table
 
 
 def _elbo(log_q, prior_w, L, sez, weights, bound):
     q = jnp.exp(log_q)
-    return jnp.sum(weights * bound_from_mgfs(L, sez, bound)) + jnp.sum(q * (prior_w.log_probs - log_q))
+    return jnp.sum(weights * bound_from_mgfs(L.T, sez, bound)) + jnp.sum(q * (prior_w.log_probs - log_q))
 
 
-def _state(log_q, values, Phi, s, C):
-    L = log_mgf(log_q, values, Phi, C) if Phi.shape[0] * C.shape[1] * values.size <= (1 << 22) else None
-    if L is None:  # one weight at a time: memory O(n K m)
-        L = lax.fori_loop(
-            0,
-            values.shape[0],
-            lambda j, acc: (
-                acc + jax.nn.logsumexp(C[:, :, None] * Phi[:, j, None, None] * values[j] + log_q[j], axis=-1)
-            ),
-            jnp.zeros(C.shape, Phi.dtype),
-        )
-    sez = s * matmul(Phi, jnp.sum(jnp.exp(log_q) * values, axis=-1))
-    return L, sez
+def _sweep(log_q, prior_w, X, weights, bound, state):
+    """One sweep of closed-form coordinate updates over every weight; returns the new log-probabilities
+    and the state `(L, sez, table)` they leave, kept current one weight at a time."""
+    values = prior_w.values
+    m = values.shape[-1]
+    c = exponent_values(bound, X.dtype)
+    tiny = jnp.sqrt(jnp.finfo(X.dtype).tiny)
+    # a little below exp(_MAX_EXP): the clipped exponentials may round differently in the last bit
+    clip = jnp.exp(jnp.asarray(_MAX_EXP - 0.01, X.dtype))
+    L, sez, table = state
+
+    def body(carry, xs):
+        L, sez = carry
+        x, v, lq, lp, lm_old = xs
+        if lm_old is None:
+            lm_old = _weight_log_mgf(x, v, lq, c)
+        gL, gE = bound_grads(L, sez, weights, bound)  # (K, n), (n,)
+        # R_ick = exp(c x_i v_k - log m_ic(q)), one (K, n) block per level k, stored level-major
+        log_r = c[None, :, None] * (v[:, None, None] * x[None, None, :]) - lm_old[None]
+        r = jnp.exp(jnp.minimum(log_r, _MAX_EXP))
+        coef = matmul(r.reshape(m, -1), gL.reshape(-1)) + v * dot(gE, x)
+        new = jax.nn.log_softmax(jnp.maximum(jax.nn.log_softmax(lp + coef), _MIN_LOGIT))
+        ratio = matmul(jnp.exp(new), r.reshape(m, -1)).reshape(lm_old.shape)  # m_ijc(q') / m_ijc(q), (K, n)
+        # a clipped exponent or an underflowing ratio: the new row terms from scratch
+        exact = (jnp.max(r) >= clip) | (jnp.min(ratio) < tiny)
+        lm_new = lax.cond(exact, lambda: _weight_log_mgf(x, v, new, c), lambda: lm_old + jnp.log(ratio))
+        dmean = jnp.sum((jnp.exp(new) - jnp.exp(lq)) * v)
+        return (L + lm_new - lm_old, sez + x * dmean), (new, None if table is None else lm_new)
+
+    (L, sez), (log_q, table) = lax.scan(body, (L, sez), (X, values, log_q, prior_w.log_probs, table))
+    return log_q, (L, sez, table)
 
 
 def cavi_sweep(log_q, prior_w, Phi, y, weights, bound):
     """One sweep of closed-form coordinate updates over every weight; returns the new log-probabilities."""
-    values = prior_w.values
-    s = 2.0 * y - 1.0
-    C = exponents(s, bound, Phi.dtype)
-    L, sez = _state(log_q, values, Phi, s, C)
-    total = lambda L_, sez_: jnp.sum(weights * bound_from_mgfs(L_, sez_, bound))  # noqa: E731
-
-    def body(j, carry):
-        log_q, L, sez = carry
-        phi, v, lq = Phi[:, j], values[j], log_q[j]
-        e = C[:, :, None] * phi[:, None, None] * v[None, None, :]  # (n, K, m)
-        lm_old = jax.nn.logsumexp(e + lq, axis=-1)  # (n, K)
-        gL, gE = jax.grad(total, argnums=(0, 1))(L, sez)
-        ratio = jnp.exp(jnp.minimum(e - lm_old[:, :, None], _MAX_EXP))  # d L_ic / d q_jk
-        coef = jnp.einsum("ic,ick->k", gL, ratio) + v * jnp.sum(gE * s * phi)
-        new = jax.nn.log_softmax(jnp.maximum(jax.nn.log_softmax(prior_w.log_probs[j] + coef), _MIN_LOGIT))
-        lm_new = jax.nn.logsumexp(e + new, axis=-1)
-        dmean = jnp.sum((jnp.exp(new) - jnp.exp(lq)) * v)
-        return log_q.at[j].set(new), L + lm_new - lm_old, sez + s * phi * dmean
-
-    log_q, _, _ = lax.fori_loop(0, values.shape[0], body, (log_q, L, sez))
-    return log_q
+    X = _signed_columns(Phi, y)
+    return _sweep(log_q, prior_w, X, weights, bound, _state(log_q, prior_w.values, X, bound))[0]
 
 
 def fit_cavi(logits, prior_w, Phi, y, weights, *, bound, max_iter, tol):
-    """Sweeps until the ELBO bound gains less than `tol * sum(weights)` or `max_iter` sweeps."""
-    s = 2.0 * y - 1.0
-    C = exponents(s, bound, Phi.dtype)
+    """Sweeps until the ELBO bound gains less than `tol * sum(weights)` or `max_iter` sweeps.
+
+    The rows' log-MGFs are computed once, at the start; each sweep keeps them current.
+    """
+    X = _signed_columns(Phi, y)
     n = jnp.sum(weights)
-
-    def elbo(log_q):
-        L, sez = _state(log_q, prior_w.values, Phi, s, C)
-        return _elbo(log_q, prior_w, L, sez, weights, bound)
-
+    elbo = lambda log_q, state: _elbo(log_q, prior_w, state[0], state[1], weights, bound)  # noqa: E731
     log_q = jax.nn.log_softmax(logits, axis=-1)
-    e0 = elbo(log_q)
+    state = _state(log_q, prior_w.values, X, bound)
+    e0 = elbo(log_q, state)
     trace = jnp.full((max_iter + 1,), e0)
 
     def cond(st):
-        it, _, _, _, done = st
+        it, *_, done = st
         return (it < max_iter) & ~done
 
     def body(st):
-        it, log_q, value, tr, _ = st
-        new = cavi_sweep(log_q, prior_w, Phi, y, weights, bound)
-        new_value = elbo(new)
+        it, log_q, state, value, tr, _ = st
+        new, new_state = _sweep(log_q, prior_w, X, weights, bound, state)
+        new_value = elbo(new, new_state)
         better = new_value >= value  # guards against rounding: keep the better of the two
-        log_q = jnp.where(better, new, log_q)
+        log_q, state = jax.tree.map(lambda a, b: jnp.where(better, a, b), (new, new_state), (log_q, state))
         done = ~(new_value - value > tol * n)
         value = jnp.maximum(new_value, value)
-        return it + 1, log_q, value, tr.at[it + 1].set(value), done
+        return it + 1, log_q, state, value, tr.at[it + 1].set(value), done
 
-    it, log_q, _, tr, done = lax.while_loop(
-        cond, body, (jnp.asarray(0), log_q, e0, trace, jnp.asarray(False))
+    it, log_q, _, _, tr, done = lax.while_loop(
+        cond, body, (jnp.asarray(0), log_q, state, e0, trace, jnp.asarray(False))
     )
     tr = jnp.where(jnp.arange(max_iter + 1) <= it, tr, tr[it])
     return log_q, fit_info(tr, it, done, optimizer="cavi")

@@ -21,15 +21,18 @@ from .._base.checks import all_finite, check_int, check_optimizer, is_concrete, 
 from .._base.deprecation import renamed_arguments
 from .._base.kron import kron_sum_expectation
 from .._base.precision import matmul
+from .._base.threads import run_single_threaded
 from .._model.families import MeanField, check_family, grid_moments
 from .._solvers.info import FitInfo, fit_info
 from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.optimizers import cache_by_optimizer
 from ._bound import DEFAULT_BOUND, bound_rows_sum, check_bound, check_logistic_args, check_weights
 from ._cavi import fit_cavi
+from ._laplace import NEWTON_MAX_ITER, laplace_fit
 
 METHODS = ("optax-lbfgs", "lbfgs", "sgd", "cavi")
 STARTS = ("laplace", "prior")
+NEWTON_MAX_FEATURES = 512  # the start's MAP by Newton up to here, by L-BFGS above
 
 
 class LogisticFit(NamedTuple):
@@ -45,25 +48,42 @@ class LogisticFit(NamedTuple):
     info: FitInfo
 
 
-def laplace_start_logits(prior_w, Phi, y, weights, *, max_iter: int = 100):
-    r"""Starting logits from a Gaussian (Laplace) approximation with the prior's moments.
+def laplace_start_map(prior_w, Phi, y, weights):
+    r"""The MAP $\hat w$ of $\sum_i \text{weights}_i\log\sigma(s_i \Phi_i w) - \sum_j (w_j - \mu_j)^2 / (2\tau_j^2)$,
+    `(b,)`, with $\mu_j, \tau_j^2$ the mean and variance of the discrete prior `j`.
 
-    The MAP $\hat w$ of $\sum_i \log\sigma(s_i \Phi_i w) - \sum_j (w_j - \mu_j)^2 / (2\tau_j^2)$
-    ($\mu_j, \tau_j^2$ the mean and variance of the discrete prior `j`), by L-BFGS in
-    $O(nb)$ per iteration, and the diagonal of the Hessian there,
-    $H_{jj} = \sum_i \sigma_i(1-\sigma_i)\Phi_{ij}^2 + \tau_j^{-2}$ (the precision of the
-    mean-field Gaussian fitted to that Laplace approximation); then
-    $\log q_j(v) = \log p_j(v) + \log N(v; \hat w_j, H_{jj}^{-1}) - \log N(v; \mu_j, \tau_j^2)$.
+    Up to `NEWTON_MAX_FEATURES` weights by damped Newton (`laplace_fit`,
+    $O(nb^2 + b^3)$ per iteration, the compiled program that
+    [`laplace_grid_prior`][kronvi.logistic.laplace_grid_prior] runs), else by L-BFGS ($O(nb)$ per iteration,
+    at most 100).
     """
     mu, tau2 = grid_moments(prior_w.probs, prior_w.values)
+    if Phi.shape[1] <= NEWTON_MAX_FEATURES:
+        tol = jnp.asarray(100.0 * jnp.finfo(Phi.dtype).eps, Phi.dtype)
+        return laplace_fit(Phi, y, weights, 1.0 / tau2, mu, max_iter=NEWTON_MAX_ITER, tol=tol).mean
+    return _lbfgs_map(Phi, y, weights, mu, tau2)
+
+
+@jax.jit
+def _lbfgs_map(Phi, y, weights, mu, tau2):
     s = 2.0 * y - 1.0
 
     def loss(w):
-        z = matmul(Phi, w)
-        ll = jnp.sum(weights * jax.nn.log_sigmoid(s * z))
+        ll = jnp.sum(weights * jax.nn.log_sigmoid(s * matmul(Phi, w)))
         return -(ll - 0.5 * jnp.sum((w - mu) ** 2 / tau2)) / jnp.sum(weights)
 
-    w, _ = minimize_lbfgs(loss, mu, max_iter=max_iter, tol=1e-7)
+    return minimize_lbfgs(loss, mu, max_iter=100, tol=1e-7)[0]
+
+
+def start_logits(prior_w, Phi, y, weights, w):
+    r"""Starting logits from a Gaussian (Laplace) approximation at `w` (`laplace_start_map`).
+
+    With the diagonal of the Hessian there,
+    $H_{jj} = \sum_i \sigma_i(1-\sigma_i)\Phi_{ij}^2 + \tau_j^{-2}$ (the precision of the
+    mean-field Gaussian fitted to that Laplace approximation),
+    $\log q_j(v) = \log p_j(v) + \log N(v; \hat w_j, H_{jj}^{-1}) - \log N(v; \mu_j, \tau_j^2)$.
+    """
+    mu, tau2 = grid_moments(prior_w.probs, prior_w.values)
     p = jax.nn.sigmoid(matmul(Phi, w))
     # sum_i (sqrt(weights_i p_i (1 - p_i)) Phi_ij)^2: no 0 * inf where Phi^2 overflows and p (1 - p) is 0
     prec = jnp.sum((jnp.sqrt(weights * p * (1.0 - p))[:, None] * Phi) ** 2, axis=0) + 1.0 / tau2
@@ -80,6 +100,11 @@ def laplace_start_logits(prior_w, Phi, y, weights, *, max_iter: int = 100):
     return jnp.where(usable, logits, prior_w.log_probs)
 
 
+def laplace_start_logits(prior_w, Phi, y, weights):
+    """The default start: `start_logits` at `laplace_start_map`."""
+    return start_logits(prior_w, Phi, y, weights, laplace_start_map(prior_w, Phi, y, weights))
+
+
 def _neg_elbo_per_row(logits, prior_w, Phi, y, weights, bound, chunk_size, n):
     log_q = jax.nn.log_softmax(logits, axis=-1)
     q = jnp.exp(log_q)
@@ -88,31 +113,31 @@ def _neg_elbo_per_row(logits, prior_w, Phi, y, weights, bound, chunk_size, n):
     return -(ll - kl) / n
 
 
-@functools.partial(jax.jit, static_argnames=("bound", "chunk_size", "max_iter", "tol", "laplace", "backend"))
-def _fit_lbfgs(logits, prior_w, Phi, y, weights, *, bound, chunk_size, max_iter, tol, laplace, backend):
+@functools.partial(jax.jit, static_argnames=("bound", "chunk_size", "max_iter", "tol", "backend"))
+def _fit_lbfgs(logits, prior_w, Phi, y, weights, start, *, bound, chunk_size, max_iter, tol, backend):
     n = jnp.sum(weights)
-    if laplace:
-        logits = laplace_start_logits(prior_w, Phi, y, weights)
+    if start is not None:
+        logits = start_logits(prior_w, Phi, y, weights, start)
     loss = lambda lg: _neg_elbo_per_row(lg, prior_w, Phi, y, weights, bound, chunk_size, n)  # noqa: E731
     logits, info = minimize_lbfgs(loss, logits, n, max_iter=max_iter, tol=tol, backend=backend)
     return MeanField._unchecked(logits), info
 
 
-@functools.partial(jax.jit, static_argnames=("bound", "max_iter", "tol", "laplace"))
-def _fit_cavi(logits, prior_w, Phi, y, weights, *, bound, max_iter, tol, laplace):
-    if laplace:
-        logits = laplace_start_logits(prior_w, Phi, y, weights)
+@functools.partial(jax.jit, static_argnames=("bound", "max_iter", "tol"))
+def _fit_cavi(logits, prior_w, Phi, y, weights, start, *, bound, max_iter, tol):
+    if start is not None:
+        logits = start_logits(prior_w, Phi, y, weights, start)
     log_q, info = fit_cavi(logits, prior_w, Phi, y, weights, bound=bound, max_iter=max_iter, tol=tol)
     return MeanField._unchecked(log_q), info
 
 
 @cache_by_optimizer
 def _compiled_sgd(optimizer):
-    def fit(key, logits, prior_w, Phi, y, weights, *, bound, chunk_size, num_steps, batch_size, laplace):
+    def fit(key, logits, prior_w, Phi, y, weights, start, *, bound, chunk_size, num_steps, batch_size):
         rows = Phi.shape[0]
         n = jnp.sum(weights)
-        if laplace:
-            logits = laplace_start_logits(prior_w, Phi, y, weights)
+        if start is not None:
+            logits = start_logits(prior_w, Phi, y, weights, start)
 
         def loss(lg, idx):
             w = weights[idx] * (rows / batch_size)
@@ -134,7 +159,7 @@ def _compiled_sgd(optimizer):
         info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd")
         return MeanField._unchecked(logits), info
 
-    return jax.jit(fit, static_argnames=("bound", "chunk_size", "num_steps", "batch_size", "laplace"))
+    return jax.jit(fit, static_argnames=("bound", "chunk_size", "num_steps", "batch_size"))
 
 
 @renamed_arguments(q_init="init")
@@ -170,7 +195,8 @@ def fit_logistic(
       each step); $O(Bbm)$ per step, for large `n`.
       `"cavi"`: closed-form coordinate ascent (minorize-maximize; for `"theorem2"` the exact
       coordinate optimum): $\log q_j = \log p_j + \partial B / \partial q_j$ at the current
-      point, one weight at a time, never decreasing the bound; $O(nbm)$ per sweep.
+      point, one weight at a time, never decreasing the bound; $O(nbm)$ per sweep. Measured against
+      L-BFGS: `docs/notes/2026-11-27-logistic-speed.md`.
 
     Args:
       Phi: `(n, b)` features, in the dtype of `prior_w`.
@@ -178,9 +204,9 @@ def fit_logistic(
       prior_w: `kronvi.DiscretePrior` `(b, m)`.
       method: `"optax-lbfgs"`, `"lbfgs"`, `"sgd"` or `"cavi"`.
       bound: `"tilted"` (default), `"jensen"` or `"theorem2"` (`logistic_loglik_bound`).
-      init: where to start: `"laplace"` (default, also `None`; `laplace_start_logits`, a
-        Gaussian approximation at the MAP, $O(nb)$ per iteration), `"prior"`, or a
-        `kronvi.MeanField`.
+      init: where to start: `"laplace"` (default, also `None`; `laplace_start_logits`, the
+        mean-field Gaussian at the MAP of the Gaussian-prior model with the grids' moments: damped
+        Newton up to 512 weights, L-BFGS above), `"prior"`, or a `kronvi.MeanField`.
       max_iter: L-BFGS iterations (default 100) or CAVI sweeps (default 30).
       tol: L-BFGS gradient-norm tolerance on $-\mathcal{L}/n$ (default 1e-6); CAVI stops when a
         sweep gains less than `tol * n` nats (default 1e-7).
@@ -233,13 +259,17 @@ def fit_logistic(
     if n == 0:
         raise ValueError("`Phi` is empty (no rows)")
     weights = check_weights(weights, n, Phi.dtype)
+
+    def start():  # the start's MAP apart from the fit: Newton's compiled program is laplace_grid_prior's
+        return run_single_threaded(laplace_start_map, prior_w, Phi, y, weights) if laplace else None
+
     if method in ("optax-lbfgs", "lbfgs"):
         max_iter = 100 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-6 if tol is None else float(tol)
         return _checked(
-            _fit_lbfgs(
-                q0.logits, prior_w, Phi, y, weights, bound=bound, chunk_size=chunk_size, max_iter=max_iter,
-                tol=tol, laplace=laplace, backend=method,
+            run_single_threaded(
+                _fit_lbfgs, q0.logits, prior_w, Phi, y, weights, start(), bound=bound, chunk_size=chunk_size,
+                max_iter=max_iter, tol=tol, backend=method,
             ),
             Phi,
         )  # fmt: skip
@@ -247,11 +277,11 @@ def fit_logistic(
         max_iter = 30 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-7 if tol is None else float(tol)
         return _checked(
-            _fit_cavi(
-                q0.logits, prior_w, Phi, y, weights, bound=bound, max_iter=max_iter, tol=tol, laplace=laplace
+            run_single_threaded(
+                _fit_cavi, q0.logits, prior_w, Phi, y, weights, start(), bound=bound, max_iter=max_iter, tol=tol,
             ),
             Phi,
-        )
+        )  # fmt: skip
     if key is None:
         raise ValueError('`key` is required for method="sgd" (a jax.random key)')
     batch_size = min(n, 256) if batch_size is None else check_int(batch_size, "batch_size", 1)
@@ -261,9 +291,9 @@ def fit_logistic(
     optimizer = optax.adam(0.05) if optimizer is None else optimizer
     check_optimizer(optimizer)
     return _checked(
-        _compiled_sgd(optimizer)(
-            key, q0.logits, prior_w, Phi, y, weights, bound=bound, chunk_size=chunk_size,
-            num_steps=num_steps, batch_size=batch_size, laplace=laplace,
+        run_single_threaded(
+            _compiled_sgd(optimizer), key, q0.logits, prior_w, Phi, y, weights, start(), bound=bound,
+            chunk_size=chunk_size, num_steps=num_steps, batch_size=batch_size,
         ),
         Phi,
     )  # fmt: skip
