@@ -71,3 +71,53 @@ def test_default_features_grow_with_the_training_rows_and_far_targets_keep_their
     assert float(far.y_offset) - float(explicit.y_offset) == pytest.approx(1e6, abs=1e-8)
     np.testing.assert_allclose(np.asarray(far.y), np.asarray(explicit.y), rtol=0, atol=1e-6)
 
+
+def test_the_compact_recipe_predicts_the_eigen_fits_mean_and_bounded_variance():
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+    from kronvi import pipeline
+
+    X, y, mask = kronvi.load_demo()
+    test = mask[:, 0].astype(bool)
+    config = pipeline.DirectConfig(num_frequencies=200, gp_restarts=1, gp_points=100)  # b = 400 > n = 277
+    compact = config._replace(basis="compact", compact_tol=0.1)
+    with jax.enable_x64(True):
+        fold = pipeline.prepare_fold(jax.random.key(0), X[~test], y[~test], compact, dtype=jnp.float64)
+        models = {c.basis: pipeline.fit_prepared(fold, c)[0] for c in (config, compact)}
+        # The README's pattern, for both recipes
+        out = {}
+        for name, model in models.items():
+            Phi = pipeline.fold_features(model, X[test])
+            mean, var = kronvi.predict_regression(
+                model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi
+            )
+            out[name] = np.asarray(mean), np.asarray(var)
+        with pytest.raises(ValueError, match="columns"):  # inputs of another width: a named error
+            pipeline.fold_features(models["compact"], X[test][:, :3])
+    small = models["compact"]
+    assert isinstance(small.basis, kronvi.CompactBasis)
+    k = small.basis.vectors.shape[1]
+    assert 0 < k < 277 and small.q_w.logits.shape == (1 + k + 8, 15)
+    (m_e, v_e), (m_c, v_c) = out["eigen"], out["compact"]
+    np.testing.assert_allclose(m_c, m_e, rtol=1e-8, atol=1e-8 * np.abs(m_e).max())
+    ratio = v_c / v_e
+    assert np.all(ratio >= 1 - 1e-8) and np.all(ratio <= 1.1 + 2e-6)  # the top band's bound (n < b)
+
+
+def test_compact_config_errors():
+    import jax
+
+    from kronvi import pipeline
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(30, 2)), rng.normal(size=30)
+    with pytest.raises(ValueError, match="compact_tol` must be >= 0"):
+        pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", compact_tol=-0.1))
+    with pytest.raises(ValueError, match="noise_cv` applies to basis='features' only"):
+        pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", noise_cv=(3.0,)))
+    config = pipeline.DirectConfig(basis="features", num_frequencies=4, gp_restarts=1, noise_cv=())
+    fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
+    with pytest.raises(ValueError, match="another `basis`"):
+        pipeline.fit_prepared(fold, config._replace(basis="compact"))

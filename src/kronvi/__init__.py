@@ -62,6 +62,10 @@ from ._inputs.learned import mlp_features as mlp_features
 from ._inputs.learned import mlp_init as mlp_init
 from ._inputs.learned import rff_lengthscale_features as rff_lengthscale_features
 from ._inputs.learned import rff_lengthscale_map as rff_lengthscale_map
+from ._model.compact import CompactBasis as CompactBasis
+from ._model.compact import compact_features as compact_features
+from ._model.compact import compact_posterior as compact_posterior
+from ._model.compact import complement_split as complement_split
 from ._model.density import DensityToleranceError as DensityToleranceError
 from ._model.density import predictive_log_density as predictive_log_density
 

@@ -91,8 +91,10 @@ def _parsers():
         "--basis",
         choices=BASES,
         default=DirectConfig().basis,
-        help="'eigen': weights in the eigenbasis of Phi^T Phi (accurate); 'features': the paper's sparse "
-        "4-bit recipe on the random Fourier features (kronvi.pipeline.DirectConfig.basis)",
+        help="'eigen': weights in the eigenbasis of Phi^T Phi (accurate); 'compact': the eigen fit kept as its "
+        "mean, the directions the data determine and one shared variance (smaller, faster to predict); "
+        "'features': the paper's sparse 4-bit recipe on the random Fourier features "
+        "(kronvi.pipeline.DirectConfig.basis)",
     )
     f.add_argument(
         "--noise-cv",

@@ -3,13 +3,20 @@ r"""The DIRECT regression pipeline for one train/test split, shared by the CLI a
 raw inputs -> standardized inputs -> GP hyperparameters -> random Fourier features -> statistics ->
 exact ELBO fit -> exact predictive mean, variance and density.
 
-Two recipes (`DirectConfig.basis`):
+Three recipes (`DirectConfig.basis`):
 
 - `"eigen"` (default): the weights are discretized in the eigenbasis of $\Phi^\top\Phi$
   (`kronvi.eigenbasis`), where the likelihood factorizes; the noise grid is centred on the exact
   evidence maximizer (`kronvi.blr_evidence_noise`) and each weight's 15 levels span its exact
   posterior (`kronvi.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
   same features; the weights are not sparse and each needs its own grid (2 floats) plus the rotation.
+- `"compact"`: the `"eigen"` fit in a compact form (`kronvi.compact_posterior`): the exact
+  posterior mean in the feature basis, the eigenvectors of the directions the data determine (`b x k`), and
+  one shared variance for the rest. The same predictive mean; a predictive variance between 1 and
+  `1 + config.compact_tol` times the eigen fit's at every input where the shared variance is the prior's
+  (few rows), within `config.compact_tol` noise variances of it on average over the training rows where it
+  is the data's (many rows); a smaller model and faster predictions where `k` is well below `b`
+  (`docs/notes/2026-11-27-compact.md`).
 - `"features"`: the paper's recipe, weights of the random Fourier features on one grid of
   `±width` prior sds with a zero level: sparse 4-bit codes, less accurate
   (`docs/notes/2026-11-22-accuracy-defaults.md`).
@@ -32,6 +39,7 @@ from ._fit.select import CRITERIA, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import SAMPLINGS, RandomFourierFeatures, rff_features, rff_init
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
+from ._model.compact import CompactBasis, compact_features, compact_posterior
 from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.families import MeanField
 from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
@@ -42,11 +50,12 @@ from ._stats.eigen import Eigenbasis, eigenbasis_from_inputs, rotate_features
 from ._stats.regression import RegressionStats, kfold_stats_from_inputs, regression_stats_from_inputs
 from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
 
-BASES = ("eigen", "features")
+BASES = ("eigen", "features", "compact")
 # Defaults that depend on the basis (`None` in DirectConfig): see `resolve_config`.
 _BASIS_DEFAULTS = {
     "eigen": dict(width=6.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
     "features": dict(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian")),
+    "compact": dict(width=6.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
 }
 
 
@@ -57,8 +66,9 @@ class DirectConfig(NamedTuple):
     noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts.
 
     Attributes:
-      basis: `"eigen"` (accurate: the weights in the eigenbasis of $\Phi^\top\Phi$) or `"features"` (the
-        paper's sparse 4-bit recipe on the random Fourier features).
+      basis: `"eigen"` (accurate: the weights in the eigenbasis of $\Phi^\top\Phi$), `"compact"` (the
+        eigen fit in a compact form, `compact_posterior`) or `"features"` (the paper's sparse 4-bit recipe
+        on the random Fourier features).
       num_frequencies: random frequencies; the features are their cosines and sines, b = 2 `num_frequencies`.
         `None`: by the training rows, `default_num_frequencies(n)`.
       frequency_sampling: `"iid"`, `"orthogonal"` or `"halton"` (`rff_init(sampling=...)`).
@@ -87,6 +97,8 @@ class DirectConfig(NamedTuple):
       chunk_size: rows per chunk of the statistics pass.
       max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
         of it, at most this many times (the paper's protocol: 0).
+      compact_tol: `"compact"` only: the budget of the variance change, in noise variances
+        (`compact_posterior(tol=...)`).
 
     Example:
       >>> from kronvi.pipeline import DirectConfig
@@ -95,7 +107,7 @@ class DirectConfig(NamedTuple):
         noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
         cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
         gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, chunk_size=2048,
-        max_noise_recentres=0)
+        max_noise_recentres=0, compact_tol=0.1)
     """
 
     basis: str = "eigen"
@@ -119,6 +131,8 @@ class DirectConfig(NamedTuple):
     gp_degenerate_margin: float = 2.0
     chunk_size: int = 2048
     max_noise_recentres: int = 0
+    # "compact" only: the budget of the variance change, in noise variances (kronvi.compact_posterior(tol=...))
+    compact_tol: float = 0.1
 
 
 LARGE_DATA_ROWS = 20_000
@@ -169,7 +183,12 @@ class FittedDirect(NamedTuple):
       q_w: `MeanField` `(b, m)`, the posterior over the weights.
       q_noise: `MeanField` `(1, m_sigma)`, the posterior over the noise variance.
       hyper: `GPHyperparameters` the features were drawn for.
-      basis: `Eigenbasis` rotating the features (`DirectConfig.basis` `"eigen"`), else `None`.
+      basis: `Eigenbasis` rotating the features (`DirectConfig.basis` `"eigen"`), `CompactBasis`, the
+        compact model's feature map (`"compact"`), else `None`.
+
+    For every recipe, `predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise,
+    fold_features(model, X))` is the model's predictive mean and variance; a `"compact"` model's variance
+    includes its complement (one of its features carries it). Saved whole by `kronvi.save_model`.
     """
 
     standardizer: object
@@ -180,7 +199,7 @@ class FittedDirect(NamedTuple):
     q_w: object
     q_noise: object
     hyper: GPHyperparameters
-    basis: Eigenbasis | None = None
+    basis: Eigenbasis | CompactBasis | None = None
 
 
 class DirectTimings(NamedTuple):
@@ -348,11 +367,13 @@ def resolve_config(config: DirectConfig | None = None) -> DirectConfig:
 def _check_config(config: DirectConfig):
     """Validates every field before any compute; errors name the field (`config.<field>`)."""
     config = resolve_config(config)
-    if config.basis == "eigen" and config.noise_cv:
+    if config.basis != "features" and config.noise_cv:
         raise ValueError(
-            "`config.noise_cv` applies to basis='features' only: with basis='eigen' the noise grid is centred "
-            "on the evidence maximizer (set noise_cv=() or basis='features')"
+            f"`config.noise_cv` applies to basis='features' only: with basis={config.basis!r} the noise grid is "
+            "centred on the evidence maximizer (set noise_cv=() or basis='features')"
         )
+    if not float(config.compact_tol) >= 0:
+        raise ValueError(f"`config.compact_tol` must be >= 0, got {config.compact_tol!r}")
     for field, minimum in [
         ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1),
         ("chunk_size", 1), ("max_noise_recentres", 0), ("cv_max_iter", 1), ("gp_screen_points", 2),
@@ -434,7 +455,7 @@ def prepare_fold(
     cv_stats = None
     prior_scale = jnp.sqrt(hyper.signal_variance)
     basis = None
-    if config.basis == "eigen":
+    if config.basis != "features":
         stats, basis, prior_w, prior_scale, s2 = _eigen_setup(
             feats, Xs, yc, prior_scale, hyper.noise_variance, config
         )
@@ -536,7 +557,7 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None) -> Dire
     """
     config = resolve_config(config)
     _check_config(config)
-    if (config.basis == "eigen") != (fold.basis is not None):
+    if (config.basis != "features") != (fold.basis is not None):
         raise ValueError(
             "`fold` was prepared with another `basis` than `config`'s: prepare it with this config"
         )
@@ -559,18 +580,24 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None) -> Dire
     q_w, q_n, info, prior_n, recentres = fit_with_noise_recentring(
         fold.stats, fold.prior_w, prior_n, config._replace(noise_span=span), key=fold.key
     )
+    basis, prior_w = fold.basis, fold.prior_w
+    if config.basis == "compact":
+        basis, prior_w, q_w = compact_posterior(
+            basis, prior_w, q_w, fold.stats.n, noise_moments(q_n, prior_n)[2], tol=config.compact_tol,
+            width=config.width,
+        )  # fmt: skip
     _block(q_w)
     t4 = time.perf_counter()
     model = FittedDirect(
         fold.standardizer,
         fold.features,
         fold.y_offset,
-        fold.prior_w,
+        prior_w,
         prior_n,
         q_w,
         q_n,
         fold.hyper,
-        fold.basis,
+        basis,
     )
     timings = DirectTimings(
         init_seconds=fold.init_seconds,
@@ -583,11 +610,15 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None) -> Dire
 
 
 def fold_features(fitted, X):
-    """Features of raw inputs `X (N, d)` through a `PreparedFold`'s or `FittedDirect`'s
-    standardizer and random Fourier features (rotated to its eigenbasis, if any), in the dtype of its
-    statistics: `(N, b)`."""
+    """Features of raw inputs `X (N, d)` through a `PreparedFold`'s or `FittedDirect`'s standardizer and
+    random Fourier features, in the dtype of its statistics: `(N, b)`, rotated to its eigenbasis if it has
+    one; for a `"compact"` model the `(N, 1 + k + J)` features of its weights (`kronvi.compact_features`).
+    Either way they are what `model.q_w` and `model.prior_w` belong to, for `kronvi.predict_regression` and
+    the other prediction functions."""
     dtype = fitted.features.frequencies.dtype
     Phi = rff_features(fitted.features, standardize(fitted.standardizer, jnp.asarray(X, dtype)))
+    if isinstance(fitted.basis, CompactBasis):
+        return compact_features(fitted.basis, Phi)
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
 
 
@@ -609,7 +640,7 @@ def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float
 
 def _sweep(config):
     """CAVI on the eigenbasis statistics (diagonal) updates every weight at once."""
-    return dict(sweep="diagonal") if config.basis == "eigen" and config.method == "cavi" else {}
+    return dict(sweep="diagonal") if config.basis != "features" and config.method == "cavi" else {}
 
 
 def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key=None) -> RegressionFit:

@@ -130,7 +130,7 @@ def test_round_trip_mixture_posterior(tmp_path):
 # Whole pipeline models
 # ----------------------------------------------------------------------------------------------------
 
-RECIPES = ("features", "eigen")
+RECIPES = ("features", "eigen", "compact")
 
 
 def _demo_rows():

@@ -54,7 +54,7 @@ def laplace_start_map(prior_w, Phi, y, weights):
 
     Up to `NEWTON_MAX_FEATURES` weights by damped Newton (`laplace_fit`,
     $O(nb^2 + b^3)$ per iteration, the compiled program that
-    [`laplace_grid_prior`][kronvi.logistic.laplace_grid_prior] runs), else by L-BFGS ($O(nb)$ per iteration,
+    `laplace_grid_prior` runs), else by L-BFGS ($O(nb)$ per iteration,
     at most 100).
     """
     mu, tau2 = grid_moments(prior_w.probs, prior_w.values)

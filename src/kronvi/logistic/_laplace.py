@@ -121,8 +121,8 @@ def laplace_fit(Phi, y, weights, prec, mean, *, max_iter: int, tol):
     r"""The Laplace approximation under the prior $N(\text{mean}, \mathrm{diag}(\text{prec})^{-1})$, all `(b,)`:
     damped Newton for the MAP, then the marginal sds and the log evidence; see `LaplaceInfo`.
 
-    One compiled program per shape serves [`laplace_grid_prior`][kronvi.logistic.laplace_grid_prior] (prior
-    mean 0) and the start of [`fit_logistic`][kronvi.logistic.fit_logistic] (the grid's moments).
+    One compiled program per shape serves `laplace_grid_prior` (prior
+    mean 0) and the start of `fit_logistic` (the grid's moments).
     """
     s = 2.0 * y - 1.0
     w, num_iter, converged = _newton_map(Phi, y, weights, prec, mean, max_iter=max_iter, tol=tol)

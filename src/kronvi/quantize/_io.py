@@ -37,6 +37,7 @@ from .._base.files import check_output_path, write_atomic
 from .._inputs.data import Standardizer
 from .._inputs.features import RandomFourierFeatures
 from .._inputs.gp import GPHyperparameters
+from .._model.compact import CompactBasis
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior, check_noise_prior
 from .._stats.eigen import Eigenbasis
@@ -178,7 +179,9 @@ def _basis_width(basis, b: int, name: str) -> int:
         _finite_array(basis.vectors, f"{name}.vectors", (b, b))
         _finite_array(basis.eigenvalues, f"{name}.eigenvalues", (b,))
         return b
-    raise TypeError(f"`{name}` must be None or an Eigenbasis, got {type(basis).__name__}")
+    if isinstance(basis, CompactBasis):
+        return CompactBasis.check(basis, b, name)
+    raise TypeError(f"`{name}` must be None, an Eigenbasis or a CompactBasis, got {type(basis).__name__}")
 
 
 def check_fitted(model) -> None:
@@ -256,7 +259,7 @@ _MODEL_CLASSES = (
     "kronvi:DirectModel", "kronvi:DiscretePrior", "kronvi:MeanField", "kronvi:Mixture", "kronvi:MixturePrior",
     "kronvi:IntegerSamples", "kronvi:Standardizer", "kronvi:RandomFourierFeatures", "kronvi:GPHyperparameters",
     "kronvi:Eigenbasis", "kronvi:RegressionStats", "kronvi:EigenFeatureModel", "kronvi:GaussianMeanField",
-    "kronvi:ELRG", "kronvi:BNNStats", "kronvi.pipeline:FittedDirect",
+    "kronvi:ELRG", "kronvi:BNNStats", "kronvi.pipeline:FittedDirect", "kronvi:CompactBasis",
 )  # fmt: skip
 
 

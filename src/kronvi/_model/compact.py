@@ -1,0 +1,276 @@
+r"""A compact form of an eigenbasis posterior: its exact mean, the directions the data determine, and one
+shared variance for the rest.
+
+In the eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`, $\Phi^\top\Phi = V\Lambda
+V^\top$, $u = V^\top w$) a mean-field posterior $q(u) = \prod_i q_i(u_i)$ predicts with mean
+$\phi^\top V\bar u$ and variance $\sum_i (\phi^\top v_i)^2 s_i + E[\sigma^2]$, $s_i = \mathrm{Var}_q(u_i)$: it
+needs the whole `b x b` rotation. `compact_posterior` keeps
+
+- the mean in the feature basis, $m = V\bar u$ (`b` numbers): the predictive mean $\phi^\top m$ is exact;
+- the `k` directions $V_K$ whose variances differ from a shared value $\bar s$, with their factors
+  $q_i$ centred on their means;
+- for the complement $C$ (the other `b - k` directions) the variance $\bar s\,\|P_C\phi\|^2$ with
+  $\|P_C\phi\|^2 = \|\phi\|^2 - \|V_K^\top\phi\|^2$, which needs no vector of $C$.
+
+The variance of the compact model differs from the full one by
+$\Delta(\phi) = \sum_{i \in C} (\phi^\top v_i)^2 (\bar s - s_i)$. $C$ is one band of the sorted variances,
+the larger of two (`tol` is the budget of both bounds):
+
+- **the largest variances** (the null space of $\Phi$, where the posterior is the prior, and the directions
+  the data barely move), with $\bar s = \max_C s_i$: then $0 \le \Delta(\phi) \le (\bar s/\min_C s_i - 1)
+  \sum_{i\in C}(\phi^\top v_i)^2 s_i$ at every input, so the band is the largest with
+  $\bar s/\min_C s_i - 1 \le$ `tol`: the predictive variance is at most `1 + tol` times the full model's,
+  never less (a point's log density falls by at most $\tfrac12\log(1 + \mathrm{tol})$);
+- **the smallest variances** (directions the data pin down, $s_i \approx \sigma^2/\lambda_i$; below the null
+  space), with $\bar s$ their $\lambda$-weighted median: over the training rows
+  $\frac1n\sum_{rows} (\phi^\top v_i)^2 = \lambda_i/n$, so the mean of $|\Delta|$ over them is at most
+  $\frac1n\sum_{i\in C}\lambda_i|\bar s - s_i|$, and the band is the largest with that bound at most `tol`
+  $E[\sigma^2]$: a bound for inputs like the training rows (with many rows, the case where this band is
+  the larger), not for every input.
+
+With few rows (`n < b`) the first band is most of the basis; with many, the second.
+
+The compact model is an ordinary mean-field model on `1 + k + J` features
+(`compact_features`): $\phi^\top m$ with a weight fixed at 1, $\phi^\top V_K$ with
+the centred factors, and `J = 8` copies of $\|P_C\phi\|$ whose weights take discrete $N(0, 1)$ grids of widths
+from `width` down to `width / 2` sds, scaled so that their variances add to $\bar s$ (incommensurate grids, so
+that the complement's part of the predictive distribution is close to a Gaussian, as the many factors of the
+full model make it, rather than a lattice of atoms).
+`kronvi.predict_regression`, `kronvi.predictive_log_density`,
+`kronvi.sample_codes` and the integer path take it as it is.
+Measurements: `docs/notes/2026-11-27-compact.md`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._base.checks import as_float_array, check_finite, check_ndim
+from .._base.precision import matmul
+from .._stats.eigen import Eigenbasis
+from .families import MeanField
+from .grids import DiscretePrior
+
+_ROUNDING = 1e-6  # variances this close (relatively) count as equal in the top band
+COPIES = 8  # J: complement columns, their grids' widths from `width` down to `width / 2`
+
+
+class CompactBasis(NamedTuple):
+    r"""The map from `b` features to the `1 + k + J` features of a compact model
+    (`compact_features`).
+
+    Attributes:
+      mean: `(b,)` the posterior mean of the weights in the feature basis, $m = V\bar u$.
+      vectors: `(b, k)` the kept eigenvectors $V_K$ (orthonormal columns).
+      complement: `(J,)` the factors $a_j$ of the complement's columns $a_j\|P_C\phi\|$.
+    """
+
+    mean: jax.Array
+    vectors: jax.Array
+    complement: jax.Array
+
+    @property
+    def num_weights(self) -> int:
+        return 1 + self.vectors.shape[-1] + self.complement.shape[-1]
+
+    @staticmethod
+    def check(basis, num_features: int, name: str = "basis") -> int:
+        """Checks the shapes and values for `num_features` features; returns the number of weights."""
+        b = num_features
+        for field, ndim in (("mean", 1), ("vectors", 2), ("complement", 1)):
+            x = getattr(basis, field)
+            if (
+                not isinstance(x, (jax.Array, np.ndarray))
+                or np.asarray(x).dtype.kind != "f"
+                or x.ndim != ndim
+            ):
+                raise ValueError(f"`{name}.{field}` must be a {ndim}-d float array, got {x!r}")
+            if not np.all(np.isfinite(np.asarray(x))):
+                raise ValueError(f"`{name}.{field}` holds NaN or inf")
+        if basis.mean.shape != (b,) or basis.vectors.shape[0] != b:
+            raise ValueError(
+                f"`{name}` is for {basis.mean.shape[0]} and {basis.vectors.shape[0]} features, expected {b}"
+            )
+        if basis.vectors.shape[1] > b or not 1 <= basis.complement.shape[0]:
+            raise ValueError(f"`{name}` keeps {basis.vectors.shape[1]} of {b} directions with "
+                             f"{basis.complement.shape[0]} complement columns")  # fmt: skip
+        if not np.all(np.asarray(basis.complement) >= 0):
+            raise ValueError(f"`{name}.complement` must be non-negative")
+        return 1 + basis.vectors.shape[1] + basis.complement.shape[0]
+
+
+def compact_features(basis: CompactBasis, Phi):
+    r"""The features of a compact model: $[\phi^\top m,\ \phi^\top V_K,\ a_1 r, \dots, a_J r]$ with
+    $r = \sqrt{\max(\|\phi\|^2 - \|V_K^\top\phi\|^2, 0)}$, `(num_points, 1 + k + J)`.
+
+    Args:
+      basis: `CompactBasis` from `compact_posterior`.
+      Phi: `(num_points, b)` features in the basis the eigenvectors were computed in.
+
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> basis = kronvi.CompactBasis(jnp.array([1.0, 0.0]), jnp.array([[1.0], [0.0]]), jnp.array([2.0]))
+      >>> kronvi.compact_features(basis, jnp.array([[3.0, 4.0]])).tolist()  # r = |(0, 4)| = 4
+      [[3.0, 3.0, 8.0]]
+    """
+    if not isinstance(basis, CompactBasis):
+        raise TypeError(f"`basis` must be a CompactBasis, got {type(basis).__name__}")
+    Phi = as_float_array(Phi, "Phi")
+    check_ndim(Phi, 2, "Phi", "(num_points, num_features)")
+    b = basis.mean.shape[0]
+    if Phi.shape[1] != b:
+        raise ValueError(f"`Phi` has {Phi.shape[1]} features but the basis has {b}")
+    check_finite(Phi, "Phi")
+    return _compact_features(basis, Phi)
+
+
+@jax.jit
+def _compact_features(basis, Phi):
+    dtype = Phi.dtype
+    W = jnp.concatenate([basis.mean[:, None], basis.vectors], axis=1).astype(dtype)
+    P = matmul(Phi, W)
+    rest = jnp.sum(Phi**2, axis=1) - jnp.sum(P[:, 1:] ** 2, axis=1)
+    r = jnp.sqrt(jnp.maximum(rest, 0.0))
+    return jnp.concatenate([P, r[:, None] * basis.complement.astype(dtype)[None, :]], axis=1)
+
+
+def _weighted_median(s, w):
+    """The `w`-weighted median of `s` (sorted ascending); the middle value when all weights are 0."""
+    total = np.sum(w)
+    if not total > 0:
+        return s[len(s) // 2]
+    return s[min(int(np.searchsorted(np.cumsum(w), 0.5 * total)), len(s) - 1)]
+
+
+def _bottom_bound(s, lam, n):
+    """The mean |Delta| bound over the training rows of a band of small variances sharing their
+    `lam`-weighted median."""
+    return float(np.sum(lam * np.abs(s - _weighted_median(s, lam))) / n) if len(s) else 0.0
+
+
+def complement_split(eigenvalues, variances, num_rows, noise_variance, *, tol: float):
+    r"""Which directions a compact model keeps: `(keep, s_bar)`.
+
+    `keep` is a boolean `(b,)` mask of the directions outside the complement band $C$ and `s_bar` the
+    band's shared variance $\bar s$ (the module's docstring gives the two bands and their bounds).
+    NumPy, float64.
+
+    Args:
+      eigenvalues: `(b,)` $\lambda_i$ of $\Phi^\top\Phi$.
+      variances: `(b,)` posterior variances $s_i$ of the rotated weights.
+      num_rows: $n$, the training rows.
+      noise_variance: $E[\sigma^2]$.
+      tol: the budget of the bounds, >= 0.
+
+    Example:
+      >>> import numpy as np, kronvi
+      >>> lam = np.array([0.0, 0.0, 1.0, 50.0]); s = np.array([1.0, 1.0, 0.999, 0.02])
+      >>> keep, s_bar = kronvi.complement_split(lam, s, 10, 0.1, tol=0.01)
+      >>> keep.tolist(), float(s_bar)  # the null space and the barely moved direction share s = 1
+      ([False, False, False, True], 1.0)
+    """
+    lam = np.maximum(np.asarray(eigenvalues, np.float64), 0.0)
+    s = np.asarray(variances, np.float64)
+    if lam.ndim != 1 or s.shape != lam.shape:
+        raise ValueError(f"`eigenvalues` and `variances` must be (b,) arrays, got {lam.shape} and {s.shape}")
+    if not (np.all(np.isfinite(lam)) and np.all(np.isfinite(s)) and np.all(s > 0)):
+        raise ValueError("`eigenvalues` and `variances` must be finite, and the variances positive")
+    if not float(tol) >= 0:
+        raise ValueError(f"`tol` must be >= 0, got {tol!r}")
+    b, n = len(s), float(num_rows)
+    order = np.argsort(s, kind="stable")
+    ss, ls = s[order], lam[order]
+    # the suffix with s_max / s_min - 1 <= tol, up to float32 rounding (the null space's equal variances)
+    top = int(np.sum(ss >= ss[-1] / (1.0 + float(tol) + _ROUNDING)))
+    # the null space at float64's rank tolerance (the eigenbasis is computed in float64)
+    null = (lam <= np.max(lam) * b * np.finfo(np.float64).eps)[order]
+    below = int(np.argmax(null)) if np.any(null) else b  # the bottom band stays below the null space
+    budget = float(tol) * float(noise_variance)
+    lo, hi = 0, below  # the bound grows with the band (an L1 spread about its minimizer): binary search
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if _bottom_bound(ss[:mid], ls[:mid], n) <= budget else (lo, mid - 1)
+    in_band = np.zeros(b, bool)
+    if top >= lo:
+        in_band[order[b - top :]] = True
+        return ~in_band, float(ss[-1])
+    in_band[order[:lo]] = True
+    return ~in_band, float(_weighted_median(ss[:lo], ls[:lo]))
+
+
+def _unit_grid(levels, width, dtype):
+    """A discrete N(0, 1) on `levels` points over `± width`: `(values, log_probs, variance)`."""
+    values = np.linspace(-width, width, levels)
+    logp = -0.5 * values**2
+    logp -= np.logaddexp.reduce(logp)
+    p = np.exp(logp)
+    return values.astype(dtype), logp.astype(dtype), float(np.sum(p * values**2) - np.sum(p * values) ** 2)
+
+
+def compact_posterior(basis: Eigenbasis, prior_w, q_w, num_rows, noise_variance, *, tol: float, width: float):
+    r"""The compact form of a mean-field posterior over eigenbasis weights: `(compact_basis, prior, q)`.
+
+    See the module's docstring for the construction and the bound on the variance it changes. The
+    predictive mean on `compact_features` is the full model's; the predictive
+    variance differs by $\Delta(\phi)$, within the bound of the band chosen
+    (`complement_split`). Computed in float64 and returned in the dtype of
+    `prior_w`.
+
+    Args:
+      basis: `Eigenbasis` `(b, b)` of the training features.
+      prior_w: `DiscretePrior` `(b, m)` of the rotated weights.
+      q_w: `MeanField` `(b, m)`, their posterior.
+      num_rows: the training rows $n$.
+      noise_variance: $E_q[\sigma^2]$.
+      tol: the budget of the variance bound (`complement_split`).
+      width: half-width, in sds, of the complement columns' widest grid.
+
+    Returns:
+      `CompactBasis`, and the `DiscretePrior` and
+      `MeanField` of its `1 + k + J` weights: the first fixed at 1, then the kept
+      directions' grids minus their means, then `J` complement grids.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, kronvi
+      >>> Phi = jax.random.normal(jax.random.key(0), (3, 6)); y = Phi[:, 0]  # n = 3 < b = 6: a null space
+      >>> stats, basis = kronvi.eigenbasis(kronvi.regression_stats(Phi, y))
+      >>> prior = kronvi.gaussian_prior(6, 1.0)
+      >>> q = kronvi.fit_regression(stats, prior, kronvi.noise_prior(0.1, levels=1), sweep="diagonal")[0]
+      >>> cb, prior_c, q_c = kronvi.compact_posterior(basis, prior, q, 3, 0.1, tol=0.01, width=3.0)
+      >>> cb.vectors.shape, prior_c.values.shape  # 3 of 6 directions kept, 1 + 3 + 8 weights
+      ((6, 3), (12, 15))
+    """
+    if not isinstance(basis, Eigenbasis):
+        raise TypeError(f"`basis` must be an Eigenbasis, got {type(basis).__name__}")
+    if not isinstance(prior_w, DiscretePrior) or not isinstance(q_w, MeanField):
+        raise TypeError("`prior_w` must be a DiscretePrior and `q_w` a MeanField")
+    dtype = prior_w.values.dtype
+    b, m = prior_w.values.shape
+    if basis.vectors.shape != (b, b) or q_w.logits.shape != (b, m):
+        raise ValueError(
+            f"`basis` {basis.vectors.shape}, `prior_w` {(b, m)} and `q_w` {q_w.logits.shape} must agree on b"
+        )
+    values = np.asarray(prior_w.values, np.float64)
+    logq = np.asarray(q_w.logits, np.float64)
+    probs = np.exp(logq - np.logaddexp.reduce(logq, axis=1, keepdims=True))
+    mean_u = np.sum(probs * values, axis=1)
+    var_u = np.sum(probs * (values - mean_u[:, None]) ** 2, axis=1)
+    V = np.asarray(basis.vectors, np.float64)
+    keep, s_bar = complement_split(basis.eigenvalues, var_u, num_rows, noise_variance, tol=tol)
+    grids = [_unit_grid(m, width * (1.0 - 0.5 * j / COPIES), np.float64) for j in range(COPIES)]
+    scales = np.array([np.sqrt(s_bar / (COPIES * g[2])) for g in grids])
+    compact = CompactBasis(
+        jnp.asarray(V @ mean_u, dtype), jnp.asarray(V[:, keep], dtype), jnp.asarray(scales, dtype)
+    )
+    fixed = np.ones((1, m))
+    prior_values = np.concatenate([fixed, values[keep] - mean_u[keep, None], [g[0] for g in grids]])
+    prior_logp = np.concatenate(
+        [np.zeros((1, m)), np.asarray(prior_w.log_probs, np.float64)[keep], [g[1] for g in grids]]
+    )
+    q_logits = np.concatenate([np.zeros((1, m)), logq[keep], [g[1] for g in grids]])
+    prior = DiscretePrior(jnp.asarray(prior_values, dtype), jnp.asarray(prior_logp, dtype))
+    return compact, prior, MeanField(jnp.asarray(q_logits, dtype))
