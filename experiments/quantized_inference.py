@@ -15,16 +15,28 @@ test fold measure
   the fly from the packed codes), all jitted, in the same process, interleaved, on the same machine;
 * a save/load round trip of the fitted model.
 
+Before that, the three recipes side by side on every data set (``--recipe-datasets``, default all 28): the
+default (``DirectConfig()``, eigenbasis), ``basis="compact"`` and the paper's ``basis="features"``, with
+exact Bayesian linear regression on the default's features as the reference and a spike-and-slab grid prior
+in the feature basis (``--sparse-mass``: the prior's zero level holds that mass) as the sparse point. Per
+recipe: test RMSE and NLPD against exact-blr's, expected sparsity of a posterior sample, bits per weight,
+the whole model's file bytes (``kronvi.save_model`` of the ``FittedDirect``) and the prediction time per
+1,000 points (``fold_features`` + ``predict_regression``, recipes interleaved, median of ``--repeats``).
+Writes ``experiments/results/quantized_inference_recipes.{jsonl,md,png}``; ``--resume`` keeps the data
+sets already in the ``.jsonl``.
+
 Writes ``experiments/results/quantized_inference.{json,md,png}``. Run from the repository root:
 
     python experiments/quantized_inference.py            # all defaults
-    python experiments/quantized_inference.py --datasets yacht --num-features 200 --repeats 3   # smoke test
+    python experiments/quantized_inference.py --datasets yacht --num-features 200 --repeats 3 \
+        --recipe-datasets yacht   # smoke test
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import tempfile
@@ -38,10 +50,25 @@ import numpy as np
 from jax import lax
 
 import kronvi
-from kronvi.pipeline import DirectConfig, fit_direct, fold_features
+from kronvi.pipeline import (
+    DirectConfig,
+    FittedDirect,
+    fit_best_start,
+    fit_direct,
+    fit_prepared,
+    fold_features,
+    prepare_fold,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATASETS = ("yacht", "energy", "concrete", "kin40k", "protein")
+# every shared data set, smallest first
+ALL_DATASETS = (
+    "challenger", "fertility", "concreteslump", "autos", "servo", "breastcancer", "machine", "yacht", "autompg",
+    "housing", "forest", "stock", "pendulum", "energy", "concrete", "solar", "airfoil", "wine", "gas", "sml",
+    "parkinsons", "pumadyn32nm", "elevators", "bike", "kin40k", "protein", "tamielectric", "keggdirected",
+)  # fmt: skip
+RECIPES = ("default", "compact", "paper", "sparse")
 
 
 def log(msg):
@@ -409,6 +436,304 @@ def sparsity_sweep(Phi, args):
 
 
 # ----------------------------------------------------------------------------------------------------
+# The three recipes side by side
+# ----------------------------------------------------------------------------------------------------
+
+
+def _log_density(model, Phi, y_c):
+    try:
+        return kronvi.predictive_log_density(
+            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c
+        )[0]
+    except kronvi.DensityToleranceError as e:  # a few points below the rounding floor: keep the best values
+        log(f"   NLPD: {e}")
+        return jnp.asarray(e.log_density)
+
+
+def _zero_mass(model):
+    """Expected fraction of zero weights in a posterior sample: the mass of each grid's zero level."""
+    values = np.asarray(model.prior_w.values, np.float64)
+    probs = np.asarray(model.q_w.probs, np.float64)
+    return float(np.mean(np.sum(np.where(values == 0.0, probs, 0.0), axis=1)))
+
+
+def _recipe_row(recipe, model, X_test, y_test, fit_s):
+    Phi = fold_features(model, X_test)
+    y_c = jnp.asarray(y_test, Phi.dtype) - model.y_offset
+    mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    ld = _log_density(model, Phi, y_c)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.npz")
+        kronvi.save_model(path, model)
+        size = os.path.getsize(path)
+        same = bool(np.array_equal(fold_features(kronvi.load_model(path), X_test), Phi))
+    levels = int(model.prior_w.values.shape[1])
+    basis = model.basis
+    return {
+        "recipe": recipe,
+        "rmse": float(jnp.sqrt(jnp.mean((mean - y_c) ** 2))),
+        "nlpd": float(-jnp.mean(ld)),
+        "sparsity": _zero_mass(model),
+        "bits": math.ceil(math.log2(levels)),
+        "weights": int(model.prior_w.values.shape[0]),
+        "kept_directions": int(basis.vectors.shape[1]) if isinstance(basis, kronvi.CompactBasis) else None,
+        "file_bytes": size,
+        "reload_identical": same,
+        "fit_s": fit_s,
+    }
+
+
+def _exact_blr(fold, X_test, y_test):
+    """Exact BLR at the default's evidence optimum: diagonal in its eigenbasis (float64)."""
+    lam = np.asarray(fold.basis.eigenvalues, np.float64)
+    c = np.asarray(fold.stats.Phity, np.float64)
+    s2, sw = float(fold.noise_variance), float(fold.prior_scale)
+    prec = lam / s2 + 1.0 / sw**2
+    Phi = np.asarray(fold_features(fold, X_test), np.float64)
+    m = Phi @ (c / s2 / prec)
+    v = (Phi**2) @ (1.0 / prec) + s2
+    y_c = np.asarray(y_test, np.float64) - float(fold.y_offset)
+    nlpd = float(np.mean(0.5 * np.log(2 * np.pi * v) + 0.5 * (y_c - m) ** 2 / v))
+    return {"recipe": "exact-blr", "rmse": float(np.sqrt(np.mean((m - y_c) ** 2))), "nlpd": nlpd}
+
+
+def _spike_and_slab(b, scale, mass, dtype):
+    """The ±3 sd, 15-level grid with `mass` on its zero level and N(0, scale^2) weights on the others."""
+    base = kronvi.gaussian_prior(b, scale, levels=15, width=3.0)
+    values = np.asarray(base.values, np.float64)
+    zero = np.abs(values) <= 1e-6 * np.abs(values).max()
+    values = np.where(zero, 0.0, values)
+    slab = np.where(zero, -np.inf, -0.5 * (values / float(scale)) ** 2)
+    slab = slab - np.logaddexp.reduce(slab, axis=1, keepdims=True) + np.log1p(-mass)
+    return kronvi.DiscretePrior(
+        jnp.asarray(values, dtype), jnp.asarray(np.where(zero, np.log(mass), slab), dtype)
+    )
+
+
+def _prediction_seconds(models, X_test, repeats, points):
+    """Median seconds of fold_features + predict_regression on `points` rows, models interleaved."""
+    X = np.tile(X_test, (-(-points // X_test.shape[0]), 1))[:points]
+
+    def call(m):
+        Phi = fold_features(m, X)
+        return jax.block_until_ready(
+            kronvi.predict_regression(m.q_w, m.q_noise, m.prior_w, m.prior_noise, Phi)
+        )
+
+    for m in models.values():
+        call(m)
+        call(m)
+    times = {k: [] for k in models}
+    order = np.random.default_rng(0)
+    for _ in range(repeats):
+        for k in order.permutation(list(models)):
+            t0 = time.perf_counter()
+            call(models[k])
+            times[k].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) * 1000 / points for k, v in times.items()}
+
+
+def compare_recipes(name, args):
+    """One data set's row per recipe (and exact-blr), with the prediction times measured together."""
+    log(f"== recipes: {name}")
+    Xtr, ytr, Xte, yte = load_fold(Path(args.data_dir), name, args.fold)
+    key = jax.random.key(args.seed)
+    default = DirectConfig()
+    t0 = time.perf_counter()
+    fold = prepare_fold(key, Xtr, ytr, default)
+    t_prep = time.perf_counter() - t0
+    rows = [_exact_blr(fold, Xte, yte)]
+    models = {}
+    for recipe, config in (("default", default), ("compact", default._replace(basis="compact"))):
+        model, timings, _ = fit_prepared(fold, config)
+        rows.append(_recipe_row(recipe, model, Xte, yte, t_prep + timings.fit_seconds))
+        models[recipe] = model
+    if "paper" in args.recipes or "sparse" in args.recipes:
+        paper_config = DirectConfig(basis="features")
+        t0 = time.perf_counter()
+        fold_f = prepare_fold(key, Xtr, ytr, paper_config, gp=(fold.hyper, fold.gp_info))
+        t_prep_f = time.perf_counter() - t0 + fold.init_seconds
+        if "paper" in args.recipes:
+            model, timings, _ = fit_prepared(fold_f, paper_config)
+            rows.append(_recipe_row("paper", model, Xte, yte, t_prep_f + timings.fit_seconds))
+            models["paper"] = model
+        if "sparse" in args.recipes:
+            t0 = time.perf_counter()
+            b = fold_f.stats.Phity.shape[0]
+            prior_w = _spike_and_slab(b, fold.prior_scale, args.sparse_mass, fold_f.stats.Phity.dtype)
+            prior_n = kronvi.noise_prior(fold.noise_variance, levels=15, span=3.0)
+            config = DirectConfig(basis="features", noise_cv=(), starts=("prior", "gaussian"))
+            q_w, q_n, _ = fit_best_start(fold_f.stats, prior_w, prior_n, config, key=fold_f.key)
+            model = FittedDirect(
+                fold.standardizer, fold.features, fold.y_offset, prior_w, prior_n, q_w, q_n, fold.hyper
+            )
+            row = _recipe_row("sparse", model, Xte, yte, t_prep_f + time.perf_counter() - t0)
+            row["zero_level_prior_mass"] = args.sparse_mass
+            rows.append(row)
+            models["sparse"] = model
+    times = _prediction_seconds(models, Xte, args.recipe_repeats, 1000)
+    ref = rows[0]
+    for r in rows:
+        r["rmse_ratio"] = r["rmse"] / ref["rmse"]
+        r["nlpd_diff"] = r["nlpd"] - ref["nlpd"]
+        if r["recipe"] in times:
+            r["predict_s_per_1000"] = times[r["recipe"]]
+        log(
+            f"   {r['recipe']:9s} RMSE {r['rmse']:.4g} ({r['rmse_ratio']:.3f}x) NLPD {r['nlpd']:.3f} "
+            f"({r['nlpd_diff']:+.3f}) sparsity {r.get('sparsity', 0):.2f} bytes {r.get('file_bytes', 0):,} "
+            f"predict {1e3 * r.get('predict_s_per_1000', float('nan')):.1f} ms"
+        )
+    return {
+        "dataset": name, "n_train": int(Xtr.shape[0]), "n_test": int(Xte.shape[0]), "d": int(Xtr.shape[1]),
+        "b": int(fold.stats.Phity.shape[0]), "rows": rows, "load_average": os.getloadavg(),
+    }  # fmt: skip
+
+
+def _met(rec):
+    """Whether the compact recipe meets issue 27's bar on this data set, and why not."""
+    by = {r["recipe"]: r for r in rec["rows"]}
+    c, d = by["compact"], by["default"]
+    why = []
+    if c["rmse_ratio"] > 1.02:
+        why.append(f"RMSE {c['rmse_ratio']:.3f}x")
+    if c["nlpd_diff"] > 0.05:
+        why.append(f"NLPD {c['nlpd_diff']:+.3f}")
+    if c["file_bytes"] > d["file_bytes"] / 4:
+        why.append(f"bytes {c['file_bytes'] / d['file_bytes']:.2f} of the default's")
+    if c["predict_s_per_1000"] > d["predict_s_per_1000"]:
+        why.append("slower")
+    return not why, why
+
+
+def write_recipes_markdown(records, meta, path):
+    met = [rec for rec in records if _met(rec)[0]]
+    L = ["# Three recipes: accuracy, sparsity, bytes and prediction time", ""]
+    L.append(
+        f"Fold {meta['fold']} of each UCI data set; b = 2000 random Fourier features (4000 from 20,000 training "
+        "rows), the GP hyperparameters and features of the default recipe for every row. Reference: exact "
+        "Bayesian linear regression on the default's features at its evidence-optimal prior and noise. NLPD over "
+        "every test row. Bytes: `kronvi.save_model` of the whole fitted model (compressed `.npz`: standardizer, "
+        "features, basis, priors, posteriors). Prediction: `fold_features` + `predict_regression` for 1,000 "
+        "points, the recipes of a data set interleaved, median of "
+        f"{meta['args']['recipe_repeats']} ({meta['machine']}; JAX {meta['jax']} on {meta['backend']}). "
+        f"Sparse: the feature basis with a spike-and-slab grid prior, {meta['args']['sparse_mass']:g} of the "
+        "prior mass on the zero level. Generated by `experiments/quantized_inference.py`."
+    )
+    L.append("")
+    L.append(
+        f"The compact recipe is within 1.02x exact-blr's RMSE and +0.05 of its NLPD, at most 1/4 of the "
+        f"default's bytes and no slower on **{len(met)} of {len(records)}** data sets."
+    )
+    misses = [(rec["dataset"], _met(rec)[1]) for rec in records if not _met(rec)[0]]
+    if misses:
+        L.append("Misses: " + "; ".join(f"{n} ({', '.join(w)})" for n, w in misses) + ".")
+    L.append("")
+    L.append(
+        "| data set | n / b | recipe | RMSE (x exact) | NLPD (− exact) | sparsity | bits | weights | kept k "
+        "| file kB | ms / 1000 points |"
+    )
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for rec in records:
+        for r in rec["rows"]:
+            if r["recipe"] == "exact-blr":
+                cells = [f"{r['rmse']:.4g}", f"{r['nlpd']:.3f}", "—", "—", "—", "—", "—", "—"]
+            else:
+                cells = [
+                    f"{r['rmse']:.4g} ({r['rmse_ratio']:.3f})", f"{r['nlpd']:.3f} ({r['nlpd_diff']:+.3f})",
+                    f"{100 * r['sparsity']:.0f}%", str(r["bits"]), str(r["weights"]),
+                    "—" if r["kept_directions"] is None else str(r["kept_directions"]),
+                    f"{r['file_bytes'] / 1e3:,.0f}", f"{1e3 * r['predict_s_per_1000']:.1f}",
+                ]  # fmt: skip
+            L.append(
+                f"| {rec['dataset']} | {rec['n_train']} / {rec['b']} | {r['recipe']} | "
+                + " | ".join(cells)
+                + " |"
+            )
+    L.append("")
+    L.append("## Summary per recipe")
+    L.append("")
+    L.append(
+        "| recipe | RMSE ≤ 1.02x exact | NLPD ≤ exact + 0.05 | median sparsity | median bytes vs default | median time vs default |"
+    )
+    L.append("|---|---|---|---|---|---|")
+    for recipe in RECIPES:
+        rs = [(rec, r) for rec in records for r in rec["rows"] if r["recipe"] == recipe]
+        if not rs:
+            continue
+        d = {rec["dataset"]: next(x for x in rec["rows"] if x["recipe"] == "default") for rec, _ in rs}
+        L.append(
+            f"| {recipe} | {sum(r['rmse_ratio'] <= 1.02 for _, r in rs)} / {len(rs)} "
+            f"| {sum(r['nlpd_diff'] <= 0.05 for _, r in rs)} / {len(rs)} "
+            f"| {100 * np.median([r['sparsity'] for _, r in rs]):.0f}% "
+            f"| {np.median([r['file_bytes'] / d[rec['dataset']]['file_bytes'] for rec, r in rs]):.3f} "
+            f"| {np.median([r['predict_s_per_1000'] / d[rec['dataset']]['predict_s_per_1000'] for rec, r in rs]):.2f} |"
+        )
+    L.append("")
+    L.append(f"Load average at the end: {meta['load_average']}. Wall time {meta['wall_s'] / 60:.0f} min.")
+    Path(path).write_text("\n".join(L) + "\n")
+
+
+def plot_recipes(records, path):
+    """Accuracy against bytes: NLPD above exact-blr's and RMSE ratio against the file's size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    styles = {"default": "o", "compact": "s", "paper": "^", "sparse": "v"}
+    for recipe, marker in styles.items():
+        rs = [r for rec in records for r in rec["rows"] if r["recipe"] == recipe]
+        if not rs:
+            continue
+        kb = [r["file_bytes"] / 1e3 for r in rs]
+        axes[0].scatter(kb, [r["rmse_ratio"] for r in rs], marker=marker, label=recipe, alpha=0.75)
+        axes[1].scatter(kb, [r["nlpd_diff"] for r in rs], marker=marker, label=recipe, alpha=0.75)
+    for ax, ylab, line in ((axes[0], "test RMSE / exact-blr's", 1.02), (axes[1], "NLPD − exact-blr's", 0.05)):
+        ax.set_xscale("log")
+        ax.axhline(line, color="k", ls=":", lw=1)
+        ax.set_xlabel("model file (kB, whole FittedDirect)")
+        ax.set_ylabel(ylab)
+    axes[0].set_yscale("log")
+    axes[1].set_yscale("symlog", linthresh=0.05)
+    axes[0].legend()
+    axes[0].set_title("Accuracy against bytes, one point per data set")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def run_recipes(args):
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jsonl = out / "quantized_inference_recipes.jsonl"
+    done = {}
+    if args.resume and jsonl.exists():
+        done = {
+            json.loads(line)["dataset"]: json.loads(line) for line in jsonl.read_text().splitlines() if line
+        }
+    elif jsonl.exists():
+        jsonl.unlink()
+    t0 = time.perf_counter()
+    records = []
+    for name in args.recipe_datasets:
+        if name in done:
+            records.append(done[name])
+            continue
+        rec = compare_recipes(name, args)
+        with open(jsonl, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        records.append(rec)
+    meta = {
+        "fold": args.fold, "args": vars(args), "jax": jax.__version__, "backend": jax.default_backend(),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "wall_s": time.perf_counter() - t0, "load_average": tuple(round(x, 2) for x in os.getloadavg()),
+    }  # fmt: skip
+    write_recipes_markdown(records, meta, out / "quantized_inference_recipes.md")
+    plot_recipes(records, out / "quantized_inference_recipes.png")
+    log(f"wrote {out / 'quantized_inference_recipes.md'}, .jsonl and .png")
+
+
+# ----------------------------------------------------------------------------------------------------
 # Report
 # ----------------------------------------------------------------------------------------------------
 
@@ -741,7 +1066,7 @@ def plot(results, sweep_sparsity, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "uci"))
-    parser.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS))
+    parser.add_argument("--datasets", nargs="*", default=list(DEFAULT_DATASETS))
     parser.add_argument("--fold", type=int, default=0)
     parser.add_argument("--num-features", type=int, default=2000)
     parser.add_argument("--samples", type=int, default=100, help="S for memory, integer error and throughput")
@@ -756,10 +1081,19 @@ def main(argv=None):
     parser.add_argument(
         "--reference", default=str(ROOT / ".." / "shared" / "reference" / "direct_table1.csv")
     )
+    parser.add_argument("--recipe-datasets", nargs="*", default=list(ALL_DATASETS))
+    parser.add_argument("--recipes", nargs="+", default=list(RECIPES[2:]), help="beside default and compact")
+    parser.add_argument("--sparse-mass", type=float, default=0.9, help="the sparse prior's zero-level mass")
+    parser.add_argument("--recipe-repeats", type=int, default=15)
+    parser.add_argument("--resume", action="store_true", help="keep the recipe records already written")
     args = parser.parse_args(argv)
 
     t_start = time.perf_counter()
     log(f"devices {jax.devices()}, {os.cpu_count()} CPUs, load average {os.getloadavg()}")
+    if args.recipe_datasets:
+        run_recipes(args)
+    if not args.datasets:
+        return
     features, results = {}, []
     for name in args.datasets:
         features[name], res = run_dataset(name, args)

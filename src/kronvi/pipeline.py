@@ -583,7 +583,7 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None) -> Dire
     basis, prior_w = fold.basis, fold.prior_w
     if config.basis == "compact":
         basis, prior_w, q_w = compact_posterior(
-            basis, prior_w, q_w, fold.stats.n, noise_moments(q_n, prior_n)[2], tol=config.compact_tol,
+            basis, q_w, prior_w, fold.stats.n, noise_moments(q_n, prior_n)[2], tol=config.compact_tol,
             width=config.width,
         )  # fmt: skip
     _block(q_w)

@@ -140,7 +140,7 @@ def test_newton_start_matches_the_lbfgs_start(monkeypatch):
         lbfgs = _fit.laplace_start_logits(prior, Phi, y, w)
         np.testing.assert_allclose(jax.nn.softmax(newton), jax.nn.softmax(lbfgs), atol=1e-6)
         fits = [
-            kl.fit_logistic(Phi, y, prior, method="cavi", q_init=kronvi.MeanField(s), max_iter=60, tol=0.0)
+            kl.fit_logistic(Phi, y, prior, method="cavi", init=kronvi.MeanField(s), max_iter=60, tol=0.0)
             for s in (newton, lbfgs)
         ]
         np.testing.assert_allclose(fits[0][1].elbo[-1], fits[1][1].elbo[-1], rtol=1e-9)

@@ -109,7 +109,7 @@ def test_few_rows_keep_the_mean_and_bound_the_variance_at_every_input(tol_):
     with jax.enable_x64(True):
         rng = np.random.default_rng(1)
         Phi, basis, prior_w, q_w, q_n, prior_n = eigen_fit(rng, 12, 30)
-        cb, prior_c, q_c = kronvi.compact_posterior(basis, prior_w, q_w, 12, 0.05, tol=tol_, width=6.0)
+        cb, prior_c, q_c = kronvi.compact_posterior(basis, q_w, prior_w, 12, 0.05, tol=tol_, width=6.0)
         assert cb.vectors.shape[1] <= 12  # at most the directions the rows span
         X_new = np.concatenate([Phi[:4], 3.0 * rng.normal(size=(6, 30))])
         Pc = kronvi.compact_features(cb, jnp.asarray(X_new))
@@ -133,7 +133,7 @@ def test_many_rows_bound_the_mean_variance_change_on_the_training_rows():
     with jax.enable_x64(True):
         rng = np.random.default_rng(2)
         Phi, basis, prior_w, q_w, q_n, prior_n = eigen_fit(rng, 4000, 12, scale=np.ones(12))
-        cb, prior_c, q_c = kronvi.compact_posterior(basis, prior_w, q_w, 4000, 0.05, tol=0.1, width=6.0)
+        cb, prior_c, q_c = kronvi.compact_posterior(basis, q_w, prior_w, 4000, 0.05, tol=0.1, width=6.0)
         assert cb.vectors.shape[1] == 0  # every direction in the band: the mean and one shared variance
         mean, var = kronvi.predict_regression(q_c, q_n, prior_c, prior_n, kronvi.compact_features(cb, Phi))
         m_full, v_full = full_predictive(basis, prior_w, q_w, 0.05, Phi)
@@ -148,7 +148,7 @@ def test_the_compact_density_matches_the_full_models():
     with jax.enable_x64(True):
         rng = np.random.default_rng(3)
         Phi, basis, prior_w, q_w, q_n, prior_n = eigen_fit(rng, 10, 24, scale=np.ones(24))
-        cb, prior_c, q_c = kronvi.compact_posterior(basis, prior_w, q_w, 10, 0.05, tol=0.0, width=6.0)
+        cb, prior_c, q_c = kronvi.compact_posterior(basis, q_w, prior_w, 10, 0.05, tol=0.0, width=6.0)
         assert cb.vectors.shape[1] == 10
         X_new = np.concatenate([Phi[:3], rng.normal(size=(5, 24))])
         m_full, v_full = full_predictive(basis, prior_w, q_w, 0.05, X_new)
@@ -164,12 +164,12 @@ def test_compact_posterior_keeps_the_dtype_and_checks_its_arguments():
     rng = np.random.default_rng(4)
     with jax.enable_x64(True):
         _, basis, prior_w, q_w, _, _ = eigen_fit(rng, 8, 10)
-    f32 = [jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), t) for t in (basis, prior_w, q_w)]
+    f32 = [jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), t) for t in (basis, q_w, prior_w)]
     cb, prior_c, q_c = kronvi.compact_posterior(*f32, 8, 0.05, tol=0.1, width=6.0)
     assert cb.vectors.dtype == cb.mean.dtype == prior_c.values.dtype == q_c.logits.dtype == jnp.float32
     assert prior_c.values.shape == q_c.logits.shape == (1 + cb.vectors.shape[1] + 8, 15)
     np.testing.assert_array_equal(prior_c.values[0], np.ones(15))  # the mean's weight is fixed at 1
     with pytest.raises(ValueError, match="must agree on b"):
-        kronvi.compact_posterior(f32[0], kronvi.gaussian_prior(9, 1.0), f32[2], 8, 0.05, tol=0.1, width=6.0)
+        kronvi.compact_posterior(f32[0], f32[1], kronvi.gaussian_prior(9, 1.0), 8, 0.05, tol=0.1, width=6.0)
     with pytest.raises(TypeError, match="must be an Eigenbasis"):
         kronvi.compact_posterior(tuple(f32[0]), *f32[1:], 8, 0.05, tol=0.1, width=6.0)

@@ -211,7 +211,7 @@ def _unit_grid(levels, width, dtype):
     return values.astype(dtype), logp.astype(dtype), float(np.sum(p * values**2) - np.sum(p * values) ** 2)
 
 
-def compact_posterior(basis: Eigenbasis, prior_w, q_w, num_rows, noise_variance, *, tol: float, width: float):
+def compact_posterior(basis: Eigenbasis, q_w, prior_w, num_rows, noise_variance, *, tol: float, width: float):
     r"""The compact form of a mean-field posterior over eigenbasis weights: `(compact_basis, prior, q)`.
 
     See the module's docstring for the construction and the bound on the variance it changes. The
@@ -222,8 +222,8 @@ def compact_posterior(basis: Eigenbasis, prior_w, q_w, num_rows, noise_variance,
 
     Args:
       basis: `Eigenbasis` `(b, b)` of the training features.
-      prior_w: `DiscretePrior` `(b, m)` of the rotated weights.
-      q_w: `MeanField` `(b, m)`, their posterior.
+      q_w: `MeanField` `(b, m)`, the posterior of the rotated weights.
+      prior_w: `DiscretePrior` `(b, m)`, their prior.
       num_rows: the training rows $n$.
       noise_variance: $E_q[\sigma^2]$.
       tol: the budget of the variance bound (`complement_split`).
@@ -240,7 +240,7 @@ def compact_posterior(basis: Eigenbasis, prior_w, q_w, num_rows, noise_variance,
       >>> stats, basis = kronvi.eigenbasis(kronvi.regression_stats(Phi, y))
       >>> prior = kronvi.gaussian_prior(6, 1.0)
       >>> q = kronvi.fit_regression(stats, prior, kronvi.noise_prior(0.1, levels=1), sweep="diagonal")[0]
-      >>> cb, prior_c, q_c = kronvi.compact_posterior(basis, prior, q, 3, 0.1, tol=0.01, width=3.0)
+      >>> cb, prior_c, q_c = kronvi.compact_posterior(basis, q, prior, 3, 0.1, tol=0.01, width=3.0)
       >>> cb.vectors.shape, prior_c.values.shape  # 3 of 6 directions kept, 1 + 3 + 8 weights
       ((6, 3), (12, 15))
     """

@@ -211,7 +211,7 @@ def check_fitted(model) -> None:
     if not np.all(np.asarray(model.standardizer.scale) > 0):
         raise ValueError("`model.standardizer.scale` must be positive")
     _finite_array(model.hyper.lengthscales, "model.hyper.lengthscales", (d,))
-    if not isinstance(model.y_offset, (jax.Array, np.ndarray)):
+    if not isinstance(model.y_offset, (jax.Array, np.ndarray, np.generic)):
         raise ValueError(f"`model.y_offset` must be a scalar array, got {model.y_offset!r}")
     width = _basis_width(model.basis, b, "model.basis")
     weights = model.prior_w.values.shape[0] if isinstance(model.prior_w, DiscretePrior) else None
@@ -295,7 +295,13 @@ def _encode(node, path: str, arrays: dict):
         if path in arrays:
             raise ValueError(f"cannot save: two leaves map to the same key {path!r} (rename a dict key)")
         arrays[path] = np.array(arr, order="C")  # (ascontiguousarray would make 0-d arrays 1-d)
-        lib = "numpy" if isinstance(node, (np.ndarray, np.generic)) else "jax"
+        lib = (
+            "numpy-scalar"
+            if isinstance(node, np.generic)
+            else "numpy"
+            if isinstance(node, np.ndarray)
+            else "jax"
+        )
         return {"t": "array", "key": path, "lib": lib, "shape": list(arr.shape), "dtype": arr.dtype.str}
     if _is_namedtuple(node) or _is_kronvi_pytree(node):
         cls = type(node)
@@ -353,7 +359,8 @@ def _decode(node, path: str, arrays, specs: dict):
         if key not in specs:
             raise ValueError(f"header refers to array {key!r} at `{path}` with no recorded shape")
         arr = arrays[key]
-        return jnp.asarray(arr) if node.get("lib") == "jax" else arr
+        lib = node.get("lib")
+        return jnp.asarray(arr) if lib == "jax" else arr[()] if lib == "numpy-scalar" else arr
     if t in ("list", "tuple"):
         items = [_decode(v, f"{path}.{i}", arrays, specs) for i, v in enumerate(node.get("items", []))]
         return items if t == "list" else tuple(items)
