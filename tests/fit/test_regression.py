@@ -175,31 +175,6 @@ def test_lbfgs_returns_the_best_iterate(backend, loss, max_iter):
         assert float(info.final_elbo) == trace[int(info.num_iter)] == -float(loss(x))
 
 
-@pytest.mark.parametrize("method", ["cavi", "lbfgs", "optax-lbfgs"])
-def test_fit_vmaps_over_folds(method):
-    # float64: batched and unbatched matmuls round differently, and on this non-convex surface float32
-    # rounding alone can send an L-BFGS line search down another path.
-    with jax.enable_x64(True):
-        stats_list, pws = [], []
-        for seed in range(3):
-            stats, pw, pn, _, _ = _problem(np.float64, seed=seed)
-            stats_list.append(stats)
-            pws.append(pw)
-        stacked = jax.tree.map(lambda *x: jnp.stack(x), *stats_list)
-        pw_stacked = jax.tree.map(lambda *x: jnp.stack(x), *pws)
-
-        def fit(st, pw):
-            return kronvi.fit_regression(st, pw, pn, method=method, max_iter=30)
-
-        q_b, qn_b, info_b = jax.vmap(fit)(stacked, pw_stacked)
-        for k in range(3):
-            q, qn, info = fit(stats_list[k], pws[k])
-            np.testing.assert_allclose(q_b.probs[k], q.probs, atol=1e-6)
-            np.testing.assert_allclose(qn_b.probs[k], qn.probs, atol=1e-6)
-            np.testing.assert_allclose(info_b.elbo[k], info.elbo, rtol=1e-6)
-            assert int(info_b.num_iter[k]) == int(info.num_iter)
-
-
 def test_fit_predict_jit_without_retracing():
     stats, pw, pn, Phi, _ = _problem(np.float32)
     traces = []
