@@ -1,11 +1,25 @@
 """Fixtures only: both precisions (``dtype``) and a fresh compilation cache per module. Shared references
-live in ``helpers.py``."""
+live in ``helpers.py``. The suite compiles with LLVM's cheap passes (below)."""
 
 import gc
+import os
 
-import jax
-import numpy as np
-import pytest
+# Most of the suite's time is XLA compiling small programs that then run for milliseconds: LLVM's
+# optimization level 0 cuts the CPU time of compile-bound modules by about a quarter
+# (docs/notes/2026-11-27-test-time.md). Set before JAX creates its backend; subprocesses inherit it.
+# KRONVI_TEST_FULL_OPT=1 runs the suite with XLA's default optimization instead.
+if os.environ.get("KRONVI_TEST_FULL_OPT") != "1":
+    os.environ["XLA_FLAGS"] = " ".join(
+        [
+            os.environ.get("XLA_FLAGS", ""),
+            "--xla_backend_optimization_level=0",
+            "--xla_llvm_disable_expensive_passes=true",
+        ]
+    ).strip()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
