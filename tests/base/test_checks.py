@@ -150,10 +150,21 @@ def _fit_calls():
         "fit_mixture_bound": lambda v: kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, qn0), max_iter=v),
         "fit_bnn": lambda v: fit_bnn(bstats, bpw, pn, method="cavi", max_iter=v),
         "fit_bnn num_starts": lambda v: fit_bnn(bstats, bpw, pn, num_starts=v),
+        "gaussian_start": lambda v: kronvi.gaussian_start(stats, pw, pn, max_iter=v),
+        "fit_gaussian_mf": lambda v: kronvi.fit_gaussian_mf(
+            stats, prior_scale=1.0, noise_variance=0.5, max_iter=v
+        ),
     }
 
 
 _FITS = ["fit_regression", "fit_regression lbfgs", "fit_regression anneal", "cv_scores", "fit_mixture_bound"]
+_FITS += ["gaussian_start", "fit_gaussian_mf"]
+
+
+@pytest.mark.parametrize("call", ["gaussian_start", "fit_gaussian_mf", "fit_regression"])
+def test_numpy_integer_counts_are_accepted_everywhere(call):
+    """One integer rule: `gaussian_start(max_iter=np.int64(3))` raised where `fit_regression` took it."""
+    _fit_calls()[call](np.int64(3))
 
 
 @pytest.mark.parametrize("call", _FITS + ["fit_bnn", "fit_bnn num_starts"])

@@ -14,6 +14,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .._base.checks import check_int
 from .._base.precision import matmul
 from .._model.families import MeanField, grid_moments
 from .._model.regression import check_regression_args, coordinate_optimum, noise_update
@@ -69,8 +70,7 @@ def gaussian_start(stats, prior_w, prior_noise, *, max_iter: int = 3):
       >>> [round(float(v), 2) for v in (q_w.probs * prior_w.values).sum(-1)]
       [0.86, 0.0, -0.86, 0.43]
     """
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"`max_iter` must be an int >= 1, got {max_iter!r}")
+    max_iter = check_int(max_iter, "max_iter", 1)
     q_w0, q_n0 = MeanField.from_prior(prior_w), MeanField.from_prior(prior_noise)
     check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)
     logits_w, logits_n = _gaussian_start(prior_w, prior_noise, stats, max_iter)

@@ -28,7 +28,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, fetch, is_concrete
+from .._base.checks import (
+    as_float_array,
+    check_finite,
+    check_int,
+    check_ndim,
+    check_positive,
+    fetch,
+    is_concrete,
+)
 from .._base.deprecation import reordered_arguments
 from .._base.kron import expected_quadratic
 from .._base.precision import dot, matmul
@@ -124,13 +132,6 @@ def check_noise_bounds(noise_bounds, dtype):
     if is_concrete(lo) and is_concrete(hi) and not float(fetch(lo)) < float(fetch(hi)):
         raise ValueError(f"`noise_bounds` must satisfy lo < hi, got ({float(fetch(lo))}, {float(fetch(hi))})")
     return lo, hi
-
-
-def check_count(x, name, minimum=1):
-    """`x` if it is an `int >= minimum` (not a bool), else a `ValueError` naming it."""
-    if isinstance(x, bool) or not isinstance(x, int) or x < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}, got {x!r}")
-    return x
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -259,7 +260,7 @@ def fit_gaussian_mf(
     scale = check_prior_scale(prior_scale, b, dtype)
     s0 = check_noise_variance(noise_variance, dtype)
     bounds = check_noise_bounds(noise_bounds, dtype)
-    max_iter = check_count(max_iter, "max_iter")
+    max_iter = check_int(max_iter, "max_iter", 1)
     if not float(tol) >= 0:
         raise ValueError(f"`tol` must be >= 0, got {tol}")
     if bounds is None:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_ndim, check_optimizer, check_xy
+from .._base.checks import as_float_array, check_finite, check_int, check_ndim, check_optimizer, check_xy
 from .._base.deprecation import reordered_arguments
 from .._base.precision import matmul
 from .._base.progress import check_progress, progress_scope, report_progress
@@ -31,7 +31,6 @@ from .._solvers.optimizers import cache_by_optimizer
 from ._meanfield import (
     GaussianFit,
     GaussianMeanField,
-    check_count,
     check_gaussian_q,
     check_noise_bounds,
     check_noise_variance,
@@ -239,7 +238,7 @@ def gaussian_reparam_step(
     dtype = state.q.mean.dtype
     scale = check_prior_scale(prior_scale, Phi_batch.shape[1], dtype)
     bounds = check_noise_bounds(noise_bounds, dtype)
-    num_samples = check_count(num_samples, "num_samples")
+    num_samples = check_int(num_samples, "num_samples", 1)
     return _compiled_step(optimizer)(
         key, state, Phi_batch.astype(dtype), y_batch.astype(dtype), jnp.asarray(num_data, dtype), scale,
         bounds, num_samples=num_samples, learn_noise=bool(learn_noise),
@@ -335,9 +334,9 @@ def fit_gaussian_reparam(
     check_optimizer(optimizer)
     scale = check_prior_scale(prior_scale, b, dtype)
     bounds = check_noise_bounds(noise_bounds, dtype)
-    num_steps = check_count(num_steps, "num_steps")
-    batch_size = check_count(batch_size, "batch_size")
-    num_samples = check_count(num_samples, "num_samples")
+    num_steps = check_int(num_steps, "num_steps", 1)
+    batch_size = check_int(batch_size, "batch_size", 1)
+    num_samples = check_int(num_samples, "num_samples", 1)
     every = check_progress(progress, progress_every, num_steps)
     state = gaussian_reparam_init(q, s0, optimizer=optimizer, noise_bounds=noise_bounds)
     with progress_scope(progress, total=num_steps, every=every, desc="REPARAM") as prog:

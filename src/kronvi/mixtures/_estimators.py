@@ -17,10 +17,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._base.checks import check_int
 from .._base.deprecation import reordered_arguments
 from .._model.families import MeanField, entropy
 from ._bounds import expected_log_prior, expected_loglik, noise_terms
-from ._family import Mixture, MixturePrior, check_count, check_mixture_args
+from ._family import Mixture, MixturePrior, check_mixture_args
 from ._local import LOCAL_BATCH, local_scores
 from ._sampling import log_prob_at, sample_indices, sample_per_component
 
@@ -272,7 +273,7 @@ def mixture_elbo_estimate(
       (2, 2, 3)
     """
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)
-    num_samples = check_count(num_samples, "num_samples", 2)
+    num_samples = check_int(num_samples, "num_samples", 2)
     return estimator_fn(estimator)(key, q, q_noise, prior_w, prior_noise, stats, num_samples=num_samples)[0]
 
 
@@ -336,13 +337,12 @@ def mixture_elbo_unbiased(
       True
     """
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)
-    num_samples = check_count(num_samples, "num_samples", 2)
+    num_samples = check_int(num_samples, "num_samples", 2)
     fn = estimator_fn(estimator)
     if chunk_size is None:
         _, est, se = fn(key, q, q_noise, prior_w, prior_noise, stats, num_samples=num_samples)
         return lax.stop_gradient(est), se
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 2:
-        raise ValueError(f"`chunk_size` must be an int >= 2 or None, got {chunk_size!r}")
+    chunk_size = check_int(chunk_size, "chunk_size", 2)
     if num_samples % chunk_size:
         raise ValueError(f"`chunk_size` ({chunk_size}) must divide `num_samples` ({num_samples})")
 

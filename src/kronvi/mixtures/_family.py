@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base.checks import as_float_array, check_finite, check_ndim, fetch, is_concrete
+from .._base.checks import as_float_array, check_finite, check_int, check_ndim, fetch, is_concrete
 from .._base.pytree import validated_pytree
 from .._model.families import MeanField, check_family
 from .._model.grids import DiscretePrior, check_noise_prior
@@ -246,13 +246,6 @@ def check_log_center(log_center, q):
     return log_center
 
 
-def check_count(x, name="num_samples", minimum=1):
-    """`x` if it is an `int >= minimum` (not a bool), else a `ValueError` naming it."""
-    if isinstance(x, bool) or not isinstance(x, int) or x < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}, got {x!r}")
-    return x
-
-
 def mixture_from_mean_field(
     key, q_w, num_components: int, *, noise_scale: float = 0.3, smoothing: float = 0.0
 ):
@@ -284,7 +277,7 @@ def mixture_from_mean_field(
     """
     if not isinstance(q_w, MeanField):
         raise TypeError(f"`q_w` must be a MeanField, got {type(q_w).__name__}")
-    check_count(num_components, "num_components")
+    check_int(num_components, "num_components", 1)
     if not float(noise_scale) >= 0:
         raise ValueError(f"`noise_scale` must be >= 0, got {noise_scale}")
     if not 0.0 <= float(smoothing) <= 1.0:

@@ -7,7 +7,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._family import check_count, check_mixture
+from .._base.checks import check_int
+from ._family import check_mixture
 
 
 def inverse_cdf(probs, u):
@@ -59,7 +60,7 @@ def sample_mixture(key, q, num_samples: int):
       ((1000, 1), dtype('uint8'), True)
     """
     check_mixture(q)
-    num_samples = check_count(num_samples, "num_samples", 1)
+    num_samples = check_int(num_samples, "num_samples", 1)
     if q.logits.shape[-1] > 256:
         raise ValueError(f"`q` has {q.logits.shape[-1]} grid levels; uint8 indices need <= 256")
     return sample_indices(key, q.probs, q.log_weights, num_samples=num_samples).astype(jnp.uint8)

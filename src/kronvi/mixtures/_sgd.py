@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 from jax import lax
 
-from .._base.checks import check_optimizer
+from .._base.checks import check_int, check_optimizer
 from .._base.deprecation import reordered_arguments
 from .._base.progress import check_progress, progress_scope, report_progress
 from .._model.families import MeanField
@@ -27,7 +27,7 @@ from .._solvers.info import fit_info
 from .._solvers.optimizers import cache_by_optimizer
 from ._bounds import noise_cavi_logits
 from ._estimators import estimator_fn
-from ._family import Mixture, MixtureFit, check_count, check_mixture, check_mixture_args
+from ._family import Mixture, MixtureFit, check_mixture, check_mixture_args
 
 NOISE_UPDATES = ("cavi", "gradient")
 
@@ -207,7 +207,7 @@ def mixture_sgd_step(
     check_mixture_args(state.q, state.q_noise, prior_w, prior_noise, stats)
     check_optimizer(optimizer)
     _check_noise_update(noise_update)
-    num_samples = check_count(num_samples, "num_samples", 2)
+    num_samples = check_int(num_samples, "num_samples", 2)
     estimator_fn(estimator)
     return _compiled_step(optimizer)(
         key, state, stats, prior_w, prior_noise, num_samples=num_samples, noise_update=noise_update,
@@ -281,8 +281,8 @@ def fit_mixture_sgd(
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)
     check_optimizer(optimizer)
     _check_noise_update(noise_update)
-    num_samples = check_count(num_samples, "num_samples", 2)
-    num_steps = check_count(num_steps, "num_steps", 1)
+    num_samples = check_int(num_samples, "num_samples", 2)
+    num_steps = check_int(num_steps, "num_steps", 1)
     estimator_fn(estimator)
     every = check_progress(progress, progress_every, num_steps)
     with progress_scope(progress, total=num_steps, every=every, desc="mixture SGD") as prog:

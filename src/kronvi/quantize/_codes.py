@@ -37,7 +37,6 @@ References:
 from __future__ import annotations
 
 import functools
-import operator
 from typing import NamedTuple
 
 import jax
@@ -45,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._base.checks import as_float_array, check_finite, check_ndim, fetch, is_concrete
+from .._base.checks import as_float_array, check_finite, check_int, check_ndim, fetch, is_concrete
 from .._base.precision import matmul
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior
@@ -121,23 +120,13 @@ def sample_codes(key, q, num_samples: int):
       >>> codes.shape, codes.dtype, [round(float(f), 1) for f in codes.mean(0)]
       ((4000, 2), dtype('uint8'), [0.1, 0.5])
     """
-    num_samples = _check_count(num_samples, "num_samples")
+    num_samples = check_int(num_samples, "num_samples", 1)
     if _sample.dispatch(type(q)) is _sample.dispatch(object):
         _sample(q, key, num_samples)  # raises the TypeError naming the type
     m = q.logits.shape[-1]
     if m > 256:
         raise ValueError(f"`q` has {m} grid levels; uint8 codes need m <= 256")
     return _sample(q, key, num_samples).astype(jnp.uint8)
-
-
-def _check_count(n, name: str) -> int:
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise TypeError(f"`{name}` must be an integer, got {type(n).__name__}") from None
-    if n < 1:
-        raise ValueError(f"`{name}` must be >= 1, got {n}")
-    return n
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -240,7 +229,7 @@ def unpack_codes(packed, num_weights: int, *, bits: int = 4):
       [[0, 1, 2, 3]]
     """
     bits = check_bits(bits)
-    num_weights = _check_count(num_weights, "num_weights")
+    num_weights = check_int(num_weights, "num_weights", 1)
     packed = _check_packed(packed)
     width = packed_width(num_weights, bits)
     if packed.shape[-1] != width:
