@@ -99,7 +99,8 @@ print(f"compact: {models['compact'].basis.vectors.shape[1]} of {fold.stats.Phity
 # size. "sparse" is the feature basis with a spike-and-slab grid prior (0.9 of the prior mass at zero).
 
 # %%
-root = next(p for p in pathlib.Path.cwd().resolve().parents if (p / "experiments").is_dir())
+here = pathlib.Path.cwd().resolve()
+root = next(p for p in (here, *here.parents) if (p / "experiments" / "results").is_dir())  # the repository
 records = [
     json.loads(line)
     for line in (root / "experiments/results/quantized_inference_recipes.jsonl").read_text().splitlines()
