@@ -59,6 +59,37 @@ _BASIS_DEFAULTS = {
 }
 
 
+__all__ = [
+    "BASES",
+    "DirectConfig",
+    "LARGE_DATA_ROWS",
+    "default_num_frequencies",
+    "FoldResult",
+    "FittedDirect",
+    "DirectTimings",
+    "DirectInfo",
+    "DirectFit",
+    "RecentredFit",
+    "FoldRun",
+    "PreparedFold",
+    "noise_prior_for_span",
+    "inner_fold_stats",
+    "choose_noise_prior",
+    "parse_noise_cv",
+    "resolve_config",
+    "prepare_fold",
+    "evidence_noise_variance",
+    "eigen_posterior_grid",
+    "fit_prepared",
+    "fold_features",
+    "fit_direct",
+    "fit_best_start",
+    "fit_with_noise_recentring",
+    "run_fold",
+    "summarize",
+]
+
+
 class DirectConfig(NamedTuple):
     r"""Settings of the DIRECT regression pipeline. `None` fields take the default of the `basis`
     (`resolve_config`): `"eigen"` width 6 posterior sds, noise grid spanning 3x around the evidence

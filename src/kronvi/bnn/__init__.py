@@ -27,3 +27,19 @@ from ._stats import BNNStats as BNNStats
 from ._stats import bnn_stats as bnn_stats
 from ._stats import merge_bnn_stats as merge_bnn_stats
 from ._stats import stats_layer_sizes as stats_layer_sizes
+
+__all__ = [
+    "BNNFit",
+    "BNNStats",
+    "BNN_METHODS",
+    "bnn_elbo",
+    "bnn_expected_rss",
+    "bnn_init",
+    "bnn_stats",
+    "fit_bnn",
+    "merge_bnn_stats",
+    "num_weights",
+    "predict_bnn",
+    "quadratic_net",
+    "stats_layer_sizes",
+]

@@ -32,3 +32,31 @@ from ._reparam import fit_gaussian_reparam as fit_gaussian_reparam
 from ._reparam import gaussian_reparam_init as gaussian_reparam_init
 from ._reparam import gaussian_reparam_step as gaussian_reparam_step
 from ._reparam import reparam_noise_variance as reparam_noise_variance
+
+__all__ = [
+    "ELRG",
+    "ELRGFit",
+    "GaussianFit",
+    "GaussianMeanField",
+    "ReparamInfo",
+    "ReparamState",
+    "blr_evidence_noise",
+    "blr_log_evidence",
+    "blr_posterior",
+    "elrg_elbo",
+    "elrg_kl",
+    "elrg_minibatch_elbo",
+    "fit_elrg",
+    "fit_gaussian_mf",
+    "fit_gaussian_reparam",
+    "gaussian_kl",
+    "gaussian_mf_elbo",
+    "gaussian_reparam_init",
+    "gaussian_reparam_step",
+    "predict_blr",
+    "predict_elrg",
+    "predict_gaussian_mf",
+    "reparam_noise_variance",
+    "spectral_evidence_optimum",
+    "spectral_log_evidence",
+]

@@ -32,3 +32,16 @@ from ._fit import fit_logistic as fit_logistic
 from ._laplace import LaplaceInfo as LaplaceInfo
 from ._laplace import laplace_grid_prior as laplace_grid_prior
 from ._predict import predict_logistic as predict_logistic
+
+__all__ = [
+    "BOUNDS",
+    "LaplaceInfo",
+    "LogisticFit",
+    "fit_logistic",
+    "laplace_grid_prior",
+    "logistic_elbo_bound",
+    "logistic_loglik_bound",
+    "logistic_loglik_estimate",
+    "logistic_loglik_minibatch",
+    "predict_logistic",
+]

@@ -41,3 +41,24 @@ from ._sgd import MixtureSGDState as MixtureSGDState
 from ._sgd import fit_mixture_sgd as fit_mixture_sgd
 from ._sgd import mixture_sgd_init as mixture_sgd_init
 from ._sgd import mixture_sgd_step as mixture_sgd_step
+
+__all__ = [
+    "ESTIMATORS",
+    "Mixture",
+    "MixtureFit",
+    "MixturePrior",
+    "MixtureSGDInfo",
+    "MixtureSGDState",
+    "fit_mixture_bound",
+    "fit_mixture_sgd",
+    "mixture_elbo_bound",
+    "mixture_elbo_estimate",
+    "mixture_elbo_unbiased",
+    "mixture_expected_loglik",
+    "mixture_from_mean_field",
+    "mixture_prior_bound",
+    "mixture_sgd_init",
+    "mixture_sgd_step",
+    "predict_mixture",
+    "sample_mixture",
+]

@@ -12,3 +12,18 @@ from ._codes import unpack_codes as unpack_codes
 from ._io import DirectModel as DirectModel
 from ._io import load_model as load_model
 from ._io import save_model as save_model
+
+__all__ = [
+    "BITS",
+    "DirectModel",
+    "IntegerSamples",
+    "integer_error_bound",
+    "integer_samples",
+    "load_model",
+    "pack_codes",
+    "predict_from_codes",
+    "predict_integer",
+    "sample_codes",
+    "save_model",
+    "unpack_codes",
+]
