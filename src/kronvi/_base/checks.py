@@ -188,6 +188,16 @@ def check_int(x, name: str, minimum: int | None = None) -> int:
     return int(value)
 
 
+def check_basis_features(Phi, b: int):
+    """`Phi` as a finite float `(num_points, b)` array for a basis of `b` features; errors name `Phi`."""
+    Phi = as_float_array(Phi, "Phi")
+    check_ndim(Phi, 2, "Phi", "(num_points, num_features)")
+    if Phi.shape[1] != b:
+        raise ValueError(f"`Phi` has {Phi.shape[1]} features but the basis has {b}")
+    check_finite(Phi, "Phi")
+    return Phi
+
+
 def check_same_dtype(named_arrays: dict):
     """Raises `TypeError` naming the arguments when the arrays `{name: array}` differ in dtype."""
     dtypes = {name: a.dtype for name, a in named_arrays.items()}

@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base.checks import as_float_array, check_finite, check_ndim
+from .._base.checks import check_basis_features
 from .._base.precision import matmul
 from .._stats.eigen import Eigenbasis
 from .families import MeanField
@@ -119,12 +119,7 @@ def compact_features(basis: CompactBasis, Phi):
     """
     if not isinstance(basis, CompactBasis):
         raise TypeError(f"`basis` must be a CompactBasis, got {type(basis).__name__}")
-    Phi = as_float_array(Phi, "Phi")
-    check_ndim(Phi, 2, "Phi", "(num_points, num_features)")
-    b = basis.mean.shape[0]
-    if Phi.shape[1] != b:
-        raise ValueError(f"`Phi` has {Phi.shape[1]} features but the basis has {b}")
-    check_finite(Phi, "Phi")
+    Phi = check_basis_features(Phi, basis.mean.shape[0])
     return _compact_features(basis, Phi)
 
 

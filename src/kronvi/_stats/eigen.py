@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base.checks import as_float_array, check_finite, check_ndim, check_xy, host_arrays
+from .._base.checks import check_basis_features, check_finite, check_xy, host_arrays
 from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
 from .._base.threads import run_single_threaded, single_blas_thread
@@ -80,12 +80,7 @@ def rotate_features(basis, Phi):
     """
     if not isinstance(basis, Eigenbasis):
         raise TypeError(f"`basis` must be an Eigenbasis, got {type(basis).__name__}")
-    Phi = as_float_array(Phi, "Phi")
-    check_ndim(Phi, 2, "Phi", "(num_points, num_features)")
-    b = basis.vectors.shape[0]
-    if Phi.shape[1] != b:
-        raise ValueError(f"`Phi` has {Phi.shape[1]} features but the basis has {b}")
-    check_finite(Phi, "Phi")
+    Phi = check_basis_features(Phi, basis.vectors.shape[0])
     return matmul(Phi, basis.vectors.astype(Phi.dtype))
 
 
