@@ -2,6 +2,8 @@
 # The GPU run of issue 14, in parts that each fit the device tool's 600 s limit:
 #   bash benchmarks/run_gpu.sh tests   # the whole test suite (verbose log with every test's outcome)
 #   bash benchmarks/run_gpu.sh bench   # the benchmarks and the 3-fold precision/version check
+#   bash benchmarks/run_gpu.sh extra   # the statistics options (issue 26) and the recipes' and integer
+#                                      # prediction kernels on yacht and kin40k (issue 27), data in .gpu/uci
 # Run on the device machine from the repository root (jaxopt's wheel carried in .gpu/); writes to $OUT.
 set -u
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=$PWD/src OPENBLAS_NUM_THREADS=1
@@ -42,6 +44,17 @@ if [ "$part" = tests ]; then
     > "$OUT/tests_gpu.txt" 2>&1
   echo "pytest exit $?" >> "$OUT/tests_gpu.txt"
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests_gpu.txt" | tail -n 40
+  exit 0
+fi
+if [ "$part" = extra ]; then
+  timeout 150 python3 benchmarks/bench_stats.py --repeats 3 > "$OUT/bench_stats_gpu.txt" 2>&1
+  q=/tmp/qi_gpu; mkdir -p $q
+  timeout 300 python3 experiments/quantized_inference.py --data-dir .gpu/uci --datasets yacht kin40k \
+    --recipe-datasets yacht kin40k --sweep-datasets --repeats 10 --recipe-repeats 10 --out $q \
+    > "$OUT/quantized_inference_gpu.log" 2>&1
+  echo "exit $?" >> "$OUT/quantized_inference_gpu.log"
+  tar -C $q -czf "$OUT/quantized_inference_gpu.tgz" .
+  tail -n 30 "$OUT/bench_stats_gpu.txt" "$OUT/quantized_inference_gpu.log"
   exit 0
 fi
 folds > "$OUT/folds_gpu.txt" 2>&1 &

@@ -26,7 +26,9 @@ SCRIPT = textwrap.dedent(
 
 
 def _start(threads):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads))
+    # BLAS threads are a CPU matter, so both run on the CPU. On an H100 two such processes gave lengthscales
+    # 0.2% apart, for a reason the thread count does not touch (benchmarks/results/h100/2026-11-27/README.md).
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), JAX_PLATFORMS="cpu")
     return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE, text=True)
 
 
