@@ -84,10 +84,12 @@ def test_the_compact_recipe_predicts_the_eigen_fits_mean_and_bounded_variance():
     X, y, mask = kronvi.load_demo()
     test = mask[:, 0].astype(bool)
     config = pipeline.DirectConfig(num_frequencies=200, gp_restarts=1, gp_points=100)  # b = 400 > n = 277
-    compact = config._replace(basis="compact", compact_tol=0.1)
+    compact = config._replace(basis="compact", compact_tol=0.1, compact_vectors="full")
+    half = compact._replace(compact_vectors="half")  # the default
     with jax.enable_x64(True):
         fold = pipeline.prepare_fold(jax.random.key(0), X[~test], y[~test], compact, dtype=jnp.float64)
         models = {c.basis: pipeline.fit_prepared(fold, c)[0] for c in (config, compact)}
+        models["half"] = pipeline.fit_prepared(fold, half)[0]
         # The README's pattern, for both recipes
         out = {}
         for name, model in models.items():
@@ -106,6 +108,12 @@ def test_the_compact_recipe_predicts_the_eigen_fits_mean_and_bounded_variance():
     np.testing.assert_allclose(m_c, m_e, rtol=1e-8, atol=1e-8 * np.abs(m_e).max())
     ratio = v_c / v_e
     assert np.all(ratio >= 1 - 1e-8) and np.all(ratio <= 1.1 + 2e-6)  # the top band's bound (n < b)
+    # float16 vectors: the mean stays exact (it is stored apart); the variance moves by float16's rounding
+    assert models["half"].basis.vectors.dtype == np.float16 and small.basis.vectors.dtype == np.float64
+    m_h, v_h = out["half"]
+    np.testing.assert_allclose(m_h, m_e, rtol=1e-8, atol=1e-8 * np.abs(m_e).max())
+    np.testing.assert_allclose(v_h, v_c, rtol=2e-2)  # measured: 0.7% at most here
+    assert not np.allclose(v_h, v_c, rtol=1e-9, atol=0)  # the rounding is there: the test can tell
 
 
 def test_compact_config_errors():
@@ -117,6 +125,8 @@ def test_compact_config_errors():
     X, y = rng.normal(size=(30, 2)), rng.normal(size=30)
     with pytest.raises(ValueError, match="compact_tol` must be >= 0"):
         pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", compact_tol=-0.1))
+    with pytest.raises(ValueError, match="compact_vectors` must be 'half' or 'full'"):
+        pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", compact_vectors="int8"))
     with pytest.raises(ValueError, match="noise_cv` applies to basis='features' only"):
         pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", noise_cv=(3.0,)))
     config = pipeline.DirectConfig(basis="features", num_frequencies=4, gp_restarts=1, noise_cv=())

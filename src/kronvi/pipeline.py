@@ -130,6 +130,9 @@ class DirectConfig(NamedTuple):
         of it, at most this many times (the paper's protocol: 0).
       compact_tol: `"compact"` only: the budget of the variance change, in noise variances
         (`compact_posterior(tol=...)`).
+      compact_vectors: `"compact"` only: the kept eigenvectors stored in float16 (`"half"`: half the
+        bytes; the predictive variance moves by float16's rounding, the mean not at all) or in the working
+        dtype (`"full"`) (`compact_posterior(vectors_dtype=...)`).
 
     Example:
       >>> from kronvi.pipeline import DirectConfig
@@ -138,7 +141,7 @@ class DirectConfig(NamedTuple):
         noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
         cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
         gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, chunk_size=2048,
-        max_noise_recentres=0, compact_tol=0.1)
+        max_noise_recentres=0, compact_tol=0.1, compact_vectors='half')
     """
 
     basis: str = "eigen"
@@ -164,6 +167,8 @@ class DirectConfig(NamedTuple):
     max_noise_recentres: int = 0
     # "compact" only: the budget of the variance change, in noise variances (kronvi.compact_posterior(tol=...))
     compact_tol: float = 0.1
+    # "compact" only: its kept eigenvectors in float16 ("half") or the working dtype ("full")
+    compact_vectors: str = "half"
 
 
 LARGE_DATA_ROWS = 20_000
@@ -405,6 +410,8 @@ def _check_config(config: DirectConfig):
         )
     if not float(config.compact_tol) >= 0:
         raise ValueError(f"`config.compact_tol` must be >= 0, got {config.compact_tol!r}")
+    if config.compact_vectors not in ("half", "full"):
+        raise ValueError(f"`config.compact_vectors` must be 'half' or 'full', got {config.compact_vectors!r}")
     for field, minimum in [
         ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1),
         ("chunk_size", 1), ("max_noise_recentres", 0), ("cv_max_iter", 1), ("gp_screen_points", 2),
@@ -615,7 +622,7 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None) -> Dire
     if config.basis == "compact":
         basis, prior_w, q_w = compact_posterior(
             basis, q_w, prior_w, fold.stats.n, noise_moments(q_n, prior_n)[2], tol=config.compact_tol,
-            width=config.width,
+            width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,
         )  # fmt: skip
     _block(q_w)
     t4 = time.perf_counter()

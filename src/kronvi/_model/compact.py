@@ -206,14 +206,16 @@ def _unit_grid(levels, width, dtype):
     return values.astype(dtype), logp.astype(dtype), float(np.sum(p * values**2) - np.sum(p * values) ** 2)
 
 
-def compact_posterior(basis: Eigenbasis, q_w, prior_w, num_rows, noise_variance, *, tol: float, width: float):
+def compact_posterior(
+    basis: Eigenbasis, q_w, prior_w, num_rows, noise_variance, *, tol: float, width: float, vectors_dtype=None
+):
     r"""The compact form of a mean-field posterior over eigenbasis weights: `(compact_basis, prior, q)`.
 
     See the module's docstring for the construction and the bound on the variance it changes. The
     predictive mean on `compact_features` is the full model's; the predictive
     variance differs by $\Delta(\phi)$, within the bound of the band chosen
     (`complement_split`). Computed in float64 and returned in the dtype of
-    `prior_w`.
+    `prior_w`, except the kept vectors, which are stored in `vectors_dtype`.
 
     Args:
       basis: `Eigenbasis` `(b, b)` of the training features.
@@ -223,6 +225,9 @@ def compact_posterior(basis: Eigenbasis, q_w, prior_w, num_rows, noise_variance,
       noise_variance: $E_q[\sigma^2]$.
       tol: the budget of the variance bound (`complement_split`).
       width: half-width, in sds, of the complement columns' widest grid.
+      vectors_dtype: the dtype the kept eigenvectors are stored in; `None`: the dtype of `prior_w`.
+        `jnp.float16` halves the model's largest array; `compact_features` computes in the dtype of its
+        features whatever this is.
 
     Returns:
       `CompactBasis`, and the `DiscretePrior` and
@@ -244,6 +249,9 @@ def compact_posterior(basis: Eigenbasis, q_w, prior_w, num_rows, noise_variance,
     if not isinstance(prior_w, DiscretePrior) or not isinstance(q_w, MeanField):
         raise TypeError("`prior_w` must be a DiscretePrior and `q_w` a MeanField")
     dtype = prior_w.values.dtype
+    vectors_dtype = dtype if vectors_dtype is None else jnp.dtype(vectors_dtype)
+    if not jnp.issubdtype(vectors_dtype, jnp.floating):
+        raise ValueError(f"`vectors_dtype` must be a float dtype, got {vectors_dtype!r}")
     b, m = prior_w.values.shape
     if basis.vectors.shape != (b, b) or q_w.logits.shape != (b, m):
         raise ValueError(
@@ -259,7 +267,7 @@ def compact_posterior(basis: Eigenbasis, q_w, prior_w, num_rows, noise_variance,
     grids = [_unit_grid(m, width * (1.0 - 0.5 * j / COPIES), np.float64) for j in range(COPIES)]
     scales = np.array([np.sqrt(s_bar / (COPIES * g[2])) for g in grids])
     compact = CompactBasis(
-        jnp.asarray(V @ mean_u, dtype), jnp.asarray(V[:, keep], dtype), jnp.asarray(scales, dtype)
+        jnp.asarray(V @ mean_u, dtype), jnp.asarray(V[:, keep], vectors_dtype), jnp.asarray(scales, dtype)
     )
     fixed = np.ones((1, m))
     prior_values = np.concatenate([fixed, values[keep] - mean_u[keep, None], [g[0] for g in grids]])
