@@ -443,6 +443,7 @@ def _check_config(config: DirectConfig):
         if any(not float(s) >= 1.0 for s in config.noise_cv):
             raise ValueError(f"`noise_cv` spans must be >= 1 (1 = fixed noise), got {config.noise_cv}")
         check_int(config.cv_folds, "cv_folds", 2)
+    return config
 
 
 def prepare_fold(
@@ -469,8 +470,11 @@ def prepare_fold(
     Returns:
       `PreparedFold`.
     """
-    config = resolve_config(config)
-    _check_config(config)
+    return _prepare_fold(key, X, y, _check_config(config), dtype=dtype, gp=gp)
+
+
+def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold:
+    """`prepare_fold` with a checked, resolved `config`."""
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     t0 = time.perf_counter()
     X = jnp.asarray(X, dtype)
@@ -593,8 +597,11 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None) -> Dire
     `config.noise_span`. The fit keeps the best of `config.starts` (`fit_best_start`), refitted
     with a recentred noise grid up to `config.max_noise_recentres` times.
     """
-    config = resolve_config(config)
-    _check_config(config)
+    return _fit_prepared(fold, _check_config(config))
+
+
+def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
+    """`fit_prepared` with a checked, resolved `config`."""
     if (config.basis != "features") != (fold.basis is not None):
         raise ValueError(
             "`fold` was prepared with another `basis` than `config`'s: prepare it with this config"
@@ -615,7 +622,7 @@ def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None) -> Dire
         span = float(config.noise_span)
         prior_n = noise_prior(s2, levels=config.noise_levels, span=span)
     t3 = time.perf_counter()
-    q_w, q_n, info, prior_n, recentres = fit_with_noise_recentring(
+    q_w, q_n, info, prior_n, recentres = _fit_with_noise_recentring(
         fold.stats, fold.prior_w, prior_n, config._replace(noise_span=span), key=fold.key
     )
     basis, prior_w = fold.basis, fold.prior_w
@@ -672,8 +679,8 @@ def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float
     held-out fold (`kronvi.select_prior` with `config.cv_criterion`). That time is
     `select_seconds`.
     """
-    config = resolve_config(config)
-    return fit_prepared(prepare_fold(key, X, y, config, dtype=dtype), config)
+    config = _check_config(config)  # once: the two steps below take it as it is
+    return _fit_prepared(_prepare_fold(key, X, y, config, dtype=dtype, gp=None), config)
 
 
 def _sweep(config):
@@ -691,6 +698,11 @@ def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key=Non
     config = resolve_config(config)
     if not config.starts:
         raise ValueError("`config.starts` must name at least one start")
+    return _fit_best_start(stats, prior_w, prior_noise, config, key=key)
+
+
+def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key) -> RegressionFit:
+    """`fit_best_start` with a resolved `config`."""
     best, best_elbo = None, -float("inf")
     for start in config.starts:
         fit = fit_regression(
@@ -719,7 +731,15 @@ def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig,
     yacht: all mass on 10x the GP estimate) and makes the predictive density overconfident.
     Returns a `RecentredFit` `(q_w, q_noise, info, prior_noise, num_recentres)`.
     """
-    q_w, q_n, info = fit_best_start(stats, prior_w, prior_noise, config, key=key)
+    config = resolve_config(config)
+    if not config.starts:
+        raise ValueError("`config.starts` must name at least one start")
+    return _fit_with_noise_recentring(stats, prior_w, prior_noise, config, key=key)
+
+
+def _fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig, *, key) -> RecentredFit:
+    """`fit_with_noise_recentring` with a resolved `config`."""
+    q_w, q_n, info = _fit_best_start(stats, prior_w, prior_noise, config, key=key)
     recentres = 0
     while recentres < config.max_noise_recentres and prior_noise.values.shape[-1] > 1:
         probs = q_n.probs[0]

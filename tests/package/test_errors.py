@@ -114,6 +114,18 @@ def test_empty_statistics_are_rejected():
         kronvi.regression_elbo(empty, q, qn, pw, pn)
 
 
+def test_statistics_with_nan_are_rejected_by_every_regression_fit():
+    Phi, y, pw, pn, stats = _ok()
+    bad = stats._replace(PhitPhi=stats.PhitPhi.at[0, 0].set(jnp.nan))
+    for fit in (
+        lambda: kronvi.fit_regression(bad, pw, pn, init="gaussian"),
+        lambda: kronvi.gaussian.fit_gaussian_mf(bad, prior_scale=1.0, noise_variance=0.5),  # returned NaN
+        lambda: kronvi.gaussian.fit_elrg(jax.random.key(0), bad, 1.0, 0.5, rank=1, max_iter=2),
+    ):
+        with pytest.raises(ValueError, match="`stats` contains NaN or infinite values"):
+            fit()
+
+
 @pytest.mark.parametrize("init", ["prior", "gaussian"])
 def test_float32_fit_with_x64_on(init):
     with jax.enable_x64(True):

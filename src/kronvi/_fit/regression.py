@@ -19,7 +19,7 @@ from .._solvers.info import FitInfo
 from .._solvers.lbfgs import minimize_lbfgs
 from .cavi import ORDERS, SWEEPS, fit_cavi
 from .placement import home_sharding, resolve_device, run_on
-from .starts import gaussian_start
+from .starts import _gaussian_start
 
 METHODS = ("cavi", "lbfgs", "optax-lbfgs")
 
@@ -115,15 +115,17 @@ def fit_regression(
         raise ValueError(f"`order` must be one of {ORDERS}, got {order!r}")
     if sweep not in SWEEPS:
         raise ValueError(f"`sweep` must be one of {SWEEPS}, got {sweep!r}")
-    if init is None or (isinstance(init, str) and init == "prior"):
+    named = init is None or (isinstance(init, str) and init in ("prior", "gaussian"))
+    if named:
         q_w0, q_n0 = MeanField.from_prior(prior_w), MeanField.from_prior(prior_noise)
-    elif isinstance(init, str) and init == "gaussian":
-        q_w0, q_n0 = gaussian_start(stats, prior_w, prior_noise)
     else:
         if not (isinstance(init, tuple) and len(init) == 2):
             raise TypeError('`init` must be "prior", "gaussian" or a tuple (q_w, q_noise) of MeanField')
         q_w0, q_n0 = init
-    check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)
+    check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)  # the one validation of this fit
+    if named and init == "gaussian":
+        logits_w, logits_n = _gaussian_start(prior_w, prior_noise, stats, 3)  # gaussian_start, unchecked
+        q_w0, q_n0 = MeanField._unchecked(logits_w), MeanField._unchecked(logits_n)
     args = (q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
     target = resolve_device(device, args)
     if method == "cavi":

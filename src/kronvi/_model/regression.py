@@ -35,13 +35,13 @@ LOG_2PI = math.log(2.0 * math.pi)
 def check_regression_args(q_w, q_noise, prior_w, prior_noise, stats=None):
     """Validation shared by the ELBO, the fit and prediction: shapes and types, and with `stats` one
     float dtype for statistics, priors and `q` plus finite statistics (`check_stats`)."""
-    check_weight_prior(prior_w)
+    if stats is not None:
+        check_stats(stats)
+    check_weight_prior(prior_w, None if stats is None else stats.Phity.shape[-1])
     check_noise_prior(prior_noise)
     check_family(q_w, prior_w, "q_w", "prior_w")
     check_family(q_noise, prior_noise, "q_noise", "prior_noise")
     if stats is not None:
-        check_stats(stats)
-        check_weight_prior(prior_w, stats.Phity.shape[-1])
         check_same_dtype(
             {
                 "stats": stats.PhitPhi,

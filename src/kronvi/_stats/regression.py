@@ -56,10 +56,10 @@ def _nonfinite(stats: RegressionStats, name: str = "stats") -> list[str]:
     ]
 
 
-def check_stats(stats, name: str = "stats") -> None:
+def check_stats(stats, name: str = "stats") -> int:
     r"""Validates the statistics a fit receives: a `RegressionStats` in float32 or float64 with
     `PhitPhi` of shape `(..., b, b)`, and, when the arrays are concrete (not traced inside `jit` or
-    `vmap`), `n > 0` and no NaN or inf.
+    `vmap`), `n > 0` and no NaN or inf. Returns `b`.
 
     float16 statistics are rejected: float16 overflows at 65504 and has no Cholesky factorization.
 
@@ -86,6 +86,7 @@ def check_stats(stats, name: str = "stats") -> None:
             f"`{name}` contains NaN or infinite values: {', '.join(bad)} "
             "(statistics that overflowed: compute them in float32/float64 or rescale the inputs)"
         )
+    return b
 
 
 def merge_stats(a: RegressionStats, b: RegressionStats) -> RegressionStats:

@@ -131,11 +131,6 @@ def check_elrg(q, b=None, name="q"):
         raise ValueError(f"`{name}` has {q.mean.shape[0]} weights but the data have {b} features")
 
 
-def _check_stats(stats):
-    check_stats(stats)
-    return stats.Phity.shape[-1]
-
-
 # ----------------------------------------------------------------------------------------------------
 # Traced formulas on raw arrays (d broadcast to (b,), scale (b,) or scalar)
 
@@ -254,7 +249,7 @@ def elrg_elbo(stats, q, noise_variance, *, prior_scale):
       >>> bool(kronvi.elrg_elbo(stats, q, 0.1, prior_scale=1.0) <= kronvi.blr_log_evidence(stats, 1.0, 0.1))
       True
     """
-    b = _check_stats(stats)
+    b = check_stats(stats)
     check_elrg(q, b)
     dtype = stats.PhitPhi.dtype
     scale = check_prior_scale(prior_scale, b, dtype)
@@ -502,7 +497,7 @@ def fit_elrg(
     if objective == "exact":
         if stats is None:
             raise ValueError("`stats` is required for objective='exact'")
-        b = _check_stats(stats)
+        b = check_stats(stats)
         dtype = stats.PhitPhi.dtype
     else:
         if data is None:
@@ -516,7 +511,7 @@ def fit_elrg(
         check_finite(y, "data[1]")
         b = Phi.shape[1]
         dtype = Phi.dtype
-        if stats is not None and _check_stats(stats) != b:
+        if stats is not None and check_stats(stats) != b:
             raise ValueError(f"`stats` has {stats.Phity.shape[-1]} features but `data[0]` has {b}")
     scale = check_prior_scale(prior_scale, b, dtype)
     s2 = check_noise_variance(noise_variance, dtype)

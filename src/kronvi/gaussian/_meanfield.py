@@ -25,7 +25,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from .._base.checks import (
@@ -43,7 +42,7 @@ from .._base.precision import dot, matmul
 from .._model.regression import LOG_2PI
 from .._solvers.info import FitInfo, fit_info
 from .._solvers.linalg import jittered_cholesky
-from .._stats.regression import RegressionStats
+from .._stats.regression import check_stats
 
 
 class GaussianMeanField(NamedTuple):
@@ -91,14 +90,6 @@ def check_gaussian_q(q, b=None, name="q"):
         raise ValueError(f"`{name}` has {mean.shape[0]} weights but the data have {b} features")
     check_finite(mean, f"{name}.mean")
     check_finite(log_std, f"{name}.log_std")
-
-
-def _check_stats(stats):
-    if not isinstance(stats, RegressionStats):
-        raise TypeError(f"`stats` must be RegressionStats, got {type(stats).__name__}")
-    if is_concrete(stats.n) and not float(np.min(fetch(stats.n))) > 0:
-        raise ValueError("`stats.n` must be positive: the statistics describe empty data")
-    return stats.Phity.shape[-1]
 
 
 def check_prior_scale(prior_scale, b, dtype):
@@ -194,7 +185,7 @@ def gaussian_mf_elbo(stats, q, noise_variance, *, prior_scale):
       >>> bool(jnp.isfinite(kronvi.gaussian_mf_elbo(stats, q, 0.1, prior_scale=1.0)))
       True
     """
-    b = _check_stats(stats)
+    b = check_stats(stats)
     check_gaussian_q(q, b)
     dtype = stats.PhitPhi.dtype
     s = check_noise_variance(noise_variance, dtype)
@@ -255,7 +246,7 @@ def fit_gaussian_mf(
       >>> [round(float(v), 1) for v in q.mean], bool(0.05 < s2 < 0.15), bool(info.converged)
       ([1.0, 0.0, -1.0], True, True)
     """
-    b = _check_stats(stats)
+    b = check_stats(stats)
     dtype = stats.PhitPhi.dtype
     scale = check_prior_scale(prior_scale, b, dtype)
     s0 = check_noise_variance(noise_variance, dtype)
