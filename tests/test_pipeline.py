@@ -112,7 +112,7 @@ def test_the_compact_recipe_predicts_the_eigen_fits_mean_and_bounded_variance():
     assert models["half"].basis.vectors.dtype == np.float16 and small.basis.vectors.dtype == np.float64
     m_h, v_h = out["half"]
     np.testing.assert_allclose(m_h, m_e, rtol=1e-8, atol=1e-8 * np.abs(m_e).max())
-    np.testing.assert_allclose(v_h, v_c, rtol=2e-2)  # measured: 0.7% at most here
+    np.testing.assert_allclose(v_h, v_c, rtol=5e-3)
     assert not np.allclose(v_h, v_c, rtol=1e-9, atol=0)  # the rounding is there: the test can tell
 
 

@@ -55,6 +55,22 @@ def test_compact_features_are_the_dense_formula(dtype):
         kronvi.compact_features(tuple(basis), Phi)
 
 
+def test_the_complement_norm_survives_float16_vectors_and_inputs_near_the_kept_span():
+    # phi almost in the span of V_K: |phi|^2 - |V_K^T phi|^2 cancels; with float16 vectors (orthonormal to
+    # ~1e-4) that difference was wrong by ~1e-4 |phi|^2 >> r^2 and tripled a compact model's variance
+    rng = np.random.default_rng(1)
+    b, k = 400, 300
+    V = np.linalg.qr(rng.normal(size=(b, b)))[0]
+    Phi = rng.normal(size=(20, k)) @ V[:, :k].T + 1e-2 * rng.normal(size=(20, b - k)) @ V[:, k:].T
+    r = np.linalg.norm(Phi @ V[:, k:], axis=1)  # about 0.1 against |phi| about 17: r^2 / |phi|^2 ~ 3e-5
+    for vectors_dtype in (jnp.float16, jnp.float32):
+        basis = kronvi.CompactBasis(
+            jnp.zeros(b, jnp.float32), jnp.asarray(V[:, :k], vectors_dtype), jnp.ones(1, jnp.float32)
+        )
+        got = np.asarray(kronvi.compact_features(basis, jnp.asarray(Phi, jnp.float32))[:, -1], np.float64)
+        np.testing.assert_allclose(got, r, rtol=0.05 if vectors_dtype == jnp.float16 else 1e-3)
+
+
 def brute_force_split(lam, s, n, noise, tol_):
     """The largest feasible band by trying every prefix and suffix of the sorted variances."""
     order = np.argsort(s, kind="stable")
