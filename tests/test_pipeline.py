@@ -126,7 +126,9 @@ def test_compact_config_errors():
     with pytest.raises(ValueError, match="compact_tol` must be >= 0"):
         pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", compact_tol=-0.1))
     with pytest.raises(ValueError, match="compact_vectors` must be 'half' or 'full'"):
-        pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", compact_vectors="int8"))
+        pipeline.fit_direct(
+            jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", compact_vectors="int8")
+        )
     with pytest.raises(ValueError, match="noise_cv` applies to basis='features' only"):
         pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", noise_cv=(3.0,)))
     config = pipeline.DirectConfig(basis="features", num_frequencies=4, gp_restarts=1, noise_cv=())
