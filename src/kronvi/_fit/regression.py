@@ -8,15 +8,17 @@ raising inside a compiled program.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
 from .._base.checks import check_int
 from .._model.families import MeanField
+from .._model.grids import DiscretePrior
 from .._model.regression import check_regression_args, elbo_from_logits
 from .._solvers.info import FitInfo
 from .._solvers.lbfgs import minimize_lbfgs
+from .._stats.regression import RegressionStats
 from .cavi import ORDERS, SWEEPS, fit_cavi
 from .placement import home_sharding, resolve_device, run_on
 from .starts import gaussian_start
@@ -39,21 +41,21 @@ class RegressionFit(NamedTuple):
 
 
 def fit_regression(
-    stats,
-    prior_w,
-    prior_noise,
+    stats: RegressionStats,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
     *,
     method: str = "cavi",
-    init=None,
+    init: str | tuple[MeanField, MeanField] | None = None,
     max_iter: int | None = None,
     tol: float | None = None,
     order: str = "gain",
-    key=None,
+    key: jax.Array | None = None,
     anneal_sweeps: int = 0,
     anneal_start: float = 4.0,
     sweep: str = "auto",
-    device=None,
-):
+    device: jax.Device | None = None,
+) -> RegressionFit:
     r"""Fits mean-field DIRECT regression by maximizing the exact ELBO.
 
     The methods:
@@ -124,7 +126,7 @@ def fit_regression(
             raise TypeError('`init` must be "prior", "gaussian" or a tuple (q_w, q_noise) of MeanField')
         q_w0, q_n0 = init
     check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)
-    args = (q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
+    args: tuple[Any, ...] = (q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
     target = resolve_device(device, args)
     if method == "cavi":
         max_iter = 100 if max_iter is None else check_int(max_iter, "max_iter", 1)
