@@ -17,10 +17,12 @@ together with the discrete posterior under fixed grids, and
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from jax.typing import ArrayLike
 
 from ._base.checks import check_int
 from ._base.deprecation import renamed_arguments
@@ -105,7 +107,8 @@ def _rotated(fn, vectors, params, X):
 
 
 def eigen_feature_model(
-    params, X, y, *, feature_fn, prior_scale, noise_variance, levels: int = 15, width: float = 4.0,
+    params: Any, X: ArrayLike, y: ArrayLike, *, feature_fn: Callable[[Any, jax.Array], jax.Array],
+    prior_scale: ArrayLike, noise_variance: ArrayLike, levels: int = 15, width: float = 4.0,
     noise_span: float = 3.0, chunk_size: int | None = None,
 ) -> EigenFeatureModel:  # fmt: skip
     r"""kronvi's default recipe on the features `feature_fn(params, X)`: eigenbasis, grids and fit.
@@ -146,7 +149,9 @@ def eigen_feature_model(
     return EigenFeatureModel(params, basis, prior_w, prior_n, q_w, q_n, elbo)
 
 
-def predict_features(model: EigenFeatureModel, X, *, feature_fn):
+def predict_features(
+    model: EigenFeatureModel, X: ArrayLike, *, feature_fn: Callable[[Any, ArrayLike], jax.Array]
+) -> jax.Array:
     r"""Features of new inputs in the model's eigenbasis, $\Phi(X) V$, `(N, b)`: pass them to
     `predict_regression` or
     `predictive_log_density` with the model's `q_w, q_noise, prior_w,
@@ -164,10 +169,11 @@ def predict_features(model: EigenFeatureModel, X, *, feature_fn):
 
 @renamed_arguments(rounds="max_iter")
 def fit_features_eigen(
-    params, X, y, *, feature_fn, prior_scale, noise_variance, max_iter: int = 8, param_iter: int = 10,
-    inner_sweeps: int = 20, log_prior=None, levels: int = 15, width: float = 4.0, noise_span: float = 3.0,
-    chunk_size: int | None = None,
-):  # fmt: skip
+    params: Any, X: ArrayLike, y: ArrayLike, *, feature_fn: Callable[[Any, jax.Array], jax.Array],
+    prior_scale: ArrayLike, noise_variance: ArrayLike, max_iter: int = 8, param_iter: int = 10,
+    inner_sweeps: int = 20, log_prior: Callable[[Any], jax.Array] | None = None, levels: int = 15,
+    width: float = 4.0, noise_span: float = 3.0, chunk_size: int | None = None,
+) -> EigenFeatureFit:  # fmt: skip
     r"""Learns a feature map by the exact ELBO of kronvi's default (eigenbasis) recipe.
 
     The recipe's grids depend on the features: each coordinate's levels span its exact posterior. Each
@@ -224,7 +230,7 @@ def fit_features_eigen(
     """
     max_iter = check_int(max_iter, "max_iter", 0)
     fn = as_traced_callable(feature_fn)
-    opts = dict(levels=levels, width=width, noise_span=noise_span, chunk_size=chunk_size)
+    opts: dict[str, Any] = dict(levels=levels, width=width, noise_span=noise_span, chunk_size=chunk_size)
     model = eigen_feature_model(
         params, X, y, feature_fn=fn, prior_scale=prior_scale, noise_variance=noise_variance, **opts
     )

@@ -27,15 +27,17 @@ from __future__ import annotations
 import functools
 import time
 import warnings
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from ._base.checks import check_int
 from ._fit.regression import METHODS, RegressionFit, fit_regression
-from ._fit.select import CRITERIA, select_prior
+from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import SAMPLINGS, RandomFourierFeatures, rff_features, rff_init
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
@@ -52,7 +54,7 @@ from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
 
 BASES = ("eigen", "features", "compact")
 # Defaults that depend on the basis (`None` in DirectConfig): see `resolve_config`.
-_BASIS_DEFAULTS = {
+_BASIS_DEFAULTS: dict[str, dict[str, Any]] = {
     "eigen": dict(width=6.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
     "features": dict(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian")),
     "compact": dict(width=6.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
@@ -227,13 +229,13 @@ class FittedDirect(NamedTuple):
     includes its complement (one of its features carries it). Saved whole by `kronvi.save_model`.
     """
 
-    standardizer: object
+    standardizer: Standardizer
     features: RandomFourierFeatures
     y_offset: jax.Array
-    prior_w: object
-    prior_noise: object
-    q_w: object
-    q_noise: object
+    prior_w: DiscretePrior
+    prior_noise: DiscretePrior
+    q_w: MeanField
+    q_noise: MeanField
     hyper: GPHyperparameters
     basis: Eigenbasis | CompactBasis | None = None
 
@@ -339,7 +341,7 @@ def _block(x):
     return jax.block_until_ready(x)
 
 
-def noise_prior_for_span(noise_variance, span, levels):
+def noise_prior_for_span(noise_variance: ArrayLike, span: float, levels: int) -> DiscretePrior:
     """The noise grid `noise_variance x [1/span, span]` with `levels` levels; `span == 1`: one level,
     the noise fixed at `noise_variance`."""
     if float(span) == 1.0:
@@ -347,7 +349,15 @@ def noise_prior_for_span(noise_variance, span, levels):
     return noise_prior(noise_variance, levels=levels, span=span)
 
 
-def inner_fold_stats(key, feature_map, X, y, num_folds: int, *, chunk_size=None):
+def inner_fold_stats(
+    key: jax.Array,
+    feature_map: Callable[[jax.Array], jax.Array],
+    X: jax.Array | np.ndarray,
+    y: ArrayLike,
+    num_folds: int,
+    *,
+    chunk_size: int | None = None,
+) -> tuple[RegressionStats, tuple[RegressionStats, RegressionStats]]:
     """Training statistics accumulated per random inner fold in one pass: `(stats, (cv_train, cv_test))`,
     `stats` being their sum (all rows) and the pair the stacked fold statistics for `choose_noise_prior`."""
     n = X.shape[0]
@@ -358,7 +368,16 @@ def inner_fold_stats(key, feature_map, X, y, num_folds: int, *, chunk_size=None)
     return jax.tree.map(lambda a: jnp.sum(a, axis=0), cv_test), (cv_train, cv_test)
 
 
-def choose_noise_prior(cv_stats, prior_w, noise_variance, spans, *, levels, criterion, max_iter):
+def choose_noise_prior(
+    cv_stats: tuple[RegressionStats, RegressionStats],
+    prior_w: DiscretePrior,
+    noise_variance: ArrayLike,
+    spans: Sequence[float],
+    *,
+    levels: int,
+    criterion: str,
+    max_iter: int | None,
+) -> tuple[float, DiscretePrior, HeldoutScores]:
     """The noise grid `noise_variance x [1/span, span]` (`noise_prior_for_span`) among `spans` that
     `kronvi.select_prior` prefers on the inner folds `cv_stats = (cv_train, cv_test)`.
     Returns `(span, prior_noise, scores)`."""
@@ -400,7 +419,7 @@ def resolve_config(config: DirectConfig | None = None) -> DirectConfig:
     return config._replace(**{k: v for k, v in defaults.items() if getattr(config, k) is None})
 
 
-def _check_config(config: DirectConfig):
+def _check_config(config: DirectConfig | None) -> DirectConfig:
     """Validates every field before any compute; errors name the field (`config.<field>`)."""
     config = resolve_config(config)
     if config.basis != "features" and config.noise_cv:
@@ -429,9 +448,10 @@ def _check_config(config: DirectConfig):
         raise ValueError(
             f"`config.gp_restart_rule` must be 'all' or 'screened', got {config.gp_restart_rule!r}"
         )
-    if not float(config.width) > 0:
+    # `config` is resolved (`resolve_config`): its `None` fields are set
+    if not float(config.width) > 0:  # type: ignore[arg-type]
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")
-    if not float(config.noise_span) > 1.0:
+    if not float(config.noise_span) > 1.0:  # type: ignore[arg-type]
         raise ValueError(f"`config.noise_span` must be > 1, got {config.noise_span!r}")
     if config.method not in METHODS:
         raise ValueError(f"`config.method` must be one of {METHODS}, got {config.method!r}")
@@ -447,7 +467,13 @@ def _check_config(config: DirectConfig):
 
 
 def prepare_fold(
-    key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32, gp=None
+    key: jax.Array,
+    X: ArrayLike,
+    y: ArrayLike,
+    config: DirectConfig | None = None,
+    *,
+    dtype: DTypeLike = jnp.float32,
+    gp: tuple[GPHyperparameters, GPFitInfo] | None = None,
 ) -> PreparedFold:
     """Prepares raw training rows for a DIRECT fit: standardizer and centred targets from these rows, GP
     hyperparameters on at most `config.gp_points` of them, `config.num_frequencies` (by default
@@ -510,7 +536,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold
             stats = regression_stats_from_inputs(fmap, Xs, yc, chunk_size=config.chunk_size)
         s2 = hyper.noise_variance
         b = 2 * num_frequencies
-        prior_w = gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)
+        prior_w = gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
     _block((stats, prior_w))
     t2 = time.perf_counter()
     return PreparedFold(
@@ -567,7 +593,14 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
     return stats, basis, prior_w, scale, s2
 
 
-def evidence_noise_variance(rotated, basis, prior_scale, guess, *, log_range: float = 12.0):
+def evidence_noise_variance(
+    rotated: RegressionStats,
+    basis: Eigenbasis,
+    prior_scale: ArrayLike,
+    guess: ArrayLike,
+    *,
+    log_range: float = 12.0,
+) -> jax.Array:
     """The noise variance maximizing the exact evidence (`kronvi.blr_evidence_noise`) within
     `guess * exp(±log_range)` (`guess`: e.g. the GP estimate), from the eigenbasis already computed:
     `(rotated, basis)` of `kronvi.eigenbasis`."""
@@ -578,7 +611,15 @@ def evidence_noise_variance(rotated, basis, prior_scale, guess, *, log_range: fl
     )
 
 
-def eigen_posterior_grid(rotated, basis, prior_scale, noise_variance, *, levels: int, width: float):
+def eigen_posterior_grid(
+    rotated: RegressionStats,
+    basis: Eigenbasis,
+    prior_scale: ArrayLike,
+    noise_variance: ArrayLike,
+    *,
+    levels: int,
+    width: float,
+) -> DiscretePrior:
     r"""Weight grids for the eigenbasis recipe: coordinate `j` gets `levels` values spanning its exact
     posterior $N(\mu_j, \tau_j^2)$ ± `width` sds, $\tau_j^{-2} = \lambda_j/\sigma^2 +
     \sigma_w^{-2}$, $\mu_j = \tau_j^2 c_j/\sigma^2$ (`kronvi.posterior_grid_prior`)."""
@@ -615,21 +656,22 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     cv = None
     if config.noise_cv:
         span, prior_n, cv = choose_noise_prior(
-            fold.cv_stats, fold.prior_w, s2, config.noise_cv, levels=config.noise_levels,
+            fold.cv_stats, fold.prior_w, s2, config.noise_cv, levels=config.noise_levels,  # type: ignore[arg-type]  # set with noise_cv
             criterion=config.cv_criterion, max_iter=config.cv_max_iter,
         )  # fmt: skip
     else:
-        span = float(config.noise_span)
+        span = float(config.noise_span)  # type: ignore[arg-type]  # resolved: set
         prior_n = noise_prior(s2, levels=config.noise_levels, span=span)
     t3 = time.perf_counter()
     q_w, q_n, info, prior_n, recentres = _fit_with_noise_recentring(
         fold.stats, fold.prior_w, prior_n, config._replace(noise_span=span), key=fold.key
     )
-    basis, prior_w = fold.basis, fold.prior_w
+    basis: Eigenbasis | CompactBasis | None = fold.basis
+    prior_w = fold.prior_w
     if config.basis == "compact":
         basis, prior_w, q_w = compact_posterior(
-            basis, q_w, prior_w, fold.stats.n, noise_moments(q_n, prior_n)[2], tol=config.compact_tol,
-            width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,
+            fold.basis, q_w, prior_w, fold.stats.n, noise_moments(q_n, prior_n)[2], tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
+            width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,  # type: ignore[arg-type]  # resolved: set
         )  # fmt: skip
     _block(q_w)
     t4 = time.perf_counter()
@@ -650,11 +692,13 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
         select_seconds=(t3 - t2) if config.noise_cv else 0.0,
         fit_seconds=t4 - t3,
     )
-    info = DirectInfo(fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv)
-    return DirectFit(model, timings, info)
+    direct_info = DirectInfo(
+        fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv
+    )
+    return DirectFit(model, timings, direct_info)
 
 
-def fold_features(fitted, X):
+def fold_features(fitted: PreparedFold | FittedDirect, X: ArrayLike) -> jax.Array:
     """Features of raw inputs `X (N, d)` through a `PreparedFold`'s or `FittedDirect`'s standardizer and
     random Fourier features, in the dtype of its statistics: `(N, b)`, rotated to its eigenbasis if it has
     one; for a `"compact"` model the `(N, 1 + k + J)` features of its weights (`kronvi.compact_features`).
@@ -667,7 +711,14 @@ def fold_features(fitted, X):
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
 
 
-def fit_direct(key, X, y, config: DirectConfig | None = None, *, dtype=jnp.float32) -> DirectFit:
+def fit_direct(
+    key: jax.Array,
+    X: ArrayLike,
+    y: ArrayLike,
+    config: DirectConfig | None = None,
+    *,
+    dtype: DTypeLike = jnp.float32,
+) -> DirectFit:
     """Fits DIRECT mean-field regression on raw training data: `prepare_fold` then
     `fit_prepared`. Returns a `DirectFit`
     `(model, timings, info)`.
@@ -688,7 +739,14 @@ def _sweep(config):
     return dict(sweep="diagonal") if config.basis != "features" and config.method == "cavi" else {}
 
 
-def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key=None) -> RegressionFit:
+def fit_best_start(
+    stats: RegressionStats,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    config: DirectConfig,
+    *,
+    key: jax.Array | None = None,
+) -> RegressionFit:
     """Fits from each of `config.starts` and returns the `kronvi.RegressionFit`
     with the highest ELBO.
 
@@ -704,7 +762,7 @@ def fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key=Non
 def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key) -> RegressionFit:
     """`fit_best_start` with a resolved `config`."""
     best, best_elbo = None, -float("inf")
-    for start in config.starts:
+    for start in config.starts or ():  # resolved and checked: never empty here
         fit = fit_regression(
             stats, prior_w, prior_noise, method=config.method, max_iter=config.max_iter, key=key, init=start,
             **_sweep(config),
@@ -722,7 +780,14 @@ def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key) -
     return best
 
 
-def fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig, *, key=None):
+def fit_with_noise_recentring(
+    stats: RegressionStats,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    config: DirectConfig,
+    *,
+    key: jax.Array | None = None,
+) -> RecentredFit:
     r"""Fits, and while the noise posterior puts most of its mass on an end level of its grid, moves the
     grid (same shape) to be centred on the current $E[\sigma^2]$ and refits from the current q.
 
@@ -746,7 +811,7 @@ def _fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig
         if not (float(probs[0]) > 0.5 or float(probs[-1]) > 0.5):
             break
         e_s = noise_moments(q_n, prior_noise)[2]
-        prior_noise = noise_prior(e_s, levels=config.noise_levels, span=config.noise_span)
+        prior_noise = noise_prior(e_s, levels=config.noise_levels, span=config.noise_span)  # type: ignore[arg-type]  # resolved: set
         q_w, q_n, info = fit_regression(
             stats,
             prior_w,
@@ -761,7 +826,14 @@ def _fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig
     return RecentredFit(q_w, q_n, info, prior_noise, recentres)
 
 
-def run_fold(key, X_train, y_train, X_test, y_test, config: DirectConfig | None = None) -> FoldRun:
+def run_fold(
+    key: jax.Array,
+    X_train: ArrayLike,
+    y_train: ArrayLike,
+    X_test: ArrayLike,
+    y_test: ArrayLike,
+    config: DirectConfig | None = None,
+) -> FoldRun:
     """Fits on the training rows and evaluates on the test rows. Returns a `FoldRun`
     `(model, result)`."""
     model, timings, info = fit_direct(key, X_train, y_train, config)

@@ -848,7 +848,7 @@ def _standardizer(X) -> Standardizer:
     mean = Z.mean(axis=0)
     std = np.sqrt(((Z - mean) ** 2).mean(axis=0))
     constant = ~(std > 100 * np.finfo(np.float64).eps * np.abs(mean))
-    return Standardizer(mean * unit, np.where(constant, 1.0, std * unit))
+    return Standardizer(mean * unit, np.where(constant, 1.0, std * unit))  # type: ignore[arg-type]  # NumPy fields
 
 
 class _nullcontext:

@@ -15,18 +15,20 @@ checks pass under `jax.transfer_guard_device_to_host("disallow")`.
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 
-def is_concrete(x) -> bool:
+def is_concrete(x: Any) -> bool:
     """True when `x` holds values (not a tracer inside `jit`/`vmap`/`grad`)."""
     return not isinstance(x, jax.core.Tracer)
 
 
-def check_numeric(x, name: str):
+def check_numeric(x: Any, name: str) -> np.dtype:
     """`ValueError` naming `name` unless `x` holds real numbers (bool, integer or float dtype): strings,
     objects and complex numbers are refused before JAX or NumPy sees them. Returns `x`'s dtype."""
     if x is None:
@@ -42,7 +44,7 @@ def check_numeric(x, name: str):
     return dtype
 
 
-def check_fit_dtype(x, name: str):
+def check_fit_dtype(x: Any, name: str) -> None:
     """`TypeError` naming `name` unless `x` is float32 or float64 (the precisions fits run in)."""
     dtype = jnp.dtype(x.dtype)
     if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
@@ -51,7 +53,7 @@ def check_fit_dtype(x, name: str):
         )
 
 
-def as_float_array(x, name: str):
+def as_float_array(x: ArrayLike, name: str) -> jax.Array:
     """Converts `x` to a floating JAX array, keeping float32/float64 and promoting ints and bools;
     `ValueError` naming `name` for strings, objects and complex numbers."""
     check_numeric(x, name)
@@ -61,7 +63,7 @@ def as_float_array(x, name: str):
     return arr
 
 
-def check_ndim(x, ndim: int, name: str, what: str = ""):
+def check_ndim(x: Any, ndim: int, name: str, what: str = "") -> None:
     if x.ndim != ndim:
         extra = f" ({what})" if what else ""
         raise ValueError(f"`{name}` must be {ndim}-D{extra}, got shape {tuple(x.shape)}")
@@ -143,13 +145,13 @@ def nonfinite_counts(arrays) -> list[int]:
     return [int(k) for k in reduce_on_device(_nonfinite_counts, arrays)]
 
 
-def check_finite(x, name: str):
+def check_finite(x: Any, name: str) -> None:
     """`ValueError` naming `name` when a concrete `x` holds NaN or inf; skipped for tracers."""
     if is_concrete(x) and x.size and not all_finite(x):
         raise ValueError(f"`{name}` contains {num_nonfinite(x)} NaN or infinite value(s)")
 
 
-def check_positive(x, name: str):
+def check_positive(x: Any, name: str) -> None:
     """`ValueError` naming `name` when a concrete `x` has an entry <= 0; skipped for tracers."""
     if not (is_concrete(x) and x.size):
         return
@@ -159,13 +161,13 @@ def check_positive(x, name: str):
         raise ValueError(f"`{name}` must be strictly positive, got min {float(low)}")
 
 
-def check_positive_number(x, name: str):
+def check_positive_number(x: Any, name: str) -> None:
     """`ValueError` naming `name` unless `x` is a Python int or float > 0 (bools are refused)."""
     if not (isinstance(x, int | float) and not isinstance(x, bool) and x > 0):
         raise ValueError(f"`{name}` must be a positive number, got {x!r}")
 
 
-def check_nonempty(x, name: str, axis: int = 0):
+def check_nonempty(x: Any, name: str, axis: int = 0) -> None:
     if x.shape[axis] == 0:
         raise ValueError(f"`{name}` is empty (shape {tuple(x.shape)})")
 
@@ -188,7 +190,7 @@ def check_int(x, name: str, minimum: int | None = None) -> int:
     return int(value)
 
 
-def check_basis_features(Phi, b: int):
+def check_basis_features(Phi: ArrayLike, b: int) -> jax.Array:
     """`Phi` as a finite float `(num_points, b)` array for a basis of `b` features; errors name `Phi`."""
     Phi = as_float_array(Phi, "Phi")
     check_ndim(Phi, 2, "Phi", "(num_points, num_features)")
@@ -209,7 +211,9 @@ def check_same_dtype(named_arrays: dict):
         )
 
 
-def check_xy(X, y, xname: str = "X", yname: str = "y", what: str = "(num_points, num_features)"):
+def check_xy(
+    X: ArrayLike, y: ArrayLike, xname: str = "X", yname: str = "y", what: str = "(num_points, num_features)"
+) -> tuple[jax.Array, jax.Array]:
     """Float arrays `X (n, d)` and `y (n,)` with matching rows; errors name the arguments."""
     X = as_float_array(X, xname)
     y = as_float_array(y, yname)

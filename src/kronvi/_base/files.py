@@ -39,7 +39,7 @@ def _temp_name(target: str) -> str:
 
 
 def check_output_path(
-    path,
+    path: str | os.PathLike[str],
     *,
     option: str = "`path`",
     inputs: Iterable = (),
@@ -109,7 +109,7 @@ def check_output_path(
     return path
 
 
-def write_atomic(path, data: str | bytes | Callable[[BinaryIO], None]) -> None:
+def write_atomic(path: str | os.PathLike[str], data: str | bytes | Callable[[BinaryIO], None]) -> None:
     r"""Writes `data` to `path` atomically: a temporary file in the same folder, then `os.replace`.
 
     Args:

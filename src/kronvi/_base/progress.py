@@ -55,6 +55,8 @@ __all__ = [
     "report_progress",
 ]
 
+# A progress callback `(step, total, metrics)`, the `progress` argument of the stochastic fits besides `True`.
+ProgressCallback = Callable[[int, int, dict[str, Any]], None]
 _REPORTERS: dict[int, Callable[[int, int, dict], None]] = {}
 _TOKENS = itertools.count(1)
 _LOCK = threading.Lock()
@@ -118,7 +120,7 @@ class StatusLine:
         self.min_interval = PLAIN_LINE_SECONDS if min_interval is None else float(min_interval)
         self.terminal = is_terminal(self._stream) if terminal is None else bool(terminal)
         self.clock = time.monotonic if clock is None else clock
-        self._last_time = None  # when the last plain line was written
+        self._last_time: float | None = None  # when the last plain line was written
         self._open = False  # a terminal line waits for its newline
 
     @property
@@ -173,10 +175,10 @@ class ProgressReporter:
         self._last = 0
         self._start = time.monotonic()
         self._line = StatusLine(file=file, min_interval=min_interval)
-        tqdm = None
+        tqdm: Any = None
         if self._line.terminal:
             try:
-                from tqdm.auto import tqdm  # noqa: PLC0415 (optional dependency)
+                from tqdm.auto import tqdm  # type: ignore[no-redef]  # noqa: PLC0415 (optional dependency)
             except ImportError:
                 tqdm = None
         if tqdm is not None:

@@ -8,11 +8,14 @@ must not go through validation, so `validated_pytree` registers an unflatten tha
 from __future__ import annotations
 
 import functools
+from typing import Any, TypeVar
 
 import jax
 
+_T = TypeVar("_T")
 
-def validated_pytree(cls):
+
+def validated_pytree(cls: type[_T]) -> type[_T]:
     """Registers `cls` (with `_fields`) as a pytree whose unflatten skips `__init__`.
 
     Also adds `cls._unchecked(*leaves)`: construction without validation, for traced code.
@@ -48,11 +51,12 @@ def validated_pytree(cls):
             raise TypeError(f"unknown field(s) {sorted(kwargs)} for {cls.__name__}")
         return obj
 
-    cls._unchecked = classmethod(lambda c, *leaves: unflatten(None, leaves))
-    cls.__setattr__ = setattr_
-    cls.__repr__ = repr_
-    cls.__iter__ = iter_
-    cls._replace = replace
+    patched: Any = cls  # the methods are added to the class itself
+    patched._unchecked = classmethod(lambda c, *leaves: unflatten(None, leaves))
+    patched.__setattr__ = setattr_
+    patched.__repr__ = repr_
+    patched.__iter__ = iter_
+    patched._replace = replace
     jax.tree_util.register_pytree_node(cls, flatten, unflatten)
     return cls
 

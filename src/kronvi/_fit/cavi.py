@@ -11,10 +11,12 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.deprecation import reordered_arguments
 from .._base.precision import dot
 from .._model.families import MeanField, grid_moments
+from .._model.grids import DiscretePrior
 from .._model.regression import coordinate_optimum, elbo_from_logits, noise_moments, noise_update
 from .._solvers.info import fit_info
 from .._stats.regression import RegressionStats
@@ -30,7 +32,13 @@ _OLD_SWEEP = ("logits_w", "logits_n", "prior_w", "prior_noise", "stats", "order"
 
 
 @reordered_arguments(_OLD_SWEEP[:5], _old_order)
-def coordinate_gains(stats, logits_w, logits_n, prior_w, prior_noise):
+def coordinate_gains(
+    stats: RegressionStats,
+    logits_w: ArrayLike,
+    logits_n: ArrayLike,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+) -> jax.Array:
     r"""ELBO gain of updating each weight alone to its coordinate optimum: $KL(q_j \| q_j^*)$.
 
     As a function of one factor the ELBO is $-KL(q_j \| q_j^*) + \text{const}$, so this is the
@@ -49,7 +57,15 @@ def _gains(logits_w, logits_n, prior_w, prior_noise, stats):
 
 
 @reordered_arguments(_OLD_SWEEP, _old_order)
-def cavi_sweep(stats, logits_w, logits_n, prior_w, prior_noise, order, temperature=1.0):
+def cavi_sweep(
+    stats: RegressionStats,
+    logits_w: ArrayLike,
+    logits_n: ArrayLike,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    order: ArrayLike,
+    temperature: ArrayLike = 1.0,
+) -> tuple[jax.Array, jax.Array]:
     """One coordinate-ascent sweep over the weights in `order`, then the noise. Returns new logits."""
     return _sequential_sweep(logits_w, logits_n, prior_w, prior_noise, stats, order, temperature)
 
@@ -263,7 +279,15 @@ BLOCK_SIZES = {"blocked": 16, "jacobi": 64}
 
 
 @reordered_arguments(_OLD_SWEEP, _old_order)
-def diagonal_sweep(stats, logits_w, logits_n, prior_w, prior_noise, order, temperature=1.0):
+def diagonal_sweep(
+    stats: RegressionStats,
+    logits_w: ArrayLike,
+    logits_n: ArrayLike,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    order: ArrayLike,
+    temperature: ArrayLike = 1.0,
+) -> tuple[jax.Array, jax.Array]:
     r"""One coordinate-ascent sweep when $\Phi^\top\Phi$ is diagonal (statistics in an eigenbasis,
     `kronvi.eigenbasis`): given the noise the weights do not interact, so every weight's
     coordinate optimum $\log q_j(v) = \log p_j(v) + E[\sigma^{-2}](v c_j - \tfrac12 A_{jj} v^2)$ is

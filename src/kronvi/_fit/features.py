@@ -19,18 +19,21 @@ so memory stays $O(\text{chunk}\cdot b + b^2)$ plus the parameters, never $O(nb)
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import check_finite, check_int, check_nonempty, check_xy, is_concrete
 from .._base.deprecation import renamed_arguments, reordered_arguments
 from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
 from .._model.families import MeanField
+from .._model.grids import DiscretePrior
 from .._model.regression import check_regression_args, regression_elbo
 from .._solvers.info import register_static_optimizer
 from .._solvers.lbfgs import BACKENDS, minimize_lbfgs
@@ -98,7 +101,14 @@ def _resolve_chunk(n, chunk_size):
     return check_int(chunk_size, "chunk_size", 1)
 
 
-def feature_stats(params, X, y, *, feature_fn, chunk_size: int | None = None) -> RegressionStats:
+def feature_stats(
+    params: Any,
+    X: ArrayLike,
+    y: ArrayLike,
+    *,
+    feature_fn: Callable[[Any, jax.Array], jax.Array],
+    chunk_size: int | None = None,
+) -> RegressionStats:
     r"""Sufficient statistics of $\Phi =$ `feature_fn(params, X)`, differentiable in `params`, `X`, `y`.
 
     The forward pass is `regression_stats_from_inputs`
@@ -212,7 +222,16 @@ _stats_vjp.defvjp(_stats_fwd, _stats_bwd)
     ("params", "q_w", "q_noise", "prior_w", "prior_noise", "X", "y"), lambda a: isinstance(a[1], MeanField)
 )
 def feature_elbo(
-    params, X, y, q_w, q_noise, prior_w, prior_noise, *, feature_fn, chunk_size: int | None = None
+    params: Any,
+    X: ArrayLike,
+    y: ArrayLike,
+    q_w: MeanField,
+    q_noise: MeanField,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    *,
+    feature_fn: Callable[[Any, jax.Array], jax.Array],
+    chunk_size: int | None = None,
 ) -> jax.Array:
     r"""The exact DIRECT ELBO of the features $\Phi_\theta =$ `feature_fn(params, X)`, differentiable in `params`.
 
@@ -261,24 +280,24 @@ def feature_elbo(
 
 @renamed_arguments(max_rounds="max_iter", backend="method")
 def fit_features(
-    params,
-    X,
-    y,
-    prior_w,
-    prior_noise,
+    params: Any,
+    X: ArrayLike,
+    y: ArrayLike,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
     *,
-    feature_fn,
-    init="gaussian",
+    feature_fn: Callable[[Any, jax.Array], jax.Array],
+    init: str | tuple[MeanField, MeanField] = "gaussian",
     max_iter: int = 10,
     param_iter: int = 20,
     fit_iter: int | None = None,
     starts: tuple[str, ...] = ("previous", "gaussian"),
     tol: float = 1e-6,
     inner_sweeps: int = 0,
-    log_prior=None,
+    log_prior: Callable[[Any], jax.Array] | None = None,
     method: str = "optax-lbfgs",
     chunk_size: int | None = None,
-):
+) -> FeatureFit:
     r"""Learns feature-map parameters and the mean-field posterior by maximizing the exact DIRECT ELBO.
 
     Block coordinate ascent on $\mathcal{L}(\theta, q) + \log p(\theta)$ (variational EM with the feature

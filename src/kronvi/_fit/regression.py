@@ -8,15 +8,17 @@ raising inside a compiled program.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
 from .._base.checks import check_int
 from .._model.families import MeanField
+from .._model.grids import DiscretePrior
 from .._model.regression import check_regression_args, elbo_from_logits
 from .._solvers.info import FitInfo
 from .._solvers.lbfgs import minimize_lbfgs
+from .._stats.regression import RegressionStats
 from .cavi import ORDERS, SWEEPS, fit_cavi
 from .placement import home_sharding, resolve_device, run_on
 from .starts import _gaussian_start
@@ -39,21 +41,21 @@ class RegressionFit(NamedTuple):
 
 
 def fit_regression(
-    stats,
-    prior_w,
-    prior_noise,
+    stats: RegressionStats,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
     *,
     method: str = "cavi",
-    init=None,
+    init: str | tuple[MeanField, MeanField] | None = None,
     max_iter: int | None = None,
     tol: float | None = None,
     order: str = "gain",
-    key=None,
+    key: jax.Array | None = None,
     anneal_sweeps: int = 0,
     anneal_start: float = 4.0,
     sweep: str = "auto",
-    device=None,
-):
+    device: jax.Device | None = None,
+) -> RegressionFit:
     r"""Fits mean-field DIRECT regression by maximizing the exact ELBO.
 
     The methods:
@@ -126,7 +128,7 @@ def fit_regression(
     if named and init == "gaussian":
         logits_w, logits_n = _gaussian_start(prior_w, prior_noise, stats, 3)  # gaussian_start, unchecked
         q_w0, q_n0 = MeanField._unchecked(logits_w), MeanField._unchecked(logits_n)
-    args = (q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
+    args: tuple[Any, ...] = (q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
     target = resolve_device(device, args)
     if method == "cavi":
         max_iter = 100 if max_iter is None else check_int(max_iter, "max_iter", 1)

@@ -20,12 +20,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import check_int
 from .._base.deprecation import reordered_arguments
 from .._base.precision import einsum, matmul
 from .._model.families import MeanField
-from .._model.grids import check_noise_prior, check_weight_prior
+from .._model.grids import DiscretePrior, check_noise_prior, check_weight_prior
 from .._model.regression import LOG_2PI, check_regression_args
 from .._stats.regression import RegressionStats, check_stats
 
@@ -61,7 +62,13 @@ def _log_joint(idx_w, idx_noise, prior_w, prior_noise, stats):
     ("idx_w", "idx_noise", "prior_w", "prior_noise", "stats"),
     lambda a: len(a) > 4 and isinstance(a[4], RegressionStats),
 )
-def regression_log_joint(stats, idx_w, idx_noise, prior_w, prior_noise):
+def regression_log_joint(
+    stats: RegressionStats,
+    idx_w: ArrayLike,
+    idx_noise: ArrayLike,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+) -> jax.Array:
     r"""Log joint density $\log p(y, w, \sigma^2)$ of the regression model at given grid configurations.
 
     $$ \log p(y, w, \sigma^2) = -\tfrac n2 \log(2\pi\sigma^2)
@@ -96,7 +103,9 @@ def regression_log_joint(stats, idx_w, idx_noise, prior_w, prior_noise):
     return _log_joint(idx_w, idx_noise, prior_w, prior_noise, stats)
 
 
-def _check_draws(idx_w, idx_noise, prior_w):
+def _check_draws(
+    idx_w: ArrayLike, idx_noise: ArrayLike, prior_w: DiscretePrior
+) -> tuple[jax.Array, jax.Array]:
     idx_w, idx_noise = jnp.asarray(idx_w), jnp.asarray(idx_noise)
     for x, name in ((idx_w, "idx_w"), (idx_noise, "idx_noise")):
         if not jnp.issubdtype(x.dtype, jnp.integer):
@@ -169,8 +178,17 @@ def _from_draws(
     lambda a: len(a) > 2 and isinstance(a[2], MeanField),
 )
 def reinforce_gradient_from_draws(
-    idx_w, idx_noise, stats, q_w, q_noise, prior_w, prior_noise, *, baseline=None, exact_entropy=False
-):
+    idx_w: ArrayLike,
+    idx_noise: ArrayLike,
+    stats: RegressionStats,
+    q_w: MeanField,
+    q_noise: MeanField,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    *,
+    baseline: str | ArrayLike | None = None,
+    exact_entropy: bool = False,
+) -> tuple[tuple[jax.Array, jax.Array], ReinforceInfo]:
     r"""The REINFORCE estimate of the ELBO's gradient in the logits of `q` from given draws of `q`.
 
     With draws $x_1, \dots, x_S \sim q$ and $f(x) = \log p(y, x) - \log q(x)$:
@@ -225,7 +243,7 @@ def reinforce_gradient_from_draws(
     )
 
 
-def sample_mean_field(key, q: MeanField, *, num_samples: int):
+def sample_mean_field(key: jax.Array, q: MeanField, *, num_samples: int) -> jax.Array:
     r"""`num_samples` independent draws of grid level indices from a mean-field `q`.
 
     Args:
@@ -257,8 +275,17 @@ def sample_mean_field(key, q: MeanField, *, num_samples: int):
     lambda a: isinstance(a[1], MeanField),
 )
 def reinforce_gradient(
-    key, stats, q_w, q_noise, prior_w, prior_noise, *, num_samples, baseline=None, exact_entropy=False
-):
+    key: jax.Array,
+    stats: RegressionStats,
+    q_w: MeanField,
+    q_noise: MeanField,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    *,
+    num_samples: int,
+    baseline: str | ArrayLike | None = None,
+    exact_entropy: bool = False,
+) -> tuple[tuple[jax.Array, jax.Array], ReinforceInfo]:
     r"""REINFORCE (score-function) estimate of the exact ELBO's gradient in the logits of a mean-field q.
 
     Draws `num_samples` configurations $x_s = (w_s, \sigma^2_s) \sim q$ and returns

@@ -14,7 +14,8 @@ variance counts as residual), so it cannot arbitrate between noise priors; held-
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +47,7 @@ class HeldoutScores(NamedTuple):
     log_density: jax.Array
 
 
-def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionStats):
+def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionStats) -> jax.Array:
     r"""Exact sum of squared errors of the posterior-mean predictor $\Phi\,E_q[w]$ on the rows that
     `stats` summarizes: $y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w$.
 
@@ -91,7 +92,13 @@ def _check_heldout(q_w, prior_w, stats):
         )
 
 
-def heldout_scores(q_w: MeanField, q_noise: MeanField, prior_w: DiscretePrior, prior_noise, stats):
+def heldout_scores(
+    q_w: MeanField,
+    q_noise: MeanField,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    stats: RegressionStats,
+) -> HeldoutScores:
     r"""Both `HeldoutScores` of `(q_w, q_noise)` on the rows that `stats` summarizes.
 
     Args:
@@ -122,10 +129,10 @@ def cv_scores(
     prior_w: DiscretePrior,
     prior_noise: DiscretePrior,
     *,
-    init="gaussian",
+    init: str | tuple[MeanField, MeanField] | None = "gaussian",
     method: str = "cavi",
     max_iter: int | None = None,
-):
+) -> HeldoutScores:
     r"""Held-out scores of DIRECT mean field on every fold, one vmapped fit per fold.
 
     Args:
@@ -184,7 +191,14 @@ def _cv_scores(train_stats, test_stats, prior_w, prior_noise, init_q, *, init_na
     return jax.vmap(one)(train_stats, test_stats)
 
 
-def select_prior(train_stats, test_stats, candidates, *, criterion: str = "log_density", **fit_kwargs):
+def select_prior(
+    train_stats: RegressionStats,
+    test_stats: RegressionStats,
+    candidates: Sequence[tuple[DiscretePrior, DiscretePrior]],
+    *,
+    criterion: str = "log_density",
+    **fit_kwargs: Any,
+) -> tuple[int, HeldoutScores]:
     r"""Picks the `(prior_w, prior_noise)` pair with the best K-fold cross-validated score.
 
     The candidates may differ in shape (e.g. a 15-level noise grid and a single fixed noise level), so

@@ -17,7 +17,9 @@ import jax.numpy as jnp
 from .._base.checks import check_int
 from .._base.precision import matmul
 from .._model.families import MeanField, grid_moments
+from .._model.grids import DiscretePrior
 from .._model.regression import check_regression_args, coordinate_optimum, noise_update
+from .._stats.regression import RegressionStats
 from ..gaussian._meanfield import fit_exact
 
 
@@ -37,7 +39,9 @@ def _gaussian_start(prior_w, prior_noise, stats, max_iter):
     return logits_w, logits_n
 
 
-def gaussian_start(stats, prior_w, prior_noise, *, max_iter: int = 3):
+def gaussian_start(
+    stats: RegressionStats, prior_w: DiscretePrior, prior_noise: DiscretePrior, *, max_iter: int = 3
+) -> tuple[MeanField, MeanField]:
     r"""A starting point `(q_w, q_noise)` for `kronvi.fit_regression` from the continuous problem.
 
     Fits the diagonal Gaussian posterior $\prod_j N(\mu_j, s_j^2)$ under the prior

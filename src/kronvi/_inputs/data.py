@@ -18,6 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_nonempty
 
@@ -37,7 +38,7 @@ class Standardizer(NamedTuple):
     scale: jax.Array
 
 
-def fit_standardizer(X) -> Standardizer:
+def fit_standardizer(X: ArrayLike) -> Standardizer:
     r"""Column means and standard deviations of the training inputs `X`.
 
     A column whose standard deviation is zero up to rounding ($\sigma_d \le 100\,\epsilon\,|\mu_d|$,
@@ -76,7 +77,7 @@ def fit_standardizer(X) -> Standardizer:
     return Standardizer(mean * unit, jnp.where(constant, jnp.ones_like(std), std * unit))
 
 
-def standardize(st: Standardizer, X) -> jax.Array:
+def standardize(st: Standardizer, X: ArrayLike) -> jax.Array:
     r"""Applies $(X - \text{mean}) / \text{scale}$ column-wise.
 
     Args:
@@ -168,9 +169,9 @@ def _read_table(source, name: str, *, header="never"):
         data = np.array([r for _, r in rows], dtype=np.float64)
     except ValueError:
         for line, r in rows:
-            bad = [c for c in r if not _is_number(c)]
-            if bad:
-                raise ValueError(f"{name}: non-numeric value {bad[0]!r} on line {line}") from None
+            words = [c for c in r if not _is_number(c)]
+            if words:
+                raise ValueError(f"{name}: non-numeric value {words[0]!r} on line {line}") from None
         raise
     bad = ~np.isfinite(data)
     if bad.any():
@@ -214,7 +215,7 @@ def _load_pair(data_src, mask_src, data_name: str, mask_name: str):
     return data[:, :-1], data[:, -1], mask
 
 
-def load_uci(path):
+def load_uci(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Loads a regression data set stored as `<path>/data.csv.gz` and `<path>/test_mask.csv.gz`.
 
     Args:
@@ -247,7 +248,7 @@ def load_uci(path):
     return _load_pair(data_file, mask_file, data_file, mask_file)
 
 
-def load_demo():
+def load_demo() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""The yacht hydrodynamics data set (308 rows, 6 inputs, 10 folds) shipped with kronvi.
 
     Returns:
@@ -266,7 +267,9 @@ def load_demo():
         return _load_pair(fd, fm, "kronvi demo data.csv.gz", "kronvi demo test_mask.csv.gz")
 
 
-def load_csv(path, *, target_column: int = -1, header="auto"):
+def load_csv(
+    path: str | os.PathLike[str], *, target_column: int = -1, header: bool | str = "auto"
+) -> tuple[np.ndarray, np.ndarray]:
     r"""Loads a plain comma-separated numeric table as `(X, y)`.
 
     gzip files are decompressed; a UTF-8 byte-order mark is ignored.
@@ -303,7 +306,7 @@ def load_csv(path, *, target_column: int = -1, header="auto"):
     return np.delete(data, t, axis=1), data[:, t]
 
 
-def fold_indices(test_mask) -> np.ndarray:
+def fold_indices(test_mask: ArrayLike) -> np.ndarray:
     r"""The test fold of every row: `folds[i] = k` where `test_mask[i, k] == 1`.
 
     Args:

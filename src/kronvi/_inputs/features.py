@@ -23,6 +23,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_positive
 from .._base.precision import matmul
@@ -42,7 +43,9 @@ class RandomFourierFeatures(NamedTuple):
 SAMPLINGS = ("iid", "orthogonal", "halton")
 
 
-def rff_init(key, lengthscales, num_frequencies: int, *, sampling: str = "iid") -> RandomFourierFeatures:
+def rff_init(
+    key: jax.Array, lengthscales: ArrayLike, num_frequencies: int, *, sampling: str = "iid"
+) -> RandomFourierFeatures:
     r"""Draws the frequencies of a random Fourier feature map for a squared-exponential ARD kernel.
 
     Every sampling draws standard-normal directions $z_j$ (columns) and scales input `d` by $1/\ell_d$;
@@ -141,7 +144,7 @@ def _halton_directions(key, d, D, dtype):
     return jax.scipy.special.ndtri(jnp.clip(u, eps, 1.0 - eps))
 
 
-def rff_features(params: RandomFourierFeatures, X) -> jax.Array:
+def rff_features(params: RandomFourierFeatures, X: ArrayLike) -> jax.Array:
     r"""Evaluates the random Fourier features $D^{-1/2}[\cos(XW), \sin(XW)]$.
 
     Pure and jittable; pass `functools.partial(rff_features, params)` as the `feature_map` of

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import (
     as_float_array,
@@ -212,7 +213,7 @@ def _check_hyper(hyper, d, name="hyper"):
         check_positive(jnp.asarray(getattr(hyper, field)), f"{name}.{field}")
 
 
-def _validate_xy(X, y):
+def _validate_xy(X: ArrayLike, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
     X, y = check_xy(X, y, what="(num_points, num_inputs)")
     check_nonempty(X, "X")
     if X.shape[1] == 0:
@@ -223,7 +224,7 @@ def _validate_xy(X, y):
     return X.astype(dtype), y.astype(dtype)
 
 
-def gp_log_marginal_likelihood(hyper: GPHyperparameters, X, y) -> jax.Array:
+def gp_log_marginal_likelihood(hyper: GPHyperparameters, X: ArrayLike, y: ArrayLike) -> jax.Array:
     r"""Exact log marginal likelihood of a zero-mean GP regression model.
 
     $$
@@ -335,21 +336,21 @@ def _select(lmls, degenerate, margin):
 
 @renamed_arguments(num_restarts="num_starts")
 def fit_gp_hyperparameters(
-    key,
-    X,
-    y,
+    key: jax.Array,
+    X: ArrayLike,
+    y: ArrayLike,
     *,
     num_points: int = 1000,
     num_starts: int = 4,
     max_iter: int = 200,
     tol: float = 1e-5,
-    min_noise_variance=None,
+    min_noise_variance: float | None = None,
     degenerate_margin: float = 2.0,
     init: GPHyperparameters | None = None,
     parallel_restarts: bool | None = None,
     restarts: str = "all",
     screen_points: int = 300,
-):
+) -> tuple[GPHyperparameters, GPFitInfo]:
     r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
 
     `min(n, num_points)` rows are drawn without replacement with `key` (all rows when `n` is

@@ -17,16 +17,20 @@ into its arrays and the rest (`params, static = eqx.partition(model, eqx.is_arra
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from .._base.checks import as_float_array, check_ndim
 from .._base.precision import matmul
 from .features import RandomFourierFeatures, rff_features, rff_init
 
 
-def rff_lengthscale_features(unit: RandomFourierFeatures, log_lengthscales, X) -> jax.Array:
+def rff_lengthscale_features(
+    unit: RandomFourierFeatures, log_lengthscales: ArrayLike, X: ArrayLike
+) -> jax.Array:
     r"""Random Fourier features with lengthscales $\ell = e^{\theta}$ as differentiable parameters.
 
     With unit-lengthscale draws $z_{dj} \sim N(0, 1)$ (`unit.frequencies`), the frequencies are
@@ -66,7 +70,9 @@ def rff_lengthscale_features(unit: RandomFourierFeatures, log_lengthscales, X) -
     return rff_features(RandomFourierFeatures(unit.frequencies * jnp.exp(-theta)[:, None]), X)
 
 
-def rff_lengthscale_map(key, num_inputs: int, num_frequencies: int, *, dtype=jnp.float32):
+def rff_lengthscale_map(
+    key: jax.Array, num_inputs: int, num_frequencies: int, *, dtype: DTypeLike = jnp.float32
+) -> jax.tree_util.Partial:
     r"""`feature_fn(log_lengthscales, X)`: random Fourier features whose lengthscales are the parameters.
 
     The draws are those of `rff_init(key, lengthscales, num_frequencies)`, so at
@@ -100,7 +106,9 @@ def rff_lengthscale_map(key, num_inputs: int, num_frequencies: int, *, dtype=jnp
     return jax.tree_util.Partial(rff_lengthscale_features, unit)
 
 
-def mlp_init(key, sizes, *, dtype=jnp.float32) -> list[tuple[jax.Array, jax.Array]]:
+def mlp_init(
+    key: jax.Array, sizes: Sequence[int], *, dtype: DTypeLike = jnp.float32
+) -> list[tuple[jax.Array, jax.Array]]:
     r"""Parameters of a tanh multilayer perceptron as a plain pytree: a list of `(W, c)` per layer.
 
     Layer $l$ maps width $s_{l}$ to $s_{l+1}$; $W$ is drawn $N(0, 1/s_l)$ (LeCun), $c$ is zero.
@@ -130,7 +138,7 @@ def mlp_init(key, sizes, *, dtype=jnp.float32) -> list[tuple[jax.Array, jax.Arra
     ]
 
 
-def mlp_features(params, X) -> jax.Array:
+def mlp_features(params: Sequence[tuple[jax.Array, jax.Array]], X: ArrayLike) -> jax.Array:
     r"""Features of a tanh multilayer perceptron: $h_0 = x$, $h_l = \tanh(h_{l-1} W_l + c_l)$,
     $\phi(x) = b^{-1/2} h_L$.
 

@@ -48,6 +48,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._base.checks import check_basis_features
 from .._base.precision import matmul
@@ -103,7 +104,7 @@ class CompactBasis(NamedTuple):
         return 1 + basis.vectors.shape[1] + basis.complement.shape[0]
 
 
-def compact_features(basis: CompactBasis, Phi):
+def compact_features(basis: CompactBasis, Phi: ArrayLike) -> jax.Array:
     r"""The features of a compact model: $[\phi^\top m,\ \phi^\top V_K,\ a_1 r, \dots, a_J r]$ with
     $r = \|\phi - V_K V_K^\top\phi\|$, `(num_points, 1 + k + J)`.
 
@@ -150,7 +151,14 @@ def _bottom_bound(s, lam, n):
     return float(np.sum(lam * np.abs(s - _weighted_median(s, lam))) / n) if len(s) else 0.0
 
 
-def complement_split(eigenvalues, variances, num_rows, noise_variance, *, tol: float):
+def complement_split(
+    eigenvalues: ArrayLike,
+    variances: ArrayLike,
+    num_rows: float | jax.Array,
+    noise_variance: float | jax.Array,
+    *,
+    tol: float,
+) -> tuple[np.ndarray, float]:
     r"""Which directions a compact model keeps: `(keep, s_bar)`.
 
     `keep` is a boolean `(b,)` mask of the directions outside the complement band $C$ and `s_bar` the
@@ -210,8 +218,16 @@ def _unit_grid(levels, width, dtype):
 
 
 def compact_posterior(
-    basis: Eigenbasis, q_w, prior_w, num_rows, noise_variance, *, tol: float, width: float, vectors_dtype=None
-):
+    basis: Eigenbasis,
+    q_w: MeanField,
+    prior_w: DiscretePrior,
+    num_rows: float | jax.Array,
+    noise_variance: float | jax.Array,
+    *,
+    tol: float,
+    width: float,
+    vectors_dtype: DTypeLike | None = None,
+) -> tuple[CompactBasis, DiscretePrior, MeanField]:
     r"""The compact form of a mean-field posterior over eigenbasis weights: `(compact_basis, prior, q)`.
 
     See the module's docstring for the construction and the bound on the variance it changes. The

@@ -49,8 +49,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_ndim
+from .families import MeanField
+from .grids import DiscretePrior
 from .regression import check_phi_new, check_regression_args
 
 
@@ -355,18 +358,18 @@ def default_num_nodes(dtype) -> int:
 
 
 def predictive_log_density(
-    q_w,
-    q_noise,
-    prior_w,
-    prior_noise,
-    Phi_new,
-    y_new,
+    q_w: MeanField,
+    q_noise: MeanField,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    Phi_new: ArrayLike,
+    y_new: ArrayLike,
     *,
     rtol: float | str | None = "auto",
     num_nodes: int | None = None,
     max_nodes: int = 1024,
     batch_size: int = 16,
-):
+) -> tuple[jax.Array, jax.Array]:
     r"""Exact log predictive density $\log q(y^*)$ of the discrete posterior, without sampling.
 
     $f = \Phi^* w$ is a sum of `b` independent discrete variables, so its characteristic

@@ -6,8 +6,12 @@ over the `m` levels of weight `j`'s grid.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_ndim
 from .._base.pytree import validated_pytree
@@ -28,6 +32,10 @@ class MeanField:
     """
 
     _fields = ("logits",)
+    logits: jax.Array
+    # added by `validated_pytree`: construction without validation, and a copy with fields replaced
+    _unchecked: ClassVar[Callable[..., MeanField]]
+    _replace: Callable[..., MeanField]
 
     def __init__(self, logits):
         logits = as_float_array(logits, "logits")
@@ -62,7 +70,7 @@ def check_family(q, prior, name: str, prior_name: str):
         )
 
 
-def grid_moments(probs, values):
+def grid_moments(probs: ArrayLike, values: ArrayLike) -> tuple[jax.Array, jax.Array]:
     r"""Mean and variance of each weight under factor probabilities `probs` on grid `values`.
 
     Both arrays `(..., b, m)`. The variance is computed around the mean (not as
@@ -73,7 +81,7 @@ def grid_moments(probs, values):
     return mean, var
 
 
-def entropy(q: MeanField):
+def entropy(q: MeanField) -> jax.Array:
     r"""Entropy $-E_q[\log q] = -\sum_j \langle q_j, \log q_j \rangle$ (Prop. 2: log of a Kronecker
     product is a Kronecker sum)."""
     return -jnp.sum(q.probs * q.log_probs, axis=(-2, -1))

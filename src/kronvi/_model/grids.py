@@ -9,9 +9,13 @@ values is the prior over the noise variance.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .._base.checks import as_float_array, check_finite, check_int, check_ndim, check_positive, is_concrete
 from .._base.pytree import validated_pytree
@@ -37,6 +41,11 @@ class DiscretePrior:
     """
 
     _fields = ("values", "log_probs")
+    values: jax.Array
+    log_probs: jax.Array
+    # added by `validated_pytree`: construction without validation, and a copy with fields replaced
+    _unchecked: ClassVar[Callable[..., DiscretePrior]]
+    _replace: Callable[..., DiscretePrior]
 
     def __init__(self, values, log_probs):
         values = as_float_array(values, "values")
@@ -67,7 +76,14 @@ class DiscretePrior:
         return self.values.shape[-1]
 
 
-def gaussian_prior(num_weights: int, scale, *, levels: int = 15, width: float = 3.0, dtype=None):
+def gaussian_prior(
+    num_weights: int,
+    scale: ArrayLike,
+    *,
+    levels: int = 15,
+    width: float = 3.0,
+    dtype: DTypeLike | None = None,
+) -> DiscretePrior:
     r"""A zero-mean Gaussian $N(0, \text{scale}^2)$ discretized on an even grid.
 
     The grid is `linspace(-width*scale, width*scale, levels)` for every weight (15 levels fit in 4 bits;
@@ -111,7 +127,9 @@ def gaussian_prior(num_weights: int, scale, *, levels: int = 15, width: float = 
     return DiscretePrior(values, log_probs)
 
 
-def noise_prior(variance, *, levels: int = 15, span: float = 10.0, dtype=None):
+def noise_prior(
+    variance: ArrayLike, *, levels: int = 15, span: float = 10.0, dtype: DTypeLike | None = None
+) -> DiscretePrior:
     r"""A uniform prior over a log-spaced grid of noise variances around an estimate.
 
     The grid runs from `variance / span` to `variance * span` in `levels` log-spaced steps
@@ -145,7 +163,7 @@ def noise_prior(variance, *, levels: int = 15, span: float = 10.0, dtype=None):
     return DiscretePrior(values[None, :], jnp.zeros((1, levels), variance.dtype))
 
 
-def _as_dtype(x, dtype):
+def _as_dtype(x: jax.Array, dtype: DTypeLike | None) -> jax.Array:
     """`x` cast to `dtype` (a float dtype), or unchanged for `None`."""
     if dtype is None:
         return x

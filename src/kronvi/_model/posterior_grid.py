@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._base.checks import (
     as_float_array,
@@ -25,7 +26,9 @@ from .._base.checks import (
 from .grids import DiscretePrior
 
 
-def posterior_grid_prior(center, spread, prior_scale, *, levels: int = 15, width: float = 4.0):
+def posterior_grid_prior(
+    center: ArrayLike, spread: ArrayLike, prior_scale: ArrayLike, *, levels: int = 15, width: float = 4.0
+) -> DiscretePrior:
     r"""The prior $N(0, \sigma_w^2)$ discretized on `center_j + spread_j * linspace(-width, width, levels)`.
 
     Args:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_ndim, check_same_dtype
 from .._base.deprecation import reordered_arguments
@@ -53,7 +55,7 @@ def check_regression_args(q_w, q_noise, prior_w, prior_noise, stats=None):
         )
 
 
-def noise_moments(q_noise: MeanField, prior_noise: DiscretePrior):
+def noise_moments(q_noise: MeanField, prior_noise: DiscretePrior) -> tuple[jax.Array, jax.Array, jax.Array]:
     r"""$(E[\sigma^{-2}], E[\log\sigma^2], E[\sigma^2])$ under `q_noise`."""
     p = q_noise.probs[..., 0, :]
     s = prior_noise.values[..., 0, :]
@@ -93,7 +95,13 @@ def elbo_terms(q_w, q_noise, prior_w, prior_noise, stats):
 @reordered_arguments(
     ("q_w", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: isinstance(a[0], MeanField)
 )
-def regression_elbo(stats, q_w, q_noise, prior_w, prior_noise):
+def regression_elbo(
+    stats: RegressionStats,
+    q_w: MeanField,
+    q_noise: MeanField,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+) -> jax.Array:
     r"""Exact mean-field ELBO of DIRECT Bayesian linear regression (Theorem 1).
 
     The sum over all $m^b m_\sigma$ configurations of weights and noise variance, computed in
@@ -139,7 +147,13 @@ def check_phi_new(Phi_new, prior_w):
     return Phi_new
 
 
-def predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_new):
+def predict_regression(
+    q_w: MeanField,
+    q_noise: MeanField,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    Phi_new: ArrayLike,
+) -> tuple[jax.Array, jax.Array]:
     r"""Exact predictive mean and variance of $y^* = \Phi^* w + \varepsilon$ under q.
 
     Mean $\Phi^*\bar w$ (eq. 9); variance $\sum_j (\Phi^*_j)^2 \mathrm{Var}_q(w_j) +
@@ -162,7 +176,7 @@ def predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_new):
     return matmul(Phi_new, mean), matmul(Phi_new**2, var) + e_s
 
 
-def expected_sparsity(q_w: MeanField, prior_w: DiscretePrior):
+def expected_sparsity(q_w: MeanField, prior_w: DiscretePrior) -> jax.Array:
     r"""Expected fraction of zero weights in a posterior sample: the mean over weights of
     $q_j(w_j = 0)$. Weights whose grid has no zero level count as never zero."""
     check_family(q_w, prior_w, "q_w", "prior_w")

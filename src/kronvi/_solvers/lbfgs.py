@@ -6,12 +6,16 @@ Why jaxopt is configured the way it is: `docs/notes/2026-11-22-library-history.m
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
+from jax.typing import ArrayLike
 
-from .info import fit_info
+from .info import FitInfo, fit_info
 
 BACKENDS = ("lbfgs", "optax-lbfgs")
 
@@ -29,7 +33,16 @@ def jaxopt_lbfgs(loss, *, max_iter, tol):
     return LBFGS(fun=loss, maxiter=max_iter, tol=tol, linesearch=linesearch, linesearch_init="max")
 
 
-def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbfgs", stall_rtol=None):
+def minimize_lbfgs(
+    loss: Callable[[Any], jax.Array],
+    params: Any,
+    scale: ArrayLike = 1.0,
+    *,
+    max_iter: int,
+    tol: ArrayLike,
+    backend: str = "optax-lbfgs",
+    stall_rtol: float | None = None,
+) -> tuple[Any, FitInfo]:
     """L-BFGS on `loss(params)` in a `lax.while_loop` (traceable; call inside `jit` or `vmap`).
 
     `backend="lbfgs"` uses `jaxopt.LBFGS` (the paper's recipe, configured by `jaxopt_lbfgs`),
@@ -54,18 +67,17 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
     if backend not in BACKENDS:
         raise ValueError(f"`backend` must be one of {BACKENDS}, got {backend!r}")
     dtypes = jax.tree.map(lambda p: jnp.result_type(p), params)
-    user_loss = loss
 
-    def loss(p):  # the line searches' float64 step sizes (x64 on) must not promote float32 parameters
-        return user_loss(jax.tree.map(lambda a, dt: a.astype(dt), p, dtypes))
+    def cast_loss(p):  # the line searches' float64 step sizes (x64 on) must not promote float32 parameters
+        return loss(jax.tree.map(lambda a, dt: a.astype(dt), p, dtypes))
 
-    value0, grad0 = jax.value_and_grad(loss)(params)
+    value0, grad0 = jax.value_and_grad(cast_loss)(params)
     gnorm0 = optax.tree.norm(grad0)
     trace = jnp.full((max_iter + 1,), -value0 * scale)
     iterates = trace
 
     if backend == "lbfgs":
-        solver = jaxopt_lbfgs(loss, max_iter=max_iter, tol=tol)
+        solver = jaxopt_lbfgs(cast_loss, max_iter=max_iter, tol=tol)
         state = solver.init_state(params)
 
         def step(params, state, value, grad):
@@ -77,7 +89,7 @@ def minimize_lbfgs(loss, params, scale=1.0, *, max_iter, tol, backend="optax-lbf
         state = opt.init(params)
 
         def step(params, state, value, grad):
-            updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=loss)
+            updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=cast_loss)
             params = optax.apply_updates(params, updates)
             return params, state, optax.tree.get(state, "value"), optax.tree.get(state, "grad")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import functools
 import types
+from typing import Any
 
 import jax
 import numpy as np
@@ -104,7 +105,7 @@ def cache_by_optimizer(build, maxsize: int = 8):
       >>> step(optax.sgd(0.1)) is step(optax.sgd(0.1))
       True
     """
-    cache = collections.OrderedDict()
+    cache: collections.OrderedDict[Any, Any] = collections.OrderedDict()
 
     @functools.wraps(build)
     def get(optimizer):
@@ -117,5 +118,5 @@ def cache_by_optimizer(build, maxsize: int = 8):
             cache.popitem(last=False)
         return fn
 
-    get.cache = cache
+    get.cache = cache  # type: ignore[attr-defined]  # a function attribute, as functools.lru_cache's
     return get

@@ -8,11 +8,13 @@ exact posterior is a product of independent factors and a mean-field family lose
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._base.checks import check_basis_features, check_finite, check_xy, host_arrays
 from .._base.precision import matmul
@@ -29,7 +31,7 @@ class Eigenbasis(NamedTuple):
     eigenvalues: jax.Array
 
 
-def eigenbasis(stats):
+def eigenbasis(stats: RegressionStats) -> tuple[RegressionStats, Eigenbasis]:
     r"""Rotates the statistics to the eigenbasis of $\Phi^\top\Phi$.
 
     Args:
@@ -71,7 +73,7 @@ def _eigenbasis(stats):
     return rotated, Eigenbasis(V, lam)
 
 
-def rotate_features(basis, Phi):
+def rotate_features(basis: Eigenbasis, Phi: ArrayLike) -> jax.Array:
     r"""Features in the eigenbasis, $\Phi V$, `(num_points, b)`.
 
     Args:
@@ -84,7 +86,13 @@ def rotate_features(basis, Phi):
     return matmul(Phi, basis.vectors.astype(Phi.dtype))
 
 
-def eigenbasis_from_inputs(feature_map, X, y, *, chunk_size: int | None = None):
+def eigenbasis_from_inputs(
+    feature_map: Callable[[jax.Array], jax.Array],
+    X: ArrayLike,
+    y: ArrayLike,
+    *,
+    chunk_size: int | None = None,
+) -> tuple[RegressionStats, Eigenbasis]:
     r"""`eigenbasis` of the statistics of `feature_map(X)`, by the cheaper of two routes.
 
     With `n` rows and `b` features:

@@ -8,12 +8,14 @@ training statistics are `total - fold_k`, and streaming or multi-device accumula
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import (
     as_float_array,
@@ -115,7 +117,9 @@ def _two_sum(s, c, x):
     return t, c
 
 
-def _validate_xy(X, y, xname, mask=None):
+def _validate_xy(
+    X: ArrayLike, y: ArrayLike, xname: str, mask: ArrayLike | None = None
+) -> tuple[jax.Array, jax.Array]:
     y = as_float_array(y, "y")
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
@@ -130,7 +134,9 @@ def _validate_xy(X, y, xname, mask=None):
     return X.astype(dtype), y.astype(dtype)
 
 
-def regression_stats(Phi, y, *, chunk_size: int | None = None, mask=None) -> RegressionStats:
+def regression_stats(
+    Phi: ArrayLike, y: ArrayLike, *, chunk_size: int | None = None, mask: ArrayLike | None = None
+) -> RegressionStats:
     r"""Sufficient statistics $(n, y^\top y, \Phi^\top y, \Phi^\top\Phi)$ of a data set.
 
     Rows are processed in chunks of `chunk_size` inside `lax.scan`; the running sums are
@@ -174,7 +180,14 @@ def regression_stats(Phi, y, *, chunk_size: int | None = None, mask=None) -> Reg
     return _chunked_stats(_identity, Phi, y, chunk_size, "Phi", mask)
 
 
-def regression_stats_from_inputs(feature_map, X, y, *, chunk_size: int | None = None, mask=None):
+def regression_stats_from_inputs(
+    feature_map: Callable[[jax.Array], jax.Array],
+    X: ArrayLike,
+    y: ArrayLike,
+    *,
+    chunk_size: int | None = None,
+    mask: ArrayLike | None = None,
+) -> RegressionStats:
     r"""Statistics of `feature_map(X)` computed chunk by chunk: memory $O(\text{chunk}\cdot b + b^2)$.
 
     Args:
@@ -288,7 +301,9 @@ def _chunked_stats_jit(feature_map, X, y, chunk_size):
     return RegressionStats(jnp.asarray(n, X.dtype), yty, Phity, PhitPhi)
 
 
-def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
+def kfold_stats(
+    Phi: ArrayLike, y: ArrayLike, folds: ArrayLike, *, chunk_size: int | None = None
+) -> tuple[RegressionStats, RegressionStats]:
     r"""Training and test statistics of every fold from one pass over the data.
 
     Args:
@@ -305,7 +320,14 @@ def kfold_stats(Phi, y, folds, *, chunk_size: int | None = None):
     return _stack_folds(_identity, Phi, y, folds, chunk_size, "Phi")
 
 
-def kfold_stats_from_inputs(feature_map, X, y, folds, *, chunk_size: int | None = None):
+def kfold_stats_from_inputs(
+    feature_map: Callable[[jax.Array], jax.Array],
+    X: ArrayLike,
+    y: ArrayLike,
+    folds: ArrayLike,
+    *,
+    chunk_size: int | None = None,
+) -> tuple[RegressionStats, RegressionStats]:
     r"""`kfold_stats` of `feature_map(X)`, the features built chunk by chunk (as in
     `regression_stats_from_inputs`): one pass over the rows. Memory: the `K` statistics,
     $O(K b^2)$, plus one fold's copy of the inputs at a time (no feature matrix).

@@ -2,14 +2,20 @@ r"""Statistics of a stream of row blocks: data sets larger than memory, one bloc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .regression import RegressionStats, merge_stats, regression_stats, regression_stats_from_inputs
 
 
 def regression_stats_from_chunks(
-    chunks, *, feature_map=None, chunk_size: int | None = None
+    chunks: Iterable[tuple[ArrayLike, ...]],
+    *,
+    feature_map: Callable[[jax.Array], jax.Array] | None = None,
+    chunk_size: int | None = None,
 ) -> RegressionStats:
     r"""Sufficient statistics of the rows of every block an iterator yields, one block in memory at a time.
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -223,7 +224,7 @@ def check_bnn_args(q_w, q_noise, prior_w, prior_noise, layer_sizes):
 
 
 @reordered_arguments(("q_w", "prior_w", "stats"), lambda a: isinstance(a[0], MeanField))
-def bnn_expected_rss(stats: BNNStats, q_w: MeanField, prior_w: DiscretePrior):
+def bnn_expected_rss(stats: BNNStats, q_w: MeanField, prior_w: DiscretePrior) -> jax.Array:
     r"""$E_q \sum_i (y_i - f(x_i; w))^2$ from the statistics, exactly."""
     sizes = check_bnn_stats(stats)
     return expected_rss_from_probs(q_w.probs, prior_w.values, stats, sizes)
@@ -251,7 +252,9 @@ def elbo_from_logits(logits_w, logits_n, prior_w, prior_noise, stats, sizes):
 @reordered_arguments(
     ("q_w", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: isinstance(a[0], MeanField)
 )
-def bnn_elbo(stats, q_w, q_noise, prior_w, prior_noise):
+def bnn_elbo(
+    stats: BNNStats, q_w: MeanField, q_noise: MeanField, prior_w: DiscretePrior, prior_noise: DiscretePrior
+) -> jax.Array:
     r"""Exact mean-field ELBO of the DIRECT quadratic-activation Bayesian network.
 
     The sum over every configuration of the `P` weights and the noise variance,

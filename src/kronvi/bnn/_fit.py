@@ -19,15 +19,18 @@ point, so fits start from randomly perturbed logits (`bnn_init`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_int, check_ndim
 from .._base.deprecation import renamed_arguments
 from .._model.families import MeanField
+from .._model.grids import DiscretePrior
 from .._model.regression import noise_moments, noise_optimum_logits
 from .._solvers.info import FitInfo, fit_info
 from .._solvers.lbfgs import minimize_lbfgs
@@ -39,7 +42,7 @@ from ._elbo import (
     one_hidden_point_moments,
 )
 from ._net import check_layer_sizes
-from ._stats import check_bnn_stats, tensor_power_map
+from ._stats import BNNStats, check_bnn_stats, tensor_power_map
 
 BNN_METHODS = ("lbfgs", "optax-lbfgs", "cavi")
 # An L-BFGS fit has converged only if one coordinate-ascent sweep from it gains at most this many nats per row.
@@ -61,7 +64,9 @@ class BNNFit(NamedTuple):
     info: FitInfo
 
 
-def bnn_init(key, prior_w, prior_noise, *, scale: float = 1.0):
+def bnn_init(
+    key: jax.Array, prior_w: DiscretePrior, prior_noise: DiscretePrior, *, scale: float = 1.0
+) -> tuple[MeanField, MeanField]:
     r"""A symmetry-breaking start: `q_w` with logits `prior_w.log_probs + scale * N(0, 1)`, `q_noise`
     equal to its prior.
 
@@ -83,18 +88,18 @@ def bnn_init(key, prior_w, prior_noise, *, scale: float = 1.0):
 
 @renamed_arguments(q_init="init")
 def fit_bnn(
-    stats,
-    prior_w,
-    prior_noise,
+    stats: BNNStats,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
     *,
     method: str = "cavi",
-    init=None,
-    key=None,
+    init: tuple[MeanField, MeanField] | None = None,
+    key: jax.Array | None = None,
     max_iter: int | None = None,
     tol: float | None = None,
     init_scale: float = 3.0,
     num_starts: int = 1,
-):
+) -> BNNFit:
     r"""Fits the mean-field DIRECT quadratic network by maximizing the exact ELBO (`bnn_elbo`).
 
     Args:
@@ -241,7 +246,14 @@ def _fit_cavi(logits_w, logits_n, prior_w, prior_noise, stats, *, max_iter, tol)
     return MeanField._unchecked(lw), MeanField._unchecked(ln), fit_info(trace, it, done, optimizer="cavi")
 
 
-def predict_bnn(q_w, q_noise, prior_w, prior_noise, X_new, layer_sizes):
+def predict_bnn(
+    q_w: MeanField,
+    q_noise: MeanField,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    X_new: ArrayLike,
+    layer_sizes: Sequence[int],
+) -> tuple[jax.Array, jax.Array]:
     r"""Exact predictive mean and variance of $y^* = f(x^*; w) + \varepsilon$ under `q`.
 
     Mean $E_q[f(x^*)]$, variance $\mathrm{Var}_q[f(x^*)] + E_q[\sigma^2]$, both exact sums over

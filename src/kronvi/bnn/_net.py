@@ -16,6 +16,10 @@ depend on the data only through a few moment tensors (`kronvi.bnn._stats`).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
+
+import jax
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_ndim
 from .._base.precision import matmul
@@ -44,7 +48,7 @@ def check_layer_sizes(layer_sizes, name: str = "layer_sizes") -> tuple[int, ...]
     return sizes
 
 
-def num_weights(layer_sizes) -> int:
+def num_weights(layer_sizes: Sequence[int]) -> int:
     """Number of weights `P` of the network: $\\sum_l$ `layer_sizes[l] * layer_sizes[l+1]`."""
     sizes = check_layer_sizes(layer_sizes)
     return sum(a * b for a, b in zip(sizes[:-1], sizes[1:], strict=True))
@@ -65,7 +69,7 @@ def split_weights(w, layer_sizes):
     return [w[..., o : o + r * c].reshape(w.shape[:-1] + (r, c)) for o, r, c in weight_offsets(layer_sizes)]
 
 
-def quadratic_net(w, X, layer_sizes):
+def quadratic_net(w: ArrayLike, X: ArrayLike, layer_sizes: Sequence[int]) -> jax.Array:
     r"""The quadratic-activation network $f(x; w)$ at every row of `X`.
 
     Hidden layers square their pre-activation, the output layer is linear, there are no biases (append

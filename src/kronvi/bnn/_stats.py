@@ -17,11 +17,13 @@ $d^2$ and $d^4$ entries for one hidden layer.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .._base.checks import fetch, is_concrete, nonfinite_counts
 from .._stats.regression import regression_stats_from_inputs
@@ -97,7 +99,9 @@ def tensor_power_map(depth: int):
     return feature_map
 
 
-def bnn_stats(X, y, layer_sizes, *, chunk_size: int | None = None) -> BNNStats:
+def bnn_stats(
+    X: ArrayLike, y: ArrayLike, layer_sizes: Sequence[int], *, chunk_size: int | None = None
+) -> BNNStats:
     r"""Sufficient statistics $(n, y^\top y, \sum_i y_i z_i, \sum_i z_i z_i^\top)$ of a quadratic network.
 
     $z_i = x_i^{\otimes 2^L}$ for `L = len(layer_sizes) - 2` hidden layers; rows are processed in

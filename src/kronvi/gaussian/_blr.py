@@ -21,6 +21,7 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import (
     as_float_array,
@@ -35,7 +36,7 @@ from .._base.precision import matmul
 from .._model.regression import LOG_2PI
 from .._solvers.linalg import jittered_cholesky
 from .._stats.eigen import null_space
-from .._stats.regression import check_stats
+from .._stats.regression import RegressionStats, check_stats
 from ._meanfield import check_noise_variance, check_prior_scale
 
 
@@ -53,7 +54,9 @@ def _factor(stats, scale, s2):
     return jittered_cholesky(M)
 
 
-def blr_posterior(stats, prior_scale, noise_variance):
+def blr_posterior(
+    stats: RegressionStats, prior_scale: ArrayLike, noise_variance: ArrayLike
+) -> tuple[jax.Array, jax.Array]:
     r"""Exact posterior $N(\mu, \Sigma)$ of the weights under the prior $N(0, \sigma_w^2 I)$.
 
     $\Sigma = (\Phi^\top\Phi/\sigma^2 + \sigma_w^{-2} I)^{-1}$, $\mu = \Sigma\Phi^\top y/\sigma^2$.
@@ -87,7 +90,7 @@ def _posterior(stats, scale, s2):
     return mean, 0.5 * (cov + cov.T)
 
 
-def blr_log_evidence(stats, prior_scale, noise_variance):
+def blr_log_evidence(stats: RegressionStats, prior_scale: ArrayLike, noise_variance: ArrayLike) -> jax.Array:
     r"""Exact log marginal likelihood $\log p(y) = \log N(y;\ 0,\ \Phi D\Phi^\top + \sigma^2 I)$.
 
     Args:
@@ -121,7 +124,9 @@ def _log_evidence(stats, scale, s2):
     return -0.5 * (stats.n * (LOG_2PI + jnp.log(s2)) + logdet_D + logdet_A + quad)
 
 
-def blr_evidence_noise(stats, prior_scale, *, lower, upper, num_steps: int = 60):
+def blr_evidence_noise(
+    stats: RegressionStats, prior_scale: ArrayLike, *, lower: float, upper: float, num_steps: int = 60
+) -> jax.Array:
     r"""The noise variance in `[lower, upper]` that maximizes the exact evidence `blr_log_evidence`.
 
     One eigendecomposition $\Phi^\top\Phi = V\Lambda V^\top$ makes each evidence evaluation
@@ -163,7 +168,14 @@ def blr_evidence_noise(stats, prior_scale, *, lower, upper, num_steps: int = 60)
     return _evidence_noise(stats, scale, lo, hi, check_int(num_steps, "num_steps", minimum=1))
 
 
-def spectral_log_evidence(eigenvalues, c, yty, n, prior_scale, noise_variance):
+def spectral_log_evidence(
+    eigenvalues: ArrayLike,
+    c: ArrayLike,
+    yty: ArrayLike,
+    n: ArrayLike,
+    prior_scale: ArrayLike,
+    noise_variance: ArrayLike,
+) -> jax.Array:
     r"""Log evidence from the spectrum of $\Phi^\top\Phi$ (scalar $\sigma_w$): `O(b)`.
 
     The residual $y^\top y - \sum_j c_j^2/(\lambda_j + \kappa)$, $\kappa = \sigma^2/\sigma_w^2$,
@@ -181,7 +193,7 @@ def spectral_log_evidence(eigenvalues, c, yty, n, prior_scale, noise_variance):
     r0 = jnp.maximum(yty - jnp.sum(c2 / safe), 0.0)
     quad = r0 / s2 + jnp.sum(c2 / (v * safe * (safe + kappa)))
     logdet = n * jnp.log(s2) + jnp.sum(jnp.log1p(v * lam / s2))
-    return -0.5 * (n * LOG_2PI + logdet + quad)
+    return -0.5 * (n * LOG_2PI + logdet + quad)  # type: ignore[return-value]  # NumPy's stubs: a NumPy `n`
 
 
 @functools.partial(jax.jit, static_argnums=4)
@@ -215,8 +227,16 @@ def spectral_evidence_noise(eigenvalues, c, yty, n, prior_scale, lower, upper, *
 
 @functools.partial(jax.jit, static_argnames=("max_iter",))
 def spectral_evidence_optimum(
-    eigenvalues, c, yty, n, prior_scale, noise_variance, *, log_range=12.0, max_iter: int = 100
-):
+    eigenvalues: ArrayLike,
+    c: ArrayLike,
+    yty: ArrayLike,
+    n: ArrayLike,
+    prior_scale: ArrayLike,
+    noise_variance: ArrayLike,
+    *,
+    log_range: float = 12.0,
+    max_iter: int = 100,
+) -> tuple[jax.Array, jax.Array]:
     r"""The prior scale $\sigma_w$ and noise variance $\sigma^2$ that jointly maximize the exact evidence
     `spectral_log_evidence`, from the spectrum of $\Phi^\top\Phi$: `O(b)` per step.
 
@@ -297,7 +317,9 @@ def spectral_evidence_optimum(
     return jnp.exp(0.5 * theta[0]), jnp.exp(theta[1])
 
 
-def predict_blr(mean, cov, noise_variance, Phi_new):
+def predict_blr(
+    mean: ArrayLike, cov: ArrayLike, noise_variance: ArrayLike, Phi_new: ArrayLike
+) -> tuple[jax.Array, jax.Array]:
     r"""Exact predictive $y^* \sim N(\Phi^*\mu,\ \mathrm{diag}(\Phi^*\Sigma\Phi^{*\top}) + \sigma^2)$.
 
     Args:

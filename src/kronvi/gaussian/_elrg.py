@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import (
     as_float_array,
@@ -54,14 +56,14 @@ from .._base.checks import (
 )
 from .._base.deprecation import reordered_arguments
 from .._base.precision import dot, einsum, matmul
-from .._base.progress import check_progress, progress_scope, report_progress
+from .._base.progress import ProgressCallback, check_progress, progress_scope, report_progress
 from .._base.pytree import validated_pytree
 from .._model.regression import LOG_2PI
 from .._solvers.info import FitInfo, fit_info
 from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.linalg import jittered_cholesky
 from .._solvers.optimizers import cache_by_optimizer
-from .._stats.regression import check_stats
+from .._stats.regression import RegressionStats, check_stats
 from ._meanfield import check_noise_variance, check_prior_scale
 from ._reparam import ReparamInfo
 
@@ -87,6 +89,12 @@ class ELRG:
     """
 
     _fields = ("mean", "log_diag", "factors")
+    mean: jax.Array
+    log_diag: jax.Array
+    factors: jax.Array
+    # added by `validated_pytree`: construction without validation, and a copy with fields replaced
+    _unchecked: ClassVar[Callable[..., ELRG]]
+    _replace: Callable[..., ELRG]
 
     def __init__(self, mean, log_diag, factors):
         mean = as_float_array(mean, "mean")
@@ -187,7 +195,7 @@ _minibatch_elbo_jit = jax.jit(_minibatch_elbo, static_argnums=9)
 # Public formulas
 
 
-def elrg_kl(q, prior_scale):
+def elrg_kl(q: ELRG, prior_scale: ArrayLike) -> jax.Array:
     r"""$\mathrm{KL}(q\,\|\,N(0, \sigma_w^2 I))$ of an `ELRG` posterior, by the paper's Lemma 2.
 
     $$
@@ -220,7 +228,9 @@ def elrg_kl(q, prior_scale):
 
 
 @reordered_arguments(("q", "noise_variance", "stats"), lambda a: isinstance(a[0], ELRG))
-def elrg_elbo(stats, q, noise_variance, *, prior_scale):
+def elrg_elbo(
+    stats: RegressionStats, q: ELRG, noise_variance: ArrayLike, *, prior_scale: ArrayLike
+) -> jax.Array:
     r"""Exact ELBO of an `ELRG` posterior for Bayesian linear regression, from the statistics.
 
     $$
@@ -259,8 +269,16 @@ def elrg_elbo(stats, q, noise_variance, *, prior_scale):
 
 @reordered_arguments(("key", "q", "noise_variance", "Phi_batch", "y_batch"), lambda a: isinstance(a[1], ELRG))
 def elrg_minibatch_elbo(
-    key, Phi_batch, y_batch, q, noise_variance, *, num_data, prior_scale, num_samples: int = 1
-):
+    key: jax.Array,
+    Phi_batch: ArrayLike,
+    y_batch: ArrayLike,
+    q: ELRG,
+    noise_variance: ArrayLike,
+    *,
+    num_data: int,
+    prior_scale: ArrayLike,
+    num_samples: int = 1,
+) -> jax.Array:
     r"""Unbiased minibatch estimate of the ELBO of an `ELRG` posterior by local reparameterization.
 
     For each row of the minibatch (drawn uniformly from the `num_data` rows) and each of `num_samples`
@@ -304,7 +322,7 @@ def elrg_minibatch_elbo(
     )  # fmt: skip
 
 
-def predict_elrg(q, noise_variance, Phi_new):
+def predict_elrg(q: ELRG, noise_variance: ArrayLike, Phi_new: ArrayLike) -> tuple[jax.Array, jax.Array]:
     r"""Predictive mean and variance under an `ELRG` posterior (exact, Gaussian).
 
     $y^* \sim N(\Phi^*\mu,\ (\Phi^*)^{\circ 2}d + \|\Phi^* V\|^2_{\text{row}} + \sigma^2)$:
@@ -406,26 +424,26 @@ def _check_init(init, b, rank, diagonal, dtype):
 
 
 def fit_elrg(
-    key,
-    stats,
-    prior_scale,
-    noise_variance,
+    key: jax.Array,
+    stats: RegressionStats | None,
+    prior_scale: ArrayLike,
+    noise_variance: ArrayLike,
     *,
     rank: int,
     objective: str = "exact",
     diagonal: str = "full",
-    diag_variance=None,
-    init=None,
+    diag_variance: float | None = None,
+    init: ELRG | None = None,
     max_iter: int = 1000,
     tol: float = 1e-7,
-    data=None,
-    optimizer=None,
+    data: tuple[ArrayLike, ArrayLike] | None = None,
+    optimizer: optax.GradientTransformation | None = None,
     num_steps: int | None = None,
     batch_size: int = 100,
     num_samples: int = 1,
-    progress=None,
+    progress: bool | ProgressCallback | None = None,
     progress_every: int | None = None,
-):
+) -> ELRGFit:
     r"""Fits an `ELRG` posterior (low-rank plus diagonal covariance) for Bayesian linear regression.
 
     The noise variance $\sigma^2$ is fixed. Two objectives:
@@ -523,6 +541,7 @@ def fit_elrg(
         max_iter = check_int(max_iter, "max_iter", 1)
         if not float(tol) >= 0:
             raise ValueError(f"`tol` must be >= 0, got {tol}")
+        assert stats is not None  # required above for objective="exact"
         if init is None:
             mean0 = _optimal_mean(stats, scale, s2)
             init = _default_init(

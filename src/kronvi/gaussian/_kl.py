@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_ndim
 
 
-def _check_gaussian(mean, cov, mean_name, cov_name):
+def _check_gaussian(
+    mean: ArrayLike, cov: ArrayLike, mean_name: str, cov_name: str
+) -> tuple[jax.Array, jax.Array]:
     mean = as_float_array(mean, mean_name)
     cov = as_float_array(cov, cov_name)
     check_ndim(mean, 1, mean_name, "(dim,)")
@@ -36,7 +39,7 @@ def _check_gaussian(mean, cov, mean_name, cov_name):
     return mean, cov
 
 
-def gaussian_kl(q_mean, q_cov, p_mean, p_cov):
+def gaussian_kl(q_mean: ArrayLike, q_cov: ArrayLike, p_mean: ArrayLike, p_cov: ArrayLike) -> jax.Array:
     r"""$\mathrm{KL}(N(m_q, S_q) \,\|\, N(m_p, S_p))$ in nats, through Cholesky factors of both covariances.
 
     $$

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import (
     as_float_array,
@@ -42,7 +43,7 @@ from .._base.precision import dot, matmul
 from .._model.regression import LOG_2PI
 from .._solvers.info import FitInfo, fit_info
 from .._solvers.linalg import jittered_cholesky
-from .._stats.regression import check_stats
+from .._stats.regression import RegressionStats, check_stats
 
 
 class GaussianMeanField(NamedTuple):
@@ -152,7 +153,9 @@ def _elbo(mean, log_std, noise_variance, stats, prior_scale):
 
 
 @reordered_arguments(("q", "noise_variance", "stats"), lambda a: isinstance(a[0], GaussianMeanField))
-def gaussian_mf_elbo(stats, q, noise_variance, *, prior_scale):
+def gaussian_mf_elbo(
+    stats: RegressionStats, q: GaussianMeanField, noise_variance: ArrayLike, *, prior_scale: ArrayLike
+) -> jax.Array:
     r"""Exact ELBO of a diagonal Gaussian posterior for Bayesian linear regression, from the statistics.
 
     $$
@@ -198,15 +201,15 @@ def gaussian_mf_elbo(stats, q, noise_variance, *, prior_scale):
 
 
 def fit_gaussian_mf(
-    stats,
+    stats: RegressionStats,
     *,
-    prior_scale,
-    noise_variance,
+    prior_scale: ArrayLike,
+    noise_variance: ArrayLike,
     learn_noise: bool = True,
-    noise_bounds=None,
+    noise_bounds: tuple[float, float] | None = None,
     max_iter: int = 100,
     tol: float = 1e-7,
-):
+) -> GaussianFit:
     r"""Fits the diagonal Gaussian posterior by exact coordinate ascent on `gaussian_mf_elbo`.
 
     One iteration sets the factors to their exact optimum for the current noise variance,
@@ -306,7 +309,9 @@ def fit_exact(stats, scale, s0, lo, hi, *, learn_noise, max_iter, tol):
     return GaussianFit(GaussianMeanField(mean, log_std), s, fit_info(tr, it, done, optimizer="cavi"))
 
 
-def predict_gaussian_mf(q, noise_variance, Phi_new):
+def predict_gaussian_mf(
+    q: GaussianMeanField, noise_variance: ArrayLike, Phi_new: ArrayLike
+) -> tuple[jax.Array, jax.Array]:
     r"""Predictive mean and variance under a diagonal Gaussian posterior (exact, Gaussian).
 
     $y^* \sim N(\Phi^*\mu,\ (\Phi^*)^{\circ 2} s^2 + \sigma^2)$.

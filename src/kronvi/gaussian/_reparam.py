@@ -13,17 +13,19 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_int, check_ndim, check_optimizer, check_xy
 from .._base.deprecation import reordered_arguments
 from .._base.precision import matmul
-from .._base.progress import check_progress, progress_scope, report_progress
+from .._base.progress import ProgressCallback, check_progress, progress_scope, report_progress
 from .._base.pytree import as_traced_callable
 from .._model.regression import LOG_2PI
 from .._solvers.info import fit_info
@@ -83,7 +85,9 @@ def _noise_to_param(s, bounds):
     return jnp.log(frac) - jnp.log1p(-frac)
 
 
-def reparam_noise_variance(state, *, noise_bounds=None):
+def reparam_noise_variance(
+    state: ReparamState, *, noise_bounds: tuple[float, float] | None = None
+) -> jax.Array:
     """The noise variance $\\sigma^2$ held by a `ReparamState` (same `noise_bounds` as the
     fit)."""
     if not isinstance(state, ReparamState):
@@ -92,7 +96,13 @@ def reparam_noise_variance(state, *, noise_bounds=None):
     return _noise_from_param(state.noise_param, bounds)
 
 
-def gaussian_reparam_init(q, noise_variance, *, optimizer, noise_bounds=None):
+def gaussian_reparam_init(
+    q: GaussianMeanField,
+    noise_variance: ArrayLike,
+    *,
+    optimizer: optax.GradientTransformation,
+    noise_bounds: tuple[float, float] | None = None,
+) -> ReparamState:
     r"""Initial `ReparamState` for `gaussian_reparam_step`.
 
     Args:
@@ -190,18 +200,18 @@ def _compiled_fit(optimizer):
 
 @reordered_arguments(("key", "state", "Phi_batch", "y_batch"), lambda a: isinstance(a[1], ReparamState))
 def gaussian_reparam_step(
-    key,
-    Phi_batch,
-    y_batch,
-    state,
+    key: jax.Array,
+    Phi_batch: ArrayLike,
+    y_batch: ArrayLike,
+    state: ReparamState,
     *,
-    num_data,
-    prior_scale,
-    optimizer,
+    num_data: int,
+    prior_scale: ArrayLike,
+    optimizer: optax.GradientTransformation,
     num_samples: int = 10,
     learn_noise: bool = True,
-    noise_bounds=None,
-):
+    noise_bounds: tuple[float, float] | None = None,
+) -> tuple[ReparamState, ReparamInfo]:
     r"""One reparameterization-gradient step on a minibatch (the REPARAM baseline; optax/blackjax shape).
 
     The minibatch ELBO estimate
@@ -246,22 +256,22 @@ def gaussian_reparam_step(
 
 
 def fit_gaussian_reparam(
-    key,
-    X,
-    y,
+    key: jax.Array,
+    X: ArrayLike,
+    y: ArrayLike,
     *,
-    init,
-    prior_scale,
-    optimizer,
+    init: tuple[GaussianMeanField, ArrayLike],
+    prior_scale: ArrayLike,
+    optimizer: optax.GradientTransformation,
     num_steps: int,
-    feature_map=None,
+    feature_map: Callable[[jax.Array], jax.Array] | None = None,
     batch_size: int = 100,
     num_samples: int = 10,
     learn_noise: bool = True,
-    noise_bounds=None,
-    progress=None,
+    noise_bounds: tuple[float, float] | None = None,
+    progress: bool | ProgressCallback | None = None,
     progress_every: int | None = None,
-):
+) -> GaussianFit:
     r"""Trains the diagonal Gaussian posterior with minibatch reparameterization gradients (REPARAM).
 
     Runs `gaussian_reparam_step` `num_steps` times inside `lax.scan` (one compile per optimizer

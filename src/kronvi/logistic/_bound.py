@@ -41,6 +41,7 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike, DTypeLike
 
 from .._base.checks import (
     as_float_array,
@@ -87,7 +88,7 @@ def _num_bad_labels(y):
     return jnp.sum((y != 0) & (y != 1))
 
 
-def check_labels(y, num_rows: int, dtype, name: str = "y"):
+def check_labels(y: ArrayLike | None, num_rows: int, dtype: DTypeLike, name: str = "y") -> jax.Array:
     """`y` as a float array of 0/1 labels `(num_rows,)`; `ValueError` naming `name` otherwise.
 
     Shapes are always checked; values (NaN, anything but 0 or 1) only for concrete arrays.
@@ -126,7 +127,7 @@ def check_weights(weights, num_rows: int, dtype, name: str = "weights"):
     return weights
 
 
-def check_design(Phi, prior_w: DiscretePrior, name: str = "Phi"):
+def check_design(Phi: ArrayLike, prior_w: DiscretePrior, name: str = "Phi") -> jax.Array:
     """`Phi` as a finite float `(n, b)` array matching `prior_w`'s `b` weights and dtype."""
     check_weight_prior(prior_w)
     Phi = as_float_array(Phi, name)
@@ -140,7 +141,14 @@ def check_design(Phi, prior_w: DiscretePrior, name: str = "Phi"):
     return Phi
 
 
-def check_logistic_args(q_w, prior_w, Phi, y, name_phi: str = "Phi", name_y: str = "y"):
+def check_logistic_args(
+    q_w: MeanField,
+    prior_w: DiscretePrior,
+    Phi: ArrayLike,
+    y: ArrayLike,
+    name_phi: str = "Phi",
+    name_y: str = "y",
+) -> tuple[jax.Array, jax.Array]:
     Phi = check_design(Phi, prior_w, name_phi)
     check_family(q_w, prior_w, "q_w", "prior_w")
     check_same_dtype({name_phi: Phi, "q_w": q_w.logits})
@@ -276,7 +284,15 @@ def _old_order_after_key(args):
 
 
 @reordered_arguments(("q_w", "prior_w", "Phi", "y"), _old_order)
-def logistic_loglik_bound(Phi, y, q_w, prior_w, *, bound: str = DEFAULT_BOUND, chunk_size: int | None = None):
+def logistic_loglik_bound(
+    Phi: ArrayLike,
+    y: ArrayLike,
+    q_w: MeanField,
+    prior_w: DiscretePrior,
+    *,
+    bound: str = DEFAULT_BOUND,
+    chunk_size: int | None = None,
+) -> jax.Array:
     r"""Lower bound on the expected log-likelihood $\sum_i E_q \log p(y_i \mid w)$ of logistic
     regression under a mean-field discrete posterior.
 
@@ -322,7 +338,15 @@ def logistic_loglik_bound(Phi, y, q_w, prior_w, *, bound: str = DEFAULT_BOUND, c
 
 
 @reordered_arguments(("q_w", "prior_w", "Phi", "y"), _old_order)
-def logistic_elbo_bound(Phi, y, q_w, prior_w, *, bound: str = DEFAULT_BOUND, chunk_size: int | None = None):
+def logistic_elbo_bound(
+    Phi: ArrayLike,
+    y: ArrayLike,
+    q_w: MeanField,
+    prior_w: DiscretePrior,
+    *,
+    bound: str = DEFAULT_BOUND,
+    chunk_size: int | None = None,
+) -> jax.Array:
     r"""Lower bound on the ELBO of DIRECT logistic regression:
     `logistic_loglik_bound` $+\, E_q[\log p(w)] - E_q[\log q(w)]$ (the last two exact).
 
@@ -341,8 +365,16 @@ def logistic_elbo_bound(Phi, y, q_w, prior_w, *, bound: str = DEFAULT_BOUND, chu
 
 @reordered_arguments(("key", "q_w", "prior_w", "Phi", "y"), _old_order_after_key)
 def logistic_loglik_minibatch(
-    key, Phi, y, q_w, prior_w, *, batch_size: int, bound: str = DEFAULT_BOUND, chunk_size: int | None = None
-):
+    key: jax.Array,
+    Phi: ArrayLike,
+    y: ArrayLike,
+    q_w: MeanField,
+    prior_w: DiscretePrior,
+    *,
+    batch_size: int,
+    bound: str = DEFAULT_BOUND,
+    chunk_size: int | None = None,
+) -> jax.Array:
     r"""Unbiased minibatch estimate of `logistic_loglik_bound`: $\frac{n}{B}$ times the bound's
     sum over `batch_size` rows drawn uniformly without replacement.
 
@@ -366,7 +398,15 @@ def logistic_loglik_minibatch(
 
 
 @reordered_arguments(("key", "q_w", "prior_w", "Phi", "y"), _old_order_after_key)
-def logistic_loglik_estimate(key, Phi, y, q_w, prior_w, *, num_samples: int = 1000):
+def logistic_loglik_estimate(
+    key: jax.Array,
+    Phi: ArrayLike,
+    y: ArrayLike,
+    q_w: MeanField,
+    prior_w: DiscretePrior,
+    *,
+    num_samples: int = 1000,
+) -> tuple[jax.Array, jax.Array]:
     r"""Unbiased Monte Carlo estimate of the exact $\sum_i E_q \log p(y_i \mid w)$ and its standard
     error, from `num_samples` independent draws of $w \sim q$ (to measure the bounds' gaps).
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import all_finite, check_int, check_optimizer, is_concrete, reduce_on_device
 from .._base.deprecation import renamed_arguments
@@ -23,6 +24,7 @@ from .._base.kron import kron_sum_expectation
 from .._base.precision import matmul
 from .._base.threads import run_single_threaded
 from .._model.families import MeanField, check_family, grid_moments
+from .._model.grids import DiscretePrior
 from .._solvers.info import FitInfo, fit_info
 from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.optimizers import cache_by_optimizer
@@ -164,22 +166,22 @@ def _compiled_sgd(optimizer):
 
 @renamed_arguments(q_init="init")
 def fit_logistic(
-    Phi,
-    y,
-    prior_w,
+    Phi: ArrayLike,
+    y: ArrayLike,
+    prior_w: DiscretePrior,
     *,
     method: str = "optax-lbfgs",
     bound: str = DEFAULT_BOUND,
-    init=None,
+    init: str | MeanField | None = None,
     max_iter: int | None = None,
     tol: float | None = None,
-    key=None,
+    key: jax.Array | None = None,
     batch_size: int | None = None,
-    optimizer=None,
+    optimizer: optax.GradientTransformation | None = None,
     num_steps: int | None = None,
     chunk_size: int | None = None,
-    weights=None,
-):
+    weights: ArrayLike | None = None,
+) -> LogisticFit:
     r"""Fits mean-field DIRECT logistic regression by maximizing `logistic_elbo_bound`.
 
     The objective is $B(q) + E_q[\log p(w)] - E_q[\log q(w)]$ with $B$ the chosen lower

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import (
     as_float_array,
@@ -30,6 +31,7 @@ from .._base.checks import (
 )
 from .._base.precision import matmul
 from .._base.threads import run_single_threaded
+from .._model.grids import DiscretePrior
 from .._model.posterior_grid import posterior_grid_prior
 from ._bound import check_labels, check_weights
 
@@ -136,16 +138,16 @@ def laplace_fit(Phi, y, weights, prec, mean, *, max_iter: int, tol):
 
 
 def laplace_grid_prior(
-    Phi,
-    y,
-    prior_scale,
+    Phi: ArrayLike,
+    y: ArrayLike,
+    prior_scale: ArrayLike,
     *,
     levels: int = 15,
     width: float = 4.0,
-    weights=None,
+    weights: ArrayLike | None = None,
     max_iter: int = NEWTON_MAX_ITER,
     tol: float | None = None,
-):
+) -> tuple[DiscretePrior, LaplaceInfo]:
     r"""The prior $N(0, \sigma_w^2)$ discretized on grids placed on the Laplace approximation to the
     posterior of logistic regression: the accurate default grids for
     `fit_logistic`.

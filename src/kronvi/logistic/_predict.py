@@ -35,9 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import check_int, fetch, is_concrete, reduce_on_device
-from .._model.families import check_family
+from .._model.families import MeanField, check_family
+from .._model.grids import DiscretePrior
 from ._bound import check_design, log_mgf
 
 # At most this many configurations m**b are summed per point by the exact fallback; quadrature nodes cap.
@@ -119,14 +121,14 @@ def _predict(log_q, values, Phi, num_nodes, chunk):
 
 
 def predict_logistic(
-    q_w,
-    prior_w,
-    Phi_new,
+    q_w: MeanField,
+    prior_w: DiscretePrior,
+    Phi_new: ArrayLike,
     *,
     num_nodes: int | None = None,
     chunk_size: int | None = None,
     with_error_bound: bool = False,
-):
+) -> jax.Array | tuple[jax.Array, jax.Array]:
     r"""Exact predictive probabilities $P(y^* = 1 \mid x^*) = E_q[\sigma(\Phi^* w)]$ of DIRECT
     logistic regression, from the exact distribution of $\Phi^* w$ (no sampling).
 

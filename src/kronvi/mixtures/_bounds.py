@@ -15,12 +15,15 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .._base.deprecation import reordered_arguments
 from .._base.kron import kron_log_inner_from_logs
 from .._base.precision import einsum
 from .._model.families import MeanField, entropy
+from .._model.grids import DiscretePrior
 from .._model.regression import LOG_2PI, expected_rss, noise_moments, noise_optimum_logits
+from .._stats.regression import RegressionStats
 from ._family import (
     Mixture,
     MixturePrior,
@@ -69,7 +72,13 @@ def noise_cavi_logits(q, prior_w, prior_noise, stats):
 
 
 @reordered_arguments(("q", "q_noise", "prior_w", "prior_noise", "stats"), lambda a: isinstance(a[0], Mixture))
-def mixture_expected_loglik(stats, q, q_noise, prior_w, prior_noise):
+def mixture_expected_loglik(
+    stats: RegressionStats,
+    q: Mixture,
+    q_noise: MeanField,
+    prior_w: DiscretePrior | MixturePrior,
+    prior_noise: DiscretePrior,
+) -> jax.Array:
     r"""Exact expected log-likelihood $E_{q(w)q_\sigma}[\log N(y \mid \Phi w, \sigma^2 I)]$, mixture q.
 
     The expectation is linear in `q`, so it is the $\alpha$-weighted sum of the mean-field terms:
@@ -108,7 +117,7 @@ def mixture_expected_loglik(stats, q, q_noise, prior_w, prior_noise):
     return expected_loglik(q, q_noise, prior_w, prior_noise, stats)
 
 
-def mixture_prior_bound(q, prior):
+def mixture_prior_bound(q: Mixture, prior: DiscretePrior | MixturePrior) -> jax.Array:
     r"""Lower bound on $E_q[\log p(w)]$ for a mixture prior (Theorem 4); exact for a factorized one.
 
     For $p = \sum_c \beta_c \bigotimes_j p^{(c)}_j$, concavity of $\log$ (Jensen) gives, for
@@ -181,7 +190,16 @@ def elbo_bound(q, log_center, q_noise, prior_w, prior_noise, stats, rescale=True
     ("q", "log_center", "q_noise", "prior_w", "prior_noise", "stats"),
     lambda a: isinstance(a[0], Mixture),
 )
-def mixture_elbo_bound(stats, q, q_noise, log_center, prior_w, prior_noise, *, rescale: bool = True):
+def mixture_elbo_bound(
+    stats: RegressionStats,
+    q: Mixture,
+    q_noise: MeanField,
+    log_center: ArrayLike,
+    prior_w: DiscretePrior | MixturePrior,
+    prior_noise: DiscretePrior,
+    *,
+    rescale: bool = True,
+) -> jax.Array:
     r"""Deterministic lower bound on the ELBO of a mixture posterior (Theorem 3).
 
     Concavity of the logarithm, $\log x \le \log a + x/a - 1$ for $a > 0$, applied to every

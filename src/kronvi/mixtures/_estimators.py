@@ -20,6 +20,8 @@ from jax import lax
 from .._base.checks import check_int
 from .._base.deprecation import reordered_arguments
 from .._model.families import MeanField, entropy
+from .._model.grids import DiscretePrior
+from .._stats.regression import RegressionStats
 from ._bounds import expected_log_prior, expected_loglik, noise_terms
 from ._family import Mixture, MixturePrior, check_mixture_args
 from ._local import LOCAL_BATCH, local_scores
@@ -175,8 +177,16 @@ def _old_order(args):
 
 @reordered_arguments(_OLD_ORDER, _old_order)
 def mixture_elbo_estimate(
-    key, stats, q, q_noise, prior_w, prior_noise, *, num_samples: int, estimator: str = "local"
-):
+    key: jax.Array,
+    stats: RegressionStats,
+    q: Mixture,
+    q_noise: MeanField,
+    prior_w: DiscretePrior | MixturePrior,
+    prior_noise: DiscretePrior,
+    *,
+    num_samples: int,
+    estimator: str = "local",
+) -> jax.Array:
     r"""Stochastic ELBO surrogate whose gradient is an unbiased estimate of the exact ELBO gradient.
 
     The expected log-likelihood, the noise terms and (for a factorized prior) the expected log prior are
@@ -292,17 +302,17 @@ def estimator_fn(name):
 
 @reordered_arguments(_OLD_ORDER, _old_order)
 def mixture_elbo_unbiased(
-    key,
-    stats,
-    q,
-    q_noise,
-    prior_w,
-    prior_noise,
+    key: jax.Array,
+    stats: RegressionStats,
+    q: Mixture,
+    q_noise: MeanField,
+    prior_w: DiscretePrior | MixturePrior,
+    prior_noise: DiscretePrior,
     *,
     num_samples: int,
     estimator: str = "stratified",
     chunk_size: int | None = None,
-):
+) -> tuple[jax.Array, jax.Array]:
     r"""Unbiased Monte Carlo estimate of the ELBO of a mixture posterior, with its standard error.
 
     $\mathcal{L} = E_q[\log p(y\mid w,\sigma^2)] + E[\log p(\sigma^2)] + H[q_\sigma] +

@@ -7,7 +7,8 @@ $p(w) = \sum_c \beta_c \bigotimes_j p^{(c)}_j$ on one grid.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +42,11 @@ class Mixture:
     """
 
     _fields = ("logits", "weight_logits")
+    logits: jax.Array
+    weight_logits: jax.Array
+    # added by `validated_pytree`: construction without validation, and a copy with fields replaced
+    _unchecked: ClassVar[Callable[..., Mixture]]
+    _replace: Callable[..., Mixture]
 
     def __init__(self, logits, weight_logits):
         logits = as_float_array(logits, "logits")
@@ -120,6 +126,12 @@ class MixturePrior:
     """
 
     _fields = ("values", "log_probs", "log_weights")
+    values: jax.Array
+    log_probs: jax.Array
+    log_weights: jax.Array
+    # added by `validated_pytree`: construction without validation, and a copy with fields replaced
+    _unchecked: ClassVar[Callable[..., MixturePrior]]
+    _replace: Callable[..., MixturePrior]
 
     def __init__(self, values, log_probs, log_weights):
         values = as_float_array(values, "values")
@@ -247,8 +259,8 @@ def check_log_center(log_center, q):
 
 
 def mixture_from_mean_field(
-    key, q_w, num_components: int, *, noise_scale: float = 0.3, smoothing: float = 0.0
-):
+    key: jax.Array, q_w: MeanField, num_components: int, *, noise_scale: float = 0.3, smoothing: float = 0.0
+) -> Mixture:
     r"""A mixture of perturbed copies of a mean-field posterior, to start a mixture fit from.
 
     Component `k` has logits $\log\big((1-\epsilon) q_j + \epsilon/m\big) +

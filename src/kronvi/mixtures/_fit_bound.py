@@ -5,13 +5,16 @@ from __future__ import annotations
 import functools
 
 import jax
+from jax.typing import ArrayLike
 
 from .._base.checks import check_int
 from .._base.deprecation import warn_deprecated
 from .._model.families import MeanField
+from .._model.grids import DiscretePrior
 from .._solvers.lbfgs import BACKENDS, minimize_lbfgs
+from .._stats.regression import RegressionStats
 from ._bounds import elbo_bound
-from ._family import Mixture, MixtureFit, check_log_center, check_mixture, check_mixture_args
+from ._family import Mixture, MixtureFit, MixturePrior, check_log_center, check_mixture, check_mixture_args
 
 
 def _parse_init(init):
@@ -34,16 +37,16 @@ def _parse_init(init):
 
 
 def fit_mixture_bound(
-    stats,
-    prior_w,
-    prior_noise,
+    stats: RegressionStats,
+    prior_w: DiscretePrior | MixturePrior,
+    prior_noise: DiscretePrior,
     *,
-    init,
+    init: tuple[Mixture, MeanField] | tuple[Mixture, MeanField, ArrayLike],
     method: str = "lbfgs",
     max_iter: int = 1000,
     tol: float = 1e-6,
     rescale: bool = True,
-):
+) -> MixtureFit:
     r"""Fits a mixture posterior by maximizing the Theorem-3 bound over `q`, the centre and `q_noise`.
 
     L-BFGS (the paper's Table 2 recipe) on $-\mathcal{B}/n$ over the component logits, the mixture

@@ -3,14 +3,22 @@ r"""Exact predictive moments under a mixture posterior."""
 from __future__ import annotations
 
 import jax
+from jax.typing import ArrayLike
 
 from .._base.precision import matmul
-from .._model.families import grid_moments
+from .._model.families import MeanField, grid_moments
+from .._model.grids import DiscretePrior
 from .._model.regression import check_phi_new, noise_moments
-from ._family import check_mixture_args
+from ._family import Mixture, MixturePrior, check_mixture_args
 
 
-def predict_mixture(q, q_noise, prior_w, prior_noise, Phi_new):
+def predict_mixture(
+    q: Mixture,
+    q_noise: MeanField,
+    prior_w: DiscretePrior | MixturePrior,
+    prior_noise: DiscretePrior,
+    Phi_new: ArrayLike,
+) -> tuple[jax.Array, jax.Array]:
     r"""Exact predictive mean and variance of $y^* = \Phi^* w + \varepsilon$ under a mixture.
 
     With component means $\mu_k = \Phi^*\bar w_k$ and variances

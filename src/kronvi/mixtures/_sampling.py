@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base.checks import check_int
-from ._family import check_mixture
+from ._family import Mixture, check_mixture
 
 
 def inverse_cdf(probs, u):
@@ -40,7 +40,7 @@ def sample_per_component(key, probs, per_component):
     return inverse_cdf(probs[:, None], u)
 
 
-def sample_mixture(key, q, num_samples: int):
+def sample_mixture(key: jax.Array, q: Mixture, num_samples: int) -> jax.Array:
     r"""Draws from a mixture: a component $k \sim \alpha$, then each $x_j \sim q^{(k)}_j$.
 
     Args:

@@ -21,13 +21,15 @@ from jax import lax
 
 from .._base.checks import check_int, check_optimizer
 from .._base.deprecation import reordered_arguments
-from .._base.progress import check_progress, progress_scope, report_progress
+from .._base.progress import ProgressCallback, check_progress, progress_scope, report_progress
 from .._model.families import MeanField
+from .._model.grids import DiscretePrior
 from .._solvers.info import fit_info
 from .._solvers.optimizers import cache_by_optimizer
+from .._stats.regression import RegressionStats
 from ._bounds import noise_cavi_logits
 from ._estimators import estimator_fn
-from ._family import Mixture, MixtureFit, check_mixture, check_mixture_args
+from ._family import Mixture, MixtureFit, MixturePrior, check_mixture, check_mixture_args
 
 NOISE_UPDATES = ("cavi", "gradient")
 
@@ -138,7 +140,9 @@ def _compiled_fit(optimizer):
     return jax.jit(fit, static_argnames=("num_steps", "num_samples", "noise_update", "estimator"))
 
 
-def mixture_sgd_init(q, q_noise, *, optimizer):
+def mixture_sgd_init(
+    q: Mixture, q_noise: MeanField, *, optimizer: optax.GradientTransformation
+) -> MixtureSGDState:
     r"""Initial `MixtureSGDState` for `mixture_sgd_step`.
 
     Args:
@@ -167,17 +171,17 @@ def mixture_sgd_init(q, q_noise, *, optimizer):
     ("key", "state", "stats", "prior_w", "prior_noise"), lambda a: isinstance(a[1], MixtureSGDState)
 )
 def mixture_sgd_step(
-    key,
-    stats,
-    state,
-    prior_w,
-    prior_noise,
+    key: jax.Array,
+    stats: RegressionStats,
+    state: MixtureSGDState,
+    prior_w: DiscretePrior | MixturePrior,
+    prior_noise: DiscretePrior,
     *,
-    optimizer,
+    optimizer: optax.GradientTransformation,
     num_samples: int,
     noise_update: str = "cavi",
     estimator: str = "local",
-):
+) -> tuple[MixtureSGDState, MixtureSGDInfo]:
     r"""One stochastic-gradient step on the ELBO of a mixture posterior (optax/blackjax shape).
 
     Draws `num_samples` configurations, forms the unbiased gradient of `mixture_elbo_estimate`
@@ -216,20 +220,20 @@ def mixture_sgd_step(
 
 
 def fit_mixture_sgd(
-    key,
-    stats,
-    prior_w,
-    prior_noise,
+    key: jax.Array,
+    stats: RegressionStats,
+    prior_w: DiscretePrior | MixturePrior,
+    prior_noise: DiscretePrior,
     *,
-    init,
-    optimizer,
+    init: tuple[Mixture, MeanField],
+    optimizer: optax.GradientTransformation,
     num_steps: int,
     num_samples: int,
     noise_update: str = "cavi",
     estimator: str = "local",
-    progress=None,
+    progress: bool | ProgressCallback | None = None,
     progress_every: int | None = None,
-):
+) -> MixtureFit:
     r"""Fits a mixture posterior by stochastic gradient ascent on the exact ELBO (the paper's "Mixture SGD").
 
     Runs `mixture_sgd_step` `num_steps` times inside `lax.scan`, with a fresh key per step; one

@@ -37,12 +37,13 @@ References:
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_int, check_ndim, fetch, is_concrete
 from .._base.precision import matmul
@@ -91,7 +92,7 @@ def _sample_mixture(q, key, num_samples: int):
     return sample_mixture(key, q, num_samples)
 
 
-def sample_codes(key, q, num_samples: int):
+def sample_codes(key: jax.Array, q: MeanField | Mixture, num_samples: int) -> jax.Array:
     r"""Draws posterior samples as grid indices ("codes"), exactly from `q`.
 
     For a mean-field `q` every weight is drawn independently,
@@ -145,7 +146,7 @@ def packed_width(num_weights: int, bits: int) -> int:
     return -(-int(num_weights) * int(bits) // 8)
 
 
-def pack_codes(codes, *, bits: int = 4):
+def pack_codes(codes: ArrayLike, *, bits: int = 4) -> jax.Array:
     r"""Packs integer codes losslessly into bytes, `8 // bits` codes per byte.
 
     Code `j` of a row goes to byte `j // (8 // bits)` at bit offset `bits * (j % (8 // bits))`
@@ -189,7 +190,7 @@ def pack_codes(codes, *, bits: int = 4):
     return jnp.asarray(_pack(codes, bits, np))
 
 
-def _host_or_traced(x):
+def _host_or_traced(x: Any) -> jax.Array | np.ndarray:
     """Concrete inputs go to NumPy (bit twiddling there needs no compilation), copied explicitly: codes
     are small (`b / 2` bytes per sample at 4 bits); tracers stay."""
     return x if not is_concrete(x) else np.asarray(fetch(x))
@@ -212,7 +213,7 @@ def _pack(codes, bits, xp):
 _pack_jit = jax.jit(functools.partial(_pack, xp=jnp), static_argnums=1)
 
 
-def unpack_codes(packed, num_weights: int, *, bits: int = 4):
+def unpack_codes(packed: ArrayLike, num_weights: int, *, bits: int = 4) -> jax.Array:
     r"""Inverse of `pack_codes`.
 
     Args:
@@ -242,7 +243,7 @@ def unpack_codes(packed, num_weights: int, *, bits: int = 4):
     return jnp.asarray(_unpack(packed, num_weights, bits, np))
 
 
-def _check_packed(packed, ndim=None):
+def _check_packed(packed: ArrayLike, ndim: int | None = None) -> jax.Array | np.ndarray:
     packed = _host_or_traced(packed)
     if packed.dtype != jnp.uint8:
         raise TypeError(f"`packed` must be a uint8 array (from pack_codes), got dtype {packed.dtype}")
@@ -319,7 +320,14 @@ def _check_features(Phi_new, num_weights: int):
 # ----------------------------------------------------------------------------------------------------
 
 
-def predict_from_codes(packed, prior_w, Phi_new, *, integer: bool = False, bits: int | None = None):
+def predict_from_codes(
+    packed: ArrayLike,
+    prior_w: DiscretePrior,
+    Phi_new: ArrayLike,
+    *,
+    integer: bool = False,
+    bits: int | None = None,
+) -> jax.Array:
     r"""Predictions $f_{is} = \Phi^*_i \cdot w^{(s)}$ for every stored sample.
 
     The float path gathers $w^{(s)}_j = v_{j, c_{sj}}$ and multiplies exactly (to floating-point
@@ -389,7 +397,7 @@ class IntegerSamples(NamedTuple):
     """
 
     deltas: jax.Array
-    index: jax.Array
+    index: jax.Array  # type: ignore[assignment]  # a field named `index` shadows tuple.index
     step: jax.Array
     base_index: jax.Array
     base: jax.Array
@@ -440,7 +448,9 @@ def _affine_grid(prior_w: DiscretePrior):
     return zero, step, base, residual
 
 
-def integer_samples(packed, prior_w, *, bits: int | None = None, prune: bool = True) -> IntegerSamples:
+def integer_samples(
+    packed: ArrayLike, prior_w: DiscretePrior, *, bits: int | None = None, prune: bool = True
+) -> IntegerSamples:
     r"""Prepares packed codes for integer prediction (once per model; eager, not jittable).
 
     Splits each grid into its affine form (`_affine_grid`), turns codes into signed offsets from the
@@ -506,7 +516,7 @@ def _check_integer_samples(isamples):
     return isamples.residual.shape[0]
 
 
-def predict_integer(isamples: IntegerSamples, Phi_new):
+def predict_integer(isamples: IntegerSamples, Phi_new: ArrayLike) -> jax.Array:
     r"""Integer-arithmetic predictions $\hat f_{is} \approx \Phi^*_i \cdot w^{(s)}$.
 
     Row `i` of $A = \Phi^*_{:,\text{index}}\,\mathrm{diag}(\delta)$ (restricted to the weights that
@@ -648,7 +658,7 @@ def _predict_block(Phi_kept, step, deltas):
     return scale[:, None] * acc.astype(scale.dtype)
 
 
-def integer_error_bound(isamples: IntegerSamples, Phi_new):
+def integer_error_bound(isamples: IntegerSamples, Phi_new: ArrayLike) -> jax.Array:
     r"""Bound on $|\hat f_{is} - \Phi^*_i \cdot w^{(s)}|$ for `predict_integer`.
 
     The int32 sums are exact, so the error comes from the int8 quantization of $A_{ij}$ and from

@@ -118,10 +118,10 @@ def check_model(model) -> None:
             raise ValueError(
                 f"`model.prior_noise` must have shape (1, m_sigma), got {prior_noise.values.shape}"
             )
-    logits = getattr(q_w, "logits", None)
     mixture = isinstance(q_w, Mixture)
     if not (isinstance(q_w, MeanField) or mixture):
         raise TypeError(f"`model.q_w` must be a MeanField or Mixture, got {type(q_w).__name__}")
+    logits = q_w.logits
     want = logits.shape[:1] + (b, m) if mixture else (b, m)
     if logits.shape != want or (mixture and logits.ndim != 3):
         raise ValueError(
@@ -189,7 +189,7 @@ def check_fitted(model) -> None:
     `kronvi.pipeline.FittedDirect`: the standardizer, feature map, GP
     hyperparameters and basis agree on the input and feature counts, and the priors and posteriors are a
     consistent regression model (`check_model`) on the basis's weights."""
-    fitted = _registry()["kronvi.pipeline:FittedDirect"]
+    fitted: Any = _registry()["kronvi.pipeline:FittedDirect"]  # a class: `model` is one of its instances
     if not isinstance(model, fitted):
         raise TypeError(f"`model` must be a FittedDirect, got {type(model).__name__}")
     for field, cls in [
@@ -378,7 +378,9 @@ def _decode(node, path: str, arrays, specs: dict):
                 raise ValueError(f"`{path}` names a non-kronvi class {name!r}")
             short = name.partition(":")[2].rpartition(".")[2]
             try:
-                foreign = collections.namedtuple(short if short.isidentifier() else "Record", list(values))
+                foreign = collections.namedtuple(  # type: ignore[misc]  # a name read from the file
+                    short if short.isidentifier() else "Record", list(values)
+                )
             except ValueError as e:
                 raise ValueError(f"malformed NamedTuple at `{path}` in the header: {e}") from None
             return foreign(**values)
@@ -407,7 +409,7 @@ def _digest(arr: np.ndarray) -> str:
 # ----------------------------------------------------------------------------------------------------
 
 
-def save_model(path, model, *, compress: bool = True) -> None:
+def save_model(path: str | os.PathLike[str], model: Any, *, compress: bool = True) -> None:
     r"""Writes a `DirectModel` or a whole pipeline model
     (`kronvi.pipeline.FittedDirect`) to one versioned `.npz` file (atomically).
 
@@ -588,7 +590,7 @@ def _read_file(f, path, max_bytes):
     return header, specs, arrays
 
 
-def load_model(path, *, max_bytes: int | None = None):
+def load_model(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Any:
     r"""Reads a `DirectModel` or a
     `kronvi.pipeline.FittedDirect` written by
     `save_model`.
