@@ -73,6 +73,27 @@ def test_mixture_sgd_and_elrg_report_their_steps():
     assert seen == [2, 4]
 
 
+def test_logistic_sgd_reports_its_steps_as_the_others_do(capsys):
+    Phi = jax.random.normal(jax.random.key(0), (40, 2))
+    y = (Phi[:, 0] > 0).astype(Phi.dtype)
+    prior = kronvi.gaussian_prior(2, 1.0, levels=5)
+    kw = dict(method="sgd", key=jax.random.key(1), num_steps=9, batch_size=10, init="prior")
+    seen = []
+    q, info = kronvi.logistic.fit_logistic(
+        Phi, y, prior, progress=lambda s, t, m: seen.append((s, t, m)), progress_every=4, **kw
+    )
+    assert [(s, t) for s, t, _ in seen] == [(4, 9), (8, 9), (9, 9)]
+    for s, _, m in seen:  # the step's minibatch estimate, as the trace holds it, and its gradient norm
+        assert set(m) == {"elbo", "grad_norm"} and m["grad_norm"] > 0
+        assert m["elbo"] == pytest.approx(float(info.elbo[s - 1]), rel=1e-6)
+    q2, _ = kronvi.logistic.fit_logistic(Phi, y, prior, progress=True, progress_every=4, **kw)
+    err = capsys.readouterr().err  # not a terminal: plain lines, the first report and the last
+    assert re.findall(r"^logistic SGD: step (\d+)/9 elbo \S+ grad_norm \S+", err, re.M) == ["4", "9"], err
+    np.testing.assert_array_equal(np.asarray(q.logits), np.asarray(q2.logits))
+    kronvi.logistic.fit_logistic(Phi, y, prior, progress=lambda *a: seen.append(a), max_iter=3, init="prior")
+    assert len(seen) == 3  # L-BFGS has no steps to report
+
+
 def test_default_adds_no_callback_to_the_compiled_loop():
     X, y, kw = _reparam_problem()
     jaxpr = str(jax.make_jaxpr(lambda k: kronvi.fit_gaussian_reparam(k, X, y, **kw))(jax.random.key(0)))

@@ -1,7 +1,7 @@
 r"""Opt-in progress reporting for long loops compiled into `lax.scan`.
 
-kronvi's long loops (mixture SGD, REPARAM, local-reparameterization ELRG) run entirely inside one
-jitted `lax.scan`, so a Python loop cannot print between steps. With `progress` on, the scan body
+kronvi's long loops (the SGD fits: mixture SGD, REPARAM, local-reparameterization ELRG, logistic SGD, all
+run by `kronvi._solvers.sgd.run_sgd`) run entirely inside one jitted `lax.scan`, so a Python loop cannot print between steps. With `progress` on, the scan body
 calls `jax.debug.callback` every `progress_every` steps (and at the last step), inside a
 `lax.cond` on the step counter, and the host-side reporter receives `(step, total, metrics)`. With
 `progress=None` (the default) the compiled program contains no callback at all: the switch is part of

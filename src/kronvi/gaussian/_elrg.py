@@ -43,7 +43,6 @@ from typing import ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
-from jax import lax
 from jax.typing import ArrayLike
 
 from .._base.checks import (
@@ -56,13 +55,14 @@ from .._base.checks import (
 )
 from .._base.deprecation import reordered_arguments
 from .._base.precision import dot, einsum, matmul
-from .._base.progress import ProgressCallback, check_progress, progress_scope, report_progress
+from .._base.progress import ProgressCallback, check_progress, progress_scope
 from .._base.pytree import validated_pytree
 from .._model.regression import LOG_2PI
-from .._solvers.info import FitInfo, fit_info
+from .._solvers.info import FitInfo
 from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.linalg import jittered_cholesky
 from .._solvers.optimizers import cache_by_optimizer
+from .._solvers.sgd import minibatch_rows, run_sgd
 from .._stats.regression import RegressionStats, check_stats
 from ._meanfield import check_noise_variance, check_prior_scale
 from ._reparam import ReparamInfo
@@ -595,31 +595,16 @@ def _compiled_local(optimizer):
     def fit(key, q0, Phi, y, scale, s2, learn_diag, progress, *, num_steps, batch_size, num_samples):
         n = Phi.shape[0]
         n_arr = jnp.asarray(n, Phi.dtype)
-        params0 = tuple(q0)
 
-        def loss(p, k):
-            k_idx, k_draw = jax.random.split(k)
-            idx = jax.random.randint(k_idx, (batch_size,), 0, n)
+        def objective(k, p):
+            idx, k_draw = minibatch_rows(k, n, batch_size)
             mean, log_diag, V = _fixable(p, q0, learn_diag)
             elbo = _minibatch_elbo(k_draw, mean, log_diag, V, s2, Phi[idx], y[idx], n_arr, scale, num_samples)
-            return -elbo / n_arr
+            return -elbo / n_arr, {"elbo": elbo}
 
-        def body(carry, xs):
-            k, i = xs
-            params, opt_state = carry
-            value, grads = jax.value_and_grad(loss)(params, k)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            params = optax.apply_updates(params, updates)
-            info = ReparamInfo(-value * n_arr, optax.tree.norm(grads))
-            report_progress(progress, i, num_steps, info._asdict())
-            return (params, opt_state), info
-
-        xs = (jax.random.split(key, num_steps), jnp.arange(num_steps))
-        (params, _), steps = lax.scan(body, (params0, optimizer.init(params0)), xs)
-        # the ELBO at the returned parameters: one more estimate, on a minibatch and draws no step used
-        final = -loss(params, jax.random.fold_in(key, num_steps)) * n_arr
-        trace = jnp.concatenate([steps.elbo, final[None]])
-        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd", steps=steps)
+        params, _, info = run_sgd(
+            optimizer, objective, tuple(q0), key, num_steps=num_steps, info=ReparamInfo, progress=progress
+        )
         return ELRGFit(ELRG._unchecked(*_fixable(params, q0, learn_diag)), info)
 
     return jax.jit(fit, static_argnames=("num_steps", "batch_size", "num_samples"))

@@ -25,11 +25,11 @@ from jax.typing import ArrayLike
 from .._base.checks import as_float_array, check_finite, check_int, check_ndim, check_optimizer, check_xy
 from .._base.deprecation import reordered_arguments
 from .._base.precision import matmul
-from .._base.progress import ProgressCallback, check_progress, progress_scope, report_progress
+from .._base.progress import ProgressCallback, check_progress, progress_scope
 from .._base.pytree import as_traced_callable
 from .._model.regression import LOG_2PI
-from .._solvers.info import fit_info
 from .._solvers.optimizers import cache_by_optimizer
+from .._solvers.sgd import minibatch_rows, run_sgd, sgd_step
 from ._meanfield import (
     GaussianFit,
     GaussianMeanField,
@@ -138,62 +138,52 @@ def _minibatch_elbo(key, params, Phi_b, y_b, n, scale, bounds, num_samples, lear
     return (n / B) * ll - gaussian_kl(mean, log_std, scale)
 
 
-def _build_step(optimizer):
-    """The traced step, closing over `optimizer` (blackjax's `build_kernel`)."""
+def _params(state):
+    return (state.q.mean, state.q.log_std, state.noise_param)
 
-    def step(key, state, Phi_b, y_b, n, scale, bounds, *, num_samples, learn_noise):
-        params = (state.q.mean, state.q.log_std, state.noise_param)
 
-        def loss(p):
-            return -_minibatch_elbo(key, p, Phi_b, y_b, n, scale, bounds, num_samples, learn_noise) / n
+def _objective(Phi_b, y_b, n, scale, bounds, num_samples, learn_noise):
+    """The step objective `(key, params) -> (-elbo / n, {"elbo": elbo})` on one minibatch
+    (`kronvi._solvers.sgd`)."""
 
-        value, grads = jax.value_and_grad(loss)(params)
-        updates, opt_state = optimizer.update(grads, state.opt_state, params)
-        mean, log_std, u = optax.apply_updates(params, updates)
-        info = ReparamInfo(-value * n, optax.tree.norm(grads))
-        return ReparamState(GaussianMeanField(mean, log_std), u, opt_state), info
+    def objective(key, params):
+        elbo = _minibatch_elbo(key, params, Phi_b, y_b, n, scale, bounds, num_samples, learn_noise)
+        return -elbo / n, {"elbo": elbo}
 
-    return step
+    return objective
 
 
 @cache_by_optimizer
 def _compiled_step(optimizer):
-    return jax.jit(_build_step(optimizer), static_argnames=("num_samples", "learn_noise"))
+    def step(key, state, Phi_b, y_b, n, scale, bounds, *, num_samples, learn_noise):
+        objective = _objective(Phi_b, y_b, n, scale, bounds, num_samples, learn_noise)
+        params, opt_state, info = sgd_step(
+            optimizer, objective, key, _params(state), state.opt_state, info=ReparamInfo
+        )
+        mean, log_std, u = params
+        return ReparamState(GaussianMeanField(mean, log_std), u, opt_state), info
+
+    return jax.jit(step, static_argnames=("num_samples", "learn_noise"))
 
 
 @cache_by_optimizer
 def _compiled_fit(optimizer):
-    step = _build_step(optimizer)
-
     def fit(
         key, state, fmap, X, y, scale, bounds, progress, *, num_steps, batch_size, num_samples, learn_noise
     ):
         n = X.shape[0]
         n_arr = jnp.asarray(n, X.dtype)
 
-        def batch(k):
-            k_idx, k_eps = jax.random.split(k)
-            idx = jax.random.randint(k_idx, (batch_size,), 0, n)
-            return k_eps, fmap(X[idx]).astype(X.dtype), y[idx]
+        def objective(k, params):
+            idx, k_eps = minibatch_rows(k, n, batch_size)
+            Phi_b = fmap(X[idx]).astype(X.dtype)
+            return _objective(Phi_b, y[idx], n_arr, scale, bounds, num_samples, learn_noise)(k_eps, params)
 
-        def body(state, xs):
-            k, i = xs
-            k_eps, Phi_b, y_b = batch(k)
-            state, info = step(
-                k_eps, state, Phi_b, y_b, n_arr, scale, bounds, num_samples=num_samples,
-                learn_noise=learn_noise,
-            )  # fmt: skip
-            report_progress(progress, i, num_steps, info._asdict())
-            return state, info
-
-        state, steps = lax.scan(body, state, (jax.random.split(key, num_steps), jnp.arange(num_steps)))
-        # the ELBO at the returned parameters: one more estimate, on a minibatch and draws no step used
-        k_eps, Phi_b, y_b = batch(jax.random.fold_in(key, num_steps))
-        params = (state.q.mean, state.q.log_std, state.noise_param)
-        final = _minibatch_elbo(k_eps, params, Phi_b, y_b, n_arr, scale, bounds, num_samples, learn_noise)
-        trace = jnp.concatenate([steps.elbo, final[None]])
-        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd", steps=steps)
-        return GaussianFit(state.q, _noise_from_param(state.noise_param, bounds), info)
+        (mean, log_std, u), _, info = run_sgd(
+            optimizer, objective, _params(state), key, num_steps=num_steps, opt_state=state.opt_state,
+            info=ReparamInfo, progress=progress,
+        )  # fmt: skip
+        return GaussianFit(GaussianMeanField(mean, log_std), _noise_from_param(u, bounds), info)
 
     return jax.jit(fit, static_argnames=("num_steps", "batch_size", "num_samples", "learn_noise"))
 

@@ -15,19 +15,20 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
-from jax import lax
 from jax.typing import ArrayLike
 
 from .._base.checks import all_finite, check_int, check_optimizer, is_concrete, reduce_on_device
 from .._base.deprecation import renamed_arguments
 from .._base.kron import kron_sum_expectation
 from .._base.precision import matmul
+from .._base.progress import ProgressCallback, check_progress, progress_scope
 from .._base.threads import run_single_threaded
 from .._model.families import MeanField, check_family, grid_moments
 from .._model.grids import DiscretePrior
-from .._solvers.info import FitInfo, fit_info
+from .._solvers.info import FitInfo
 from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.optimizers import cache_by_optimizer
+from .._solvers.sgd import run_sgd
 from ._bound import DEFAULT_BOUND, bound_rows_sum, check_bound, check_logistic_args, check_weights
 from ._cavi import fit_cavi
 from ._laplace import NEWTON_MAX_ITER, laplace_fit
@@ -135,31 +136,22 @@ def _fit_cavi(logits, prior_w, Phi, y, weights, start, *, bound, max_iter, tol):
 
 @cache_by_optimizer
 def _compiled_sgd(optimizer):
-    def fit(key, logits, prior_w, Phi, y, weights, start, *, bound, chunk_size, num_steps, batch_size):
+    def fit(
+        key, logits, prior_w, Phi, y, weights, start, progress, *, bound, chunk_size, num_steps, batch_size
+    ):
         rows = Phi.shape[0]
         n = jnp.sum(weights)
         if start is not None:
             logits = start_logits(prior_w, Phi, y, weights, start)
 
-        def loss(lg, idx):
-            w = weights[idx] * (rows / batch_size)
-            return _neg_elbo_per_row(lg, prior_w, Phi[idx], y[idx], w, bound, chunk_size, n)
-
-        def body(carry, k):
-            lg, st = carry
+        def objective(k, lg):  # `batch_size` rows drawn without replacement
             idx = jax.random.choice(k, rows, (batch_size,), replace=False)
-            value, grad = jax.value_and_grad(loss)(lg, idx)
-            updates, st = optimizer.update(grad, st, lg)
-            return (optax.apply_updates(lg, updates), st), -value * n
+            w = weights[idx] * (rows / batch_size)
+            loss = _neg_elbo_per_row(lg, prior_w, Phi[idx], y[idx], w, bound, chunk_size, n)
+            return loss, {"elbo": -loss * n}
 
-        (logits, _), trace = lax.scan(
-            body, (logits, optimizer.init(logits)), jax.random.split(key, num_steps)
-        )
-        # the bound at the returned logits: one more estimate, on a minibatch no step used
-        idx = jax.random.choice(jax.random.fold_in(key, num_steps), rows, (batch_size,), replace=False)
-        trace = jnp.concatenate([trace, -loss(logits, idx)[None] * n])
-        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd")
-        return MeanField._unchecked(logits), info
+        logits, _, info = run_sgd(optimizer, objective, logits, key, num_steps=num_steps, progress=progress)
+        return MeanField._unchecked(logits), info._replace(steps=None)
 
     return jax.jit(fit, static_argnames=("bound", "chunk_size", "num_steps", "batch_size"))
 
@@ -181,6 +173,8 @@ def fit_logistic(
     num_steps: int | None = None,
     chunk_size: int | None = None,
     weights: ArrayLike | None = None,
+    progress: bool | ProgressCallback | None = None,
+    progress_every: int | None = None,
 ) -> LogisticFit:
     r"""Fits mean-field DIRECT logistic regression by maximizing `logistic_elbo_bound`.
 
@@ -221,6 +215,11 @@ def fit_logistic(
       weights: `(n,)` non-negative row weights (default ones): row `i`'s log-likelihood counts
         `weights[i]` times. Zero-weight rows pad folds of different sizes to one shape (one compile,
         `vmap` over folds).
+      progress: `"sgd"`: `None` (default: no reporting, nothing added to the compiled loop), `True` (a
+        tqdm bar, or lines on stderr without tqdm) or a callable `(step, total, metrics)` receiving each
+        reported step's minibatch estimate `elbo` and gradient norm `grad_norm` as floats; see
+        `kronvi/_base/progress.py`. Ignored by the other methods (one compiled loop without steps).
+      progress_every: report every this many steps and at the last (default: about 100 reports).
 
     Returns:
       `LogisticFit` `(q_w, info)`: the fitted
@@ -292,13 +291,14 @@ def fit_logistic(
     num_steps = 500 if num_steps is None else check_int(num_steps, "num_steps", 1)
     optimizer = optax.adam(0.05) if optimizer is None else optimizer
     check_optimizer(optimizer)
-    return _checked(
-        run_single_threaded(
-            _compiled_sgd(optimizer), key, q0.logits, prior_w, Phi, y, weights, start(), bound=bound,
+    every = check_progress(progress, progress_every, num_steps)
+    begin = start()
+    with progress_scope(progress, total=num_steps, every=every, desc="logistic SGD") as prog:
+        result = run_single_threaded(
+            _compiled_sgd(optimizer), key, q0.logits, prior_w, Phi, y, weights, begin, prog, bound=bound,
             chunk_size=chunk_size, num_steps=num_steps, batch_size=batch_size,
-        ),
-        Phi,
-    )  # fmt: skip
+        )  # fmt: skip
+    return _checked(result, Phi)
 
 
 def _checked(result, Phi):

@@ -15,17 +15,16 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import optax
 from jax import lax
 
 from .._base.checks import check_int, check_optimizer
 from .._base.deprecation import reordered_arguments
-from .._base.progress import ProgressCallback, check_progress, progress_scope, report_progress
+from .._base.progress import ProgressCallback, check_progress, progress_scope
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior
-from .._solvers.info import fit_info
 from .._solvers.optimizers import cache_by_optimizer
+from .._solvers.sgd import run_sgd, sgd_step
 from .._stats.regression import RegressionStats
 from ._bounds import noise_cavi_logits
 from ._estimators import estimator_fn
@@ -73,68 +72,67 @@ def _params(q, q_noise):
     return (q.logits, q.weight_logits, q_noise.logits)
 
 
-def _build_step(optimizer):
-    """The traced step, closing over `optimizer` (blackjax's `build_kernel`)."""
+def _objective(stats, prior_w, prior_noise, num_samples, noise_update, estimator):
+    """The step objective `(key, params) -> (-surrogate / n, {"elbo", "elbo_stderr"})`
+    (`kronvi._solvers.sgd`); with `noise_update="cavi"` the noise logits get no gradient."""
+    estimate = estimator_fn(estimator)
 
-    def step(key, state, stats, prior_w, prior_noise, *, num_samples, noise_update, estimator):
-        params = _params(state.q, state.q_noise)
-        estimate = estimator_fn(estimator)
-
-        def loss(params):
-            lw, wl, ln = params
-            q, qn = Mixture._unchecked(lw, wl), MeanField._unchecked(ln)
-            surrogate, est, se = estimate(key, q, qn, prior_w, prior_noise, stats, num_samples=num_samples)
-            return -surrogate / stats.n, (est, se)
-
-        (_, (est, se)), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    def objective(key, params):
+        lw, wl, ln = params
         if noise_update == "cavi":
-            grads = (grads[0], grads[1], jnp.zeros_like(grads[2]))
-        updates, opt_state = optimizer.update(grads, state.opt_state, params)
-        lw, wl, ln = optax.apply_updates(params, updates)
-        q = Mixture._unchecked(lw, wl)
-        if noise_update == "cavi":
-            ln = noise_cavi_logits(q, prior_w, prior_noise, stats)
-        info = MixtureSGDInfo(est, se, optax.tree.norm(grads))
-        return MixtureSGDState(q, MeanField._unchecked(ln), opt_state), info
+            ln = lax.stop_gradient(ln)
+        q, qn = Mixture._unchecked(lw, wl), MeanField._unchecked(ln)
+        surrogate, est, se = estimate(key, q, qn, prior_w, prior_noise, stats, num_samples=num_samples)
+        return -surrogate / stats.n, {"elbo": est, "elbo_stderr": se}
 
-    return step
+    return objective
+
+
+def _cavi_noise(stats, prior_w, prior_noise, noise_update):
+    """With `noise_update="cavi"`, the projection that sets the noise logits to their exact optimum
+    given the mixture (`None` otherwise)."""
+    if noise_update != "cavi":
+        return None
+
+    def project(params):
+        lw, wl, _ = params
+        return lw, wl, noise_cavi_logits(Mixture._unchecked(lw, wl), prior_w, prior_noise, stats)
+
+    return project
+
+
+def _state(params, opt_state):
+    lw, wl, ln = params
+    return MixtureSGDState(Mixture._unchecked(lw, wl), MeanField._unchecked(ln), opt_state)
 
 
 @cache_by_optimizer
 def _compiled_step(optimizer):
-    return jax.jit(_build_step(optimizer), static_argnames=("num_samples", "noise_update", "estimator"))
+    def step(key, state, stats, prior_w, prior_noise, *, num_samples, noise_update, estimator):
+        objective = _objective(stats, prior_w, prior_noise, num_samples, noise_update, estimator)
+        params, opt_state, info = sgd_step(
+            optimizer, objective, key, _params(state.q, state.q_noise), state.opt_state, info=MixtureSGDInfo,
+            project=_cavi_noise(stats, prior_w, prior_noise, noise_update),
+        )  # fmt: skip
+        return _state(params, opt_state), info
+
+    return jax.jit(step, static_argnames=("num_samples", "noise_update", "estimator"))
 
 
 @cache_by_optimizer
 def _compiled_fit(optimizer):
-    step = _build_step(optimizer)
-
     def fit(
         key, q, q_noise, stats, prior_w, prior_noise, progress, *, num_steps, num_samples, noise_update,
         estimator,
     ):  # fmt: skip
         if noise_update == "cavi":
             q_noise = MeanField._unchecked(noise_cavi_logits(q, prior_w, prior_noise, stats))
-        state = MixtureSGDState(q, q_noise, optimizer.init(_params(q, q_noise)))
-
-        def body(state, xs):
-            k, i = xs
-            state, info = step(
-                k, state, stats, prior_w, prior_noise, num_samples=num_samples, noise_update=noise_update,
-                estimator=estimator,
-            )  # fmt: skip
-            report_progress(progress, i, num_steps, info._asdict())
-            return state, info
-
-        xs = (jax.random.split(key, num_steps), jnp.arange(num_steps))
-        state, steps = lax.scan(body, state, xs)
-        # the ELBO at the returned parameters: one more estimate, on draws no step used
-        _, final, _ = estimator_fn(estimator)(
-            jax.random.fold_in(key, num_steps), state.q, state.q_noise, prior_w, prior_noise, stats,
-            num_samples=num_samples,
+        params, _, info = run_sgd(
+            optimizer, _objective(stats, prior_w, prior_noise, num_samples, noise_update, estimator),
+            _params(q, q_noise), key, num_steps=num_steps, info=MixtureSGDInfo,
+            project=_cavi_noise(stats, prior_w, prior_noise, noise_update), progress=progress,
         )  # fmt: skip
-        trace = jnp.concatenate([steps.elbo, final[None]])
-        info = fit_info(trace, jnp.asarray(num_steps), jnp.asarray(False), optimizer="sgd", steps=steps)
+        state = _state(params, None)  # the posterior: the optimizer's state is not returned
         return MixtureFit(state.q, state.q_noise, None, info)
 
     return jax.jit(fit, static_argnames=("num_steps", "num_samples", "noise_update", "estimator"))
