@@ -21,7 +21,7 @@ from .._solvers.lbfgs import minimize_lbfgs
 from .._stats.regression import RegressionStats
 from .cavi import ORDERS, SWEEPS, fit_cavi
 from .placement import home_sharding, resolve_device, run_on
-from .starts import _gaussian_start
+from .starts import gaussian_start_logits
 
 METHODS = ("cavi", "lbfgs", "optax-lbfgs")
 
@@ -126,7 +126,7 @@ def fit_regression(
         q_w0, q_n0 = init
     check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)  # the one validation of this fit
     if named and init == "gaussian":
-        logits_w, logits_n = _gaussian_start(prior_w, prior_noise, stats, 3)  # gaussian_start, unchecked
+        logits_w, logits_n = gaussian_start_logits(prior_w, prior_noise, stats, 3)  # gaussian_start, unchecked
         q_w0, q_n0 = MeanField._unchecked(logits_w), MeanField._unchecked(logits_n)
     args: tuple[Any, ...] = (q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
     target = resolve_device(device, args)

@@ -24,7 +24,8 @@ from ..gaussian._meanfield import fit_exact
 
 
 @functools.partial(jax.jit, static_argnames="max_iter")
-def _gaussian_start(prior_w, prior_noise, stats, max_iter):
+def gaussian_start_logits(prior_w, prior_noise, stats, max_iter):
+    """`gaussian_start`'s logits `(logits_w, logits_noise)` for checked arguments (no validation)."""
     _, prior_var = grid_moments(jnp.exp(prior_w.log_probs), prior_w.values)
     scale = jnp.sqrt(prior_var)
     s = prior_noise.values[0]
@@ -77,5 +78,5 @@ def gaussian_start(
     max_iter = check_int(max_iter, "max_iter", 1)
     q_w0, q_n0 = MeanField.from_prior(prior_w), MeanField.from_prior(prior_noise)
     check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)
-    logits_w, logits_n = _gaussian_start(prior_w, prior_noise, stats, max_iter)
+    logits_w, logits_n = gaussian_start_logits(prior_w, prior_noise, stats, max_iter)
     return MeanField._unchecked(logits_w), MeanField._unchecked(logits_n)
