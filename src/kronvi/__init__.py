@@ -54,6 +54,7 @@ from ._inputs.data import standardize as standardize
 from ._inputs.features import RandomFourierFeatures as RandomFourierFeatures
 from ._inputs.features import rff_features as rff_features
 from ._inputs.features import rff_init as rff_init
+from ._inputs.gp import GPFit as GPFit
 from ._inputs.gp import GPFitInfo as GPFitInfo
 from ._inputs.gp import GPHyperparameters as GPHyperparameters
 from ._inputs.gp import fit_gp_hyperparameters as fit_gp_hyperparameters
@@ -195,6 +196,7 @@ __all__ = [
     "FeatureFit",
     "FeatureFitInfo",
     "FitInfo",
+    "GPFit",
     "GPFitInfo",
     "GPHyperparameters",
     "GaussianFit",

@@ -221,3 +221,12 @@ def test_mixture_init_in_the_old_order_warns_and_still_works():
     with pytest.warns(DeprecationWarning, match=r"\(q, q_noise, log_center\)"):
         old = kronvi.fit_mixture_bound(stats, pw, pn, init=(q, q.log_marginals, q_n), max_iter=3)
     np.testing.assert_array_equal(old.log_center, new.log_center)
+
+
+def test_the_gp_fit_is_a_named_result():
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    y = np.sin(X[:, 0])
+    fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y, num_starts=1, max_iter=5)
+    assert isinstance(fit, kronvi.GPFit) and fit._fields == ("hyper", "info")
+    hyper, info = fit  # unpacks as the pair it was
+    assert isinstance(hyper, kronvi.GPHyperparameters) and isinstance(info, kronvi.GPFitInfo)

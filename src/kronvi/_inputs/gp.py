@@ -102,6 +102,18 @@ class GPFitInfo(NamedTuple):
     screened: GPFitInfo | None = None
 
 
+class GPFit(NamedTuple):
+    """What `fit_gp_hyperparameters` returns: the chosen hyperparameters and how they were found.
+
+    Attributes:
+      hyper: `GPHyperparameters`.
+      info: `GPFitInfo`.
+    """
+
+    hyper: GPHyperparameters
+    info: GPFitInfo
+
+
 def _sq_dists(X1, X2, lengthscales):
     A = X1 / lengthscales
     B = X2 / lengthscales
@@ -350,7 +362,7 @@ def fit_gp_hyperparameters(
     parallel_restarts: bool | None = None,
     restarts: str = "all",
     screen_points: int = 300,
-) -> tuple[GPHyperparameters, GPFitInfo]:
+) -> GPFit:
     r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
 
     `min(n, num_points)` rows are drawn without replacement with `key` (all rows when `n` is
@@ -418,7 +430,7 @@ def fit_gp_hyperparameters(
         with 277 rows).
 
     Returns:
-      `(hyper, info)`: the chosen `GPHyperparameters` and a `GPFitInfo`.
+      `GPFit` `(hyper, info)`: the chosen `GPHyperparameters` and a `GPFitInfo`.
 
     References:
       Rasmussen & Williams (2006), Sec. 5.4.1 (marginal likelihood, local optima, Fig. 5.5); Evans &
@@ -516,7 +528,7 @@ def fit_gp_hyperparameters(
             "every start of fit_gp_hyperparameters failed (non-finite marginal likelihood); "
             "standardize `X`, centre `y`, or raise `min_noise_variance`"
         )
-    return hyper, info
+    return GPFit(hyper, info)
 
 
 def _stall_rtol(dtype):
