@@ -190,13 +190,14 @@ def check_int(x, name: str, minimum: int | None = None) -> int:
     return int(value)
 
 
-def check_basis_features(Phi: ArrayLike, b: int) -> jax.Array:
-    """`Phi` as a finite float `(num_points, b)` array for a basis of `b` features; errors name `Phi`."""
-    Phi = as_float_array(Phi, "Phi")
-    check_ndim(Phi, 2, "Phi", "(num_points, num_features)")
+def check_basis_features(Phi: ArrayLike, b: int, name: str = "Phi", expected: str | None = None) -> jax.Array:
+    """`Phi` as a finite float `(num_points, b)` array for a basis (or model) of `b` features; errors name
+    `name`, and a wrong width says `expected` (default: "the basis has b")."""
+    Phi = as_float_array(Phi, name)
+    check_ndim(Phi, 2, name, "(num_points, num_features)")
     if Phi.shape[1] != b:
-        raise ValueError(f"`Phi` has {Phi.shape[1]} features but the basis has {b}")
-    check_finite(Phi, "Phi")
+        raise ValueError(f"`{name}` has {Phi.shape[1]} features but {expected or f'the basis has {b}'}")
+    check_finite(Phi, name)
     return Phi
 
 

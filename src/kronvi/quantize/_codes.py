@@ -45,7 +45,15 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.checks import as_float_array, check_finite, check_int, check_ndim, fetch, is_concrete
+from .._base.checks import (
+    as_float_array,
+    check_basis_features,
+    check_finite,
+    check_int,
+    check_ndim,
+    fetch,
+    is_concrete,
+)
 from .._base.precision import matmul
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior
@@ -307,12 +315,7 @@ def _codes_for(packed, prior_w, bits):
 
 
 def _check_features(Phi_new, num_weights: int):
-    Phi_new = as_float_array(Phi_new, "Phi_new")
-    check_ndim(Phi_new, 2, "Phi_new", "(num_points, num_features)")
-    if Phi_new.shape[1] != num_weights:
-        raise ValueError(f"`Phi_new` has {Phi_new.shape[1]} features but the model has {num_weights} weights")
-    check_finite(Phi_new, "Phi_new")
-    return Phi_new
+    return check_basis_features(Phi_new, num_weights, "Phi_new", f"the model has {num_weights} weights")
 
 
 # ----------------------------------------------------------------------------------------------------
