@@ -28,6 +28,7 @@
 import json
 import os
 import pathlib
+import sys
 import tempfile
 import time
 
@@ -58,6 +59,7 @@ models["features"] = fit_prepared(fold_f, features).model
 
 # %%
 y_test = jnp.asarray(y[test], jnp.float32)
+X_1000 = np.resize(X[test], (1000, X.shape[1]))  # the test rows repeated: 1,000 points to time
 print(f"{'recipe':9s} {'RMSE':>7s} {'NLPD':>7s} {'sparsity':>8s} {'weights':>7s} {'file kB':>8s} {'ms/1000 pts':>11s}")
 for name, model in models.items():
     Phi = fold_features(model, X[test])
@@ -72,7 +74,6 @@ for name, model in models.items():
         path = os.path.join(tmp, "model.npz")
         kronvi.save_model(path, model)
         kb = os.path.getsize(path) / 1e3
-    X_1000 = np.resize(X[test], (1000, X.shape[1]))
 
     def predict(m=model):
         return kronvi.predict_regression(m.q_w, m.q_noise, m.prior_w, m.prior_noise, fold_features(m, X_1000))
@@ -106,22 +107,10 @@ records = [
     for line in (root / "experiments/results/quantized_inference_recipes.jsonl").read_text().splitlines()
     if line
 ]
-fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-for recipe, marker in {"default": "o", "compact": "s", "paper": "^", "sparse": "v"}.items():
-    rows = [r for rec in records for r in rec["rows"] if r["recipe"] == recipe]
-    kb = [r["file_bytes"] / 1e3 for r in rows]
-    axes[0].scatter(kb, [r["rmse_ratio"] for r in rows], marker=marker, label=recipe, alpha=0.75)
-    axes[1].scatter(kb, [r["nlpd_diff"] for r in rows], marker=marker, label=recipe, alpha=0.75)
-for ax, label, bar in ((axes[0], "test RMSE / exact BLR's", 1.02), (axes[1], "NLPD − exact BLR's", 0.05)):
-    ax.set_xscale("log")
-    ax.axhline(bar, color="k", ls=":", lw=1)
-    ax.set_xlabel("model file (kB)")
-    ax.set_ylabel(label)
-axes[0].set_yscale("log")
-axes[1].set_yscale("symlog", linthresh=0.05)
-axes[0].legend()
-fig.suptitle(f"{len(records)} datasets, fold 0: accuracy against bytes")
-fig.tight_layout()
+sys.path.insert(0, str(root / "experiments"))
+from quantized_inference import recipes_figure  # noqa: E402  (the study's own figure)
+
+recipes_figure(records)
 plt.show()
 
 # %% [markdown]
