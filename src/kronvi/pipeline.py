@@ -753,10 +753,16 @@ def fit_best_start(
     Coordinate ascent on a grid stops at a local optimum that depends on the start; neither the prior nor
     the continuous optimum is the better start on every dataset (`docs/notes/2026-11-22-rmse-gap.md`).
     """
+    config = _resolve_with_starts(config)
+    return _fit_best_start(stats, prior_w, prior_noise, config, key=key)
+
+
+def _resolve_with_starts(config: DirectConfig | None) -> DirectConfig:
+    """`resolve_config`, and at least one start: what the fits below need of a config."""
     config = resolve_config(config)
     if not config.starts:
         raise ValueError("`config.starts` must name at least one start")
-    return _fit_best_start(stats, prior_w, prior_noise, config, key=key)
+    return config
 
 
 def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key) -> RegressionFit:
@@ -796,9 +802,7 @@ def fit_with_noise_recentring(
     yacht: all mass on 10x the GP estimate) and makes the predictive density overconfident.
     Returns a `RecentredFit` `(q_w, q_noise, info, prior_noise, num_recentres)`.
     """
-    config = resolve_config(config)
-    if not config.starts:
-        raise ValueError("`config.starts` must name at least one start")
+    config = _resolve_with_starts(config)
     return _fit_with_noise_recentring(stats, prior_w, prior_noise, config, key=key)
 
 
