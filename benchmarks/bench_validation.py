@@ -33,21 +33,25 @@ CHECKERS = ("check_stats", "check_weight_prior", "check_noise_prior", "check_fam
 
 
 def count_checks(calls):
-    """`{call name: Counter of checker calls}`, wrapping each checker in every kronvi module that binds it."""
+    """`{call name: {checker: calls}}`, each checker wrapped in every kronvi module that binds it."""
     counts = collections.Counter()
-    originals = {}
-    for mod in [m for n, m in sys.modules.items() if n.startswith("kronvi") and m is not None]:
-        for name in CHECKERS:
-            f = getattr(mod, name, None)
-            if callable(f) and not isinstance(f, type):
-                base = originals.setdefault(id(f), f)
+    bound = [
+        (mod, name, getattr(mod, name))
+        for n, mod in list(sys.modules.items())
+        if n.startswith("kronvi") and mod is not None
+        for name in CHECKERS
+        if callable(getattr(mod, name, None)) and not isinstance(getattr(mod, name), type)
+    ]
 
-                def wrapped(*a, _f=base, _n=name, **k):
-                    counts[_n] += 1
-                    return _f(*a, **k)
+    def counted(f, name):
+        def wrapped(*a, **k):
+            counts[name] += 1
+            return f(*a, **k)
 
-                originals[(mod, name)] = f
-                setattr(mod, name, wrapped)
+        return wrapped
+
+    for mod, name, f in bound:
+        setattr(mod, name, counted(f, name))
     out = {}
     try:
         for label, call in calls.items():
@@ -55,9 +59,8 @@ def count_checks(calls):
             call()
             out[label] = dict(counts)
     finally:
-        for key, f in originals.items():
-            if isinstance(key, tuple):
-                setattr(key[0], key[1], f)
+        for mod, name, f in bound:
+            setattr(mod, name, f)
     return out
 
 
