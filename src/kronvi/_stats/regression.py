@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
+from scipy.linalg.blas import dsyrk
 
 from .._base.checks import (
     as_float_array,
@@ -248,8 +249,11 @@ def _host_stats(feature_map, X, y, chunk_size):
     r"""The statistics with the products in the host BLAS (NumPy), the features from `feature_map` in
     chunks. XLA's CPU matrix product runs at a fraction of the BLAS rate in float64 (a quarter on this
     project's 2-core machine: `benchmarks/results/bench_stats_cpu.txt`), and $\Phi^\top\Phi$ as
-    `F.T @ F` is a symmetric rank-k update (half the flops of a general product). Chunk results are
-    summed in float64, so float32 statistics carry only each chunk's float32 rounding."""
+    `F.T @ F` is a symmetric rank-k update (half the flops of a general product). In float64 each chunk's
+    update is BLAS's `dsyrk` into the upper triangle of one accumulator, in place (NumPy's `F.T @ F`
+    returns a new full b x b matrix per chunk, which the sum then reads again: at b = 4000 that is 128 MB
+    written and read twice per 4,096 rows). Float32 chunk results are summed in float64, so float32
+    statistics carry only each chunk's float32 rounding."""
     n = X.shape[0]
     Xh, yh = host_arrays(X, y)
     identity = isinstance(feature_map, jax.tree_util.Partial) and feature_map.func is _identity
@@ -258,12 +262,15 @@ def _host_stats(feature_map, X, y, chunk_size):
         for start in range(0, n, chunk_size):
             x, yc = Xh[start : start + chunk_size], yh[start : start + chunk_size]
             F = x if identity else np.asarray(_feature_chunk(feature_map, x))
-            if A is None:
-                A, B = np.zeros((F.shape[1],) * 2), np.zeros(F.shape[1])
-            A += F.T @ F
+            if A is None:  # Fortran order: `dsyrk` updates it in place
+                A, B = np.zeros((F.shape[1],) * 2, order="F"), np.zeros(F.shape[1])
+            if F.dtype == np.float64:  # the upper triangle, added in place: no b x b temporary per chunk
+                A = dsyrk(1.0, F.T, beta=1.0, c=A, trans=0, lower=0, overwrite_c=1)
+            else:  # float32 products, summed in float64
+                A += F.T @ F
             B += F.T @ yc.astype(F.dtype)
         y64 = yh.astype(np.float64)
-        A = 0.5 * (A + A.T)
+        A = np.triu(A) + np.triu(A, 1).T if F.dtype == np.float64 else 0.5 * (A + A.T)
         yty = y64 @ y64
     dtype = X.dtype
     return RegressionStats(
