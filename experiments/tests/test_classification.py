@@ -12,7 +12,7 @@ from study_folds import write_folds
 
 FIELDS = {
     "dataset", "method", "n", "d", "accuracy_mean", "accuracy_sd", "logloss_mean", "logloss_sd", "ece_mean",
-    "fit_seconds", "sparsity_pct",
+    "fit_seconds", "fit_seconds_median", "fit_seconds_folds", "sparsity_pct",
 }  # fmt: skip
 
 
@@ -50,9 +50,14 @@ def test_study_writes_records_and_renders(tmp_path):
     for r in recs:
         assert set(r) == FIELDS
         assert 0 <= r["accuracy_mean"] <= 1 and r["logloss_mean"] > 0 and 0 <= r["ece_mean"] <= 1
+        assert len(r["fit_seconds_folds"]) == 2
+        np.testing.assert_allclose(r["fit_seconds_median"], np.median(r["fit_seconds_folds"]), atol=1e-4)
     assert (tmp_path / "res_reliability.json").exists()
     render_classification.main([str(out)])
-    assert "direct-logistic" in (tmp_path / "res.md").read_text()
+    text = (tmp_path / "res.md").read_text()
+    assert "direct-logistic" in text
+    speed = text.split("## Fit time against sklearn-logistic")[1]
+    assert "| tiny |" in speed  # the speed table has the dataset's row
     assert (tmp_path / "res_reliability.png").exists()
 
 
