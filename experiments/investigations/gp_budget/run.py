@@ -1,0 +1,88 @@
+"""The GP step's budget against test accuracy: fewer rows for the GP and its screening (issue 26, item 5).
+
+For each dataset and its first two folds, the default recipe's preparation (GP hyperparameters, features,
+eigenbasis, evidence-optimal prior scale and noise) with `gp_points` and `gp_screen_points` set by each
+`--configs` entry `points:screen[:linesearch]` (the optional third field sets the GP's L-BFGS line-search cap,
+a private constant: 20 was optax's default before this study, 6 after), scored in closed form by the exact BLR predictive on its features (the
+default recipe matches it). GP seconds are warm (a second run) below 5,000 training rows. One JSON line
+per (dataset, fold, config).
+
+Usage (about 45 min on 2 cores):
+  python experiments/investigations/gp_budget/run.py --data-dir ../shared/data/uci --datasets all \
+      --configs 1000:300:20,1000:300,500:200,700:200 --out experiments/investigations/gp_budget/results/gp_budget.jsonl
+  python experiments/investigations/gp_budget/summary.py experiments/investigations/gp_budget/results/gp_budget.jsonl
+"""
+
+import argparse
+import json
+import pathlib
+
+import jax
+import numpy as np
+
+import kronvi
+from kronvi import pipeline as P
+from kronvi._inputs import gp as gp_module
+
+
+def score(fold, X_test, y_test):
+    """RMSE and NLPD of the exact BLR predictive on the fold's features (closed form in the eigenbasis)."""
+    Phi = np.asarray(P.fold_features(fold, X_test), np.float64)
+    lam = np.asarray(fold.basis.eigenvalues, np.float64)
+    c = np.asarray(fold.stats.Phity, np.float64)
+    v, s2 = float(fold.prior_scale) ** 2, float(fold.noise_variance)
+    mu, var = c / (lam + s2 / v), s2 / (lam + s2 / v)
+    m, pv = Phi @ mu, (Phi**2) @ var + s2
+    yc = np.asarray(y_test, np.float64) - float(fold.y_offset)
+    rmse = float(np.sqrt(np.mean((m - yc) ** 2)))
+    nlpd = float(np.mean(0.5 * np.log(2 * np.pi * pv) + 0.5 * (yc - m) ** 2 / pv))
+    return rmse, nlpd
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default="../shared/data/uci")
+    ap.add_argument("--datasets", default="all")
+    ap.add_argument("--configs", default="1000:300:20,1000:300,500:200,700:200")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    root = pathlib.Path(args.data_dir)
+    names = (
+        sorted(p.name for p in root.iterdir() if p.is_dir())
+        if args.datasets == "all"
+        else args.datasets.split(",")
+    )
+    configs = [[int(v) for v in c.split(":")] for c in args.configs.split(",")]
+    default_steps = gp_module._LINESEARCH_STEPS
+    with open(args.out, "a") as out:
+        for name in names:
+            X, y, mask = kronvi.load_uci(root / name)
+            for k in (0, 1):
+                test = np.asarray(mask)[:, k].astype(bool)
+                for points, screen, *steps in configs:
+                    want = steps[0] if steps else default_steps
+                    if want != gp_module._LINESEARCH_STEPS:  # the constant is read when `_fit` is traced
+                        gp_module._LINESEARCH_STEPS = want
+                        gp_module._fit.clear_cache()
+                    cfg = P.DirectConfig(gp_points=points, gp_screen_points=screen)
+                    times = []
+                    for _ in range(2 if (~test).sum() < 5000 else 1):  # the second run is warm
+                        fold = P.prepare_fold(jax.random.key(0), X[~test], y[~test], cfg)
+                        times.append(fold.init_seconds)
+                    rmse, nlpd = score(fold, X[test], y[test])
+                    info = fold.gp_info
+                    rec = dict(
+                        dataset=name, fold=k, points=points, screen=screen,
+                        linesearch=gp_module._LINESEARCH_STEPS, n=int((~test).sum()), rmse=rmse,
+                        nlpd=nlpd, gp_s=times[-1], gp_first_s=times[0], stats_s=fold.stats_seconds,
+                        gp_iters=np.asarray(info.num_iterations).tolist(),
+                        lml=np.asarray(info.log_marginal_likelihoods).tolist(),
+                        lengthscales=np.asarray(fold.hyper.lengthscales).round(4).tolist(),
+                    )  # fmt: skip
+                    print(json.dumps(rec), flush=True)
+                    out.write(json.dumps(rec) + "\n")
+                    out.flush()
+
+
+if __name__ == "__main__":
+    main()
