@@ -44,12 +44,6 @@ _NOISE_UPPER = 10.0
 # Starts whose log marginal likelihoods differ by less than this are a tie (float32 rounding of the
 # likelihood is ~0.2 nats at 300 rows): the first such start is returned.
 _TIE_NATS = 0.5
-# Evaluations per L-BFGS line search. With optax's 20, the last two or three line searches of a float32 start
-# (no decrease left beyond rounding) took 50 of a start's 65 evaluations on yacht; see docs/notes/2026-11-27-gp-speed.md.
-_LINESEARCH_STEPS = 6
-# Below this many rows XLA's two triangular solves beat the host callback's overhead (278 rows: 1.4 against 1.2 ms,
-# but the whole gradient 3.0 against 3.2 ms; 692 rows: 13.3 against 17.0 ms).
-_POTRI_MIN_ROWS = 400
 # Start i uses lengthscales sqrt(d) * _LENGTHSCALE_FACTORS[i % 8] and noise _NOISE_FRACTIONS[i % 8] * var(y).
 _LENGTHSCALE_FACTORS = (1.0, 0.3, 3.0, 0.1, 1.0, 0.3, 3.0, 10.0)
 _NOISE_FRACTIONS = (0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)
@@ -167,8 +161,8 @@ def _gaussian_log_density_bwd(res, g):
 
 
 def _cholesky_inverse(L):
-    r"""$K^{-1}$ from the lower Cholesky factor $L$ of $K$. In float32 on a CPU with at least
-    `_POTRI_MIN_ROWS` rows, LAPACK's `potri` in the host ($\tfrac23 m^3$ flops: 11 ms at m = 1000 on one thread, against 31 ms for the two triangular
+    r"""$K^{-1}$ from the lower Cholesky factor $L$ of $K$. In float32 on a CPU, LAPACK's `potri` in the
+    host ($\tfrac23 m^3$ flops: 11 ms at m = 1000 on one thread, against 31 ms for the two triangular
     solves with the identity, the bulk of a likelihood gradient); elsewhere those two solves in XLA. Not
     for float64: the callback runs on an XLA thread, where a `jax.enable_x64` context (thread-local) does
     not hold, and its float64 operand would arrive as float32."""
@@ -176,7 +170,7 @@ def _cholesky_inverse(L):
     def in_xla(L):
         return jax.scipy.linalg.cho_solve((L, True), jnp.eye(L.shape[-1], dtype=L.dtype))
 
-    if L.dtype != jnp.float32 or L.shape[-1] < _POTRI_MIN_ROWS:
+    if L.dtype != jnp.float32:
         return in_xla(L)
 
     def on_host(L):
@@ -581,13 +575,7 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel):
     def run(start):
         # Stops at a stall too (no decrease beyond rounding: the line search found no better point).
         u, info = minimize_lbfgs(
-            loss,
-            _pack(start, bounds),
-            m,
-            max_iter=max_iter,
-            tol=tol,
-            stall_rtol=_stall_rtol(dtype),
-            max_linesearch_steps=_LINESEARCH_STEPS,
+            loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype)
         )
         return _unpack(u, bounds), info.final_elbo, info.num_iter, info.converged, info.grad_norm
 

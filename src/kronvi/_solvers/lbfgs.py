@@ -42,7 +42,6 @@ def minimize_lbfgs(
     tol: ArrayLike,
     backend: str = "optax-lbfgs",
     stall_rtol: float | None = None,
-    max_linesearch_steps: int = 20,
 ) -> tuple[Any, FitInfo]:
     """L-BFGS on `loss(params)` in a `lax.while_loop` (traceable; call inside `jit` or `vmap`).
 
@@ -52,10 +51,6 @@ def minimize_lbfgs(
 
     Stops after `max_iter` iterations, when the gradient norm falls below `tol` (converged), or, with
     `stall_rtol`, when an iteration lowers the loss by no more than `stall_rtol * max(1, |loss|)`.
-
-    `max_linesearch_steps` caps the evaluations of one `optax.lbfgs` line search (optax's default is
-    20). Near a float32 optimum the loss stops decreasing by more than its rounding, and every line search
-    there runs to the cap before the stall rule can stop: a low cap with `stall_rtol` ends such fits sooner.
 
     Returns:
       `(best, info)`: the best iterate (lowest finite `loss`; the start if no step improved on it),
@@ -90,10 +85,7 @@ def minimize_lbfgs(
             return params, state, state.value, state.grad
 
     else:
-        linesearch = optax.scale_by_zoom_linesearch(
-            max_linesearch_steps=int(max_linesearch_steps), initial_guess_strategy="one"
-        )
-        opt = optax.lbfgs(linesearch=linesearch)
+        opt = optax.lbfgs()
         state = opt.init(params)
 
         def step(params, state, value, grad):
