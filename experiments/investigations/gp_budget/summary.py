@@ -24,7 +24,12 @@ def main(path):
     print(f"# The GP step's budget against test accuracy\n\nFrom `{path}` (`run.py` beside this file). Configs are "
           "`gp_points:gp_screen_points:line-search cap`. RMSE ratio and NLPD difference of the exact BLR "
           f"predictive against `{base}`, and warm GP seconds (first call above 5,000 rows).\n")  # fmt: skip
-    print("| dataset | n | fold | " + f"{base}: RMSE / NLPD / GP s | " + " | ".join(f"{o}: ratio / ΔNLPD / GP s" for o in others) + " |")
+    print(
+        "| dataset | n | fold | "
+        + f"{base}: RMSE / NLPD / GP s | "
+        + " | ".join(f"{o}: ratio / ΔNLPD / GP s" for o in others)
+        + " |"
+    )
     print("|---|---:|---:|---|" + "---|" * len(others))
     for (d, k), v in sorted(by.items()):
         if base not in v:
@@ -34,11 +39,14 @@ def main(path):
         for o in others:
             cells.append(
                 f"{v[o]['rmse'] / b['rmse']:.3f} / {v[o]['nlpd'] - b['nlpd']:+.3f} / {v[o]['gp_s']:.2f}"
-                if o in v else "—"
+                if o in v
+                else "—"
             )
         print(f"| {d} | {b['n']} | {k} | " + " | ".join(cells) + " |")
     print("\n## Overall\n")
-    print("| config | folds | geometric-mean RMSE ratio | mean ΔNLPD | folds >2% worse / better | worst ratio | GP seconds, sum | sum over folds with n < 2,000 |")
+    print(
+        "| config | folds | geometric-mean RMSE ratio | mean ΔNLPD | folds >2% worse / better | worst ratio | GP seconds, sum | sum over folds with n < 2,000 |"
+    )
     print("|---|---:|---:|---:|---|---:|---:|---:|")
     for o in order:  # over the folds where both `o` and the first config ran
         complete = [v for v in by.values() if base in v and o in v]
