@@ -298,7 +298,11 @@ def test_render_marks_the_committed_records_that_predate_settings(tmp_path):
 
 
 # Studies of the library's internals (variants of a private rule, not uses of the library), each named here.
-INTERNAL_STUDIES = {"investigations/gp_warm/run.py", "investigations/compact/max_share.py"}
+INTERNAL_STUDIES = {
+    "investigations/gp_warm/run.py",
+    "investigations/compact/max_share.py",
+    "investigations/gp_budget/run.py",
+}
 
 
 def test_experiments_use_only_the_public_api():
