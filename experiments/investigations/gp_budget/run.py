@@ -17,6 +17,7 @@ Usage (about 45 min on 2 cores; the committed run at commit f637a9d, today's cod
 import argparse
 import json
 import pathlib
+import sys
 
 import jax
 import numpy as np
@@ -25,19 +26,8 @@ import kronvi
 from kronvi import pipeline as P
 from kronvi._inputs import gp as gp_module
 
-
-def score(fold, X_test, y_test):
-    """RMSE and NLPD of the exact BLR predictive on the fold's features (closed form in the eigenbasis)."""
-    Phi = np.asarray(P.fold_features(fold, X_test), np.float64)
-    lam = np.asarray(fold.basis.eigenvalues, np.float64)
-    c = np.asarray(fold.stats.Phity, np.float64)
-    v, s2 = float(fold.prior_scale) ** 2, float(fold.noise_variance)
-    mu, var = c / (lam + s2 / v), s2 / (lam + s2 / v)
-    m, pv = Phi @ mu, (Phi**2) @ var + s2
-    yc = np.asarray(y_test, np.float64) - float(fold.y_offset)
-    rmse = float(np.sqrt(np.mean((m - yc) ** 2)))
-    nlpd = float(np.mean(0.5 * np.log(2 * np.pi * pv) + 0.5 * (yc - m) ** 2 / pv))
-    return rmse, nlpd
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from gp_common import dataset_names, exact_blr_score  # noqa: E402
 
 
 def main():
@@ -48,11 +38,7 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     root = pathlib.Path(args.data_dir)
-    names = (
-        sorted(p.name for p in root.iterdir() if p.is_dir())
-        if args.datasets == "all"
-        else args.datasets.split(",")
-    )
+    names = dataset_names(root, args.datasets)
     configs = [[int(v) for v in c.split(":")] for c in args.configs.split(",")]
     default_steps = getattr(gp_module, "_LINESEARCH_STEPS", None)  # only in the GP code of commit f637a9d
     if default_steps is None and any(len(c) > 2 for c in configs):
@@ -65,8 +51,8 @@ def main():
             for k in (0, 1):
                 test = np.asarray(mask)[:, k].astype(bool)
                 for points, screen, *steps in configs:
-                    want = steps[0] if steps else default_steps
-                    if want != default_steps or getattr(gp_module, "_LINESEARCH_STEPS", want) != want:
+                    want = steps[0] if steps else default_steps  # None: today's code, which has no cap
+                    if want is not None and want != gp_module._LINESEARCH_STEPS:
                         gp_module._LINESEARCH_STEPS = want  # read when `_fit` is traced
                         gp_module._fit.clear_cache()
                     cfg = P.DirectConfig(gp_points=points, gp_screen_points=screen)
@@ -74,7 +60,7 @@ def main():
                     for _ in range(2 if (~test).sum() < 5000 else 1):  # the second run is warm
                         fold = P.prepare_fold(jax.random.key(0), X[~test], y[~test], cfg)
                         times.append(fold.init_seconds)
-                    rmse, nlpd = score(fold, X[test], y[test])
+                    rmse, nlpd = exact_blr_score(fold, X[test], y[test])
                     info = fold.gp_info
                     rec = dict(
                         dataset=name, fold=k, points=points, screen=screen,

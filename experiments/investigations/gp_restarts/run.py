@@ -14,12 +14,16 @@ Usage (about 40 min on 2 busy cores):
 import argparse
 import json
 import pathlib
+import sys
 
 import jax
 import numpy as np
 
 import kronvi
 from kronvi import pipeline as P
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from gp_common import dataset_names, exact_blr_score  # noqa: E402
 
 
 def main():
@@ -30,11 +34,7 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     root = pathlib.Path(args.data_dir)
-    names = (
-        sorted(p.name for p in root.iterdir() if p.is_dir())
-        if args.datasets == "all"
-        else args.datasets.split(",")
-    )
+    names = dataset_names(root, args.datasets)
     out = open(args.out, "a")
     for name in names:
         X, y, mask = kronvi.load_uci(root / name)
@@ -46,17 +46,10 @@ def main():
                 for _ in range(2 if (~test).sum() < 5000 else 1):  # the second run is warm
                     fold = P.prepare_fold(jax.random.key(0), X[~test], y[~test], cfg)
                     times.append(fold.init_seconds)
-                Phi = np.asarray(P.fold_features(fold, X[test]), np.float64)
-                lam = np.asarray(fold.basis.eigenvalues, np.float64)
-                c = np.asarray(fold.stats.Phity, np.float64)
-                v, s2 = float(fold.prior_scale) ** 2, float(fold.noise_variance)
-                mu, var = c / (lam + s2 / v), s2 / (lam + s2 / v)
-                m, pv = Phi @ mu, (Phi**2) @ var + s2
-                yc = np.asarray(y[test], np.float64) - float(fold.y_offset)
+                rmse, nlpd = exact_blr_score(fold, X[test], y[test])
                 rec = dict(
-                    dataset=name, fold=k, restarts=restarts, rmse=float(np.sqrt(np.mean((m - yc) ** 2))),
-                    nlpd=float(np.mean(0.5 * np.log(2 * np.pi * pv) + 0.5 * (yc - m) ** 2 / pv)),
-                    gp_s=times[-1], gp_first_s=times[0], sw=float(fold.prior_scale), s2=s2,
+                    dataset=name, fold=k, restarts=restarts, rmse=rmse, nlpd=nlpd,
+                    gp_s=times[-1], gp_first_s=times[0], sw=float(fold.prior_scale), s2=float(fold.noise_variance),
                     gp_iters=np.asarray(fold.gp_info.num_iterations).tolist(),
                     lml=np.asarray(fold.gp_info.log_marginal_likelihoods).tolist(),
                 )  # fmt: skip

@@ -28,6 +28,7 @@ import argparse
 import functools
 import json
 import pathlib
+import sys
 import time
 
 import jax
@@ -37,6 +38,9 @@ import numpy as np
 import kronvi
 from kronvi import pipeline as P
 from kronvi._inputs import gp as G
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from gp_common import dataset_names, exact_blr_score  # noqa: E402
 
 
 def fit_gp(key, Xs, yc, rule, config):
@@ -95,11 +99,7 @@ def main():
         G._stall_rtol = lambda dtype: args.stall_rtol
         suffix = f"@{args.stall_rtol:g}"
     root = pathlib.Path(args.data_dir)
-    names = (
-        sorted(p.name for p in root.iterdir() if p.is_dir())
-        if args.datasets == "all"
-        else args.datasets.split(",")
-    )
+    names = dataset_names(root, args.datasets)
     out = open(args.out, "a")
     cfg = P.DirectConfig()
     for name in names:
@@ -118,16 +118,9 @@ def main():
                     hyper, info = jax.block_until_ready(fit_gp(k_gp, Xs, yc, rule, cfg))
                     times.append(time.perf_counter() - t0)
                 fold = P.prepare_fold(jax.random.key(0), X[~test], y[~test], cfg, gp=(hyper, info))
-                Phi = np.asarray(P.fold_features(fold, X[test]), np.float64)
-                lam = np.asarray(fold.basis.eigenvalues, np.float64)
-                c = np.asarray(fold.stats.Phity, np.float64)
-                v, s2 = float(fold.prior_scale) ** 2, float(fold.noise_variance)
-                mu, var = c / (lam + s2 / v), s2 / (lam + s2 / v)
-                mean, pv = Phi @ mu, (Phi**2) @ var + s2
-                yt = np.asarray(y[test], np.float64) - float(fold.y_offset)
+                rmse, nlpd = exact_blr_score(fold, X[test], y[test])
                 rec = dict(
-                    dataset=name, fold=k, rule=rule + suffix, rmse=float(np.sqrt(np.mean((mean - yt) ** 2))),
-                    nlpd=float(np.mean(0.5 * np.log(2 * np.pi * pv) + 0.5 * (yt - mean) ** 2 / pv)),
+                    dataset=name, fold=k, rule=rule + suffix, rmse=rmse, nlpd=nlpd,
                     gp_s=times[-1], gp_first_s=times[0], n_train=int((~test).sum()),
                     gp_iters=np.asarray(info.num_iterations).tolist(),
                     lml=float(np.asarray(info.log_marginal_likelihoods)[int(info.chosen)]),
