@@ -302,6 +302,7 @@ INTERNAL_STUDIES = {
     "investigations/gp_warm/run.py",
     "investigations/compact/max_share.py",
     "investigations/gp_budget/run.py",
+    "investigations/gp_float64/run.py",
 }
 
 

@@ -435,7 +435,7 @@ def fit_gp_hyperparameters(
     parallel_restarts: bool | None = None,
     restarts: str = "all",
     screen_points: int = 300,
-    precision: str = "auto",
+    precision: str = "native",
 ) -> GPFit:
     r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
 
@@ -506,7 +506,6 @@ def fit_gp_hyperparameters(
         optima; in float64 the starts reach them, with 2-3x fewer evaluations on a few hundred rows
         (each about 1.2x float32's) and up to 2x the cost per evaluation at 1000 rows. Not the default:
         on the 28 UCI datasets it moved test accuracy both ways (`docs/notes/2026-11-27-gp-float64.md`).
-        `"auto"` (this trial's default): `"float64"` on at most 500 rows, `"native"` above.
 
     Returns:
       `GPFit` `(hyper, info)`: the chosen `GPHyperparameters` and a `GPFitInfo`.
@@ -538,8 +537,8 @@ def fit_gp_hyperparameters(
         raise ValueError(f"`X` needs at least 2 rows to fit a GP, got {n}")
     if restarts not in ("all", "screened"):
         raise ValueError(f"`restarts` must be 'all' or 'screened', got {restarts!r}")
-    if precision not in ("auto", "native", "float64"):
-        raise ValueError(f"`precision` must be 'auto', 'native' or 'float64', got {precision!r}")
+    if precision not in ("native", "float64"):
+        raise ValueError(f"`precision` must be 'native' or 'float64', got {precision!r}")
     screen = check_int(screen_points, "screen_points", minimum=2)
     dtype = X.dtype
     var_y = jnp.var(y)
@@ -620,8 +619,6 @@ def _stall_rtol(dtype):
 
 def _fitted(X, y, starts, *, min_noise, margin, max_iter, tol, parallel, precision):
     """`_fit` with one BLAS thread for the LAPACK calls inside the compiled fit (kronvi._base.threads)."""
-    if precision == "auto":
-        precision = "float64" if X.shape[0] <= 500 else "native"
     dtype = X.dtype
     margin, tol = jnp.asarray(margin, dtype), jnp.asarray(tol, dtype)
     return run_single_threaded(
