@@ -303,6 +303,8 @@ INTERNAL_STUDIES = {
     "investigations/compact/max_share.py",
     "investigations/gp_budget/run.py",
     "investigations/gp_float64/run.py",
+    "investigations/gp_speed/host_lbfgsb.py",
+    "investigations/gp_speed/dual_parts.py",
 }
 
 
