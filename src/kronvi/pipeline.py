@@ -127,6 +127,9 @@ class DirectConfig(NamedTuple):
         start on every row.
       gp_screen_points: rows of that screening.
       gp_degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
+      gp_precision: `fit_gp_hyperparameters(precision=...)`: `"native"` (the likelihood in the working
+        dtype) or `"float64"` (in float64 on the host: the GP's optima without float32's rounding;
+        `docs/notes/2026-11-27-gp-float64.md`).
       chunk_size: rows per chunk of the statistics pass.
       max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
         of it, at most this many times (the paper's protocol: 0).
@@ -142,8 +145,8 @@ class DirectConfig(NamedTuple):
       DirectConfig(basis='eigen', num_frequencies=None, frequency_sampling='iid', levels=15, width=None,
         noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
         cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
-        gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, chunk_size=2048,
-        max_noise_recentres=0, compact_tol=0.1, compact_vectors='half')
+        gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, gp_precision='native',
+        chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half')
     """
 
     basis: str = "eigen"
@@ -165,6 +168,7 @@ class DirectConfig(NamedTuple):
     gp_restart_rule: str = "screened"
     gp_screen_points: int = 300
     gp_degenerate_margin: float = 2.0
+    gp_precision: str = "native"
     chunk_size: int = 2048
     max_noise_recentres: int = 0
     # "compact" only: the budget of the variance change, in noise variances (kronvi.compact_posterior(tol=...))
@@ -448,6 +452,8 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         raise ValueError(
             f"`config.gp_restart_rule` must be 'all' or 'screened', got {config.gp_restart_rule!r}"
         )
+    if config.gp_precision not in ("native", "float64"):
+        raise ValueError(f"`config.gp_precision` must be 'native' or 'float64', got {config.gp_precision!r}")
     # `config` is resolved (`resolve_config`): its `None` fields are set
     if not float(config.width) > 0:  # type: ignore[arg-type]
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")
@@ -511,7 +517,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold
         hyper, gp_info = fit_gp_hyperparameters(
             k_gp, Xs, yc, num_points=config.gp_points, num_starts=config.gp_restarts,
             degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
-            screen_points=config.gp_screen_points,
+            screen_points=config.gp_screen_points, precision=config.gp_precision,
         )  # fmt: skip
     else:
         hyper, gp_info = gp

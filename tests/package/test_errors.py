@@ -170,6 +170,7 @@ def test_mixed_dtypes_and_float16_are_rejected_by_fits():
         ("noise_span", 1.0, "`config.noise_span` must be > 1"),
         ("width", -1.0, "`config.width` must be positive"),
         ("max_iter", 0, "`config.max_iter`"),
+        ("gp_precision", "float32", "`config.gp_precision` must be 'native' or 'float64'"),
     ],
 )
 def test_pipeline_config_is_checked_before_any_compute(monkeypatch, field, value, match):
@@ -183,3 +184,23 @@ def test_pipeline_config_is_checked_before_any_compute(monkeypatch, field, value
     config = pipeline.DirectConfig(**{field: value})
     with pytest.raises(ValueError, match=match):
         pipeline.fit_direct(jax.random.key(0), X, y, config)
+
+
+@pytest.mark.parametrize("precision", ["native", "float64"])
+def test_pipeline_passes_its_gp_precision_to_the_gp_fit(monkeypatch, precision):
+    from kronvi import pipeline
+
+    class Stop(Exception):
+        pass
+
+    seen = {}
+
+    def gp(*args, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(pipeline, "fit_gp_hyperparameters", gp)
+    X, y = np.random.default_rng(0).normal(size=(20, 2)), np.arange(20.0)
+    with pytest.raises(Stop):
+        pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(gp_precision=precision))
+    assert seen["precision"] == precision
