@@ -186,15 +186,17 @@ def test_named_results_and_jit_of_vmap_over_folds_matches_each_fold(name):
 
 
 def test_fit_info_is_a_pytree_with_a_static_optimizer():
-    info = kronvi.fit_regression(_stats(*_data(0)), *_priors(), method="lbfgs", max_iter=3).info
-    leaves, tree = jax.tree.flatten(info)
-    # elbo, final_elbo, num_iter, converged, grad_norm, iterate_elbo; not the name
-    assert len(leaves) == 6 and "lbfgs" not in leaves
-    assert jax.tree.unflatten(tree, leaves).optimizer == "lbfgs"
-    doubled = jax.tree.map(lambda a: 2 * a, info)
-    assert doubled.optimizer == "lbfgs" and float(doubled.final_elbo) == 2 * float(info.final_elbo)
-    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(info)[0]]
-    assert paths[:2] == [".elbo", ".final_elbo"]
+    # the "fit_regression lbfgs" fit above (x64, max_iter=30): its compiled program serves
+    with jax.enable_x64(True):
+        info = FITS["fit_regression lbfgs"][0](*_data(0)).info
+        leaves, tree = jax.tree.flatten(info)
+        # elbo, final_elbo, num_iter, converged, grad_norm, iterate_elbo; not the name
+        assert len(leaves) == 6 and "lbfgs" not in leaves
+        assert jax.tree.unflatten(tree, leaves).optimizer == "lbfgs"
+        doubled = jax.tree.map(lambda a: 2 * a, info)
+        assert doubled.optimizer == "lbfgs" and float(doubled.final_elbo) == 2 * float(info.final_elbo)
+        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(info)[0]]
+        assert paths[:2] == [".elbo", ".final_elbo"]
 
 
 def test_other_results_have_named_fields():
@@ -214,12 +216,14 @@ def test_other_results_have_named_fields():
 
 
 def test_mixture_init_in_the_old_order_warns_and_still_works():
-    stats = _stats(*jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), _data(0)))
-    pw, pn = _priors()
-    q, q_n = _mixture_start(jnp.float32)
-    new = kronvi.fit_mixture_bound(stats, pw, pn, init=(q, q_n, q.log_marginals), max_iter=3)
-    with pytest.warns(DeprecationWarning, match=r"\(q, q_noise, log_center\)"):
-        old = kronvi.fit_mixture_bound(stats, pw, pn, init=(q, q.log_marginals, q_n), max_iter=3)
+    # the shapes, dtype and max_iter of the "fit_mixture_bound" fit above: its compiled program serves
+    with jax.enable_x64(True):
+        stats = _stats(*_data(0))
+        pw, pn = _priors()
+        q, q_n = _mixture_start(jnp.float64)
+        new = kronvi.fit_mixture_bound(stats, pw, pn, init=(q, q_n, q.log_marginals), max_iter=4)
+        with pytest.warns(DeprecationWarning, match=r"\(q, q_noise, log_center\)"):
+            old = kronvi.fit_mixture_bound(stats, pw, pn, init=(q, q.log_marginals, q_n), max_iter=4)
     np.testing.assert_array_equal(old.log_center, new.log_center)
 
 
