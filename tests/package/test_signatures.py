@@ -290,7 +290,8 @@ def test_renamed_keywords_warn_and_give_the_same_result(problem):
     bpw = kronvi.gaussian_prior(3, 1.0, levels=3)
     start = kronvi.bnn.bnn_init(jax.random.key(0), bpw, p["pn"])
     fmap = kronvi.feature_learning.rff_lengthscale_map(jax.random.key(1), 3, 2)
-    fpw = kronvi.gaussian_prior(4, 1.0, levels=5)
+    # 15 levels of weights and noise, as fit_features_eigen's grids: its inner fit reuses fit_features's programs
+    fpw, fpn = kronvi.gaussian_prior(4, 1.0, levels=15), kronvi.noise_prior(0.1, levels=15)
     X3 = p["Phi"]
     calls = [
         (kronvi.bnn.fit_bnn, (bstats, bpw, p["pn"]), {"q_init": start, "max_iter": 2}, {"init": start, "max_iter": 2}),
@@ -299,7 +300,7 @@ def test_renamed_keywords_warn_and_give_the_same_result(problem):
             {"q_init": "prior", "max_iter": 2}, {"init": "prior", "max_iter": 2},
         ),
         (
-            kronvi.fit_features, (jnp.zeros(3), X3, p["y"], fpw, p["pn"]),
+            kronvi.fit_features, (jnp.zeros(3), X3, p["y"], fpw, fpn),
             {"feature_fn": fmap, "max_rounds": 0, "backend": "lbfgs"},
             {"feature_fn": fmap, "max_iter": 0, "method": "lbfgs"},
         ),
