@@ -79,9 +79,9 @@ def gaussian_nlpd(y, mean, var):
     return float(np.mean(0.5 * np.log(2 * np.pi * var) + 0.5 * (y - mean) ** 2 / var))
 
 
-def run_kronvi(Xtr, ytr, Xte, yte, key=0):
-    """The default pipeline end to end; seconds of each stage and the test metrics."""
-    (model, timings, _), fit_s = seconds(pipeline.fit_direct, jax.random.key(key), Xtr, ytr)
+def run_kronvi(Xtr, ytr, Xte, yte, key=0, config=None):
+    """The default pipeline (or `config`) end to end; seconds of each stage and the test metrics."""
+    (model, timings, _), fit_s = seconds(pipeline.fit_direct, jax.random.key(key), Xtr, ytr, config)
 
     def predict():
         Phi = pipeline.fold_features(model, Xte)
@@ -209,6 +209,10 @@ def main(argv=None):
     ap.add_argument("--gp-max-rows", type=int, default=5000)
     ap.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first calls")
     ap.add_argument("--first-call", default=None, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--gp-float64", action="store_true",
+        help="also time kronvi with DirectConfig(gp_precision='float64') in the same interleaved repeats",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if args.first_call:
         return first_call(args.first_call, args.data_dir, args.synthetic_rows)
@@ -229,8 +233,14 @@ def main(argv=None):
         F, Ft = same_features(Xtr, ytr, Xte)
         run_kronvi(Xtr, ytr, Xte, yte)  # untimed: this process's compilations for these shapes
         runs = {"kronvi": [], "BayesianRidge": [], "NumPyro SVI": []}
+        gp64 = pipeline.DirectConfig(gp_precision="float64")
+        if args.gp_float64:
+            run_kronvi(Xtr, ytr, Xte, yte, config=gp64)  # untimed, as above
+            runs["kronvi GP float64"] = []
         for r in range(args.repeats):
             runs["kronvi"].append(run_kronvi(Xtr, ytr, Xte, yte))
+            if args.gp_float64:
+                runs["kronvi GP float64"].append(run_kronvi(Xtr, ytr, Xte, yte, config=gp64))
             runs["BayesianRidge"].append(run_bayesian_ridge(F, Ft, ytr, yte))
             runs["NumPyro SVI"].append(run_numpyro(F, Ft, ytr, yte, args.svi_steps))
             print(f"  repeat {r + 1}/{args.repeats}: " + ", ".join(
@@ -263,6 +273,17 @@ def main(argv=None):
         print(f"| {r['name']} | {k['rmse']:.4g} / {k['nlpd']:.3f} | {br['rmse']:.4g} / {br['nlpd']:.3f} | "
               f"{sv['rmse']:.4g} / {sv['nlpd']:.3f} | {g} | {k['rmse'] / br['rmse']:.3f} | "
               f"{k['nlpd'] - br['nlpd']:+.3f} |")  # fmt: skip
+
+    if args.gp_float64:
+        print("\n## kronvi with DirectConfig(gp_precision='float64') (the GP likelihood in float64), same repeats\n")
+        print("| dataset (n) | kronvi fit: default / GP float64 | GP seconds: default / GP float64 "
+              "| GP float64 / BayesianRidge time | RMSE / NLPD with GP float64 | NLPD minus BayesianRidge's |")  # fmt: skip
+        print("|---|---|---|---:|---|---:|")
+        for r in rows:
+            k, k64, br = r["kronvi"], r["kronvi GP float64"], r["BayesianRidge"]
+            print(f"| {r['name']} ({r['n']}) | {fmt(k['fit'])} / {fmt(k64['fit'])} | {fmt(k['gp'], 2)} / "
+                  f"{fmt(k64['gp'], 2)} | {k64['fit'] / br['fit']:.2f} | {k64['rmse']:.4g} / {k64['nlpd']:.3f} | "
+                  f"{k64['nlpd'] - br['nlpd']:+.3f} |")  # fmt: skip
 
     if args.synthetic_rows:
         n = args.synthetic_rows
