@@ -128,7 +128,8 @@ class DirectConfig(NamedTuple):
       gp_screen_points: rows of that screening.
       gp_degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
       gp_precision: `fit_gp_hyperparameters(precision=...)`: `"native"` (the likelihood in the working
-        dtype) or `"float64"` (in float64 on the host: the GP's optima without float32's rounding;
+        dtype) or `"float64"` (for a float32 working dtype, in float64 on the host: the GP's optima
+        without float32's rounding; a float64 working dtype is already float64;
         `docs/notes/2026-11-27-gp-float64.md`).
       chunk_size: rows per chunk of the statistics pass.
       max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end

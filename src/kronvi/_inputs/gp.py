@@ -221,7 +221,7 @@ def _host_lml(theta, X, y, with_grad):
     p = np.exp(theta)
     ell, s2, noise = p[:d], p[d], p[d + 1]
     grad = np.full(d + 2, np.nan)
-    A = X / ell
+    A = (X - X.mean(axis=0)) / ell  # centred: the kernel is the same, the expansion below cancels less
     half_sq = 0.5 * np.einsum("ij,ij->i", A, A)
     Kf = A @ A.T  # -d2 / 2 = a_i.a_j - |a_i|^2 / 2 - |a_j|^2 / 2, in place
     Kf -= half_sq[:, None]
@@ -229,7 +229,7 @@ def _host_lml(theta, X, y, with_grad):
     np.minimum(Kf, 0.0, out=Kf)
     np.exp(Kf, out=Kf)
     Kf *= s2
-    C = Kf.copy()
+    C = np.array(Kf, order="F")  # Fortran order: LAPACK factors it in place
     C.flat[:: n + 1] += noise
     L, info = lapack.dpotrf(C, lower=1, clean=0, overwrite_a=1)  # reads and writes the lower triangle
     if info != 0:
@@ -355,9 +355,13 @@ class _Bounds(NamedTuple):
     hi: jax.Array
 
 
+def _log_params(u, bounds: _Bounds):
+    """The packed log-parameters `[log l (d), log s2, log noise]` of the unconstrained `u`."""
+    return bounds.lo + (bounds.hi - bounds.lo) * jax.nn.sigmoid(u)
+
+
 def _unpack(u, bounds: _Bounds) -> GPHyperparameters:
-    theta = bounds.lo + (bounds.hi - bounds.lo) * jax.nn.sigmoid(u)
-    p = jnp.exp(theta)
+    p = jnp.exp(_log_params(u, bounds))
     return GPHyperparameters(p[:-2], p[-2], p[-1])
 
 
@@ -497,15 +501,22 @@ def fit_gp_hyperparameters(
         `info` describes the refinement (one or two starts) or the fallback, and `info.screened` the
         screening. Why both the winner and the first start: `docs/notes/2026-11-26-speed.md`.
       screen_points: rows of the screening run of `restarts="screened"`.
+      parallel_restarts: run the starts in parallel with `vmap` (`True`) or one after another with
+        `lax.map` (`False`). Default: `vmap` on GPU/TPU, `lax.map` on CPU, where a `vmap`-batched
+        Cholesky gains nothing over sequential calls and, with few cores, can deadlock XLA's CPU thread
+        pool (batched LAPACK kernels waiting on each other's pool tasks; observed on a 2-core machine
+        with 277 rows).
       precision: where the likelihood and its gradient are computed. `"native"` (default): in XLA in
         the dtype of `X` (float32's $K^{-1}$ from LAPACK's `potri` on a CPU). `"float64"`: in float64,
         for float32 inputs on the host (NumPy and LAPACK through `jax.pure_callback`, one call per
-        evaluation; float64 inputs stay in XLA); the optimizer, the bounds and the choice of start stay
-        in the dtype of `X`. The float32 likelihood's own rounding is 0.1-0.2 nats where the noise is
-        small, so its line searches near an optimum run to their cap and starts stop short of their
-        optima; in float64 the starts reach them, with 2-3x fewer evaluations on a few hundred rows
-        (each about 1.2x float32's) and up to 2x the cost per evaluation at 1000 rows. Not the default:
-        on the 28 UCI datasets it moved test accuracy both ways (`docs/notes/2026-11-27-gp-float64.md`).
+        evaluation; float64 inputs stay in XLA). The optimizer, the bounds and the choice of start
+        (leave-one-out error, degeneracy) stay in the dtype of `X`. At the small noise levels of many
+        datasets' optima, the float32 likelihood is off by 0.02-8 nats (tens at $10^{-4}\operatorname{var}(y)$),
+        so its line searches near an optimum run to their cap and starts stop short of their optima. In
+        float64 they reach them: yacht's 278 rows took 94 evaluations instead of 228, each costing about
+        what float32's does. At 700-1000 rows an evaluation costs about 1.5x float32's and saves few.
+        Not the default: on the 28 UCI datasets it moved test accuracy both ways
+        (`docs/notes/2026-11-27-gp-float64.md`).
 
     Returns:
       `GPFit` `(hyper, info)`: the chosen `GPHyperparameters` and a `GPFitInfo`.
@@ -652,8 +663,8 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel, precision):
     bounds = _Bounds(lo, hi)
 
     def loss(u):
-        if precision == "float64" and dtype != jnp.float64:  # the log-parameters, as `_unpack` maps them
-            return -_lml64(bounds.lo + (bounds.hi - bounds.lo) * jax.nn.sigmoid(u), X, y) / m
+        if precision == "float64" and dtype != jnp.float64:
+            return -_lml64(_log_params(u, bounds), X, y) / m
         return -_lml(_unpack(u, bounds), X, y) / m
 
     def run(start):
