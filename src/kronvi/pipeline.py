@@ -40,6 +40,7 @@ from ._fit.regression import METHODS, RegressionFit, fit_regression
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import SAMPLINGS, RandomFourierFeatures, rff_features, rff_init
+from ._inputs.gp import PRECISIONS as GP_PRECISIONS
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
 from ._model.compact import CompactBasis, compact_features, compact_posterior
 from ._model.density import DensityToleranceError, predictive_log_density
@@ -453,8 +454,9 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         raise ValueError(
             f"`config.gp_restart_rule` must be 'all' or 'screened', got {config.gp_restart_rule!r}"
         )
-    if config.gp_precision not in ("native", "float64"):
-        raise ValueError(f"`config.gp_precision` must be 'native' or 'float64', got {config.gp_precision!r}")
+    if config.gp_precision not in GP_PRECISIONS:
+        choices = " or ".join(map(repr, GP_PRECISIONS))
+        raise ValueError(f"`config.gp_precision` must be {choices}, got {config.gp_precision!r}")
     # `config` is resolved (`resolve_config`): its `None` fields are set
     if not float(config.width) > 0:  # type: ignore[arg-type]
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")

@@ -44,6 +44,8 @@ _NOISE_UPPER = 10.0
 # Starts whose log marginal likelihoods differ by less than this are a tie (float32 rounding of the
 # likelihood is ~0.2 nats at 300 rows): the first such start is returned.
 _TIE_NATS = 0.5
+# Where fit_gp_hyperparameters computes the likelihood (its `precision`).
+PRECISIONS = ("native", "float64")
 # Start i uses lengthscales sqrt(d) * _LENGTHSCALE_FACTORS[i % 8] and noise _NOISE_FRACTIONS[i % 8] * var(y).
 _LENGTHSCALE_FACTORS = (1.0, 0.3, 3.0, 0.1, 1.0, 0.3, 3.0, 10.0)
 _NOISE_FRACTIONS = (0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)
@@ -250,19 +252,22 @@ def _host_lml(theta, X, y, with_grad):
     return np.asarray(value, dtype), grad.astype(dtype)
 
 
+def _host_call(theta, X, y, with_grad):
+    """`_host_lml` through `jax.pure_callback`: `(value, gradient)` in the dtype of `X`."""
+    out = jax.ShapeDtypeStruct((), X.dtype), jax.ShapeDtypeStruct(theta.shape, X.dtype)
+    host = functools.partial(_host_lml, with_grad=with_grad)
+    return jax.pure_callback(host, out, theta, X, y, vmap_method="sequential")
+
+
 @jax.custom_vjp
 def _lml64(theta, X, y):
-    """The log marginal likelihood at the log-parameters `theta` (`_host_lml`: float64, on the host,
-    through `jax.pure_callback`); differentiable in `theta` only."""
-    out = jax.ShapeDtypeStruct((), X.dtype), jax.ShapeDtypeStruct(theta.shape, X.dtype)
-    host = functools.partial(_host_lml, with_grad=False)
-    return jax.pure_callback(host, out, theta, X, y, vmap_method="sequential")[0]
+    """The log marginal likelihood at the log-parameters `theta` (`_host_lml`: float64, on the host);
+    differentiable in `theta` only."""
+    return _host_call(theta, X, y, with_grad=False)[0]
 
 
 def _lml64_fwd(theta, X, y):
-    out = jax.ShapeDtypeStruct((), X.dtype), jax.ShapeDtypeStruct(theta.shape, X.dtype)
-    host = functools.partial(_host_lml, with_grad=True)
-    value, grad = jax.pure_callback(host, out, theta, X, y, vmap_method="sequential")
+    value, grad = _host_call(theta, X, y, with_grad=True)
     return value, (grad, X, y)
 
 
@@ -548,8 +553,8 @@ def fit_gp_hyperparameters(
         raise ValueError(f"`X` needs at least 2 rows to fit a GP, got {n}")
     if restarts not in ("all", "screened"):
         raise ValueError(f"`restarts` must be 'all' or 'screened', got {restarts!r}")
-    if precision not in ("native", "float64"):
-        raise ValueError(f"`precision` must be 'native' or 'float64', got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"`precision` must be {' or '.join(map(repr, PRECISIONS))}, got {precision!r}")
     screen = check_int(screen_points, "screen_points", minimum=2)
     dtype = X.dtype
     var_y = jnp.var(y)
