@@ -274,6 +274,43 @@ def test_parallel_restarts_match_sequential():
     assert not bool(i_vmap.degenerate) and not bool(i_map.degenerate)
 
 
+@pytest.mark.parametrize("restarts", ["all", "screened"])
+def test_starts_side_by_side_equal_one_program(monkeypatch, restarts):
+    """On a CPU the starts run as separate programs from host threads; each computes what `lax.map`'s
+    body does, so the results are the same to the bit as with one worker."""
+    X, y, _, _ = _sine_problem()
+    key = jax.random.key(3)
+    kw = dict(parallel_restarts=False, restarts=restarts, screen_points=40)
+    calls = []
+    real = _gp._run_starts
+    monkeypatch.setattr(_gp, "_run_starts", lambda *a, **k: calls.append(k["pool"]) or real(*a, **k))
+    with jax.enable_x64(False):
+        monkeypatch.setattr(_gp, "_start_workers", lambda num: min(num, 2))  # whatever this machine has
+        threaded = kronvi.fit_gp_hyperparameters(key, X, y, **kw)
+        pools, calls[:] = calls[:], []
+        monkeypatch.setattr(_gp, "_start_workers", lambda num: 1)  # the lax.map program
+        mapped = kronvi.fit_gp_hyperparameters(key, X, y, **kw)
+    assert pools and all(p is not None and p._max_workers == 2 for p in pools)
+    assert calls and all(p is None for p in calls)
+    for a, b in zip(jax.tree.leaves(threaded), jax.tree.leaves(mapped), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert (threaded.info.screened is not None) == (restarts == "screened")
+
+
+def test_starts_side_by_side_under_enable_x64(monkeypatch):
+    """The workers run what the calling thread compiled: its `jax.enable_x64` context holds for them."""
+    X, y, _, _ = _sine_problem()
+    calls = []
+    real = _gp._run_starts
+    monkeypatch.setattr(_gp, "_run_starts", lambda *a, **k: calls.append(k["pool"]) or real(*a, **k))
+    monkeypatch.setattr(_gp, "_start_workers", lambda num: 2)
+    with jax.enable_x64(True):
+        X64, y64 = jnp.asarray(X, jnp.float64), jnp.asarray(y, jnp.float64)
+        fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X64, y64, parallel_restarts=False)
+    assert calls and all(p is not None for p in calls)
+    assert fit.hyper.noise_variance.dtype == jnp.float64 and not bool(fit.info.degenerate)
+
+
 def test_select_prefers_comparable_nondegenerate_start():
     lmls = jnp.array([-10.0, -11.0, -30.0, -10.5])
     # best (0) degenerate; 3 is non-degenerate and within the 2-nat margin
@@ -440,17 +477,21 @@ def test_screened_falls_back_when_the_refined_winner_fails(monkeypatch):
     # parkinsons fold 0: the winner's float32 Cholesky failed on all rows and the first start ended pinned at
     # the noise bound; every start then runs on all rows. Simulated by failing the refinement's winner.
     X, y = _sine_rows()
-    original, calls = _gp._fitted, []
+    original, calls = _gp._run_starts, []
 
-    def fitted(X, y, starts, **kw):
-        hyper, info = original(X, y, starts, **kw)
-        calls.append(starts.noise_variance.shape[0])
-        if len(calls) == 2:  # the refinement: its first start (the screened winner) fails
-            info = info._replace(log_marginal_likelihoods=info.log_marginal_likelihoods.at[0].set(-jnp.inf))
-        return hyper, info
+    def run_starts(X, y, starts, **kw):
+        get = original(X, y, starts, **kw)
+        calls.append((X.shape[0], starts.noise_variance.shape[0]))
+        if len(calls) == 1:  # the first start on all rows, the refinement of the screened winner, fails
+            return lambda: get()[:1] + (get()[1].at[0].set(-jnp.inf),) + get()[2:]
+        return get
 
-    monkeypatch.setattr(_gp, "_fitted", fitted)
+    monkeypatch.setattr(_gp, "_run_starts", run_starts)
     with jax.enable_x64(False):
         kw = dict(num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
         _, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
-    assert calls == [4, 1, 4] and info.num_iterations.shape == (4,)  # screening, refinement, fallback
+    assert int(info.screened.chosen) == 0  # so the refinement is the first start's, from cold
+    # the first start from cold on all rows (beside the screening), the screening, then the fallback: the
+    # other starts on all rows, beside the first one's result
+    assert calls == [(50, 1), (20, 4), (50, 3)] and info.num_iterations.shape == (4,)
+    assert info.log_marginal_likelihoods[0] == -jnp.inf and int(info.chosen) != 0

@@ -6,14 +6,19 @@ initialized, as in Evans & Nair (2018, Sec. 5), from an exact GP fit on a subsam
 the data by a function, there is a *degenerate* one that explains everything as noise (noise variance
 $\approx \operatorname{var}(y)$, lengthscales at a bound or no signal variance), and a single
 optimizer run from a poor start can end there (test RMSE = std of y). `fit_gp_hyperparameters`
-therefore runs several starts in parallel (`vmap`), keeps every parameter inside sane bounds by
+therefore runs several starts in parallel (batched by `vmap` on accelerators, side by side on a CPU's
+cores), keeps every parameter inside sane bounds by
 construction, and prefers a non-degenerate optimum whose likelihood is comparable to the best one.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import functools
 import math
+import operator
+import os
 from typing import NamedTuple
 
 import jax
@@ -34,7 +39,7 @@ from .._base.checks import (
 )
 from .._base.deprecation import renamed_arguments
 from .._base.precision import dot, matmul
-from .._base.threads import run_single_threaded
+from .._base.threads import run_single_threaded, single_blas_thread
 from .._solvers.lbfgs import minimize_lbfgs
 
 # Bounds, relative to the reference scales (lengthscales: median column std of X; variances: var(y)).
@@ -506,11 +511,13 @@ def fit_gp_hyperparameters(
         `info` describes the refinement (one or two starts) or the fallback, and `info.screened` the
         screening. Why both the winner and the first start: `docs/notes/2026-11-26-speed.md`.
       screen_points: rows of the screening run of `restarts="screened"`.
-      parallel_restarts: run the starts in parallel with `vmap` (`True`) or one after another with
-        `lax.map` (`False`). Default: `vmap` on GPU/TPU, `lax.map` on CPU, where a `vmap`-batched
-        Cholesky gains nothing over sequential calls and, with few cores, can deadlock XLA's CPU thread
-        pool (batched LAPACK kernels waiting on each other's pool tasks; observed on a 2-core machine
-        with 277 rows).
+      parallel_restarts: run the starts in parallel with `vmap` (`True`) or as one program per start
+        (`False`): side by side from host threads, one per core, when the inputs are concrete; one
+        after another with `lax.map` inside `jit` or on one core (with concrete inputs the two give the same results to the
+        bit). Default: `vmap` on GPU/TPU, separate programs on CPU, where a `vmap`-batched Cholesky
+        gains nothing over sequential calls and, with few cores, can deadlock XLA's CPU thread pool
+        (batched LAPACK kernels waiting on each other's pool tasks; observed on a 2-core machine with
+        277 rows).
       precision: where the likelihood and its gradient are computed. `"native"` (default): in XLA in
         the dtype of `X` (float32's $K^{-1}$ from LAPACK's `potri` on a CPU). `"float64"`: in float64,
         for float32 inputs on the host (NumPy and LAPACK through `jax.pure_callback`, one call per
@@ -595,30 +602,46 @@ def fit_gp_hyperparameters(
     if m < n:
         idx = jax.random.choice(key, n, (m,), replace=False)
         X, y = X[idx], y[idx]
-    fit = functools.partial(
-        _fitted, min_noise=min_noise, margin=degenerate_margin, max_iter=max_iter, tol=tol, parallel=parallel,
-        precision=precision,
-    )  # fmt: skip
-    if restarts == "screened" and screen < m:  # the starts on the first rows of the (random) subsample
-        _, screened = fit(X[:screen], y[:screen], starts)
-        chosen = screened.chosen
-        first = jax.tree.map(lambda a: a[:1], starts)  # the data-driven first start, from cold
-        if is_concrete(chosen) and int(fetch(chosen)) == 0:
-            refine = first
-        else:  # the screened winner (from its screened optimum) and the first start
-            refine = jax.tree.map(lambda a, b: jnp.concatenate([a[chosen][None], b]), screened.starts, first)
-        hyper, info = fit(X, y, refine)
-        # the refined winner failed numerically, or the choice is degenerate or pinned at the noise bound
-        failed = (
-            ~jnp.isfinite(info.log_marginal_likelihoods[0])
-            | info.degenerate
-            | info.noise_at_bound[info.chosen]
-        )
-        if is_concrete(failed) and bool(fetch(failed)):  # the refined start failed: every start on all rows
-            hyper, info = fit(X, y, starts)
-        info = info._replace(screened=screened)
-    else:
-        hyper, info = fit(X, y, starts)
+    concrete = not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((X, y, starts, min_noise)))
+    workers = _start_workers(starts.noise_variance.shape[0]) if concrete and not parallel else 1
+    with contextlib.ExitStack() as stack:
+        pool = None
+        if workers > 1:  # every start of the fit below on one core, one BLAS thread each (_threaded_starts)
+            stack.enter_context(single_blas_thread())
+            pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(workers))
+        run = functools.partial(
+            _run_starts, pool=pool, min_noise=min_noise, max_iter=int(max_iter), tol=jnp.asarray(tol, dtype),
+            parallel=parallel, precision=precision,
+        )  # fmt: skip
+        margin = jnp.asarray(degenerate_margin, dtype)
+        if restarts == "screened" and screen < m:  # the starts on the first rows of the (random) subsample
+            first = jax.tree.map(lambda a: a[:1], starts)  # the data-driven first start, from cold
+            cold = run(X, y, first)  # refined whatever the screening chooses: runs beside the screening
+            Xs, ys = X[:screen], y[:screen]
+            _, screened = _summarize(Xs, ys, run(Xs, ys, starts)(), min_noise, margin)
+            chosen = screened.chosen
+            if is_concrete(chosen) and int(fetch(chosen)) == 0:
+                refined = [cold]
+            else:  # the screened winner (from its screened optimum) and the first start
+                refined = [run(X, y, jax.tree.map(lambda a: a[chosen][None], screened.starts)), cold]
+            hyper, info = _summarize(X, y, _concat([r() for r in refined]), min_noise, margin)
+            # the refined winner failed numerically, or the choice is degenerate or pinned at the noise bound
+            failed = (
+                ~jnp.isfinite(info.log_marginal_likelihoods[0])
+                | info.degenerate
+                | info.noise_at_bound[info.chosen]
+            )
+            if is_concrete(failed) and bool(fetch(failed)):  # every start on all rows (the first is done)
+                rest = (
+                    [run(X, y, jax.tree.map(lambda a: a[1:], starts))]
+                    if starts.noise_variance.shape[0] > 1
+                    else []
+                )
+                hyper, info = _summarize(X, y, _concat([r() for r in [cold, *rest]]), min_noise, margin)
+            info = info._replace(screened=screened)
+        else:
+            hyper, info = _summarize(X, y, run(X, y, starts)(), min_noise, margin)
+        jax.block_until_ready((hyper, info))
     lmls = info.log_marginal_likelihoods
     if is_concrete(lmls) and not bool(fetch(jnp.any(jnp.isfinite(lmls)))):
         raise FloatingPointError(
@@ -633,18 +656,46 @@ def _stall_rtol(dtype):
     return 10 * jnp.finfo(dtype).eps
 
 
-def _fitted(X, y, starts, *, min_noise, margin, max_iter, tol, parallel, precision):
-    """`_fit` with one BLAS thread for the LAPACK calls inside the compiled fit (kronvi._base.threads)."""
-    dtype = X.dtype
-    margin, tol = jnp.asarray(margin, dtype), jnp.asarray(tol, dtype)
-    return run_single_threaded(
-        _fit, X, y, starts, min_noise, margin, int(max_iter), tol, bool(parallel), precision
-    )
+def _start_workers(num_starts):
+    """Host threads that run GP starts side by side (`_run_starts`): one per core, at most one per start."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(int(num_starts), cores)
 
 
-@functools.partial(jax.jit, static_argnums=(5, 7, 8))
-def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel, precision):
-    m, d = X.shape
+def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, parallel, precision):
+    """Start every start of `starts` on `(X, y)`; returns a function that returns their `_run_start`
+    results, stacked along a leading axis.
+
+    Without `pool`: one program for all the starts (`vmap` or `lax.map`), run now with one BLAS thread
+    (kronvi._base.threads). With `pool` (concrete inputs on a CPU): one program per start, queued on the
+    pool's host threads. A program's LAPACK calls run one after another on the thread that runs it, and
+    JAX runs programs called from different host threads at the same time, so the starts share the
+    cores; each computes what the body of `lax.map` computes, so the results are the same to the bit
+    (`docs/notes/2026-11-27-gp-threads.md`).
+    """
+    if pool is None:
+        raw = run_single_threaded(_fit_starts, X, y, starts, min_noise, max_iter, tol, parallel, precision)
+        return lambda: raw
+    each = [jax.tree.map(operator.itemgetter(i), starts) for i in range(starts.noise_variance.shape[0])]
+    # Traced and compiled here, not in the workers: JAX's configuration contexts (`jax.enable_x64`, say)
+    # belong to the thread that enters them.
+    one = _start_fit.lower(
+        X, y, each[0], min_noise, max_iter=max_iter, tol=tol, precision=precision
+    ).compile()
+    futures = [
+        pool.submit(lambda s: jax.block_until_ready(one(X, y, s, min_noise, tol=tol)), s) for s in each
+    ]
+    return lambda: jax.tree.map(lambda *a: jnp.stack(a), *(f.result() for f in futures))
+
+
+def _concat(raws):
+    """`_run_starts` results of several calls, as one."""
+    return raws[0] if len(raws) == 1 else jax.tree.map(lambda *a: jnp.concatenate(a), *raws)
+
+
+def _bounds(X, y, min_noise):
+    """The box of `_unpack` and the reference scales of `_is_degenerate`."""
+    d = X.shape[1]
     dtype = X.dtype
     var_y = jnp.var(y)
     std = jnp.std(X, axis=0)
@@ -665,30 +716,40 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel, precision):
             jnp.log(jnp.maximum(_NOISE_UPPER * var_y, 10 * min_noise))[None],
         ]
     ).astype(dtype)
-    bounds = _Bounds(lo, hi)
+    return _Bounds(lo, hi), ls_lo, ls_hi, active
+
+
+def _run_start(X, y, start, min_noise, max_iter, tol, precision):
+    """One start: L-BFGS from `start`, then its leave-one-out error on the same rows."""
+    m = X.shape[0]
+    dtype = X.dtype
+    bounds = _bounds(X, y, min_noise)[0]
 
     def loss(u):
         if precision == "float64" and dtype != jnp.float64:
             return -_lml64(_log_params(u, bounds), X, y) / m
         return -_lml(_unpack(u, bounds), X, y) / m
 
-    def run(start):
-        # Stops at a stall too (no decrease beyond rounding: the line search found no better point).
-        u, info = minimize_lbfgs(
-            loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype)
-        )
-        return _unpack(u, bounds), info.final_elbo, info.num_iter, info.converged, info.grad_norm
+    # Stops at a stall too (no decrease beyond rounding: the line search found no better point).
+    u, info = minimize_lbfgs(
+        loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype)
+    )
+    hyper, lml = _unpack(u, bounds), info.final_elbo
+    loo = _loo_mse(hyper, X, y)
+    loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)
+    lml = jnp.where(jnp.isfinite(lml), lml, -jnp.inf)
+    return hyper, lml, info.num_iter, info.converged, info.grad_norm, loo
 
-    def judged(start):
-        hyper, lml, it, conv, gnorm = run(start)
-        loo = _loo_mse(hyper, X, y)
-        loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)
-        return hyper, jnp.where(jnp.isfinite(lml), lml, -jnp.inf), it, conv, gnorm, loo
 
-    # vmap batches the starts' Cholesky factorizations into one LAPACK call per step; lax.map runs the
-    # starts one after another (see `parallel_restarts`).
-    batch_map = jax.vmap if parallel else (lambda f: functools.partial(lax.map, f))
-    hypers, lmls, iters, converged, gnorms, loo = batch_map(judged)(starts)
+_start_fit = jax.jit(_run_start, static_argnames=("max_iter", "precision"))
+
+
+@jax.jit
+def _summarize(X, y, results, min_noise, margin):
+    """`GPFitInfo` and the chosen hyperparameters from every start's `_run_start` result (stacked)."""
+    hypers, lmls, iters, converged, gnorms, loo = results
+    var_y = jnp.var(y)
+    _, ls_lo, ls_hi, active = _bounds(X, y, min_noise)
     degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
     pinned = hypers.noise_variance <= 1.5 * min_noise
     chosen = _choose(lmls, degenerate, pinned, loo, margin)
@@ -703,7 +764,20 @@ def _fit(X, y, starts, min_noise, margin, max_iter, tol, parallel, precision):
         num_iterations=iters,
         converged=converged,
         grad_norms=gnorms,
-        num_points=jnp.asarray(m, jnp.int32),
+        num_points=jnp.asarray(X.shape[0], jnp.int32),
         noise_at_bound=pinned,
     )
     return hyper, info
+
+
+@functools.partial(jax.jit, static_argnums=(4, 6, 7))
+def _fit_starts(X, y, starts, min_noise, max_iter, tol, parallel, precision):
+    """`_run_start` of every start, in one program."""
+
+    def judged(start):
+        return _run_start(X, y, start, min_noise, max_iter, tol, precision)
+
+    # vmap batches the starts' Cholesky factorizations into one LAPACK call per step; lax.map runs the
+    # starts one after another (see `parallel_restarts`).
+    batch_map = jax.vmap if parallel else (lambda f: functools.partial(lax.map, f))
+    return batch_map(judged)(starts)
