@@ -1,5 +1,6 @@
 """The pipeline's answer does not depend on the environment's BLAS thread count."""
 
+import functools
 import json
 import os
 import subprocess
@@ -135,3 +136,45 @@ def test_compact_config_errors():
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
     with pytest.raises(ValueError, match="another `basis`"):
         pipeline.fit_prepared(fold, config._replace(basis="compact"))
+
+
+@pytest.mark.parametrize("n", [30, 60])  # fewer rows than the 44 features (the dual), and more (the primal)
+def test_eigen_recipe_fits_an_unshrunk_intercept_as_bayesian_ridge(n):
+    """The eigenbasis recipe centres its features on the training rows: its posterior is exact Bayesian
+    linear regression with an intercept outside the prior (BayesianRidge's model), at the fold's prior scale
+    and noise, here computed densely in float64."""
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+    from kronvi import pipeline
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(n + 20, 2))
+    y = 3.0 + np.sin(2 * X[:, 0]) + X[:, 1] + 0.1 * rng.normal(size=n + 20)
+    config = pipeline.DirectConfig(num_frequencies=22)
+    with jax.enable_x64(True):
+        one = functools.partial(jnp.asarray, dtype=jnp.float64)
+        gp = (kronvi.GPHyperparameters(one(np.ones(2)), one(1.0), one(0.01)), None)  # no GP fit
+        fold = pipeline.prepare_fold(jax.random.key(0), X[:n], y[:n], config, dtype=jnp.float64, gp=gp)
+        model = pipeline.fit_prepared(fold, config).model
+        raw = model.features._replace(offset=None)
+        F, Ft = (
+            np.asarray(kronvi.rff_features(raw, kronvi.standardize(model.standardizer, jnp.asarray(A))))
+            for A in (X[:n], X[n:])
+        )
+        Phi = pipeline.fold_features(model, X[n:])
+        mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+        s2 = float(kronvi.noise_moments(model.q_noise, model.prior_noise)[2])
+    np.testing.assert_allclose(model.features.offset, F.mean(axis=0), rtol=1e-12, atol=1e-14)
+    # exact BLR with an intercept, at the fold's prior scale and (posterior mean) noise variance
+    sw2 = float(fold.prior_scale) ** 2
+    Fc, yc = F - F.mean(axis=0), y[:n] - y[:n].mean()
+    A = Fc.T @ Fc / s2 + np.eye(F.shape[1]) / sw2
+    w = np.linalg.solve(A, Fc.T @ yc / s2)
+    ref = y[:n].mean() + (Ft - F.mean(axis=0)) @ w
+    err = np.max(np.abs(np.asarray(mean) + model.y_offset - ref))
+    assert err < 0.02 * y.std()  # 15 levels a weight, not a Gaussian: close, not equal
+    # the same BLR without the intercept (the recipe before) is further away: the test can fail
+    w0 = np.linalg.solve(F.T @ F / s2 + np.eye(F.shape[1]) / sw2, F.T @ yc / s2)
+    assert err < 0.4 * np.max(np.abs(y[:n].mean() + Ft @ w0 - ref))

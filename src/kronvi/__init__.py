@@ -52,6 +52,7 @@ from ._inputs.data import load_demo as load_demo
 from ._inputs.data import load_uci as load_uci
 from ._inputs.data import standardize as standardize
 from ._inputs.features import RandomFourierFeatures as RandomFourierFeatures
+from ._inputs.features import feature_mean as feature_mean
 from ._inputs.features import rff_features as rff_features
 from ._inputs.features import rff_init as rff_init
 from ._inputs.gp import GPFit as GPFit
@@ -244,6 +245,7 @@ __all__ = [
     "expected_sparsity",
     "feature_elbo",
     "feature_learning",
+    "feature_mean",
     "feature_stats",
     "fit_bnn",
     "fit_elrg",

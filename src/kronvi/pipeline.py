@@ -39,7 +39,7 @@ from ._base.checks import check_int
 from ._fit.regression import METHODS, RegressionFit, fit_regression
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
-from ._inputs.features import SAMPLINGS, RandomFourierFeatures, rff_features, rff_init
+from ._inputs.features import SAMPLINGS, RandomFourierFeatures, feature_mean, rff_features, rff_init
 from ._inputs.gp import PRECISIONS as GP_PRECISIONS
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
 from ._model.compact import CompactBasis, compact_features, compact_posterior
@@ -219,7 +219,8 @@ class FittedDirect(NamedTuple):
 
     Attributes:
       standardizer: `Standardizer` of the training inputs.
-      features: `RandomFourierFeatures`, the feature map of the standardized inputs.
+      features: `RandomFourierFeatures`, the feature map of the standardized inputs (with `basis`, its
+        `offset` centres the features on the training rows: an intercept outside the prior).
       y_offset: `()` the training targets' mean (a float64 NumPy scalar for concrete targets);
         predictions on the original scale add it back.
       prior_w: `DiscretePrior` `(b, m)` over the weights (in the eigenbasis when `basis` is set).
@@ -533,6 +534,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold
     prior_scale = jnp.sqrt(hyper.signal_variance)
     basis = None
     if config.basis != "features":
+        feats = _centred(feats, Xs, config)
         stats, basis, prior_w, prior_scale, s2 = _eigen_setup(
             feats, Xs, yc, prior_scale, hyper.noise_variance, config
         )
@@ -572,6 +574,18 @@ def _centre(y, dtype):
     y = np.asarray(y, np.float64)
     offset = np.mean(y)
     return offset, jnp.asarray(y - offset, dtype)
+
+
+def _centred(feats, X, config):
+    """`feats` with the training rows' mean of its features as `offset` (`kronvi.feature_mean`), computed
+    in float64 and kept in the working dtype: every later use (statistics, predictions, saved models)
+    subtracts the same vector, so the model has an unshrunk intercept, as `BayesianRidge`'s
+    (`docs/notes/2026-11-27-intercept.md`)."""
+    dtype = feats.frequencies.dtype
+    with jax.enable_x64(True):
+        f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+        mean = feature_mean(jax.tree.map(f64, feats), f64(X), chunk_size=config.chunk_size or 4096)
+    return feats._replace(offset=jnp.asarray(mean, dtype))
 
 
 def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):

@@ -160,3 +160,41 @@ def test_structured_frequencies_estimate_the_kernel_better_than_iid(sampling):
         np.testing.assert_allclose(G - np.diag(np.diag(G)), 0.0, atol=1e-5)
     with pytest.raises(ValueError, match="sampling"):
         kronvi.rff_init(jax.random.key(0), ls, 8, sampling="sobol")
+
+
+@pytest.mark.parametrize("chunk_size", [4096, 7])  # one chunk; 4 chunks, the last one padded
+def test_feature_mean_and_offset_centre_the_features(dtype, chunk_size):
+    X = jnp.asarray(_inputs(n=25), dtype)
+    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3, dtype), 6)
+    Phi = np.asarray(kronvi.rff_features(params, X), np.float64)
+    mean = kronvi.feature_mean(params, X, chunk_size=chunk_size)
+    assert mean.shape == (12,) and mean.dtype == dtype
+    np.testing.assert_allclose(
+        mean, Phi.mean(axis=0), rtol=tol(dtype, x64=1e-12, x32=1e-5), atol=tol(dtype, x64=1e-14, x32=1e-6)
+    )
+    centred = params._replace(offset=mean)
+    np.testing.assert_allclose(
+        kronvi.rff_features(centred, X),
+        Phi - np.asarray(mean, np.float64),
+        atol=tol(dtype, x64=1e-14, x32=1e-6),
+    )
+    assert float(jnp.max(jnp.abs(kronvi.rff_features(centred, X).mean(axis=0)))) < tol(
+        dtype, x64=1e-14, x32=1e-6
+    )
+    # an offset is a pytree leaf: the map stays jittable and vmappable over inputs
+    f = jax.jit(jax.vmap(kronvi.rff_features, in_axes=(None, 0)))
+    np.testing.assert_allclose(
+        f(centred, X[None]), kronvi.rff_features(centred, X)[None], atol=tol(dtype, x64=1e-14, x32=1e-6)
+    )
+
+
+def test_offset_and_feature_mean_validation():
+    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3), 4)
+    with pytest.raises(ValueError, match="`params.offset` has 7 entries but `params` has 8 features"):
+        kronvi.rff_features(params._replace(offset=jnp.zeros(7)), jnp.ones((5, 3)))
+    with pytest.raises(ValueError, match="`params.offset` must be 1-D"):
+        kronvi.rff_features(params._replace(offset=jnp.zeros((1, 8))), jnp.ones((5, 3)))
+    with pytest.raises(ValueError, match="`X` has no rows"):
+        kronvi.feature_mean(params, jnp.ones((0, 3)))
+    with pytest.raises(TypeError, match="params"):
+        kronvi.feature_mean(params.frequencies, jnp.ones((5, 3)))

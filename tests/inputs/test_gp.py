@@ -311,6 +311,37 @@ def test_starts_side_by_side_under_enable_x64(monkeypatch):
     assert fit.hyper.noise_variance.dtype == jnp.float64 and not bool(fit.info.degenerate)
 
 
+def test_programs_with_host_callbacks_run_one_at_a_time(monkeypatch):
+    """A host callback takes its operands through XLA's CPU thread pool from a thread of that pool: two at
+    once can hold every pool thread and wait forever (kin40k, 2 cores). Starts whose programs call back run
+    one at a time; here every start inverts K with `potri` in the host, and a spy counts callers."""
+    import threading
+    import time
+
+    X, y = _sine_rows()
+    X, y = X[:37], y[:37]  # a shape no other test compiles: the spy below is traced in
+    active, most, lock = [0], [0], threading.Lock()
+    real = _gp._potri
+
+    def spy(L):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(1e-3)
+        try:
+            return real(L)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(_gp, "_potri", spy)
+    monkeypatch.setattr(_gp, "_HOST_INVERSE_MIN_ROWS", 10)
+    monkeypatch.setattr(_gp, "_start_workers", lambda num: 2)
+    with jax.enable_x64(False):
+        fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y, min_noise_variance=1e-3)
+    assert most[0] == 1 and fit.info.num_iterations.shape == (4,)
+
+
 def test_select_prefers_comparable_nondegenerate_start():
     lmls = jnp.array([-10.0, -11.0, -30.0, -10.5])
     # best (0) degenerate; 3 is non-degenerate and within the 2-nat margin

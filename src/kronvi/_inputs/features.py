@@ -16,6 +16,7 @@ $\Phi w$ with $w \sim N(0, s^2 I)$ has covariance $\approx s^2 k_{\text{unit}}$.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import NamedTuple
@@ -35,9 +36,13 @@ class RandomFourierFeatures(NamedTuple):
     Attributes:
       frequencies: `(d, D)` spectral draws $W_{dj} = z_{dj} / \ell_d$ with
         $z_{dj} \sim N(0, 1)$.
+      offset: `None` (`rff_init`), or `(2 D,)` subtracted from every row of features: the training
+        rows' mean in `kronvi.pipeline`'s eigenbasis recipe, where it plays the part of an intercept
+        without a prior (`kronvi.feature_mean`).
     """
 
     frequencies: jax.Array
+    offset: jax.Array | None = None
 
 
 SAMPLINGS = ("iid", "orthogonal", "halton")
@@ -181,11 +186,60 @@ def rff_features(params: RandomFourierFeatures, X: ArrayLike) -> jax.Array:
     check_ndim(X, 2, "X", "(num_points, num_inputs)")
     if X.shape[1] != W.shape[0]:
         raise ValueError(f"`X` has {X.shape[1]} columns but `params` was drawn for {W.shape[0]} inputs")
+    offset = params.offset
+    if offset is not None:
+        check_ndim(offset, 1, "params.offset", "(num_features,)")
+        if offset.shape[0] != 2 * W.shape[1]:
+            raise ValueError(
+                f"`params.offset` has {offset.shape[0]} entries but `params` has {2 * W.shape[1]} features"
+            )
     dtype = jnp.result_type(X, W)
     proj = matmul(X.astype(dtype), W.astype(dtype))
     scale = jnp.asarray(1.0 / W.shape[1] ** 0.5, dtype)
     sin, cos = sincos(proj) if dtype == jnp.float64 else (jnp.sin(proj), jnp.cos(proj))
-    return jnp.concatenate([cos, sin], axis=-1) * scale
+    Phi = jnp.concatenate([cos, sin], axis=-1) * scale
+    return Phi if offset is None else Phi - offset.astype(dtype)
+
+
+def feature_mean(params: RandomFourierFeatures, X: ArrayLike, *, chunk_size: int = 4096) -> jax.Array:
+    r"""The mean over the rows of `X` of `rff_features(params, X)`, `(2 D,)`, `chunk_size` rows at a
+    time (the features of all rows are never held at once).
+
+    `params._replace(offset=feature_mean(params, X))` centres the features on these rows: a linear
+    model on them has an intercept (the targets' mean, for centred targets) that its prior does not
+    shrink, as scikit-learn's `BayesianRidge` fits one.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, kronvi
+      >>> X = jax.random.normal(jax.random.key(0), (10, 2))
+      >>> params = kronvi.rff_init(jax.random.key(1), jnp.ones(2), 4)
+      >>> centred = params._replace(offset=kronvi.feature_mean(params, X))
+      >>> bool(jnp.allclose(kronvi.rff_features(centred, X).mean(axis=0), 0.0, atol=1e-6))
+      True
+    """
+    if not isinstance(params, RandomFourierFeatures):
+        raise TypeError(f"`params` must be RandomFourierFeatures, got {type(params).__name__}")
+    X = as_float_array(X, "X")
+    check_ndim(X, 2, "X", "(num_points, num_inputs)")
+    if X.shape[0] < 1:
+        raise ValueError("`X` has no rows")
+    return _feature_mean(params._replace(offset=None), X, int(min(chunk_size, X.shape[0])))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _feature_mean(params, X, chunk):
+    n, d = X.shape
+    k = -(-n // chunk)
+    Xp = jnp.pad(X, ((0, k * chunk - n), (0, 0))).reshape(k, chunk, d)
+    weights = (jnp.arange(k * chunk) < n).reshape(k, chunk).astype(Xp.dtype)
+
+    def add(total, part):
+        x, w = part
+        return total + matmul(w, rff_features(params, x)), None
+
+    dtype = jnp.result_type(X, params.frequencies)
+    total, _ = lax.scan(add, jnp.zeros(2 * params.frequencies.shape[1], dtype), (Xp, weights))
+    return total / n
 
 
 # pi/2 in three parts (as fdlibm's): k * _PIO2[0] is exact for |k| < 2**20, so the reduction of |x| < 1.6e6

@@ -19,6 +19,7 @@ import functools
 import math
 import operator
 import os
+import threading
 from typing import NamedTuple
 
 import jax
@@ -49,6 +50,11 @@ _NOISE_UPPER = 10.0
 # Starts whose log marginal likelihoods differ by less than this are a tie (float32 rounding of the
 # likelihood is ~0.2 nats at 300 rows): the first such start is returned.
 _TIE_NATS = 0.5
+# From this many rows a float32 likelihood gradient on a CPU inverts K with LAPACK's potri in the host
+# (_cholesky_inverse); below, in XLA.
+_HOST_INVERSE_MIN_ROWS = 400
+# Held while a GP program that calls back into Python runs on a worker thread (_run_starts).
+_HOST_CALLBACKS = threading.Lock()
 # Where fit_gp_hyperparameters computes the likelihood (its `precision`).
 PRECISIONS = ("native", "float64")
 # Start i uses lengthscales sqrt(d) * _LENGTHSCALE_FACTORS[i % 8] and noise _NOISE_FRACTIONS[i % 8] * var(y).
@@ -168,16 +174,18 @@ def _gaussian_log_density_bwd(res, g):
 
 
 def _cholesky_inverse(L):
-    r"""$K^{-1}$ from the lower Cholesky factor $L$ of $K$. In float32 on a CPU, LAPACK's `potri` in the
-    host ($\tfrac23 m^3$ flops: 11 ms at m = 1000 on one thread, against 31 ms for the two triangular
-    solves with the identity, the bulk of a likelihood gradient); elsewhere those two solves in XLA. Not
+    r"""$K^{-1}$ from the lower Cholesky factor $L$ of $K$. In float32 on a CPU from `_HOST_INVERSE_MIN_ROWS`
+    rows, LAPACK's `potri` in the host ($\tfrac23 m^3$ flops: 11 ms at m = 1000 on one thread, against
+    31 ms for the two triangular solves with the identity, the bulk of a likelihood gradient); elsewhere
+    those two solves in XLA (below 400 rows they are the faster: 2.96 against 3.23 ms for a value and
+    gradient at 278 rows, and the program has no host callback, so it can run beside others). Not
     for float64: the callback runs on an XLA thread, where a `jax.enable_x64` context (thread-local) does
     not hold, and its float64 operand would arrive as float32."""
 
     def in_xla(L):
         return jax.scipy.linalg.cho_solve((L, True), jnp.eye(L.shape[-1], dtype=L.dtype))
 
-    if L.dtype != jnp.float32:
+    if L.dtype != jnp.float32 or L.shape[-1] < _HOST_INVERSE_MIN_ROWS:
         return in_xla(L)
 
     def on_host(L):
@@ -682,9 +690,19 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, parallel, preci
     one = _start_fit.lower(
         X, y, each[0], min_noise, max_iter=max_iter, tol=tol, precision=precision
     ).compile()
-    futures = [
-        pool.submit(lambda s: jax.block_until_ready(one(X, y, s, min_noise, tol=tol)), s) for s in each
-    ]
+    # A host callback (`potri`, the float64 likelihood) hands its operands to Python through XLA's CPU
+    # thread pool, from a thread of that pool: two programs in callbacks at once can hold every pool
+    # thread and wait on each other (seen on kin40k with 2 cores). Such programs run one at a time.
+    calls_host = (precision == "float64" and X.dtype != jnp.float64) or (
+        X.dtype == jnp.float32 and X.shape[0] >= _HOST_INVERSE_MIN_ROWS
+    )
+    exclusive = _HOST_CALLBACKS if calls_host else contextlib.nullcontext()
+
+    def run(start):
+        with exclusive:
+            return jax.block_until_ready(one(X, y, start, min_noise, tol=tol))
+
+    futures = [pool.submit(run, s) for s in each]
     return lambda: jax.tree.map(lambda *a: jnp.stack(a), *(f.result() for f in futures))
 
 
