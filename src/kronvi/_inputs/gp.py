@@ -614,7 +614,7 @@ def fit_gp_hyperparameters(
     workers = _start_workers(starts.noise_variance.shape[0]) if concrete and not parallel else 1
     with contextlib.ExitStack() as stack:
         pool = None
-        if workers > 1:  # every start of the fit below on one core, one BLAS thread each (_threaded_starts)
+        if workers > 1:  # every start of the fit below on one core, one BLAS thread each (_run_starts)
             stack.enter_context(single_blas_thread())
             pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(workers))
         run = functools.partial(
