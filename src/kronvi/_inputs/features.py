@@ -228,17 +228,18 @@ def feature_mean(params: RandomFourierFeatures, X: ArrayLike, *, chunk_size: int
 
 @functools.partial(jax.jit, static_argnums=2)
 def _feature_mean(params, X, chunk):
+    # Full chunks in a scan, the remainder as one more chunk, as the statistics pass
+    # (kronvi._stats.regression._chunked_stats_jit): no padded copy of the inputs.
     n, d = X.shape
-    k = -(-n // chunk)
-    Xp = jnp.pad(X, ((0, k * chunk - n), (0, 0))).reshape(k, chunk, d)
-    weights = (jnp.arange(k * chunk) < n).reshape(k, chunk).astype(Xp.dtype)
-
-    def add(total, part):
-        x, w = part
-        return total + matmul(w, rff_features(params, x)), None
-
+    num_full = n // chunk
+    n_full = num_full * chunk
     dtype = jnp.result_type(X, params.frequencies)
-    total, _ = lax.scan(add, jnp.zeros(2 * params.frequencies.shape[1], dtype), (Xp, weights))
+    total = jnp.zeros(2 * params.frequencies.shape[1], dtype)
+    if num_full:
+        chunks = X[:n_full].reshape(num_full, chunk, d)
+        total, _ = lax.scan(lambda t, x: (t + jnp.sum(rff_features(params, x), axis=0), None), total, chunks)
+    if n_full < n:
+        total = total + jnp.sum(rff_features(params, X[n_full:]), axis=0)
     return total / n
 
 

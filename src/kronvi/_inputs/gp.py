@@ -185,7 +185,7 @@ def _cholesky_inverse(L):
     def in_xla(L):
         return jax.scipy.linalg.cho_solve((L, True), jnp.eye(L.shape[-1], dtype=L.dtype))
 
-    if L.dtype != jnp.float32 or L.shape[-1] < _HOST_INVERSE_MIN_ROWS:
+    if not _inverts_on_host(L.shape[-1], L.dtype):
         return in_xla(L)
 
     def on_host(L):
@@ -194,6 +194,17 @@ def _cholesky_inverse(L):
         return jnp.tril(lower) + jnp.tril(lower, -1).mT  # fused by XLA; in NumPy it cost a quarter of potri
 
     return lax.platform_dependent(L, cpu=on_host, default=in_xla)
+
+
+def _inverts_on_host(rows, dtype):
+    """Whether the likelihood gradient on `rows` rows of `dtype` inverts K with `potri` in the host (on
+    a CPU; elsewhere `_cholesky_inverse` stays in XLA)."""
+    return dtype == jnp.float32 and rows >= _HOST_INVERSE_MIN_ROWS
+
+
+def _likelihood_on_host(precision, dtype):
+    """Whether `precision` puts the whole likelihood in the host (`_lml64`) for inputs of `dtype`."""
+    return precision == "float64" and dtype != jnp.float64
 
 
 def _potri(L):
@@ -521,11 +532,11 @@ def fit_gp_hyperparameters(
       screen_points: rows of the screening run of `restarts="screened"`.
       parallel_restarts: run the starts in parallel with `vmap` (`True`) or as one program per start
         (`False`): side by side from host threads, one per core, when the inputs are concrete; one
-        after another with `lax.map` inside `jit` or on one core (with concrete inputs the two give the same results to the
-        bit). Default: `vmap` on GPU/TPU, separate programs on CPU, where a `vmap`-batched Cholesky
-        gains nothing over sequential calls and, with few cores, can deadlock XLA's CPU thread pool
-        (batched LAPACK kernels waiting on each other's pool tasks; observed on a 2-core machine with
-        277 rows).
+        after another with `lax.map` inside `jit` or on one core (with concrete inputs the two give
+        the same results to the bit). Default: `vmap` on GPU/TPU, separate programs on CPU, where a
+        `vmap`-batched Cholesky gains nothing over sequential calls and, with few cores, can deadlock
+        XLA's CPU thread pool (batched LAPACK kernels waiting on each other's pool tasks; observed on
+        a 2-core machine with 277 rows).
       precision: where the likelihood and its gradient are computed. `"native"` (default): in XLA in
         the dtype of `X` (float32's $K^{-1}$ from LAPACK's `potri` on a CPU). `"float64"`: in float64,
         for float32 inputs on the host (NumPy and LAPACK through `jax.pure_callback`, one call per
@@ -693,9 +704,7 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, parallel, preci
     # A host callback (`potri`, the float64 likelihood) hands its operands to Python through XLA's CPU
     # thread pool, from a thread of that pool: two programs in callbacks at once can hold every pool
     # thread and wait on each other (seen on kin40k with 2 cores). Such programs run one at a time.
-    calls_host = (precision == "float64" and X.dtype != jnp.float64) or (
-        X.dtype == jnp.float32 and X.shape[0] >= _HOST_INVERSE_MIN_ROWS
-    )
+    calls_host = _likelihood_on_host(precision, X.dtype) or _inverts_on_host(X.shape[0], X.dtype)
     exclusive = _HOST_CALLBACKS if calls_host else contextlib.nullcontext()
 
     def run(start):
@@ -744,7 +753,7 @@ def _run_start(X, y, start, min_noise, max_iter, tol, precision):
     bounds = _bounds(X, y, min_noise)[0]
 
     def loss(u):
-        if precision == "float64" and dtype != jnp.float64:
+        if _likelihood_on_host(precision, dtype):
             return -_lml64(_log_params(u, bounds), X, y) / m
         return -_lml(_unpack(u, bounds), X, y) / m
 
