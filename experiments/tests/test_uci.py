@@ -305,6 +305,9 @@ INTERNAL_STUDIES = {
     "investigations/gp_float64/run.py",
     "investigations/gp_speed/host_lbfgsb.py",
     "investigations/gp_speed/dual_parts.py",
+    "investigations/gp_threads/dispatch.py",
+    "investigations/gp_threads/overlap.py",
+    "investigations/intercept/attribution.py",
 }
 
 
