@@ -49,7 +49,7 @@ from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
 from ._model.posterior_grid import posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression
 from ._solvers.info import FitInfo
-from ._stats.eigen import Eigenbasis, eigenbasis_from_inputs, rotate_features
+from ._stats.eigen import Eigenbasis, eigenbasis_for_dtype, rotate_features
 from ._stats.regression import RegressionStats, kfold_stats_from_inputs, regression_stats_from_inputs
 from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
 
@@ -603,9 +603,10 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
     with jax.enable_x64(True):
         f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
         feats64 = jax.tree.map(f64, feats)
-        stats, basis = eigenbasis_from_inputs(
-            functools.partial(rff_features, feats64), f64(X), f64(y), chunk_size=config.chunk_size
-        )
+        stats, basis = eigenbasis_for_dtype(
+            functools.partial(rff_features, feats64), f64(X), f64(y), chunk_size=config.chunk_size,
+            null_dtype=dtype,
+        )  # fmt: skip
         scale, s2 = spectral_evidence_optimum(
             basis.eigenvalues, stats.Phity, stats.yty, stats.n, f64(prior_scale), f64(gp_noise)
         )

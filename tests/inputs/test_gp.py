@@ -391,6 +391,26 @@ def test_subsample_is_deterministic_and_bounded():
         assert not bool(i1.degenerate)
 
 
+def test_gain_tol_ends_starts_after_two_small_gains():
+    """`gain_tol`: a start ends when two iterations in a row each gain less than `gain_tol` nats. With an
+    enormous one every start ends after exactly two iterations (unless it converged first); with 0 the
+    starts run on and end at least as high as with the default of 0.1 nats, and no more than a few
+    tenths of a nat above it."""
+    with jax.enable_x64(False):
+        X, y = _sine_rows()
+        kw = dict(num_points=50, min_noise_variance=1e-3, num_starts=2)
+        _, huge = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, gain_tol=1e9, **kw)
+        _, default = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
+        _, none = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, gain_tol=0.0, **kw)
+    np.testing.assert_array_equal(np.asarray(huge.num_iterations), 2)
+    assert np.all(np.asarray(none.num_iterations) >= np.asarray(default.num_iterations))
+    assert np.sum(none.num_iterations) > 4
+    best_none, best_default = float(jnp.max(none.log_marginal_likelihoods)), float(
+        jnp.max(default.log_marginal_likelihoods)
+    )
+    assert best_default <= best_none + 1e-3 and best_default > best_none - 0.5
+
+
 def test_fit_validation():
     X, y = _data(n=10, d=2)
     key = jax.random.key(0)
@@ -402,6 +422,8 @@ def test_fit_validation():
         kronvi.fit_gp_hyperparameters(key, X, y, num_starts=0)
     with pytest.raises(ValueError, match="max_iter"):
         kronvi.fit_gp_hyperparameters(key, X, y, max_iter=0)
+    with pytest.raises(ValueError, match="`gain_tol` must be >= 0"):
+        kronvi.fit_gp_hyperparameters(key, X, y, gain_tol=-0.1)
     with pytest.raises(ValueError, match="`X` has 10 rows but `y` has 9"):
         kronvi.fit_gp_hyperparameters(key, X, y[:9])
     with pytest.raises(ValueError, match="NaN"):

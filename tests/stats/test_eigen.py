@@ -83,6 +83,28 @@ def test_eigenbasis_from_inputs_is_the_eigendecomposition_of_the_dense_statistic
         assert np.all(np.diff(lam) >= 0)  # ascending, as kronvi.eigenbasis
 
 
+def test_dual_null_space_in_float32_from_float64_inputs():
+    """The pipeline's route: float64 statistics, the null space of the dual computed (and the basis
+    returned) in float32. Same eigenvalues and rotated statistics as the float64 route; the basis is
+    orthonormal, and its null part orthogonal to the rows of Phi, to float32's precision."""
+    from kronvi._stats.eigen import eigenbasis_for_dtype
+
+    with jax.enable_x64(True):
+        X, y, fmap = _rff_problem(30, 40)  # n = 30 < b = 80
+        ref_stats, ref = kronvi.eigenbasis_from_inputs(fmap, X, y)
+        stats, basis = eigenbasis_for_dtype(fmap, X, y, chunk_size=None, null_dtype=jnp.float32)
+        Phi = np.asarray(fmap(X))
+    assert basis.vectors.dtype == jnp.float32 and basis.eigenvalues.dtype == jnp.float64
+    np.testing.assert_array_equal(np.asarray(basis.eigenvalues), np.asarray(ref.eigenvalues))
+    np.testing.assert_array_equal(np.asarray(stats.Phity), np.asarray(ref_stats.Phity))
+    V = np.asarray(basis.vectors, np.float64)
+    b, r = V.shape[0], int(np.sum(np.asarray(basis.eigenvalues) > 0))
+    np.testing.assert_allclose(V.T @ V, np.eye(b), atol=1e-6)
+    null = Phi @ V[:, : b - r]
+    assert np.abs(null).max() < 1e-6 * np.abs(Phi).max() * np.sqrt(b)
+    np.testing.assert_allclose(V[:, b - r :], np.asarray(ref.vectors)[:, b - r :], atol=1e-7)
+
+
 def test_eigenbasis_from_inputs_keeps_the_working_dtype_and_checks_inputs():
     X, y, fmap = _rff_problem(10, 8)
     rotated, basis = kronvi.eigenbasis_from_inputs(

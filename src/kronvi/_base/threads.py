@@ -14,19 +14,27 @@ environment says; `threadpoolctl` finds the loaded libraries.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import jax
+
+
+@functools.cache
+def _controller():
+    """threadpoolctl's view of the loaded BLAS libraries, found once (a scan of the process's shared
+    libraries: 2 ms, which `threadpool_limits` repeats at every call)."""
+    # jaxlib's CPU LAPACK kernels come from SciPy's BLAS library, which jaxlib loads only at its first
+    # factorization: load it now, or threadpoolctl would not see (and limit) it.
+    import scipy.linalg.cython_lapack  # noqa: F401
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 @contextlib.contextmanager
 def single_blas_thread():
     """Within the block, every loaded BLAS/LAPACK library uses one thread (restored afterwards)."""
-    # jaxlib's CPU LAPACK kernels come from SciPy's BLAS library, which jaxlib loads only at its first
-    # factorization: load it now, or threadpoolctl would not see (and limit) it.
-    import scipy.linalg.cython_lapack  # noqa: F401
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _controller().limit(limits=1, user_api="blas"):
         yield
 
 

@@ -212,10 +212,13 @@ def _potri(L):
 
     L = np.asarray(L)
     potri = lapack.dpotri if L.dtype == np.float64 else lapack.spotri
-    inv, info = potri(L, lower=1)
+    # L (C order) is, read in Fortran order, the upper factor L^T of the same K: LAPACK takes it with no
+    # reordering copy, and the transpose of its answer (upper triangle) is C-ordered with K^{-1} in the
+    # lower triangle (1 ms of 5.4 at 692 rows)
+    inv, info = potri(L.T, lower=0)
     if info != 0 or not np.all(np.isfinite(np.diagonal(L))):  # a failed factorization: the fit sees NaN
         return np.full(L.shape, np.nan, L.dtype)
-    return inv  # K^{-1} in the lower triangle (the caller mirrors it)
+    return inv.T  # K^{-1} in the lower triangle (the caller mirrors it)
 
 
 _gaussian_log_density.defvjp(_gaussian_log_density_fwd, _gaussian_log_density_bwd)
@@ -462,6 +465,7 @@ def fit_gp_hyperparameters(
     num_starts: int = 4,
     max_iter: int = 200,
     tol: float = 1e-5,
+    gain_tol: float = 0.1,
     min_noise_variance: float | None = None,
     degenerate_margin: float = 2.0,
     init: GPHyperparameters | None = None,
@@ -511,7 +515,13 @@ def fit_gp_hyperparameters(
       num_starts: number of starts `S` (ignored when `init` is given).
       max_iter: maximum L-BFGS iterations per start.
       tol: stop a start when the gradient norm of $-\log p / n$ in $u$ falls below `tol`;
-        a start also stops when an iteration no longer decreases the objective.
+        a start also stops when an iteration no longer decreases the objective, or when its line
+        search ends without a step that meets its conditions (near an optimum, at float32's rounding).
+      gain_tol: stop a start when two iterations in a row each raise its log marginal likelihood by
+        less than `gain_tol` nats (`0`: never). A likelihood ratio under $e^{0.1} \approx 1.1$ (the
+        default) tells the hyperparameters apart no better than the float32 likelihood's own rounding
+        at small noise (above); the last such iterations of a start were up to half its evaluations
+        (`docs/notes/2026-11-28-gp-stall.md`).
       min_noise_variance: lower bound of the noise variance; default
         $10^{-6}\operatorname{var}(y)$ in float64 and $10^{-4}\operatorname{var}(y)$ in
         float32 (where a smaller noise makes the Cholesky factorization fail).
@@ -575,6 +585,8 @@ def fit_gp_hyperparameters(
         raise ValueError(f"`degenerate_margin` must be >= 0, got {degenerate_margin}")
     if not float(tol) >= 0:
         raise ValueError(f"`tol` must be >= 0, got {tol}")
+    if not float(gain_tol) >= 0:
+        raise ValueError(f"`gain_tol` must be >= 0, got {gain_tol}")
     if n < 2:
         raise ValueError(f"`X` needs at least 2 rows to fit a GP, got {n}")
     if restarts not in ("all", "screened"):
@@ -630,7 +642,7 @@ def fit_gp_hyperparameters(
             pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(workers))
         run = functools.partial(
             _run_starts, pool=pool, min_noise=min_noise, max_iter=int(max_iter), tol=jnp.asarray(tol, dtype),
-            parallel=parallel, precision=precision,
+            gain_tol=jnp.asarray(gain_tol, dtype), parallel=parallel, precision=precision,
         )  # fmt: skip
         margin = jnp.asarray(degenerate_margin, dtype)
         if restarts == "screened" and screen < m:  # the starts on the first rows of the (random) subsample
@@ -681,7 +693,7 @@ def _start_workers(num_starts):
     return min(int(num_starts), cores)
 
 
-def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, parallel, precision):
+def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, gain_tol, parallel, precision):
     """Start every start of `starts` on `(X, y)`; returns a function that returns their `_run_start`
     results, stacked along a leading axis.
 
@@ -693,13 +705,15 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, parallel, preci
     (`docs/notes/2026-11-27-gp-threads.md`).
     """
     if pool is None:
-        raw = run_single_threaded(_fit_starts, X, y, starts, min_noise, max_iter, tol, parallel, precision)
+        raw = run_single_threaded(
+            _fit_starts, X, y, starts, min_noise, max_iter, tol, gain_tol, parallel, precision
+        )
         return lambda: raw
     each = [jax.tree.map(operator.itemgetter(i), starts) for i in range(starts.noise_variance.shape[0])]
     # Traced and compiled here, not in the workers: JAX's configuration contexts (`jax.enable_x64`, say)
     # belong to the thread that enters them.
     one = _start_fit.lower(
-        X, y, each[0], min_noise, max_iter=max_iter, tol=tol, precision=precision
+        X, y, each[0], min_noise, max_iter=max_iter, tol=tol, gain_tol=gain_tol, precision=precision
     ).compile()
     # A host callback (`potri`, the float64 likelihood) hands its operands to Python through XLA's CPU
     # thread pool, from a thread of that pool: two programs in callbacks at once can hold every pool
@@ -709,7 +723,7 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, parallel, preci
 
     def run(start):
         with exclusive:
-            return jax.block_until_ready(one(X, y, start, min_noise, tol=tol))
+            return jax.block_until_ready(one(X, y, start, min_noise, tol=tol, gain_tol=gain_tol))
 
     futures = [pool.submit(run, s) for s in each]
     return lambda: jax.tree.map(lambda *a: jnp.stack(a), *(f.result() for f in futures))
@@ -746,7 +760,7 @@ def _bounds(X, y, min_noise):
     return _Bounds(lo, hi), ls_lo, ls_hi, active
 
 
-def _run_start(X, y, start, min_noise, max_iter, tol, precision):
+def _run_start(X, y, start, min_noise, max_iter, tol, gain_tol, precision):
     """One start: L-BFGS from `start`, then its leave-one-out error on the same rows."""
     m = X.shape[0]
     dtype = X.dtype
@@ -757,10 +771,11 @@ def _run_start(X, y, start, min_noise, max_iter, tol, precision):
             return -_lml64(_log_params(u, bounds), X, y) / m
         return -_lml(_unpack(u, bounds), X, y) / m
 
-    # Stops at a stall too (no decrease beyond rounding: the line search found no better point).
+    # Stops at a stall too (no decrease beyond rounding, a failed line search, or two gains under gain_tol).
     u, info = minimize_lbfgs(
-        loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype)
-    )
+        loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype),
+        stall_atol=gain_tol / m, stop_on_failed_search=True,
+    )  # fmt: skip
     hyper, lml = _unpack(u, bounds), info.final_elbo
     loo = _loo_mse(hyper, X, y)
     loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)
@@ -797,12 +812,12 @@ def _summarize(X, y, results, min_noise, margin):
     return hyper, info
 
 
-@functools.partial(jax.jit, static_argnums=(4, 6, 7))
-def _fit_starts(X, y, starts, min_noise, max_iter, tol, parallel, precision):
+@functools.partial(jax.jit, static_argnums=(4, 7, 8))
+def _fit_starts(X, y, starts, min_noise, max_iter, tol, gain_tol, parallel, precision):
     """`_run_start` of every start, in one program."""
 
     def judged(start):
-        return _run_start(X, y, start, min_noise, max_iter, tol, precision)
+        return _run_start(X, y, start, min_noise, max_iter, tol, gain_tol, precision)
 
     # vmap batches the starts' Cholesky factorizations into one LAPACK call per step; lax.map runs the
     # starts one after another (see `parallel_restarts`).

@@ -42,6 +42,8 @@ def minimize_lbfgs(
     tol: ArrayLike,
     backend: str = "optax-lbfgs",
     stall_rtol: float | None = None,
+    stall_atol: ArrayLike | None = None,
+    stop_on_failed_search: bool = False,
 ) -> tuple[Any, FitInfo]:
     """L-BFGS on `loss(params)` in a `lax.while_loop` (traceable; call inside `jit` or `vmap`).
 
@@ -49,8 +51,14 @@ def minimize_lbfgs(
     `"optax-lbfgs"` uses `optax.lbfgs`; both take the value and gradient their line search stored at
     the accepted point, so an iteration costs one line search and nothing more.
 
-    Stops after `max_iter` iterations, when the gradient norm falls below `tol` (converged), or, with
-    `stall_rtol`, when an iteration lowers the loss by no more than `stall_rtol * max(1, |loss|)`.
+    Stops after `max_iter` iterations, when the gradient norm falls below `tol` (converged), or at a
+    stall: with `stall_rtol`, when an iteration lowers the loss by no more than
+    `stall_rtol * max(1, |loss|)`; with `stall_atol`, when two iterations in a row each lower it by
+    less than `stall_atol`; with `stop_on_failed_search`, when an iteration's line search ends without
+    a step that meets its conditions (as scipy's L-BFGS-B stops, and jaxopt's with
+    `stop_if_linesearch_fails`). Near an optimum whose decrease is below the loss's rounding, the
+    searches that follow search rounding, and each runs to the search's cap
+    (`docs/notes/2026-11-28-gp-stall.md`).
 
     Returns:
       `(best, info)`: the best iterate (lowest finite `loss`; the start if no step improved on it),
@@ -84,6 +92,9 @@ def minimize_lbfgs(
             params, state = solver.update(params, state)
             return params, state, state.value, state.grad
 
+        def search_failed(state):
+            return state.failed_linesearch
+
     else:
         opt = optax.lbfgs()
         state = opt.init(params)
@@ -93,12 +104,16 @@ def minimize_lbfgs(
             params = optax.apply_updates(params, updates)
             return params, state, optax.tree.get(state, "value"), optax.tree.get(state, "grad")
 
+        def search_failed(state):  # the zoom search's errors are zero when its step met both conditions
+            errors = optax.tree.get(state, "decrease_error"), optax.tree.get(state, "curvature_error")
+            return (errors[0] > 0) | (errors[1] > 0)
+
     def cond(st):
         it, *_, done = st
         return (it < max_iter) & ~done
 
     def body(st):
-        it, params, state, value, grad, best, best_value, best_gnorm, tr, its, _ = st
+        it, params, state, value, grad, best, best_value, best_gnorm, tr, its, small, _ = st
         params, state, new_value, grad = step(params, state, value, grad)
         gnorm = optax.tree.norm(grad)
         better = new_value < best_value  # False for NaN
@@ -108,13 +123,20 @@ def minimize_lbfgs(
         done = gnorm <= tol
         if stall_rtol is not None:
             done = done | ~(value - new_value > stall_rtol * jnp.maximum(1.0, jnp.abs(new_value)))
+        if stop_on_failed_search:
+            done = done | search_failed(state)
+        if stall_atol is not None:
+            small = jnp.where(value - new_value < stall_atol, small + 1, 0)
+            done = done | (small >= 2)
         tr = tr.at[it + 1].set(-best_value * scale)
         its = its.at[it + 1].set(-new_value * scale)
-        return it + 1, params, state, new_value, grad, best, best_value, best_gnorm, tr, its, done
+        return it + 1, params, state, new_value, grad, best, best_value, best_gnorm, tr, its, small, done
 
     done0 = ~jnp.isfinite(value0)
-    init = (jnp.asarray(0), params, state, value0, grad0, params, value0, gnorm0, trace, iterates, done0)
-    it, *_, best, _, best_gnorm, tr, its, _ = lax.while_loop(cond, body, init)
+    init = (
+        jnp.asarray(0), params, state, value0, grad0, params, value0, gnorm0, trace, iterates, jnp.asarray(0), done0
+    )  # fmt: skip
+    it, *_, best, _, best_gnorm, tr, its, _, _ = lax.while_loop(cond, body, init)
     past = jnp.arange(max_iter + 1) > it
     tr, its = jnp.where(past, tr[it], tr), jnp.where(past, its[it], its)
     return best, fit_info(

@@ -131,6 +131,13 @@ def eigenbasis_from_inputs(
       >>> int(jnp.sum(basis.eigenvalues > 1e-6))  # rank n
       5
     """
+    return eigenbasis_for_dtype(feature_map, X, y, chunk_size=chunk_size)
+
+
+def eigenbasis_for_dtype(feature_map, X, y, *, chunk_size, null_dtype=None):
+    """`eigenbasis_from_inputs`; with `null_dtype` (float32, say, for float64 inputs whose results the
+    caller casts to float32), the dual route's null-space basis is computed in that dtype (it was half
+    the route's cost), and the basis vectors come back in it."""
     fm = as_traced_callable(feature_map)
     X, y = check_xy(X, y, "X", what="(num_points, num_inputs)")
     n = X.shape[0]
@@ -143,8 +150,8 @@ def eigenbasis_from_inputs(
     Phi = _features(fm, X.astype(dtype))
     host = host_arrays(Phi, y)
     if host is not None:
-        c, lam, V = _dual_host(host[0], host[1].astype(Phi.dtype))
-        c, lam, V = (jnp.asarray(a, Phi.dtype) for a in (c, lam, V))
+        c, lam, V = _dual_host(host[0], host[1].astype(Phi.dtype), null_dtype or Phi.dtype)
+        c, lam, V = jnp.asarray(c, Phi.dtype), jnp.asarray(lam, Phi.dtype), jnp.asarray(V)
     else:
         c, lam, V = _dual_xla(Phi, y.astype(Phi.dtype))
     yy = y.astype(Phi.dtype)
@@ -157,7 +164,7 @@ def _features(feature_map, X):
     return feature_map(X)
 
 
-def _dual_host(Phi, y):
+def _dual_host(Phi, y, null_dtype):
     n, b = Phi.shape
     G = Phi @ Phi.T
     with single_blas_thread():  # LAPACK (kronvi._base.threads); the products above and below are BLAS
@@ -166,7 +173,9 @@ def _dual_host(Phi, y):
     s, U = s[keep], U[:, keep]
     Vr = Phi.T @ (U / np.sqrt(s))
     r = s.shape[0]
-    V = np.concatenate([_complement(Vr), Vr], axis=1)
+    V = np.empty((b, b), null_dtype)  # the null space, then the kept eigenvectors (ascending)
+    V[:, : b - r] = _complement(Vr.astype(null_dtype))
+    V[:, b - r :] = Vr
     lam = np.concatenate([np.zeros(b - r, s.dtype), s])
     c = np.concatenate([np.zeros(b - r, s.dtype), np.sqrt(s) * (U.T @ y)])
     return c, lam, V
