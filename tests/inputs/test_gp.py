@@ -405,8 +405,9 @@ def test_gain_tol_ends_starts_after_two_small_gains():
     np.testing.assert_array_equal(np.asarray(huge.num_iterations), 2)
     assert np.all(np.asarray(none.num_iterations) >= np.asarray(default.num_iterations))
     assert np.sum(none.num_iterations) > 4
-    best_none, best_default = float(jnp.max(none.log_marginal_likelihoods)), float(
-        jnp.max(default.log_marginal_likelihoods)
+    best_none, best_default = (
+        float(jnp.max(none.log_marginal_likelihoods)),
+        float(jnp.max(default.log_marginal_likelihoods)),
     )
     assert best_default <= best_none + 1e-3 and best_default > best_none - 0.5
 
