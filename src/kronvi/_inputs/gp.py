@@ -515,13 +515,12 @@ def fit_gp_hyperparameters(
       num_starts: number of starts `S` (ignored when `init` is given).
       max_iter: maximum L-BFGS iterations per start.
       tol: stop a start when the gradient norm of $-\log p / n$ in $u$ falls below `tol`;
-        a start also stops when an iteration no longer decreases the objective, or when its line
-        search ends without a step that meets its conditions (near an optimum, at float32's rounding).
+        a start also stops when an iteration no longer decreases the objective.
       gain_tol: stop a start when two iterations in a row each raise its log marginal likelihood by
         less than `gain_tol` nats (`0`: never). A likelihood ratio under $e^{0.1} \approx 1.1$ (the
         default) tells the hyperparameters apart no better than the float32 likelihood's own rounding
         at small noise (above); the last such iterations of a start were up to half its evaluations
-        (`docs/notes/2026-11-28-gp-stall.md`).
+        (`docs/notes/2026-11-27-gp-stall.md`).
       min_noise_variance: lower bound of the noise variance; default
         $10^{-6}\operatorname{var}(y)$ in float64 and $10^{-4}\operatorname{var}(y)$ in
         float32 (where a smaller noise makes the Cholesky factorization fail).
@@ -771,11 +770,11 @@ def _run_start(X, y, start, min_noise, max_iter, tol, gain_tol, precision):
             return -_lml64(_log_params(u, bounds), X, y) / m
         return -_lml(_unpack(u, bounds), X, y) / m
 
-    # Stops at a stall too (no decrease beyond rounding, a failed line search, or two gains under gain_tol).
+    # Stops at a stall too (no decrease beyond rounding, or two gains under gain_tol in a row).
     u, info = minimize_lbfgs(
         loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype),
-        stall_atol=gain_tol / m, stop_on_failed_search=True,
-    )  # fmt: skip
+        stall_atol=gain_tol / m,
+    )
     hyper, lml = _unpack(u, bounds), info.final_elbo
     loo = _loo_mse(hyper, X, y)
     loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)

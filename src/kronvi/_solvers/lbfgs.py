@@ -43,7 +43,6 @@ def minimize_lbfgs(
     backend: str = "optax-lbfgs",
     stall_rtol: float | None = None,
     stall_atol: ArrayLike | None = None,
-    stop_on_failed_search: bool = False,
 ) -> tuple[Any, FitInfo]:
     """L-BFGS on `loss(params)` in a `lax.while_loop` (traceable; call inside `jit` or `vmap`).
 
@@ -54,11 +53,7 @@ def minimize_lbfgs(
     Stops after `max_iter` iterations, when the gradient norm falls below `tol` (converged), or at a
     stall: with `stall_rtol`, when an iteration lowers the loss by no more than
     `stall_rtol * max(1, |loss|)`; with `stall_atol`, when two iterations in a row each lower it by
-    less than `stall_atol`; with `stop_on_failed_search`, when an iteration's line search ends without
-    a step that meets its conditions (as scipy's L-BFGS-B stops, and jaxopt's with
-    `stop_if_linesearch_fails`). Near an optimum whose decrease is below the loss's rounding, the
-    searches that follow search rounding, and each runs to the search's cap
-    (`docs/notes/2026-11-28-gp-stall.md`).
+    less than `stall_atol` (`docs/notes/2026-11-27-gp-stall.md`).
 
     Returns:
       `(best, info)`: the best iterate (lowest finite `loss`; the start if no step improved on it),
@@ -92,9 +87,6 @@ def minimize_lbfgs(
             params, state = solver.update(params, state)
             return params, state, state.value, state.grad
 
-        def search_failed(state):
-            return state.failed_linesearch
-
     else:
         opt = optax.lbfgs()
         state = opt.init(params)
@@ -103,10 +95,6 @@ def minimize_lbfgs(
             updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=cast_loss)
             params = optax.apply_updates(params, updates)
             return params, state, optax.tree.get(state, "value"), optax.tree.get(state, "grad")
-
-        def search_failed(state):  # the zoom search's errors are zero when its step met both conditions
-            errors = optax.tree.get(state, "decrease_error"), optax.tree.get(state, "curvature_error")
-            return (errors[0] > 0) | (errors[1] > 0)
 
     def cond(st):
         it, *_, done = st
@@ -123,8 +111,6 @@ def minimize_lbfgs(
         done = gnorm <= tol
         if stall_rtol is not None:
             done = done | ~(value - new_value > stall_rtol * jnp.maximum(1.0, jnp.abs(new_value)))
-        if stop_on_failed_search:
-            done = done | search_failed(state)
         if stall_atol is not None:
             small = jnp.where(value - new_value < stall_atol, small + 1, 0)
             done = done | (small >= 2)
