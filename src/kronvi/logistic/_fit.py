@@ -60,11 +60,18 @@ def laplace_start_map(prior_w, Phi, y, weights):
     `laplace_grid_prior` runs), else by L-BFGS ($O(nb)$ per iteration,
     at most 100).
     """
-    mu, tau2 = grid_moments(prior_w.probs, prior_w.values)
+    mu, tau2 = _prior_moments(prior_w)
     if Phi.shape[1] <= NEWTON_MAX_FEATURES:
         tol = jnp.asarray(100.0 * jnp.finfo(Phi.dtype).eps, Phi.dtype)
         return laplace_fit(Phi, y, weights, 1.0 / tau2, mu, max_iter=NEWTON_MAX_ITER, tol=tol).mean
     return _lbfgs_map(Phi, y, weights, mu, tau2)
+
+
+@jax.jit
+def _prior_moments(prior_w):
+    """`grid_moments` of the prior, in one program (as eager operations, five programs to compile on a
+    first fit)."""
+    return grid_moments(prior_w.probs, prior_w.values)
 
 
 @jax.jit
