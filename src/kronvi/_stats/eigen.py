@@ -136,8 +136,8 @@ def eigenbasis_from_inputs(
 
 def eigenbasis_for_dtype(feature_map, X, y, *, chunk_size, null_dtype=None):
     """`eigenbasis_from_inputs`; with `null_dtype` (float32, say, for float64 inputs whose results the
-    caller casts to float32), the dual route's null-space basis is computed in that dtype (it was half
-    the route's cost), and the basis vectors come back in it."""
+    caller casts to float32), the host's dual route computes its null-space basis in that dtype (it was
+    half the route's cost) and returns the basis vectors in it; the other routes ignore it."""
     fm = as_traced_callable(feature_map)
     X, y = check_xy(X, y, "X", what="(num_points, num_inputs)")
     n = X.shape[0]
