@@ -93,6 +93,14 @@ def host_view(x):
     return None
 
 
+def reduce_concrete(host_fn, device_fn, x):
+    """A small reduction of the concrete array `x`, computed where its data live: `host_fn` of its NumPy
+    view when it is in host memory (no program to compile for its shape), else
+    `reduce_on_device(device_fn, x)` (only the result is fetched)."""
+    h = host_view(x)
+    return host_fn(h) if h is not None else reduce_on_device(device_fn, x)
+
+
 def host_arrays(*arrays):
     """NumPy views of `arrays` when every one is concrete and already in host memory (see `host_view`),
     else `None`: the test for running work in the host's BLAS and LAPACK instead of XLA."""
@@ -119,14 +127,12 @@ def _all_positive(x):
 
 def all_finite(x) -> bool:
     """Whether the concrete array `x` holds no NaN or inf, without copying it to the host."""
-    h = host_view(x)
-    return bool(np.all(np.isfinite(h))) if h is not None else bool(reduce_on_device(_all_finite, x))
+    return bool(reduce_concrete(lambda h: np.all(np.isfinite(h)), _all_finite, x))
 
 
 def num_nonfinite(x) -> int:
     """The number of NaN or inf entries of the concrete array `x`, without copying it to the host."""
-    h = host_view(x)
-    return int(np.sum(~np.isfinite(h))) if h is not None else int(reduce_on_device(_num_nonfinite, x))
+    return int(reduce_concrete(lambda h: np.sum(~np.isfinite(h)), _num_nonfinite, x))
 
 
 @jax.jit
@@ -155,9 +161,8 @@ def check_positive(x: Any, name: str) -> None:
     """`ValueError` naming `name` when a concrete `x` has an entry <= 0; skipped for tracers."""
     if not (is_concrete(x) and x.size):
         return
-    h = host_view(x)
-    if not (bool(np.all(h > 0)) if h is not None else bool(reduce_on_device(_all_positive, x))):
-        low = np.min(h) if h is not None else reduce_on_device(jnp.min, x)
+    if not bool(reduce_concrete(lambda h: np.all(h > 0), _all_positive, x)):
+        low = reduce_concrete(np.min, jnp.min, x)
         raise ValueError(f"`{name}` must be strictly positive, got min {float(low)}")
 
 

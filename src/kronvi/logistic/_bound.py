@@ -51,9 +51,8 @@ from .._base.checks import (
     check_ndim,
     check_numeric,
     check_same_dtype,
-    host_view,
     is_concrete,
-    reduce_on_device,
+    reduce_concrete,
 )
 from .._base.deprecation import reordered_arguments
 from .._base.kron import kron_sum_expectation
@@ -107,8 +106,7 @@ def check_labels(y: ArrayLike | None, num_rows: int, dtype: DTypeLike, name: str
         )
     if is_concrete(y) and y.size:
         check_finite(y, name)
-        h = host_view(y)  # in host memory: NumPy, with no program to compile for this shape
-        bad = int(np.sum((h != 0) & (h != 1))) if h is not None else int(reduce_on_device(_num_bad_labels, y))
+        bad = int(reduce_concrete(lambda h: np.sum((h != 0) & (h != 1)), _num_bad_labels, y))
         if bad:
             raise ValueError(f"`{name}` must hold labels 0 or 1 only; {bad} value(s) are neither")
     return y.astype(dtype)
@@ -123,13 +121,9 @@ def check_weights(weights, num_rows: int, dtype, name: str = "weights"):
         raise ValueError(f"`{name}` must have shape ({num_rows},), got {tuple(weights.shape)}")
     check_finite(weights, name)
     if is_concrete(weights) and weights.size:
-        h = host_view(weights)
-        low, high = (np.min(h), np.max(h)) if h is not None else (
-            reduce_on_device(jnp.min, weights), reduce_on_device(jnp.max, weights)
-        )  # fmt: skip
-        if float(low) < 0:
+        if float(reduce_concrete(np.min, jnp.min, weights)) < 0:
             raise ValueError(f"`{name}` must be non-negative")
-        if not float(high) > 0:
+        if not float(reduce_concrete(np.max, jnp.max, weights)) > 0:
             raise ValueError(f"`{name}` are all zero: at least one row must count")
     return weights
 

@@ -138,8 +138,9 @@ def laplace_fit(Phi, y, weights, prec, mean, *, max_iter: int, tol):
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _prior_moments(scale, b):
-    """The prior's precisions and means `(b,)`: one program, not three eager operations to compile."""
+def _zero_mean_prior(scale, b):
+    """The prior's precisions and means (zeros), `(b,)` each: one program, not three eager operations to
+    compile."""
     return jnp.broadcast_to(1.0 / scale**2, (b,)), jnp.zeros((b,), scale.dtype)
 
 
@@ -223,7 +224,7 @@ def laplace_grid_prior(
         tol = 100.0 * float(jnp.finfo(Phi.dtype).eps)
     elif not (isinstance(tol, int | float) and not isinstance(tol, bool) and tol >= 0):
         raise ValueError(f"`tol` must be a non-negative number, got {tol!r}")
-    prec, mean = _prior_moments(scale, b)
+    prec, mean = _zero_mean_prior(scale, b)
     # LAPACK's eigh in one thread: threaded, it took 110 ms instead of 0.7 ms at b = 109 beside a busy core
     info = run_single_threaded(
         laplace_fit, Phi, y, weights, prec, mean, max_iter=max_iter, tol=jnp.asarray(tol, Phi.dtype)
