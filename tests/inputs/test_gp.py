@@ -63,7 +63,7 @@ def test_lml_matches_dense_reference(dtype):
     )
 
 
-def test_lml_gradient_matches_finite_differences():
+def test_lml_gradient_matches_finite_differences(monkeypatch):
     with jax.enable_x64(True):
         X, y = _data(n=12)
         X, y = jnp.asarray(X), jnp.asarray(y)
@@ -92,7 +92,8 @@ def test_lml_gradient_matches_finite_differences():
         p = jnp.array([0.2, -0.4, 0.0, 0.5, -2.0])
         g64 = jax.grad(lambda p: f(p, y))(p)
         np.testing.assert_allclose(g64, jax.grad(through_cholesky)(p), rtol=1e-9, atol=1e-12)
-    # in float32 on a CPU the VJP's inverse comes from LAPACK's potri in the host: the same gradient
+    # in float32 on a CPU the VJP's inverse comes from XLA's triangular solves below
+    # _HOST_INVERSE_MIN_ROWS rows and from LAPACK's potri in the host above: the same gradient either way
     X32, y32 = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
 
     def f32(log_params):
@@ -101,6 +102,31 @@ def test_lml_gradient_matches_finite_differences():
 
     g32 = jax.jit(jax.grad(f32))(jnp.asarray(p, jnp.float32))
     np.testing.assert_allclose(g32, np.asarray(g64), rtol=2e-4, atol=2e-4)
+    monkeypatch.setattr(_gp, "_HOST_INVERSE_MIN_ROWS", 1)
+    jax.clear_caches()  # the VJP traced above (XLA's inverse) would be reused for the same shapes
+    g32_host = jax.jit(jax.grad(f32))(jnp.asarray(p, jnp.float32))
+    monkeypatch.undo()
+    jax.clear_caches()  # and the host route's trace must not serve later tests of these shapes
+    np.testing.assert_allclose(g32_host, np.asarray(g64), rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_potri_inverts_k_from_its_c_ordered_cholesky_factor(dtype):
+    """`_potri` hands LAPACK the C-ordered lower factor as the Fortran-ordered upper one: its lower
+    triangle must be K^{-1}'s (against NumPy's dense inverse in float64); a failed factorization
+    (NaN on the diagonal) gives NaN everywhere."""
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(40, 40))
+    K = A @ A.T / 40 + np.eye(40)
+    L = np.ascontiguousarray(np.linalg.cholesky(K).astype(dtype))
+    L64 = L.astype(np.float64)
+    ref = np.linalg.inv(L64 @ L64.T)
+    out = _gp._potri(L)
+    assert out.dtype == dtype and out.flags["C_CONTIGUOUS"]
+    np.testing.assert_allclose(np.tril(out), np.tril(ref), rtol=tol(dtype, x32=1e-4, x64=1e-10), atol=1e-6)
+    bad = L.copy()
+    bad[3, 3] = np.nan
+    assert np.all(np.isnan(_gp._potri(bad)))
 
 
 def test_float64_host_likelihood_matches_the_dense_reference_and_its_gradient():
