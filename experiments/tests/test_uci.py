@@ -308,6 +308,8 @@ INTERNAL_STUDIES = {
     "investigations/gp_threads/dispatch.py",
     "investigations/gp_threads/overlap.py",
     "investigations/intercept/attribution.py",
+    "investigations/gp_stall/trace_start.py",
+    "investigations/gp_stall/null_space.py",
 }
 
 
