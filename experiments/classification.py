@@ -165,7 +165,10 @@ def fit_direct(p, n, fit, scales, paper=False):
     Phi = jnp.asarray(pad_stack([p["Ptr"]], n)[0], jnp.float32)
     yy = jnp.asarray(pad_stack([p["ytr"]], n)[0], jnp.float32)
     ww = jnp.asarray(pad_stack([np.ones(p["Ptr"].shape[0])], n)[0], jnp.float32)
-    grids = [kl.laplace_grid_prior(Phi, yy, s, levels=15, width=4.0, weights=ww) for s in scales]
+    grids, init = [], None  # each scale's Newton starts at the MAP of the scale before
+    for s in scales:
+        grids.append(kl.laplace_grid_prior(Phi, yy, s, levels=15, width=4.0, weights=ww, init=init))
+        init = grids[-1][1].mean
     k = int(np.argmax([float(lap.log_evidence) for _, lap in grids]))
     prior, lap = grids[k]
     if paper:

@@ -147,6 +147,35 @@ def test_newton_start_matches_the_lbfgs_start(monkeypatch):
         np.testing.assert_allclose(fits[0][0].probs, fits[1][0].probs, atol=1e-5)
 
 
+def test_the_start_map_begins_at_the_better_of_the_prior_mean_and_the_grid_centres():
+    """On grids placed by `laplace_grid_prior` the search starts at their centres (lower objective than
+    the prior mean) and needs fewer Newton iterations; on grids whose centres are worse it starts at
+    the prior mean. Either way the MAP is the one found from the prior mean."""
+    from kronvi.logistic import _fit, _laplace
+
+    with jax.enable_x64(True):
+        Phi, y, _ = data(np.float64, n=200)
+        w = jnp.ones(200)
+        placed, _ = kl.laplace_grid_prior(Phi, y, 2.0, levels=9)
+        # nearly all the prior mass on each grid's lowest level: its centre lies far out in the prior's tail
+        edge = jnp.where(jnp.arange(9) == 0, 0.0, -30.0) * jnp.ones((3, 1))
+        shifted = kronvi.DiscretePrior(placed.values, jax.nn.log_softmax(edge, axis=-1))
+        tol = jnp.asarray(1e-12)
+        for prior, at_centre in ((placed, True), (shifted, False)):
+            mu, tau2, w0 = _fit._map_setup(prior, Phi, y, w)
+            centre = 0.5 * (prior.values.min(-1) + prior.values.max(-1))
+            np.testing.assert_array_equal(w0, centre if at_centre else mu)
+            ours, from_mu = (
+                _laplace.laplace_fit(Phi, y, w, 1 / tau2, mu, start, max_iter=50, tol=tol)
+                for start in (w0, mu)
+            )
+            np.testing.assert_allclose(ours.mean, from_mu.mean, rtol=1e-7, atol=1e-9)
+            ours_map = _fit.laplace_start_map(prior, Phi, y, w)
+            np.testing.assert_allclose(ours_map, from_mu.mean, rtol=1e-7, atol=1e-9)
+            if at_centre:
+                assert int(ours.num_iter) < int(from_mu.num_iter)
+
+
 @pytest.mark.parametrize("method", ["lbfgs", "cavi"])
 def test_vmap_over_padded_folds_with_the_laplace_start(method):
     """The default start under `vmap` over folds with zero-weight padding: each fold as fitted alone."""

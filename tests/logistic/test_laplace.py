@@ -90,9 +90,29 @@ def test_separable_data_stays_finite_and_jit_vmap_agree():
     np.testing.assert_allclose(both[1], part.values, rtol=1e-4, atol=1e-4)
 
 
+def test_newton_from_init_reaches_the_same_map():
+    """`init` moves only where Newton starts: from the MAP at a neighbouring scale it takes fewer
+    iterations, from a far start as many as it needs, and both end at the reference MAP."""
+    with jax.enable_x64(True):
+        Phi, y = data(jnp.float64, n=200, b=3)
+        w, sd, log_ev = reference(Phi, y, 3.0)
+        _, cold = kl.laplace_grid_prior(Phi, y, 3.0)
+        _, near = kl.laplace_grid_prior(Phi, y, 2.0)
+        for init in (near.mean, jnp.array([8.0, -8.0, 8.0])):
+            _, info = kl.laplace_grid_prior(Phi, y, 3.0, init=init)
+            assert bool(info.converged)
+            np.testing.assert_allclose(info.mean, w, rtol=1e-7, atol=1e-9)  # Newton's own stopping rule
+            np.testing.assert_allclose(info.sd, sd, rtol=1e-7)
+            np.testing.assert_allclose(info.log_evidence, log_ev, rtol=1e-9)
+        _, warm = kl.laplace_grid_prior(Phi, y, 3.0, init=near.mean)
+        assert int(warm.num_iter) < int(cold.num_iter)
+
+
 @pytest.mark.parametrize(
     "kwargs, name",
     [
+        (dict(init=np.ones(3)), r"^`init` must have shape \(2,\), got \(3,\)$"),
+        (dict(init=np.array([0.0, np.nan])), "`init`"),
         (dict(y=np.full(10, 0.5)), "`y`"),
         (dict(y=np.array([np.nan] + [0.0] * 9)), "`y`"),
         (dict(y=np.zeros(9)), "`y`"),

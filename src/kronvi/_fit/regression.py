@@ -126,7 +126,8 @@ def fit_regression(
         q_w0, q_n0 = init
     check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)  # the one validation of this fit
     if named and init == "gaussian":
-        logits_w, logits_n = gaussian_start_logits(prior_w, prior_noise, stats, 3)  # gaussian_start, unchecked
+        # gaussian_start, unchecked
+        logits_w, logits_n = gaussian_start_logits(prior_w, prior_noise, stats, 3)
         q_w0, q_n0 = MeanField._unchecked(logits_w), MeanField._unchecked(logits_n)
     args: tuple[Any, ...] = (q_w0.logits, q_n0.logits, prior_w, prior_noise, stats)
     target = resolve_device(device, args)

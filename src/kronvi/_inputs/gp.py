@@ -774,7 +774,7 @@ def _run_start(X, y, start, min_noise, max_iter, tol, gain_tol, precision):
     u, info = minimize_lbfgs(
         loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype),
         stall_atol=gain_tol / m,
-    )
+    )  # fmt: skip
     hyper, lml = _unpack(u, bounds), info.final_elbo
     loo = _loo_mse(hyper, X, y)
     loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)

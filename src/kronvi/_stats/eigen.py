@@ -193,7 +193,8 @@ def _complement(Vr):
             return np.linalg.qr(Vr, mode="complete")[0][:, r:]
     Y = np.tril(h.T, -1)
     Y[np.arange(r), np.arange(r)] = 1.0
-    with single_blas_thread():  # T Y[r:]^T by one triangular solve (a general inverse of T^{-1} took 4x longer)
+    # T Y[r:]^T by one triangular solve (a general inverse of T^{-1} took 4x longer)
+    with single_blas_thread():
         TY = solve_triangular(np.triu(Y.T @ Y, 1) + np.diag(1.0 / tau), Y[r:].T, lower=False)
     Qc = -(Y @ TY)
     Qc[r:] += np.eye(b - r, dtype=Qc.dtype)
