@@ -132,6 +132,8 @@ class DirectConfig(NamedTuple):
         dtype) or `"float64"` (for a float32 working dtype, in float64 on the host: the GP's optima
         without float32's rounding; a float64 working dtype is already float64;
         `docs/notes/2026-11-27-gp-float64.md`).
+      gp_gain_tol: `fit_gp_hyperparameters(gain_tol=...)`: a GP start ends after two iterations in a row
+        that each raise its log marginal likelihood by less than this many nats (0: never).
       chunk_size: rows per chunk of the statistics pass.
       max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
         of it, at most this many times (the paper's protocol: 0).
@@ -148,7 +150,7 @@ class DirectConfig(NamedTuple):
         noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
         cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
         gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, gp_precision='native',
-        chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half')
+        gp_gain_tol=0.1, chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half')
     """
 
     basis: str = "eigen"
@@ -171,6 +173,7 @@ class DirectConfig(NamedTuple):
     gp_screen_points: int = 300
     gp_degenerate_margin: float = 2.0
     gp_precision: str = "native"
+    gp_gain_tol: float = 0.1
     chunk_size: int = 2048
     max_noise_recentres: int = 0
     # "compact" only: the budget of the variance change, in noise variances (kronvi.compact_posterior(tol=...))
@@ -434,6 +437,9 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
             f"`config.noise_cv` applies to basis='features' only: with basis={config.basis!r} the noise grid is "
             "centred on the evidence maximizer (set noise_cv=() or basis='features')"
         )
+    gain_tol = config.gp_gain_tol
+    if isinstance(gain_tol, bool) or not isinstance(gain_tol, int | float | np.floating) or not gain_tol >= 0:
+        raise ValueError(f"`config.gp_gain_tol` must be a number >= 0, got {gain_tol!r}")
     if not float(config.compact_tol) >= 0:
         raise ValueError(f"`config.compact_tol` must be >= 0, got {config.compact_tol!r}")
     if config.compact_vectors not in ("half", "full"):
@@ -521,7 +527,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold
         hyper, gp_info = fit_gp_hyperparameters(
             k_gp, Xs, yc, num_points=config.gp_points, num_starts=config.gp_restarts,
             degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
-            screen_points=config.gp_screen_points, precision=config.gp_precision,
+            screen_points=config.gp_screen_points, precision=config.gp_precision, gain_tol=config.gp_gain_tol,
         )  # fmt: skip
     else:
         hyper, gp_info = gp

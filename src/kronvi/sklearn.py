@@ -419,7 +419,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
                     k_gp, jnp.asarray(_standardized(std, X, dtype)), jnp.asarray((y - y_shift) / y_unit, dtype),
                     num_points=self.gp_points, num_starts=self.gp_restarts,
                     degenerate_margin=gp_rule.gp_degenerate_margin, restarts=gp_rule.gp_restart_rule,
-                    screen_points=gp_rule.gp_screen_points,
+                    screen_points=gp_rule.gp_screen_points, gain_tol=gp_rule.gp_gain_tol,
                 )  # fmt: skip
             hyper = GPHyperparameters(
                 np.asarray(hyper.lengthscales, np.float64),

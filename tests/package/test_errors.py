@@ -171,6 +171,9 @@ def test_mixed_dtypes_and_float16_are_rejected_by_fits():
         ("width", -1.0, "`config.width` must be positive"),
         ("max_iter", 0, "`config.max_iter`"),
         ("gp_precision", "float32", "`config.gp_precision` must be 'native' or 'float64'"),
+        ("gp_gain_tol", -0.1, r"^`config.gp_gain_tol` must be a number >= 0, got -0.1$"),
+        ("gp_gain_tol", float("nan"), "`config.gp_gain_tol`"),
+        ("gp_gain_tol", "0.1", "`config.gp_gain_tol`"),
     ],
 )
 def test_pipeline_config_is_checked_before_any_compute(monkeypatch, field, value, match):
@@ -186,8 +189,8 @@ def test_pipeline_config_is_checked_before_any_compute(monkeypatch, field, value
         pipeline.fit_direct(jax.random.key(0), X, y, config)
 
 
-@pytest.mark.parametrize("precision", ["native", "float64"])
-def test_pipeline_passes_its_gp_precision_to_the_gp_fit(monkeypatch, precision):
+@pytest.mark.parametrize("precision, gain_tol", [("native", 0.1), ("float64", 0.0)])
+def test_pipeline_passes_its_gp_settings_to_the_gp_fit(monkeypatch, precision, gain_tol):
     from kronvi import pipeline
 
     class Stop(Exception):
@@ -202,5 +205,6 @@ def test_pipeline_passes_its_gp_precision_to_the_gp_fit(monkeypatch, precision):
     monkeypatch.setattr(pipeline, "fit_gp_hyperparameters", gp)
     X, y = np.random.default_rng(0).normal(size=(20, 2)), np.arange(20.0)
     with pytest.raises(Stop):
-        pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(gp_precision=precision))
-    assert seen["precision"] == precision
+        config = pipeline.DirectConfig(gp_precision=precision, gp_gain_tol=gain_tol)
+        pipeline.prepare_fold(jax.random.key(0), X, y, config)
+    assert seen["precision"] == precision and seen["gain_tol"] == gain_tol
