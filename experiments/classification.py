@@ -168,7 +168,7 @@ def fit_direct(p, n, fit, scales, paper=False):
     grids, init = [], None  # each scale's Newton starts at the MAP of the scale before
     for s in scales:
         grids.append(kl.laplace_grid_prior(Phi, yy, s, levels=15, width=4.0, weights=ww, init=init))
-        init = grids[-1][1].mean
+        init = grids[-1][1].mean if bool(jnp.all(jnp.isfinite(grids[-1][1].mean))) else None
     k = int(np.argmax([float(lap.log_evidence) for _, lap in grids]))
     prior, lap = grids[k]
     if paper:

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from ._base.checks import check_int
+from ._base.checks import check_int, check_nonnegative_number
 from ._fit.regression import METHODS, RegressionFit, fit_regression
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
@@ -132,8 +132,6 @@ class DirectConfig(NamedTuple):
         dtype) or `"float64"` (for a float32 working dtype, in float64 on the host: the GP's optima
         without float32's rounding; a float64 working dtype is already float64;
         `docs/notes/2026-11-27-gp-float64.md`).
-      gp_gain_tol: `fit_gp_hyperparameters(gain_tol=...)`: a GP start ends after two iterations in a row
-        that each raise its log marginal likelihood by less than this many nats (0: never).
       chunk_size: rows per chunk of the statistics pass.
       max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
         of it, at most this many times (the paper's protocol: 0).
@@ -142,6 +140,8 @@ class DirectConfig(NamedTuple):
       compact_vectors: `"compact"` only: the kept eigenvectors stored in float16 (`"half"`: half the
         bytes; the predictive variance moves by float16's rounding, the mean not at all) or in the working
         dtype (`"full"`) (`compact_posterior(vectors_dtype=...)`).
+      gp_gain_tol: `fit_gp_hyperparameters(gain_tol=...)`: a GP start ends after two iterations in a row
+        that each raise its log marginal likelihood by less than this many nats (0: never).
 
     Example:
       >>> from kronvi.pipeline import DirectConfig
@@ -150,7 +150,7 @@ class DirectConfig(NamedTuple):
         noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
         cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
         gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, gp_precision='native',
-        gp_gain_tol=0.1, chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half')
+        chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half', gp_gain_tol=0.1)
     """
 
     basis: str = "eigen"
@@ -173,13 +173,14 @@ class DirectConfig(NamedTuple):
     gp_screen_points: int = 300
     gp_degenerate_margin: float = 2.0
     gp_precision: str = "native"
-    gp_gain_tol: float = 0.1
     chunk_size: int = 2048
     max_noise_recentres: int = 0
     # "compact" only: the budget of the variance change, in noise variances (kronvi.compact_posterior(tol=...))
     compact_tol: float = 0.1
     # "compact" only: its kept eigenvectors in float16 ("half") or the working dtype ("full")
     compact_vectors: str = "half"
+    # fit_gp_hyperparameters(gain_tol=...): the last field, so that positions of the others stay put
+    gp_gain_tol: float = 0.1
 
 
 LARGE_DATA_ROWS = 20_000
@@ -437,9 +438,7 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
             f"`config.noise_cv` applies to basis='features' only: with basis={config.basis!r} the noise grid is "
             "centred on the evidence maximizer (set noise_cv=() or basis='features')"
         )
-    gain_tol = config.gp_gain_tol
-    if isinstance(gain_tol, bool) or not isinstance(gain_tol, int | float | np.floating) or not gain_tol >= 0:
-        raise ValueError(f"`config.gp_gain_tol` must be a number >= 0, got {gain_tol!r}")
+    check_nonnegative_number(config.gp_gain_tol, "config.gp_gain_tol")
     if not float(config.compact_tol) >= 0:
         raise ValueError(f"`config.compact_tol` must be >= 0, got {config.compact_tol!r}")
     if config.compact_vectors not in ("half", "full"):

@@ -449,8 +449,11 @@ def test_fit_validation():
         kronvi.fit_gp_hyperparameters(key, X, y, num_starts=0)
     with pytest.raises(ValueError, match="max_iter"):
         kronvi.fit_gp_hyperparameters(key, X, y, max_iter=0)
-    with pytest.raises(ValueError, match="`gain_tol` must be >= 0"):
+    with pytest.raises(ValueError, match=r"^`gain_tol` must be a number >= 0, got -0.1$"):
         kronvi.fit_gp_hyperparameters(key, X, y, gain_tol=-0.1)
+    for bad in (True, "0.1", np.nan, np.ones(1)):
+        with pytest.raises(ValueError, match="^`gain_tol` must be a number >= 0"):
+            kronvi.fit_gp_hyperparameters(key, X, y, gain_tol=bad)
     with pytest.raises(ValueError, match="`X` has 10 rows but `y` has 9"):
         kronvi.fit_gp_hyperparameters(key, X, y[:9])
     with pytest.raises(ValueError, match="NaN"):

@@ -176,6 +176,32 @@ def test_the_start_map_begins_at_the_better_of_the_prior_mean_and_the_grid_centr
                 assert int(ours.num_iter) < int(from_mu.num_iter)
 
 
+def test_both_start_routes_search_from_the_start_map_setup_picks(monkeypatch):
+    """Newton (up to `NEWTON_MAX_FEATURES` weights) and L-BFGS (above) both begin where `_map_setup` says:
+    on posterior-placed grids, their centres."""
+    from kronvi.logistic import _fit
+
+    Phi, y, _ = data(np.float32, n=200)
+    w = jnp.ones(200)
+    prior, _ = kl.laplace_grid_prior(Phi, y, 2.0, levels=9)
+    _, _, w0 = _fit._map_setup(prior, Phi, y, w)
+    centre = 0.5 * (prior.values.min(-1) + prior.values.max(-1))
+    np.testing.assert_allclose(w0, centre, rtol=1e-6)
+    starts = []
+    newton = _fit.laplace_fit
+    monkeypatch.setattr(_fit, "laplace_fit", lambda *a, **k: starts.append(a[5]) or newton(*a, **k))
+    _fit.laplace_start_map(prior, Phi, y, w)
+    np.testing.assert_array_equal(starts[0], w0)
+    # the L-BFGS route: its optimizer replaced by one that returns where it was asked to start
+    monkeypatch.setattr(_fit, "NEWTON_MAX_FEATURES", 0)
+    monkeypatch.setattr(_fit, "minimize_lbfgs", lambda loss, x0, **k: (x0, None))
+    jax.clear_caches()  # `_lbfgs_map` traces again, with the replacement
+    try:
+        np.testing.assert_array_equal(_fit.laplace_start_map(prior, Phi, y, w), w0)
+    finally:
+        jax.clear_caches()
+
+
 @pytest.mark.parametrize("method", ["lbfgs", "cavi"])
 def test_vmap_over_padded_folds_with_the_laplace_start(method):
     """The default start under `vmap` over folds with zero-weight padding: each fold as fitted alone."""

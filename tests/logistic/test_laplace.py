@@ -108,6 +108,25 @@ def test_newton_from_init_reaches_the_same_map():
         assert int(warm.num_iter) < int(cold.num_iter)
 
 
+def test_init_in_float32_under_jit_and_a_nan_init_traced():
+    """A float64 `init` with float32 features keeps float32; under `jit` (traced, so unchecked) `init` is
+    used, and a NaN one falls back to the prior mean instead of ending in a NaN grid."""
+    Phi, y = data(jnp.float32, n=200, b=3)
+    _, cold = kl.laplace_grid_prior(Phi, y, 3.0)
+    _, near = kl.laplace_grid_prior(Phi, y, 2.0)
+    prior, warm = kl.laplace_grid_prior(Phi, y, 3.0, init=np.asarray(near.mean, np.float64))
+    assert prior.values.dtype == jnp.float32 and warm.mean.dtype == jnp.float32
+    np.testing.assert_allclose(warm.mean, cold.mean, rtol=1e-4, atol=1e-5)
+    assert int(warm.num_iter) < int(cold.num_iter)
+    fn = jax.jit(lambda P, yy, w0: kl.laplace_grid_prior(P, yy, 3.0, init=w0)[1])
+    traced = fn(Phi, y, near.mean)
+    assert int(traced.num_iter) == int(warm.num_iter)
+    np.testing.assert_allclose(traced.mean, warm.mean, rtol=1e-5, atol=1e-6)
+    bad = fn(Phi, y, jnp.array([jnp.nan, 0.0, 0.0]))
+    assert bool(bad.converged) and int(bad.num_iter) == int(cold.num_iter)
+    np.testing.assert_allclose(bad.mean, cold.mean, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     "kwargs, name",
     [

@@ -174,6 +174,7 @@ def test_mixed_dtypes_and_float16_are_rejected_by_fits():
         ("gp_gain_tol", -0.1, r"^`config.gp_gain_tol` must be a number >= 0, got -0.1$"),
         ("gp_gain_tol", float("nan"), "`config.gp_gain_tol`"),
         ("gp_gain_tol", "0.1", "`config.gp_gain_tol`"),
+        ("gp_gain_tol", True, "`config.gp_gain_tol`"),
     ],
 )
 def test_pipeline_config_is_checked_before_any_compute(monkeypatch, field, value, match):

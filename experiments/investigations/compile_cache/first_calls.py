@@ -3,7 +3,8 @@ compilation cache (`docs/sharp_bits.md`).
 
 For each dataset: one fresh process with no cache, then three with an empty cache directory that the first
 of them fills. Each process runs `benchmarks/bench_vs_peers.py --first-call` (kronvi's whole default fit on
-fold 0, then the predictive moments and the density of the test rows) and reports its seconds.
+fold 0, then the predictive moments and the density of the test rows) and reports its seconds, with JAX's
+compile log on: the number of XLA compilations, how many were loaded from the cache, and the slowest.
 
 Usage: python experiments/investigations/compile_cache/first_calls.py --datasets yacht,energy \
     > experiments/investigations/compile_cache/results/first_calls.txt
@@ -12,6 +13,7 @@ Usage: python experiments/investigations/compile_cache/first_calls.py --datasets
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,12 +27,17 @@ CACHE_ENV = {
 
 
 def first_call(name, data_dir, cache_dir):
-    env = dict(os.environ)
+    env = dict(os.environ, JAX_LOG_COMPILES="1")
     if cache_dir is not None:
         env.update(CACHE_ENV, JAX_COMPILATION_CACHE_DIR=cache_dir)
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_vs_peers.py"), "--first-call", name]
     res = subprocess.run([*cmd, "--data-dir", data_dir], capture_output=True, text=True, env=env, check=True)
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    compiles = re.findall(r"Finished XLA compilation of jit\((\w+)\) in ([0-9.]+) sec", res.stderr)
+    out["compiles"] = len(compiles)
+    out["hits"] = len(re.findall(r"Persistent compilation cache hit", res.stderr))
+    out["slowest"] = max(compiles, key=lambda c: float(c[1])) if compiles else ("-", "0")
+    return out
 
 
 def main():
@@ -39,8 +46,11 @@ def main():
     ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "uci"))
     args = ap.parse_args()
     print(f"# python {' '.join(sys.argv)}  ({os.cpu_count()} cores)")
-    print("| dataset | process | fit s | its GP / stats / CAVI s | density of the test rows s |")
-    print("|---|---|---:|---|---:|")
+    print(
+        "| dataset | process | fit s | its GP / stats / CAVI s | density of the test rows s "
+        "| XLA compilations (from the cache) | slowest compilation |"
+    )
+    print("|---|---|---:|---|---:|---|---|")
     for name in args.datasets.split(","):
         with tempfile.TemporaryDirectory() as cache:
             runs = [("no cache", None), ("cache, empty (fills it)", cache)]
@@ -49,7 +59,8 @@ def main():
                 r = first_call(name, args.data_dir, cache_dir)
                 print(
                     f"| {name} | {label} | {r['fit']:.2f} | {r['gp']:.2f} / {r['stats']:.2f} / {r['cavi']:.2f} "
-                    f"| {r['density']:.2f} |",
+                    f"| {r['density']:.2f} | {r['compiles']} ({r['hits']}) "
+                    f"| {r['slowest'][0]} {float(r['slowest'][1]):.2f} s |",
                     flush=True,
                 )
 

@@ -14,6 +14,7 @@ checks pass under `jax.transfer_guard_device_to_host("disallow")`.
 
 from __future__ import annotations
 
+import numbers
 import operator
 from typing import Any
 
@@ -170,6 +171,13 @@ def check_positive_number(x: Any, name: str) -> None:
     """`ValueError` naming `name` unless `x` is a Python int or float > 0 (bools are refused)."""
     if not (isinstance(x, int | float) and not isinstance(x, bool) and x > 0):
         raise ValueError(f"`{name}` must be a positive number, got {x!r}")
+
+
+def check_nonnegative_number(x: Any, name: str) -> None:
+    """`ValueError` naming `name` unless `x` is a real number (Python or NumPy scalar) >= 0, infinity
+    included; bools, strings, arrays and NaN are refused."""
+    if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real) or not float(x) >= 0:
+        raise ValueError(f"`{name}` must be a number >= 0, got {x!r}")
 
 
 def check_nonempty(x: Any, name: str, axis: int = 0) -> None:

@@ -33,6 +33,7 @@ from .._base.checks import (
     check_finite,
     check_int,
     check_nonempty,
+    check_nonnegative_number,
     check_positive,
     check_xy,
     fetch,
@@ -584,8 +585,7 @@ def fit_gp_hyperparameters(
         raise ValueError(f"`degenerate_margin` must be >= 0, got {degenerate_margin}")
     if not float(tol) >= 0:
         raise ValueError(f"`tol` must be >= 0, got {tol}")
-    if not float(gain_tol) >= 0:
-        raise ValueError(f"`gain_tol` must be >= 0, got {gain_tol}")
+    check_nonnegative_number(gain_tol, "gain_tol")
     if n < 2:
         raise ValueError(f"`X` needs at least 2 rows to fit a GP, got {n}")
     if restarts not in ("all", "screened"):

@@ -71,10 +71,10 @@ def laplace_start_map(prior_w, Phi, y, weights):
 def _map_setup(prior_w, Phi, y, weights):
     r"""`(mu, tau2, w0)`: the prior's moments (`grid_moments`) and where the search for the MAP starts,
     whichever of `mu` and the grids' centres (midpoints of their ranges) has the lower objective. Grids
-    placed by `laplace_grid_prior` are centred on the Gaussian-prior MAP, next to this one: on the
-    classification study's folds Newton then takes 1-2 iterations instead of 3-17 from `mu`."""
+    placed by `laplace_grid_prior` are centred on the Gaussian-prior MAP, next to this one
+    (`docs/notes/2026-11-27-logistic-start.md`)."""
     mu, tau2 = grid_moments(prior_w.probs, prior_w.values)
-    centre = 0.5 * (jnp.min(prior_w.values, axis=-1) + jnp.max(prior_w.values, axis=-1))
+    centre = 0.5 * jnp.min(prior_w.values, axis=-1) + 0.5 * jnp.max(prior_w.values, axis=-1)
     s, prec = 2.0 * y - 1.0, 1.0 / tau2
     f = lambda w: neg_log_joint(matmul(Phi, w), w, s, weights, prec, mu)  # noqa: E731
     return mu, tau2, jnp.where(f(centre) < f(mu), centre, mu)
