@@ -57,6 +57,7 @@ settings (--rerun-mismatched reruns the (dataset, method) pairs whose settings d
 Usage:
   python experiments/uci.py --datasets all --methods all --json experiments/results/uci.json \
       --log experiments/results/uci_run.log
+  python experiments/uci.py --merge a.json,b.json --json experiments/results/uci.json   # parallel runs' records
   python experiments/uci.py --datasets yacht --methods direct-mf --max-folds 2 --num-features 100 \
       --json /tmp/smoke.json          # a smoke run
 """
@@ -211,6 +212,51 @@ def records_to_keep(path: pathlib.Path, current: dict, pairs: set, *, resume, ov
             "or --overwrite, or write to another --json"
         )
     return keep
+
+
+def merged_records(paths: list[pathlib.Path]) -> list[dict]:
+    """The records of several study JSONs made by parallel runs over disjoint datasets, in one list.
+
+    Raises :class:`RefusedError` (one line per problem) unless every record carries settings equal to the
+    first record's and no (dataset, method) pair appears twice."""
+    records, seen, problems, reference = [], {}, [], None
+    for path in paths:
+        for r in read_records(path):
+            name = f"{path}: {r['dataset']}/{r['method']}"
+            if r.get("settings") is None:
+                problems.append(f"{name} carries no settings")
+                continue
+            reference = r["settings"] if reference is None else reference
+            diff = settings_diff(r["settings"], reference)
+            pair = (r["dataset"], r["method"])
+            if diff is not None:
+                problems.append(f"{name} has other settings than the first record's: " + "; ".join(diff))
+            elif pair in seen:
+                problems.append(f"{name} is also in {seen[pair]}")
+            else:
+                seen[pair] = path
+                records.append(r)
+    if problems:
+        raise RefusedError("cannot merge: " + "\n".join(problems))
+    return records
+
+
+def merge_main(args) -> int:
+    """``--merge A.json,B.json --json OUT``: writes the union of parallel runs' records (``merged_records``)."""
+    paths = [pathlib.Path(p.strip()) for p in args.merge.split(",")]
+    try:
+        if len(paths) < 2 or any(not p.name for p in paths):
+            raise study_cli.UsageError(f"--merge needs two or more comma-separated files, got {args.merge!r}")
+        kronvi.check_output_path(
+            args.json, option="--json", inputs=paths, overwrite=args.overwrite, exists_hint=EXISTS_HINT
+        )
+        records = merged_records(paths)
+    except (study_cli.UsageError, RefusedError, ValueError, OSError) as err:
+        return study_cli.report("uci.py", err)
+    write_json(pathlib.Path(args.json), records)
+    datasets = sorted({r["dataset"] for r in records})
+    print(f"wrote {args.json}: {len(records)} records of {len(datasets)} datasets from {len(paths)} files")
+    return 0
 
 
 def read_records(path: pathlib.Path) -> list[dict]:
@@ -904,6 +950,11 @@ def parse_args(argv=None):
     p.add_argument("--reparam-steps", type=int, default=None, help="override the paper's 1000 / 10000 steps")
     p.add_argument("--log", help="also append progress lines to this file")
     p.add_argument(
+        "--merge", default=None,
+        help="A.json,B.json,...: write the records of parallel runs over disjoint datasets (same settings) to "
+        "--json, and run nothing",
+    )  # fmt: skip
+    p.add_argument(
         "--progress", action="store_true",
         help="show a bar (tqdm, else lines on stderr) for the SGD, REPARAM and ELRG step loops; not recorded",
     )  # fmt: skip
@@ -981,6 +1032,8 @@ def check_outputs(args, folders) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.merge is not None:
+        return merge_main(args)
     errors = option_errors(args)
     if errors:
         return study_cli.report("uci.py", errors)

@@ -466,3 +466,39 @@ def test_the_program_exits_130_on_ctrl_c_without_a_traceback():
         [sys.executable, "-c", code], cwd=EXPERIMENTS, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 130 and "Traceback" not in done.stderr and "interrupted" in done.stderr
+
+
+# --- --merge: the records of parallel runs over disjoint datasets, in one JSON
+
+
+def _records_file(path, records):
+    path.write_text(json.dumps(records))
+    return str(path)
+
+
+def test_merge_joins_parallel_runs_and_refuses_overlaps_or_other_settings(study, tmp_path, capsys):
+    _, _, recs = study
+    small = [r for r in recs if r["dataset"] == "small"]
+    other = [dict(r, dataset="other") for r in small]
+    a = _records_file(tmp_path / "a.json", small)
+    b = _records_file(tmp_path / "b.json", other)
+    out = tmp_path / "out.json"
+    assert uci.main(["--merge", f"{a},{b}", "--json", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    assert merged == small + other
+    # an existing output is kept without --overwrite
+    assert uci.main(["--merge", f"{a},{b}", "--json", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert uci.main(["--merge", f"{a},{b}", "--json", str(out), "--overwrite"]) == 0
+    # the same (dataset, method) twice, other settings, no settings: one error line each, nothing written
+    changed = [dict(r, dataset="third", settings=dict(r["settings"], seed=99)) for r in small[:1]]
+    bare = [{k: v for k, v in r.items() if k != "settings"} | {"dataset": "fourth"} for r in small[:1]]
+    c = _records_file(tmp_path / "c.json", small[:1] + changed + bare)
+    fresh = tmp_path / "fresh.json"
+    assert uci.main(["--merge", f"{a},{c}", "--json", str(fresh)]) == 2
+    err = capsys.readouterr().err
+    assert f"small/{small[0]['method']} is also in {a}" in err
+    assert "third" in err and "seed: 99 -> 0" in err and "fourth" in err and "carries no settings" in err
+    assert not fresh.exists()
+    assert uci.main(["--merge", a, "--json", str(fresh)]) == 2
+    assert "two or more" in capsys.readouterr().err
