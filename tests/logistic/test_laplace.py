@@ -144,6 +144,7 @@ def test_init_in_float32_under_jit_and_a_nan_init_traced():
         (dict(weights=-np.ones(10)), "`weights`"),
         (dict(levels=1), "`levels`"),
         (dict(width=0.0), "`width`"),
+        (dict(width=np.inf), "`width`"),
         (dict(max_iter=0), "`max_iter`"),
         (dict(tol=-1.0), "`tol`"),
     ],

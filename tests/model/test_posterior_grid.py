@@ -57,6 +57,13 @@ def test_bad_arguments_are_named():
         kronvi.posterior_grid_prior(jnp.zeros(2), jnp.ones(2), 1.0, levels=2.5)
     with pytest.raises(ValueError, match="width"):
         kronvi.posterior_grid_prior(jnp.zeros(2), jnp.ones(2), 1.0, width=-1.0)
+    with pytest.raises(ValueError, match="width"):  # not an error about the grid it would build
+        kronvi.posterior_grid_prior(jnp.zeros(2), jnp.ones(2), 1.0, width=float("inf"))
+    # NumPy scalars are numbers too: the same grid as from the Python float.
+    p32 = kronvi.posterior_grid_prior(jnp.zeros(2), jnp.ones(2), 1.0, width=np.float32(3.0))
+    np.testing.assert_array_equal(
+        p32.values, kronvi.posterior_grid_prior(jnp.zeros(2), jnp.ones(2), 1.0, width=3.0).values
+    )
     with pytest.raises(ValueError, match="prior_scale"):
         kronvi.posterior_grid_prior(jnp.zeros(2), jnp.ones(2), jnp.ones(3))
     with pytest.raises(ValueError, match="center"):

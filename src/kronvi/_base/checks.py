@@ -14,6 +14,7 @@ checks pass under `jax.transfer_guard_device_to_host("disallow")`.
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 from typing import Any
@@ -168,9 +169,10 @@ def check_positive(x: Any, name: str) -> None:
 
 
 def check_positive_number(x: Any, name: str) -> None:
-    """`ValueError` naming `name` unless `x` is a Python int or float > 0 (bools are refused)."""
-    if not (isinstance(x, int | float) and not isinstance(x, bool) and x > 0):
-        raise ValueError(f"`{name}` must be a positive number, got {x!r}")
+    """`ValueError` naming `name` unless `x` is a finite real number (Python or NumPy scalar) > 0; bools,
+    strings, arrays, NaN and infinity are refused."""
+    if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real) or not 0 < float(x) < math.inf:
+        raise ValueError(f"`{name}` must be a finite positive number, got {x!r}")
 
 
 def check_nonnegative_number(x: Any, name: str) -> None:
