@@ -350,6 +350,18 @@ def main(argv=None):
         tail = [ln for ln in text if ln.startswith("# total")]
         head = next((ln for ln in text if ln.startswith("# uci study")), "")
         which = head.split("methods ")[1].split("]")[0] + "]" if "methods " in head else "?"
+        # the commands of the parts that finished (logs written before 2026-11-28 record none)
+        finished, command = [], None
+        for ln in text:
+            if ln.startswith("# started"):
+                command = None
+            elif ln.startswith("# command: "):
+                command = ln[len("# command: ") :]
+            elif ln.startswith("# total") and command:
+                finished.append(command)
+        if finished:
+            quoted = "; ".join(f"`{c}`" for c in finished)
+            lines.append(f"- `{pathlib.Path(log).name}` was written by: {quoted}.")
         if len(tail) == 1:
             lines.append(f"- Run `{pathlib.Path(log).name}` (methods {which}): {tail[0][2:]}.")
         elif tail:

@@ -73,6 +73,8 @@ import os
 import pathlib
 import platform
 import re
+import shlex
+import sys
 import time
 
 # OpenBLAS threads inside XLA's thread pool deadlock on small machines: single-threaded before numpy loads.
@@ -1063,6 +1065,7 @@ def main(argv=None):
             logf.flush()
 
     log(f"# started {time.strftime('%Y-%m-%d %H:%M:%S')}, load average {os.getloadavg()}")
+    log(f"# command: python experiments/uci.py {shlex.join(sys.argv[1:] if argv is None else argv)}")
     log(
         f"# uci study: jax {jax.__version__} on {jax.devices()[0].platform} ({platform.machine()}, "
         f"{os.cpu_count()} cores), {len(folders)} datasets, methods {methods}; settings {settings}"

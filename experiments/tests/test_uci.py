@@ -7,6 +7,7 @@ import itertools
 import json
 import pathlib
 import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -287,6 +288,23 @@ def test_render_reads_the_study_json(study, tmp_path):
     text = out.read_text()
     assert "predate" not in text and "different settings" not in text
     assert "| small |" in text
+
+
+def test_the_log_records_the_command_and_the_table_quotes_it(tmp_path):
+    data = tmp_path / "data"
+    _write_dataset(data / "small", n=40, seed=2)
+    out, log = tmp_path / "o.json", tmp_path / "run.log"
+    argv = _argv(data, out, "--log", str(log), methods="gauss-mf-exact")
+    assert uci.main(argv) == 0
+    command = "python experiments/uci.py " + shlex.join(argv)
+    assert f"# command: {command}" in log.read_text().splitlines()
+    with log.open("a") as f:  # a second part killed before its end: not quoted
+        f.write("# started later\n# command: python experiments/uci.py --killed\n")
+    table = tmp_path / "table.md"
+    render = ["--json", str(out), "--log", str(log), "--out", str(table), "--plot", "", "--mixture-out", ""]
+    assert render_uci.main(render) == 0
+    text = table.read_text()
+    assert f"`run.log` was written by: `{command}`." in text and "--killed" not in text
 
 
 def test_render_marks_the_committed_records_that_predate_settings(tmp_path):
