@@ -1,8 +1,6 @@
-"""The GP hyperparameter fit on a real UCI fold (``../shared/data/uci``; skipped without it).
-
-Kept out of the library's suite (``scripts/test.sh``), which is near its ten minutes on two cores: one fit
-on 1000 rows with every restart costs about 20 CPU seconds. The rule it exercises is tested in the suite on
-wine's numbers (``tests/inputs/test_gp.py::test_choose_keeps_a_pinned_start_that_predicts_best``)."""
+"""The GP hyperparameter fit on a real UCI fold (``../shared/data/uci``; skipped without it). The choice
+rule it exercises is tested in the library's suite on wine's numbers
+(``tests/inputs/test_gp.py::test_choose_keeps_a_pinned_start_that_predicts_best``)."""
 
 import jax
 import jax.numpy as jnp

@@ -168,17 +168,26 @@ def check_positive(x: Any, name: str) -> None:
         raise ValueError(f"`{name}` must be strictly positive, got min {float(low)}")
 
 
+def _real_scalar(x: Any) -> float | None:
+    """`x` as a float if it is a real Python or NumPy scalar (not a bool), else `None`."""
+    if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real):
+        return None
+    return float(x)
+
+
 def check_positive_number(x: Any, name: str) -> None:
     """`ValueError` naming `name` unless `x` is a finite real number (Python or NumPy scalar) > 0; bools,
     strings, arrays, NaN and infinity are refused."""
-    if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real) or not 0 < float(x) < math.inf:
+    value = _real_scalar(x)
+    if value is None or not 0 < value < math.inf:
         raise ValueError(f"`{name}` must be a finite positive number, got {x!r}")
 
 
 def check_nonnegative_number(x: Any, name: str) -> None:
     """`ValueError` naming `name` unless `x` is a real number (Python or NumPy scalar) >= 0, infinity
     included; bools, strings, arrays and NaN are refused."""
-    if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real) or not float(x) >= 0:
+    value = _real_scalar(x)
+    if value is None or not value >= 0:
         raise ValueError(f"`{name}` must be a number >= 0, got {x!r}")
 
 
