@@ -307,12 +307,22 @@ def test_the_log_records_the_command_and_the_table_quotes_it(tmp_path):
     assert f"`run.log` was written by: `{command}`." in text and "--killed" not in text
 
 
-def test_render_marks_the_committed_records_that_predate_settings(tmp_path):
-    committed = EXPERIMENTS / "results" / "uci.json"
-    out = tmp_path / "table.md"
-    argv = ["--json", str(committed), "--out", str(out), "--plot", "", "--mixture-out", ""]
+def test_render_marks_records_made_before_settings(study, tmp_path):
+    _, _, recs = study
+    old = [{k: v for k, v in r.items() if k != "settings"} if i < 2 else r for i, r in enumerate(recs)]
+    path, out = tmp_path / "old.json", tmp_path / "table.md"
+    path.write_text(json.dumps(old))
+    argv = ["--json", str(path), "--out", str(out), "--plot", "", "--mixture-out", ""]
     assert render_uci.main(argv) == 0
-    assert "predate per-record settings" in out.read_text()
+    assert f"2 of {len(recs)} records predate per-record settings" in out.read_text()
+
+
+def test_the_committed_headline_study_is_one_run_of_every_method_on_every_dataset():
+    recs = json.loads((EXPERIMENTS / "results" / "uci.json").read_text())
+    assert render_uci.provenance(recs) == []  # every record has settings, all the same
+    pairs = {(r["dataset"], r["method"]) for r in recs}
+    datasets, methods = {d for d, _ in pairs}, {m for _, m in pairs}
+    assert len(datasets) == 28 and len(pairs) == len(recs) == len(datasets) * len(methods)
 
 
 # Studies of the library's internals (variants of a private rule, not uses of the library), each named here.
