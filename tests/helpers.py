@@ -6,6 +6,7 @@
 import contextlib
 import functools
 import itertools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,14 @@ import kronvi
 def tol(dtype, *, x32=2e-5, x64=1e-10):
     """Relative tolerance for comparing kronvi (in ``dtype``) against a float64 reference."""
     return x64 if np.dtype(dtype) == np.float64 else x32
+
+
+def subprocess_env(*xla_flags, **variables):
+    """The environment of a test's Python subprocess, on the CPU: this process's environment, whose
+    ``XLA_FLAGS`` hold the suite's cheap LLVM passes (``conftest.py``), plus ``xla_flags`` and ``variables``."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **variables)
+    env["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *xla_flags]).strip()
+    return env
 
 
 def enumerate_configs(b, m):

@@ -2,13 +2,13 @@
 
 import functools
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from helpers import subprocess_env
 
 SCRIPT = textwrap.dedent(
     """
@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent(
 def _start(threads):
     # BLAS threads are a CPU matter, so both run on the CPU. On an H100 two such processes gave lengthscales
     # 0.2% apart, for a reason the thread count does not touch (benchmarks/results/h100/2026-11-27/README.md).
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), JAX_PLATFORMS="cpu")
+    env = subprocess_env(OPENBLAS_NUM_THREADS=str(threads))
     return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE, text=True)
 
 

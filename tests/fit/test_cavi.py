@@ -1,7 +1,6 @@
 """Sweep schedules (sequential, blocked, damped block Jacobi on coupling blocks) and where a CAVI fit runs."""
 
 import functools
-import os
 import subprocess
 import sys
 import textwrap
@@ -10,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import brute_force_elbo, tol
+from helpers import brute_force_elbo, subprocess_env, tol
 
 import kronvi
 from kronvi._fit.cavi import blocked_sweep, coupling_blocks, damped_jacobi_step, jacobi_block_change
@@ -329,7 +328,7 @@ def test_device_option_moves_and_returns(tmp_path):
         print("ok")
         """
     )
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = subprocess_env("--xla_force_host_platform_device_count=2")
     res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip().endswith("ok")

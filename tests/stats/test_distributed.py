@@ -6,7 +6,6 @@ jax starts, and ``jax.distributed.initialize`` needs processes of its own. They 
 and time out instead of hanging.
 """
 
-import os
 import pathlib
 import socket
 import subprocess
@@ -16,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import tol
+from helpers import subprocess_env, tol
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -26,10 +25,8 @@ WORKER = pathlib.Path(__file__).with_name("distributed_worker.py")
 TIMEOUT = 180  # seconds; a hang in a collective fails the test
 
 
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env.update(JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="1", **extra)
-    return env
+def _env(*xla_flags):
+    return subprocess_env(*xla_flags, OPENBLAS_NUM_THREADS="1")
 
 
 def _reference(Phi, y, rows=slice(None)):
@@ -61,7 +58,7 @@ def _single_device(dtype, fn, *args):
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
     out = tmp_path_factory.mktemp("devices") / "out.npz"
-    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = _env("--xla_force_host_platform_device_count=4")
     proc = subprocess.run(
         [sys.executable, str(WORKER), "devices", str(out)],
         env=env,
