@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import pathlib
+import sys
 import time
 
 import jax
@@ -100,6 +101,11 @@ def main(argv=None) -> int:
         todo += [(d, f) for d in names for f in _folds(folds) if (d, f) not in done]
     todo = list(dict.fromkeys(todo))
     out.parent.mkdir(parents=True, exist_ok=True)
+    print(
+        "# python experiments/investigations/scale_cap/run.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        flush=True,
+    )
     start = time.perf_counter()
     for i, (name, fold) in enumerate(todo):
         rows = run_fold(root / name, fold)

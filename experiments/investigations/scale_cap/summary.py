@@ -21,6 +21,7 @@ def main(argv=None) -> int:
     for r in rows:
         by[r["dataset"]][r["rule"]].append(r)
     rules = list(dict.fromkeys(r["rule"] for r in rows))
+    print(f"# python experiments/investigations/scale_cap/summary.py {path}\n")
     print(
         f"From `{path.name}` ({len(rows)} lines). Mean over the folds run; prior scale as a multiple of the GP's.\n"
     )
