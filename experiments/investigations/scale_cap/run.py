@@ -15,7 +15,7 @@ Exact BLR stands in for the DIRECT fit: on these features the two agree to 1.02x
 28 datasets (``experiments/results/uci_table.md``). One JSON line per dataset, fold and rule.
 
 Usage: python experiments/investigations/scale_cap/run.py --data-dir ../shared/data/uci \
-    --cases all:0,1 elevators:0-9 bike:0-9 --out experiments/investigations/scale_cap/results/scale_cap.jsonl
+    --cases elevators:0-9 bike:0-9 all:0 --out experiments/investigations/scale_cap/results/scale_cap.jsonl
 """
 
 from __future__ import annotations
