@@ -1,8 +1,10 @@
 """Fixtures only: both precisions (``dtype``) and a fresh compilation cache per module. Shared references
-live in ``helpers.py``. The suite compiles with LLVM's cheap passes (below)."""
+live in ``helpers.py``. The suite compiles with LLVM's cheap passes and keeps what it compiled on disk for
+later modules (below)."""
 
 import gc
 import os
+import tempfile
 
 # Most of the suite's time is XLA compiling small programs that then run for milliseconds: LLVM's
 # optimization level 0 cuts the CPU time of compile-bound modules by about a quarter
@@ -20,6 +22,18 @@ if os.environ.get("KRONVI_TEST_FULL_OPT") != "1":
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+# Each module drops its compiled programs (below), and later modules compile many of the same ones again (a
+# fit's loop at the same shapes, from another test file or a docstring). JAX's persistent compilation cache
+# serves those from disk: a third of the suite's compilations, 8-19% of its time on two cores
+# (docs/notes/2026-11-27-test-time.md). The directory is this process's own and goes when it exits, so every
+# run starts empty. It is set through jax.config rather than the environment, so the tests' subprocesses,
+# two of which may run side by side, neither inherit nor share it. KRONVI_TEST_DISK_CACHE=0 turns it off.
+_XLA_CACHE = tempfile.TemporaryDirectory(prefix="kronvi-test-xla-")
+if os.environ.get("KRONVI_TEST_DISK_CACHE") != "0":
+    jax.config.update("jax_compilation_cache_dir", _XLA_CACHE.name)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # the suite's programs are small
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
 @pytest.fixture(autouse=True, scope="module")

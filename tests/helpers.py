@@ -104,7 +104,8 @@ monitoring.register_event_duration_secs_listener(_on_event)
 
 @contextlib.contextmanager
 def count_compiles():
-    """Counts XLA backend compilations inside the block: ``with count_compiles() as c: ...; len(c)``."""
+    """Counts XLA backend compilations inside the block, loads from the persistent cache (conftest.py)
+    included, as JAX times both as one event: ``with count_compiles() as c: ...; len(c)``."""
     counter = []
     _COMPILES.append(counter)
     try:
