@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import sys
 
 import jax
 import numpy as np
 
 import kronvi
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from gp_common import blr_predictive, rmse_nlpd  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -52,14 +56,13 @@ def run(folder: pathlib.Path, fold: int) -> None:
         ("evidence scale, GP noise", sw_ev, s2_gp),
         ("GP scale, evidence noise", sw_gp, s2_ev),
     ]:
-        d = ev + s2 / sw**2
-        m = V @ (cr / d)
-        err = np.asarray(y[test], np.float64) - (Pt @ m + offset)
-        var = s2 + np.sum(PV**2 * (s2 / d), axis=1)
-        nlpd = np.mean(0.5 * np.log(2 * np.pi * var) + 0.5 * err**2 / var)
+        mean, var = blr_predictive(ev, cr, PV, sw, s2)
+        err = np.asarray(y[test], np.float64) - (mean + offset)
+        rmse, nlpd = rmse_nlpd(err, var)
+        m = cr / (ev + s2 / sw**2)  # the posterior mean in the eigenbasis: the same norm
         worst = np.argsort(-np.abs(err))[:5]
         print(
-            f"  {name:25s} RMSE {np.sqrt(np.mean(err**2)):.4f}  NLPD {nlpd:.3f}  largest |error| "
+            f"  {name:25s} RMSE {rmse:.4f}  NLPD {nlpd:.3f}  largest |error| "
             f"{np.abs(err).max():.3f}  |mean w| {np.linalg.norm(m):.3g}  share of squared error in 5 rows "
             f"{np.sort(err**2)[-5:].sum() / np.sum(err**2):.2f}"
         )

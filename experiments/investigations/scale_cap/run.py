@@ -32,6 +32,9 @@ import numpy as np
 
 import kronvi
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from gp_common import blr_predictive, rmse_nlpd  # noqa: E402
+
 jax.config.update("jax_enable_x64", True)
 
 CAPS = (2.0, 4.0, 8.0)
@@ -71,13 +74,11 @@ def run_fold(folder: pathlib.Path, fold: int) -> list[dict]:
         rules[name] = (float(sw), float(s2))
     out = []
     for name, (sw, s2) in rules.items():
-        d = ev + s2 / sw**2
-        err = ytest - (PV @ (cr / d) + offset)
-        var = s2 + (PV**2) @ (s2 / d)
-        nlpd = float(np.mean(0.5 * np.log(2 * np.pi * var) + 0.5 * err**2 / var))
+        mean, var = blr_predictive(ev, cr, PV, sw, s2)
+        rmse, nlpd = rmse_nlpd(ytest - (mean + offset), var)
         out.append(
             dict(dataset=folder.name, fold=fold, rule=name, prior_scale=sw, noise_variance=s2,
-                 rmse=float(np.sqrt(np.mean(err**2))), nlpd=nlpd, b=int(P.shape[1]), n=int(len(yt)))
+                 rmse=rmse, nlpd=nlpd, b=int(P.shape[1]), n=int(len(yt)))
         )  # fmt: skip
     return out
 
