@@ -3,11 +3,13 @@
 The default recipe takes the prior scale and noise variance that maximize the exact evidence of Bayesian
 linear regression on its features (``kronvi.spectral_evidence_optimum``, started at the GP's values). On
 elevators and bike that scale is 15-20x the GP's and a few far test rows ruin the RMSE
-(``docs/notes/2026-11-28-evidence-outliers.md``). This compares, on the same fold, features and centring
-(the default recipe's ``fit_direct``), exact BLR with the prior scale and noise chosen by:
+(``docs/notes/2026-11-28-evidence-outliers.md``). This compares, on the headline study's own preparation
+of each fold (``experiments/uci.py``'s ``fold_setup`` and ``Setup.eigen``: its keys, GP fit, features and
+centring), exact BLR (``kronvi.blr_posterior``, in float64) with the prior scale and noise chosen by:
 
 - ``gp``: the GP's ``sqrt(signal_variance)`` and ``noise_variance``;
-- ``evidence``: the evidence optimum the default recipe uses (each variance within e^12 of the GP's);
+- ``evidence``: the evidence optimum the default recipe uses (each variance within e^12 of the GP's), which
+  is the study's ``exact-blr`` record;
 - ``cap<c>``: the evidence optimum with each variance within a factor c^2 of the GP's (``log_range =
   2 log c``), so the prior scale is at most c times the GP's.
 
@@ -21,6 +23,7 @@ Usage: python experiments/investigations/scale_cap/run.py --data-dir ../shared/d
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import pathlib
@@ -28,14 +31,14 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import kronvi
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from gp_common import blr_predictive, rmse_nlpd  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
+sys.path[:0] = [str(pathlib.Path(__file__).resolve().parents[i]) for i in (1, 2)]
+import uci  # noqa: E402
+from gp_common import rmse_nlpd  # noqa: E402
 
 CAPS = (2.0, 4.0, 8.0)
 ALL = (  # the 28 shared datasets, smallest first
@@ -53,33 +56,34 @@ def _folds(spec: str) -> list[int]:
     return out
 
 
-def run_fold(folder: pathlib.Path, fold: int) -> list[dict]:
-    X, y, mask = kronvi.load_uci(folder)
-    test = kronvi.fold_indices(mask) == fold  # the study's folds and keys (experiments/uci.py)
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), sum(map(ord, folder.name))), fold)
-    model, _, _ = kronvi.pipeline.fit_direct(key, X[~test], y[~test], kronvi.pipeline.DirectConfig())
-    P = np.asarray(kronvi.pipeline.fold_features(model, X[~test]), np.float64)
-    Pt = np.asarray(kronvi.pipeline.fold_features(model, X[test]), np.float64)
-    offset = float(model.y_offset)
-    yt = np.asarray(y[~test], np.float64) - offset
-    ytest = np.asarray(y[test], np.float64)
-    ev, V = np.linalg.eigh(P.T @ P)
-    ev = np.maximum(ev, 0.0)
-    cr = V.T @ (P.T @ yt)
-    PV = Pt @ V
-    sw_gp, s2_gp = float(np.sqrt(model.hyper.signal_variance)), float(model.hyper.noise_variance)
-    rules = {"gp": (sw_gp, s2_gp)}
-    for name, log_range in [("evidence", 12.0)] + [(f"cap{c:g}", 2 * math.log(c)) for c in CAPS]:
-        sw, s2 = kronvi.spectral_evidence_optimum(ev, cr, yt @ yt, len(yt), sw_gp, s2_gp, log_range=log_range)
-        rules[name] = (float(sw), float(s2))
-    out = []
-    for name, (sw, s2) in rules.items():
-        mean, var = blr_predictive(ev, cr, PV, sw, s2)
-        rmse, nlpd = rmse_nlpd(ytest - (mean + offset), var)
-        out.append(
-            dict(dataset=folder.name, fold=fold, rule=name, prior_scale=sw, noise_variance=s2,
-                 rmse=rmse, nlpd=nlpd, b=int(P.shape[1]), n=int(len(yt)))
-        )  # fmt: skip
+def run_fold(data_dir: pathlib.Path, name: str, fold: int) -> list[dict]:
+    # the headline study's own preparation of this fold (experiments/uci.py: keys, GP fit, features, float32
+    # with the eigenbasis in float64); its "evidence" rule is the study's exact-blr record
+    setup = uci.fold_setup(name, fold, uci.StudyConfig(), data_dir=data_dir)
+    prepared, Phi_test = setup.eigen()
+    with jax.enable_x64(True):
+        f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+        stats, Phi_test, y_test = jax.tree.map(f64, (prepared.stats, Phi_test, setup.y_test))
+        ev = f64(prepared.basis.eigenvalues)
+        sw_gp, s2_gp = float(jnp.sqrt(prepared.hyper.signal_variance)), float(prepared.hyper.noise_variance)
+        rules = {
+            "gp": (sw_gp, s2_gp),
+            "evidence": (float(prepared.prior_scale), float(prepared.noise_variance)),
+        }
+        for c in CAPS:  # each variance within a factor c^2 of the GP's
+            sw, s2 = kronvi.spectral_evidence_optimum(
+                ev, stats.Phity, stats.yty, stats.n, sw_gp, s2_gp, log_range=2 * math.log(c)
+            )
+            rules[f"cap{c:g}"] = (float(sw), float(s2))
+        out = []
+        for rule, (sw, s2) in rules.items():
+            mean_w, cov = kronvi.blr_posterior(stats, sw, s2)
+            mean, var = kronvi.predict_blr(mean_w, cov, s2, Phi_test)
+            rmse, nlpd = rmse_nlpd(np.asarray(y_test - mean), np.asarray(var))
+            out.append(
+                dict(dataset=name, fold=fold, rule=rule, prior_scale=sw, noise_variance=s2,
+                     rmse=rmse, nlpd=nlpd, b=int(Phi_test.shape[1]), n=int(stats.n))
+            )  # fmt: skip
     return out
 
 
@@ -109,7 +113,7 @@ def main(argv=None) -> int:
     )
     start = time.perf_counter()
     for i, (name, fold) in enumerate(todo):
-        rows = run_fold(root / name, fold)
+        rows = run_fold(root, name, fold)
         with out.open("a") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
         summary = "  ".join(f"{r['rule']} {r['rmse']:.4g}/{r['nlpd']:.3f}" for r in rows)
