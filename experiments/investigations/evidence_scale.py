@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import sys
 
 import jax
 import numpy as np
+from gp_common import blr_predictive, rmse_nlpd  # the script's own folder is on sys.path
 
 import kronvi
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from gp_common import blr_predictive, rmse_nlpd  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 

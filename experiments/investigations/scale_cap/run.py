@@ -41,11 +41,6 @@ import uci  # noqa: E402
 from gp_common import rmse_nlpd  # noqa: E402
 
 CAPS = (2.0, 4.0, 8.0)
-ALL = (  # the 28 shared datasets, smallest first
-    "challenger fertility concreteslump autos servo breastcancer machine yacht autompg housing forest stock "
-    "pendulum energy concrete solar airfoil wine gas sml parkinsons pumadyn32nm elevators bike kin40k protein "
-    "tamielectric keggdirected"
-).split()
 
 
 def _folds(spec: str) -> list[int]:
@@ -102,7 +97,7 @@ def main(argv=None) -> int:
     todo = []
     for case in args.cases:
         name, folds = case.split(":")
-        names = ALL if name == "all" else [name]
+        names = [p.name for p in uci.list_datasets(root, "all")] if name == "all" else [name]  # small first
         todo += [(d, f) for d in names for f in _folds(folds) if (d, f) not in done]
     todo = list(dict.fromkeys(todo))
     out.parent.mkdir(parents=True, exist_ok=True)
