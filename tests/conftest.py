@@ -6,18 +6,13 @@ import gc
 import os
 import tempfile
 
-# Most of the suite's time is XLA compiling small programs that then run for milliseconds: LLVM's
-# optimization level 0 cuts the CPU time of compile-bound modules by about a quarter
-# (docs/notes/2026-11-27-test-time.md). Set before JAX creates its backend; subprocesses inherit it.
-# KRONVI_TEST_FULL_OPT=1 runs the suite with XLA's default optimization instead.
+# Most of the suite's time is XLA compiling small programs that then run for milliseconds: the flags in
+# suite_flags.py compile them faster. Set before JAX creates its backend (importing helpers or kronvi
+# creates it); subprocesses inherit them. KRONVI_TEST_FULL_OPT=1 runs the suite with XLA's defaults.
 if os.environ.get("KRONVI_TEST_FULL_OPT") != "1":
-    os.environ["XLA_FLAGS"] = " ".join(
-        [
-            os.environ.get("XLA_FLAGS", ""),
-            "--xla_backend_optimization_level=0",
-            "--xla_llvm_disable_expensive_passes=true",
-        ]
-    ).strip()
+    from suite_flags import SUITE_XLA_FLAGS
+
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *SUITE_XLA_FLAGS]).strip()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import monitoring
 from scipy.special import logsumexp
+from suite_flags import SUITE_XLA_FLAGS
 
 import kronvi
 
@@ -26,11 +27,16 @@ def tol(dtype, *, x32=2e-5, x64=1e-10):
     return x64 if np.dtype(dtype) == np.float64 else x32
 
 
-def subprocess_env(*xla_flags, **variables):
+def subprocess_env(*xla_flags, default_codegen=False, **variables):
     """The environment of a test's Python subprocess, on the CPU: this process's environment, whose
-    ``XLA_FLAGS`` hold the suite's cheap LLVM passes (``conftest.py``), plus ``xla_flags`` and ``variables``."""
+    ``XLA_FLAGS`` hold the suite's faster-compiling flags (``SUITE_XLA_FLAGS``), plus ``xla_flags`` and
+    ``variables``. ``default_codegen=True`` leaves the suite's flags out: the subprocess compiles what a
+    user's process compiles."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", **variables)
-    env["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *xla_flags]).strip()
+    inherited = os.environ.get("XLA_FLAGS", "").split()
+    if default_codegen:
+        inherited = [f for f in inherited if f not in SUITE_XLA_FLAGS]
+    env["XLA_FLAGS"] = " ".join([*inherited, *xla_flags]).strip()
     return env
 
 

@@ -1,10 +1,15 @@
+import json
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
 import scipy.stats
-from helpers import tol
+from helpers import subprocess_env, tol
 from jax.test_util import check_grads
 
 import kronvi
@@ -300,27 +305,54 @@ def test_parallel_restarts_match_sequential():
     assert not bool(i_vmap.degenerate) and not bool(i_map.degenerate)
 
 
-@pytest.mark.parametrize("restarts", ["all", "screened"])
-def test_starts_side_by_side_equal_one_program(monkeypatch, restarts):
+_SIDE_BY_SIDE = textwrap.dedent(
+    """
+    import json, sys
+    import jax, numpy as np, kronvi
+    from kronvi._inputs import gp as _gp
+    X, y = (np.asarray(a) for a in json.loads(sys.argv[1]))  # _sine_problem()'s training rows
+    real, calls, out = _gp._run_starts, [], {}
+    _gp._run_starts = lambda *a, **k: calls.append(k["pool"]) or real(*a, **k)
+    for restarts in ("all", "screened"):
+        kw = dict(parallel_restarts=False, restarts=restarts, screen_points=40)
+        with jax.enable_x64(False):
+            _gp._start_workers = lambda num: min(num, 2)  # whatever this machine has
+            threaded = kronvi.fit_gp_hyperparameters(jax.random.key(3), X, y, **kw)
+            pools, calls[:] = calls[:], []
+            _gp._start_workers = lambda num: 1  # the lax.map program
+            mapped = kronvi.fit_gp_hyperparameters(jax.random.key(3), X, y, **kw)
+            mapped_pools, calls[:] = calls[:], []
+        out[restarts] = dict(
+            pools=bool(pools) and all(p is not None and p._max_workers == 2 for p in pools),
+            one_program=bool(mapped_pools) and all(p is None for p in mapped_pools),
+            screened=threaded.info.screened is not None,
+            equal=[np.array_equal(np.asarray(a), np.asarray(b))
+                   for a, b in zip(jax.tree.leaves(threaded), jax.tree.leaves(mapped), strict=True)],
+        )
+    print(json.dumps(out))
+    """
+)
+
+
+def test_starts_side_by_side_equal_one_program():
     """On a CPU the starts run as separate programs from host threads; each computes what `lax.map`'s
-    body does, so the results are the same to the bit as with one worker."""
+    body does, so the results are the same to the bit as with one worker. A subprocess compiles both with
+    XLA's default code generation, as a user's process does: the suite's faster-compiling flags
+    (tests/suite_flags.py) round the two programs differently."""
     X, y, _, _ = _sine_problem()
-    key = jax.random.key(3)
-    kw = dict(parallel_restarts=False, restarts=restarts, screen_points=40)
-    calls = []
-    real = _gp._run_starts
-    monkeypatch.setattr(_gp, "_run_starts", lambda *a, **k: calls.append(k["pool"]) or real(*a, **k))
-    with jax.enable_x64(False):
-        monkeypatch.setattr(_gp, "_start_workers", lambda num: min(num, 2))  # whatever this machine has
-        threaded = kronvi.fit_gp_hyperparameters(key, X, y, **kw)
-        pools, calls[:] = calls[:], []
-        monkeypatch.setattr(_gp, "_start_workers", lambda num: 1)  # the lax.map program
-        mapped = kronvi.fit_gp_hyperparameters(key, X, y, **kw)
-    assert pools and all(p is not None and p._max_workers == 2 for p in pools)
-    assert calls and all(p is None for p in calls)
-    for a, b in zip(jax.tree.leaves(threaded), jax.tree.leaves(mapped), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert (threaded.info.screened is not None) == (restarts == "screened")
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIDE_BY_SIDE, json.dumps([X.tolist(), y.tolist()])],
+        env=subprocess_env(default_codegen=True),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for restarts, got in out.items():
+        assert got["pools"] and got["one_program"], restarts
+        assert got["screened"] == (restarts == "screened")
+        assert got["equal"] and all(got["equal"]), (restarts, got["equal"])
 
 
 def test_starts_side_by_side_under_enable_x64(monkeypatch):

@@ -1,6 +1,7 @@
 """The package's shape: data flows one way, no module imports another's private names, no side effects."""
 
 import ast
+import json
 import os
 import pathlib
 import subprocess
@@ -87,10 +88,15 @@ def test_no_module_imports_another_modules_private_names():
 
 
 def test_import_has_no_side_effects_on_the_environment():
+    # Nor does it start JAX's backend: a user's XLA_FLAGS, `jax.config` or `jax.distributed.initialize()`
+    # after `import kronvi` must still take effect (a module-level jnp array once started it).
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENBLAS", "OMP_", "MKL_"))}
-    code = "import os, json; before = dict(os.environ); import kronvi; print(json.dumps(dict(os.environ) == before))"
+    code = (
+        "import os, json; before = dict(os.environ); import kronvi; from jax._src import xla_bridge; "
+        "print(json.dumps([dict(os.environ) == before, not xla_bridge._backends]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "true"
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, True]
 
 
 def test_every_public_name_is_documented():

@@ -150,7 +150,8 @@ def test_host_blas_statistics_equal_the_compiled_ones(dtype):
         Phi.T @ np.asarray(y),
         Phi.T @ Phi,
     )
-    A = np.asarray(host.PhitPhi)  # float64: one triangle by dsyrk, mirrored; float32: averaged with its transpose
+    # float64: one triangle by dsyrk, mirrored; float32: averaged with its transpose
+    A = np.asarray(host.PhitPhi)
     np.testing.assert_array_equal(A, A.T)
     for got in (host, compiled):
         assert got.PhitPhi.dtype == dtype

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
@@ -35,7 +36,8 @@ from .._model.grids import DiscretePrior
 from .._model.posterior_grid import posterior_grid_prior
 from ._bound import check_labels, check_weights
 
-_STEPS = 2.0 ** -jnp.arange(12.0)  # the damped Newton step's trial lengths, longest first
+_STEPS = 2.0 ** -np.arange(12.0)  # the damped Newton step's trial lengths, longest first (NumPy: no
+# JAX array at import, which would start JAX's backend before the user's configuration)
 NEWTON_MAX_ITER = 50
 
 
@@ -86,7 +88,7 @@ def _newton_map(Phi, y, weights, prec, mean, start, *, max_iter: int, tol):
     """
     s = 2.0 * y - 1.0
     dtype = Phi.dtype
-    steps = _STEPS.astype(dtype)
+    steps = jnp.asarray(_STEPS, dtype)
 
     def step(w):
         z = matmul(Phi, w)
