@@ -116,7 +116,10 @@ def test_init_in_float32_under_jit_and_a_nan_init_traced():
     _, near = kl.laplace_grid_prior(Phi, y, 2.0)
     prior, warm = kl.laplace_grid_prior(Phi, y, 3.0, init=np.asarray(near.mean, np.float64))
     assert prior.values.dtype == jnp.float32 and warm.mean.dtype == jnp.float32
-    np.testing.assert_allclose(warm.mean, cold.mean, rtol=1e-4, atol=1e-5)
+    # Newton stops once half its squared decrement is below tol (1 + |f|): in float32, weights within about
+    # 7e-3 of the MAP here. The warm start stops 1.5e-4 from it as users compile (XLA's defaults), the cold
+    # one at 1e-7; the start (prior sd 2) is 1.3e-2 away.
+    np.testing.assert_allclose(warm.mean, cold.mean, rtol=1e-3, atol=1e-4)
     assert int(warm.num_iter) < int(cold.num_iter)
     fn = jax.jit(lambda P, yy, w0: kl.laplace_grid_prior(P, yy, 3.0, init=w0)[1])
     traced = fn(Phi, y, near.mean)
