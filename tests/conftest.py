@@ -1,6 +1,6 @@
 """Fixtures only: both precisions (``dtype``) and a fresh compilation cache per module. Shared references
-live in ``helpers.py``. The suite compiles with LLVM's cheap passes and keeps what it compiled on disk for
-later modules (below)."""
+live in ``helpers.py``. The suite compiles with the faster-compiling XLA flags of ``suite_flags.py`` and keeps
+what it compiled on disk for later modules (below)."""
 
 import gc
 import os

@@ -7,6 +7,8 @@ import contextlib
 import functools
 import itertools
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +40,14 @@ def subprocess_env(*xla_flags, default_codegen=False, **variables):
         inherited = [f for f in inherited if f not in SUITE_XLA_FLAGS]
     env["XLA_FLAGS"] = " ".join([*inherited, *xla_flags]).strip()
     return env
+
+
+def run_python(*args, env, timeout=300):
+    """Runs ``python *args`` (a script path or ``-c CODE``, then its arguments) in ``env`` and returns its
+    standard output; a non-zero exit fails the test with the end of its standard error."""
+    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
 
 
 def enumerate_configs(b, m):

@@ -2,13 +2,11 @@
 
 import functools
 import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
-from helpers import subprocess_env
+from helpers import run_python, subprocess_env
 
 SCRIPT = textwrap.dedent(
     """
@@ -37,11 +35,7 @@ def _run(threads, cache_dir):
         JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
         JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1",
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(run_python("-c", SCRIPT, env=env).strip().splitlines()[-1])
 
 
 def test_same_seed_same_answer_with_any_blas_thread_count(tmp_path):

@@ -1,15 +1,13 @@
 """Sweep schedules (sequential, blocked, damped block Jacobi on coupling blocks) and where a CAVI fit runs."""
 
 import functools
-import subprocess
-import sys
 import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import brute_force_elbo, subprocess_env, tol
+from helpers import brute_force_elbo, run_python, subprocess_env, tol
 
 import kronvi
 from kronvi._fit.cavi import blocked_sweep, coupling_blocks, damped_jacobi_step, jacobi_block_change
@@ -329,9 +327,7 @@ def test_device_option_moves_and_returns(tmp_path):
         """
     )
     env = subprocess_env("--xla_force_host_platform_device_count=2")
-    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.strip().endswith("ok")
+    assert run_python("-c", script, env=env, timeout=120).strip().endswith("ok")
 
 
 def test_diagonal_sweep_is_the_sequential_sweep_on_eigenbasis_statistics(dtype):

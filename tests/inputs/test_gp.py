@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -9,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.stats
-from helpers import subprocess_env, tol
+from helpers import run_python, subprocess_env, tol
 from jax.test_util import check_grads
 
 import kronvi
@@ -340,15 +338,10 @@ def test_starts_side_by_side_equal_one_program():
     XLA's default code generation, as a user's process does: the suite's faster-compiling flags
     (tests/suite_flags.py) round the two programs differently."""
     X, y, _, _ = _sine_problem()
-    proc = subprocess.run(
-        [sys.executable, "-c", _SIDE_BY_SIDE, json.dumps([X.tolist(), y.tolist()])],
-        env=subprocess_env(default_codegen=True),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    stdout = run_python(
+        "-c", _SIDE_BY_SIDE, json.dumps([X.tolist(), y.tolist()]), env=subprocess_env(default_codegen=True)
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(stdout.strip().splitlines()[-1])
     for restarts, got in out.items():
         assert got["pools"] and got["one_program"], restarts
         assert got["screened"] == (restarts == "screened")

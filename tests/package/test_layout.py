@@ -4,8 +4,8 @@ import ast
 import json
 import os
 import pathlib
-import subprocess
-import sys
+
+from helpers import run_python
 
 import kronvi
 
@@ -95,8 +95,7 @@ def test_import_has_no_side_effects_on_the_environment():
         "import os, json; before = dict(os.environ); import kronvi; from jax._src import xla_bridge; "
         "print(json.dumps([dict(os.environ) == before, not xla_bridge._backends]))"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, True]
+    assert json.loads(run_python("-c", code, env=env).strip().splitlines()[-1]) == [True, True]
 
 
 def test_every_public_name_is_documented():

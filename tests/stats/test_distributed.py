@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import subprocess_env, tol
+from helpers import run_python, subprocess_env, tol
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -59,14 +59,7 @@ def _single_device(dtype, fn, *args):
 def four_devices(tmp_path_factory):
     out = tmp_path_factory.mktemp("devices") / "out.npz"
     env = _env("--xla_force_host_platform_device_count=4")
-    proc = subprocess.run(
-        [sys.executable, str(WORKER), "devices", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_python(str(WORKER), "devices", str(out), env=env, timeout=TIMEOUT)
     return dict(np.load(out))
 
 

@@ -36,8 +36,9 @@ from .._model.grids import DiscretePrior
 from .._model.posterior_grid import posterior_grid_prior
 from ._bound import check_labels, check_weights
 
-_STEPS = 2.0 ** -np.arange(12.0)  # the damped Newton step's trial lengths, longest first (NumPy: no
-# JAX array at import, which would start JAX's backend before the user's configuration)
+# The damped Newton step's trial lengths, longest first. NumPy, not jnp: a JAX array at import would start
+# JAX's backend before the user's configuration (XLA_FLAGS, jax.distributed.initialize()).
+_STEPS = 2.0 ** -np.arange(12.0)
 NEWTON_MAX_ITER = 50
 
 
