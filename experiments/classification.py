@@ -162,13 +162,15 @@ def fit_direct(p, n, fit, scales, paper=False):
     """The timed part of direct-logistic on one fold, its training rows padded to ``n``: the prior sd by the
     Laplace evidence, the grids, the fit. Returns ``(q, prior, info, scale)``."""
     b = p["Ptr"].shape[1]
-    Phi = jnp.asarray(pad_stack([p["Ptr"]], n)[0], jnp.float32)
-    yy = jnp.asarray(pad_stack([p["ytr"]], n)[0], jnp.float32)
-    ww = jnp.asarray(pad_stack([np.ones(p["Ptr"].shape[0])], n)[0], jnp.float32)
+    # float32 in NumPy, then to JAX: a conversion on the device would compile a program of its own
+    Phi, yy, ww = (
+        jnp.asarray(pad_stack([a], n)[0].astype(np.float32))
+        for a in (p["Ptr"], p["ytr"], np.ones(p["Ptr"].shape[0]))
+    )
     grids, init = [], None  # each scale's Newton starts at the MAP of the scale before
     for s in scales:
         grids.append(kl.laplace_grid_prior(Phi, yy, s, levels=15, width=4.0, weights=ww, init=init))
-        init = grids[-1][1].mean if bool(jnp.all(jnp.isfinite(grids[-1][1].mean))) else None
+        init = grids[-1][1].mean if np.all(np.isfinite(np.asarray(grids[-1][1].mean))) else None
     k = int(np.argmax([float(lap.log_evidence) for _, lap in grids]))
     prior, lap = grids[k]
     if paper:

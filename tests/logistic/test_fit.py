@@ -150,7 +150,8 @@ def test_newton_start_matches_the_lbfgs_start(monkeypatch):
 def test_the_start_map_begins_at_the_better_of_the_prior_mean_and_the_grid_centres():
     """On grids placed by `laplace_grid_prior` the search starts at their centres (lower objective than
     the prior mean) and needs fewer Newton iterations; on grids whose centres are worse it starts at
-    the prior mean. Either way the MAP is the one found from the prior mean."""
+    the prior mean. Either way the MAP is the one found from the prior mean. The prior's moments on the
+    host (NumPy) are the ones `grid_moments` gives on the device."""
     from kronvi.logistic import _fit, _laplace
 
     with jax.enable_x64(True):
@@ -162,12 +163,20 @@ def test_the_start_map_begins_at_the_better_of_the_prior_mean_and_the_grid_centr
         shifted = kronvi.DiscretePrior(placed.values, jax.nn.log_softmax(edge, axis=-1))
         tol = jnp.asarray(1e-12)
         for prior, at_centre in ((placed, True), (shifted, False)):
-            mu, tau2, w0 = _fit._map_setup(prior, Phi, y, w)
-            centre = 0.5 * (prior.values.min(-1) + prior.values.max(-1))
+            mu, prec, centre = _fit._prior_moments(prior)
+            assert isinstance(mu, np.ndarray)  # concrete grids in host memory: no program compiled
+            on_device = _fit._prior_moments_on_device(prior.values, prior.log_probs)
+            for ours, ref in zip((mu, prec, centre), on_device, strict=True):
+                np.testing.assert_allclose(ours, ref, rtol=1e-13)
+            mean, var = kronvi.grid_moments(prior.probs, prior.values)
+            np.testing.assert_allclose(mu, mean, rtol=1e-13)
+            np.testing.assert_allclose(prec, 1 / var, rtol=1e-13)
+            np.testing.assert_array_equal(centre, 0.5 * (prior.values.min(-1) + prior.values.max(-1)))
+            w0 = _laplace.better_start(Phi, y, w, prec, mu, centre)
             np.testing.assert_array_equal(w0, centre if at_centre else mu)
             ours, from_mu = (
-                _laplace.laplace_fit(Phi, y, w, 1 / tau2, mu, start, max_iter=50, tol=tol)
-                for start in (w0, mu)
+                _laplace.laplace_fit(Phi, y, w, prec, mu, start, max_iter=50, tol=tol)
+                for start in (centre, mu)
             )
             np.testing.assert_allclose(ours.mean, from_mu.mean, rtol=1e-7, atol=1e-9)
             ours_map = _fit.laplace_start_map(prior, Phi, y, w)
@@ -176,28 +185,28 @@ def test_the_start_map_begins_at_the_better_of_the_prior_mean_and_the_grid_centr
                 assert int(ours.num_iter) < int(from_mu.num_iter)
 
 
-def test_both_start_routes_search_from_the_start_map_setup_picks(monkeypatch):
-    """Newton (up to `NEWTON_MAX_FEATURES` weights) and L-BFGS (above) both begin where `_map_setup` says:
-    on posterior-placed grids, their centres."""
-    from kronvi.logistic import _fit
+def test_both_start_routes_search_from_the_better_start(monkeypatch):
+    """Newton (up to `NEWTON_MAX_FEATURES` weights) and L-BFGS (above) both begin where `better_start`
+    says: on posterior-placed grids, their centres; from a non-finite start, the prior mean."""
+    from kronvi.logistic import _fit, _laplace
 
     Phi, y, _ = data(np.float32, n=200)
     w = jnp.ones(200)
     prior, _ = kl.laplace_grid_prior(Phi, y, 2.0, levels=9)
-    _, _, w0 = _fit._map_setup(prior, Phi, y, w)
-    centre = 0.5 * (prior.values.min(-1) + prior.values.max(-1))
-    np.testing.assert_allclose(w0, centre, rtol=1e-6)
-    starts = []
-    newton = _fit.laplace_fit
-    monkeypatch.setattr(_fit, "laplace_fit", lambda *a, **k: starts.append(a[5]) or newton(*a, **k))
-    _fit.laplace_start_map(prior, Phi, y, w)
-    np.testing.assert_array_equal(starts[0], w0)
+    mu, prec, centre = _fit._prior_moments(prior)
+    np.testing.assert_array_equal(_laplace.better_start(Phi, y, w, prec, mu, centre), centre)
+    bad = centre.copy()
+    bad[0] = np.nan
+    np.testing.assert_array_equal(_laplace.better_start(Phi, y, w, prec, mu, bad), mu)
+    # Newton with no iterations returns where it starts
+    monkeypatch.setattr(_fit, "NEWTON_MAX_ITER", 0)
+    np.testing.assert_array_equal(_fit.laplace_start_map(prior, Phi, y, w), centre)
     # the L-BFGS route: its optimizer replaced by one that returns where it was asked to start
     monkeypatch.setattr(_fit, "NEWTON_MAX_FEATURES", 0)
     monkeypatch.setattr(_fit, "minimize_lbfgs", lambda loss, x0, **k: (x0, None))
     jax.clear_caches()  # `_lbfgs_map` traces again, with the replacement
     try:
-        np.testing.assert_array_equal(_fit.laplace_start_map(prior, Phi, y, w), w0)
+        np.testing.assert_array_equal(_fit.laplace_start_map(prior, Phi, y, w), centre)
     finally:
         jax.clear_caches()
 

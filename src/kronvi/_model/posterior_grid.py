@@ -18,12 +18,14 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._base.checks import (
+    all_finite,
     as_float_array,
     check_finite,
     check_int,
     check_ndim,
     check_positive,
     check_positive_number,
+    is_concrete,
 )
 from .grids import DiscretePrior
 
@@ -64,7 +66,14 @@ def posterior_grid_prior(
     check_positive(scale, "prior_scale")
     levels = check_int(levels, "levels", minimum=2)
     check_positive_number(width, "width")
-    return DiscretePrior(*_grid(center, spread, scale, levels=levels, width=float(width)))
+    values, log_probs = _grid(center, spread, scale, levels=levels, width=float(width))
+    # normalized already: `DiscretePrior(...)` would normalize again in a program of its own
+    if is_concrete(values) and not (all_finite(values) and all_finite(log_probs)):
+        raise ValueError(
+            "`center` + `width` * `spread` overflows, or `prior_scale` is too small for the grid's levels: "
+            f"the levels or their log-probabilities are not finite in {values.dtype}"
+        )
+    return DiscretePrior._unchecked(values, log_probs)
 
 
 @functools.partial(jax.jit, static_argnames=("levels", "width"))

@@ -66,6 +66,15 @@ def neg_log_joint(z, w, s, weights, prec, mean):
     return -jnp.sum(weights * jax.nn.log_sigmoid(s * z)) + 0.5 * jnp.sum(prec * (w - mean) ** 2)
 
 
+def better_start(Phi, y, weights, prec, mean, start):
+    """Whichever of `start` and `mean` (both `(b,)`) has the lower `neg_log_joint`: `mean` on a tie, or when
+    `start` is not finite (traced, so unchecked, or beyond the dtype's range) and its objective is NaN."""
+    s = 2.0 * y - 1.0
+    f = lambda w: neg_log_joint(matmul(Phi, w), w, s, weights, prec, mean)  # noqa: E731
+    mean = jnp.broadcast_to(mean, start.shape).astype(start.dtype)
+    return jnp.where(jnp.all(jnp.isfinite(start)) & (f(start) < f(mean)), start, mean)
+
+
 def _hessian_eigh(Phi, z, weights, prec):
     r"""Eigendecomposition of $H = \Phi^\top \mathrm{diag}(\text{weights}\,\sigma(1-\sigma))\Phi + \mathrm{diag}(\text{prec})$,
     its eigenvalues clipped below at `min(prec)` (a bound that holds exactly; rounding can break it)."""
@@ -79,7 +88,8 @@ def _newton_map(Phi, y, weights, prec, mean, start, *, max_iter: int, tol):
     r"""Damped Newton for the MAP of the Gaussian-prior logistic model (traceable).
 
     Minimizes $-\sum_i \text{weights}_i\log\sigma(s_i\Phi_i w) + \tfrac12\sum_j \text{prec}_j
-    (w_j - \text{mean}_j)^2$ from $w = \text{start}$ `(b,)` (from `mean` if `start` is not finite):
+    (w_j - \text{mean}_j)^2$ from whichever of `start` `(b,)` and `mean` has the lower objective
+    (`better_start`):
     Newton directions from the eigendecomposition of the Hessian, a backtracking line search over 12
     halvings. $O(nb^2 + b^3)$ per iteration.
 
@@ -118,9 +128,7 @@ def _newton_map(Phi, y, weights, prec, mean, start, *, max_iter: int, tol):
         w, done = step(w)
         return w, it + 1, done
 
-    start = jnp.broadcast_to(start, (Phi.shape[1],)).astype(dtype)
-    # a start that is not finite (traced, so unchecked, or beyond the dtype's range) starts at `mean`
-    start = jnp.where(jnp.all(jnp.isfinite(start)), start, jnp.broadcast_to(mean, start.shape).astype(dtype))
+    start = better_start(Phi, y, weights, prec, mean, jnp.broadcast_to(start, (Phi.shape[1],)).astype(dtype))
     init = (start, jnp.asarray(0), jnp.asarray(False))
     return lax.while_loop(cond, body, init)
 
@@ -178,8 +186,8 @@ def laplace_grid_prior(
     $-v^2/(2\sigma_{w,j}^2)$ at those levels, normalized
     (`kronvi.posterior_grid_prior`). The MAP comes from damped Newton
     (eigendecomposition of $H$, a backtracking line search), $O(nb^2 + b^3)$ per iteration, from
-    $w = 0$ or `init`; the objective is strictly convex, so it converges from any start, and
-    quadratically near the MAP.
+    `init` (or $w = 0$, whichever has the lower objective); the objective is strictly convex, so it
+    converges from any start, and quadratically near the MAP.
 
     Jittable (shapes and the input checks on concrete arrays; traced inputs are not checked) and
     `vmap`-able over folds padded with zero-weight rows.
@@ -194,8 +202,9 @@ def laplace_grid_prior(
       max_iter: Newton iterations at most.
       tol: stop when half the squared Newton decrement is at most `tol * (1 + |f|)`, `f` the negative
         log joint (default: 100 times the machine epsilon of `Phi`'s dtype).
-      init: `(b,)` where Newton starts (default zeros). When choosing $\sigma_w$ by `log_evidence`
-        over several scales, the MAP at the neighbouring scale (`info.mean`) saves iterations.
+      init: `(b,)` where Newton starts (default zeros; zeros too where they have the lower objective).
+        When choosing $\sigma_w$ by `log_evidence` over several scales, the MAP at the neighbouring
+        scale (`info.mean`) saves iterations.
 
     Returns:
       `(prior_w, info)`: a `kronvi.DiscretePrior` `(b, levels)` in `Phi`'s dtype
