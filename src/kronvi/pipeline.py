@@ -652,9 +652,15 @@ def eigen_posterior_grid(
     r"""Weight grids for the eigenbasis recipe: coordinate `j` gets `levels` values spanning its exact
     posterior $N(\mu_j, \tau_j^2)$ ± `width` sds, $\tau_j^{-2} = \lambda_j/\sigma^2 +
     \sigma_w^{-2}$, $\mu_j = \tau_j^2 c_j/\sigma^2$ (`kronvi.posterior_grid_prior`)."""
-    precision = basis.eigenvalues / noise_variance + 1.0 / prior_scale**2
-    center = rotated.Phity / noise_variance / precision
-    return posterior_grid_prior(center, 1.0 / jnp.sqrt(precision), prior_scale, levels=levels, width=width)
+    center, sd = _posterior_moments(basis.eigenvalues, rotated.Phity, prior_scale, noise_variance)
+    return posterior_grid_prior(center, sd, prior_scale, levels=levels, width=width)
+
+
+@jax.jit
+def _posterior_moments(eigenvalues, Phity, prior_scale, noise_variance):
+    """Each eigen-coordinate's exact posterior mean and sd, in one program."""
+    precision = eigenvalues / noise_variance + 1.0 / prior_scale**2
+    return Phity / noise_variance / precision, 1.0 / jnp.sqrt(precision)
 
 
 def fit_prepared(fold: PreparedFold, config: DirectConfig | None = None) -> DirectFit:

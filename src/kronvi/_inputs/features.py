@@ -193,6 +193,13 @@ def rff_features(params: RandomFourierFeatures, X: ArrayLike) -> jax.Array:
             raise ValueError(
                 f"`params.offset` has {offset.shape[0]} entries but `params` has {2 * W.shape[1]} features"
             )
+    return _rff(W, offset, X)
+
+
+@jax.jit
+def _rff(W, offset, X):
+    """`rff_features` after its checks, in one program (as separate operations, each compiled on its first
+    call for a shape)."""
     dtype = jnp.result_type(X, W)
     proj = matmul(X.astype(dtype), W.astype(dtype))
     scale = jnp.asarray(1.0 / W.shape[1] ** 0.5, dtype)

@@ -38,6 +38,7 @@ from .._base.checks import (
     check_xy,
     fetch,
     is_concrete,
+    reduce_concrete,
 )
 from .._base.deprecation import renamed_arguments
 from .._base.precision import dot, matmul
@@ -412,6 +413,7 @@ def _pack(hyper: GPHyperparameters, bounds: _Bounds):
     return jnp.log(frac) - jnp.log1p(-frac)
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1, 3))
 def _default_starts(num_starts, d, var_y, dtype):
     i = jnp.arange(num_starts) % len(_LENGTHSCALE_FACTORS)
     factors = jnp.asarray(_LENGTHSCALE_FACTORS, dtype)[i]
@@ -673,12 +675,17 @@ def fit_gp_hyperparameters(
             hyper, info = _summarize(X, y, run(X, y, starts)(), min_noise, margin)
         jax.block_until_ready((hyper, info))
     lmls = info.log_marginal_likelihoods
-    if is_concrete(lmls) and not bool(fetch(jnp.any(jnp.isfinite(lmls)))):
+    if is_concrete(lmls) and not bool(reduce_concrete(lambda h: np.any(np.isfinite(h)), _any_finite, lmls)):
         raise FloatingPointError(
             "every start of fit_gp_hyperparameters failed (non-finite marginal likelihood); "
             "standardize `X`, centre `y`, or raise `min_noise_variance`"
         )
     return GPFit(hyper, info)
+
+
+@jax.jit
+def _any_finite(x):
+    return jnp.any(jnp.isfinite(x))
 
 
 def _stall_rtol(dtype):
@@ -708,7 +715,7 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, gain_tol, paral
             _fit_starts, X, y, starts, min_noise, max_iter, tol, gain_tol, parallel, precision
         )
         return lambda: raw
-    each = [jax.tree.map(operator.itemgetter(i), starts) for i in range(starts.noise_variance.shape[0])]
+    each = _unstack(starts)
     # Traced and compiled here, not in the workers: JAX's configuration contexts (`jax.enable_x64`, say)
     # belong to the thread that enters them.
     one = _start_fit.lower(
@@ -725,7 +732,20 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, gain_tol, paral
             return jax.block_until_ready(one(X, y, start, min_noise, tol=tol, gain_tol=gain_tol))
 
     futures = [pool.submit(run, s) for s in each]
-    return lambda: jax.tree.map(lambda *a: jnp.stack(a), *(f.result() for f in futures))
+    return lambda: _stack([f.result() for f in futures])
+
+
+@jax.jit
+def _unstack(tree):
+    """The pytree of each start of `tree` (leaves with a leading start axis), in one program."""
+    num = jax.tree.leaves(tree)[0].shape[0]
+    return [jax.tree.map(operator.itemgetter(i), tree) for i in range(num)]
+
+
+@jax.jit
+def _stack(trees):
+    """`_unstack`'s inverse, in one program."""
+    return jax.tree.map(lambda *a: jnp.stack(a), *trees)
 
 
 def _concat(raws):

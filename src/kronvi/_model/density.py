@@ -431,6 +431,18 @@ def predictive_log_density(
     )  # fmt: skip
 
 
+@jax.jit
+def _rows(Phi, y, idx):
+    """`(Phi[idx], y[idx])` in one program."""
+    return Phi[idx], y[idx]
+
+
+@jax.jit
+def _kernel_arrays(q_w, q_noise, prior_w, prior_noise):
+    """`log_density_kernel`'s probabilities and levels, in one program."""
+    return q_w.probs, q_noise.probs[0], prior_w.values, prior_noise.values[0]
+
+
 def _predictive_log_density(
     q_w, q_noise, prior_w, prior_noise, Phi_new, y_new, *, rtol, num_nodes, max_nodes, batch_size, strict
 ):
@@ -451,7 +463,7 @@ def _predictive_log_density(
         rtol = 1e-6 if Phi_new.dtype == jnp.float64 else 1e-2
     if rtol is not None and not rtol > 0:
         raise ValueError(f"`rtol` must be positive or None, got {rtol}")
-    arrays = (q_w.probs, q_noise.probs[0], prior_w.values, prior_noise.values[0])
+    arrays = _kernel_arrays(q_w, q_noise, prior_w, prior_noise)
 
     def run(P, y, K):
         return log_density_kernel(*arrays, P, y, num_nodes=int(K), batch_size=batch_size)
@@ -470,7 +482,7 @@ def _predictive_log_density(
             # part.size <= CHUNK, a power of two, so size <= max(CHUNK, batch_size)
             size = max(1 << (part.size - 1).bit_length(), batch_size)
             padded = np.concatenate([part, np.full(size - part.size, part[-1])])
-            calls.append((part.size, run(Phi_new[padded], y_new[padded], K)))
+            calls.append((part.size, run(*_rows(Phi_new, y_new, padded), K)))
         return [jnp.concatenate([out[i][:n] for n, out in calls]) for i in (0, 1)]
 
     ld, err = run_in_chunks(np.arange(Phi_new.shape[0]), num_nodes)
