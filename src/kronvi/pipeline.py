@@ -518,6 +518,9 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold
     """`prepare_fold` with a checked, resolved `config`."""
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     t0 = time.perf_counter()
+    if isinstance(X, np.ndarray) and X.dtype.kind == "f":
+        with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the checks below name
+            X = X.astype(dtype)  # by NumPy: no program to compile
     X = jnp.asarray(X, dtype)
     std = fit_standardizer(X)
     Xs = standardize(std, X)
@@ -578,7 +581,8 @@ def _centre(y, dtype):
         return jnp.mean(y), y - jnp.mean(y)
     y = np.asarray(y, np.float64)
     offset = np.mean(y)
-    return offset, jnp.asarray(y - offset, dtype)
+    with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the GP's checks name
+        return offset, jnp.asarray((y - offset).astype(dtype))  # cast by NumPy: no program to compile
 
 
 def _centred(feats, X, config):
@@ -588,9 +592,15 @@ def _centred(feats, X, config):
     (`docs/notes/2026-11-27-intercept.md`)."""
     dtype = feats.frequencies.dtype
     with jax.enable_x64(True):
-        f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
-        mean = feature_mean(jax.tree.map(f64, feats), f64(X), chunk_size=config.chunk_size or 4096)
-    return feats._replace(offset=jnp.asarray(mean, dtype))
+        mean = feature_mean(*_cast((feats, X), jnp.float64), chunk_size=config.chunk_size or 4096)
+        return feats._replace(offset=_cast(mean, dtype))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _cast(tree, dtype):
+    """Every array of `tree` in `dtype`, in one program (one program per array otherwise, each compiled on its
+    first call for a shape). In float64 only inside `jax.enable_x64`."""
+    return jax.tree.map(lambda a: jnp.asarray(a, dtype), tree)
 
 
 def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
@@ -606,19 +616,18 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
     """
     dtype = X.dtype
     with jax.enable_x64(True):
-        f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
-        feats64 = jax.tree.map(f64, feats)
+        feats64, X64, y64, scale64, noise64 = _cast((feats, X, y, prior_scale, gp_noise), jnp.float64)
         stats, basis = eigenbasis_for_dtype(
-            functools.partial(rff_features, feats64), f64(X), f64(y), chunk_size=config.chunk_size,
-            null_dtype=dtype,
-        )  # fmt: skip
+            functools.partial(rff_features, feats64), X64, y64, chunk_size=config.chunk_size, null_dtype=dtype
+        )
         scale, s2 = spectral_evidence_optimum(
-            basis.eigenvalues, stats.Phity, stats.yty, stats.n, f64(prior_scale), f64(gp_noise)
+            basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale64, noise64
         )
         prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
-        to = functools.partial(jnp.asarray, dtype=dtype)
-        stats, basis, scale, s2 = jax.tree.map(to, (stats, basis, scale, s2))
-        prior_w = DiscretePrior(to(prior_w.values), to(prior_w.log_probs))
+        stats, basis, scale, s2, values, log_probs = _cast(
+            (stats, basis, scale, s2, prior_w.values, prior_w.log_probs), dtype
+        )
+        prior_w = DiscretePrior(values, log_probs)
     return stats, basis, prior_w, scale, s2
 
 

@@ -642,27 +642,23 @@ def fit_gp_hyperparameters(
             stack.enter_context(single_blas_thread())
             pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(workers))
         run = functools.partial(
-            _run_starts, pool=pool, min_noise=min_noise, max_iter=int(max_iter), tol=jnp.asarray(tol, dtype),
-            gain_tol=jnp.asarray(gain_tol, dtype), parallel=parallel, precision=precision,
+            _run_starts, pool=pool, min_noise=min_noise, max_iter=int(max_iter), tol=_scalar(tol, dtype),
+            gain_tol=_scalar(gain_tol, dtype), parallel=parallel, precision=precision,
         )  # fmt: skip
-        margin = jnp.asarray(degenerate_margin, dtype)
+        margin = _scalar(degenerate_margin, dtype)
         if restarts == "screened" and screen < m:  # the starts on the first rows of the (random) subsample
-            first = jax.tree.map(lambda a: a[:1], starts)  # the data-driven first start, from cold
+            # the data-driven first start, from cold, and the rows of the screening
+            first, Xs, ys = _heads(starts, X, y, screen)
             cold = run(X, y, first)  # refined whatever the screening chooses: runs beside the screening
-            Xs, ys = X[:screen], y[:screen]
             _, screened = _summarize(Xs, ys, run(Xs, ys, starts)(), min_noise, margin)
             chosen = screened.chosen
             if is_concrete(chosen) and int(fetch(chosen)) == 0:
                 refined = [cold]
             else:  # the screened winner (from its screened optimum) and the first start
-                refined = [run(X, y, jax.tree.map(lambda a: a[chosen][None], screened.starts)), cold]
+                refined = [run(X, y, _pick(screened.starts, chosen)), cold]
             hyper, info = _summarize(X, y, _concat([r() for r in refined]), min_noise, margin)
             # the refined winner failed numerically, or the choice is degenerate or pinned at the noise bound
-            failed = (
-                ~jnp.isfinite(info.log_marginal_likelihoods[0])
-                | info.degenerate
-                | info.noise_at_bound[info.chosen]
-            )
+            failed = _failed(info)
             if is_concrete(failed) and bool(fetch(failed)):  # every start on all rows (the first is done)
                 rest = (
                     [run(X, y, jax.tree.map(lambda a: a[1:], starts))]
@@ -681,6 +677,33 @@ def fit_gp_hyperparameters(
             "standardize `X`, centre `y`, or raise `min_noise_variance`"
         )
     return GPFit(hyper, info)
+
+
+def _scalar(x, dtype):
+    """A number as a JAX scalar of `dtype`, cast by NumPy (no program to compile; beyond the dtype's range:
+    inf). A JAX array, not a NumPy one: the starts' host threads do not share `jax.enable_x64`."""
+    with np.errstate(over="ignore"):
+        return jnp.asarray(np.asarray(x, dtype))
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _heads(starts, X, y, screen):
+    """`(starts[:1], X[:screen], y[:screen])` in one program."""
+    return jax.tree.map(lambda a: a[:1], starts), X[:screen], y[:screen]
+
+
+@jax.jit
+def _failed(info):
+    """The refined winner failed numerically, or the choice is degenerate or pinned at the noise bound."""
+    return (
+        ~jnp.isfinite(info.log_marginal_likelihoods[0]) | info.degenerate | info.noise_at_bound[info.chosen]
+    )
+
+
+@jax.jit
+def _pick(starts, i):
+    """Start `i` of `starts`, keeping the leading axis, in one program."""
+    return jax.tree.map(lambda a: a[i][None], starts)
 
 
 @jax.jit

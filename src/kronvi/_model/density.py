@@ -431,6 +431,18 @@ def predictive_log_density(
     )  # fmt: skip
 
 
+def _join(calls):
+    """The results of `run_in_chunks`'s calls `(num_points, (ld, err))`, their padding dropped, joined: one
+    program."""
+    sizes = tuple(n for n, _ in calls)
+    return _join_padded(sizes, [out for _, out in calls])
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _join_padded(sizes, outs):
+    return [jnp.concatenate([out[i][:n] for n, out in zip(sizes, outs, strict=True)]) for i in (0, 1)]
+
+
 @jax.jit
 def _rows(Phi, y, idx):
     """`(Phi[idx], y[idx])` in one program."""
@@ -483,7 +495,7 @@ def _predictive_log_density(
             size = max(1 << (part.size - 1).bit_length(), batch_size)
             padded = np.concatenate([part, np.full(size - part.size, part[-1])])
             calls.append((part.size, run(*_rows(Phi_new, y_new, padded), K)))
-        return [jnp.concatenate([out[i][:n] for n, out in calls]) for i in (0, 1)]
+        return _join(calls)
 
     ld, err = run_in_chunks(np.arange(Phi_new.shape[0]), num_nodes)
     if rtol is None:

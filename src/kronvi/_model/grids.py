@@ -159,7 +159,7 @@ def noise_prior(
         raise ValueError(f"`span` must be > 1, got {span}")
     # exponents in float64 NumPy, then one cast: a NumPy float64 scalar would promote the grid's dtype
     exps = np.linspace(-1.0, 1.0, levels) if levels > 1 else np.zeros(1)
-    values = variance * jnp.asarray(np.exp(exps * np.log(float(span))), variance.dtype)
+    values = variance * np.exp(exps * np.log(float(span))).astype(variance.dtype)
     return DiscretePrior(values[None, :], jnp.zeros((1, levels), variance.dtype))
 
 

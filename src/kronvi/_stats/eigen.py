@@ -141,7 +141,7 @@ def eigenbasis_for_dtype(feature_map, X, y, *, chunk_size, null_dtype=None):
     fm = as_traced_callable(feature_map)
     X, y = check_xy(X, y, "X", what="(num_points, num_inputs)")
     n = X.shape[0]
-    b = jax.eval_shape(fm, X[:1]).shape[-1]
+    b = jax.eval_shape(fm, jax.ShapeDtypeStruct((1, *X.shape[1:]), X.dtype)).shape[-1]
     if n >= b:
         return eigenbasis(regression_stats_from_inputs(fm, X, y, chunk_size=chunk_size))
     check_finite(X, "X")
@@ -154,9 +154,13 @@ def eigenbasis_for_dtype(feature_map, X, y, *, chunk_size, null_dtype=None):
         c, lam, V = jnp.asarray(c, Phi.dtype), jnp.asarray(lam, Phi.dtype), jnp.asarray(V)
     else:
         c, lam, V = _dual_xla(Phi, y.astype(Phi.dtype))
-    yy = y.astype(Phi.dtype)
-    rotated = RegressionStats(jnp.asarray(n, Phi.dtype), jnp.dot(yy, yy), c, jnp.diag(lam))
-    return rotated, Eigenbasis(V, lam)
+    return _dual_stats(y.astype(Phi.dtype), c, lam), Eigenbasis(V, lam)
+
+
+@jax.jit
+def _dual_stats(y, c, lam):
+    """The rotated statistics of the dual route, in one program."""
+    return RegressionStats(jnp.asarray(y.shape[0], y.dtype), jnp.dot(y, y), c, jnp.diag(lam))
 
 
 @jax.jit
