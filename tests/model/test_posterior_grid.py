@@ -71,15 +71,15 @@ def test_bad_arguments_are_named():
         kronvi.posterior_grid_prior(jnp.asarray([0.0, jnp.nan]), jnp.ones(2), 1.0)
     # finite arguments whose grid is not: levels beyond float32, or a scale that sends their log-probabilities
     # to -inf
-    with pytest.raises(ValueError, match="overflows"):
+    with pytest.raises(ValueError, match="`spread` overflows"):
         kronvi.posterior_grid_prior(jnp.full(2, 3e38), jnp.full(2, 1e38), 1.0)
-    with pytest.raises(ValueError, match="prior_scale"):
+    with pytest.raises(ValueError, match="`prior_scale` is too small"):
         kronvi.posterior_grid_prior(jnp.zeros(2), jnp.ones(2), 1e-30)
 
 
-def test_log_probs_are_normalized_once_and_exactly_as_the_prior_would():
-    """The grid's log-probabilities come out of one program, already normalized: the same as
-    `DiscretePrior` normalizing them itself."""
+def test_log_probs_are_the_normalized_gaussian_on_the_levels():
+    """The grid's log-probabilities, normalized by `posterior_grid_prior` itself (`DiscretePrior` no longer
+    normalizes them again), equal the Gaussian's on the levels as `DiscretePrior` normalizes them."""
     with jax.enable_x64(True):
         p = kronvi.posterior_grid_prior(jnp.array([0.3, -2.0]), jnp.array([0.5, 0.1]), 1.5, levels=7)
         ref = kronvi.DiscretePrior(p.values, -0.5 * (p.values / 1.5) ** 2)

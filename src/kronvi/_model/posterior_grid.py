@@ -68,10 +68,13 @@ def posterior_grid_prior(
     check_positive_number(width, "width")
     values, log_probs = _grid(center, spread, scale, levels=levels, width=float(width))
     # normalized already: `DiscretePrior(...)` would normalize again in a program of its own
-    if is_concrete(values) and not (all_finite(values) and all_finite(log_probs)):
+    if is_concrete(values) and not all_finite(values):
         raise ValueError(
-            "`center` + `width` * `spread` overflows, or `prior_scale` is too small for the grid's levels: "
-            f"the levels or their log-probabilities are not finite in {values.dtype}"
+            f"`center` ± `width` * `spread` overflows: the grid's levels are not finite in {values.dtype}"
+        )
+    if is_concrete(log_probs) and not all_finite(log_probs):
+        raise ValueError(
+            f"`prior_scale` is too small for the grid's levels: their log-probabilities are not finite in {values.dtype}"
         )
     return DiscretePrior._unchecked(values, log_probs)
 

@@ -85,10 +85,13 @@ def _prior_moments(prior_w):
     if host is None:
         return _prior_moments_on_device(prior_w.values, prior_w.log_probs)
     values, log_probs = host
-    probs = np.exp(log_probs)
-    mu = np.sum(probs * values, axis=-1)
-    tau2 = np.sum(probs * (values - mu[:, None]) ** 2, axis=-1)
-    return mu, 1.0 / tau2, 0.5 * np.min(values, axis=-1) + 0.5 * np.max(values, axis=-1)
+    # inf and 0 as the device computes them (a point-mass prior's precision, a square beyond the dtype's
+    # range), without NumPy's warnings
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
+        probs = np.exp(log_probs)
+        mu = np.sum(probs * values, axis=-1)
+        tau2 = np.sum(probs * (values - mu[:, None]) ** 2, axis=-1)
+        return mu, 1.0 / tau2, 0.5 * np.min(values, axis=-1) + 0.5 * np.max(values, axis=-1)
 
 
 @jax.jit

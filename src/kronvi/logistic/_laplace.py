@@ -67,8 +67,9 @@ def neg_log_joint(z, w, s, weights, prec, mean):
 
 
 def better_start(Phi, y, weights, prec, mean, start):
-    """Whichever of `start` and `mean` (both `(b,)`) has the lower `neg_log_joint`: `mean` on a tie, or when
-    `start` is not finite (traced, so unchecked, or beyond the dtype's range) and its objective is NaN."""
+    """Whichever of `start` and `mean` (both `(b,)`) has the lower `neg_log_joint`. `mean` on a tie, when
+    `start` is not finite (traced, so unchecked, or beyond the dtype's range), or when its objective is not
+    finite."""
     s = 2.0 * y - 1.0
     f = lambda w: neg_log_joint(matmul(Phi, w), w, s, weights, prec, mean)  # noqa: E731
     mean = jnp.broadcast_to(mean, start.shape).astype(start.dtype)
@@ -136,8 +137,8 @@ def _newton_map(Phi, y, weights, prec, mean, start, *, max_iter: int, tol):
 @functools.partial(jax.jit, static_argnames=("max_iter",))
 def laplace_fit(Phi, y, weights, prec, mean, start, *, max_iter: int, tol):
     r"""The Laplace approximation under the prior $N(\text{mean}, \mathrm{diag}(\text{prec})^{-1})$, all `(b,)`:
-    damped Newton for the MAP from `start` `(b,)`, then the marginal sds and the log evidence; see
-    `LaplaceInfo`.
+    damped Newton for the MAP from `start` `(b,)` or `mean`, whichever has the lower objective
+    (`better_start`), then the marginal sds and the log evidence; see `LaplaceInfo`.
 
     One compiled program per shape serves `laplace_grid_prior` (prior
     mean 0) and the start of `fit_logistic` (the grid's moments).
@@ -202,7 +203,7 @@ def laplace_grid_prior(
       max_iter: Newton iterations at most.
       tol: stop when half the squared Newton decrement is at most `tol * (1 + |f|)`, `f` the negative
         log joint (default: 100 times the machine epsilon of `Phi`'s dtype).
-      init: `(b,)` where Newton starts (default zeros; zeros too where they have the lower objective).
+      init: `(b,)` where Newton starts (default zeros; zeros too when they have the lower objective).
         When choosing $\sigma_w$ by `log_evidence` over several scales, the MAP at the neighbouring
         scale (`info.mean`) saves iterations.
 
