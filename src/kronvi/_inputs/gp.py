@@ -38,7 +38,7 @@ from .._base.checks import (
     check_xy,
     fetch,
     is_concrete,
-    reduce_concrete,
+    num_nonfinite,
 )
 from .._base.deprecation import renamed_arguments
 from .._base.precision import dot, matmul
@@ -671,7 +671,7 @@ def fit_gp_hyperparameters(
             hyper, info = _summarize(X, y, run(X, y, starts)(), min_noise, margin)
         jax.block_until_ready((hyper, info))
     lmls = info.log_marginal_likelihoods
-    if is_concrete(lmls) and not bool(reduce_concrete(lambda h: np.any(np.isfinite(h)), _any_finite, lmls)):
+    if is_concrete(lmls) and num_nonfinite(lmls) == lmls.size:
         raise FloatingPointError(
             "every start of fit_gp_hyperparameters failed (non-finite marginal likelihood); "
             "standardize `X`, centre `y`, or raise `min_noise_variance`"
@@ -704,11 +704,6 @@ def _failed(info):
 def _pick(starts, i):
     """Start `i` of `starts`, keeping the leading axis, in one program."""
     return jax.tree.map(lambda a: a[i][None], starts)
-
-
-@jax.jit
-def _any_finite(x):
-    return jnp.any(jnp.isfinite(x))
 
 
 def _stall_rtol(dtype):

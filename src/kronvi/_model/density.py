@@ -431,15 +431,10 @@ def predictive_log_density(
     )  # fmt: skip
 
 
-def _join(calls):
-    """The results of `run_in_chunks`'s calls `(num_points, (ld, err))`, their padding dropped, joined: one
-    program."""
-    sizes = tuple(n for n, _ in calls)
-    return _join_padded(sizes, [out for _, out in calls])
-
-
 @functools.partial(jax.jit, static_argnums=0)
 def _join_padded(sizes, outs):
+    """The kernel calls' `outs` `(ld, err)`, each cut to its `sizes` points (its padding dropped), joined in
+    one program."""
     return [jnp.concatenate([out[i][:n] for n, out in zip(sizes, outs, strict=True)]) for i in (0, 1)]
 
 
@@ -488,14 +483,15 @@ def _predictive_log_density(
         """The points `idx` in calls of a power of two from `batch_size` to `CHUNK` points (the last call
         padded with repeats), so that a few compiled kernels per `K` serve every length. Returns device
         arrays; all calls are dispatched before any result is read."""
-        calls = []
+        sizes, outs = [], []
         for s in range(0, idx.size, CHUNK):
             part = idx[s : s + CHUNK]
             # part.size <= CHUNK, a power of two, so size <= max(CHUNK, batch_size)
             size = max(1 << (part.size - 1).bit_length(), batch_size)
             padded = np.concatenate([part, np.full(size - part.size, part[-1])])
-            calls.append((part.size, run(*_rows(Phi_new, y_new, padded), K)))
-        return _join(calls)
+            sizes.append(part.size)
+            outs.append(run(*_rows(Phi_new, y_new, padded), K))
+        return _join_padded(tuple(sizes), outs)
 
     ld, err = run_in_chunks(np.arange(Phi_new.shape[0]), num_nodes)
     if rtol is None:

@@ -39,7 +39,7 @@ from .._solvers.optimizers import cache_by_optimizer
 from .._solvers.sgd import run_sgd
 from ._bound import DEFAULT_BOUND, bound_rows_sum, check_bound, check_logistic_args, check_weights
 from ._cavi import fit_cavi
-from ._laplace import NEWTON_MAX_ITER, better_start, laplace_fit
+from ._laplace import NEWTON_MAX_ITER, better_start, laplace_fit, neg_log_joint
 
 METHODS = ("optax-lbfgs", "lbfgs", "sgd", "cavi")
 STARTS = ("laplace", "prior")
@@ -84,20 +84,23 @@ def _prior_moments(prior_w):
     host = host_arrays(prior_w.values, prior_w.log_probs)
     if host is None:
         return _prior_moments_on_device(prior_w.values, prior_w.log_probs)
-    values, log_probs = host
     # inf and 0 as the device computes them (a point-mass prior's precision, a square beyond the dtype's
     # range), without NumPy's warnings
     with np.errstate(divide="ignore", over="ignore", invalid="ignore", under="ignore"):
-        probs = np.exp(log_probs)
-        mu = np.sum(probs * values, axis=-1)
-        tau2 = np.sum(probs * (values - mu[:, None]) ** 2, axis=-1)
-        return mu, 1.0 / tau2, 0.5 * np.min(values, axis=-1) + 0.5 * np.max(values, axis=-1)
+        return _moments(np, *host)
 
 
 @jax.jit
 def _prior_moments_on_device(values, log_probs):
-    mu, tau2 = grid_moments(jnp.exp(log_probs), values)
-    return mu, 1.0 / tau2, 0.5 * jnp.min(values, axis=-1) + 0.5 * jnp.max(values, axis=-1)
+    return _moments(jnp, values, log_probs)
+
+
+def _moments(xp, values, log_probs):
+    """`_prior_moments` in the array module `xp` (NumPy or `jax.numpy`)."""
+    probs = xp.exp(log_probs)
+    mu = xp.sum(probs * values, axis=-1)
+    tau2 = xp.sum(probs * (values - mu[..., None]) ** 2, axis=-1)  # around the mean, as `grid_moments`
+    return mu, 1.0 / tau2, 0.5 * xp.min(values, axis=-1) + 0.5 * xp.max(values, axis=-1)
 
 
 @jax.jit
@@ -106,8 +109,7 @@ def _lbfgs_map(Phi, y, weights, mu, prec, start):
     w0 = better_start(Phi, y, weights, prec, mu, start)
 
     def loss(w):
-        ll = jnp.sum(weights * jax.nn.log_sigmoid(s * matmul(Phi, w)))
-        return -(ll - 0.5 * jnp.sum(prec * (w - mu) ** 2)) / jnp.sum(weights)
+        return neg_log_joint(matmul(Phi, w), w, s, weights, prec, mu) / jnp.sum(weights)
 
     return minimize_lbfgs(loss, w0, max_iter=100, tol=1e-7)[0]
 
