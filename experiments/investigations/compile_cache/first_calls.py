@@ -8,6 +8,7 @@ compile log on: the number of XLA compilations, how many were loaded from the ca
 
 Usage: python experiments/investigations/compile_cache/first_calls.py --datasets yacht,energy \
     > experiments/investigations/compile_cache/results/first_calls.txt
+(`--uncached-only N`: N fresh processes without a cache per dataset, to compare two versions of kronvi.)
 """
 
 import argparse
@@ -44,6 +45,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="yacht,energy")
     ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "uci"))
+    ap.add_argument(
+        "--uncached-only",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only N fresh processes without a cache each",
+    )
     args = ap.parse_args()
     print(f"# python {' '.join(sys.argv)}  ({os.cpu_count()} cores)")
     print(
@@ -55,6 +63,8 @@ def main():
         with tempfile.TemporaryDirectory() as cache:
             runs = [("no cache", None), ("cache, empty (fills it)", cache)]
             runs += [(f"cache, warm ({k})", cache) for k in (1, 2)]
+            if args.uncached_only:
+                runs = [(f"no cache ({k + 1})", None) for k in range(args.uncached_only)]
             for label, cache_dir in runs:
                 r = first_call(name, args.data_dir, cache_dir)
                 print(
