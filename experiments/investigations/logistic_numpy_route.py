@@ -1,22 +1,22 @@
 """Would a compile-free route meet issue 26's classification line? direct-logistic's fold in NumPy, timed.
 
 The classification study's 10-fold mean of direct-logistic's fit time includes fold 0, and fold 0 includes
-XLA's compilation of the fit's two programs (1.3-1.9 s on 2 cores; `logistic_compile.py`). On
-breastcancer_wdbc scikit-learn's whole 10-fold run takes about 1.4 s, so a compiled route cannot match its mean
-on a cold start. This checks the other way out: the same fold computed in NumPy and SciPy, which compile
+XLA's compilation of the fit's two programs (1.3-1.8 s on 2 cores; `logistic_compile.py`). On
+breastcancer_wdbc scikit-learn's whole 10-fold run takes about 1.4 s, so a compiled route cannot match its
+mean on a cold start. This checks the other way out: the same fold computed in NumPy and SciPy, which compile
 nothing.
 
 The NumPy route repeats the study's `fit_direct` step by step, as plainly as NumPy allows: damped Newton for
 the Laplace MAP at each prior scale (eigendecomposition of the Hessian, a backtracking line search over 12
 halvings), the scale with the largest Laplace evidence, grids on MAP +- 4 Laplace sds, the Laplace start of
 `fit_logistic` (a Newton solve under the grid's moments), then coordinate ascent on the tilted bound (the
-closed-form updates of `kronvi.logistic._cavi`, with each sweep's exponentials computed for every weight at
-once, before the sequential loop over weights). Its probabilities on the test rows come from kronvi's exact
+closed-form updates of `fit_logistic(method="cavi")`, with each sweep's exponentials computed for every weight
+at once, before the sequential loop over weights). Its probabilities on the test rows come from kronvi's exact
 `predict_logistic` (not timed), so its log loss is comparable with the study's.
 
-In the same process and on the same folds it times: the study's JAX route (`run_direct`; fold 0 compiles),
-the NumPy route and `sklearn-logistic` (`run_sklearn`). Per dataset it prints each fold and the 10-fold mean
-and median of each.
+In the same process and on the same folds it times: the study's JAX route (`run_direct`; fold 0 compiles), the
+NumPy route and `sklearn-logistic` (`run_sklearn`). Per dataset it prints each fold and the 10-fold mean and
+median of each.
 
 Usage:
   python experiments/investigations/logistic_numpy_route.py --data-dir ../shared/data/classification \
@@ -44,7 +44,7 @@ import kronvi.logistic as kl  # noqa: E402
 
 STEPS = 2.0 ** -np.arange(12.0)
 NEWTON_TOL = 100 * float(np.finfo(np.float32).eps)  # `laplace_grid_prior`'s default for float32
-EXPONENTS = np.array([-1.0, -0.5, 0.5, 1.0])  # the tilted bound's MGF exponents, as in `_bound._EXPONENTS`
+EXPONENTS = np.array([-1.0, -0.5, 0.5, 1.0])  # the MGF exponents of the tilted bound (its default)
 
 
 def log(msg):
@@ -52,7 +52,7 @@ def log(msg):
 
 
 # ------------------------------------------------------------------------------------------------
-# Laplace: damped Newton, as `kronvi.logistic._laplace._newton_map`
+# Laplace: damped Newton, as in `laplace_grid_prior`
 # ------------------------------------------------------------------------------------------------
 
 
@@ -95,12 +95,12 @@ def laplace(Phi, y, prec, mean, start, max_iter=50, tol=NEWTON_TOL):
 
 
 # ------------------------------------------------------------------------------------------------
-# Coordinate ascent on the tilted bound, as `kronvi.logistic._cavi`
+# Coordinate ascent on the tilted bound, as in `fit_logistic(method="cavi")`
 # ------------------------------------------------------------------------------------------------
 
 
 def tilts(L, sez):
-    """The three tilts' terms `(a0, a1, a2)` of every row (`_bound.bound_grads`)."""
+    """The three tilts' terms `(a0, a1, a2)` of every row."""
     with np.errstate(invalid="ignore"):
         return (
             np.logaddexp(0.0, L[0]),
@@ -142,8 +142,7 @@ def cavi(log_q, V, log_p, Phi, y, max_iter, tol):
     E = EXPONENTS.astype(np.float32)[None, None, :, None] * (
         V.astype(np.float32)[:, :, None, None] * X[:, None, None, :]
     )
-    tables = lambda lq: logsumexp(E + lq.astype(np.float32)[:, :, None, None], axis=1)  # noqa: E731  (b, K, n)
-    T = tables(log_q)
+    T = logsumexp(E + log_q.astype(np.float32)[:, :, None, None], axis=1)  # (b, K, n) per-weight log-MGFs
     L = T.sum(0)
     sez = np.sum(np.exp(log_q) * V, axis=1).astype(np.float32) @ X
     value = elbo(log_q, log_p, L, sez)
