@@ -16,12 +16,12 @@ import os
 import pathlib
 import re
 import socket
-import subprocess
 import sys
 from decimal import Decimal
 
 import numpy as np
 import pytest
+from helpers import run_python
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -83,11 +83,7 @@ def test_multi_process_recipe_runs_as_one_process(tmp_path):
         code.replace("localhost:12357", f"localhost:{_free_port()}") + "\nprint(int(stats.n))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run(
-        [sys.executable, str(script), "0", "1"], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split()[-1] == "1000"
+    assert run_python(str(script), "0", "1", env=env).split()[-1] == "1000"
 
 
 # ---- the numbers
