@@ -30,7 +30,6 @@ import contextlib
 import os
 import sys
 import time
-import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -221,14 +220,19 @@ def main(argv=None):
     ap.add_argument("--datasets", default="anes96_vote,breastcancer_wdbc,digits_parity")
     ap.add_argument("--folds", type=int, default=10)
     args = ap.parse_args(argv)
-    # the study's defaults
-    opts = types.SimpleNamespace(max_iter=10, tol=1e-3, prior_scales=[1.0, 3.0, 10.0, 30.0])
+    # the study's own options at their defaults (`--json` is required there, and not written here)
+    opts = study.parse_args(
+        ["--data-dir", args.data_dir, "--json", "unused.json", "--folds", str(args.folds)]
+    )
+    errors = study.check_args(opts)  # also parses `--prior-scales`
+    if errors:
+        ap.error("; ".join(errors))
     stamp = time.strftime("%Y-%m-%d %H:%M")
     print(f"# python experiments/investigations/logistic_numpy_route.py (at {stamp})")
     for name in args.datasets.split(","):
-        X, y, folds, K = study.load_dataset(args.data_dir, name, args.folds)
+        X, y, folds, K = study.load_dataset(args.data_dir, name, opts.folds)
         log(f"{name}: n={X.shape[0]}, {K} folds")
-        preps = [study.prepare(X, y, folds, k, 0, 50) for k in range(K)]
+        preps = [study.prepare(X, y, folds, k, opts.seed, opts.num_frequencies) for k in range(K)]
         with contextlib.redirect_stdout(sys.stderr):  # the study's own progress lines
             jax_out = study.run_direct(preps, opts)
         rows = {"jax (study)": [], "numpy": [], "sklearn": []}
@@ -236,7 +240,7 @@ def main(argv=None):
             t = time.perf_counter()
             log_q, V, log_p, sweeps = fit_numpy(p, opts.prior_scales, opts.max_iter, opts.tol)
             t_np = time.perf_counter() - t
-            prob_sk, t_sk = study.run_sklearn(p["Ptr"], p["ytr"], p["Pte"], 0)
+            prob_sk, t_sk = study.run_sklearn(p["Ptr"], p["ytr"], p["Pte"], opts.seed)
             prob_np = numpy_probabilities(log_q, V, log_p, p["Pte"])
             for key, sec, prob in (
                 ("jax (study)", jax_out[f]["seconds"], jax_out[f]["prob"]),
