@@ -235,6 +235,7 @@ def main(argv=None):
         preps = [study.prepare(X, y, folds, k, opts.seed, opts.num_frequencies) for k in range(K)]
         with contextlib.redirect_stdout(sys.stderr):  # the study's own progress lines
             jax_out = study.run_direct(preps, opts)
+        print(f"\n## {name} (n = {X.shape[0]}, b = {preps[0]['Ptr'].shape[1]})", flush=True)
         rows = {"jax (study)": [], "numpy": [], "sklearn": []}
         for f, p in enumerate(preps):
             t = time.perf_counter()
@@ -249,11 +250,11 @@ def main(argv=None):
             ):
                 rows[key].append((sec, study.metrics(prob, p["yte"])[1]))
             (t_jax, ll_jax), (_, ll_np), (_, ll_sk) = (rows[key][-1] for key in rows)
-            log(
+            print(
                 f"  fold {f}: jax {t_jax:.3f} s, numpy {t_np:.3f} s ({sweeps} sweeps), sklearn {t_sk:.3f} s; "
-                f"log loss {ll_jax:.4f}, {ll_np:.4f}, {ll_sk:.4f}"
+                f"log loss {ll_jax:.4f}, {ll_np:.4f}, {ll_sk:.4f}",
+                flush=True,
             )
-        print(f"\n## {name} (n = {X.shape[0]}, b = {preps[0]['Ptr'].shape[1]})")
         for key, vals in rows.items():
             print(summary(key, [v[0] for v in vals], [v[1] for v in vals]))
         mean = {key: np.mean([v[0] for v in vals]) for key, vals in rows.items()}
