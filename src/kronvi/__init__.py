@@ -168,6 +168,15 @@ from .mixtures import mixture_sgd_init as mixture_sgd_init
 from .mixtures import mixture_sgd_step as mixture_sgd_step
 from .mixtures import predict_mixture as predict_mixture
 from .mixtures import sample_mixture as sample_mixture
+
+# The front door: fit, predict, save and load (kronvi.save_model, kronvi.load_model)
+from .pipeline import DirectConfig as DirectConfig
+from .pipeline import DirectFit as DirectFit
+from .pipeline import FittedDirect as FittedDirect
+from .pipeline import Prediction as Prediction
+from .pipeline import fit_direct as fit_direct
+from .pipeline import log_density as log_density
+from .pipeline import predict as predict
 from .quantize import DirectModel as DirectModel
 from .quantize import IntegerSamples as IntegerSamples
 from .quantize import integer_error_bound as integer_error_bound
@@ -183,6 +192,13 @@ from .quantize import unpack_codes as unpack_codes
 __version__ = "0.1.0"
 
 __all__ = [
+    "DirectConfig",
+    "DirectFit",
+    "FittedDirect",
+    "Prediction",
+    "fit_direct",
+    "log_density",
+    "predict",
     "BNNFit",
     "BNNStats",
     "CompactBasis",

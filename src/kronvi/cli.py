@@ -20,7 +20,17 @@ from . import __version__
 from ._base.files import check_output_path, write_atomic
 from ._base.progress import StatusLine, format_eta
 from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
-from .pipeline import BASES, DirectConfig, parse_noise_cv, resolve_config, run_fold, summarize
+from .pipeline import (
+    BASES,
+    DirectConfig,
+    default_num_frequencies,
+    fit_direct,
+    parse_noise_cv,
+    resolve_config,
+    run_fold,
+    summarize,
+)
+from .quantize import save_model
 
 MAX_SEED = 2**32 - 1  # as NumPy's and scikit-learn's integer seeds
 
@@ -69,7 +79,13 @@ def _parsers():
         "data.csv.gz and test_mask.csv.gz; default: the shipped yacht data",
     )
     f.add_argument("--folds", type=int, default=10, help="folds for a CSV without a mask")
-    f.add_argument("--num-features", type=int, default=2000, help="b, random Fourier features (even)")
+    f.add_argument(
+        "--num-features",
+        type=int,
+        default=None,
+        help="b, random Fourier features (even) (default: the recipe's, 2000 below 20,000 training rows and "
+        "4000 from there: kronvi.pipeline.default_num_frequencies)",
+    )
     f.add_argument("--levels", type=int, default=15, help="weight grid levels (15 = 4 bits)")
     f.add_argument(
         "--method",
@@ -111,7 +127,27 @@ def _parsers():
         "written atomically; NaN/inf values are written as null); an existing file is an error unless "
         "--force (default: no file)",
     )
-    f.add_argument("--force", action="store_true", help="let --json overwrite an existing file")
+    f.add_argument(
+        "--save",
+        metavar="PATH",
+        help="save the fitted model (kronvi.save_model; load it with kronvi.load_model): the last fold's, or "
+        "with --refit the model of every row; checked before any compute (default: no file)",
+    )
+    f.add_argument(
+        "--refit",
+        action="store_true",
+        help="after the folds, fit on every row with --seed's key (kronvi.fit_direct(jax.random.key(seed), X, y)) "
+        "for --save",
+    )
+    f.add_argument(
+        "--density-rows",
+        type=int,
+        default=2000,
+        help="the NLPD is the exact log density of at most this many test rows per fold, drawn at random "
+        "(said in the output when fewer than all); 0 = none",
+    )
+    f.add_argument("--no-density", action="store_true", help="skip the NLPD (same as --density-rows 0)")
+    f.add_argument("--force", action="store_true", help="let --json and --save overwrite existing files")
     f.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return p, f
 
@@ -120,7 +156,13 @@ def _check_args(parser, args):
     """One-line argparse errors (exit code 2) for bad option values, before any data is read."""
     if args.folds < 2:
         parser.error(f"--folds must be >= 2, got {args.folds}")
-    if args.num_features < 2 or args.num_features % 2:
+    if args.density_rows < 0:
+        parser.error(f"--density-rows must be >= 0, got {args.density_rows}")
+    if args.no_density:
+        args.density_rows = 0
+    if args.refit and args.save is None:
+        parser.error("--refit needs --save (the refitted model is saved, not evaluated)")
+    if args.num_features is not None and (args.num_features < 2 or args.num_features % 2):
         parser.error(
             f"--num-features must be an even number >= 2 (cos and sin pairs), got {args.num_features}"
         )
@@ -202,6 +244,9 @@ def _settings(args, config, num_folds: int, folds_run: int) -> dict:
         ),
         "basis": args.basis,
         "b": args.num_features,
+        "density_rows": args.density_rows,
+        "save": None if args.save is None else os.path.abspath(args.save),
+        "refit": args.refit,
         "levels": args.levels,
         "method": args.method,
         "seed": args.seed,
@@ -216,14 +261,21 @@ def _settings(args, config, num_folds: int, folds_run: int) -> dict:
 
 
 def _fit(args):
-    if args.json is not None:
-        check_output_path(
-            args.json,
-            option="--json",
-            inputs=_input_files(args.source),
-            overwrite=args.force,
-            exists_hint="pass --force to overwrite it",
-        )
+    for option, path in (("--json", args.json), ("--save", args.save)):
+        if path is not None:
+            check_output_path(
+                path,
+                option=option,
+                inputs=_input_files(args.source),
+                overwrite=args.force,
+                exists_hint="pass --force to overwrite it",
+            )
+    if (
+        args.json is not None
+        and args.save is not None
+        and os.path.abspath(args.json) == os.path.abspath(args.save)
+    ):
+        raise ValueError("--json and --save name the same file")
     if args.source is None:
         X, y, mask = load_demo()
         name = "yacht (shipped)"
@@ -245,13 +297,14 @@ def _fit(args):
     config = DirectConfig(
         basis=args.basis,
         noise_cv=args.noise_cv,
-        num_frequencies=args.num_features // 2,
+        num_frequencies=None if args.num_features is None else args.num_features // 2,
         levels=args.levels,
         method=args.method,
         max_noise_recentres=args.noise_recentres,
     )
+    b = args.num_features or 2 * default_num_frequencies(int(np.sum(folds != 0)))
     print(
-        f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={args.num_features}, "
+        f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={b}, "
         f"{args.levels}-level grid, basis={args.basis}, method={args.method}, {K} folds, "
         f"jax on {jax.devices()[0].platform}"
     )
@@ -264,10 +317,16 @@ def _fit(args):
     key = jax.random.key(args.seed)
     status = StatusLine()  # redrawn in place on a terminal; plain lines, now and then, in a log file
     status.show(_fold_status(0, K, start))
+    model = None
     try:
         for k in range(K):
             tr, te = folds != k, folds == k
-            res = run_fold(jax.random.fold_in(key, k), X[tr], y[tr], X[te], y[te], config).result
+            progress = _within_fold(status, k, K, start)
+            run = run_fold(
+                jax.random.fold_in(key, k), X[tr], y[tr], X[te], y[te], config, density_rows=args.density_rows,
+                progress=progress,
+            )  # fmt: skip
+            res, model = run.result, run.model
             results.append(res)
             lines.append(
                 f"{k:>4} {int(tr.sum()):>7} {res.rmse:>9.4f} {res.nlpd:>8.3f} {res.sparsity_pct:>9.1f} "
@@ -281,6 +340,10 @@ def _fit(args):
     s = summarize(results)
     print(header)
     print("\n".join(lines))
+    if args.density_rows == 0:
+        print("NLPD not computed (--no-density)")
+    elif any(r.nlpd_rows < n_test for r, n_test in zip(results, _test_rows(folds, K), strict=True)):
+        print(f"NLPD on a random sample of at most {args.density_rows} test rows per fold (--density-rows)")
     print(
         f"mean RMSE {s['rmse_mean']:.4f} +- {s['rmse_sd']:.4f} | mean NLPD {s['nlpd_mean']:.3f} "
         f"+- {s['nlpd_sd']:.3f} | sparsity {s['sparsity_pct_mean']:.1f}% | seconds per fold: init "
@@ -291,7 +354,34 @@ def _fit(args):
     if args.json is not None:
         settings = _settings(args, config, mask.shape[1], K)
         _write_json(args.json, {"settings": settings, "folds": [r._asdict() for r in results], "summary": s})
+    if args.save is not None:
+        if args.refit:
+            print(f"refitting on all {len(y)} rows for --save ...", flush=True)
+            model = fit_direct(
+                key, X, y, config, progress=_within_fold(StatusLine(), "refit", K, start)
+            ).model
+        save_model(args.save, model)
+        print(f"saved the {'refitted' if args.refit else f'fold {K - 1}'} model to {args.save}")
     return 0
+
+
+def _test_rows(folds, K):
+    return [int(np.sum(folds == k)) for k in range(K)]
+
+
+def _within_fold(status, k, K, start):
+    """The progress of one fold's fit on the fold status line: its stage and, over many rows, the statistics
+    pass's rows, speed and time left."""
+
+    def show(step, total, metrics):
+        note = f"fold {k}: {metrics['stage']}"
+        rate = metrics.get("rows_per_second")
+        if rate:
+            note += f" {step:,}/{total:,} rows, {rate:,.0f} rows/s, eta {(total - step) / rate:.0f}s"
+        done = k if isinstance(k, int) else K
+        status.show(_fold_status(done, K, start, note))
+
+    return show
 
 
 if __name__ == "__main__":

@@ -35,13 +35,22 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from ._base.checks import check_int, check_nonnegative_number
+from ._base.checks import check_int, check_nonnegative_number, check_numeric
+from ._base.progress import StatusLine
 from ._fit.regression import METHODS, RegressionFit, fit_regression
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import SAMPLINGS, RandomFourierFeatures, feature_mean, rff_features, rff_init
 from ._inputs.gp import PRECISIONS as GP_PRECISIONS
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
+from ._inputs.host import (
+    fit_standardizer_host,
+    pad_rows,
+    row_bucket,
+    standardize_host,
+    target_moments,
+    target_unit,
+)
 from ._model.compact import CompactBasis, compact_features, compact_posterior
 from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.families import MeanField
@@ -49,8 +58,13 @@ from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
 from ._model.posterior_grid import posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression
 from ._solvers.info import FitInfo
-from ._stats.eigen import Eigenbasis, eigenbasis_for_dtype, rotate_features
-from ._stats.regression import RegressionStats, kfold_stats_from_inputs, regression_stats_from_inputs
+from ._stats.eigen import Eigenbasis, eigenbasis, eigenbasis_for_dtype, rotate_features
+from ._stats.regression import (
+    RegressionStats,
+    kfold_stats_from_inputs,
+    merge_stats,
+    regression_stats_from_inputs,
+)
 from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
 
 BASES = ("eigen", "features", "compact")
@@ -69,6 +83,9 @@ __all__ = [
     "default_num_frequencies",
     "FoldResult",
     "FittedDirect",
+    "Prediction",
+    "predict",
+    "log_density",
     "DirectTimings",
     "DirectInfo",
     "DirectFit",
@@ -86,6 +103,10 @@ __all__ = [
     "fit_prepared",
     "fold_features",
     "fit_direct",
+    "StreamState",
+    "stream_init",
+    "stream_update",
+    "stream_prepare",
     "fit_best_start",
     "fit_with_noise_recentring",
     "run_fold",
@@ -110,7 +131,7 @@ class DirectConfig(NamedTuple):
       width: the weight grid's half-width, in posterior sds (`"eigen"`) or prior sds (`"features"`).
       noise_levels: levels of the noise-variance grid.
       noise_span: the noise grid when `noise_cv` is empty: $s^2 \times [1/\text{span}, \text{span}]$ around
-        the evidence maximizer (`"eigen"`) or the GP estimate (`"features"`).
+        the evidence maximizer (`"eigen"`) or the GP estimate (`"features"`); 1 fixes the noise variance there.
       noise_cv: `"features"` only: the spans of the noise grids to choose from by `cv_folds`-fold
         cross-validation on the training rows (`select_prior` with `cv_criterion`); span 1 fixes the
         noise at the GP estimate. Empty: the paper's protocol, one grid of `noise_span`.
@@ -142,6 +163,9 @@ class DirectConfig(NamedTuple):
         dtype (`"full"`) (`compact_posterior(vectors_dtype=...)`).
       gp_gain_tol: `fit_gp_hyperparameters(gain_tol=...)`: a GP start ends after two iterations in a row
         that each raise its log marginal likelihood by less than this many nats (0: never).
+      lengthscale: `None` (default): the kernel's lengthscales, signal and noise variances come from the
+        GP step above; a positive number: one lengthscale for every standardized input, the signal variance
+        of the (scaled) targets and a tenth of it as the noise guess, and no GP is fitted.
 
     Example:
       >>> from kronvi.pipeline import DirectConfig
@@ -150,7 +174,8 @@ class DirectConfig(NamedTuple):
         noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
         cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
         gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, gp_precision='native',
-        chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half', gp_gain_tol=0.1)
+        chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half', gp_gain_tol=0.1,
+        lengthscale=None)
     """
 
     basis: str = "eigen"
@@ -179,8 +204,10 @@ class DirectConfig(NamedTuple):
     compact_tol: float = 0.1
     # "compact" only: its kept eigenvectors in float16 ("half") or the working dtype ("full")
     compact_vectors: str = "half"
-    # fit_gp_hyperparameters(gain_tol=...): the last field, so that positions of the others stay put
+    # fit_gp_hyperparameters(gain_tol=...)
     gp_gain_tol: float = 0.1
+    # a fixed lengthscale of the standardized inputs instead of the GP step (None: the GP's, per input)
+    lengthscale: float | None = None
 
 
 LARGE_DATA_ROWS = 20_000
@@ -215,18 +242,36 @@ class FoldResult(NamedTuple):
     noise_recentres: int
     select_seconds: float  # cross-validated choice of the noise grid (part of initialization)
     noise_span: float  # the noise grid used: s2 x [1/span, span]; 1 = fixed at the GP estimate
+    density_seconds: float = 0.0  # the exact test density (`predict_seconds`: the mean and variance)
+    nlpd_rows: int = 0  # the test rows the NLPD averages (0: not computed, NaN)
+
+
+class Prediction(NamedTuple):
+    """The predictive distribution of new targets at new inputs (`kronvi.predict`), in the targets' units.
+
+    Attributes:
+      mean: `(N,)` exact predictive means.
+      variance: `(N,)` exact predictive variances of a new target (the noise included).
+    """
+
+    mean: Any
+    variance: Any
 
 
 class FittedDirect(NamedTuple):
-    """Everything needed to predict on new raw inputs (`fold_features` maps them to the features the
-    weights belong to).
+    """A fitted DIRECT regression model (`kronvi.fit_direct`), of every recipe: it predicts on raw inputs in
+    the targets' units.
+
+    `model.predict(X)` (or `kronvi.predict(model, X)`, which also runs under `jit` and `vmap`) is the exact
+    predictive mean and variance, `model.log_density(X, y)` the exact log predictive density. Saved whole by
+    `kronvi.save_model`.
 
     Attributes:
-      standardizer: `Standardizer` of the training inputs.
+      standardizer: `Standardizer` of the training inputs (float64 NumPy arrays when they were concrete:
+        new inputs are standardized in float64, then cast to the working dtype).
       features: `RandomFourierFeatures`, the feature map of the standardized inputs (with `basis`, its
         `offset` centres the features on the training rows: an intercept outside the prior).
-      y_offset: `()` the training targets' mean (a float64 NumPy scalar for concrete targets);
-        predictions on the original scale add it back.
+      y_offset: `()` the training targets' mean (a float64 NumPy scalar for concrete targets).
       prior_w: `DiscretePrior` `(b, m)` over the weights (in the eigenbasis when `basis` is set).
       prior_noise: `DiscretePrior` `(1, m_sigma)` over the noise variance.
       q_w: `MeanField` `(b, m)`, the posterior over the weights.
@@ -234,10 +279,11 @@ class FittedDirect(NamedTuple):
       hyper: `GPHyperparameters` the features were drawn for.
       basis: `Eigenbasis` rotating the features (`DirectConfig.basis` `"eigen"`), `CompactBasis`, the
         compact model's feature map (`"compact"`), else `None`.
+      y_scale: `()` the unit of the fitted targets: the model is fitted to `(y - y_offset) / y_scale`, a power
+        of two near the targets' standard deviation (so the scaling rounds nothing). The priors, posteriors
+        and `hyper` are in those units; `predict` and `log_density` return the targets' own.
 
-    For every recipe, `predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise,
-    fold_features(model, X))` is the model's predictive mean and variance; a `"compact"` model's variance
-    includes its complement (one of its features carries it). Saved whole by `kronvi.save_model`.
+    `fold_features(model, X)` maps raw inputs to the features that `q_w` and `prior_w` belong to.
     """
 
     standardizer: Standardizer
@@ -249,6 +295,24 @@ class FittedDirect(NamedTuple):
     q_noise: MeanField
     hyper: GPHyperparameters
     basis: Eigenbasis | CompactBasis | None = None
+    y_scale: Any = 1.0
+
+    def predict(self, X: ArrayLike, *, chunk_size: int = 4096) -> Prediction:
+        """`kronvi.predict(self, X, chunk_size=chunk_size)`: the exact predictive mean and variance."""
+        return predict(self, X, chunk_size=chunk_size)
+
+    def log_density(self, X: ArrayLike, y: ArrayLike, *, rtol: float | str | None = "auto") -> jax.Array:
+        """`kronvi.log_density(self, X, y, rtol=rtol)`: the exact log predictive density of each row."""
+        return log_density(self, X, y, rtol=rtol)
+
+    @property
+    def sparsity(self) -> float:
+        """The fraction of the stored weights that are zero: the expected fraction of zero codes in a posterior
+        sample for the `"features"` recipe (whose grids have a zero level), 0 for the eigen and compact
+        recipes, whose weights are stored densely."""
+        if self.basis is not None:
+            return 0.0
+        return float(expected_sparsity(self.q_w, self.prior_w))
 
 
 class DirectTimings(NamedTuple):
@@ -266,7 +330,7 @@ class DirectInfo(NamedTuple):
     also read here directly, as on every fit's `info`."""
 
     fit: FitInfo  # the mean-field fit that was kept
-    gp: GPFitInfo  # the GP hyperparameter fit
+    gp: GPFitInfo | None  # the GP hyperparameter fit (None with a fixed `config.lengthscale`)
     noise_recentres: int  # how many times the noise grid was recentred (`config.max_noise_recentres`)
     noise_span: float  # the noise grid used: s2 x [1/span, span]; 1 = fixed at the GP estimate
     cv_scores: object = None  # the inner-fold scores of every span with `config.noise_cv`, else None
@@ -346,6 +410,7 @@ class PreparedFold(NamedTuple):
     noise_variance: jax.Array  # the centre of the noise grid: the evidence maximizer or the GP estimate
     # The prior sd of the weights: the evidence maximizer ("eigen") or the GP's signal sd ("features").
     prior_scale: jax.Array | None = None
+    y_scale: Any = 1.0  # the unit of `y`: the training targets are `(y_raw - y_offset) / y_scale`
 
 
 def _block(x):
@@ -466,8 +531,10 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
     # `config` is resolved (`resolve_config`): its `None` fields are set
     if not float(config.width) > 0:  # type: ignore[arg-type]
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")
-    if not float(config.noise_span) > 1.0:  # type: ignore[arg-type]
-        raise ValueError(f"`config.noise_span` must be > 1, got {config.noise_span!r}")
+    if not float(config.noise_span) >= 1.0:  # type: ignore[arg-type]
+        raise ValueError(
+            f"`config.noise_span` must be >= 1 (1 fixes the noise variance), got {config.noise_span!r}"
+        )
     if config.method not in METHODS:
         raise ValueError(f"`config.method` must be one of {METHODS}, got {config.method!r}")
     if not config.starts or any(s not in ("prior", "gaussian") for s in config.starts):
@@ -489,6 +556,8 @@ def prepare_fold(
     *,
     dtype: DTypeLike = jnp.float32,
     gp: tuple[GPHyperparameters, GPFitInfo] | None = None,
+    progress: bool | Callable[[int, int, dict], None] | None = None,
+    progress_every: int | None = None,
 ) -> PreparedFold:
     """Prepares raw training rows for a DIRECT fit: standardizer and centred targets from these rows, GP
     hyperparameters on at most `config.gp_points` of them, `config.num_frequencies` (by default
@@ -507,33 +576,38 @@ def prepare_fold(
       dtype: floating dtype of the inputs, statistics and fits.
       gp: `None`, or `(hyper, gp_info)` of an earlier preparation of the same rows with the same key
         (another `basis`, say), to skip refitting the GP hyperparameters.
+      progress: `None` (default: quiet), `True` (a progress bar or plain lines on `stderr`) or a callable
+        `progress(step, total, metrics)`: `step` training rows of `total` have their statistics done,
+        `metrics["stage"]` names the stage running (`"gp"`, `"statistics"`, `"eigen"`, `"fit"`) and, during
+        the statistics pass over many rows, `metrics["rows_per_second"]` its speed.
+      progress_every: rows per report of the statistics pass (default 65,536).
 
     Returns:
       `PreparedFold`.
     """
-    return _prepare_fold(key, X, y, _check_config(config), dtype=dtype, gp=gp)
+    progress = _reporter(progress, progress_every)
+    return _prepare_fold(key, X, y, _check_config(config), dtype=dtype, gp=gp, progress=progress)
 
 
-def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold:
-    """`prepare_fold` with a checked, resolved `config`."""
+def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) -> PreparedFold:
+    """`prepare_fold` with a checked, resolved `config` and `progress` a callable or None."""
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     t0 = time.perf_counter()
-    if isinstance(X, np.ndarray) and X.dtype.kind == "f":
-        with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the checks below name
-            X = X.astype(dtype)  # by NumPy: no program to compile
-    X = jnp.asarray(X, dtype)
-    std = fit_standardizer(X)
-    Xs = standardize(std, X)
-    y_offset, yc = _centre(y, dtype)
-    if gp is None:
-        hyper, gp_info = fit_gp_hyperparameters(
-            k_gp, Xs, yc, num_points=config.gp_points, num_starts=config.gp_restarts,
-            degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
-            screen_points=config.gp_screen_points, precision=config.gp_precision, gain_tol=config.gp_gain_tol,
-        )  # fmt: skip
-    else:
-        hyper, gp_info = gp
-    _block(hyper)
+    if _traced((X, y)):  # inside a jit or vmap: standardize in the working dtype
+        X = jnp.asarray(X, dtype)
+        std = fit_standardizer(X)
+        Xs = standardize(std, X)
+        y_offset, yc = _centre(y, dtype)
+        y_scale: Any = 1.0
+    else:  # concrete: moments, offsets and units in float64 on the host, then the cast
+        X64, y64 = _host_xy(X, y)
+        std = fit_standardizer_host(X64)
+        Xs = jnp.asarray(standardize_host(std, X64, dtype))
+        y_offset, y_scale = target_moments(y64)
+        with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the GP's checks name
+            yc = jnp.asarray(((y64 - y_offset) / y_scale).astype(dtype))
+    _stage(progress, "gp", 0, Xs.shape[0])
+    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp)
     t1 = time.perf_counter()
     num_frequencies = _num_frequencies(config, X.shape[0])
     feats = rff_init(k_rff, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling)
@@ -544,7 +618,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold
     if config.basis != "features":
         feats = _centred(feats, Xs, config)
         stats, basis, prior_w, prior_scale, s2 = _eigen_setup(
-            feats, Xs, yc, prior_scale, hyper.noise_variance, config
+            feats, Xs, yc, prior_scale, hyper.noise_variance, config, progress
         )
     else:
         if config.noise_cv:
@@ -552,7 +626,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold
                 jax.random.fold_in(k_fit, 1), fmap, Xs, yc, config.cv_folds, chunk_size=config.chunk_size
             )
         else:
-            stats = regression_stats_from_inputs(fmap, Xs, yc, chunk_size=config.chunk_size)
+            stats = _stats_in_blocks(fmap, Xs, yc, chunk_size=config.chunk_size, progress=progress)
         s2 = hyper.noise_variance
         b = 2 * num_frequencies
         prior_w = gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
@@ -560,8 +634,61 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold
     t2 = time.perf_counter()
     return PreparedFold(
         std, y_offset, Xs, yc, hyper, gp_info, feats, stats, cv_stats, prior_w, k_fit, t1 - t0, t2 - t1,
-        basis, s2, prior_scale,
+        basis, s2, prior_scale, y_scale,
     )  # fmt: skip
+
+
+def _traced(tree) -> bool:
+    return any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(tree))
+
+
+def _host_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
+    """Concrete training rows as float64 NumPy arrays, checked: real numbers, `X (n, d)` with `n >= 1`, `y (n,)`,
+    all finite. Errors name `X` and `y`."""
+    check_numeric(X, "X")
+    check_numeric(y, "y")
+    X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"`X` must be 2-D (num_points, num_inputs), got shape {X.shape}")
+    if y.ndim != 1:
+        raise ValueError(f"`y` must be 1-D (num_points,), got shape {y.shape}")
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"`X` has {X.shape[0]} rows but `y` has {y.shape[0]}")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        raise ValueError(f"`X` is empty (shape {X.shape})")
+    for a, name in ((X, "X"), (y, "y")):
+        bad = int(np.sum(~np.isfinite(a)))
+        if bad:
+            raise ValueError(f"`{name}` contains {bad} NaN or infinite value(s)")
+    return X, y
+
+
+def _hyperparameters(k_gp, Xs, yc, config, gp):
+    """`(hyper, gp_info)`: the GP step's (or `gp`'s), or those of `config.lengthscale` (`gp_info` None)."""
+    if config.lengthscale is not None:
+        hyper, gp_info = _fixed_hyperparameters(config.lengthscale, Xs, yc), None
+    elif gp is None:
+        hyper, gp_info = fit_gp_hyperparameters(
+            k_gp, Xs, yc, num_points=config.gp_points, num_starts=config.gp_restarts,
+            degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
+            screen_points=config.gp_screen_points, precision=config.gp_precision, gain_tol=config.gp_gain_tol,
+        )  # fmt: skip
+    else:
+        hyper, gp_info = gp
+    return _block(hyper), gp_info
+
+
+def _fixed_hyperparameters(lengthscale, Xs, yc) -> GPHyperparameters:
+    """`config.lengthscale`'s hyperparameters: that lengthscale for every input, the targets' variance as
+    the signal variance and a tenth of it as the noise guess."""
+    dtype = Xs.dtype
+    var = float(np.var(np.asarray(yc, np.float64)))
+    var = var if var > 0 else 1.0
+    return GPHyperparameters(
+        jnp.full((Xs.shape[1],), float(lengthscale), dtype),
+        jnp.asarray(var, dtype),
+        jnp.asarray(0.1 * var, dtype),
+    )
 
 
 def _centre_like(y, offset, dtype):
@@ -603,7 +730,7 @@ def _cast(tree, dtype):
     return jax.tree.map(lambda a: jnp.asarray(a, dtype), tree)
 
 
-def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
+def _eigen_setup(feats, X, y, prior_scale, gp_noise, config, progress=None):
     r"""Eigenbasis, evidence-optimal prior scale and noise variance, and weight grids of the eigenbasis
     recipe: `(rotated_stats, basis, prior_w, prior_scale, noise_variance)`.
 
@@ -617,18 +744,96 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config):
     dtype = X.dtype
     with jax.enable_x64(True):
         feats64, X64, y64, scale64, noise64 = _cast((feats, X, y, prior_scale, gp_noise), jnp.float64)
-        stats, basis = eigenbasis_for_dtype(
-            functools.partial(rff_features, feats64), X64, y64, chunk_size=config.chunk_size, null_dtype=dtype
+        fmap = functools.partial(rff_features, feats64)
+        if progress is not None and X.shape[0] >= 2 * feats.frequencies.shape[-1]:  # the primal route
+            stats = _stats_in_blocks(fmap, X64, y64, chunk_size=config.chunk_size, progress=progress)
+            _stage(progress, "eigen", X.shape[0], X.shape[0])
+            stats, basis = eigenbasis(stats)
+        else:
+            stats, basis = eigenbasis_for_dtype(
+                fmap, X64, y64, chunk_size=config.chunk_size, null_dtype=dtype
+            )
+        return _eigen_grids(stats, basis, scale64, noise64, config, dtype)
+
+
+_PROGRESS_ROWS = 1 << 16  # rows per block of a statistics pass that reports its progress
+
+
+def _reporter(progress, every=None):
+    """`progress` as a callable or None (`True`: a `_StageLine`), with its `every` rows as `_rows_every`."""
+    if progress is None or progress is False:
+        return None
+    if every is not None:
+        every = check_int(every, "progress_every", 1)
+    if progress is True:
+        progress = _StageLine()
+    elif not callable(progress):
+        raise TypeError(
+            f"`progress` must be None, True or a callable (step, total, metrics), got {progress!r}"
         )
-        scale, s2 = spectral_evidence_optimum(
-            basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale64, noise64
+    return _Progress(progress, every or _PROGRESS_ROWS)
+
+
+class _Progress(NamedTuple):
+    report: Callable[[int, int, dict], None]
+    every: int
+
+
+class _StageLine:
+    """`progress=True` of `fit_direct`: the stage, the rows done, their speed and the time left, on one line
+    of `stderr` (redrawn on a terminal, plain lines now and then in a log: `StatusLine`)."""
+
+    def __init__(self):
+        self._line = StatusLine()
+
+    def __call__(self, step: int, total: int, metrics: dict) -> None:
+        text = f"fit_direct: {metrics['stage']}, {step:,}/{total:,} rows"
+        rate = metrics.get("rows_per_second")
+        if rate:
+            text += f", {rate:,.0f} rows/s, eta {(total - step) / rate:.0f}s"
+        self._line.show(text, final=False)
+
+    def close(self) -> None:
+        self._line.close()
+
+
+def _stage(progress, stage: str, done: int, total: int, **metrics) -> None:
+    if progress is not None:
+        progress.report(int(done), int(total), {"stage": stage, **metrics})
+
+
+def _stats_in_blocks(fmap, X, y, *, chunk_size, progress):
+    """`regression_stats_from_inputs`, in blocks of `progress.every` rows merged exactly
+    (`kronvi.merge_stats`) with the progress reported after each block, when `progress` is set and the rows
+    are many; else in one call."""
+    n = X.shape[0]
+    if progress is None or n <= progress.every:
+        return regression_stats_from_inputs(fmap, X, y, chunk_size=chunk_size)
+    every = progress.every
+    Xh, yh = np.asarray(X), np.asarray(y)  # host slices compile nothing
+    t0 = time.perf_counter()
+    stats = None
+    _stage(progress, "statistics", 0, n)
+    for start in range(0, n, every):
+        block = regression_stats_from_inputs(
+            fmap, Xh[start : start + every], yh[start : start + every], chunk_size=chunk_size
         )
-        prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
-        stats, basis, scale, s2, values, log_probs = _cast(
-            (stats, basis, scale, s2, prior_w.values, prior_w.log_probs), dtype
-        )
-        prior_w = DiscretePrior(values, log_probs)
-    return stats, basis, prior_w, scale, s2
+        stats = block if stats is None else merge_stats(stats, block)
+        done = min(n, start + every)
+        _stage(progress, "statistics", done, n, rows_per_second=done / max(time.perf_counter() - t0, 1e-9))
+    return stats
+
+
+def _eigen_grids(stats, basis, scale64, noise64, config, dtype):
+    """The second half of `_eigen_setup`, from float64 rotated statistics and basis (inside `enable_x64`)."""
+    scale, s2 = spectral_evidence_optimum(
+        basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale64, noise64
+    )
+    prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
+    stats, basis, scale, s2, values, log_probs = _cast(
+        (stats, basis, scale, s2, prior_w.values, prior_w.log_probs), dtype
+    )
+    return stats, basis, DiscretePrior(values, log_probs), scale, s2
 
 
 def evidence_noise_variance(
@@ -705,7 +910,7 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
         )  # fmt: skip
     else:
         span = float(config.noise_span)  # type: ignore[arg-type]  # resolved: set
-        prior_n = noise_prior(s2, levels=config.noise_levels, span=span)
+        prior_n = noise_prior_for_span(s2, span, config.noise_levels)
     t3 = time.perf_counter()
     q_w, q_n, info, prior_n, recentres = _fit_with_noise_recentring(
         fold.stats, fold.prior_w, prior_n, config._replace(noise_span=span), key=fold.key
@@ -729,6 +934,7 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
         q_n,
         fold.hyper,
         basis,
+        fold.y_scale,
     )
     timings = DirectTimings(
         init_seconds=fold.init_seconds,
@@ -747,12 +953,194 @@ def fold_features(fitted: PreparedFold | FittedDirect, X: ArrayLike) -> jax.Arra
     random Fourier features, in the dtype of its statistics: `(N, b)`, rotated to its eigenbasis if it has
     one; for a `"compact"` model the `(N, 1 + k + J)` features of its weights (`kronvi.compact_features`).
     Either way they are what `model.q_w` and `model.prior_w` belong to, for `kronvi.predict_regression` and
-    the other prediction functions."""
+    the other prediction functions (which predict the targets in the units of the fit:
+    `(y - model.y_offset) / model.y_scale`; `kronvi.predict` returns the targets' own units)."""
+    return _features_of(fitted, _standardized(fitted, X))
+
+
+def _standardized(fitted, X, name: str = "X") -> jax.Array:
+    """`X` standardized as the training rows were, in the model's dtype: in float64 on the host when concrete."""
     dtype = fitted.features.frequencies.dtype
-    Phi = rff_features(fitted.features, standardize(fitted.standardizer, jnp.asarray(X, dtype)))
+    if _traced((fitted, X)):
+        st = fitted.standardizer
+        return ((jnp.asarray(X, dtype) - st.mean) / st.scale).astype(dtype)
+    check_numeric(X, name)
+    X = np.asarray(X, np.float64)
+    d = np.shape(fitted.standardizer.mean)[-1]
+    if X.ndim != 2 or X.shape[1] != d:
+        raise ValueError(
+            f"`{name}` must have shape (num_points, {d}): {d} columns, as the training inputs; got {X.shape}"
+        )
+    bad = int(np.sum(~np.isfinite(X)))
+    if bad:
+        raise ValueError(f"`{name}` contains {bad} NaN or infinite value(s)")
+    return jnp.asarray(standardize_host(fitted.standardizer, X, dtype, name))
+
+
+def _features_of(fitted, Xs):
+    Phi = rff_features(fitted.features, Xs)
     if isinstance(fitted.basis, CompactBasis):
         return compact_features(fitted.basis, Phi)
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
+
+
+def _check_model(model) -> None:
+    if not isinstance(model, FittedDirect):
+        raise TypeError(
+            f"`model` must be a FittedDirect (the `.model` of kronvi.fit_direct), got {type(model).__name__}"
+        )
+
+
+class _Parts(NamedTuple):
+    """What prediction needs of a `FittedDirect` on standardized inputs (no float64 host arrays)."""
+
+    features: RandomFourierFeatures
+    basis: Any
+    prior_w: DiscretePrior
+    prior_noise: DiscretePrior
+    q_w: MeanField
+    q_noise: MeanField
+
+
+def _parts(model: FittedDirect) -> _Parts:
+    return _Parts(model.features, model.basis, model.prior_w, model.prior_noise, model.q_w, model.q_noise)
+
+
+@jax.jit
+def _moments_of(parts: _Parts, Xs):
+    """Predictive mean and variance, in the units of the fit, of standardized inputs."""
+    Phi = _features_of(parts, Xs)
+    return predict_regression(parts.q_w, parts.q_noise, parts.prior_w, parts.prior_noise, Phi)
+
+
+def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Prediction:
+    r"""The exact predictive mean and variance of new targets at raw inputs `X`, in the targets' units.
+
+    The mean is `y_offset + y_scale` $\Phi(x)^\top E_q[w]$, the variance `y_scale`$^2$ times
+    $\sum_j \Phi_j(x)^2 \mathrm{Var}_q(w_j) + E_q[\sigma^2]$ (noise included), for every recipe
+    (`kronvi.predict_regression` on `fold_features`). Rows are processed `chunk_size` at a time, so no
+    buffer holds more than `chunk_size x b` features, and padded to a few fixed sizes, so that new row counts
+    reuse compiled programs.
+
+    Runs under `jax.jit` and `jax.vmap` (over models or inputs); there the result is in the model's dtype. For
+    concrete inputs the inputs are standardized in float64 and the result is float64 NumPy arrays (the
+    offset added in float64).
+
+    Args:
+      model: a `FittedDirect` (`kronvi.fit_direct(...).model`, `kronvi.load_model`).
+      X: raw inputs `(N, d)`.
+      chunk_size: rows per pass.
+
+    Returns:
+      `Prediction(mean, variance)`, each `(N,)`.
+
+    Example:
+      >>> import jax, numpy as np, kronvi
+      >>> rng = np.random.default_rng(0)
+      >>> X = rng.normal(size=(200, 2)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=200) + 10.0
+      >>> config = kronvi.DirectConfig(num_frequencies=50, lengthscale=1.0)
+      >>> model = kronvi.fit_direct(jax.random.key(0), X, y, config).model
+      >>> pred = kronvi.predict(model, X[:3])
+      >>> bool(np.all(np.abs(pred.mean - y[:3]) < 0.5)), bool(np.all(pred.variance > 0))
+      (True, True)
+    """
+    _check_model(model)
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
+    if _traced((model, X)):
+        Xs = _standardized(model, X)
+        mean, var = _chunked(functools.partial(_moments_of, _parts(model)), Xs, chunk_size)
+        return Prediction(model.y_offset + model.y_scale * mean, model.y_scale**2 * var)
+    Xs = np.asarray(_standardized(model, X))
+    parts = _parts(model)
+    means, variances = [], []
+    for start in range(0, Xs.shape[0], chunk_size):
+        rows = Xs[start : start + chunk_size]
+        m, v = _moments_of(parts, jnp.asarray(pad_rows(rows, row_bucket(rows.shape[0], chunk_size))))
+        means.append(np.asarray(m, np.float64)[: rows.shape[0]])
+        variances.append(np.asarray(v, np.float64)[: rows.shape[0]])
+    mean = np.concatenate(means) if means else np.zeros(0)
+    var = np.concatenate(variances) if variances else np.zeros(0)
+    scale = float(model.y_scale)
+    return Prediction(np.float64(model.y_offset) + scale * mean, scale**2 * var)
+
+
+def _chunked(fn, Xs, chunk_size):
+    """`fn(Xs)` for traced `Xs`, `chunk_size` rows at a time (`lax.map` over zero-padded chunks)."""
+    n, d = Xs.shape
+    if n <= chunk_size:
+        return fn(Xs)
+    k = -(-n // chunk_size)
+    padded = jnp.concatenate([Xs, jnp.zeros((k * chunk_size - n, d), Xs.dtype)])
+    outs = jax.lax.map(fn, padded.reshape(k, chunk_size, d))
+    return jax.tree.map(lambda a: a.reshape((k * chunk_size,) + a.shape[2:])[:n], outs)
+
+
+def log_density(
+    model: FittedDirect,
+    X: ArrayLike,
+    y: ArrayLike,
+    *,
+    rtol: float | str | None = "auto",
+    chunk_size: int = 4096,
+) -> jax.Array:
+    r"""The exact log predictive density of targets `y` at raw inputs `X`, in the targets' units
+    (`kronvi.predictive_log_density` of the fit's units, less `log(model.y_scale)`).
+
+    With concrete inputs every point meets `rtol` or `kronvi.DensityToleranceError` is raised (its
+    `log_density` in the targets' units); under `jit` only the first pass runs (see
+    `predictive_log_density`). Rows are processed `chunk_size` at a time.
+
+    Args:
+      model: a `FittedDirect`.
+      X: raw inputs `(N, d)`.
+      y: targets `(N,)`.
+      rtol: `predictive_log_density(rtol=...)`.
+      chunk_size: rows per pass.
+
+    Returns:
+      `(N,)` log densities: float64 NumPy for concrete inputs, the model's dtype under `jit`.
+    """
+    _check_model(model)
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
+    shift = jnp.log(model.y_scale) if _traced((model, X, y)) else np.log(float(model.y_scale))
+    if _traced((model, X, y)):
+        yc = (jnp.asarray(y) - model.y_offset) / model.y_scale
+        Phi = fold_features(model, X)
+        ld, _ = predictive_log_density(
+            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc.astype(Phi.dtype), rtol=rtol
+        )
+        return ld - shift
+    check_numeric(y, "y")
+    y64 = np.asarray(y, np.float64)
+    Xs = _standardized(model, X)
+    if y64.shape != (Xs.shape[0],):
+        raise ValueError(f"`y` must have shape ({Xs.shape[0]},) as the rows of `X`, got {y64.shape}")
+    if not np.all(np.isfinite(y64)):
+        raise ValueError(f"`y` contains {int(np.sum(~np.isfinite(y64)))} NaN or infinite value(s)")
+    dtype = Xs.dtype
+    yc = ((y64 - np.float64(model.y_offset)) / float(model.y_scale)).astype(dtype)
+    parts = _parts(model)
+    out, errors, failed = [], [], []
+    for start in range(0, Xs.shape[0], chunk_size):
+        Phi = _features_of(parts, Xs[start : start + chunk_size])
+        try:
+            ld, err = predictive_log_density(
+                model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi,
+                jnp.asarray(yc[start : start + chunk_size]), rtol=rtol,
+            )  # fmt: skip
+        except DensityToleranceError as e:
+            ld, err = e.log_density, e.rel_error_bound
+            failed.append(np.asarray(e.failed) + start)
+        out.append(np.asarray(ld, np.float64) - shift)
+        errors.append(np.asarray(err, np.float64))
+    ld = np.concatenate(out) if out else np.zeros(0)
+    if failed:
+        idx = np.concatenate(failed)
+        raise DensityToleranceError(
+            f"{idx.size} of {ld.size} points did not meet the density's tolerance `rtol`={rtol!r}",
+            ld, np.concatenate(errors), idx,
+        )  # fmt: skip
+    return ld
 
 
 def fit_direct(
@@ -762,20 +1150,193 @@ def fit_direct(
     config: DirectConfig | None = None,
     *,
     dtype: DTypeLike = jnp.float32,
+    progress: bool | Callable[[int, int, dict], None] | None = None,
+    progress_every: int | None = None,
 ) -> DirectFit:
     """Fits DIRECT mean-field regression on raw training data: `prepare_fold` then
     `fit_prepared`. Returns a `DirectFit`
     `(model, timings, info)`.
 
-    With `config.noise_cv` (the default) the noise grid is chosen among those spans by
+    The returned `model` predicts on raw inputs in the targets' units: `model.predict(X)` and
+    `model.log_density(X, y)` (`kronvi.predict`, `kronvi.log_density`).
+
+    With `config.noise_cv` (`basis="features"`) the noise grid is chosen among those spans by
     `config.cv_folds`-fold cross-validation on the training rows: the statistics are accumulated per
     inner fold in the same single pass (their sum is the training statistics), each candidate is fitted
     on every `total - fold` (vmapped, CAVI from `kronvi.gaussian_start`) and scored exactly on the
     held-out fold (`kronvi.select_prior` with `config.cv_criterion`). That time is
     `select_seconds`.
+
+    `progress` (`None`, `True` or a callable `progress(step, total, metrics)`, as for `prepare_fold`)
+    reports the stages and, over many rows, the statistics pass every `progress_every` rows: rows done, rows
+    per second.
     """
     config = _check_config(config)  # once: the two steps below take it as it is
-    return _fit_prepared(_prepare_fold(key, X, y, config, dtype=dtype, gp=None), config)
+    progress = _reporter(progress, progress_every)
+    fold = _prepare_fold(key, X, y, config, dtype=dtype, gp=None, progress=progress)
+    _stage(progress, "fit", np.shape(X)[0], np.shape(X)[0])
+    fit = _fit_prepared(fold, config)
+    if progress is not None and isinstance(progress.report, _StageLine):
+        progress.report.close()
+    return fit
+
+
+class StreamState(NamedTuple):
+    """A streamed fit (`stream_init`, `stream_update`, `stream_prepare`): the feature map fixed by the first
+    rows and the exact statistics of every row added since.
+
+    Attributes:
+      standardizer: `Standardizer` of the first rows (float64 NumPy).
+      features: `RandomFourierFeatures` drawn for `hyper` (not yet centred).
+      hyper: `GPHyperparameters` of the first rows, for the targets in units of `y_unit`.
+      gp_info: the GP step's `GPFitInfo` (None with `config.lengthscale`).
+      y_shift: the first rows' target mean; the statistics hold `(y - y_shift) / y_unit`.
+      y_unit: the first rows' target unit (`target_moments`).
+      key: the key of the fits.
+      stats: float64 NumPy `RegressionStats` of the features augmented with a constant column (which
+        carries the row count, the sum of every feature and of the targets), or `None` before any rows.
+      init_seconds: the seconds of `stream_init`.
+      stats_seconds: the seconds of every `stream_update`.
+    """
+
+    standardizer: Standardizer
+    features: RandomFourierFeatures
+    hyper: GPHyperparameters
+    gp_info: GPFitInfo | None
+    y_shift: float
+    y_unit: float
+    key: jax.Array
+    stats: RegressionStats | None
+    init_seconds: float
+    stats_seconds: float
+
+
+def stream_init(
+    key: jax.Array,
+    X: ArrayLike,
+    y: ArrayLike,
+    config: DirectConfig | None = None,
+    *,
+    dtype: DTypeLike = jnp.float32,
+) -> StreamState:
+    """Fixes the feature map of a streamed fit from the rows `(X, y)` (a representative sample): the input
+    standardizer, the GP hyperparameters and the random frequencies, drawn from `key` exactly as
+    `fit_direct` draws them. No rows are counted yet: add them with `stream_update` (the same rows included).
+
+    Streaming fits the same model as `fit_direct` on all the rows added, up to float64 summation order, when
+    `stream_init` saw all the rows; otherwise the map is the first rows', and the targets' offset and unit, the
+    features' centring and the priors are still those of every row added (exact: they are read off the
+    statistics). `config.noise_cv` is not supported.
+    """
+    config = _check_config(config)
+    if config.noise_cv:
+        raise ValueError("`config.noise_cv` is not supported by a streamed fit: set noise_cv=()")
+    t0 = time.perf_counter()
+    k_gp, k_rff, k_fit = jax.random.split(key, 3)
+    X64, y64 = _host_xy(X, y)
+    std = fit_standardizer_host(X64)
+    Xs = jnp.asarray(standardize_host(std, X64, dtype))
+    shift, unit = target_moments(y64)
+    with np.errstate(over="ignore"):
+        yc = jnp.asarray(((y64 - shift) / unit).astype(dtype))
+    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, None)
+    feats = rff_init(
+        k_rff, hyper.lengthscales, _num_frequencies(config, X64.shape[0]), sampling=config.frequency_sampling
+    )
+    _block(feats)
+    return StreamState(
+        std, feats, hyper, gp_info, float(shift), unit, k_fit, None, time.perf_counter() - t0, 0.0
+    )
+
+
+def stream_update(stream: StreamState, X: ArrayLike, y: ArrayLike, *, chunk_size: int = 2048) -> StreamState:
+    """Adds the exact statistics of the rows `(X, y)` to a streamed fit (float64 sums, `kronvi.merge_stats`).
+    Rows are padded to a few fixed sizes, so that chunks of many sizes share compiled programs."""
+    t0 = time.perf_counter()
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
+    X64, y64 = _host_xy(X, y)
+    d = np.shape(stream.standardizer.mean)[-1]
+    if X64.shape[1] != d:
+        raise ValueError(f"`X` has {X64.shape[1]} columns but the stream was started on {d}")
+    n = X64.shape[0]
+    rows = row_bucket(n, chunk_size)
+    Xs = pad_rows(standardize_host(stream.standardizer, X64, np.float64), rows)
+    yc = pad_rows((y64 - stream.y_shift) / stream.y_unit, rows)
+    with jax.enable_x64(True):
+        feats, Xs, yc = _cast((stream.features, Xs, yc), jnp.float64)
+        stats = regression_stats_from_inputs(
+            functools.partial(_augmented_features, feats), Xs, yc, chunk_size=min(rows, chunk_size),
+            mask=None if rows == n else np.arange(rows) < n,
+        )  # fmt: skip
+        if stream.stats is not None:
+            stats = merge_stats(_cast(stream.stats, jnp.float64), stats)
+        stats = jax.device_get(stats)
+    return stream._replace(stats=stats, stats_seconds=stream.stats_seconds + time.perf_counter() - t0)
+
+
+def _augmented_features(feats, X):
+    Phi = rff_features(feats, X)
+    return jnp.concatenate([Phi, jnp.ones((Phi.shape[0], 1), Phi.dtype)], axis=1)
+
+
+def stream_prepare(stream: StreamState, config: DirectConfig | None = None) -> PreparedFold:
+    r"""The `PreparedFold` of every row added to a streamed fit, for `fit_prepared` (with the same `config`).
+
+    The constant column's statistics give $n$, $s = \sum_i \phi_i$ and $\sum_i y_i$, so the targets are
+    centred on the mean of all rows ($\Phi^\top(y - c) = \Phi^\top y - c\,s$, $\|y - c\|^2 = y^\top y - n c^2$),
+    put in the unit of all rows (`target_moments`'s rule), and, for the eigen and compact recipes, the
+    features centred on their mean $\mu = s / n$ ($\Phi_c^\top\Phi_c = \Phi^\top\Phi - n\mu\mu^\top$), as
+    `fit_direct` does; the eigenbasis is that of these statistics.
+    """
+    config = _check_config(config)
+    if config.noise_cv:
+        raise ValueError("`config.noise_cv` is not supported by a streamed fit: set noise_cv=()")
+    if stream.stats is None:
+        raise ValueError("the stream has no rows: add them with `stream_update` first")
+    t0 = time.perf_counter()
+    dtype = stream.features.frequencies.dtype
+    aug = stream.stats
+    n = float(aug.PhitPhi[-1, -1])
+    s_phi = np.asarray(aug.PhitPhi[:-1, -1], np.float64)
+    c = float(aug.Phity[-1]) / n
+    yty = max(float(aug.yty) - n * c**2, 0.0)
+    Phity = np.asarray(aug.Phity[:-1], np.float64) - c * s_phi
+    PhitPhi = np.asarray(aug.PhitPhi[:-1, :-1], np.float64)
+    y_offset = np.float64(stream.y_shift + c * stream.y_unit)
+    y_scale = target_unit(np.sqrt(yty / n) * stream.y_unit, y_offset)
+    r = stream.y_unit / y_scale
+    yty, Phity = yty * r**2, Phity * r
+    feats = stream.features
+    if config.lengthscale is not None:  # the variance of every row added, as `fit_direct`'s
+        var = yty / n if yty > 0 else 1.0
+        signal, noise = var, 0.1 * var
+    else:
+        signal, noise = float(stream.hyper.signal_variance) * r**2, float(stream.hyper.noise_variance) * r**2
+    hyper = GPHyperparameters(
+        stream.hyper.lengthscales, jnp.asarray(signal, dtype), jnp.asarray(noise, dtype)
+    )
+    if config.basis != "features":
+        mu = s_phi / n
+        PhitPhi = PhitPhi - n * np.outer(mu, mu)
+        feats = feats._replace(offset=jnp.asarray(mu, dtype))
+    with jax.enable_x64(True):
+        stats64 = RegressionStats(*_cast((n, yty, Phity, PhitPhi), jnp.float64))
+        scale64, noise64 = _cast((np.sqrt(signal), noise), jnp.float64)
+        if config.basis != "features":
+            rotated, basis = eigenbasis(stats64)
+            stats, basis, prior_w, prior_scale, s2 = _eigen_grids(
+                rotated, basis, scale64, noise64, config, dtype
+            )
+        else:
+            basis = None
+            stats, prior_scale, s2 = _cast((stats64, scale64, noise64), dtype)
+    if config.basis == "features":
+        prior_w = gaussian_prior(PhitPhi.shape[0], prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
+    _block((stats, prior_w))
+    return PreparedFold(
+        stream.standardizer, y_offset, None, None, hyper, stream.gp_info, feats, stats, None, prior_w, stream.key,
+        stream.init_seconds, stream.stats_seconds + time.perf_counter() - t0, basis, s2, prior_scale, y_scale,
+    )  # type: ignore[arg-type]  # X and y are not kept by a stream  # fmt: skip
 
 
 def _sweep(config):
@@ -881,36 +1442,57 @@ def run_fold(
     X_test: ArrayLike,
     y_test: ArrayLike,
     config: DirectConfig | None = None,
+    *,
+    density_rows: int | None = None,
+    progress: bool | Callable[[int, int, dict], None] | None = None,
+    progress_every: int | None = None,
 ) -> FoldRun:
-    """Fits on the training rows and evaluates on the test rows. Returns a `FoldRun`
-    `(model, result)`."""
-    model, timings, info = fit_direct(key, X_train, y_train, config)
+    """Fits on the training rows and evaluates on the test rows. Returns a `FoldRun` `(model, result)`.
+
+    The RMSE is over every test row. The NLPD is the exact log density (`kronvi.log_density`) of every test row
+    when `density_rows` is `None`, of a random sample of `density_rows` of them (drawn with `key`) when there are
+    more, and not computed (NaN) when it is 0; `FoldResult.nlpd_rows` says how many rows it averages.
+    `progress` and `progress_every` are `fit_direct`'s.
+    """
+    if density_rows is not None:
+        density_rows = check_int(density_rows, "density_rows", 0)
+    model, timings, info = fit_direct(
+        key, X_train, y_train, config, progress=progress, progress_every=progress_every
+    )
     t0 = time.perf_counter()
-    dtype = model.q_w.logits.dtype
-    Phi = fold_features(model, X_test)
-    mean, _ = predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
-    y_c = _centre_like(y_test, model.y_offset, dtype)
-    try:
-        log_dens, _ = predictive_log_density(
-            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c
-        )
-    except DensityToleranceError as e:  # a few points below the rounding floor: keep the best values, say so
-        warnings.warn(f"NLPD: {e}", stacklevel=2)
-        log_dens = jnp.asarray(e.log_density)
-    _block(log_dens)
+    y_test = np.asarray(y_test, np.float64)
+    pred = predict(model, X_test)
+    rmse = float(np.sqrt(np.mean((pred.mean - y_test) ** 2)))
+    n_test = y_test.shape[0]
+    rows = np.arange(n_test)
+    if density_rows is not None and density_rows < n_test:
+        rows = np.sort(np.asarray(jax.random.permutation(jax.random.fold_in(key, 7), n_test))[:density_rows])
     t1 = time.perf_counter()
+    nlpd = float("nan")
+    if rows.size:
+        try:
+            log_dens = log_density(model, np.asarray(X_test)[rows], y_test[rows])
+        except (
+            DensityToleranceError
+        ) as e:  # a few points below the rounding floor: keep the best values, say so
+            warnings.warn(f"NLPD: {e}", stacklevel=2)
+            log_dens = e.log_density
+        nlpd = float(-np.mean(log_dens))
+    t2 = time.perf_counter()
     result = FoldResult(
-        rmse=float(jnp.sqrt(jnp.mean((mean - y_c) ** 2))),
-        nlpd=float(-jnp.mean(log_dens)),
-        sparsity_pct=100.0 * float(expected_sparsity(model.q_w, model.prior_w)),
-        elbo=float(info.final_elbo),
+        rmse=rmse,
+        nlpd=nlpd,
+        sparsity_pct=100.0 * model.sparsity,
+        elbo=float(info.final_elbo) - np.shape(X_train)[0] * float(np.log(float(model.y_scale))),
         predict_seconds=t1 - t0,
         num_iter=int(info.num_iter),
         converged=bool(info.converged),
-        noise_variance=float(noise_moments(model.q_noise, model.prior_noise)[2]),
-        gp_degenerate=bool(info.gp.degenerate),
+        noise_variance=float(noise_moments(model.q_noise, model.prior_noise)[2]) * float(model.y_scale) ** 2,
+        gp_degenerate=bool(info.gp.degenerate) if info.gp is not None else False,
         noise_recentres=int(info.noise_recentres),
         noise_span=float(info.noise_span),
+        density_seconds=t2 - t1,
+        nlpd_rows=int(rows.size),
         **timings._asdict(),
     )
     return FoldRun(model, result)

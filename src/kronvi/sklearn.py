@@ -36,7 +36,6 @@ References:
 
 from __future__ import annotations
 
-import functools
 import numbers
 import warnings
 
@@ -56,32 +55,32 @@ except ImportError:  # scikit-learn < 1.6
         return estimator._validate_data(*args, **kwargs)
 
 
-from ._base.checks import check_int
+from ._base.checks import check_int, check_nonnegative_number
 from ._base.precision import matmul
 from ._inputs.data import Standardizer
 from ._inputs.features import RandomFourierFeatures, rff_features
-from ._inputs.gp import GPHyperparameters, fit_gp_hyperparameters
-from ._model.grids import DiscretePrior, gaussian_prior
+from ._model.grids import gaussian_prior
 from ._model.regression import noise_moments, predict_regression
-from ._stats.eigen import eigenbasis, rotate_features
-from ._stats.regression import RegressionStats, merge_stats, regression_stats_from_inputs
-from .gaussian._blr import spectral_evidence_optimum
+from ._stats.eigen import rotate_features
+from ._stats.regression import RegressionStats
 from .logistic import BOUNDS, fit_logistic, predict_logistic
 from .logistic._predict import target_error
 from .pipeline import (
+    BASES,
     DirectConfig,
-    eigen_posterior_grid,
-    evidence_noise_variance,
-    fit_best_start,
-    noise_prior_for_span,
-    resolve_config,
+    fit_direct,
+    fit_prepared,
+    fold_features,
+    predict,
+    stream_init,
+    stream_prepare,
+    stream_update,
 )
 from .quantize import sample_codes
 
 __all__ = ["DirectClassifier", "DirectRegressor"]
 
 _FEATURES = ("rff", "linear")
-_BASES = ("eigen", "features")
 _DTYPES = ("float32", "float64")
 _METHODS = ("cavi", "lbfgs")
 
@@ -192,91 +191,58 @@ def _check_positive(value, name, *, allow=()):
 
 
 class DirectRegressor(RegressorMixin, BaseEstimator):
-    r"""DIRECT mean-field regression with random Fourier features, as a scikit-learn regressor.
+    r"""DIRECT regression as a scikit-learn regressor: `kronvi.fit_direct` behind `fit` / `predict` /
+    `partial_fit`, so it drops into a `Pipeline`, `GridSearchCV` or `clone` like `BayesianRidge` or
+    `GaussianProcessRegressor`.
 
-    The model is $y = \Phi(x)^\top w + \varepsilon$ with a discrete prior on every weight and on the noise
-    variance, fitted by maximizing the exact ELBO (`kronvi.fit_regression`). `fit`
-    follows `kronvi.pipeline.prepare_fold` and
-    `kronvi.pipeline.fit_prepared`: standardize the inputs (in float64) and
-    the targets (`y_offset_`, `y_scale_`: predictions are equivariant to the units of y), fit GP
-    hyperparameters on at most `gp_points` rows
-    (`kronvi.fit_gp_hyperparameters`), draw `n_frequencies` random
-    frequencies, accumulate the statistics in float64, then
-
-    - `basis="eigen"` (default): rotate to the eigenbasis of $\Phi^\top\Phi$
-      (`kronvi.eigenbasis`), centre the noise grid on the exact-evidence optimum and
-      place each weight's `levels` values on ±`width` posterior sds: the accuracy of exact Bayesian linear
-      regression on the same features;
-    - `basis="features"`: the paper's recipe, one grid of `levels` values on ±`width` prior sds with a zero
-      level for every feature weight: sparse 4-bit posteriors
-      (`kronvi.sample_codes`), less accurate.
-
+    The estimator is a thin adapter: its parameters are the fields of a `kronvi.DirectConfig`
+    (`config_`), `fit(X, y)` is `kronvi.fit_direct(jax.random.key(random_state), X, y, config_)` and
+    its fitted model is `model_` (a `kronvi.FittedDirect`, which `kronvi.save_model` saves whole):
+    `DirectRegressor(random_state=k).fit(X, y).predict(X_new)` equals
+    `kronvi.fit_direct(jax.random.key(k), X, y).model.predict(X_new).mean` to float rounding.
     `predict(X, return_std=True)` returns the exact predictive mean and standard deviation of a new target
-    (noise included), as `BayesianRidge` does. See the module docstring for `partial_fit`.
+    (noise included), as `BayesianRidge` does.
 
     Args:
-      n_frequencies: $D$, the number of random frequencies: $b = 2D$ features (a cosine and a sine each;
-        `features="rff"` only).
-      features: `"rff"` (random Fourier features of an RBF kernel) or `"linear"` (the standardized inputs
-        themselves, $b = d$).
+      n_frequencies: $D$, random frequencies: $b = 2D$ features (a cosine and a sine each); `None`: the
+        recipe's default for the training rows (`kronvi.pipeline.default_num_frequencies`).
+      basis: `"eigen"` (default: the accuracy of exact Bayesian linear regression on the features),
+        `"compact"` (the same fit in a compact form: a smaller model, faster predictions) or `"features"`
+        (the paper's sparse 4-bit recipe) (`DirectConfig.basis`).
       lengthscale: `"gp"` (the GP marginal-likelihood estimate, per input) or a positive number (one
-        lengthscale in standardized input units; the signal variance is then the target variance and no GP
-        is fitted).
-      prior_scale: the prior sd $\sigma_w$ of the weights: `"auto"` or a positive number (in target
-        units). `"auto"` with `basis="eigen"` and `noise="auto"`: the prior sd and the noise variance that
-        jointly maximize the exact evidence
-        (`kronvi.spectral_evidence_optimum`, as `BayesianRidge` chooses
-        them), from the GP's values; otherwise the GP signal sd for `"rff"` with `lengthscale="gp"`, else
-        the target sd for `"rff"` and target sd $/\sqrt d$ for `"linear"`.
-      basis: `"eigen"` or `"features"`, above.
+        lengthscale in standardized input units; no GP is fitted) (`DirectConfig.lengthscale`).
       levels: grid values per weight (15: 4-bit codes).
       width: grid half-width in posterior sds (`"eigen"`, default 6) or prior sds (`"features"`, default 3).
-      noise: the centre $s^2$ of the noise-variance grid: `"auto"` (the exact-evidence optimum for
-        `"eigen"`; the GP estimate, else a tenth of the target variance, for `"features"`) or a positive
-        number.
       noise_levels: values on the noise grid.
-      noise_span: the noise grid is $s^2 \times [1/\text{span}, \text{span}]$ (default 3 for `"eigen"`,
-        10 for `"features"`); 1 fixes the noise variance at $s^2$.
+      noise_span: the noise grid spans $s^2 \times [1/\text{span}, \text{span}]$ (default: the basis's).
       method: `"cavi"` (coordinate ascent, the default) or `"lbfgs"`.
-      starts: starting points of the fit, `"gaussian"`, `"prior"` or `"both"` (the highest ELBO is kept);
-        default: `"prior"` for `"eigen"` (diagonal coordinate ascent), `"both"` for `"features"`.
+      starts: `"prior"`, `"gaussian"` or `"both"` (the highest ELBO is kept); default: the basis's.
       max_iter: iterations of the fit (default: the method's).
-      gp_points: the most rows used by the GP hyperparameter fit (a subsample of larger data), >= 2.
+      gp_points: the most rows the GP hyperparameters are fitted on, >= 2.
       gp_restarts: starts of the GP hyperparameter fit, >= 1.
-      chunk_size: rows per block when accumulating the statistics.
-      dtype: `"float32"` (default) or `"float64"`, the working precision of features and fits (the
-        statistics are always accumulated in float64).
-      random_state: seed of the GP subsample, the random frequencies and the fit (int, `None` or a
-        `numpy.random.RandomState`).
+      compact_tol: `"compact"` only: its variance budget (`DirectConfig.compact_tol`).
+      chunk_size: rows per block of the statistics.
+      dtype: `"float32"` (default) or `"float64"`, the working precision.
+      random_state: the seed of `jax.random.key` (an int; `None` or a `numpy.random.RandomState` draw one).
 
     Attributes:
+      model_: the fitted `kronvi.FittedDirect`.
+      config_: the `kronvi.DirectConfig` it was fitted with.
+      fit_info_: `kronvi.pipeline.DirectInfo` of the last fit.
       n_features_in_: number of input columns $d$.
-      standardizer_: `kronvi.Standardizer` of the inputs, float64 NumPy arrays
-        (inputs are standardized in float64, then cast to `dtype`).
-      hyperparameters_: `kronvi.GPHyperparameters` used for the features and the
-        prior, in the units of the targets, float64 NumPy arrays: the GP estimate, or the fixed lengthscale
-        with the variance of all targets seen.
-      feature_map_: `kronvi.RandomFourierFeatures`, or `None` for `"linear"`.
-      y_offset_: mean of all targets seen.
-      y_scale_: standard deviation of all targets seen (at least `1e-6 |y_offset_|`; 1 when both are 0).
-        The model is fitted to the standardized targets $(y -$ `y_offset_`$)/$`y_scale_`, so that its
-        predictions are equivariant to the units of y and no float32 statistic overflows.
-      stats_: `kronvi.RegressionStats` of the features and the standardized
-        targets of all rows seen, float64, before any rotation.
-      basis_: `kronvi.Eigenbasis` for `"eigen"`, else `None`.
-      prior_scale_: the prior sd $\sigma_w$ of the weights used by the last fit, in target units.
-      prior_w_: the `kronvi.DiscretePrior` grid of the weights `(b, levels)`, for the
-        standardized targets.
-      prior_noise_: the `kronvi.DiscretePrior` grid of the noise variance
-        `(1, noise_levels)`, for the standardized targets.
-      q_w_: the fitted `kronvi.MeanField` posterior of the weights `(b, levels)`.
-      q_noise_: the fitted `kronvi.MeanField` posterior of the noise variance
-        `(1, noise_levels)`.
+      y_offset_, y_scale_: the targets' offset and unit (`model_.y_offset`, `model_.y_scale`).
       noise_variance_: posterior mean of the noise variance, in squared target units.
       elbo_: the final ELBO (nats) of the targets in their own units.
-      fit_info_: the fit's `kronvi.FitInfo` (its trace: ELBOs of the standardized targets).
       n_iter_: iterations of the fit (sweeps for CAVI).
       n_samples_seen_: rows seen by `fit` / `partial_fit`.
+
+    **Streaming (`partial_fit`).** The statistics are sums over rows, so chunks merge exactly
+    (`kronvi.pipeline.stream_update`); what is not a sum over rows (the input standardization, the GP
+    hyperparameters and the random frequencies) is fixed once by `initialize` on the rows it is given
+    (`partial_fit` calls it on its first chunk unless it was called before). The targets' offset and unit and
+    the features' centring are those of all rows seen (read off the statistics), so after `initialize(X, y)`
+    the chunks of `X` give the model of `fit(X, y)` up to float64 summation order. `basis="features"` streams
+    without the inner noise cross-validation (`noise_cv=()`).
 
     Example:
       >>> import numpy as np
@@ -292,14 +258,11 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
     def __init__(
         self,
         *,
-        n_frequencies: int = 1000,
-        features: str = "rff",
-        lengthscale="gp",
-        prior_scale="auto",
+        n_frequencies: int | None = None,
         basis: str = "eigen",
+        lengthscale="gp",
         levels: int = 15,
         width: float | None = None,
-        noise="auto",
         noise_levels: int = 15,
         noise_span: float | None = None,
         method: str = "cavi",
@@ -307,18 +270,16 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         max_iter: int | None = None,
         gp_points: int = 1000,
         gp_restarts: int = 4,
+        compact_tol: float = 0.1,
         chunk_size: int = 2048,
         dtype: str = "float32",
         random_state=None,
     ):
         self.n_frequencies = n_frequencies
-        self.features = features
-        self.lengthscale = lengthscale
-        self.prior_scale = prior_scale
         self.basis = basis
+        self.lengthscale = lengthscale
         self.levels = levels
         self.width = width
-        self.noise = noise
         self.noise_levels = noise_levels
         self.noise_span = noise_span
         self.method = method
@@ -326,26 +287,21 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         self.max_iter = max_iter
         self.gp_points = gp_points
         self.gp_restarts = gp_restarts
+        self.compact_tol = compact_tol
         self.chunk_size = chunk_size
         self.dtype = dtype
         self.random_state = random_state
 
     # ------------------------------------------------------------------ configuration
 
-    def _check_params(self):
-        _check_choice(self.features, "features", _FEATURES)
-        _check_choice(self.basis, "basis", _BASES)
+    def _config(self, *, stream: bool = False) -> DirectConfig:
+        """The `DirectConfig` of the parameters; errors name the estimator's parameter."""
+        _check_choice(self.basis, "basis", BASES)
         _check_choice(self.method, "method", _METHODS)
         _check_choice(self.dtype, "dtype", _DTYPES)
-        check_int(self.n_frequencies, "n_frequencies", 1)
         _check_positive(self.lengthscale, "lengthscale", allow=("gp",))
-        _check_positive(self.prior_scale, "prior_scale", allow=("auto",))
-        _check_positive(self.noise, "noise", allow=("auto",))
-        check_int(self.levels, "levels", 2)
-        check_int(self.noise_levels, "noise_levels", 1)
-        check_int(self.gp_points, "gp_points", 2)
-        check_int(self.gp_restarts, "gp_restarts", 1)
-        check_int(self.chunk_size, "chunk_size", 1)
+        if self.n_frequencies is not None:
+            check_int(self.n_frequencies, "n_frequencies", 1)
         if self.width is not None:
             _check_positive(self.width, "width")
         if self.noise_span is not None and not (
@@ -353,23 +309,26 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             and self.noise_span >= 1.0
         ):  # fmt: skip
             raise ValueError(f"`noise_span` must be a number >= 1 (1 = fixed noise), got {self.noise_span!r}")
-        if self.starts is not None:
-            _check_choice(self.starts, "starts", ("gaussian", "prior", "both"))
-        if self.max_iter is not None:
-            check_int(self.max_iter, "max_iter", 1)
-
-    def _config(self) -> DirectConfig:
         starts = None
         if self.starts is not None:
+            _check_choice(self.starts, "starts", ("gaussian", "prior", "both"))
             starts = ("prior", "gaussian") if self.starts == "both" else (self.starts,)
-        config = resolve_config(
-            DirectConfig(
-                basis=self.basis, levels=self.levels, width=self.width, noise_levels=self.noise_levels,
-                noise_span=self.noise_span, noise_cv=(), method=self.method, max_iter=self.max_iter,
-                starts=starts, chunk_size=self.chunk_size,
-            )
+        for name, minimum in [
+            ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1), ("chunk_size", 1),
+        ]:  # fmt: skip
+            check_int(getattr(self, name), name, minimum)
+        if self.max_iter is not None:
+            check_int(self.max_iter, "max_iter", 1)
+        check_nonnegative_number(self.compact_tol, "compact_tol")
+        # a set `noise_span` on the "features" basis replaces its inner choice among spans (`noise_cv`)
+        no_cv = stream or (self.basis == "features" and self.noise_span is not None)
+        return DirectConfig(
+            basis=self.basis, num_frequencies=self.n_frequencies, levels=self.levels, width=self.width,
+            noise_levels=self.noise_levels, noise_span=self.noise_span, noise_cv=() if no_cv else None,
+            method=self.method, max_iter=self.max_iter, starts=starts, gp_points=self.gp_points,
+            gp_restarts=self.gp_restarts, chunk_size=self.chunk_size, compact_tol=self.compact_tol,
+            lengthscale=None if self.lengthscale == "gp" else float(self.lengthscale),
         )  # fmt: skip
-        return config
 
     def _jax_dtype(self):
         return jnp.float64 if self.dtype == "float64" else jnp.float32
@@ -378,157 +337,25 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         """float64 work needs JAX's x64 mode, switched on for the call only."""
         return jax.enable_x64(True) if self.dtype == "float64" else _nullcontext()
 
+    def _key(self):
+        rs = self.random_state
+        if isinstance(rs, numbers.Integral) and not isinstance(rs, bool):
+            if not 0 <= int(rs) < 2**32:
+                raise ValueError(f"`random_state` must be an int in [0, 2**32), None or a RandomState, got {rs!r}")
+            return jax.random.key(int(rs))
+        return jax.random.key(int(check_random_state(rs).randint(np.iinfo(np.int32).max)))
+
+    def _validate(self, X, y, *, reset: bool):
+        X, y = validate_data(self, X, _numeric_targets(y), y_numeric=True, reset=reset, dtype=np.float64)
+        _check_target_range(y)
+        if reset and X.shape[0] < 2:
+            raise ValueError(f"{type(self).__name__} needs at least 2 samples, got 1 sample")
+        return X, y
+
     # ------------------------------------------------------------------ fitting
 
-    def initialize(self, X, y):
-        """Fixes the input standardization, the GP hyperparameters and the feature map from these rows, and
-        forgets every statistic seen so far (the next `partial_fit` starts from zero rows).
-
-        `fit(X, y)` is `initialize(X, y)` followed by one chunk of all rows; call it on a representative
-        sample before streaming chunks with `partial_fit` (see the module docstring).
-
-        Args:
-          X: inputs `(n, d)`.
-          y: targets `(n,)`.
-
-        Returns:
-          `self`, not yet fitted (no posterior) until `partial_fit` is called.
-        """
-        self._check_params()
-        X, y = validate_data(self, X, _numeric_targets(y), y_numeric=True, reset=True, dtype=np.float64)
-        _check_target_range(y)
-        if X.shape[0] < 2:
-            raise ValueError(f"{type(self).__name__} needs at least 2 samples, got 1 sample")
-        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
-        k_gp, _, k_fit = jax.random.split(jax.random.key(seed), 3)
-        std = _standardizer(X)
-        y_shift = float(np.mean(y))
-        y_unit = _target_scale(_column_sd(y - y_shift), y_shift)  # the unit of the accumulated statistics
-        d = X.shape[1]
-        if self.features == "rff" and self.lengthscale == "gp":
-            if np.all(y == y[0]):
-                raise ValueError(
-                    "`y` is constant in the rows that fix the GP hyperparameters (those of `initialize`, or "
-                    "the first chunk of `partial_fit`): pass a representative sample to `initialize`, or "
-                    "set a numeric `lengthscale`"
-                )
-            with self._precision():
-                dtype = self._jax_dtype()
-                gp_rule = DirectConfig()
-                hyper, _ = fit_gp_hyperparameters(
-                    k_gp, jnp.asarray(_standardized(std, X, dtype)), jnp.asarray((y - y_shift) / y_unit, dtype),
-                    num_points=self.gp_points, num_starts=self.gp_restarts,
-                    degenerate_margin=gp_rule.gp_degenerate_margin, restarts=gp_rule.gp_restart_rule,
-                    screen_points=gp_rule.gp_screen_points, gain_tol=gp_rule.gp_gain_tol,
-                )  # fmt: skip
-            hyper = GPHyperparameters(
-                np.asarray(hyper.lengthscales, np.float64),
-                np.asarray(hyper.signal_variance, np.float64) * y_unit**2,
-                np.asarray(hyper.noise_variance, np.float64) * y_unit**2,
-            )
-        else:  # the variances are those of all rows seen, set by every fit
-            ls = 1.0 if self.lengthscale == "gp" else float(self.lengthscale)
-            signal = y_unit**2 if self.features == "rff" else y_unit**2 / d
-            hyper = GPHyperparameters(np.full((d,), ls), np.asarray(signal), np.asarray(0.1 * y_unit**2))
-        fmap = None
-        if self.features == "rff":
-            with self._precision():
-                fmap = _frequencies(seed, hyper.lengthscales, self.n_frequencies, self._jax_dtype())
-        self.standardizer_ = std
-        self.hyperparameters_ = hyper
-        self.feature_map_ = fmap
-        self._y_shift, self._y_unit = y_shift, y_unit
-        self._fit_key = k_fit
-        self._augmented_stats = None
-        self.n_samples_seen_ = 0
-        for name in ("q_w_", "q_noise_"):  # not fitted until rows are added
-            self.__dict__.pop(name, None)
-        return self
-
-    def _accumulate(self, X, y):
-        n = X.shape[0]
-        rows = _bucket(n, self.chunk_size)
-        mask = np.arange(rows) < n
-        Xs = _standardized(self.standardizer_, X)
-        with jax.enable_x64(True):
-            f64 = functools.partial(jax.tree.map, functools.partial(jnp.asarray, dtype=jnp.float64))
-            feature_fn = functools.partial(_augmented_features, f64(self.feature_map_))
-            stats = regression_stats_from_inputs(
-                feature_fn, f64(_pad_rows(Xs, rows)), f64(_pad_rows((y - self._y_shift) / self._y_unit, rows)),
-                chunk_size=min(rows, self.chunk_size), mask=None if rows == n else mask,
-            )  # fmt: skip
-            if self._augmented_stats is not None:
-                stats = merge_stats(self._augmented_stats, stats)
-            self._augmented_stats = jax.device_get(stats)
-        self.n_samples_seen_ += X.shape[0]
-
-    def _fit_posterior(self):
-        config = self._config()
-        dtype = self._jax_dtype()
-        with jax.enable_x64(True):
-            f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
-            stats, c = _centred_stats(jax.tree.map(f64, self._augmented_stats))
-            # standardize the targets of all rows seen: from units of `_y_unit` to units of `y_scale`
-            y_offset = self._y_shift + float(c) * self._y_unit
-            sd = float(jnp.sqrt(stats.yty / stats.n)) * self._y_unit
-            y_scale = _target_scale(sd, y_offset)
-            r = self._y_unit / y_scale
-            stats = RegressionStats(stats.n, stats.yty * r**2, stats.Phity * r, stats.PhitPhi)
-            b = stats.Phity.shape[0]
-            hyper = self.hyperparameters_
-            if not (self.features == "rff" and self.lengthscale == "gp"):  # the variance of all rows seen
-                signal = y_scale**2 if self.features == "rff" else y_scale**2 / self.n_features_in_
-                hyper = GPHyperparameters(
-                    hyper.lengthscales, np.asarray(signal), np.asarray(0.1 * y_scale**2)
-                )
-            if self.prior_scale == "auto":
-                scale = np.sqrt(hyper.signal_variance) / y_scale
-            else:
-                scale = float(self.prior_scale) / y_scale
-            guess = hyper.noise_variance if self.noise == "auto" else float(self.noise)
-            scale, guess = f64(scale), f64(guess / y_scale**2)
-            if self.basis == "eigen":
-                rotated, basis = eigenbasis(stats)
-                if self.noise == "auto" and self.prior_scale == "auto":  # both by the exact evidence
-                    scale, s2 = spectral_evidence_optimum(
-                        basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, scale, guess
-                    )
-                elif self.noise == "auto":
-                    s2 = evidence_noise_variance(rotated, basis, scale, guess)
-                else:
-                    s2 = guess
-                prior_w = eigen_posterior_grid(
-                    rotated, basis, scale, s2, levels=config.levels, width=config.width
-                )
-                fit_stats = rotated
-            else:
-                basis = None
-                s2 = guess
-                prior_w = gaussian_prior(b, scale, levels=config.levels, width=config.width)
-                fit_stats = stats
-            self.stats_ = jax.device_get(stats)
-            to = functools.partial(jnp.asarray, dtype=dtype)
-            fit_stats, basis, s2 = jax.tree.map(to, (fit_stats, basis, s2))
-            prior_w = DiscretePrior(to(prior_w.values), to(prior_w.log_probs))
-        with self._precision():
-            prior_n = noise_prior_for_span(s2, config.noise_span, config.noise_levels)
-            q_w, q_n, info = fit_best_start(fit_stats, prior_w, prior_n, config, key=self._fit_key)
-            noise = float(noise_moments(q_n, prior_n)[2])
-        self.hyperparameters_ = hyper
-        self.prior_scale_ = float(scale) * y_scale
-        self.y_offset_, self.y_scale_ = y_offset, y_scale
-        self.noise_variance_ = noise * y_scale**2
-        self.basis_ = basis
-        self.prior_w_, self.prior_noise_ = prior_w, prior_n
-        self.q_w_, self.q_noise_ = q_w, q_n
-        self.fit_info_ = info
-        self.n_iter_ = max(int(info.num_iter), 1)
-        # the density of y is that of the standardized targets divided by y_scale per row
-        self.elbo_ = float(info.final_elbo) - self.n_samples_seen_ * np.log(y_scale)
-        return self
-
     def fit(self, X, y):
-        """Fits the posterior on all rows: `initialize(X, y)`, then the statistics of every row.
+        """Fits the model on all rows: `kronvi.fit_direct(jax.random.key(random_state), X, y, config_)`.
 
         Args:
           X: inputs `(n, d)`, array-like.
@@ -537,19 +364,41 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         Returns:
           `self`.
         """
-        self.initialize(X, y)
-        X, y = validate_data(self, X, _numeric_targets(y), y_numeric=True, reset=False, dtype=np.float64)
-        _check_target_range(y)
-        self._accumulate(X, y)
-        return self._fit_posterior()
+        config = self._config()
+        X, y = self._validate(X, y, reset=True)
+        _check_gp_targets(y, self.lengthscale)
+        self.__dict__.pop("_stream", None)
+        with self._precision():
+            fit = fit_direct(self._key(), X, y, config, dtype=self._jax_dtype())
+        self.n_samples_seen_ = X.shape[0]
+        return self._keep(fit, config)
+
+    def initialize(self, X, y):
+        """Fixes the input standardization, the GP hyperparameters and the feature map from these rows
+        (`kronvi.pipeline.stream_init`), and forgets every row seen so far (the next `partial_fit` starts
+        from zero rows).
+
+        Args:
+          X: inputs `(n, d)`.
+          y: targets `(n,)`.
+
+        Returns:
+          `self`, not yet fitted (no model) until `partial_fit` is called.
+        """
+        config = self._config(stream=True)
+        X, y = self._validate(X, y, reset=True)
+        _check_gp_targets(y, self.lengthscale)
+        with self._precision():
+            self._stream = stream_init(self._key(), X, y, config, dtype=self._jax_dtype())
+        self.n_samples_seen_ = 0
+        for name in ("model_", "fit_info_"):  # not fitted until rows are added
+            self.__dict__.pop(name, None)
+        return self
 
     def partial_fit(self, X, y):
-        """Adds a chunk of rows and refits the posterior on all rows seen so far.
-
-        The first call (unless `initialize` came first) fixes
-        the standardization, GP hyperparameters and feature map from this chunk. Statistics merge exactly
-        (`kronvi.merge_stats`) and the targets are standardized by the mean and
-        standard deviation of all rows, so after `initialize(X, y)` the chunks of `X` give the model of `fit(X, y)`.
+        """Adds a chunk of rows and refits the model on all rows seen so far (`kronvi.pipeline.stream_update`,
+        `stream_prepare`, `fit_prepared`). The first call (unless `initialize` came first) fixes the map
+        from this chunk.
 
         Args:
           X: inputs `(n_chunk, d)`.
@@ -558,35 +407,32 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         Returns:
           `self`.
         """
-        if not hasattr(self, "_augmented_stats"):  # neither initialize nor fit so far
+        if not hasattr(self, "_stream"):  # neither initialize nor partial_fit so far
             self.initialize(X, y)
-        else:
-            self._check_params()
-        X, y = validate_data(self, X, _numeric_targets(y), y_numeric=True, reset=False, dtype=np.float64)
-        _check_target_range(y)
-        self._accumulate(X, y)
-        return self._fit_posterior()
+        config = self._config(stream=True)
+        X, y = self._validate(X, y, reset=False)
+        with self._precision():
+            self._stream = stream_update(self._stream, X, y, chunk_size=self.chunk_size)
+            fit = fit_prepared(stream_prepare(self._stream, config), config)
+        self.n_samples_seen_ += X.shape[0]
+        return self._keep(fit, config)
+
+    def _keep(self, fit, config):
+        model, info = fit.model, fit.info
+        self.model_, self.config_, self.fit_info_ = model, config, info
+        self.y_offset_, self.y_scale_ = float(model.y_offset), float(model.y_scale)
+        with self._precision():
+            e_s = float(noise_moments(model.q_noise, model.prior_noise)[2])
+        self.noise_variance_ = e_s * self.y_scale_**2
+        self.n_iter_ = max(int(info.num_iter), 1)
+        self.elbo_ = float(info.final_elbo) - self.n_samples_seen_ * np.log(self.y_scale_)
+        return self
 
     # ------------------------------------------------------------------ prediction
 
-    def _moments(self, X):
-        """`(Phi, (mean, var))` at the inputs `X`, in the working dtype, for the standardized targets."""
-        check_is_fitted(self, ("q_w_", "q_noise_"))
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        n = X.shape[0]
-        dtype = self.q_w_.logits.dtype
-        Xs = jnp.asarray(_pad_rows(_standardized(self.standardizer_, X, dtype), _bucket(n, 1 << 30)))
-        Phi, (mean, var) = _predict_moments(
-            self.feature_map_, self.basis_, self.q_w_, self.q_noise_, self.prior_w_, self.prior_noise_, Xs
-        )
-        return Phi[:n], (mean[:n], var[:n])
-
     def predict(self, X, return_std: bool = False):
-        r"""Exact predictive mean (and standard deviation) of the target at new inputs.
-
-        The mean is `y_offset_` + `y_scale_` $\Phi(x)^\top E_q[w]$; the variance, `y_scale_`$^2$ times
-        $\sum_j \Phi_j(x)^2\,\mathrm{Var}_q(w_j) + E_q[\sigma^2]$, includes the noise
-        (`kronvi.predict_regression` of the standardized targets).
+        r"""Exact predictive mean (and standard deviation) of the target at new inputs (`kronvi.predict`):
+        the variance includes the noise.
 
         Args:
           X: inputs `(N, d)`.
@@ -595,19 +441,21 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         Returns:
           `mean (N,)`, or `(mean, std)`, float64 NumPy arrays.
         """
+        check_is_fitted(self, "model_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
         with self._precision():
-            _, (mean, var) = self._moments(X)
-        mean = np.asarray(mean, np.float64) * self.y_scale_ + self.y_offset_
+            pred = predict(self.model_, X, chunk_size=max(self.chunk_size, 1))
+        mean = np.asarray(pred.mean, np.float64)
         if return_std:
-            return mean, np.sqrt(np.maximum(np.asarray(var, np.float64), 0.0)) * self.y_scale_
+            return mean, np.sqrt(np.maximum(np.asarray(pred.variance, np.float64), 0.0))
         return mean
 
     def sample_y(self, X, n_samples: int = 1, random_state=0):
         r"""Draws functions from the posterior and evaluates them at `X`.
 
-        Each draw takes every weight from its posterior factor (`kronvi.sample_codes`:
-        grid values, exactly) and returns `y_offset_` + `y_scale_` $\Phi(x)^\top w$, the noise-free function
-        (add $N(0,$ `noise_variance_`$)$ for new targets), laid out as in `GaussianProcessRegressor.sample_y`.
+        Each draw takes every weight from its posterior factor (`kronvi.sample_codes`: grid values,
+        exactly) and returns `y_offset_` + `y_scale_` $\Phi(x)^\top w$, the noise-free function (add
+        $N(0,$ `noise_variance_`$)$ for new targets), laid out as in `GaussianProcessRegressor.sample_y`.
 
         Args:
           X: inputs `(N, d)`.
@@ -617,14 +465,26 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         Returns:
           `(N, n_samples)` float64 NumPy array.
         """
+        check_is_fitted(self, "model_")
         check_int(n_samples, "n_samples", 1)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
         seed = check_random_state(random_state).randint(np.iinfo(np.int32).max)
+        model = self.model_
         with self._precision():
-            Phi, _ = self._moments(X)
-            codes = sample_codes(jax.random.key(seed), self.q_w_, n_samples)  # (S, b)
-            W = jnp.take_along_axis(self.prior_w_.values, codes.T.astype(jnp.int32), axis=1)  # (b, S)
+            Phi = fold_features(model, X)
+            codes = sample_codes(jax.random.key(seed), model.q_w, n_samples)  # (S, b)
+            W = jnp.take_along_axis(model.prior_w.values, codes.T.astype(jnp.int32), axis=1)  # (b, S)
             f = matmul(Phi, W)
         return np.asarray(f, np.float64) * self.y_scale_ + self.y_offset_
+
+
+def _check_gp_targets(y, lengthscale):
+    if lengthscale == "gp" and y.size and np.all(y == y[0]):
+        raise ValueError(
+            "`y` is constant in the rows that fix the GP hyperparameters (those of `initialize`, or "
+            "the first chunk of `partial_fit`): pass a representative sample to `initialize`, or "
+            "set a numeric `lengthscale`"
+        )
 
 
 class DirectClassifier(ClassifierMixin, BaseEstimator):

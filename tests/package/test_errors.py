@@ -167,7 +167,7 @@ def test_mixed_dtypes_and_float16_are_rejected_by_fits():
         ("num_frequencies", 0, "`config.num_frequencies`"),
         ("method", "newton", "`config.method` must be one of"),
         ("starts", ("prior", "bogus"), "`config.starts`"),
-        ("noise_span", 1.0, "`config.noise_span` must be > 1"),
+        ("noise_span", 0.5, "`config.noise_span` must be >= 1"),
         ("width", -1.0, "`config.width` must be positive"),
         ("max_iter", 0, "`config.max_iter`"),
         ("gp_precision", "float32", "`config.gp_precision` must be 'native' or 'float64'"),

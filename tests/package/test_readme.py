@@ -46,8 +46,8 @@ def test_every_python_block_is_tested():
 
 
 def test_usage_example_runs():
-    ns = _run(_python_blocks()[0], [("DirectConfig()", "DirectConfig(num_frequencies=50)")])
-    mean, var = np.asarray(ns["mean"]), np.asarray(ns["var"])
+    ns = _run(_python_blocks()[0], [("y[~test])", "y[~test], kronvi.DirectConfig(num_frequencies=50))")])
+    mean, var = np.asarray(ns["pred"].mean), np.asarray(ns["pred"].variance)
     y, test = np.asarray(ns["y"]), np.asarray(ns["test"])
     assert mean.shape == (int(test.sum()),) and np.all(var > 0)
     assert np.sqrt(np.mean((mean - y[test]) ** 2)) < 0.5 * np.std(y)

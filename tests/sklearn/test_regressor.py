@@ -1,6 +1,7 @@
 """kronvi.sklearn.DirectRegressor: scikit-learn's estimator checks, Pipeline / GridSearchCV / clone,
 partial_fit over chunks against fit, and predictions against the library's own functions."""
 
+import functools
 import subprocess
 import sys
 
@@ -56,7 +57,21 @@ def test_pipeline_grid_search_and_clone():
     )
 
 
-@pytest.mark.parametrize("basis", ["eigen", "features"])
+def test_fit_is_fit_direct_with_the_same_key():
+    """The estimator is an adapter: `random_state=k` fits what `kronvi.fit_direct(jax.random.key(k), ...)`
+    fits, for every recipe."""
+    X, y = _data(160)
+    for basis in ("eigen", "compact", "features"):
+        est = DirectRegressor(basis=basis, **SMALL).fit(X, y)
+        model = kronvi.fit_direct(jax.random.key(0), X, y, est.config_).model
+        ref = model.predict(X[:9] + 0.3)
+        m, s = est.predict(X[:9] + 0.3, return_std=True)
+        np.testing.assert_allclose(m, ref.mean, rtol=1e-12)
+        np.testing.assert_allclose(s, np.sqrt(ref.variance), rtol=1e-12)
+    assert est.config_ == kronvi.DirectConfig(basis="features", num_frequencies=10, lengthscale=10.0)
+
+
+@pytest.mark.parametrize("basis", ["eigen", "compact"])
 def test_partial_fit_over_chunks_equals_fit(basis):
     X, y = _data(240)
     full = DirectRegressor(basis=basis, **SMALL).fit(X, y)
@@ -64,64 +79,57 @@ def test_partial_fit_over_chunks_equals_fit(basis):
     for rows in np.split(np.arange(240), [17, 150]):  # uneven chunks
         chunked.partial_fit(X[rows], y[rows])
     assert chunked.n_samples_seen_ == full.n_samples_seen_ == 240
-    for a, b in zip(jax.tree.leaves(chunked.stats_), jax.tree.leaves(full.stats_), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-9)
     assert chunked.y_offset_ == pytest.approx(full.y_offset_, rel=1e-14)
-    # the same float32 fit of statistics equal up to float64 rounding (eigenvectors of near-degenerate
-    # eigenvalues move by more than that rounding, hence a looser tolerance on the probabilities)
-    np.testing.assert_allclose(np.asarray(chunked.q_w_.probs), np.asarray(full.q_w_.probs), atol=1e-3)
+    assert chunked.y_scale_ == full.y_scale_
+    # float64 statistics of the same rows, summed in another order and eigendecomposed from the primal rather
+    # than the dual: the same float32 fit up to that rounding
     m1, s1 = chunked.predict(X[:7], return_std=True)
     m2, s2 = full.predict(X[:7], return_std=True)
-    np.testing.assert_allclose(m1, m2, rtol=1e-5)
-    np.testing.assert_allclose(s1, s2, rtol=1e-4)
+    np.testing.assert_allclose(m1, m2, rtol=1e-4)
+    np.testing.assert_allclose(s1, s2, rtol=1e-3)
+
+
+def test_partial_fit_streams_the_features_recipe_without_noise_cv():
+    X, y = _data(240)
+    est = DirectRegressor(basis="features", **SMALL)
+    for rows in np.split(np.arange(240), [100]):
+        est.partial_fit(X[rows], y[rows])
+    assert est.config_.noise_cv == ()
+    assert est.score(X, y) > 0.9 * DirectRegressor(basis="features", **SMALL).fit(X, y).score(X, y)
 
 
 def test_partial_fit_without_initialize_fixes_the_map_on_the_first_chunk_and_centres_exactly():
     X, y = _data(240)
     est = DirectRegressor(**SMALL)
     est.partial_fit(X[:100], y[:100])
-    std0 = np.asarray(est.standardizer_.mean)
-    np.testing.assert_allclose(std0, X[:100].mean(axis=0), rtol=1e-6)
+    std0 = np.asarray(est.model_.standardizer.mean)
+    np.testing.assert_allclose(std0, X[:100].mean(axis=0), rtol=1e-12)
     est.partial_fit(X[100:], y[100:])
-    np.testing.assert_array_equal(np.asarray(est.standardizer_.mean), std0)  # fixed
+    np.testing.assert_array_equal(np.asarray(est.model_.standardizer.mean), std0)  # fixed
     assert est.y_offset_ == pytest.approx(y.mean(), rel=1e-13)  # centred on all rows
-    # statistics of all rows through the first chunk's map, centred on all rows, computed directly
+    # the features are centred on the mean of all rows, through the first chunk's map
     with jax.enable_x64(True):
-        st = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.standardizer_)
-        fm = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.feature_map_)
-        Phi = kronvi.rff_features(fm, kronvi.standardize(st, jnp.asarray(X)))
-        ref = kronvi.regression_stats(Phi, jnp.asarray((y - y.mean()) / est.y_scale_))
-    for a, b in zip(jax.tree.leaves(est.stats_), jax.tree.leaves(ref), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-8)
+        fm = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.model_.features._replace(offset=None))
+        Xs = (X - std0) / np.asarray(est.model_.standardizer.scale)
+        Phi = kronvi.rff_features(fm, jnp.asarray(Xs))
+        np.testing.assert_allclose(
+            np.asarray(est.model_.features.offset), np.asarray(Phi.mean(axis=0)), rtol=1e-5, atol=1e-6
+        )
     with pytest.raises(ValueError, match="features"):
         est.partial_fit(X[:5, :2], y[:5])
 
 
-def test_predict_matches_predict_regression_and_exact_blr():
+def test_predict_matches_predict_regression():
     X, y = _data(200)
     est = DirectRegressor(**SMALL).fit(X, y)
+    model = est.model_
     Xt = X[:9] + 0.3
-    Phi = kronvi.rff_features(
-        est.feature_map_, kronvi.standardize(est.standardizer_, jnp.asarray(Xt, jnp.float32))
-    )
-    Phi = kronvi.rotate_features(est.basis_, Phi)
-    mean, var = kronvi.predict_regression(est.q_w_, est.q_noise_, est.prior_w_, est.prior_noise_, Phi)
+    Phi = kronvi.pipeline.fold_features(model, Xt)
+    mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     m, s = est.predict(Xt, return_std=True)
     np.testing.assert_allclose(m, np.asarray(mean) * est.y_scale_ + est.y_offset_, rtol=1e-6)
     np.testing.assert_allclose(s, np.sqrt(np.asarray(var)) * est.y_scale_, rtol=1e-5)  # float32 roundings
     assert np.array_equal(est.predict(Xt), m)
-    # the eigenbasis recipe is exact Bayesian linear regression on the same features, up to quantization
-    with jax.enable_x64(True):
-        post_mean, _ = kronvi.blr_posterior(  # the statistics of the standardized targets
-            est.stats_,
-            jnp.asarray(est.prior_scale_ / est.y_scale_, jnp.float64),  # the evidence-optimal prior sd
-            est.noise_variance_ / est.y_scale_**2,
-        )
-        st = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.standardizer_)
-        fm = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.feature_map_)
-        Phi64 = kronvi.rff_features(fm, kronvi.standardize(st, jnp.asarray(Xt)))
-        blr_mean = np.asarray(Phi64 @ post_mean) * est.y_scale_ + est.y_offset_
-    np.testing.assert_allclose(m, blr_mean, atol=0.02 * np.std(y))
 
 
 def test_sample_y_draws_the_posterior_function():
@@ -137,28 +145,32 @@ def test_sample_y_draws_the_posterior_function():
     np.testing.assert_array_equal(est.sample_y(Xt, 3, random_state=2), est.sample_y(Xt, 3, random_state=2))
 
 
-def test_linear_features_float64_and_bad_parameters():
+def test_float64_and_bad_parameters():
     X, y = _data(150)
-    lin = DirectRegressor(features="linear", dtype="float64", random_state=0).fit(X, y)
-    assert lin.q_w_.logits.dtype == np.float64 and lin.prior_w_.values.shape == (3, 15)
-    # the eigenbasis recipe on linear features is exact Bayesian linear regression on the standardized inputs
-    with jax.enable_x64(True):
-        Xs = (X - X.mean(axis=0)) / X.std(axis=0)
-        stats = kronvi.regression_stats(jnp.asarray(Xs), jnp.asarray(y - y.mean()))
-        post_mean, _ = kronvi.blr_posterior(
-            stats, jnp.sqrt(lin.hyperparameters_.signal_variance), lin.noise_variance_
-        )
-        np.testing.assert_allclose(
-            lin.predict(X[:5]), Xs[:5] @ np.asarray(post_mean) + y.mean(), atol=0.01 * np.std(y)
-        )
-    assert 0.0 < lin.score(X, y) < 0.9  # the linear model explains the 0.05 * x1 trend only
+    est = DirectRegressor(dtype="float64", **SMALL).fit(X, y)
+    assert est.model_.q_w.logits.dtype == np.float64
+    assert est.score(X, y) > 0.9
     for params, name in [
-        (dict(features="poly"), "features"), (dict(basis="x"), "basis"), (dict(lengthscale=-1.0), "lengthscale"),
+        (dict(basis="x"), "basis"), (dict(lengthscale=-1.0), "lengthscale"),
         (dict(n_frequencies=0), "n_frequencies"), (dict(noise_span=0.5), "noise_span"), (dict(levels=1), "levels"),
-        (dict(noise="big"), "noise"), (dict(starts="middle"), "starts"), (dict(dtype="int8"), "dtype"),
+        (dict(starts="middle"), "starts"), (dict(dtype="int8"), "dtype"), (dict(compact_tol=-1.0), "compact_tol"),
+        (dict(random_state=-1), "random_state"),
     ]:  # fmt: skip
         with pytest.raises(ValueError, match=f"`{name}`"):
             DirectRegressor(**params).fit(X, y)
+
+
+def test_a_fitted_estimator_pickles_to_about_its_model_file(tmp_path):
+    import pickle
+
+    X, y = _data(300)
+    est = DirectRegressor(n_frequencies=100, lengthscale=2.0, random_state=0).fit(X, y)
+    path = tmp_path / "m.npz"
+    kronvi.save_model(str(path), est.model_)
+    size = len(pickle.dumps(est))
+    assert size < 1.5 * path.stat().st_size + 20_000
+    back = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(back.predict(X[:5]), est.predict(X[:5]))
 
 
 def test_default_lengthscales_are_the_gp_estimate_per_input():
@@ -166,25 +178,19 @@ def test_default_lengthscales_are_the_gp_estimate_per_input():
     X = rng.normal(size=(120, 3)) * np.array([1.0, 10.0, 0.1]) + 5.0
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=120)  # inputs 1 and 2 are irrelevant
     est = DirectRegressor(n_frequencies=10, gp_points=60, gp_restarts=1, random_state=0).fit(X, y)
-    ls = np.asarray(est.hyperparameters_.lengthscales)
+    ls = np.asarray(est.model_.hyper.lengthscales)
     assert ls[0] < 3.0 and min(ls[1], ls[2]) > 100.0
     assert est.score(X, y) > 0.9
-    # the same GP fit as kronvi.fit_gp_hyperparameters on the standardized, centred rows (same key)
-    seed = np.random.RandomState(0).randint(np.iinfo(np.int32).max)
-    k_gp = jax.random.split(jax.random.key(seed), 3)[0]
+    # the same GP fit as kronvi.fit_gp_hyperparameters on the standardized, scaled rows (same key)
+    k_gp = jax.random.split(jax.random.key(0), 3)[0]
     Xs = jnp.asarray((X - X.mean(axis=0)) / X.std(axis=0), jnp.float32)
     ref, _ = kronvi.fit_gp_hyperparameters(
-        k_gp, Xs, jnp.asarray(y - y.mean(), jnp.float32), num_points=60, num_starts=1
+        k_gp, Xs, jnp.asarray((y - y.mean()) / est.y_scale_, jnp.float32), num_points=60, num_starts=1
     )
     np.testing.assert_allclose(ls[0], float(ref.lengthscales[0]), rtol=0.02)
-    np.testing.assert_allclose(
-        float(est.hyperparameters_.noise_variance), float(ref.noise_variance), rtol=0.02
-    )
 
 
-@pytest.mark.parametrize(
-    "params", [SMALL, dict(features="linear", dtype="float64", random_state=0)], ids=["rff", "linear"]
-)
+@pytest.mark.parametrize("params", [SMALL, dict(SMALL, dtype="float64")], ids=["float32", "float64"])
 def test_predictions_are_equivariant_to_the_units_of_y(params):
     """The target-variance floor `max(var, 1e-12 max(1, mean^2))` and float32 statistics in the units of y
     made the fit depend on them: at y * 1e-12 the predicted sd was 2,500x too wide, at y * 1e-30 R^2 was
@@ -243,14 +249,16 @@ def test_integer_parameters_use_the_library_rule():
 
 def test_auto_prior_scale_maximizes_the_evidence_with_the_noise():
     X, y = _data(200)
-    est = DirectRegressor(**SMALL).fit(X, y)
+    est = DirectRegressor(**SMALL)
+    fold = kronvi.pipeline.prepare_fold(jax.random.key(0), X, y, est._config())
     with jax.enable_x64(True):
-        rotated, basis = kronvi.eigenbasis(jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.stats_))
-        args = (basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n)
+        f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+        args = (f64(fold.basis.eigenvalues), f64(fold.stats.Phity), f64(fold.stats.yty), f64(fold.stats.n))
         sw, s2 = kronvi.spectral_evidence_optimum(*args, 1.0, 1.0)  # from another start
-        np.testing.assert_allclose(est.prior_scale_ / est.y_scale_, float(sw), rtol=1e-3)
+        np.testing.assert_allclose(float(fold.prior_scale), float(sw), rtol=1e-3)
+        np.testing.assert_allclose(float(fold.noise_variance), float(s2), rtol=1e-3)
         best = kronvi.gaussian.spectral_log_evidence(*args, sw, s2)
         for f_w, f_n in [(1.1, 1.0), (1 / 1.1, 1.0), (1.0, 1.1), (1.0, 1 / 1.1)]:
             assert float(kronvi.gaussian.spectral_log_evidence(*args, sw * f_w, s2 * f_n)) < float(best)
-    gp_scale = np.sqrt(est.hyperparameters_.signal_variance)
-    assert abs(est.prior_scale_ / gp_scale - 1) > 1e-3  # not the GP's signal sd
+    gp_scale = np.sqrt(fold.hyper.signal_variance)
+    assert abs(float(fold.prior_scale) / gp_scale - 1) > 1e-3  # not the GP's signal sd

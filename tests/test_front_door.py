@@ -1,0 +1,164 @@
+"""The front door: `kronvi.fit_direct` -> `FittedDirect.predict` / `log_density`, the same model from every door
+(the function, the scikit-learn estimator, `kronvi fit --refit --save`), and prediction under `jit` and `vmap`."""
+
+import json
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import run_python, subprocess_env
+
+import kronvi
+from kronvi import cli
+from kronvi.pipeline import fold_features, run_fold
+
+SMALL = kronvi.DirectConfig(num_frequencies=20)
+
+
+def _data(n=120, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * np.array([1.0, 10.0, 0.1])[:d] + 5.0
+    y = np.sin(X[:, 0]) + 0.05 * X[:, 1] + 0.1 * rng.normal(size=n) + 100.0
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, y = _data()
+    return X, y, kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(lengthscale=2.0)).model
+
+
+def test_every_door_fits_the_same_model(tmp_path):
+    """`fit_direct(jax.random.key(k), X, y)`, `DirectRegressor(random_state=k)` and `kronvi fit --seed k --refit
+    --save` (loaded in a fresh process) predict the same, to float rounding."""
+    pytest.importorskip("sklearn")
+    from kronvi.sklearn import DirectRegressor
+
+    X, y = _data()
+    Xt = X[:7] + 0.25
+    ref = kronvi.fit_direct(jax.random.key(3), X, y, SMALL).model.predict(Xt)
+    est = DirectRegressor(n_frequencies=20, random_state=3).fit(X, y)
+    mean, std = est.predict(Xt, return_std=True)
+    np.testing.assert_allclose(mean, ref.mean, rtol=1e-12)
+    np.testing.assert_allclose(std**2, ref.variance, rtol=1e-12)
+
+    csv = tmp_path / "d.csv"
+    np.savetxt(csv, np.column_stack([X, y]), delimiter=",")  # %.18e: the float64 values exactly
+    saved = tmp_path / "m.npz"
+    args = ["fit", str(csv), "--num-features", "40", "--seed", "3", "--max-folds", "1", "--refit"]
+    assert cli.main([*args, "--save", str(saved), "--no-density"]) == 0
+    code = textwrap.dedent(
+        f"""
+        import json, numpy as np, kronvi
+        pred = kronvi.load_model({str(saved)!r}).predict(np.array({Xt.tolist()!r}))
+        print(json.dumps([pred.mean.tolist(), pred.variance.tolist()]))
+        """
+    )
+    mean, var = json.loads(run_python("-c", code, env=subprocess_env()).strip().splitlines()[-1])
+    np.testing.assert_allclose(mean, ref.mean, rtol=1e-12)
+    np.testing.assert_allclose(var, ref.variance, rtol=1e-12)
+
+
+def test_predict_is_the_dense_formula_in_the_targets_units(fitted):
+    X, y, model = fitted
+    Xt = X[:9] * 1.1
+    pred = model.predict(Xt)
+    assert isinstance(pred, kronvi.Prediction) and pred.mean.dtype == np.float64
+    Phi = np.asarray(fold_features(model, Xt), np.float64)
+    probs = np.asarray(model.q_w.probs, np.float64)
+    values = np.asarray(model.prior_w.values, np.float64)
+    e_w = np.sum(probs * values, axis=1)
+    var_w = np.sum(probs * values**2, axis=1) - e_w**2
+    e_s = np.sum(
+        np.asarray(model.q_noise.probs, np.float64) * np.asarray(model.prior_noise.values, np.float64)
+    )
+    np.testing.assert_allclose(pred.mean, model.y_offset + model.y_scale * Phi @ e_w, rtol=1e-6)
+    np.testing.assert_allclose(pred.variance, model.y_scale**2 * (Phi**2 @ var_w + e_s), rtol=1e-4)
+    assert np.sqrt(np.mean((model.predict(X).mean - y) ** 2)) < 0.2  # it learned the data
+
+
+def test_predict_runs_under_jit_and_vmap_and_in_chunks(fitted):
+    X, _, model = fitted
+    pred = kronvi.predict(model, X)
+    for out in (
+        jax.jit(kronvi.predict)(model, X),
+        jax.jit(lambda m, x: kronvi.predict(m, x, chunk_size=7))(model, X),
+        kronvi.predict(model, X, chunk_size=7),
+    ):
+        np.testing.assert_allclose(np.asarray(out.mean), pred.mean, rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(out.variance), pred.variance, rtol=1e-4)
+    batched = jax.vmap(kronvi.predict, in_axes=(None, 0))(model, X.reshape(4, 30, 3))
+    np.testing.assert_allclose(np.asarray(batched.mean).ravel(), pred.mean, rtol=1e-5)
+    twice = jax.tree.map(lambda a: np.stack([a, a]), model)  # a stack of models, as vmap over folds gives
+    both = jax.vmap(kronvi.predict, in_axes=(0, None))(twice, X)
+    np.testing.assert_allclose(np.asarray(both.mean[1]), pred.mean, rtol=1e-5)
+
+
+def test_log_density_is_the_fit_units_density_less_the_log_unit(fitted):
+    X, y, model = fitted
+    ld = model.log_density(X[:20], y[:20])
+    Phi = fold_features(model, X[:20])
+    yc = jnp.asarray((y[:20] - model.y_offset) / model.y_scale, Phi.dtype)
+    ref, _ = kronvi.predictive_log_density(
+        model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc
+    )
+    np.testing.assert_allclose(ld, np.asarray(ref) - np.log(model.y_scale), rtol=1e-6)
+    traced = jax.jit(kronvi.log_density)(model, X[:20], y[:20])
+    np.testing.assert_allclose(np.asarray(traced), ld, rtol=1e-3)
+    # a Gaussian check: the density integrates the predictive moments' scale
+    pred = model.predict(X[:1])
+    grid = pred.mean[0] + np.sqrt(pred.variance[0]) * np.linspace(-8, 8, 401)
+    dens = np.exp(model.log_density(np.repeat(X[:1], grid.size, axis=0), grid))
+    assert np.trapezoid(dens, grid) == pytest.approx(1.0, abs=2e-3)
+
+
+def test_targets_in_other_units_give_the_same_model_in_those_units():
+    X, y = _data()
+    config = SMALL._replace(lengthscale=2.0)
+    base = kronvi.fit_direct(jax.random.key(0), X, y, config).model
+    for c in (2.0**-40, 1e-12, 1e12, 1e30):
+        model = kronvi.fit_direct(jax.random.key(0), X, c * y, config).model
+        pred, ref = model.predict(X[:9]), base.predict(X[:9])
+        np.testing.assert_allclose(pred.mean / c, ref.mean, rtol=1e-6)
+        np.testing.assert_allclose(pred.variance / c**2, ref.variance, rtol=1e-3)
+
+
+def test_bad_inputs_to_predict_are_named(fitted):
+    X, y, model = fitted
+    with pytest.raises(ValueError, match=r"^`X` must have shape \(num_points, 3\): 3 columns"):
+        model.predict(X[:, :2])
+    with pytest.raises(ValueError, match=r"^`X` contains 1 NaN"):
+        model.predict(np.where(np.arange(3) == 1, np.nan, X[:1]))
+    with pytest.raises(ValueError, match="^`X` must hold real numbers"):
+        model.predict(X.astype(complex))
+    with pytest.raises(ValueError, match=r"^`y` must have shape \(5,\)"):
+        model.log_density(X[:5], y[:4])
+    with pytest.raises(TypeError, match="^`model` must be a FittedDirect"):
+        kronvi.predict(model._asdict(), X)
+
+
+def test_sparsity_is_the_fraction_of_stored_zero_weights():
+    X, y = _data()
+    for basis in ("eigen", "compact"):
+        model = kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(basis=basis, lengthscale=2.0)).model
+        assert model.sparsity == 0.0  # dense weights, whatever q puts on the level nearest 0
+    config = SMALL._replace(basis="features", lengthscale=2.0, noise_cv=())
+    model = kronvi.fit_direct(jax.random.key(0), X, y, config).model
+    assert model.sparsity == pytest.approx(float(kronvi.expected_sparsity(model.q_w, model.prior_w)))
+    assert 0.0 < model.sparsity < 1.0
+
+
+def test_run_fold_samples_the_density_and_fit_direct_reports_progress():
+    X, y = _data(200)
+    seen = []
+    config = SMALL._replace(lengthscale=2.0)
+    run = run_fold(
+        jax.random.key(0), X[:150], y[:150], X[150:], y[150:], config, density_rows=10,
+        progress=lambda step, total, metrics: seen.append((step, total, metrics["stage"])),
+    )  # fmt: skip
+    assert run.result.nlpd_rows == 10 and np.isfinite(run.result.nlpd)
+    assert [s[2] for s in seen] == ["gp", "eigen", "fit"] and seen[-1][:2] == (150, 150)
+    none = run_fold(jax.random.key(0), X[:150], y[:150], X[150:], y[150:], config, density_rows=0).result
+    assert none.nlpd_rows == 0 and np.isnan(none.nlpd) and none.rmse == run.result.rmse
