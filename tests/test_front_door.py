@@ -159,6 +159,7 @@ def test_run_fold_samples_the_density_and_fit_direct_reports_progress():
         progress=lambda step, total, metrics: seen.append((step, total, metrics["stage"])),
     )  # fmt: skip
     assert run.result.nlpd_rows == 10 and np.isfinite(run.result.nlpd)
-    assert [s[2] for s in seen] == ["gp", "eigen", "fit"] and seen[-1][:2] == (150, 150)
+    assert [s[2] for s in seen] == ["gp", "statistics", "eigen", "fit", "predict", "density"]
+    assert seen[3][:2] == (150, 150) and seen[-1][:2] == (10, 10)
     none = run_fold(jax.random.key(0), X[:150], y[:150], X[150:], y[150:], config, density_rows=0).result
     assert none.nlpd_rows == 0 and np.isnan(none.nlpd) and none.rmse == run.result.rmse

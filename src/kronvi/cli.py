@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 
 import jax
@@ -315,7 +316,8 @@ def _fit(args):
     results, lines = [], []
     start = time.perf_counter()
     key = jax.random.key(args.seed)
-    status = StatusLine()  # redrawn in place on a terminal; plain lines, now and then, in a log file
+    # redrawn in place on a terminal; plain lines, now and then, in a log file
+    status = _Heartbeat(StatusLine())
     status.show(_fold_status(0, K, start))
     model = None
     try:
@@ -336,7 +338,7 @@ def _fit(args):
             )
             status.show(_fold_status(k + 1, K, start, f"fold {k}: RMSE {res.rmse:.3f}"), final=k + 1 == K)
     finally:
-        status.close()
+        status.stop()
     s = summarize(results)
     print(header)
     print("\n".join(lines))
@@ -357,9 +359,11 @@ def _fit(args):
     if args.save is not None:
         if args.refit:
             print(f"refitting on all {len(y)} rows for --save ...", flush=True)
-            model = fit_direct(
-                key, X, y, config, progress=_within_fold(StatusLine(), "refit", K, start)
-            ).model
+            beat = _Heartbeat(StatusLine())
+            try:
+                model = fit_direct(key, X, y, config, progress=_within_fold(beat, "refit", K, start)).model
+            finally:
+                beat.stop()
         save_model(args.save, model)
         print(f"saved the {'refitted' if args.refit else f'fold {K - 1}'} model to {args.save}")
     return 0
@@ -371,7 +375,7 @@ def _test_rows(folds, K):
 
 def _within_fold(status, k, K, start):
     """The progress of one fold's fit on the fold status line: its stage and, over many rows, the statistics
-    pass's rows, speed and time left."""
+    pass's rows, speed and time left. A `_Heartbeat` redraws the line while a stage runs without reports."""
 
     def show(step, total, metrics):
         note = f"fold {k}: {metrics['stage']}"
@@ -379,10 +383,41 @@ def _within_fold(status, k, K, start):
         if rate:
             note += f" {step:,}/{total:,} rows, {rate:,.0f} rows/s, eta {(total - step) / rate:.0f}s"
         done = k if isinstance(k, int) else K
-        status.show(_fold_status(done, K, start, note))
+        status.note(_fold_status(done, K, start, note))
 
     return show
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+class _Heartbeat:
+    """The fold status line, shown on every report and redrawn every `every` seconds between them with the
+    seconds the current stage has run, so that a long stage (the GP step, an eigendecomposition of a large
+    `b`) still shows signs of life at least that often. A daemon thread; `stop` ends it."""
+
+    def __init__(self, status, every: float = 5.0):
+        self._status, self._every = status, every
+        self._text, self._since = "", time.perf_counter()
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def note(self, text: str) -> None:
+        with self._lock:
+            self._text, self._since = text, time.perf_counter()
+            self._status.show(text)
+
+    def show(self, text: str, final: bool = False) -> None:
+        with self._lock:
+            self._text, self._since = text, time.perf_counter()
+            self._status.show(text, final=final)
+
+    def _run(self) -> None:
+        while not self._done.wait(self._every):
+            with self._lock:
+                if self._text and not self._done.is_set():
+                    self._status.show(f"{self._text} ({time.perf_counter() - self._since:.0f}s in this stage)")
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self._status.close()

@@ -580,7 +580,8 @@ def prepare_fold(
         `progress(step, total, metrics)`: `step` training rows of `total` have their statistics done,
         `metrics["stage"]` names the stage running (`"gp"`, `"statistics"`, `"eigen"`, `"fit"`) and, during
         the statistics pass over many rows, `metrics["rows_per_second"]` its speed.
-      progress_every: rows per report of the statistics pass (default 65,536).
+      progress_every: rows per report of the statistics pass (default: a few seconds' work, 4,096 to 65,536
+        rows by the number of features).
 
     Returns:
       `PreparedFold`.
@@ -609,6 +610,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     _stage(progress, "gp", 0, Xs.shape[0])
     hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp)
     t1 = time.perf_counter()
+    _stage(progress, "statistics", 0, Xs.shape[0])
     num_frequencies = _num_frequencies(config, X.shape[0])
     feats = rff_init(k_rff, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling)
     fmap = functools.partial(rff_features, feats)
@@ -771,12 +773,19 @@ def _reporter(progress, every=None):
         raise TypeError(
             f"`progress` must be None, True or a callable (step, total, metrics), got {progress!r}"
         )
-    return _Progress(progress, every or _PROGRESS_ROWS)
+    return _Progress(progress, every)
 
 
 class _Progress(NamedTuple):
     report: Callable[[int, int, dict], None]
-    every: int
+    every: int | None  # rows per report of the statistics pass; None: `_rows_per_report(b)`
+
+
+def _rows_per_report(b: int) -> int:
+    """Rows per progress report of a statistics pass over `b` features: about 1.5e11 multiply-adds (a few
+    seconds of a two-core machine's BLAS), a power of two between 4,096 and `_PROGRESS_ROWS`."""
+    rows = 1.5e11 / max(b, 1) ** 2
+    return int(min(_PROGRESS_ROWS, max(4096, 2 ** int(np.log2(max(rows, 1.0))))))
 
 
 class _StageLine:
@@ -807,9 +816,10 @@ def _stats_in_blocks(fmap, X, y, *, chunk_size, progress):
     (`kronvi.merge_stats`) with the progress reported after each block, when `progress` is set and the rows
     are many; else in one call."""
     n = X.shape[0]
-    if progress is None or n <= progress.every:
+    b = jax.eval_shape(fmap, jax.ShapeDtypeStruct((1, X.shape[1]), X.dtype)).shape[-1]
+    every = progress.every if progress is not None and progress.every else _rows_per_report(b)
+    if progress is None or n <= every:
         return regression_stats_from_inputs(fmap, X, y, chunk_size=chunk_size)
-    every = progress.every
     Xh, yh = np.asarray(X), np.asarray(y)  # host slices compile nothing
     t0 = time.perf_counter()
     stats = None
@@ -1461,6 +1471,8 @@ def run_fold(
     )
     t0 = time.perf_counter()
     y_test = np.asarray(y_test, np.float64)
+    report = _reporter(progress)
+    _stage(report, "predict", y_test.shape[0], y_test.shape[0])
     pred = predict(model, X_test)
     rmse = float(np.sqrt(np.mean((pred.mean - y_test) ** 2)))
     n_test = y_test.shape[0]
@@ -1470,6 +1482,7 @@ def run_fold(
     t1 = time.perf_counter()
     nlpd = float("nan")
     if rows.size:
+        _stage(report, "density", int(rows.size), int(rows.size))
         try:
             log_dens = log_density(model, np.asarray(X_test)[rows], y_test[rows])
         except (

@@ -428,6 +428,14 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         self.elbo_ = float(info.final_elbo) - self.n_samples_seen_ * np.log(self.y_scale_)
         return self
 
+    def __getstate__(self):
+        """Pickles the fitted model's arrays as NumPy arrays, which keep their dtype: a `dtype="float64"`
+        estimator loaded in a process without JAX's x64 mode stays float64 (its methods switch x64 on)."""
+        state = dict(self.__dict__)
+        if "model_" in state:
+            state["model_"] = jax.tree.map(np.asarray, jax.device_get(state["model_"]))
+        return state
+
     # ------------------------------------------------------------------ prediction
 
     def predict(self, X, return_std: bool = False):

@@ -2,8 +2,11 @@
 partial_fit over chunks against fit, and predictions against the library's own functions."""
 
 import functools
+import json
+import pickle
 import subprocess
 import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +15,7 @@ import pytest
 
 pytest.importorskip("sklearn")
 
+from helpers import run_python, subprocess_env  # noqa: E402
 from sklearn.base import clone  # noqa: E402
 from sklearn.model_selection import GridSearchCV  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
@@ -161,8 +165,6 @@ def test_float64_and_bad_parameters():
 
 
 def test_a_fitted_estimator_pickles_to_about_its_model_file(tmp_path):
-    import pickle
-
     X, y = _data(300)
     est = DirectRegressor(n_frequencies=100, lengthscale=2.0, random_state=0).fit(X, y)
     path = tmp_path / "m.npz"
@@ -171,6 +173,24 @@ def test_a_fitted_estimator_pickles_to_about_its_model_file(tmp_path):
     assert size < 1.5 * path.stat().st_size + 20_000
     back = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(back.predict(X[:5]), est.predict(X[:5]))
+
+
+def test_a_pickled_float64_estimator_stays_float64_without_x64(tmp_path):
+    X, y = _data(120)
+    est = DirectRegressor(dtype="float64", **SMALL).fit(X, y)
+    path = tmp_path / "est.pkl"
+    path.write_bytes(pickle.dumps(est))
+    code = textwrap.dedent(
+        f"""
+        import json, pickle, numpy as np, jax
+        assert not jax.config.jax_enable_x64
+        est = pickle.loads(open({str(path)!r}, "rb").read())
+        assert est.model_.q_w.logits.dtype == np.float64
+        print(json.dumps(est.predict(np.array({X[:4].tolist()!r}), return_std=True)[1].tolist()))
+        """
+    )
+    std = json.loads(run_python("-c", code, env=subprocess_env()).strip().splitlines()[-1])
+    np.testing.assert_allclose(std, est.predict(X[:4], return_std=True)[1], rtol=1e-12)
 
 
 def test_default_lengthscales_are_the_gp_estimate_per_input():
