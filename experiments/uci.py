@@ -387,7 +387,9 @@ class Setup:
         self.train = train  # the raw training rows (X, y), for the eigenbasis preparation
         self.X_test = X_test
         self.Phi_test = fold_features(fold, X_test)
-        self.y_test = jnp.asarray(y_test, fold.y.dtype) - fold.y_offset
+        # the test targets in the fit's units; `metrics` reports RMSE and NLPD in the targets' own
+        self.unit = float(fold.y_scale)
+        self.y_test = jnp.asarray((np.asarray(y_test, np.float64) - fold.y_offset) / self.unit, fold.y.dtype)
         self.nlpd_idx = np.arange(len(self.y_test)) if nlpd_idx is None else nlpd_idx
         self.sw = jnp.sqrt(fold.hyper.signal_variance)
         self.s2 = fold.hyper.noise_variance
@@ -435,10 +437,10 @@ class Setup:
         """Test RMSE (all rows), NLPD and the density's largest error bound (``nlpd_idx`` rows)."""
         y = self.y_test
         Phi_test = self.Phi_test if Phi_test is None else Phi_test
-        rmse = float(jnp.sqrt(jnp.mean((mean - y) ** 2)))
+        rmse = float(jnp.sqrt(jnp.mean((mean - y) ** 2))) * self.unit
         idx = self.nlpd_idx
         ld, err = log_density(Phi_test[idx], y[idx])
-        return rmse, float(-np.mean(ld)), err
+        return rmse, float(-np.mean(ld)) + float(np.log(self.unit)), err
 
 
 def fold_setup(name: str, k: int, cfg: StudyConfig, *, data_dir=DEFAULT_DATA, seed: int = 0) -> Setup:
@@ -545,7 +547,7 @@ def run_exact_blr(setup: Setup):
         return np.asarray(norm.logpdf(y, mp, jnp.sqrt(vp))), 0.0  # closed form: no quadrature error
 
     rmse, nlpd, _ = setup.metrics(m, log_density, Phi_test)
-    nlpd_all = float(-jnp.mean(norm.logpdf(setup.y_test, m, jnp.sqrt(v))))
+    nlpd_all = float(-jnp.mean(norm.logpdf(setup.y_test, m, jnp.sqrt(v)))) + float(np.log(setup.unit))
     return dict(
         rmse=rmse, nlpd=nlpd, nlpd_all_rows=nlpd_all, sparsity_pct=0.0, fit_seconds=secs,
         elbo=float(kronvi.blr_log_evidence(fold.stats, sw, s2)), noise_variance=float(s2), prior_scale=float(sw),

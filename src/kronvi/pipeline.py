@@ -259,7 +259,7 @@ class Prediction(NamedTuple):
 
 
 class FittedDirect(NamedTuple):
-    """A fitted DIRECT regression model (`kronvi.fit_direct`), of every recipe: it predicts on raw inputs in
+    r"""A fitted DIRECT regression model (`kronvi.fit_direct`), of every recipe: it predicts on raw inputs in
     the targets' units.
 
     `model.predict(X)` (or `kronvi.predict(model, X)`, which also runs under `jit` and `vmap`) is the exact
@@ -279,9 +279,10 @@ class FittedDirect(NamedTuple):
       hyper: `GPHyperparameters` the features were drawn for.
       basis: `Eigenbasis` rotating the features (`DirectConfig.basis` `"eigen"`), `CompactBasis`, the
         compact model's feature map (`"compact"`), else `None`.
-      y_scale: `()` the unit of the fitted targets: the model is fitted to `(y - y_offset) / y_scale`, a power
-        of two near the targets' standard deviation (so the scaling rounds nothing). The priors, posteriors
-        and `hyper` are in those units; `predict` and `log_density` return the targets' own.
+      y_scale: `()` the unit of the fitted targets: the model is fitted to `(y - y_offset) / y_scale`. It is 1
+        (the targets' own units) unless their standard deviation lies outside $2^{\pm 16}$; then it is the power
+        of two nearest it (a scaling that rounds nothing), so that no statistic overflows or underflows. The
+        priors, posteriors and `hyper` are in the fit's units; `predict` and `log_density` return the targets'.
 
     `fold_features(model, X)` maps raw inputs to the features that `q_w` and `prior_w` belong to.
     """

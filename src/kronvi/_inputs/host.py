@@ -18,6 +18,7 @@ __all__ = [
     "standardize_host",
     "target_moments",
     "target_unit",
+    "UNIT_RANGE",
     "row_bucket",
     "pad_rows",
 ]
@@ -52,9 +53,8 @@ def standardize_host(standardizer: Standardizer, X: np.ndarray, dtype, name: str
 
 
 def target_moments(y: np.ndarray) -> tuple[np.float64, float]:
-    r"""`(offset, unit)` of float64 targets: their mean, and the power of two nearest their standard deviation
-    (at least $10^{-12}\,|\text{offset}|$, below which the spread is the rounding of a constant; 1 when both
-    are zero). Dividing by a power of two rounds nothing, so a fit to `(y - offset) / unit` is the fit to
+    r"""`(offset, unit)` of float64 targets: their mean, and the unit of the fit (`target_unit` of their standard
+    deviation). Dividing by a power of two rounds nothing, so a fit to `(y - offset) / unit` is the fit to
     `y - offset` in other units, and its statistics cannot overflow whatever the units of `y`."""
     y = np.asarray(y, np.float64)
     offset = np.mean(y)
@@ -64,10 +64,16 @@ def target_moments(y: np.ndarray) -> tuple[np.float64, float]:
     return np.float64(offset), target_unit(sd, offset)
 
 
+UNIT_RANGE = (2.0**-16, 2.0**16)  # targets whose spread lies here are fitted in their own units
+
+
 def target_unit(sd: float, offset: float) -> float:
-    r"""The power of two nearest `max(sd, 1e-12 |offset|)`, or 1 when that is 0 or not finite (`target_moments`)."""
+    r"""The unit targets are fitted in: 1 when their spread $s = \max(\text{sd}, 10^{-12}|\text{offset}|)$
+    (below $10^{-12}|\text{offset}|$ the spread is the rounding of a constant) lies in `UNIT_RANGE`, so
+    that ordinary targets are fitted in their own units; else the power of two nearest $s$ (1 when $s$ is 0 or
+    not finite)."""
     spread = max(float(sd), 1e-12 * abs(float(offset)))
-    if not (spread > 0 and np.isfinite(spread)):
+    if not (spread > 0 and np.isfinite(spread)) or UNIT_RANGE[0] <= spread <= UNIT_RANGE[1]:
         return 1.0
     return float(np.ldexp(1.0, int(np.round(np.log2(spread)))))
 
