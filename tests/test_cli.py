@@ -248,13 +248,14 @@ def test_json_keeps_an_existing_files_permissions_and_new_files_follow_the_umask
     assert stat.S_IMODE(existing.stat().st_mode) == 0o664 and "folds" in json.loads(existing.read_text())
 
 
-def test_json_is_written_through_a_link_and_never_into_the_input(csv_path, tmp_path, fake_fold, capsys):
+def test_json_is_never_written_through_a_link_nor_into_the_input(csv_path, tmp_path, no_compute, capsys):
     target, link = tmp_path / "target.json", tmp_path / "link.json"
     target.write_text("{}")
     link.symlink_to(target)
     argv = ["fit", str(csv_path), "--folds", "3", "--max-folds", "1", "--force", "--json"]
-    assert cli.main([*argv, str(link)]) == 0
-    assert link.is_symlink() and "folds" in json.loads(target.read_text())  # the link stays a link
+    assert cli.main([*argv, str(link)]) == 2
+    assert "is a symbolic link" in _last_line(capsys.readouterr().err)
+    assert link.is_symlink() and target.read_text() == "{}"  # refused before any compute
     to_input = tmp_path / "to_input.json"
     to_input.symlink_to(csv_path)
     original = csv_path.read_bytes()
