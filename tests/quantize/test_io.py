@@ -545,8 +545,12 @@ def test_a_pipeline_model_saved_as_a_direct_model_still_loads_and_predicts():
 def test_save_refuses_what_load_would_refuse(tmp_path, field):
     model = make_model(np.float32)
     leaf = "values" if field.startswith("prior") else "logits"
-    bad = model._replace(**{field: jax.tree.map(lambda a: jnp.asarray(a).at[0, 0].set(jnp.nan), getattr(model, field))})
-    with pytest.raises(ValueError, match=f"^cannot save `model`: `load_model` would refuse .*`{leaf}` contains 1 NaN"):
+    bad = model._replace(
+        **{field: jax.tree.map(lambda a: jnp.asarray(a).at[0, 0].set(jnp.nan), getattr(model, field))}
+    )
+    with pytest.raises(
+        ValueError, match=f"^cannot save `model`: `load_model` would refuse .*`{leaf}` contains 1 NaN"
+    ):
         kronvi.save_model(tmp_path / "m.npz", bad)
     assert not os.listdir(tmp_path)  # nothing written that could not be read back
 
@@ -560,7 +564,11 @@ def test_save_refuses_devices_pipes_and_links_and_load_refuses_pipes_without_blo
     link = tmp_path / "link.npz"
     link.symlink_to(good)
     before = good.read_bytes()
-    for path, message in [("/dev/null", "is a device"), (fifo, "is a named pipe"), (link, "is a symbolic link")]:
+    for path, message in [
+        ("/dev/null", "is a device"),
+        (fifo, "is a named pipe"),
+        (link, "is a symbolic link"),
+    ]:
         with pytest.raises(ValueError, match=message):
             kronvi.save_model(path, model)
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and stat.S_ISFIFO(os.lstat(fifo).st_mode)

@@ -82,11 +82,7 @@ def remove_stale_temporaries(folder: str) -> list[str]:
             continue
         try:
             st = entry.stat(follow_symlinks=False)
-            if (
-                stat.S_ISREG(st.st_mode)
-                and st.st_uid == os.geteuid()
-                and now - st.st_mtime > _STALE_SECONDS
-            ):
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and now - st.st_mtime > _STALE_SECONDS:
                 os.remove(entry.path)
                 removed.append(entry.path)
         except OSError:
@@ -198,7 +194,9 @@ def check_output_path(
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except OSError as e:
-        raise PermissionError(f"{option} {path!r}: cannot write in folder {folder!r} ({e.strerror})") from None
+        raise PermissionError(
+            f"{option} {path!r}: cannot write in folder {folder!r} ({e.strerror})"
+        ) from None
     os.remove(probe)
     return path
 

@@ -663,7 +663,9 @@ def load_model(path: str | os.PathLike[str], *, max_bytes: int | None = None) ->
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(f"{path!r} is a folder, not a kronvi model file")
     if not stat.S_ISREG(st.st_mode):  # opening a named pipe would block until someone writes to it
-        raise ValueError(f"{path!r} is not a regular file (a device, named pipe or socket): not a kronvi model file")
+        raise ValueError(
+            f"{path!r} is not a regular file (a device, named pipe or socket): not a kronvi model file"
+        )
     with open(path, "rb", opener=_open_regular) as f:
         try:
             header, specs, arrays = _read_file(f, path, max_bytes)
