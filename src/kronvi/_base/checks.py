@@ -159,6 +159,41 @@ def check_finite(x: Any, name: str) -> None:
         raise ValueError(f"`{name}` contains {num_nonfinite(x)} NaN or infinite value(s)")
 
 
+def as_working_array(x: ArrayLike, name: str, dtype) -> jax.Array:
+    """`x` as a JAX array of the floating working `dtype`, refusing what the cast would hide.
+
+    Strings, objects and complex numbers are a `ValueError` naming `name` (a cast would drop the
+    imaginary part). For concrete data, NaN or inf in `x` is a `ValueError` counting them, and finite
+    values beyond the range of `dtype` (near `1e300` for float32) a `ValueError` naming the dtype, its
+    largest value and the largest magnitude in `x`, instead of the infinities the cast makes of them.
+    NumPy data is cast by NumPy (no program to compile); tracers are cast without value checks.
+    """
+    check_numeric(x, name)
+    dtype = jnp.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"`dtype` must be a floating dtype, got {dtype}")
+    if not is_concrete(x):
+        return jnp.asarray(x, dtype)
+    src = x if isinstance(x, jax.Array) else np.asarray(x)
+    if isinstance(src, np.ndarray):
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond the dtype's range: named below
+            out = jnp.asarray(src.astype(dtype, copy=False))
+    else:
+        out = jnp.asarray(src, dtype)
+    if out.size and not all_finite(out):
+        src_float = jnp.issubdtype(src.dtype, jnp.floating)
+        bad_src = num_nonfinite(src) if src_float else 0
+        if bad_src:
+            raise ValueError(f"`{name}` contains {bad_src} NaN or infinite value(s)")
+        largest = float(reduce_concrete(lambda h: np.max(np.abs(h)), lambda a: jnp.max(jnp.abs(a)), src))
+        raise ValueError(
+            f"`{name}` has {num_nonfinite(out)} finite value(s) beyond the range of {dtype.name} (largest "
+            f"magnitude {largest:.4g}; {dtype.name} holds up to {float(jnp.finfo(dtype).max):.4g}): use "
+            f"float64 (`dtype=jnp.float64` with `jax_enable_x64`) or rescale `{name}`"
+        )
+    return out
+
+
 def check_positive(x: Any, name: str) -> None:
     """`ValueError` naming `name` when a concrete `x` has an entry <= 0; skipped for tracers."""
     if not (is_concrete(x) and x.size):
