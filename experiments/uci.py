@@ -52,7 +52,8 @@ noise-grid choice, fit.
 The JSON is the table's only input (``experiments/render_uci.py``). Every record carries ``settings``, the
 configuration that made it; an existing JSON is extended only with --resume, and only by records of the same
 settings (--rerun-mismatched reruns the (dataset, method) pairs whose settings differ), or replaced with
---overwrite.
+--overwrite. Runs with --resume over other datasets may share one --json, started together: each write
+reads the file again under a lock on its folder and keeps the other runs' records (``write_merged``).
 
 Usage:
   python experiments/uci.py --datasets all --methods all --json experiments/results/uci.json \
@@ -65,7 +66,9 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import fcntl
 import functools
 import gzip
 import json
@@ -153,10 +156,16 @@ def _jsonable(x):
 
 def study_settings(cfg: StudyConfig, *, seed: int, max_folds: int | None) -> dict:
     """The settings a record carries: everything that changes its numbers (not the dataset or method)."""
-    study = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("direct", "default")}
+    study = {
+        f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("direct", "default")
+    }
     return _jsonable(
         dict(
-            direct=cfg.direct._asdict(), default=cfg.default._asdict(), study=study, seed=seed, max_folds=max_folds
+            direct=cfg.direct._asdict(),
+            default=cfg.default._asdict(),
+            study=study,
+            seed=seed,
+            max_folds=max_folds,
         )
     )
 
@@ -279,6 +288,37 @@ def write_json(path: pathlib.Path, records) -> None:
     """Writes ``records`` to ``path`` atomically, keeping an existing file's permissions
     (``kronvi.write_atomic``)."""
     kronvi.write_atomic(path, json.dumps(records, indent=1))
+
+
+@contextlib.contextmanager
+def folder_lock(folder: pathlib.Path):
+    """An exclusive ``flock`` on ``folder`` for the block: the runs that merge into one JSON of that
+    folder take turns (the lock goes with the process, so a killed run leaves no lock behind)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_merged(path: pathlib.Path, records: list[dict]) -> list[dict]:
+    """Writes ``records`` plus the records that other runs (``--resume`` runs over other datasets, started
+    together) wrote to ``path`` meanwhile: under ``folder_lock``, ``path`` is read again and each of its
+    records whose (dataset, method) pair is not in ``records`` is kept after them. Returns what was
+    written. If ``path`` no longer holds study records, ``records`` go to ``<stem>.<pid>.json`` beside it
+    and :class:`RefusedError` says so: no run's records are dropped."""
+    with folder_lock(path.parent if str(path.parent) else pathlib.Path(".")):
+        mine = {(r["dataset"], r["method"]) for r in records}
+        try:
+            theirs = read_records(path) if path.exists() else []
+        except RefusedError as e:
+            other = path.with_name(f"{path.stem}.{os.getpid()}{path.suffix or '.json'}")
+            write_json(other, records)
+            raise RefusedError(f"{e}; this run's {len(records)} record(s) are in {other}") from None
+        merged = records + [r for r in theirs if (r["dataset"], r["method"]) not in mine]
+        write_json(path, merged)
+    return merged
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -461,7 +501,9 @@ def _log_density(q, q_n, prior_w, prior_noise, Phi, y, *, tol, max_nodes):
     meet ``tol`` in neither (far-tail points below the rounding floor) keep their best value and its bound,
     which the record reports as ``nlpd_max_rel_error``."""
     try:
-        ld, err = kronvi.predictive_log_density(q, q_n, prior_w, prior_noise, Phi, y, rtol=tol, max_nodes=max_nodes)
+        ld, err = kronvi.predictive_log_density(
+            q, q_n, prior_w, prior_noise, Phi, y, rtol=tol, max_nodes=max_nodes
+        )
     except kronvi.DensityToleranceError as e:
         ld, err = e.log_density, e.rel_error_bound
     return np.array(ld, np.float64), np.array(err, np.float64)
@@ -473,10 +515,7 @@ def discrete_log_density(q, q_n, prior_w, prior_noise, Phi, y, *, tol=1e-2, max_
     redone with more nodes, up to ``max_nodes``, then in float64); a mixture's is its components' weighted by alpha, summed
     in log space."""
     comps = [q] if isinstance(q, kronvi.MeanField) else [kronvi.MeanField(lg) for lg in q.logits]
-    parts = [
-        _log_density(c, q_n, prior_w, prior_noise, Phi, y, tol=tol, max_nodes=max_nodes)
-        for c in comps
-    ]
+    parts = [_log_density(c, q_n, prior_w, prior_noise, Phi, y, tol=tol, max_nodes=max_nodes) for c in comps]
     lds = np.stack([np.asarray(p[0]) for p in parts])
     if isinstance(q, kronvi.Mixture):
         lds = np.asarray(jax.nn.logsumexp(np.asarray(q.log_weights)[:, None] + lds, axis=0))
@@ -517,7 +556,9 @@ def run_direct_default(setup: Setup):
     cfg = setup.cfg
     rmse, nlpd, err = setup.metrics(
         mean,
-        lambda P, y: discrete_log_density(q, q_n, pw, pn, P, y, tol=cfg.nlpd_tol, max_nodes=cfg.nlpd_max_nodes),
+        lambda P, y: discrete_log_density(
+            q, q_n, pw, pn, P, y, tol=cfg.nlpd_tol, max_nodes=cfg.nlpd_max_nodes
+        ),
         Phi_test,
     )
     return dict(
@@ -934,7 +975,9 @@ def parse_args(argv=None):
     )  # fmt: skip
     p.add_argument("--lb-tol", type=float, default=StudyConfig.lb_tol, help="L-BFGS gradient-norm tolerance")
     p.add_argument(
-        "--num-features", type=int, default=None,
+        "--num-features",
+        type=int,
+        default=None,
         help="b (even) of every method; default: 2000, and the default recipe's (direct-mf, exact-blr) by the "
         "training rows (kronvi.pipeline.default_num_frequencies: 4000 from 20,000 rows)",
     )
@@ -1027,7 +1070,9 @@ def check_outputs(args, folders) -> None:
         args.json, option="--json", inputs=inputs, overwrite=args.resume or args.overwrite, exists_hint=EXISTS_HINT
     )  # fmt: skip
     if args.log:
-        kronvi.check_output_path(args.log, option="--log", inputs=inputs + [pathlib.Path(args.json)], overwrite=True)
+        kronvi.check_output_path(
+            args.log, option="--log", inputs=inputs + [pathlib.Path(args.json)], overwrite=True
+        )
         if os.path.realpath(args.log) == os.path.realpath(args.json):
             raise ValueError(f"--log {args.log!r} is the --json file")
 
@@ -1083,7 +1128,14 @@ def main(argv=None):
                 progress=True if args.progress else None,
             )  # fmt: skip
             records.extend(recs)
-            write_json(out, records)
+            if args.resume:  # another --resume run may be writing to the same file: merge, never replace
+                write_merged(out, records)
+            else:
+                write_json(out, records)
+    except RefusedError as err:
+        if logf:
+            logf.close()
+        return study_cli.report("uci.py", err)
     except KeyboardInterrupt:
         kept = f"{len(records)} record(s) kept in {out}" if out.exists() else f"nothing written to {out}"
         log(f"# interrupted after {time.perf_counter() - t0:.0f}s: {kept}")
