@@ -156,16 +156,10 @@ def _jsonable(x):
 
 def study_settings(cfg: StudyConfig, *, seed: int, max_folds: int | None) -> dict:
     """The settings a record carries: everything that changes its numbers (not the dataset or method)."""
-    study = {
-        f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("direct", "default")
-    }
+    study = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("direct", "default")}
     return _jsonable(
         dict(
-            direct=cfg.direct._asdict(),
-            default=cfg.default._asdict(),
-            study=study,
-            seed=seed,
-            max_folds=max_folds,
+            direct=cfg.direct._asdict(), default=cfg.default._asdict(), study=study, seed=seed, max_folds=max_folds
         )
     )
 
@@ -501,9 +495,7 @@ def _log_density(q, q_n, prior_w, prior_noise, Phi, y, *, tol, max_nodes):
     meet ``tol`` in neither (far-tail points below the rounding floor) keep their best value and its bound,
     which the record reports as ``nlpd_max_rel_error``."""
     try:
-        ld, err = kronvi.predictive_log_density(
-            q, q_n, prior_w, prior_noise, Phi, y, rtol=tol, max_nodes=max_nodes
-        )
+        ld, err = kronvi.predictive_log_density(q, q_n, prior_w, prior_noise, Phi, y, rtol=tol, max_nodes=max_nodes)
     except kronvi.DensityToleranceError as e:
         ld, err = e.log_density, e.rel_error_bound
     return np.array(ld, np.float64), np.array(err, np.float64)
@@ -515,7 +507,10 @@ def discrete_log_density(q, q_n, prior_w, prior_noise, Phi, y, *, tol=1e-2, max_
     redone with more nodes, up to ``max_nodes``, then in float64); a mixture's is its components' weighted by alpha, summed
     in log space."""
     comps = [q] if isinstance(q, kronvi.MeanField) else [kronvi.MeanField(lg) for lg in q.logits]
-    parts = [_log_density(c, q_n, prior_w, prior_noise, Phi, y, tol=tol, max_nodes=max_nodes) for c in comps]
+    parts = [
+        _log_density(c, q_n, prior_w, prior_noise, Phi, y, tol=tol, max_nodes=max_nodes)
+        for c in comps
+    ]
     lds = np.stack([np.asarray(p[0]) for p in parts])
     if isinstance(q, kronvi.Mixture):
         lds = np.asarray(jax.nn.logsumexp(np.asarray(q.log_weights)[:, None] + lds, axis=0))
@@ -556,9 +551,7 @@ def run_direct_default(setup: Setup):
     cfg = setup.cfg
     rmse, nlpd, err = setup.metrics(
         mean,
-        lambda P, y: discrete_log_density(
-            q, q_n, pw, pn, P, y, tol=cfg.nlpd_tol, max_nodes=cfg.nlpd_max_nodes
-        ),
+        lambda P, y: discrete_log_density(q, q_n, pw, pn, P, y, tol=cfg.nlpd_tol, max_nodes=cfg.nlpd_max_nodes),
         Phi_test,
     )
     return dict(
@@ -975,9 +968,7 @@ def parse_args(argv=None):
     )  # fmt: skip
     p.add_argument("--lb-tol", type=float, default=StudyConfig.lb_tol, help="L-BFGS gradient-norm tolerance")
     p.add_argument(
-        "--num-features",
-        type=int,
-        default=None,
+        "--num-features", type=int, default=None,
         help="b (even) of every method; default: 2000, and the default recipe's (direct-mf, exact-blr) by the "
         "training rows (kronvi.pipeline.default_num_frequencies: 4000 from 20,000 rows)",
     )
@@ -1070,9 +1061,7 @@ def check_outputs(args, folders) -> None:
         args.json, option="--json", inputs=inputs, overwrite=args.resume or args.overwrite, exists_hint=EXISTS_HINT
     )  # fmt: skip
     if args.log:
-        kronvi.check_output_path(
-            args.log, option="--log", inputs=inputs + [pathlib.Path(args.json)], overwrite=True
-        )
+        kronvi.check_output_path(args.log, option="--log", inputs=inputs + [pathlib.Path(args.json)], overwrite=True)
         if os.path.realpath(args.log) == os.path.realpath(args.json):
             raise ValueError(f"--log {args.log!r} is the --json file")
 

@@ -427,9 +427,7 @@ def _one_error_line(err, message):
         (["--methods", "elrg-0"], "ranks must be in [1, --num-features (16)]"),
     ],
 )
-def test_bad_options_are_one_line_errors_before_any_compute(
-    study, tmp_path, no_compute, capsys, extra, message
-):
+def test_bad_options_are_one_line_errors_before_any_compute(study, tmp_path, no_compute, capsys, extra, message):
     data, _, _ = study
     out = tmp_path / "out.json"
     assert uci.main(_argv(data, out, *extra)) == 2
@@ -439,10 +437,7 @@ def test_bad_options_are_one_line_errors_before_any_compute(
 
 def test_every_bad_option_gets_its_own_line(study, tmp_path, no_compute, capsys):
     data, _, _ = study
-    assert (
-        uci.main(_argv(data, tmp_path / "o.json", "--max-folds", "0", "--sgd-steps", "0", "--seed", "-2"))
-        == 2
-    )
+    assert uci.main(_argv(data, tmp_path / "o.json", "--max-folds", "0", "--sgd-steps", "0", "--seed", "-2")) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 3
     with pytest.raises(SystemExit) as exit_info:  # argparse's own errors: one line too, no usage block
         uci.main(_argv(data, tmp_path / "o.json", "--lb-precision", "float16"))
