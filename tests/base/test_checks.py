@@ -228,3 +228,19 @@ def test_as_working_array_names_overflow_of_the_working_dtype_and_refuses_comple
 def test_as_working_array_skips_value_checks_under_jit():
     f = jax.jit(lambda x: checks.as_working_array(x, "X", jnp.float32))
     assert f(jnp.ones(3)).dtype == jnp.float32
+
+
+def test_errors_name_puts_the_users_argument_first():
+    with pytest.raises(
+        ValueError, match=r"^`config.width`=1e\+300 is out of range for this data: `scale` contains 1 NaN"
+    ):
+        with checks.errors_name("config.width", 1e300):
+            kronvi.gaussian_prior(3, jnp.inf)
+    with pytest.raises(ValueError, match=r"^`noise_span`=2 is out of range for this data: boom$"):
+        with checks.errors_name("noise_span", 2):
+            raise FloatingPointError("boom")
+    with pytest.raises(TypeError, match="untouched"):  # other errors pass through as they are
+        with checks.errors_name("x", 1):
+            raise TypeError("untouched")
+    with checks.errors_name("x", 1):
+        pass

@@ -14,6 +14,7 @@ checks pass under `jax.transfer_guard_device_to_host("disallow")`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import operator
@@ -192,6 +193,22 @@ def as_working_array(x: ArrayLike, name: str, dtype) -> jax.Array:
             f"float64 (`dtype=jnp.float64` with `jax_enable_x64`) or rescale `{name}`"
         )
     return out
+
+
+@contextlib.contextmanager
+def errors_name(argument: str, value: Any):
+    """Runs the block; a `ValueError` or `FloatingPointError` raised in it (by a helper validating an
+    internal argument it was handed, `values`, `center`, `spread`, ...) becomes a `ValueError` that
+    names the user's `argument` and its `value` first and keeps the helper's message after it:
+
+    >>> with errors_name("config.width", 1e300):  # doctest: +SKIP
+    ...     prior_w = gaussian_prior(b, scale, width=config.width)
+    ValueError: `config.width`=1e+300 is out of range for this data: `values` contains 30000 NaN ...
+    """
+    try:
+        yield
+    except (ValueError, FloatingPointError) as e:
+        raise ValueError(f"`{argument}`={value!r} is out of range for this data: {e}") from None
 
 
 def check_positive(x: Any, name: str) -> None:
