@@ -429,7 +429,7 @@ def _limited(seconds, gib):
     return dict(timeout=seconds, preexec_fn=apply)
 
 
-@case("memory", "DirectRegressor(n_frequencies=20000) on 50 rows: a clear error naming n_frequencies (child: 120 s, 8 GiB)",
+@case("memory", "DirectRegressor(n_frequencies=20000) on 50 rows: a clear error naming n_frequencies (child: 120 s, 3 GiB address space)",
       pending="sklearn.py / pipeline.py", fast=False)  # fmt: skip
 def _(tmp):
     code = (
@@ -438,7 +438,7 @@ def _(tmp):
         "except (ValueError, MemoryError) as e:\n    print(type(e).__name__, e)\n"
     )
     try:
-        done = run([sys.executable, "-c", code], **_limited(120, 8), env=env(KRONVI_MEMORY_LIMIT="4G"))
+        done = run([sys.executable, "-c", code], **_limited(120, 3), env=env(KRONVI_MEMORY_LIMIT="4G"))
     except subprocess.TimeoutExpired:
         return False, "no answer within 120 s (killed)"
     ok = done.returncode == 0 and "n_frequencies" in done.stdout and "Unable to allocate" not in done.stdout

@@ -291,18 +291,26 @@ def test_load_csv_names_an_over_long_field_and_its_line(tmp_path):
         kronvi.load_csv(p)
 
 
-def test_gzip_inflating_past_the_cap_is_refused_before_it_is_read(tmp_path):
+def test_gzip_inflating_past_the_cap_is_refused_before_it_is_parsed(tmp_path):
     g = tmp_path / "bomb.csv.gz"
     with gzip.open(g, "wb") as f:
-        row = b"0,0,0,0\n" * 2**17  # 1 MiB
-        for _ in range(64):
+        row = b"0,0,0,0\n" * 2**15  # 256 KiB
+        for _ in range(16):
             f.write(row)
-    assert g.stat().st_size < 2**20 // 4
-    with pytest.raises(ValueError, match=r"bomb\.csv\.gz.*inflate to more than `max_inflated_bytes`=4194304"):
-        kronvi.load_csv(g, max_inflated_bytes=2**22)
+    assert g.stat().st_size < 2**20 // 16
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            ValueError, match=r"bomb\.csv\.gz.*inflate to more than `max_inflated_bytes`=1048576"
+        ):
+            kronvi.load_csv(g, max_inflated_bytes=2**20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 2**20  # inflated by the first pass in 256 KiB pieces, never parsed nor kept
     X, y = kronvi.load_csv(g, max_inflated_bytes=None)
-    assert X.shape == (64 * 2**17, 3)
-    assert kronvi.load_csv(g)[1].shape == (64 * 2**17,)  # the default (1 GiB) takes 64 MiB
+    assert X.shape == (16 * 2**15, 3)
+    assert kronvi.load_csv(g)[1].shape == (16 * 2**15,)  # the default (1 GiB) takes 4 MiB
     folder = _write_uci(tmp_path / "u", GOOD_DATA, GOOD_MASK)
     with pytest.raises(ValueError, match=r"data\.csv\.gz.*max_inflated_bytes`=10 "):
         kronvi.load_uci(folder, max_inflated_bytes=10)

@@ -132,30 +132,60 @@ class _Capped(io.RawIOBase):
         n = self._raw.readinto(buffer)
         self._count += n or 0
         if self._count > self._limit:
-            raise ValueError(
-                f"{self._name}: the gzip data inflate to more than `max_inflated_bytes`={self._limit} bytes "
-                f"(a compression bomb, or a larger table than expected: pass a larger `max_inflated_bytes`, "
-                f"or None for no limit, if you trust the file)"
-            )
+            raise _too_big(self._name, self._limit)
         return n
 
 
+def _too_big(name: str, limit: int) -> ValueError:
+    return ValueError(
+        f"{name}: the gzip data inflate to more than `max_inflated_bytes`={limit} bytes (a compression "
+        "bomb, or a larger table than expected: pass a larger `max_inflated_bytes`, or None for no limit, "
+        "if you trust the file)"
+    )
+
+
+def _corrupt(name: str, e: BaseException, where: str = "") -> ValueError:
+    return ValueError(f"{name}: truncated or corrupt gzip data{where} ({type(e).__name__}: {e})")
+
+
+def _check_inflated_size(f, name: str, limit: int) -> None:
+    """Inflates the gzip data of the seekable binary file `f` without keeping them (fast, constant
+    memory) and raises as soon as they pass `limit` bytes; then seeks `f` back."""
+    start = f.tell()
+    total = 0
+    try:
+        with gzip.GzipFile(fileobj=f, mode="rb") as gz:
+            while chunk := gz.read(2**18):
+                total += len(chunk)
+                if total > limit:
+                    raise _too_big(name, limit)
+    except (EOFError, OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise _corrupt(name, e) from None
+    f.seek(start)
+
+
 def _open_text(source, name: str, max_inflated_bytes: int | None, stack: contextlib.ExitStack):
-    """A text stream of a path or a binary file-like object: gzip (by its magic bytes) decompressed, at
-    most `max_inflated_bytes` of it, UTF-8 with an optional byte-order mark."""
+    """A text stream of a path or a binary file-like object: gzip (by its magic bytes) decompressed,
+    after a first pass has found that it inflates to at most `max_inflated_bytes` (a bomb is refused in
+    the seconds its inflating takes, before any parsing), UTF-8 with an optional byte-order mark."""
     if hasattr(source, "read"):
         if isinstance(source, io.TextIOBase):
             return source
-        raw = source
+        f = source if getattr(source, "seekable", lambda: False)() else io.BytesIO(source.read())
     else:
         path = os.fspath(source)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{name}: no such file {path!r}")
-        raw = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - closed by the stack
-    raw = stack.enter_context(io.BufferedReader(_Unclosed(raw)))
-    if raw.peek(2)[:2] == b"\x1f\x8b":
-        raw = gzip.GzipFile(fileobj=raw, mode="rb")
+        f = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - closed by the stack
+    start = f.tell()
+    magic = f.read(2)
+    f.seek(start)
+    raw = stack.enter_context(io.BufferedReader(_Unclosed(f)))  # closing it leaves the caller's `f` open
+    if magic == b"\x1f\x8b":
         if max_inflated_bytes is not None:
+            _check_inflated_size(f, name, max_inflated_bytes)
+        raw = gzip.GzipFile(fileobj=raw, mode="rb")
+        if max_inflated_bytes is not None:  # the file may have grown since the first pass
             raw = io.BufferedReader(_Capped(raw, max_inflated_bytes, name))
     return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
 
@@ -198,9 +228,7 @@ def _rows(text, name: str):
         except UnicodeDecodeError as e:
             raise ValueError(f"{name} is not UTF-8 text (after line {reader.line_num}: {e.reason})") from None
         except (EOFError, OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-            raise ValueError(
-                f"{name}: truncated or corrupt gzip data after line {reader.line_num} ({type(e).__name__}: {e})"
-            ) from None
+            raise _corrupt(name, e, f" after line {reader.line_num}") from None
         except csv.Error as e:
             if "field larger than field limit" in str(e):
                 raise ValueError(
