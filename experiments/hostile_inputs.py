@@ -424,11 +424,17 @@ def _(tmp):
     return ok and "Unable to allocate" not in done.stderr, what
 
 
-def _limited(seconds, gib):
-    def apply():
-        resource.setrlimit(resource.RLIMIT_AS, (gib * 2**30, gib * 2**30))
-
-    return dict(timeout=seconds, preexec_fn=apply)
+def run_limited(cmd, seconds, gib, **kw):
+    """``run`` with the child's address space capped at ``gib`` GiB (set as it starts: ``prlimit``)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    resource.prlimit(proc.pid, resource.RLIMIT_AS, (gib * 2**30, gib * 2**30))
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @case("memory", "DirectRegressor(n_frequencies=20000) on 50 rows: a clear error naming n_frequencies (child: 120 s, 3 GiB address space)",
@@ -440,7 +446,7 @@ def _(tmp):
         "except (ValueError, MemoryError) as e:\n    print(type(e).__name__, e)\n"
     )
     try:
-        done = run([sys.executable, "-c", code], **_limited(120, 3), env=env(KRONVI_MEMORY_LIMIT="4G"))
+        done = run_limited([sys.executable, "-c", code], 120, 3, env=env(KRONVI_MEMORY_LIMIT="4G"))
     except subprocess.TimeoutExpired:
         return False, "no answer within 120 s (killed)"
     ok = done.returncode == 0 and "n_frequencies" in done.stdout and "Unable to allocate" not in done.stdout
@@ -491,6 +497,8 @@ def main(argv=None):
     p.add_argument("--only", help="run only the cases whose group or text contain this")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = p.parse_args(argv)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # started in the background by a shell: the
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # children get Ctrl-C's default again
     if args.out:
         kronvi.check_output_path(args.out, option="--out", overwrite=args.overwrite, exists_hint="pass --overwrite")
     cases = [c for c in CASES if not args.only or args.only in c[0] or args.only in c[1]]
