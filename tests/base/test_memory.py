@@ -9,16 +9,21 @@ import pytest
 
 from kronvi._base import memory
 
+# The peak resident memory of this process's image (VmHWM), which starts afresh at exec; getrusage's
+# ru_maxrss would start at the pytest parent's size, inherited through fork.
 MEASURE = r"""
-import resource, sys, numpy as np, jax, kronvi
+import sys, numpy as np, jax, kronvi
+def hwm():
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmHWM:"))
 n, D = int(sys.argv[1]), int(sys.argv[2])
 rng = np.random.default_rng(0)
 X = rng.normal(size=(n, 3)); y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=n)
 fit = lambda D: kronvi.pipeline.fit_direct(jax.random.key(0), X, y, kronvi.pipeline.DirectConfig(num_frequencies=D))
 fit(4)  # jax and the programs' first compilation, outside the measured peak
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+base = hwm()
 fit(D)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base)
+print(hwm() - base)
 """
 
 
