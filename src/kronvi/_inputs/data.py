@@ -15,7 +15,7 @@ import io
 import itertools
 import os
 import zlib
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -180,7 +180,7 @@ def _open_text(source, name: str, max_inflated_bytes: int | None, stack: context
     start = f.tell()
     magic = f.read(2)
     f.seek(start)
-    raw = stack.enter_context(io.BufferedReader(_Unclosed(f)))  # closing it leaves the caller's `f` open
+    raw: Any = stack.enter_context(io.BufferedReader(_Unclosed(f)))  # closing it leaves the caller's `f` open
     if magic == b"\x1f\x8b":
         if max_inflated_bytes is not None:
             _check_inflated_size(f, name, max_inflated_bytes)
@@ -248,7 +248,7 @@ def _add_block(blocks, buf, lines, num_bad, first_bad):
     blocks.append(block)
     bad = ~np.isfinite(block)
     if bad.any():
-        if first_bad is None:
+        if num_bad == 0:
             r, c = np.argwhere(bad)[0]
             first_bad = (lines[r], int(c))
         num_bad += int(bad.sum())
@@ -290,8 +290,10 @@ def _read_table(source, name: str, *, header="never", max_inflated_bytes: int | 
                 f"{width}: fix the header or the rows"
             )
         block_rows = max(1, _BLOCK_VALUES // width)
-        blocks, buf, lines = [], [], []
-        num_bad, first_bad = 0, None
+        blocks: list[np.ndarray] = []
+        buf: list[list[float]] = []
+        lines: list[int] = []
+        num_bad, first_bad = 0, (0, 0)
         for line, r in itertools.chain([first], rows):
             if len(r) != width:
                 what = "the header" if head is not None else "the first row"
