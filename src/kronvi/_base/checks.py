@@ -201,9 +201,12 @@ def errors_name(argument: str, value: Any):
     internal argument it was handed, `values`, `center`, `spread`, ...) becomes a `ValueError` that
     names the user's `argument` and its `value` first and keeps the helper's message after it:
 
-    >>> with errors_name("config.width", 1e300):  # doctest: +SKIP
-    ...     prior_w = gaussian_prior(b, scale, width=config.width)
-    ValueError: `config.width`=1e+300 is out of range for this data: `values` contains 30000 NaN ...
+    >>> try:
+    ...     with errors_name("config.width", 1e300):  # around `gaussian_prior(b, scale, width=config.width)`
+    ...         raise ValueError("`values` contains 3 NaN or infinite value(s)")
+    ... except ValueError as e:
+    ...     print(e)
+    `config.width`=1e+300 is out of range for this data: `values` contains 3 NaN or infinite value(s)
     """
     try:
         yield
