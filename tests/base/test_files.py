@@ -1,5 +1,6 @@
 """The one rule for output files: checked before any compute, written atomically, permissions kept."""
 
+import errno
 import os
 import socket
 import stat
@@ -149,3 +150,22 @@ def test_temporaries_left_by_a_killed_writer_are_removed_at_the_next_write(tmp_p
     os.utime(other_host, (old, old))
     kronvi.write_atomic(tmp_path / "other.json", "y")
     assert not fresh.exists() and alive.exists() and other_host.exists()
+
+
+def test_without_hard_links_the_exclusive_create_falls_back_to_o_excl(tmp_path, monkeypatch):
+    def no_links(*args, **kwargs):
+        raise PermissionError(errno.EPERM, "hard links not supported")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = tmp_path / "out.json"
+    kronvi.write_atomic(path, "first", overwrite=False)
+    assert path.read_text() == "first" and os.listdir(tmp_path) == ["out.json"]
+    other = tmp_path / "other.json"
+
+    def racing(fh):  # another process creates the name while this one writes
+        fh.write(b"mine")
+        other.write_text("theirs")
+
+    with pytest.raises(FileExistsError):
+        kronvi.write_atomic(other, racing, overwrite=False)
+    assert other.read_text() == "theirs" and sorted(os.listdir(tmp_path)) == ["other.json", "out.json"]
