@@ -52,7 +52,8 @@ noise-grid choice, fit.
 The JSON is the table's only input (``experiments/render_uci.py``). Every record carries ``settings``, the
 configuration that made it; an existing JSON is extended only with --resume, and only by records of the same
 settings (--rerun-mismatched reruns the (dataset, method) pairs whose settings differ), or replaced with
---overwrite.
+--overwrite. Runs with --resume over other datasets may share one --json, started together: each write
+reads the file again under a lock on its folder and keeps the other runs' records (``write_merged``).
 
 Usage:
   python experiments/uci.py --datasets all --methods all --json experiments/results/uci.json \
@@ -65,7 +66,9 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import fcntl
 import functools
 import gzip
 import json
@@ -279,6 +282,37 @@ def write_json(path: pathlib.Path, records) -> None:
     """Writes ``records`` to ``path`` atomically, keeping an existing file's permissions
     (``kronvi.write_atomic``)."""
     kronvi.write_atomic(path, json.dumps(records, indent=1))
+
+
+@contextlib.contextmanager
+def folder_lock(folder: pathlib.Path):
+    """An exclusive ``flock`` on ``folder`` for the block: the runs that merge into one JSON of that
+    folder take turns (the lock goes with the process, so a killed run leaves no lock behind)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_merged(path: pathlib.Path, records: list[dict]) -> list[dict]:
+    """Writes ``records`` plus the records that other runs (``--resume`` runs over other datasets, started
+    together) wrote to ``path`` meanwhile: under ``folder_lock``, ``path`` is read again and each of its
+    records whose (dataset, method) pair is not in ``records`` is kept after them. Returns what was
+    written. If ``path`` no longer holds study records, ``records`` go to ``<stem>.<pid>.json`` beside it
+    and :class:`RefusedError` says so: no run's records are dropped."""
+    with folder_lock(path.parent if str(path.parent) else pathlib.Path(".")):
+        mine = {(r["dataset"], r["method"]) for r in records}
+        try:
+            theirs = read_records(path) if path.exists() else []
+        except RefusedError as e:
+            other = path.with_name(f"{path.stem}.{os.getpid()}{path.suffix or '.json'}")
+            write_json(other, records)
+            raise RefusedError(f"{e}; this run's {len(records)} record(s) are in {other}") from None
+        merged = records + [r for r in theirs if (r["dataset"], r["method"]) not in mine]
+        write_json(path, merged)
+    return merged
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1085,7 +1119,14 @@ def main(argv=None):
                 progress=True if args.progress else None,
             )  # fmt: skip
             records.extend(recs)
-            write_json(out, records)
+            if args.resume:  # another --resume run may be writing to the same file: merge, never replace
+                write_merged(out, records)
+            else:
+                write_json(out, records)
+    except RefusedError as err:
+        if logf:
+            logf.close()
+        return study_cli.report("uci.py", err)
     except KeyboardInterrupt:
         kept = f"{len(records)} record(s) kept in {out}" if out.exists() else f"nothing written to {out}"
         log(f"# interrupted after {time.perf_counter() - t0:.0f}s: {kept}")

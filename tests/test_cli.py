@@ -5,6 +5,7 @@ import io
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -248,13 +249,14 @@ def test_json_keeps_an_existing_files_permissions_and_new_files_follow_the_umask
     assert stat.S_IMODE(existing.stat().st_mode) == 0o664 and "folds" in json.loads(existing.read_text())
 
 
-def test_json_is_written_through_a_link_and_never_into_the_input(csv_path, tmp_path, fake_fold, capsys):
+def test_json_is_never_written_through_a_link_nor_into_the_input(csv_path, tmp_path, no_compute, capsys):
     target, link = tmp_path / "target.json", tmp_path / "link.json"
     target.write_text("{}")
     link.symlink_to(target)
     argv = ["fit", str(csv_path), "--folds", "3", "--max-folds", "1", "--force", "--json"]
-    assert cli.main([*argv, str(link)]) == 0
-    assert link.is_symlink() and "folds" in json.loads(target.read_text())  # the link stays a link
+    assert cli.main([*argv, str(link)]) == 2
+    assert "is a symbolic link" in _last_line(capsys.readouterr().err)
+    assert link.is_symlink() and target.read_text() == "{}"  # refused before any compute
     to_input = tmp_path / "to_input.json"
     to_input.symlink_to(csv_path)
     original = csv_path.read_bytes()
@@ -273,3 +275,96 @@ def test_ctrl_c_is_one_line_and_exit_130(csv_path, monkeypatch, capsys):
     except KeyboardInterrupt:
         pytest.fail("KeyboardInterrupt escaped main()")
     assert code == 130 and capsys.readouterr().err.strip().endswith("kronvi: interrupted")
+
+
+def _folds_then(monkeypatch, finished: int, stop):
+    """`run_fold` that finishes `finished` folds instantly, then calls `stop()` (raises or signals)."""
+    fields = {f: 0.0 for f in FoldResult._fields}
+    calls = []
+
+    def run_fold(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > finished:
+            stop()
+        return FoldRun(None, FoldResult(**{**fields, "rmse": 0.5 + len(calls), "nlpd": 1.0, "num_iter": 3}))
+
+    monkeypatch.setattr(cli, "run_fold", run_fold)
+
+
+def _raise_interrupt():
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    "stop, code, word",
+    [
+        (_raise_interrupt, 130, "interrupted"),
+        (lambda: os.kill(os.getpid(), signal.SIGTERM), 143, "terminated"),
+    ],
+)
+def test_an_interrupt_keeps_the_finished_folds_in_the_table_and_the_json(
+    csv_path, tmp_path, monkeypatch, capsys, stop, code, word
+):
+    _folds_then(monkeypatch, 2, stop)
+    out = tmp_path / "out.json"
+    handler = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["fit", str(csv_path), "--folds", "5", "--json", str(out)]) == code
+    assert signal.getsignal(signal.SIGTERM) is handler  # restored
+    captured = capsys.readouterr()
+    assert captured.err.strip().endswith(f"kronvi: {word}")
+    rows = [ln.split() for ln in captured.out.splitlines() if re.match(r"^\s+\d+\s+\d+\s", ln)]
+    assert [r[0] for r in rows] == ["0", "1"] and [float(r[2]) for r in rows] == [1.5, 2.5]
+    assert "interrupted after 2 of 5 folds" in captured.out
+    record = json.loads(out.read_text())
+    assert record["interrupted"] is True and record["settings"]["folds_run"] == 2
+    assert [f["rmse"] for f in record["folds"]] == [1.5, 2.5] and record["summary"]["rmse_mean"] == 2.0
+
+
+def test_an_interrupt_before_any_fold_finishes_writes_nothing(csv_path, tmp_path, monkeypatch, capsys):
+    _folds_then(monkeypatch, 0, _raise_interrupt)
+    out = tmp_path / "out.json"
+    assert cli.main(["fit", str(csv_path), "--folds", "3", "--json", str(out)]) == 130
+    assert not out.exists() and os.listdir(tmp_path) == ["toy.csv"]
+    assert "fold" not in capsys.readouterr().out.split("\n", 1)[1]  # no table
+
+
+def test_a_finished_run_records_that_it_was_not_interrupted(csv_path, tmp_path, fake_fold):
+    out = tmp_path / "out.json"
+    assert cli.main(["fit", str(csv_path), "--folds", "3", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["interrupted"] is False and record["settings"]["folds_run"] == 3
+
+
+def test_two_runs_racing_for_one_json_never_overwrite_each_other(csv_path, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out.json"
+
+    def other_run_finishes_first():  # another `kronvi fit --json out.json` started at the same time
+        out.write_text('{"other": "run"}')
+
+    calls = []
+    fields = {f: 0.0 for f in FoldResult._fields}
+
+    def run_fold(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            other_run_finishes_first()
+        return FoldRun(None, FoldResult(**{**fields, "rmse": 1.0, "num_iter": 1}))
+
+    monkeypatch.setattr(cli, "run_fold", run_fold)
+    assert cli.main(["fit", str(csv_path), "--folds", "3", "--json", str(out)]) == 2
+    assert json.loads(out.read_text()) == {"other": "run"}  # the other run's file is untouched
+    mine = tmp_path / f"out.{os.getpid()}.json"
+    assert f"created by another run while this one computed: this run's results are in {str(mine)!r}" in (
+        _last_line(capsys.readouterr().err)
+    )
+    assert len(json.loads(mine.read_text())["folds"]) == 3
+
+
+def test_num_features_beyond_the_memory_is_a_one_line_error_before_compute(
+    csv_path, no_compute, monkeypatch, capsys
+):
+    monkeypatch.setenv("KRONVI_MEMORY_LIMIT", "64M")
+    assert cli.main(["fit", str(csv_path), "--folds", "3", "--num-features", "2000"]) == 2
+    err = _last_line(capsys.readouterr().err)
+    assert re.match(r"kronvi: error: a fit with --num-features 2000 on 30 rows needs about [0-9.]+ MiB", err)
+    assert "more than the 64.0 MiB KRONVI_MEMORY_LIMIT: lower --num-features" in err

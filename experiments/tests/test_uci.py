@@ -266,6 +266,29 @@ def test_overwrite_replaces_the_json(existing):
     assert [r["method"] for r in json.loads(path.read_text())] == ["gauss-mf-exact"]
 
 
+def test_resume_runs_on_other_datasets_sharing_one_json_keep_each_others_records(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    for name in ("small", "other"):
+        _write_dataset(data / name, n=40)
+    out = tmp_path / "out.json"
+
+    def fake(folder, methods, cfg, *, settings, **kwargs):
+        if folder.name == "small":  # meanwhile, a run over 'other' started together writes its record
+            uci.write_merged(out, [dict(dataset="other", method="direct-mf", settings=settings)])
+        return [dict(dataset=folder.name, method=m, settings=settings) for m in methods]
+
+    monkeypatch.setattr(uci, "run_dataset", fake)
+    assert uci.main(_argv(data, out, "--resume", datasets="small")) == 0
+    pairs = [(r["dataset"], r["method"]) for r in json.loads(out.read_text())]
+    assert pairs == [("small", "direct-mf"), ("other", "direct-mf")]
+    out.write_text("[oops")  # someone broke the file meanwhile: this run's records go beside it
+    with pytest.raises(uci.RefusedError, match=r"out\.[0-9]+\.json"):
+        uci.write_merged(out, [dict(dataset="small", method="direct-mf")])
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("out.") and p.name != "out.json"]
+    assert json.loads(aside.read_text()) == [dict(dataset="small", method="direct-mf")]
+    assert out.read_text() == "[oops"
+
+
 def test_writes_are_atomic(tmp_path):
     path = tmp_path / "out.json"
     uci.write_json(path, [{"a": 1}])

@@ -7,9 +7,11 @@ With no arguments it uses the yacht data set shipped inside the package with its
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -19,6 +21,7 @@ import numpy as np
 
 from . import __version__
 from ._base.files import check_output_path, write_atomic
+from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine, format_eta
 from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
 from .pipeline import (
@@ -203,15 +206,54 @@ def _finite_or_none(x):
     return x
 
 
-def _write_json(path: str, obj):
-    """Writes strict JSON atomically (`kronvi.write_atomic`)."""
-    write_atomic(path, json.dumps(_finite_or_none(obj), indent=1, allow_nan=False) + "\n")
+def _write_json(path: str, obj, *, overwrite: bool):
+    """Writes strict JSON atomically (`kronvi.write_atomic`). Without `overwrite` the file is created only
+    if no file of that name exists then; if another run created it while this one computed, the results
+    go to a fresh name beside it (`out.<pid>.json`, else `kronvi-fit-<pid>.json`) and `FileExistsError`
+    says where: a run's results are never lost, nor written over another run's."""
+    text = json.dumps(_finite_or_none(obj), indent=1, allow_nan=False) + "\n"
+    try:
+        write_atomic(path, text, overwrite=overwrite)
+        return
+    except FileExistsError:
+        pass
+    root, ext = os.path.splitext(path)
+    for other in (
+        f"{root}.{os.getpid()}{ext or '.json'}",
+        os.path.join(os.path.dirname(path), f"kronvi-fit-{os.getpid()}.json"),
+    ):
+        try:
+            write_atomic(other, text, overwrite=False)
+        except OSError as e:
+            if e.errno in (errno.EEXIST, errno.ENAMETOOLONG):
+                continue
+            raise
+        raise FileExistsError(
+            f"--json {path!r} was created by another run while this one computed: this run's results are "
+            f"in {other!r}"
+        )
+    raise FileExistsError(
+        f"--json {path!r} was created by another run while this one computed: results not written"
+    )
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread as Ctrl-C raises `KeyboardInterrupt`."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
+EXIT_INTERRUPTED = {KeyboardInterrupt: 130, _Terminated: 143}  # 128 + SIGINT, 128 + SIGTERM
 
 
 def main(argv=None):
     """Runs `kronvi fit`. Errors in the user's input print `kronvi: error: <message>` and return 2
-    (`--debug`: the traceback). Ctrl-C prints `kronvi: interrupted` and returns 130; run as the program
-    (`argv` None) it then exits at once, without tearing down the interpreter under XLA's threads."""
+    (`--debug`: the traceback). Ctrl-C (SIGTERM) keeps the finished folds (their table, and `--json`
+    marked `"interrupted": true`), prints `kronvi: interrupted` (`terminated`) and returns 130 (143); run
+    as the program (`argv` None) it then exits at once, without tearing down the interpreter under XLA's
+    threads."""
     program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("fit", "-h", "--help", "--version"):
@@ -219,6 +261,8 @@ def main(argv=None):
     parser, fit_parser = _parsers()
     args = parser.parse_args(argv)
     _check_args(fit_parser, args)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         return _fit(args)
     except (ValueError, TypeError, OSError) as err:
@@ -226,13 +270,17 @@ def main(argv=None):
             raise
         sys.stderr.write(f"kronvi: error: {err}\n")
         return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("\nkronvi: interrupted\n")
+    except (KeyboardInterrupt, _Terminated) as stop:
+        code = EXIT_INTERRUPTED[type(stop)]
+        sys.stderr.write(f"\nkronvi: {'interrupted' if code == 130 else 'terminated'}\n")
         if program:
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(130)
-        return 130
+            os._exit(code)
+        return code
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _settings(args, config, num_folds: int, folds_run: int) -> dict:
@@ -295,6 +343,12 @@ def _fit(args):
         name = args.source
     folds = fold_indices(mask)
     K = mask.shape[1] if args.max_folds is None else min(args.max_folds, mask.shape[1])
+    b = args.num_features or 2 * default_num_frequencies(int(np.sum(folds != 0)))
+    check_memory(
+        regression_fit_bytes(len(y), b, dtype="float32"),
+        what=f"a fit with b = {b} features on {len(y)} rows",
+        argument="--num-features",
+    )
     config = DirectConfig(
         basis=args.basis,
         noise_cv=args.noise_cv,
@@ -303,7 +357,6 @@ def _fit(args):
         method=args.method,
         max_noise_recentres=args.noise_recentres,
     )
-    b = args.num_features or 2 * default_num_frequencies(int(np.sum(folds != 0)))
     print(
         f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={b}, "
         f"{args.levels}-level grid, basis={args.basis}, method={args.method}, {K} folds, "
@@ -320,6 +373,7 @@ def _fit(args):
     status = _Heartbeat(StatusLine())
     status.show(_fold_status(0, K, start))
     model = None
+    stop = None  # Ctrl-C or SIGTERM: the finished folds are printed and written, then it ends the run
     try:
         for k in range(K):
             tr, te = folds != k, folds == k
@@ -337,14 +391,18 @@ def _fit(args):
                 f"{res.num_iter:>5}"
             )
             status.show(_fold_status(k + 1, K, start, f"fold {k}: RMSE {res.rmse:.3f}"), final=k + 1 == K)
+    except (KeyboardInterrupt, _Terminated) as e:
+        stop = e
     finally:
         status.stop()
+    if stop is not None and not results:
+        raise stop
     s = summarize(results)
     print(header)
     print("\n".join(lines))
     if args.density_rows == 0:
         print("NLPD not computed (--no-density)")
-    elif any(r.nlpd_rows < n_test for r, n_test in zip(results, _test_rows(folds, K), strict=True)):
+    elif any(r.nlpd_rows < n_test for r, n_test in zip(results, _test_rows(folds, len(results)), strict=True)):
         print(f"NLPD on a random sample of at most {args.density_rows} test rows per fold (--density-rows)")
     print(
         f"mean RMSE {s['rmse_mean']:.4f} +- {s['rmse_sd']:.4f} | mean NLPD {s['nlpd_mean']:.3f} "
@@ -353,9 +411,18 @@ def _fit(args):
         f"{s['select_seconds_mean']:.2f}, fit {s['fit_seconds_mean']:.2f}"
         f" | total {time.perf_counter() - start:.1f}s"
     )
+    if stop is not None:
+        print(f"interrupted after {len(results)} of {K} folds: the table above holds the finished folds")
     if args.json is not None:
-        settings = _settings(args, config, mask.shape[1], K)
-        _write_json(args.json, {"settings": settings, "folds": [r._asdict() for r in results], "summary": s})
+        settings = _settings(args, config, mask.shape[1], len(results))
+        record = {"settings": settings, "interrupted": stop is not None}
+        record.update(folds=[r._asdict() for r in results], summary=s)
+        _write_json(args.json, record, overwrite=args.force)
+    if stop is not None:  # the last finished fold's model is kept too; no refit
+        if args.save is not None and not args.refit:
+            save_model(args.save, model)
+            print(f"saved the fold {len(results) - 1} model to {args.save}")
+        raise stop
     if args.save is not None:
         if args.refit:
             print(f"refitting on all {len(y)} rows for --save ...", flush=True)

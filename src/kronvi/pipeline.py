@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from ._base.checks import check_int, check_nonnegative_number, check_numeric
+from ._base.checks import check_int, check_nonnegative_number, check_numeric, errors_name
+from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine
 from ._fit.regression import METHODS, RegressionFit, fit_regression
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
@@ -103,6 +104,7 @@ __all__ = [
     "fit_prepared",
     "fold_features",
     "fit_direct",
+    "check_fit_memory",
     "StreamState",
     "stream_init",
     "stream_update",
@@ -595,6 +597,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     """`prepare_fold` with a checked, resolved `config` and `progress` a callable or None."""
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     t0 = time.perf_counter()
+    check_fit_memory(np.shape(X)[0], config, dtype=dtype)
     if _traced((X, y)):  # inside a jit or vmap: standardize in the working dtype
         X = jnp.asarray(X, dtype)
         std = fit_standardizer(X)
@@ -612,7 +615,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp)
     t1 = time.perf_counter()
     _stage(progress, "statistics", 0, Xs.shape[0])
-    num_frequencies = _num_frequencies(config, X.shape[0])
+    num_frequencies = _num_frequencies(config, Xs.shape[0])
     feats = rff_init(k_rff, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling)
     fmap = functools.partial(rff_features, feats)
     cv_stats = None
@@ -632,12 +635,27 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
             stats = _stats_in_blocks(fmap, Xs, yc, chunk_size=config.chunk_size, progress=progress)
         s2 = hyper.noise_variance
         b = 2 * num_frequencies
-        prior_w = gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
+        with errors_name("config.width", config.width):
+            prior_w = gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
     _block((stats, prior_w))
     t2 = time.perf_counter()
     return PreparedFold(
         std, y_offset, Xs, yc, hyper, gp_info, feats, stats, cv_stats, prior_w, k_fit, t1 - t0, t2 - t1,
         basis, s2, prior_scale, y_scale,
+    )  # fmt: skip
+
+
+def check_fit_memory(
+    num_rows: int, config: DirectConfig, *, dtype: DTypeLike = jnp.float32, argument: str = "config.num_frequencies"
+) -> None:
+    """Raises a `MemoryError` (also a `ValueError`) naming `argument` before any compute when the peak of a
+    fit of `num_rows` rows with `config`'s features would exceed the memory available (or the limit in the
+    `KRONVI_MEMORY_LIMIT` environment variable, e.g. `8G`, `none` for no check). `fit_direct` calls it."""
+    config = resolve_config(config)
+    b = 2 * _num_frequencies(config, num_rows)
+    check_memory(
+        regression_fit_bytes(num_rows, b, dtype=dtype, chunk_size=config.chunk_size),
+        what=f"a fit with b = {b} features on {num_rows} rows", argument=argument,
     )  # fmt: skip
 
 
@@ -840,7 +858,8 @@ def _eigen_grids(stats, basis, scale64, noise64, config, dtype):
     scale, s2 = spectral_evidence_optimum(
         basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale64, noise64
     )
-    prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
+    with errors_name("config.width", config.width):
+        prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
     stats, basis, scale, s2, values, log_probs = _cast(
         (stats, basis, scale, s2, prior_w.values, prior_w.log_probs), dtype
     )
@@ -915,13 +934,17 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     t2 = time.perf_counter()
     cv = None
     if config.noise_cv:
+        with errors_name("config.noise_cv", config.noise_cv):
+            for s in config.noise_cv:  # every candidate grid is valid for this data
+                noise_prior_for_span(s2, s, config.noise_levels)
         span, prior_n, cv = choose_noise_prior(
             fold.cv_stats, fold.prior_w, s2, config.noise_cv, levels=config.noise_levels,  # type: ignore[arg-type]  # set with noise_cv
             criterion=config.cv_criterion, max_iter=config.cv_max_iter,
         )  # fmt: skip
     else:
         span = float(config.noise_span)  # type: ignore[arg-type]  # resolved: set
-        prior_n = noise_prior_for_span(s2, span, config.noise_levels)
+        with errors_name("config.noise_span", config.noise_span):
+            prior_n = noise_prior_for_span(s2, span, config.noise_levels)
     t3 = time.perf_counter()
     q_w, q_n, info, prior_n, recentres = _fit_with_noise_recentring(
         fold.stats, fold.prior_w, prior_n, config._replace(noise_span=span), key=fold.key
@@ -1071,8 +1094,9 @@ def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Pre
         variances.append(np.asarray(v, np.float64)[: rows.shape[0]])
     mean = np.concatenate(means) if means else np.zeros(0)
     var = np.concatenate(variances) if variances else np.zeros(0)
-    scale = float(model.y_scale)
-    return Prediction(np.float64(model.y_offset) + scale * mean, scale**2 * var)
+    scale = np.float64(model.y_scale)
+    with np.errstate(over="ignore"):  # targets near 1e160 and beyond: a variance past float64's range is inf
+        return Prediction(np.float64(model.y_offset) + scale * mean, var * scale * scale)
 
 
 def _chunked(fn, Xs, chunk_size):
@@ -1245,6 +1269,7 @@ def stream_init(
     t0 = time.perf_counter()
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     X64, y64 = _host_xy(X, y)
+    check_fit_memory(X64.shape[0], config, dtype=dtype)
     std = fit_standardizer_host(X64)
     Xs = jnp.asarray(standardize_host(std, X64, dtype))
     shift, unit = target_moments(y64)

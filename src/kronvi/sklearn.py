@@ -68,6 +68,7 @@ from .logistic._predict import target_error
 from .pipeline import (
     BASES,
     DirectConfig,
+    check_fit_memory,
     fit_direct,
     fit_prepared,
     fold_features,
@@ -368,6 +369,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         X, y = self._validate(X, y, reset=True)
         _check_gp_targets(y, self.lengthscale)
         self.__dict__.pop("_stream", None)
+        check_fit_memory(X.shape[0], config, dtype=self._jax_dtype(), argument="n_frequencies")
         with self._precision():
             fit = fit_direct(self._key(), X, y, config, dtype=self._jax_dtype())
         self.n_samples_seen_ = X.shape[0]
@@ -388,6 +390,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         config = self._config(stream=True)
         X, y = self._validate(X, y, reset=True)
         _check_gp_targets(y, self.lengthscale)
+        check_fit_memory(X.shape[0], config, dtype=self._jax_dtype(), argument="n_frequencies")
         with self._precision():
             self._stream = stream_init(self._key(), X, y, config, dtype=self._jax_dtype())
         self.n_samples_seen_ = 0

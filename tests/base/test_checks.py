@@ -199,3 +199,48 @@ def test_non_numeric_arrays_get_a_named_error(call, match):
     argument to ... as an abstract array") or NumPy."""
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_as_working_array_names_overflow_of_the_working_dtype_and_refuses_complex():
+    X = np.ones((10, 3))
+    X[:6, 1], X[6:, 2] = 1e300, -2e300
+    with pytest.raises(ValueError, match=r"^`X` has 10 finite value\(s\) beyond the range of float32 "
+                       r"\(largest magnitude 2e\+300; float32 holds up to 3\.403e\+38\)"):  # fmt: skip
+        checks.as_working_array(X, "X", jnp.float32)
+    X[0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"^`X` contains 1 NaN or infinite value\(s\)$"):
+        checks.as_working_array(X, "X", jnp.float32)
+    with pytest.raises(ValueError, match="^`X` must hold real numbers, got dtype complex128"):
+        checks.as_working_array(np.ones((2, 2)) + 1j, "X", jnp.float32)
+    with pytest.raises(TypeError, match="floating dtype"):
+        checks.as_working_array(np.ones(2), "X", jnp.int32)
+    out = checks.as_working_array(np.array([[1, 2]]), "X", jnp.float32)
+    assert out.dtype == jnp.float32 and out.tolist() == [[1.0, 2.0]]
+    big = np.full((2, 2), 1e30)  # large but inside float32's range: kept
+    np.testing.assert_allclose(checks.as_working_array(big, "X", jnp.float32), big, rtol=1e-7)
+    with jax.enable_x64(True):
+        X[0, 0] = 1.0
+        assert checks.as_working_array(X, "X", jnp.float64).dtype == jnp.float64
+        with pytest.raises(ValueError, match="beyond the range of float32"):
+            checks.as_working_array(jnp.asarray(X), "X", jnp.float32)  # a float64 device array
+
+
+def test_as_working_array_skips_value_checks_under_jit():
+    f = jax.jit(lambda x: checks.as_working_array(x, "X", jnp.float32))
+    assert f(jnp.ones(3)).dtype == jnp.float32
+
+
+def test_errors_name_puts_the_users_argument_first():
+    with pytest.raises(
+        ValueError, match=r"^`config.width`=1e\+300 is out of range for this data: `scale` contains 1 NaN"
+    ):
+        with checks.errors_name("config.width", 1e300):
+            kronvi.gaussian_prior(3, jnp.inf)
+    with pytest.raises(ValueError, match=r"^`noise_span`=2 is out of range for this data: boom$"):
+        with checks.errors_name("noise_span", 2):
+            raise FloatingPointError("boom")
+    with pytest.raises(TypeError, match="untouched"):  # other errors pass through as they are
+        with checks.errors_name("x", 1):
+            raise TypeError("untouched")
+    with checks.errors_name("x", 1):
+        pass

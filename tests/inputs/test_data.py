@@ -1,5 +1,6 @@
 import gzip
 import pathlib
+import tracemalloc
 
 import jax
 import jax.numpy as jnp
@@ -267,3 +268,74 @@ def test_truncated_or_corrupt_gzip_names_the_file(tmp_path):
     mask.write_bytes(mask.read_bytes()[:-6])
     with pytest.raises(ValueError, match=r"test_mask\.csv\.gz.*truncated or corrupt gzip"):
         kronvi.load_uci(folder)
+
+
+def test_load_csv_refuses_a_header_of_another_width_naming_the_lines(tmp_path):
+    p = tmp_path / "h.csv"
+    for text, got in [("a,b\n1,2,3\n4,5,6\n", "has 2 fields but line 2 has 3"),
+                      ("a,b,c,d\n1,2,3\n", "has 4 fields but line 2 has 3")]:  # fmt: skip
+        p.write_text(text)
+        with pytest.raises(ValueError, match=rf"the header \(line 1\) {got}"):
+            kronvi.load_csv(p)
+        with pytest.raises(ValueError, match=rf"the header \(line 1\) {got}"):
+            kronvi.load_csv(p, header=True)
+    p.write_text("a,b,y\n1,2,3\n4,5\n")
+    with pytest.raises(ValueError, match="ragged rows: line 3 has 2 fields, the header has 3"):
+        kronvi.load_csv(p)
+
+
+def test_load_csv_names_an_over_long_field_and_its_line(tmp_path):
+    p = tmp_path / "long.csv"
+    p.write_text("1,2,3\n4," + "5" * 200_000 + ",6\n")
+    with pytest.raises(ValueError, match=r"line 2 has a field longer than 131072 characters"):
+        kronvi.load_csv(p)
+
+
+def test_gzip_inflating_past_the_cap_is_refused_before_it_is_parsed(tmp_path):
+    g = tmp_path / "bomb.csv.gz"
+    with gzip.open(g, "wb") as f:
+        row = b"0,0,0,0\n" * 2**15  # 256 KiB
+        for _ in range(16):
+            f.write(row)
+    assert g.stat().st_size < 2**20 // 16
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            ValueError, match=r"bomb\.csv\.gz.*inflate to more than `max_inflated_bytes`=1048576"
+        ):
+            kronvi.load_csv(g, max_inflated_bytes=2**20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 2**20  # inflated by the first pass in 256 KiB pieces, never parsed nor kept
+    X, y = kronvi.load_csv(g, max_inflated_bytes=None)
+    assert X.shape == (16 * 2**15, 3)
+    assert kronvi.load_csv(g)[1].shape == (16 * 2**15,)  # the default (1 GiB) takes 4 MiB
+    folder = _write_uci(tmp_path / "u", GOOD_DATA, GOOD_MASK)
+    with pytest.raises(ValueError, match=r"data\.csv\.gz.*max_inflated_bytes`=10 "):
+        kronvi.load_uci(folder, max_inflated_bytes=10)
+    for bad in (-1, 1.5, True, "1"):
+        with pytest.raises(ValueError, match="`max_inflated_bytes` must be an int >= 0 or None"):
+            kronvi.load_csv(g, max_inflated_bytes=bad)
+
+
+def test_load_csv_streams_with_memory_bounded_by_the_table(tmp_path):
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(100_000, 8))
+    p = tmp_path / "big.csv"
+    np.savetxt(p, data, delimiter=",", fmt="%.17g")  # 18 MB of text, 6.4 MB of float64
+    tracemalloc.start()
+    try:
+        X, y = kronvi.load_csv(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(np.column_stack([X, y]), data)
+    assert peak < 4 * data.nbytes, (peak, data.nbytes)  # the table, its blocks and its two outputs
+
+
+def test_not_utf8_and_nul_bytes_are_one_line_errors(tmp_path):
+    p = tmp_path / "b.csv"
+    p.write_bytes(b"1,2,3\n4,\xff,6\n")
+    with pytest.raises(ValueError, match=r"is not UTF-8 text"):
+        kronvi.load_csv(p)

@@ -544,3 +544,41 @@ def test_a_pipeline_model_saved_as_a_direct_model_still_loads_and_predicts():
     assert np.asarray(codes).tolist() == [
         [7, 7, 7, 7, 8, 7, 9, 8], [7, 7, 6, 7, 8, 8, 8, 8], [8, 5, 8, 5, 7, 5, 6, 8]
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("field", ["q_w", "prior_w", "q_noise"])
+def test_save_refuses_what_load_would_refuse(tmp_path, field):
+    model = make_model(np.float32)
+    leaf = "values" if field.startswith("prior") else "logits"
+    bad = model._replace(
+        **{field: jax.tree.map(lambda a: jnp.asarray(a).at[0, 0].set(jnp.nan), getattr(model, field))}
+    )
+    with pytest.raises(
+        ValueError, match=f"^cannot save `model`: `load_model` would refuse .*`{leaf}` contains 1 NaN"
+    ):
+        kronvi.save_model(tmp_path / "m.npz", bad)
+    assert not os.listdir(tmp_path)  # nothing written that could not be read back
+
+
+def test_save_refuses_devices_pipes_and_links_and_load_refuses_pipes_without_blocking(tmp_path):
+    model = make_model(np.float32)
+    fifo = tmp_path / "pipe.npz"
+    os.mkfifo(fifo)
+    good = tmp_path / "good.npz"
+    kronvi.save_model(good, model)
+    link = tmp_path / "link.npz"
+    link.symlink_to(good)
+    before = good.read_bytes()
+    for path, message in [
+        ("/dev/null", "is a device"),
+        (fifo, "is a named pipe"),
+        (link, "is a symbolic link"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            kronvi.save_model(path, model)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert link.is_symlink() and good.read_bytes() == before
+    for path in (fifo, "/dev/zero"):  # opening the pipe, or reading the device, would never end
+        with pytest.raises(ValueError, match="not a regular file"):
+            kronvi.load_model(path)
+    assert_same_tree(kronvi.load_model(link), kronvi.load_model(good))  # reading through a link is fine

@@ -14,6 +14,7 @@ checks pass under `jax.transfer_guard_device_to_host("disallow")`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import operator
@@ -157,6 +158,60 @@ def check_finite(x: Any, name: str) -> None:
     """`ValueError` naming `name` when a concrete `x` holds NaN or inf; skipped for tracers."""
     if is_concrete(x) and x.size and not all_finite(x):
         raise ValueError(f"`{name}` contains {num_nonfinite(x)} NaN or infinite value(s)")
+
+
+def as_working_array(x: ArrayLike, name: str, dtype) -> jax.Array:
+    """`x` as a JAX array of the floating working `dtype`, refusing what the cast would hide.
+
+    Strings, objects and complex numbers are a `ValueError` naming `name` (a cast would drop the
+    imaginary part). For concrete data, NaN or inf in `x` is a `ValueError` counting them, and finite
+    values beyond the range of `dtype` (near `1e300` for float32) a `ValueError` naming the dtype, its
+    largest value and the largest magnitude in `x`, instead of the infinities the cast makes of them.
+    NumPy data is cast by NumPy (no program to compile); tracers are cast without value checks.
+    """
+    check_numeric(x, name)
+    dtype = jnp.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"`dtype` must be a floating dtype, got {dtype}")
+    if not is_concrete(x):
+        return jnp.asarray(x, dtype)
+    src = x if isinstance(x, jax.Array) else np.asarray(x)
+    if isinstance(src, np.ndarray):
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond the dtype's range: named below
+            out = jnp.asarray(src.astype(dtype, copy=False))
+    else:
+        out = jnp.asarray(src, dtype)
+    if out.size and not all_finite(out):
+        src_float = jnp.issubdtype(src.dtype, jnp.floating)
+        bad_src = num_nonfinite(src) if src_float else 0
+        if bad_src:
+            raise ValueError(f"`{name}` contains {bad_src} NaN or infinite value(s)")
+        largest = float(reduce_concrete(lambda h: np.max(np.abs(h)), lambda a: jnp.max(jnp.abs(a)), src))
+        raise ValueError(
+            f"`{name}` has {num_nonfinite(out)} finite value(s) beyond the range of {dtype.name} (largest "
+            f"magnitude {largest:.4g}; {dtype.name} holds up to {float(jnp.finfo(dtype).max):.4g}): use "
+            f"float64 (`dtype=jnp.float64` with `jax_enable_x64`) or rescale `{name}`"
+        )
+    return out
+
+
+@contextlib.contextmanager
+def errors_name(argument: str, value: Any):
+    """Runs the block; a `ValueError` or `FloatingPointError` raised in it (by a helper validating an
+    internal argument it was handed, `values`, `center`, `spread`, ...) becomes a `ValueError` that
+    names the user's `argument` and its `value` first and keeps the helper's message after it:
+
+    >>> try:
+    ...     with errors_name("config.width", 1e300):  # around `gaussian_prior(b, scale, width=config.width)`
+    ...         raise ValueError("`values` contains 3 NaN or infinite value(s)")
+    ... except ValueError as e:
+    ...     print(e)
+    `config.width`=1e+300 is out of range for this data: `values` contains 3 NaN or infinite value(s)
+    """
+    try:
+        yield
+    except (ValueError, FloatingPointError) as e:
+        raise ValueError(f"`{argument}`={value!r} is out of range for this data: {e}") from None
 
 
 def check_positive(x: Any, name: str) -> None:

@@ -26,6 +26,7 @@ import importlib
 import json
 import math
 import os
+import stat
 import zipfile
 from typing import Any, NamedTuple
 
@@ -428,7 +429,11 @@ def save_model(path: str | os.PathLike[str], model: Any, *, compress: bool = Tru
     ------
     TypeError, ValueError
         If the model is inconsistent or holds something other than arrays, scalars, `None` and
-        containers.
+        containers, or if `load_model` would refuse the file (every check `load_model` makes of the
+        model is made before writing: NaN or infinite values in the grids or posteriors, for one).
+    ValueError
+        If `path` is a symbolic link, a device (`/dev/null`), a named pipe or a socket: only regular
+        files are written, a link is never written through (see `kronvi.check_output_path`).
     FileNotFoundError, IsADirectoryError, PermissionError
         If the folder of `path` does not exist, `path` is a folder, or the folder cannot take a file
         (checked before anything is written; an existing file is replaced atomically and keeps its
@@ -459,7 +464,12 @@ def save_model(path: str | os.PathLike[str], model: Any, *, compress: bool = Tru
     }
     if _HEADER in arrays:
         raise ValueError(f"cannot save: the key {_HEADER!r} is reserved")
-    arrays[_HEADER] = np.array(json.dumps(header))
+    text = json.dumps(header)
+    try:  # what `load_model` would make of the file, so that every file written can be read back
+        _check_root(_decode(json.loads(text)["tree"], "", arrays, header["arrays"]))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"cannot save `model`: `load_model` would refuse the file: {e}") from None
+    arrays[_HEADER] = np.array(text)
     write_atomic(path, lambda f: (np.savez_compressed if compress else np.savez)(f, **arrays))
 
 
@@ -590,6 +600,17 @@ def _read_file(f, path, max_bytes):
     return header, specs, arrays
 
 
+def _open_regular(path, flags):
+    """`os.open` that never blocks on a named pipe put at `path` after it was checked, and refuses
+    anything but a regular file once open."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path!r} is not a regular file: not a kronvi model file")
+    os.set_blocking(fd, True)
+    return fd
+
+
 def load_model(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Any:
     r"""Reads a `DirectModel` or a
     `kronvi.pipeline.FittedDirect` written by
@@ -629,14 +650,23 @@ def load_model(path: str | os.PathLike[str], *, max_bytes: int | None = None) ->
     Raises
     ------
     ValueError
-        If the file is not a valid kronvi model file (the message says why).
-    FileNotFoundError
-        If there is no such file.
+        If the file is not a valid kronvi model file (the message says why), or is not a regular file
+        (a named pipe, a device or a socket is refused before it is opened: reading one could block
+        forever or never end).
+    FileNotFoundError, IsADirectoryError
+        If there is no such file, or `path` is a folder.
     """
     path = os.fspath(path)
     if max_bytes is not None and not (type(max_bytes) is int and max_bytes >= 0):
         raise ValueError(f"`max_bytes` must be a non-negative integer or None, got {max_bytes!r}")
-    with open(path, "rb") as f:
+    st = os.stat(path)  # FileNotFoundError for a missing file
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(f"{path!r} is a folder, not a kronvi model file")
+    if not stat.S_ISREG(st.st_mode):  # opening a named pipe would block until someone writes to it
+        raise ValueError(
+            f"{path!r} is not a regular file (a device, named pipe or socket): not a kronvi model file"
+        )
+    with open(path, "rb", opener=_open_regular) as f:
         try:
             header, specs, arrays = _read_file(f, path, max_bytes)
         except ValueError as e:
