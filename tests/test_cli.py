@@ -366,5 +366,5 @@ def test_num_features_beyond_the_memory_is_a_one_line_error_before_compute(
     monkeypatch.setenv("KRONVI_MEMORY_LIMIT", "64M")
     assert cli.main(["fit", str(csv_path), "--folds", "3", "--num-features", "2000"]) == 2
     err = _last_line(capsys.readouterr().err)
-    assert re.match(r"kronvi: error: a fit with --num-features 2000 on 30 rows needs about [0-9.]+ MiB", err)
+    assert re.match(r"kronvi: error: a fit with b = 2000 features on 30 rows needs about [0-9.]+ MiB", err)
     assert "more than the 64.0 MiB KRONVI_MEMORY_LIMIT: lower --num-features" in err
