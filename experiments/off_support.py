@@ -20,7 +20,10 @@ predicts the test rows with exact BLR in the eigenbasis under each rule. With ei
   the direction (``lam_j >= s2_gp / sw_gp^2``), the GP's in the others; the evidence's noise variance;
 - ``clip<k>``: distance-aware: each test coordinate ``z_j`` clipped to ``k`` times the training rows' RMS
   in that direction, ``sqrt(lam_j / n)``, for the mean; the clipped-away energy enters the variance at the
-  GP's prior variance (a stationary GP's mean reverts and its variance rises far from the data);
+  prior variance, the evidence's or the GP's if smaller (a stationary GP's mean reverts and its variance
+  rises to the prior's far from the data); ``clip10-mean``: the clipped features alone (no variance for
+  what the clip removed); ``shift<k>``: the evidence's predictive variance (of the unclipped row) around the
+  clipped row's mean;
 - ``blend``: distance-aware mixture of the evidence's and the GP's predictives, the evidence's weight
   ``rho(x) = min(1, e(x) / e_train)``, ``e`` the fraction of a row's feature energy in directions the data
   determine under the GP's prior (``sum_j z_j^2 lam_j / (lam_j + kappa_gp) / |z|^2``) and ``e_train`` that of
@@ -56,7 +59,8 @@ import uci  # noqa: E402
 CAPS = (2.0, 4.0, 8.0)
 CLIPS = (3.0, 5.0, 10.0, 20.0, 30.0)
 RULES = (
-    "evidence", "gp", *(f"cap{c:g}" for c in CAPS), "split", *(f"clip{k:g}" for k in CLIPS), "clip10-mean", "blend",
+    "evidence", "gp", *(f"cap{c:g}" for c in CAPS), "split", *(f"clip{k:g}" for k in CLIPS), "clip10-mean",
+    *(f"shift{k:g}" for k in CLIPS), "blend",
 )  # fmt: skip
 REFERENCE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "reference" / "direct_table1.csv"
 
@@ -108,7 +112,9 @@ def rules_of_fold(lam, c, n, z, sw_gp, s2_gp, sw_ev, s2_ev, cap_noise):
     for k in CLIPS:
         zc = np.clip(z, -k * rms, k * rms)
         away = np.sum(z**2 - zc**2, axis=1)
-        out[f"clip{k:g}"] = (zc @ mu, s2_ev + zc**2 @ tau2 + sw_gp**2 * away, sw_ev, s2_ev)
+        out[f"clip{k:g}"] = (zc @ mu, s2_ev + zc**2 @ tau2 + min(sw_ev, sw_gp) ** 2 * away, sw_ev, s2_ev)
+        # the evidence's predictive, moved to the clipped features' mean
+        out[f"shift{k:g}"] = (zc @ mu, out["evidence"][1], sw_ev, s2_ev)
         if k == 10.0:  # the clipped features alone: no variance for the clipped-away energy
             out["clip10-mean"] = (zc @ mu, s2_ev + zc**2 @ tau2, sw_ev, s2_ev)
     z2 = z**2

@@ -67,8 +67,8 @@ def test_split_and_clip_against_their_definitions():
     m, v = _dense(Phi @ V, y, Phi_test @ V, var, s2_ev)
     np.testing.assert_allclose(rules["split"][0], m, rtol=1e-8)
     np.testing.assert_allclose(rules["split"][1], v, rtol=1e-8)
-    # clip: the evidence's posterior on the clipped rotated test features, plus the GP's prior variance of what
-    # the clip removed; the far rows are clipped, so the rule differs from the evidence's
+    # clip: the evidence's posterior on the clipped rotated test features, plus the smaller prior variance (the
+    # GP's here) of what the clip removed; the far rows are clipped, so the rule differs from the evidence's
     bound = 10.0 * np.sqrt(lam / n)
     zc = np.clip(z, -bound, bound)
     assert np.any(zc != z)
@@ -76,6 +76,15 @@ def test_split_and_clip_against_their_definitions():
     np.testing.assert_allclose(rules["clip10"][0], m, rtol=1e-8)
     np.testing.assert_allclose(rules["clip10-mean"][1], v, rtol=1e-8)
     np.testing.assert_allclose(rules["clip10"][1], v + sw_gp**2 * np.sum(z**2 - zc**2, axis=1), rtol=1e-8)
+    # shift: the evidence's variance around the clipped mean
+    np.testing.assert_allclose(rules["shift10"][0], m, rtol=1e-8)
+    np.testing.assert_array_equal(rules["shift10"][1], rules["evidence"][1])
+    # an evidence scale below the GP's prices the removed energy at its own prior variance
+    low = off_support.rules_of_fold(
+        lam, c, n, z, sw_gp, s2_gp, 0.3, s2_ev, dict.fromkeys(off_support.CAPS, 0.02)
+    )
+    m, v = _dense(Phi @ V, y, zc, np.full(b, 0.3**2), s2_ev)
+    np.testing.assert_allclose(low["clip10"][1], v + 0.3**2 * np.sum(z**2 - zc**2, axis=1), rtol=1e-8)
     # blend: weights in [0, 1]; a mixture's variance is at least the smaller of its components'
     m1, m0 = rules["evidence"][0], rules["gp"][0]
     rho = (rules["blend"][0] - m0) / (m1 - m0)
