@@ -96,6 +96,8 @@ def test_blowups_spare_folds_the_paper_recipe_shares():
     rmse = {0: 1.0, 1: 1.1, 2: 5.0, 3: 0.9, 4: 3.0}
     assert off_support.blowups(rmse, {}) == [2, 4]
     assert off_support.blowups(rmse, {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 9.0}) == [2]
+    assert off_support.blowups(rmse, {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 1.6}) == [2]
+    assert off_support.blowups(rmse, {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0, 4: 1.4}) == [2, 4]
 
 
 def test_command_line_tiny_run(tmp_path):
