@@ -272,3 +272,46 @@ def test_ten_fold_counts_are_the_committed_files():
     assert f"test RMSE lower than the paper's recipe on {lower} of {total}" in text
     assert f"higher on {higher}, by at most" in text
     assert f"NLPD lower than the paper's recipe on {nlpd_lower} of {total}" in text
+
+
+# ---- the decision records
+
+
+def _slug(heading: str) -> str:
+    """The anchor mkdocs gives a heading (Python-Markdown's toc slugify)."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    return re.sub(r"[-\s]+", "-", text).strip("-")
+
+
+def _decision_citations():
+    """`(file, record, anchor)` of every citation of a decision record in src/ and docs/ (backtick paths
+    and Markdown links alike)."""
+    pattern = re.compile(r"decisions/([\w-]+\.md)(?:#([\w-]+))?")
+    for path in sorted([*(ROOT / "src").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "docs").rglob("*.py")]):
+        for m in pattern.finditer(path.read_text()):
+            yield path.relative_to(ROOT).as_posix(), m.group(1), m.group(2)
+
+
+def test_src_and_docs_cite_decision_sections_that_exist():
+    citations = list(_decision_citations())
+    assert sum(f.startswith("src/") for f, _, _ in citations) > 30
+    problems = []
+    for file, record, anchor in citations:
+        target = ROOT / "docs" / "decisions" / record
+        if not target.is_file():
+            problems.append(f"{file}: no {record}")
+        elif anchor and anchor not in {_slug(h) for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)}:
+            problems.append(f"{file}: no section #{anchor} in {record}")
+    assert problems == []
+
+
+def test_no_file_under_src_or_docs_names_a_dated_note():
+    dated = re.compile(r"notes/\d{4}-\d{2}-\d{2}-")
+    files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "docs").rglob("*.py")]
+    assert [str(p.relative_to(ROOT)) for p in files if dated.search(p.read_text())] == []
+    assert not (ROOT / "docs" / "notes").exists()
+
+
+def test_slug_matches_mkdocs():
+    assert _slug("The suite's XLA flags, and a full-optimization run") == "the-suites-xla-flags-and-a-full-optimization-run"
+    assert _slug("One L-BFGS driver") == "one-l-bfgs-driver"
