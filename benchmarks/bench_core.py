@@ -6,7 +6,7 @@
    (target: within 1.5x).
 3. One CAVI sweep (b coordinate updates + the noise update) and the Gauss-Southwell gains, for reference.
 
-"Full precision" is `precision=HIGHEST`, what kronvi uses by default (docs/notes/2026-11-22-precision-policy.md);
+"Full precision" is `precision=HIGHEST`, what kronvi uses by default (docs/decisions/precision.md#the-matmul-precision-policy);
 on GPUs the backend default (TF32) and kronvi's opt-in fast mode are timed too. Medians of `--repeats` runs
 after compilation, and their ratios, all measured in the same process.
 Run: python benchmarks/bench_core.py

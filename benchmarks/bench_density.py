@@ -8,7 +8,7 @@ compilation, the error bounds' quantiles, and the float32-float64 difference.
 
 The kernel this replaced (a complex log-sum-exp over 256 nodes per point) took an extrapolated 222 s
 (float32) and 749 s (float64) for these 4,000 points on the 2-core CPU
-(docs/notes/2026-11-22-fast-density-prototype.md).
+(docs/decisions/default-recipe.md#the-exact-predictive-density).
 
 Run: python benchmarks/bench_density.py [--n 4000] [--repeats 3]
 """

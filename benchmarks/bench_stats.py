@@ -8,7 +8,7 @@
    of about 6 bits for 4096-row sums and some 45 slice products. Time, rate as 2 n b^2 flops
    against the float32 GEMM rate measured here, and accuracy against float64: the relative error of the
    matrix and, on yacht's first fold, the evidence-optimal noise variance the eigenbasis recipe computes from
-   it (float32 statistics gave 0.022 where float64 gives 0.0022, `docs/notes/2026-11-22-accuracy-defaults.md`).
+   it (float32 statistics gave 0.022 where float64 gives 0.0022, `docs/decisions/default-recipe.md#the-eigenbasis`).
 2. The eigendecomposition of a 2,000 x 2,000 matrix with one BLAS thread and with the library's default.
 3. The eigenbasis of n x 2,000 features for n < b: the dual (`kronvi.eigenbasis_from_inputs`) against the
    primal (`kronvi.eigenbasis` of the statistics).

@@ -50,7 +50,7 @@ Gaussian family; --cold-start: mean 0), the diagonal at the factorized optimum a
 function-space fits move the mean in the coordinates u of mean = m + R u, (m, R R^T) the exact posterior,
 where the exact ELBO's Hessian is the identity. Neither changes an objective or a family; they keep the
 ill-conditioned posteriors (energy: precision eigenvalues spanning 5e6) from turning a comparison of objectives
-into one of step budgets (measured with --cold-start: see docs/notes/2026-11-22-elrg-benchmark.md). Jitter 1e-6 (relative to the mean diagonal of Phi_A Phi_A^T) keeps q_A and p_A
+into one of step budgets (measured with --cold-start: see `git show cb40ac0:docs/notes/2026-11-22-elrg-benchmark.md`). Jitter 1e-6 (relative to the mean diagonal of Phi_A Phi_A^T) keeps q_A and p_A
 factorable.
 
 Metrics (test rows):

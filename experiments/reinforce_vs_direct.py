@@ -10,7 +10,7 @@ logits, started at the prior as in the paper (the paper's prior was uniform). Ev
 Why 3 inputs, a well-specified truth and NOISE_SD = 1: with 1-D inputs (10 nearby frequencies, strongly
 correlated features), N(0, 1) true weights or NOISE_SD = 0.5, DIRECT's optimizers from the prior and
 REINFORCE ended in different local optima of this 3^20-configuration problem (spreads of hundreds of nats),
-which measures luck, not speed; see docs/notes/2026-11-23-reinforce-figure.md.
+which measures luck, not speed (the discussion: `git show cb40ac0:docs/notes/2026-11-23-reinforce-figure.md`).
 
 Methods (all from the same start; "iteration" is one optimizer step):
   direct-lbfgs   kronvi.fit_regression(method="lbfgs", tol=--lbfgs-tol): jaxopt L-BFGS on the exact ELBO (the
@@ -429,7 +429,7 @@ def summary_md(record):
     lines += [
         "",
         "Curves: the JSON next to this file; figure: the PNG. Method and timing details: the script's docstring;"
-        " discussion: docs/notes/2026-11-23-reinforce-figure.md.",
+        " discussion: docs/decisions/library.md.",
         "",
     ]
     return "\n".join(lines)

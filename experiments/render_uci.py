@@ -492,7 +492,7 @@ def main(argv=None):
             "components collapsed onto the mean field): ties, / folds. `compared in`: the "
             "precision of these ELBO values (the mean field is fitted in float32; the comparison casts the same "
             "q and statistics to float64, because float32 ELBO values carry rounding errors of up to about a "
-            "nat at n >= 4000, `docs/notes/2026-11-22-elbo-precision.md`)."
+            "nat at n >= 4000, `docs/decisions/precision.md`)."
         )
         lines.append("")
         head = (

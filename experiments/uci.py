@@ -610,7 +610,7 @@ def in_precision(precision, fn, *trees):
 
 def f64(fn, *trees):
     """``fn(*trees)`` in float64, as Python floats: at UCI scale float32 ELBO values carry rounding errors
-    of up to about a nat (``docs/notes/2026-11-22-elbo-precision.md``), larger than the
+    of up to about a nat (``docs/decisions/precision.md``), larger than the
     mixture-vs-mean-field differences they are compared for."""
     return jax.tree.map(float, in_precision("float64", fn, *trees))
 

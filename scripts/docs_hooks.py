@@ -1,46 +1,16 @@
-"""mkdocs hook for the docs build: the notes index lists every note in docs/notes/ when the site is built.
+"""mkdocs hook for the docs build: links in the executed tutorials.
 
-Replaces the line `<!-- notes -->` of docs/notes/index.md with one link per dated note (newest first),
-titled by the note's first heading, so a new note needs no edit of the index.
-"""
+Executed tutorials (mkdocs-jupyter) bypass the Markdown pipeline: their Markdown cells are rendered by
+nbconvert, so cross-references `[title][kronvi.name]` and links to other pages (`quickstart.py`,
+`../benchmarks.md`) come through as text and file names. Turn them into what the Markdown pages get:
+autorefs markers (resolved, or reported as warnings that fail the strict build, by mkdocs-autorefs) and
+page URLs (a link to a missing page is a warning too)."""
 
-import os
+import logging
+import posixpath
+import re
 
-MARKER = "<!-- notes -->"
-
-
-def _title(path):
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("# "):
-                return line[2:].strip()
-    return os.path.basename(path)
-
-
-def on_page_markdown(markdown, page, config, files, **kwargs):
-    if page.file.src_uri != "notes/index.md" or MARKER not in markdown:
-        return markdown
-    notes = sorted(
-        (f for f in files.documentation_pages() if f.src_uri.startswith("notes/") and f.src_uri != "notes/index.md"),
-        key=lambda f: f.src_uri,
-        reverse=True,
-    )
-    links = "\n".join(f"- [{_title(f.abs_src_path)}]({os.path.basename(f.src_uri)})" for f in notes)
-    return markdown.replace(MARKER, links)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Executed tutorials (mkdocs-jupyter) bypass the Markdown pipeline: their Markdown cells are rendered by
-# nbconvert, so cross-references `[title][kronvi.name]` and links to other pages (`quickstart.py`,
-# `../benchmarks.md`) come through as text and file names. Turn them into what the Markdown pages get:
-# autorefs markers (resolved, or reported as warnings that fail the strict build, by mkdocs-autorefs) and
-# page URLs (a link to a missing page is a warning too).
-
-import logging  # noqa: E402
-import posixpath  # noqa: E402
-import re  # noqa: E402
-
-from mkdocs.utils import get_relative_url  # noqa: E402
+from mkdocs.utils import get_relative_url
 
 _log = logging.getLogger("mkdocs.hooks.kronvi_docs")
 _XREF = re.compile(r"\[((?:(?!\]\[)[^\[\]]){1,300})\]\[([A-Za-z_]\w*(?:\.\w+)+)\]")

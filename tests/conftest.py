@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 # Each module drops its compiled programs (below), and later modules compile many of the same ones again (a
 # fit's loop at the same shapes, from another test file or a docstring). JAX's persistent compilation cache
 # serves those from disk: a third of the suite's compilations, 8-19% of its time on two cores
-# (docs/notes/2026-11-27-test-time.md). The directory is this process's own and goes when it exits, so every
+# (docs/decisions/compilation.md#the-suites-xla-flags-and-a-full-optimization-run). The directory is this process's own and goes when it exits, so every
 # run starts empty. It is set through jax.config rather than the environment, so the tests' subprocesses,
 # two of which may run side by side, neither inherit nor share it. KRONVI_TEST_DISK_CACHE=0 turns it off.
 _XLA_CACHE = tempfile.TemporaryDirectory(prefix="kronvi-test-xla-")

@@ -9,6 +9,6 @@ SUITE_XLA_FLAGS = (
     "--xla_backend_optimization_level=0",
     "--xla_llvm_disable_expensive_passes=true",
     # XLA's older CPU fusion emitters (elemental IR, not the MLIR emitters): the fits' programs compile in
-    # about half the time again (docs/notes/2026-11-27-test-time.md)
+    # about half the time again (docs/decisions/compilation.md#the-suites-xla-flags-and-a-full-optimization-run)
     "--xla_cpu_use_fusion_emitters=false",
 )

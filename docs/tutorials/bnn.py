@@ -107,4 +107,4 @@ fig.tight_layout()
 # expanding the output into monomials of the weights, whose number grows exponentially with depth, as the
 # paper's $O(\ell \bar m (b/\ell)^{4\ell})$ says; `benchmarks/bench_bnn.py` measures it, and
 # `experiments/bnn_study.py` compares the one-hidden-layer model with DIRECT on random Fourier features and
-# a Monte Carlo Gaussian network on UCI data (`docs/notes/2026-11-23-bnn.md`).
+# a Monte Carlo Gaussian network on UCI data (`docs/decisions/fitting.md#quadratic-activation-bnns`).

@@ -73,7 +73,7 @@ print(f"expected sparsity {100 * float(kronvi.expected_sparsity(q, prior)):.0f}%
 # a 15-level grid on $\pm 3$ prior sd is too coarse; [`laplace_grid_prior`][kronvi.logistic.laplace_grid_prior]
 # keeps the prior $N(0, 3^2)$ but places each weight's 15 levels on its Laplace MAP $\pm$ 4 Laplace sds
 # (damped Newton on the Gaussian-prior model). It is the accurate default of the classification study
-# (on kin40k it took the test log loss from 1.50 to 0.50; `docs/notes/2026-11-23-logistic.md`).
+# (on kin40k it took the test log loss from 1.50 to 0.50; `docs/decisions/classifier.md`).
 
 # %%
 prior_acc, lap = kl.laplace_grid_prior(Phi_tr, y_tr, 3.0)

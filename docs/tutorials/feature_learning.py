@@ -164,4 +164,4 @@ print(f"MLP features       ELBO {model_mlp.elbo:8.2f}  test RMSE {rmse:.3f}  NLP
 # lengthscales raised the ELBO by up to 14 nats. Test RMSE and NLPD stayed within the fold-to-fold spread
 # of the GP-initialized features. MLP features reached a much higher ELBO on concrete, with better RMSE on
 # 2 of 3 folds, and did worse on average on yacht and energy. Details:
-# `docs/notes/2026-11-23-feature-learning.md`.
+# `docs/decisions/fitting.md#learned-features`.

@@ -77,7 +77,7 @@ print(f"evidence-optimal noise variance {float(s2):.4f} (target variance {float(
 # $[\sigma^2/\text{span}, \sigma^2 \cdot \text{span}]$. After the fit, `q_noise.probs` is the posterior
 # over that grid. If its mass piles up on an end level, the grid confines the noise: widen or recentre it.
 # The ELBO ranks the grids too, but it is not a reliable judge of the noise grid: on yacht, following it
-# to ever larger noise cost sparsity and test accuracy (`docs/notes/2026-11-22-noise-grid.md`).
+# to ever larger noise cost sparsity and test accuracy (`docs/decisions/default-recipe.md#the-noise-grid`).
 
 # %%
 prior_w = kronvi.gaussian_prior(b, prior_scale, levels=15, width=3.0)

@@ -43,26 +43,23 @@ print(X_train.shape, X_test.shape)
 # discretizes the weights in the eigenbasis of $\Phi^\top\Phi$, where the exact posterior factorizes.
 
 # %%
-config = kronvi.pipeline.DirectConfig(num_frequencies=100)  # b = 200 features (the default is 2000)
+config = kronvi.DirectConfig(num_frequencies=100)  # b = 200 features (the default is 2000)
 t0 = time.perf_counter()
-model, timings, info = kronvi.pipeline.fit_direct(jax.random.key(0), X_train, y_train, config)
-print(f"fitted in {time.perf_counter() - t0:.1f} s (compilation included), converged: {bool(info.converged)}")
+fit = kronvi.fit_direct(jax.random.key(0), X_train, y_train, config)
+model = fit.model
+print(f"fitted in {time.perf_counter() - t0:.1f} s (compilation included), converged: {bool(fit.info.converged)}")
 
 # %% [markdown]
-# New inputs go through the same standardizer, features and rotation
-# ([`fold_features`][kronvi.pipeline.fold_features]); the predictive mean and variance are exact
-# ([`predict_regression`][kronvi.predict_regression]), and so is the predictive density of a test point
-# ([`predictive_log_density`][kronvi.predictive_log_density]). Predictions are on the centred scale:
-# add back `model.y_offset`.
+# [`model.predict`][kronvi.pipeline.FittedDirect.predict] takes raw inputs through the same standardizer, features
+# and rotation and returns the exact predictive mean and variance in the targets' units;
+# [`model.log_density`][kronvi.pipeline.FittedDirect.log_density] is the exact predictive density of each test
+# target (`kronvi.predict` and `kronvi.log_density` are the same as functions).
 
 # %%
-Phi_test = kronvi.pipeline.fold_features(model, X_test)
-mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi_test)
-mean = mean + model.y_offset
+pred = model.predict(X_test)
+mean, var = pred.mean, pred.variance
 rmse = float(jnp.sqrt(jnp.mean((mean - y_test) ** 2)))
-log_dens, _ = kronvi.predictive_log_density(
-    model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi_test, y_test - model.y_offset
-)
+log_dens = model.log_density(X_test, y_test)
 print(f"test RMSE {rmse:.3f}, NLPD {float(-jnp.mean(log_dens)):.3f}")
 
 # %% [markdown]

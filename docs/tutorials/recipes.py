@@ -38,7 +38,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import kronvi
-from kronvi.pipeline import DirectConfig, fit_prepared, fold_features, prepare_fold
+from kronvi.pipeline import DirectConfig, fit_prepared, prepare_fold
 
 X, y, test_mask = kronvi.load_demo()
 test = test_mask[:, 0].astype(bool)
@@ -53,22 +53,18 @@ fold_f = prepare_fold(jax.random.key(0), X[~test], y[~test], features, gp=(fold.
 models["features"] = fit_prepared(fold_f, features).model
 
 # %% [markdown]
-# Each model predicts the same way: `fold_features` maps raw inputs to the features its weights belong
-# to, and `predict_regression` and `predictive_log_density` take it from there. The file is
-# `kronvi.save_model` of the whole model (standardizer, features, basis, priors and posteriors).
+# Each model predicts the same way, from raw inputs in the targets' units: `model.predict` (the exact
+# predictive mean and variance) and `model.log_density`. The file is `kronvi.save_model` of the whole
+# model (standardizer, features, basis, priors and posteriors).
 
 # %%
 y_test = jnp.asarray(y[test], jnp.float32)
 X_1000 = np.resize(X[test], (1000, X.shape[1]))  # the test rows repeated: 1,000 points to time
 print(f"{'recipe':9s} {'RMSE':>7s} {'NLPD':>7s} {'sparsity':>8s} {'weights':>7s} {'file kB':>8s} {'ms/1000 pts':>11s}")
 for name, model in models.items():
-    Phi = fold_features(model, X[test])
-    mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
-    y_c = y_test - jnp.asarray(model.y_offset, jnp.float32)
-    nlpd = -float(jnp.mean(kronvi.predictive_log_density(
-        model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c
-    )[0]))  # fmt: skip
-    rmse = float(jnp.sqrt(jnp.mean((mean - y_c) ** 2)))
+    mean = model.predict(X[test]).mean
+    nlpd = -float(jnp.mean(model.log_density(X[test], y_test)))
+    rmse = float(jnp.sqrt(jnp.mean((mean - y_test) ** 2)))
     sparsity = float(kronvi.expected_sparsity(model.q_w, model.prior_w))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.npz")
@@ -76,7 +72,7 @@ for name, model in models.items():
         kb = os.path.getsize(path) / 1e3
 
     def predict(m=model):
-        return kronvi.predict_regression(m.q_w, m.q_noise, m.prior_w, m.prior_noise, fold_features(m, X_1000))
+        return m.predict(X_1000)
 
     jax.block_until_ready(predict())
     t0 = time.perf_counter()

@@ -138,9 +138,8 @@ print(out.stdout)
 # With `jax.distributed.initialize` each process holds its own rows, and
 # `jax.make_array_from_process_local_data` assembles them into one global array sharded over every device
 # of every process; the same call returns the same statistics on every process. One copy of this runs per
-# process (a sketch, not executed here: the README's "GPUs and many machines" section has a complete
-# script that runs as one or more processes, and the note `docs/notes/2026-11-22-multi-host.md` pads
-# unequal row counts):
+# process (a sketch, not executed here: the [GPUs and many machines](../gpus.md) page has a complete
+# script that runs as one or more processes and pads unequal row counts):
 #
 # ```python
 # jax.distributed.initialize(coordinator_address="host0:12357", num_processes=N, process_id=i)

@@ -6,7 +6,6 @@ import gzip
 import itertools
 import json
 import pathlib
-import re
 import shlex
 import stat
 import subprocess
@@ -346,34 +345,6 @@ def test_the_committed_headline_study_is_one_run_of_every_method_on_every_datase
     pairs = {(r["dataset"], r["method"]) for r in recs}
     datasets, methods = {d for d, _ in pairs}, {m for _, m in pairs}
     assert len(datasets) == 28 and len(pairs) == len(recs) == len(datasets) * len(methods)
-
-
-# Studies of the library's internals (variants of a private rule, not uses of the library), each named here.
-INTERNAL_STUDIES = {
-    "investigations/gp_warm/run.py",
-    "investigations/compact/max_share.py",
-    "investigations/gp_budget/run.py",
-    "investigations/gp_float64/run.py",
-    "investigations/gp_speed/host_lbfgsb.py",
-    "investigations/gp_speed/dual_parts.py",
-    "investigations/gp_threads/dispatch.py",
-    "investigations/gp_threads/overlap.py",
-    "investigations/intercept/attribution.py",
-    "investigations/gp_stall/trace_start.py",
-    "investigations/gp_stall/null_space.py",
-    "investigations/logistic_start.py",
-}
-
-
-def test_experiments_use_only_the_public_api():
-    # a private module or name: an underscore after "kronvi." or its submodules, or imported from them
-    private = re.compile(
-        r"\bkronvi(?:\.[a-z]\w*)*\._[a-z]"  # a private module of kronvi or of a subpackage
-        r"|\bfrom kronvi(?:\.[a-z]\w*)* import (?:\([^)]*|[^\n]*)\b_[a-z]"  # imported, in parentheses or not
-    )
-    for path in EXPERIMENTS.rglob("*.py"):
-        rel = path.relative_to(EXPERIMENTS).as_posix()
-        assert bool(private.search(path.read_text())) == (rel in INTERNAL_STUDIES), rel
 
 
 # --- bad options, bad data and outputs that would be lost: one line, exit 2, before any compute

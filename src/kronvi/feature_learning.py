@@ -11,8 +11,8 @@ jax.vmap(eqx.combine(p, static))(X)`). `feature_elbo` is the exact
 ELBO as a function of those parameters; `fit_features` learns them
 together with the discrete posterior under fixed grids, and
 `fit_features_eigen` does so inside kronvi's default recipe
-(weights discretized in the eigenbasis, grids re-placed every round). Measurements:
-`docs/notes/2026-11-23-feature-learning.md`.
+(weights discretized in the eigenbasis, grids re-placed every round). Why it is not the default:
+`docs/decisions/fitting.md#learned-features`.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def eigen_feature_model(
 
     Computed in the dtype of the features: pass float64 inputs and parameters (under
     `jax.enable_x64(True)`) as the pipeline does, since the small eigenvalues that carry signal are below
-    the rounding of float32 statistics (`docs/notes/2026-11-22-accuracy-defaults.md`).
+    the rounding of float32 statistics (`docs/decisions/default-recipe.md#the-eigenbasis`).
 
     Args:
       params: the feature map's parameters (a pytree of arrays).

@@ -16,10 +16,10 @@ Three recipes (`DirectConfig.basis`):
   `1 + config.compact_tol` times the eigen fit's at every input where the shared variance is the prior's
   (few rows), within `config.compact_tol` noise variances of it on average over the training rows where it
   is the data's (many rows); a smaller model and faster predictions where `k` is well below `b`
-  (`docs/notes/2026-11-27-compact.md`).
+  (`docs/decisions/default-recipe.md#the-compact-recipe`).
 - `"features"`: the paper's recipe, weights of the random Fourier features on one grid of
   `±width` prior sds with a zero level: sparse 4-bit codes, less accurate
-  (`docs/notes/2026-11-22-accuracy-defaults.md`).
+  (`docs/decisions/default-recipe.md#the-eigenbasis`).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class DirectConfig(NamedTuple):
       gp_precision: `fit_gp_hyperparameters(precision=...)`: `"native"` (the likelihood in the working
         dtype) or `"float64"` (for a float32 working dtype, in float64 on the host: the GP's optima
         without float32's rounding; a float64 working dtype is already float64;
-        `docs/notes/2026-11-27-gp-float64.md`).
+        `docs/decisions/gp-step.md#the-likelihood-in-float32`).
       chunk_size: rows per chunk of the statistics pass.
       max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
         of it, at most this many times (the paper's protocol: 0).
@@ -218,7 +218,7 @@ LARGE_DATA_ROWS = 20_000
 def default_num_frequencies(num_rows: int) -> int:
     """The default recipe's random frequencies for `num_rows` training rows: 1000 (b = 2000 features)
     below `LARGE_DATA_ROWS` (20,000) rows, 2000 (b = 4000) from there, where more features pay for their
-    $O(nb^2 + b^3)$ cost (`experiments/results/feature_budget.md`, `docs/notes/2026-11-26-speed.md`)."""
+    $O(nb^2 + b^3)$ cost (`docs/decisions/default-recipe.md#the-number-of-features`)."""
     return 2000 if int(num_rows) >= LARGE_DATA_ROWS else 1000
 
 
@@ -737,7 +737,7 @@ def _centred(feats, X, config):
     """`feats` with the training rows' mean of its features as `offset` (`kronvi.feature_mean`), computed
     in float64 and kept in the working dtype: every later use (statistics, predictions, saved models)
     subtracts the same vector, so the model has an unshrunk intercept, as `BayesianRidge`'s
-    (`docs/notes/2026-11-27-intercept.md`)."""
+    (`docs/decisions/default-recipe.md#an-intercept-outside-the-prior`)."""
     dtype = feats.frequencies.dtype
     with jax.enable_x64(True):
         mean = feature_mean(*_cast((feats, X), jnp.float64), chunk_size=config.chunk_size or 4096)
@@ -756,9 +756,9 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config, progress=None):
     recipe: `(rotated_stats, basis, prior_w, prior_scale, noise_variance)`.
 
     Computed in float64 whatever the working dtype: the small eigenvalues of $\Phi^\top\Phi$ that
-    still carry signal (down to $\sigma^2/\sigma_w^2$, e.g. 1e-4 of the largest on yacht) are below
-    the rounding of float32 statistics. The results are cast back to the working dtype; in the eigenbasis
-    the fit is well conditioned (`docs/notes/2026-11-22-accuracy-defaults.md`). With fewer rows than
+    still carry signal (down to $\sigma^2/\sigma_w^2$ of the largest) are below the rounding of float32
+    statistics. The results are cast back to the working dtype; in the eigenbasis the fit is well
+    conditioned (`docs/decisions/default-recipe.md#the-eigenbasis`). With fewer rows than
     features the basis comes from the `n x n` Gram matrix (`kronvi.eigenbasis_from_inputs`).
     The prior scale and the noise variance maximize the exact evidence together, from the GP's values.
     """
@@ -1392,7 +1392,8 @@ def fit_best_start(
     with the highest ELBO.
 
     Coordinate ascent on a grid stops at a local optimum that depends on the start; neither the prior nor
-    the continuous optimum is the better start on every dataset (`docs/notes/2026-11-22-rmse-gap.md`).
+    the continuous optimum is the better start on every dataset
+    (`docs/decisions/default-recipe.md#two-starts-for-the-papers-recipe`).
     """
     config = _resolve_with_starts(config)
     return _fit_best_start(stats, prior_w, prior_noise, config, key=key)
@@ -1439,8 +1440,9 @@ def fit_with_noise_recentring(
     grid (same shape) to be centred on the current $E[\sigma^2]$ and refits from the current q.
 
     The GP's noise estimate is a good centre for a continuous posterior, but a 4-bit weight posterior
-    fits less tightly and wants more noise; a grid that is too narrow saturates at its top level (seen on
-    yacht: all mass on 10x the GP estimate) and makes the predictive density overconfident.
+    fits less tightly and wants more noise; a grid that is too narrow saturates at its top level (all
+    mass on its largest value) and makes the predictive density overconfident. Why recentring is off by
+    default: `docs/decisions/default-recipe.md#the-noise-grid`.
     Returns a `RecentredFit` `(q_w, q_noise, info, prior_noise, num_recentres)`.
     """
     config = _resolve_with_starts(config)

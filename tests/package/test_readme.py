@@ -1,8 +1,10 @@
-"""The README runs and its numbers come from the files it cites.
+"""The README and the docs pages that took its figures (docs/benchmarks.md, docs/gpus.md) run, and their
+numbers come from the files they cite.
 
 - Every ```python block runs as written, with smaller sizes where the test says so (each substitution must
   still find its text, so a changed snippet fails here rather than going untested). The ```bash blocks
-  install packages and run the suite: they are not run.
+  install packages and run the suite: they are not run here, but the scripts they name exist, the wheel
+  they name is the version pyproject.toml builds, and CI runs scripts/test.sh (.ci/run).
 - Every number the README quotes next to a committed file is in that file: a paragraph, a list item or a
   table that cites files (a table or a list also takes the citations of the paragraph before it) may
   quote only numbers found in them, to the README's precision (seconds may be written as ms and back).
@@ -25,11 +27,13 @@ from helpers import run_python
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+# Pages whose quoted figures are checked like the README's (the benchmarks and GPU notes moved there).
+PAGES = {name: (ROOT / name).read_text() for name in ("README.md", "docs/benchmarks.md", "docs/gpus.md")}
 RESULT_DIRS = ("experiments/results", "experiments/investigations", "benchmarks/results")
 
 
-def _python_blocks():
-    return re.findall(r"```python\n(.*?)```", README, re.S)
+def _python_blocks(page: str = "README.md"):
+    return re.findall(r"```python\n(.*?)```", PAGES[page], re.S)
 
 
 def _run(code: str, substitutions=()) -> dict:
@@ -42,11 +46,16 @@ def _run(code: str, substitutions=()) -> dict:
 
 
 def test_every_python_block_is_tested():
-    assert len(_python_blocks()) == 4  # a new block needs a test below
+    # a new block needs a test below
+    assert [len(_python_blocks(p)) for p in PAGES] == [3, 0, 2]
 
 
 def test_usage_example_runs():
-    ns = _run(_python_blocks()[0], [("y[~test])", "y[~test], kronvi.DirectConfig(num_frequencies=50))")])
+    code = _python_blocks()[0]
+    # three kronvi calls at most, the model straight off the fit (no unpacking), no offset added by hand
+    assert code.count("kronvi.") + code.count("model.") <= 3 and "offset" not in code
+    assert re.search(r"^model = kronvi\.fit_direct\(.*\)\.model$", code, re.M)
+    ns = _run(code, [("y[~test])", "y[~test], kronvi.DirectConfig(num_frequencies=50))")])
     mean, var = np.asarray(ns["pred"].mean), np.asarray(ns["pred"].variance)
     y, test = np.asarray(ns["y"]), np.asarray(ns["test"])
     assert mean.shape == (int(test.sum()),) and np.all(var > 0)
@@ -64,8 +73,32 @@ def test_scikit_learn_example_runs():
     assert ns["mean"].shape == ns["std"].shape == (5,) and np.all(ns["std"] > 0)
 
 
+def test_compact_model_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example writes yacht.npz in the working directory
+    ns = _run(_python_blocks()[2], [('basis="compact")', 'basis="compact", num_frequencies=50)')])
+    assert ns["config"].basis == "compact" and (tmp_path / "yacht.npz").is_file()
+    direct = ns["model"].predict(ns["X"][:5])
+    np.testing.assert_allclose(ns["pred"].mean, direct.mean, rtol=1e-6)
+    np.testing.assert_allclose(ns["pred"].variance, direct.variance, rtol=1e-6)
+
+
+def test_bash_blocks_name_what_exists():
+    blocks = "\n".join(re.findall(r"```bash\n(.*?)```", README, re.S))
+    for script in re.findall(r"bash (scripts/\S+\.sh)", blocks):
+        assert (ROOT / script).is_file(), script
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+    wheels = set(re.findall(r"kronvi-[^\s\"\[]+\.whl", blocks))
+    assert wheels == {f"kronvi-{version}-py3-none-any.whl"}
+    # the install section comes first, before any example
+    assert README.index("## Install") < README.index("```python")
+
+
+def test_readme_is_short():
+    assert len(README.splitlines()) <= 200
+
+
 def test_precision_example_runs():
-    ns = _run(_python_blocks()[2], [("(20_000, 2000)", "(200, 20)"), ("(20_000,)", "(200,)")])
+    ns = _run(_python_blocks("docs/gpus.md")[0], [("(20_000, 2000)", "(200, 20)"), ("(20_000,)", "(200,)")])
     assert int(ns["stats"].n) == 200 and ns["stats"].PhitPhi.shape == (20, 20)
 
 
@@ -76,7 +109,7 @@ def _free_port() -> int:
 
 
 def test_multi_process_recipe_runs_as_one_process(tmp_path):
-    code = _python_blocks()[3]
+    code = _python_blocks("docs/gpus.md")[1]
     assert "localhost:12357" in code
     script = tmp_path / "recipe.py"
     script.write_text(
@@ -120,9 +153,9 @@ _FILE_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def _resolve(name: str):
-    path = ROOT / name
-    if path.is_file():
-        return path
+    for path in (ROOT / name, ROOT / "docs" / name):  # the docs pages link to each other relative to docs/
+        if path.is_file():
+            return path
     hits = [
         p
         for d in RESULT_DIRS
@@ -164,10 +197,15 @@ def _found(value: Decimal, unit: str, values: np.ndarray) -> bool:
 
 
 def _checked_blocks():
-    """`(kind, text, cited files)` of each block that cites a file or follows a paragraph that does: a
-    table or a list takes the citations of the paragraph before it in its section."""
+    """`(kind, text, cited files)` of each block of each page that cites a file or follows a paragraph that
+    does: a table or a list takes the citations of the paragraph before it in its section."""
+    for page in PAGES.values():
+        yield from _page_blocks(page)
+
+
+def _page_blocks(page: str):
     paragraph = []
-    for kind, text in _blocks(README):
+    for kind, text in _blocks(page):
         cited = _FILE.findall(text)
         if kind == "heading":
             paragraph = []
@@ -230,7 +268,50 @@ def test_ten_fold_counts_are_the_committed_files():
             higher += mean["rmse"]["new"] > mean["rmse"]["old"]
             nlpd_lower += mean["nlpd"]["new"] < mean["nlpd"]["old"]
     total = lower + higher
-    text = " ".join(README.split())
+    text = " ".join(PAGES["docs/benchmarks.md"].split())
     assert f"test RMSE lower than the paper's recipe on {lower} of {total}" in text
     assert f"higher on {higher}, by at most" in text
     assert f"NLPD lower than the paper's recipe on {nlpd_lower} of {total}" in text
+
+
+# ---- the decision records
+
+
+def _slug(heading: str) -> str:
+    """The anchor mkdocs gives a heading (Python-Markdown's toc slugify)."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    return re.sub(r"[-\s]+", "-", text).strip("-")
+
+
+def _decision_citations():
+    """`(file, record, anchor)` of every citation of a decision record in src/ and docs/ (backtick paths
+    and Markdown links alike)."""
+    pattern = re.compile(r"decisions/([\w-]+\.md)(?:#([\w-]+))?")
+    for path in sorted([*(ROOT / "src").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "docs").rglob("*.py")]):
+        for m in pattern.finditer(path.read_text()):
+            yield path.relative_to(ROOT).as_posix(), m.group(1), m.group(2)
+
+
+def test_src_and_docs_cite_decision_sections_that_exist():
+    citations = list(_decision_citations())
+    assert sum(f.startswith("src/") for f, _, _ in citations) > 30
+    problems = []
+    for file, record, anchor in citations:
+        target = ROOT / "docs" / "decisions" / record
+        if not target.is_file():
+            problems.append(f"{file}: no {record}")
+        elif anchor and anchor not in {_slug(h) for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)}:
+            problems.append(f"{file}: no section #{anchor} in {record}")
+    assert problems == []
+
+
+def test_no_file_under_src_or_docs_names_a_dated_note():
+    dated = re.compile(r"notes/\d{4}-\d{2}-\d{2}-")
+    files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "docs").rglob("*.py")]
+    assert [str(p.relative_to(ROOT)) for p in files if dated.search(p.read_text())] == []
+    assert not (ROOT / "docs" / "notes").exists()
+
+
+def test_slug_matches_mkdocs():
+    assert _slug("The suite's XLA flags, and a full-optimization run") == "the-suites-xla-flags-and-a-full-optimization-run"
+    assert _slug("One L-BFGS driver") == "one-l-bfgs-driver"

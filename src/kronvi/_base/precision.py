@@ -20,8 +20,8 @@ Example:
   ...     print(matmul_precision())
   None
 
-On CPUs float32 products are exact at every setting, so the policy costs nothing there. Measurements:
-`docs/notes/2026-11-22-precision-policy.md`.
+On CPUs float32 products are exact at every setting, so the policy costs nothing there. Why:
+`docs/decisions/precision.md#the-matmul-precision-policy`.
 """
 
 from __future__ import annotations

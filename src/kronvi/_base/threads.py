@@ -1,14 +1,13 @@
 """The host BLAS/LAPACK thread pools (OpenBLAS, MKL, BLIS), limited where kronvi needs it.
 
 LAPACK's factorizations synchronize their BLAS threads at every panel, and OpenBLAS threads spin while they
-wait: with one core busy elsewhere, a threaded eigendecomposition of a 2000 x 2000 matrix took 20.8 s on
-this project's 2-core machine against 1.2 s single-threaded, and XLA's CPU programs, which call LAPACK
-(Cholesky, triangular solves) from their own worker threads, make the same competition: a GP fit on 278
-rows took 33 s instead of 0.75 s. Threaded LAPACK also rounds differently, and the GP likelihood's local
-optima amplified that into results that changed with `OPENBLAS_NUM_THREADS`
-(`docs/notes/2026-11-26-speed.md`). Large matrix products keep the library's threads: they synchronize
-rarely. `single_blas_thread` runs a block with one BLAS thread, whatever the
-environment says; `threadpoolctl` finds the loaded libraries.
+wait: when another core is busy, a threaded factorization is many times slower than a single-threaded one,
+and XLA's CPU programs, which call LAPACK (Cholesky, triangular solves) from their own worker threads, make
+the same competition. Threaded LAPACK also rounds differently, and the GP likelihood's local optima
+amplify that into results that change with `OPENBLAS_NUM_THREADS`
+(`docs/decisions/gp-step.md#one-blas-thread-for-factorizations-the-starts-on-both-cores`). Large matrix
+products keep the library's threads: they synchronize rarely. `single_blas_thread` runs a block with one
+BLAS thread, whatever the environment says; `threadpoolctl` finds the loaded libraries.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import jax
 @functools.cache
 def _controller():
     """threadpoolctl's view of the loaded BLAS libraries, found once (a scan of the process's shared
-    libraries: 2 ms, which `threadpool_limits` repeats at every call)."""
+    libraries, which `threadpool_limits` would repeat at every call)."""
     # jaxlib's CPU LAPACK kernels come from SciPy's BLAS library, which jaxlib loads only at its first
     # factorization: load it now, or threadpoolctl would not see (and limit) it.
     import scipy.linalg.cython_lapack  # noqa: F401

@@ -105,8 +105,8 @@ def _block_indices(order, block_size):
 def _sequential_in_block(logits, mean, g, A_SS, c, a, V, logp, ok, e_inv, temperature):
     r"""Exact coordinate updates of one block's weights in turn; `g` holds $(A\bar w)_S$ and is
     kept current with the block's own coupling `A_SS`. Masked (padding) slots are left as they are.
-    Unrolled with static indices, which ran faster on a GPU than `lax.fori_loop(..., unroll=True)`
-    (`docs/notes/2026-11-22-cavi-on-accelerators.md`)."""
+    Unrolled with static indices, which runs faster on a GPU than `lax.fori_loop(..., unroll=True)`
+    (`docs/decisions/fitting.md#coordinate-ascent-on-accelerators`)."""
     for i in range(ok.shape[0]):
         h = c[i] - (g[i] - a[i] * mean[i])
         new = (logp[i] + e_inv * (V[i] * h - 0.5 * a[i] * V[i] * V[i])) / temperature
@@ -315,7 +315,7 @@ def sweep_function(sweep: str, PhitPhi):
 
     `"auto"`: `cavi_sweep` when compiled for a CPU, the damped block-Jacobi sweep for an
     accelerator, where each loop step costs kernel launches
-    (`docs/notes/2026-11-22-cavi-on-accelerators.md`); the blocks are only built for the accelerator.
+    (`docs/decisions/fitting.md#coordinate-ascent-on-accelerators`); the blocks are only built for the accelerator.
     """
     b = PhitPhi.shape[0]
     if sweep == "sequential":

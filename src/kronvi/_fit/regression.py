@@ -103,7 +103,7 @@ def fit_regression(
         an eigenbasis): every weight moves to its optimum at once, exactly what any sequential order gives
         there, in $O(bm)$ (`diagonal_sweep`). `"auto"` (default): `"sequential"` on a CPU, `"jacobi"` on an
         accelerator (GPU, TPU), where each loop step costs kernel launches
-        (`docs/notes/2026-11-22-cavi-on-accelerators.md`).
+        (`docs/decisions/fitting.md#coordinate-ascent-on-accelerators`).
       device: `None` (default): the fit runs where the statistics live. A `jax.Device` (concrete
         inputs only): the inputs are copied there once and the results copied back to the statistics'
         device, e.g. `jax.devices("cpu")[0]` to fit on the host exactly as on a CPU-only machine.

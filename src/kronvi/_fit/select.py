@@ -8,7 +8,7 @@ second pass over the data.
 
 The mean-field ELBO is biased about the noise variance when many weights are weakly determined (their prior
 variance counts as residual), so it cannot arbitrate between noise priors; held-out error can
-(`docs/notes/2026-11-22-noise-grid.md`).
+(`docs/decisions/default-recipe.md#the-noise-grid`).
 """
 
 from __future__ import annotations

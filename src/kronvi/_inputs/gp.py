@@ -177,12 +177,11 @@ def _gaussian_log_density_bwd(res, g):
 
 def _cholesky_inverse(L):
     r"""$K^{-1}$ from the lower Cholesky factor $L$ of $K$. In float32 on a CPU from `_HOST_INVERSE_MIN_ROWS`
-    rows, LAPACK's `potri` in the host ($\tfrac23 m^3$ flops: 11 ms at m = 1000 on one thread, against
-    31 ms for the two triangular solves with the identity, the bulk of a likelihood gradient); elsewhere
-    those two solves in XLA (below 400 rows they are the faster: 2.96 against 3.23 ms for a value and
-    gradient at 278 rows, and the program has no host callback, so it can run beside others). Not
-    for float64: the callback runs on an XLA thread, where a `jax.enable_x64` context (thread-local) does
-    not hold, and its float64 operand would arrive as float32."""
+    rows, LAPACK's `potri` in the host ($\tfrac23 m^3$ flops, about a third of the time of the two
+    triangular solves with the identity, the bulk of a likelihood gradient); elsewhere those two solves in
+    XLA (below 400 rows they are the faster, and the program has no host callback, so it can run beside
+    others). Not for float64: the callback runs on an XLA thread, where a `jax.enable_x64` context
+    (thread-local) does not hold, and its float64 operand would arrive as float32."""
 
     def in_xla(L):
         return jax.scipy.linalg.cho_solve((L, True), jnp.eye(L.shape[-1], dtype=L.dtype))
@@ -216,7 +215,7 @@ def _potri(L):
     potri = lapack.dpotri if L.dtype == np.float64 else lapack.spotri
     # L (C order) is, read in Fortran order, the upper factor L^T of the same K: LAPACK takes it with no
     # reordering copy, and the transpose of its answer (upper triangle) is C-ordered with K^{-1} in the
-    # lower triangle (1 ms of 5.4 at 692 rows)
+    # lower triangle
     inv, info = potri(L.T, lower=0)
     if info != 0 or not np.all(np.isfinite(np.diagonal(L))):  # a failed factorization: the fit sees NaN
         return np.full(L.shape, np.nan, L.dtype)
@@ -438,7 +437,7 @@ def _choose(lmls, degenerate, pinned, loo, margin):
     bound and an unpinned non-degenerate start predicts at least as well by leave-one-out (then the best
     such one by likelihood). A start whose noise is pinned is an optimum of the bound, not of the data (e.g.
     integer targets that the GP interpolates): its likelihood is not comparable
-    (docs/notes/2026-11-22-library-history.md)."""
+    (docs/decisions/gp-step.md#screened-starts)."""
     chosen = _select(lmls, degenerate, margin)
     alt_ok = ~pinned & ~degenerate & (loo <= loo[chosen])
     alt = jnp.argmax(jnp.where(alt_ok, lmls, -jnp.inf))
@@ -448,7 +447,7 @@ def _choose(lmls, degenerate, pinned, loo, margin):
 def _select(lmls, degenerate, margin):
     """Index of the best start, preferring a non-degenerate one within `margin` nats of the best; among
     starts within `_TIE_NATS` of that one (and as degenerate), the first: a near-tie is decided by start
-    order, not by rounding (docs/notes/2026-11-22-input-scale-sensitivity.md)."""
+    order, not by rounding (docs/decisions/gp-step.md#rounding-decides-between-near-equal-starts)."""
     best = jnp.argmax(lmls)
     good_lmls = jnp.where(degenerate, -jnp.inf, lmls)
     best_good = jnp.argmax(good_lmls)
@@ -522,8 +521,8 @@ def fit_gp_hyperparameters(
       gain_tol: stop a start when two iterations in a row each raise its log marginal likelihood by
         less than `gain_tol` nats (`0`: never). A likelihood ratio under $e^{0.1} \approx 1.1$ (the
         default) tells the hyperparameters apart no better than the float32 likelihood's own rounding
-        at small noise (above); the last such iterations of a start were up to half its evaluations
-        (`docs/notes/2026-11-27-gp-stall.md`).
+        at small noise (above), and such iterations can be a large share of a start's evaluations
+        (`docs/decisions/gp-step.md#when-a-start-stops`).
       min_noise_variance: lower bound of the noise variance; default
         $10^{-6}\operatorname{var}(y)$ in float64 and $10^{-4}\operatorname{var}(y)$ in
         float32 (where a smaller noise makes the Cholesky factorization fail).
@@ -540,15 +539,14 @@ def fit_gp_hyperparameters(
         degenerate or has its noise variance at the lower bound, every start runs on the whole subsample
         (with concrete inputs; inside `jit` there is no fallback).
         `info` describes the refinement (one or two starts) or the fallback, and `info.screened` the
-        screening. Why both the winner and the first start: `docs/notes/2026-11-26-speed.md`.
+        screening. Why both the winner and the first start: `docs/decisions/gp-step.md#screened-starts`.
       screen_points: rows of the screening run of `restarts="screened"`.
       parallel_restarts: run the starts in parallel with `vmap` (`True`) or as one program per start
         (`False`): side by side from host threads, one per core, when the inputs are concrete; one
         after another with `lax.map` inside `jit` or on one core (with concrete inputs the two give
         the same results to the bit). Default: `vmap` on GPU/TPU, separate programs on CPU, where a
         `vmap`-batched Cholesky gains nothing over sequential calls and, with few cores, can deadlock
-        XLA's CPU thread pool (batched LAPACK kernels waiting on each other's pool tasks; observed on
-        a 2-core machine with 277 rows).
+        XLA's CPU thread pool (batched LAPACK kernels waiting on each other's pool tasks).
       precision: where the likelihood and its gradient are computed. `"native"` (default): in XLA in
         the dtype of `X` (float32's $K^{-1}$ from LAPACK's `potri` on a CPU). `"float64"`: in float64,
         for float32 inputs on the host (NumPy and LAPACK through `jax.pure_callback`, one call per
@@ -556,10 +554,10 @@ def fit_gp_hyperparameters(
         (leave-one-out error, degeneracy) stay in the dtype of `X`. At the small noise levels of many
         datasets' optima, the float32 likelihood is off by 0.02-8 nats (tens at $10^{-4}\operatorname{var}(y)$),
         so its line searches near an optimum run to their cap and starts stop short of their optima. In
-        float64 they reach them: yacht's 278 rows took 94 evaluations instead of 228, each costing about
-        what float32's does. At 700-1000 rows an evaluation costs about 1.5x float32's and saves few.
+        float64 they reach them in fewer evaluations, each costing about what float32's does on a few
+        hundred rows; from about 700 rows an evaluation costs about 1.5x float32's and saves few.
         Not the default: on the 28 UCI datasets it moved test accuracy both ways
-        (`docs/notes/2026-11-27-gp-float64.md`).
+        (`docs/decisions/gp-step.md#the-likelihood-in-float32`).
 
     Returns:
       `GPFit` `(hyper, info)`: the chosen `GPHyperparameters` and a `GPFitInfo`.
@@ -726,7 +724,7 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, gain_tol, paral
     pool's host threads. A program's LAPACK calls run one after another on the thread that runs it, and
     JAX runs programs called from different host threads at the same time, so the starts share the
     cores; each computes what the body of `lax.map` computes, so the results are the same to the bit
-    (`docs/notes/2026-11-27-gp-threads.md`).
+    (`docs/decisions/gp-step.md#one-blas-thread-for-factorizations-the-starts-on-both-cores`).
     """
     if pool is None:
         raw = run_single_threaded(
@@ -741,7 +739,7 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, gain_tol, paral
     ).compile()
     # A host callback (`potri`, the float64 likelihood) hands its operands to Python through XLA's CPU
     # thread pool, from a thread of that pool: two programs in callbacks at once can hold every pool
-    # thread and wait on each other (seen on kin40k with 2 cores). Such programs run one at a time.
+    # thread and wait on each other, a deadlock on a machine with few cores. Such programs run one at a time.
     calls_host = _likelihood_on_host(precision, X.dtype) or _inverts_on_host(X.shape[0], X.dtype)
     exclusive = _HOST_CALLBACKS if calls_host else contextlib.nullcontext()
 

@@ -38,7 +38,7 @@ that the complement's part of the predictive distribution is close to a Gaussian
 full model make it, rather than a lattice of atoms).
 `kronvi.predict_regression`, `kronvi.predictive_log_density`,
 `kronvi.sample_codes` and the integer path take it as it is.
-Measurements: `docs/notes/2026-11-27-compact.md`.
+Why this form: `docs/decisions/default-recipe.md#the-compact-recipe`.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
 
 The relative bound is $\rho_{pre} + \mathrm{abs}/(Q-\mathrm{abs})$ (`inf` if $Q \le \mathrm{abs}$).
 Where it exceeds the caller's tolerance, `predictive_log_density` redoes the point with 4x the nodes.
-The derivation and its measurements: docs/notes/2026-11-22-fast-density-prototype.md.
+Why this kernel: docs/decisions/default-recipe.md#the-exact-predictive-density.
 """
 
 from __future__ import annotations
@@ -352,8 +352,9 @@ class DensityToleranceError(FloatingPointError):
 
 def default_num_nodes(dtype) -> int:
     """Trapezoid nodes of the first pass: 8 in float32, 16 in float64. Enough wherever the noise is a
-    sizable part of the predictive variance (the usual case: on kin40k 8 nodes gave the bounds and values
-    of 32, at a quarter of the cost); the points whose bound is not met are redone with more."""
+    sizable part of the predictive variance (the usual case: the characteristic function then decays fast, and 8 nodes
+    give the values and bounds of 32 at a quarter of the cost); the points whose bound is not met are
+    redone with more."""
     return 16 if jnp.dtype(dtype) == jnp.float64 else 8
 
 

@@ -1,7 +1,7 @@
 r"""One L-BFGS driver for every exact objective in kronvi (mean field, mixtures, GP hyperparameters).
 
 Two backends: `jaxopt.LBFGS` (the paper's recipe; configured in `jaxopt_lbfgs`) and `optax.lbfgs`.
-Why jaxopt is configured the way it is: `docs/notes/2026-11-22-library-history.md`.
+Why jaxopt is configured the way it is: `docs/decisions/fitting.md#one-l-bfgs-driver`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def jaxopt_lbfgs(loss, *, max_iter, tol):
 
     The line search passed in keeps its own step cap (`2**maxiter`) instead of LBFGS's `max_stepsize=1`,
     so a first step along a tiny gradient can expand until the strong-Wolfe curvature condition holds, as
-    `optax.lbfgs`'s does (`docs/notes/2026-11-22-library-history.md`).
+    `optax.lbfgs`'s does (`docs/decisions/fitting.md#one-l-bfgs-driver`).
     """
     from .jaxopt import LBFGS, ZoomLineSearch
 
@@ -53,7 +53,7 @@ def minimize_lbfgs(
     Stops after `max_iter` iterations, when the gradient norm falls below `tol` (converged), or at a
     stall: with `stall_rtol`, when an iteration lowers the loss by no more than
     `stall_rtol * max(1, |loss|)`; with `stall_atol`, when two iterations in a row each lower it by
-    less than `stall_atol` (`docs/notes/2026-11-27-gp-stall.md`).
+    less than `stall_atol` (`docs/decisions/gp-step.md#when-a-start-stops`).
 
     Returns:
       `(best, info)`: the best iterate (lowest finite `loss`; the start if no step improved on it),

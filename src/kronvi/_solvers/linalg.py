@@ -12,7 +12,7 @@ def jittered_cholesky(M, max_tries: int = 8):
     Where the working precision cannot factor `M` (e.g. a float32 ridge system with a tiny ridge), adds
     $10^{k-7}\,\overline{\mathrm{diag}(M)}\,I$ for the smallest $k \ge 0$ that works
     ($k <$ `max_tries`): a slightly stronger ridge instead of a silent NaN. Traceable (a
-    `lax.while_loop`); why: `docs/notes/2026-11-22-mixture-estimators.md`.
+    `lax.while_loop`); why: `docs/decisions/fitting.md#mixtures`.
 
     Args:
       M: `(b, b)` symmetric matrix.

@@ -51,7 +51,7 @@ def eigenbasis(stats: RegressionStats) -> tuple[RegressionStats, Eigenbasis]:
       True
     """
     check_stats(stats)
-    # LAPACK's threaded eigensolver slowed 20x on a busy 2-core machine (kronvi._base.threads)
+    # one BLAS thread: a threaded eigensolver competes with XLA's threads (kronvi._base.threads)
     return run_single_threaded(_eigenbasis, stats)
 
 
@@ -197,7 +197,7 @@ def _complement(Vr):
             return np.linalg.qr(Vr, mode="complete")[0][:, r:]
     Y = np.tril(h.T, -1)
     Y[np.arange(r), np.arange(r)] = 1.0
-    # T Y[r:]^T by one triangular solve (a general inverse of T^{-1} took 4x longer)
+    # T Y[r:]^T by one triangular solve (cheaper than a general inverse of T^{-1})
     with single_blas_thread():
         TY = solve_triangular(np.triu(Y.T @ Y, 1) + np.diag(1.0 / tau), Y[r:].T, lower=False)
     Qc = -(Y @ TY)

@@ -155,7 +155,8 @@ def regression_stats(
     `jax.distributed.initialize`), every device accumulates its own rows and the results are summed
     across devices with one rounding, so the statistics equal the single-device ones; they come back
     replicated on every device. Use `mask` for padding rows (shards are equal in size). Recipe:
-    `docs/notes/2026-11-22-multi-host.md`; streaming from files: `regression_stats_from_chunks`.
+    `docs/gpus.md`; why: `docs/decisions/precision.md#statistics-over-many-devices-and-processes`;
+    streaming from files: `regression_stats_from_chunks`.
 
     Args:
       Phi: features `(n, b)`.
@@ -247,8 +248,8 @@ def _feature_chunk(feature_map, x):
 
 def _host_stats(feature_map, X, y, chunk_size):
     r"""The statistics with the products in the host BLAS (NumPy), the features from `feature_map` in
-    chunks. XLA's CPU matrix product runs at a fraction of the BLAS rate in float64 (a quarter on this
-    project's 2-core machine: `benchmarks/results/bench_stats_cpu.txt`), and $\Phi^\top\Phi$ as
+    chunks. XLA's CPU matrix product runs at a fraction of the BLAS rate in float64
+    (`docs/decisions/gp-step.md#the-statistics-pass`), and $\Phi^\top\Phi$ as
     `F.T @ F` is a symmetric rank-k update (half the flops of a general product). In float64 each chunk's
     update is BLAS's `dsyrk` into the upper triangle of one accumulator, in place (NumPy's `F.T @ F`
     returns a new full b x b matrix per chunk, which the sum then reads again: at b = 4000 that is 128 MB

@@ -111,7 +111,7 @@ def fit_bnn(
         gradients) or `"optax-lbfgs"` (the same with `optax.lbfgs`). L-BFGS on softmax logits stalls
         where factors saturate (their gradient vanishes away from any optimum): on this docstring's
         example it stops after 12 iterations at ELBO -595, where coordinate ascent reaches -78
-        (`docs/notes/2026-11-23-bnn.md`).
+        (`docs/decisions/fitting.md#quadratic-activation-bnns`).
       init: `(q_w, q_noise)` to start from; `None` (default): `bnn_init` with `key`
         and `init_scale` (`num_starts` of them).
       key: PRNG key for the random start (default `jax.random.key(0)`).
@@ -124,7 +124,7 @@ def fit_bnn(
         point that the fits spread over different optima).
       num_starts: random starts fitted together (`vmap`); the fit with the highest final ELBO is
         returned. The ELBO of a quadratic network has many local optima
-        (`docs/notes/2026-11-23-bnn.md`), so a handful of starts pays. Ignored with `init`.
+        (`docs/decisions/fitting.md#quadratic-activation-bnns`), so a handful of starts pays. Ignored with `init`.
 
     Returns:
       `BNNFit` `(q_w, q_noise, info)`.

@@ -15,7 +15,7 @@ and cost $O(bm)$ each:
 * `laplace_grid_prior`: the accurate default grids, the prior
   $N(0, \sigma_w^2)$ on levels placed on the Laplace approximation to the posterior (MAP $\pm$ 4 sds).
 
-Modules: `_bound`, `_cavi`, `_fit`, `_laplace`, `_predict`. Measurements: `docs/notes/2026-11-23-logistic.md`.
+Modules: `_bound`, `_cavi`, `_fit`, `_laplace`, `_predict`. Why this recipe: `docs/decisions/classifier.md`.
 
 References:
   Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",

@@ -28,7 +28,7 @@ Every bound below is a function of a few of these per-row log-MGFs:
   $\alpha = 1$ is its mirror image, nearly exact for confidently misclassified rows; for a
   Gaussian $u \sim N(\mu, v)$ $\alpha = \tfrac12$ gives $\mathrm{softplus}(\mu) + v/8$.
 
-Measured gaps to the exact expected log-likelihood: `docs/notes/2026-11-23-logistic.md`.
+Why the default is `"tilted"`: `docs/decisions/classifier.md#the-tilted-bound`.
 
 References:
   Evans & Nair (2018), section 4 (Theorem 2) and appendix B.

@@ -19,8 +19,8 @@ $\partial B_i / \partial q_{jk} = \sum_c (\partial B_i / \partial L_{ic}) R_{ick
 $m_{ijc}(q'_j) = m_{ijc}(q_j) \sum_k R_{ick}\, q'_{jk}$: one table of exponentials per weight serves
 both. Every weight's $\log m_{ijc}$ is computed once, before the first sweep, and kept current by each
 update (in a `(b, K, n)` table when it is small enough, else recomputed per weight). A sweep costs about
-two passes of exponentials over the `(n, K, m)` terms of each weight. Measurements:
-`docs/notes/2026-11-27-logistic-speed.md`.
+two passes of exponentials over the `(n, K, m)` terms of each weight. Why it is the study's fit:
+`docs/decisions/classifier.md#coordinate-ascent-from-a-laplace-start-a-warm-newton-start`.
 """
 
 from __future__ import annotations

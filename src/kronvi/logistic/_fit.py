@@ -68,7 +68,7 @@ def laplace_start_map(prior_w, Phi, y, weights):
     `laplace_grid_prior` runs), else by L-BFGS ($O(nb)$ per iteration,
     at most 100). Either searches from whichever of $\mu$ and the grids' centres (midpoints of their
     ranges) has the lower objective (`better_start`). Grids placed by `laplace_grid_prior` are centred
-    on the Gaussian-prior MAP, next to this one (`docs/notes/2026-11-27-logistic-start.md`).
+    on the Gaussian-prior MAP, next to this one (`docs/decisions/classifier.md#coordinate-ascent-from-a-laplace-start-a-warm-newton-start`).
     """
     mu, prec, centre = _prior_moments(prior_w)
     if Phi.shape[1] <= NEWTON_MAX_FEATURES:
@@ -227,8 +227,8 @@ def fit_logistic(
       each step); $O(Bbm)$ per step, for large `n`.
       `"cavi"`: closed-form coordinate ascent (minorize-maximize; for `"theorem2"` the exact
       coordinate optimum): $\log q_j = \log p_j + \partial B / \partial q_j$ at the current
-      point, one weight at a time, never decreasing the bound; $O(nbm)$ per sweep. Measured against
-      L-BFGS: `docs/notes/2026-11-27-logistic-speed.md`.
+      point, one weight at a time, never decreasing the bound; $O(nbm)$ per sweep. Against L-BFGS:
+      `docs/decisions/classifier.md#coordinate-ascent-from-a-laplace-start-a-warm-newton-start`.
 
     Args:
       Phi: `(n, b)` features, in the dtype of `prior_w`.

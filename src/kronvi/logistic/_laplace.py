@@ -1,8 +1,8 @@
 r"""Grids placed on the Laplace approximation to the logistic posterior (the accurate default recipe).
 
 A fixed grid (15 levels on $\pm 3\sigma_w$) is too coarse once many rows determine the weights far
-more finely than the prior does: on kin40k (36,000 rows) the posterior sds were a sixth of the grid's
-spacing and the MAP lay beyond its edge (`docs/notes/2026-11-23-logistic.md`). As on the regression
+more finely than the prior does: the posterior sds can be a fraction of the grid's spacing and the MAP
+can lie beyond its edge (`docs/decisions/classifier.md#grids-placed-by-a-laplace-approximation`). As on the regression
 side (`kronvi.posterior_grid_prior`), the prior density
 $N(0, \sigma_w^2)$ is kept but evaluated on levels placed where the posterior lies. Logistic regression
 has no exact Gaussian posterior, so the grid is centred on the MAP $\hat w$ of the Gaussian-prior model and
@@ -258,7 +258,7 @@ def laplace_grid_prior(
             raise ValueError(f"`init` must have shape ({b},), got {tuple(start.shape)}")
         check_finite(start, "init")
         start = start.astype(Phi.dtype)
-    # LAPACK's eigh in one thread: threaded, it took 110 ms instead of 0.7 ms at b = 109 beside a busy core
+    # LAPACK's eigh in one thread: a threaded eigh competes with XLA's threads (kronvi._base.threads)
     info = run_single_threaded(
         laplace_fit, Phi, y, weights, prec, mean, start, max_iter=max_iter, tol=jnp.asarray(tol, Phi.dtype)
     )

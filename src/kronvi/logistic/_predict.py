@@ -10,7 +10,7 @@ $$ E_q[\sigma(Z)] = \tfrac12 + \int_0^\infty \frac{\operatorname{Im}\varphi_Z(t)
 
 an integrand that is finite at 0 and decays like $e^{-\pi t}$. It is computed with the midpoint
 rule $t_k = (k + \tfrac12) h$, $k < N$. Two rigorous error terms (derivation in
-`docs/notes/2026-11-23-logistic.md`): aliasing, at most
+`docs/decisions/classifier.md#exact-prediction`): aliasing, at most
 $E[\cosh Z]\, e^{-2\pi/h} / (1 - e^{-2\pi/h})$ with $E\cosh Z$ exact from the MGF, and
 truncation, at most $\tfrac{2}{\pi} e^{-\pi N h} / (1 - e^{-\pi N h})$. The step $h$ is chosen
 per point to balance the two.
@@ -21,7 +21,7 @@ recomputed without quadrature, exactly, as the sum over all $m^b$ configurations
 $2^{14}$ of them: at any margin, including the large-margin limit (the $q$-mass of the sign of $Z$).
 With more configurations the capped quadrature is returned with its bound and a warning; its step then
 resolves $Z$ relative to its range, so it approaches the $q$-mass of the sign as the margins grow
-(measured: `docs/notes/2026-11-23-logistic.md`), but its bound cannot show it.
+(`docs/decisions/classifier.md#exact-prediction`), but its bound cannot show it.
 """
 
 from __future__ import annotations

@@ -249,8 +249,7 @@ def mixture_elbo_estimate(
     $j$ set to level $l$: all $b\,m$ single-site changes of a draw come from one
     $(r, b, m)$ table, $O(r\,b\,m)$ per draw against $O(r\,b)$; no baseline is
     needed (the sum over levels is centred exactly). The other $b-1$ factors' noise no longer
-    enters factor $j$'s gradient. Measured variances and timings of the four estimators:
-    `docs/notes/2026-11-22-mixture-estimators.md`.
+    enters factor $j$'s gradient. Why it is the default: `docs/decisions/fitting.md#mixtures`.
 
     Args:
       key: PRNG key.
@@ -365,7 +364,7 @@ def mixture_elbo_unbiased(
 @functools.partial(jax.jit, static_argnames=("estimator", "num_chunks", "chunk_size"))
 def _unbiased_in_chunks(key, q, q_noise, prior_w, prior_noise, stats, *, estimator, num_chunks, chunk_size):
     # Compiled once per (estimator, sizes, shapes): a lax.map over a fresh closure outside jit would compile
-    # a new executable on every call (docs/notes/2026-11-22-mixture-estimators.md).
+    # a new executable on every call (docs/decisions/fitting.md#mixtures).
     fn = estimator_fn(estimator)
 
     def one(k):

@@ -269,7 +269,7 @@ def mixture_from_mean_field(
     deterministic optimizer (the gradients are symmetric), so some noise is needed for the components to
     specialize. Smoothing lets components differ where a mean-field factor is numerically one-hot (logit
     noise alone leaves a point mass a point mass), but it costs likelihood on every weight, so keep it
-    small or zero for large models (`docs/notes/2026-11-22-mixture-estimators.md`).
+    small or zero for large models (`docs/decisions/fitting.md#mixtures`).
 
     Args:
       key: PRNG key.

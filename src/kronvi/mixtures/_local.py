@@ -36,7 +36,7 @@ def local_table(log_probs, log_weights, x, scale=None):
 
     `scale=None`: $\mathrm{LSE}_c(\rho_{cj} - M_j + \log p^{(c)}_j(l))$, exact, `C * b * m`
     exponentials. With `scale` from `level_scale`: $N_{jl} + \log\sum_c e^{\rho_{cj} - M_j}
-    E_{cjl}$, `C * b` exponentials and a multiply-add (`docs/notes/2026-11-22-mixture-estimators.md`).
+    E_{cjl}$, `C * b` exponentials and a multiply-add (`docs/decisions/fitting.md#mixtures`).
     Every factor is at most 1 and the sum at least its largest term, so it underflows only where every
     term is below the smallest normal number (about $e^{-87}$ in float32) and is floored there. Use it only for the
     posterior's own table (`local_scores`): there the floor can touch component `k`'s own term

@@ -24,9 +24,9 @@ Each row of $A$ is quantized to int8 with an affine map (Jacob et al. 2018),
 $A_{ij} \approx s_i (q_{ij} - o_i)$, and $\sum_j (q_{ij} - o_i) d_{sj}
 = \sum_j q_{ij} d_{sj} - o_i \sum_j d_{sj}$ is accumulated exactly in int32. Weights whose code is the
 zero level have $d_{sj} = 0$ and contribute nothing; weights at the zero level in *every* stored
-sample are dropped (`prune=True`), and the rest is a dense integer GEMM: int8 operands on CPU (its
-speed: `docs/notes/2026-11-22-library-history.md`), operands widened to int32 on other backends, where
-XLA's int8 product was not exact (`docs/notes/2026-11-22-precision-policy.md`).
+sample are dropped (`prune=True`), and the rest is a dense integer GEMM: int8 operands on CPU, operands
+widened to int32 on other backends, where XLA's int8 product is not exact for every shape
+(`docs/decisions/precision.md#the-integer-kernel`).
 
 References:
   Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",
@@ -647,8 +647,8 @@ def _int_products_narrow(q, deltas):
 
 def _int_products_int32(q, deltas):
     """`q @ deltas.T` `(N, S)` with both operands widened to int32 first. Exact on every backend: on
-    CUDA, XLA's int8 x int8 -> int32 product returned wrong sums for some shapes (jax 0.11.2, H100;
-    `docs/notes/2026-11-22-precision-policy.md`)."""
+    CUDA, XLA's int8 x int8 -> int32 product can return wrong sums for some shapes
+    (`docs/decisions/precision.md#the-integer-kernel`)."""
     return lax.dot_general(q.astype(jnp.int32), deltas.astype(jnp.int32), (((1,), (1,)), ((), ())))
 
 
