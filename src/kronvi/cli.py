@@ -402,7 +402,9 @@ def _fit(args):
     print("\n".join(lines))
     if args.density_rows == 0:
         print("NLPD not computed (--no-density)")
-    elif any(r.nlpd_rows < n_test for r, n_test in zip(results, _test_rows(folds, len(results)), strict=True)):
+    elif any(
+        r.nlpd_rows < n_test for r, n_test in zip(results, _test_rows(folds, len(results)), strict=True)
+    ):
         print(f"NLPD on a random sample of at most {args.density_rows} test rows per fold (--density-rows)")
     print(
         f"mean RMSE {s['rmse_mean']:.4f} +- {s['rmse_sd']:.4f} | mean NLPD {s['nlpd_mean']:.3f} "
@@ -482,7 +484,9 @@ class _Heartbeat:
         while not self._done.wait(self._every):
             with self._lock:
                 if self._text and not self._done.is_set():
-                    self._status.show(f"{self._text} ({time.perf_counter() - self._since:.0f}s in this stage)")
+                    self._status.show(
+                        f"{self._text} ({time.perf_counter() - self._since:.0f}s in this stage)"
+                    )
 
     def stop(self) -> None:
         self._done.set()

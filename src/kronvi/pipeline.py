@@ -304,7 +304,7 @@ class FittedDirect(NamedTuple):
         """`kronvi.predict(self, X, chunk_size=chunk_size)`: the exact predictive mean and variance."""
         return predict(self, X, chunk_size=chunk_size)
 
-    def log_density(self, X: ArrayLike, y: ArrayLike, *, rtol: float | str | None = "auto") -> jax.Array:
+    def log_density(self, X: ArrayLike, y: ArrayLike, *, rtol: float | str | None = "auto") -> Any:
         """`kronvi.log_density(self, X, y, rtol=rtol)`: the exact log predictive density of each row."""
         return log_density(self, X, y, rtol=rtol)
 
@@ -646,7 +646,11 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
 
 
 def check_fit_memory(
-    num_rows: int, config: DirectConfig, *, dtype: DTypeLike = jnp.float32, argument: str = "config.num_frequencies"
+    num_rows: int,
+    config: DirectConfig,
+    *,
+    dtype: DTypeLike = jnp.float32,
+    argument: str = "config.num_frequencies",
 ) -> None:
     """Raises a `MemoryError` (also a `ValueError`) naming `argument` before any compute when the peak of a
     fit of `num_rows` rows with `config`'s features would exceed the memory available (or the limit in the
@@ -1084,11 +1088,11 @@ def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Pre
         Xs = _standardized(model, X)
         mean, var = _chunked(functools.partial(_moments_of, _parts(model)), Xs, chunk_size)
         return Prediction(model.y_offset + model.y_scale * mean, model.y_scale**2 * var)
-    Xs = np.asarray(_standardized(model, X))
+    Xh = np.asarray(_standardized(model, X))
     parts = _parts(model)
     means, variances = [], []
-    for start in range(0, Xs.shape[0], chunk_size):
-        rows = Xs[start : start + chunk_size]
+    for start in range(0, Xh.shape[0], chunk_size):
+        rows = Xh[start : start + chunk_size]
         m, v = _moments_of(parts, jnp.asarray(pad_rows(rows, row_bucket(rows.shape[0], chunk_size))))
         means.append(np.asarray(m, np.float64)[: rows.shape[0]])
         variances.append(np.asarray(v, np.float64)[: rows.shape[0]])
@@ -1117,7 +1121,7 @@ def log_density(
     *,
     rtol: float | str | None = "auto",
     chunk_size: int = 4096,
-) -> jax.Array:
+) -> Any:
     r"""The exact log predictive density of targets `y` at raw inputs `X`, in the targets' units
     (`kronvi.predictive_log_density` of the fit's units, less `log(model.y_scale)`).
 
@@ -1168,14 +1172,14 @@ def log_density(
             failed.append(np.asarray(e.failed) + start)
         out.append(np.asarray(ld, np.float64) - shift)
         errors.append(np.asarray(err, np.float64))
-    ld = np.concatenate(out) if out else np.zeros(0)
+    lds = np.concatenate(out) if out else np.zeros(0)
     if failed:
         idx = np.concatenate(failed)
         raise DensityToleranceError(
-            f"{idx.size} of {ld.size} points did not meet the density's tolerance `rtol`={rtol!r}",
-            ld, np.concatenate(errors), idx,
+            f"{idx.size} of {lds.size} points did not meet the density's tolerance `rtol`={rtol!r}",
+            lds, np.concatenate(errors), idx,
         )  # fmt: skip
-    return ld
+    return lds
 
 
 def fit_direct(
@@ -1207,12 +1211,12 @@ def fit_direct(
     per second.
     """
     config = _check_config(config)  # once: the two steps below take it as it is
-    progress = _reporter(progress, progress_every)
-    fold = _prepare_fold(key, X, y, config, dtype=dtype, gp=None, progress=progress)
-    _stage(progress, "fit", np.shape(X)[0], np.shape(X)[0])
+    report = _reporter(progress, progress_every)
+    fold = _prepare_fold(key, X, y, config, dtype=dtype, gp=None, progress=report)
+    _stage(report, "fit", np.shape(X)[0], np.shape(X)[0])
     fit = _fit_prepared(fold, config)
-    if progress is not None and isinstance(progress.report, _StageLine):
-        progress.report.close()
+    if report is not None and isinstance(report.report, _StageLine):
+        report.report.close()
     return fit
 
 
@@ -1369,10 +1373,11 @@ def stream_prepare(stream: StreamState, config: DirectConfig | None = None) -> P
     if config.basis == "features":
         prior_w = gaussian_prior(PhitPhi.shape[0], prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
     _block((stats, prior_w))
-    return PreparedFold(
-        stream.standardizer, y_offset, None, None, hyper, stream.gp_info, feats, stats, None, prior_w, stream.key,
-        stream.init_seconds, stream.stats_seconds + time.perf_counter() - t0, basis, s2, prior_scale, y_scale,
-    )  # type: ignore[arg-type]  # X and y are not kept by a stream  # fmt: skip
+    return PreparedFold(  # X and y are not kept by a stream
+        stream.standardizer, y_offset, None, None, hyper, stream.gp_info, feats, stats, None,  # type: ignore[arg-type]
+        prior_w, stream.key, stream.init_seconds, stream.stats_seconds + time.perf_counter() - t0, basis, s2,
+        prior_scale, y_scale,
+    )  # fmt: skip
 
 
 def _sweep(config):

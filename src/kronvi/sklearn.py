@@ -342,7 +342,9 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         rs = self.random_state
         if isinstance(rs, numbers.Integral) and not isinstance(rs, bool):
             if not 0 <= int(rs) < 2**32:
-                raise ValueError(f"`random_state` must be an int in [0, 2**32), None or a RandomState, got {rs!r}")
+                raise ValueError(
+                    f"`random_state` must be an int in [0, 2**32), None or a RandomState, got {rs!r}"
+                )
             return jax.random.key(int(rs))
         return jax.random.key(int(check_random_state(rs).randint(np.iinfo(np.int32).max)))
 

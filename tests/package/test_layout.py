@@ -98,7 +98,11 @@ def _private_uses(tree):
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names if a.name.split(".")[0] == "kronvi" and "._" in a.name]
-        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "kronvi":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and (node.module or "").split(".")[0] == "kronvi"
+        ):
             if "._" in node.module:
                 out.append(node.module)
             private = [a.name for a in node.names if a.name.startswith("_") and a.name != "__version__"]

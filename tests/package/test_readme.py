@@ -287,7 +287,9 @@ def _decision_citations():
     """`(file, record, anchor)` of every citation of a decision record in src/ and docs/ (backtick paths
     and Markdown links alike)."""
     pattern = re.compile(r"decisions/([\w-]+\.md)(?:#([\w-]+))?")
-    for path in sorted([*(ROOT / "src").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "docs").rglob("*.py")]):
+    for path in sorted(
+        [*(ROOT / "src").rglob("*.py"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "docs").rglob("*.py")]
+    ):
         for m in pattern.finditer(path.read_text()):
             yield path.relative_to(ROOT).as_posix(), m.group(1), m.group(2)
 
@@ -313,5 +315,8 @@ def test_no_file_under_src_or_docs_names_a_dated_note():
 
 
 def test_slug_matches_mkdocs():
-    assert _slug("The suite's XLA flags, and a full-optimization run") == "the-suites-xla-flags-and-a-full-optimization-run"
+    assert (
+        _slug("The suite's XLA flags, and a full-optimization run")
+        == "the-suites-xla-flags-and-a-full-optimization-run"
+    )
     assert _slug("One L-BFGS driver") == "one-l-bfgs-driver"
