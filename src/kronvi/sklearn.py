@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import functools
 import numbers
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -66,8 +65,9 @@ from ._model.regression import noise_moments, predict_regression
 from ._stats.eigen import eigenbasis, rotate_features
 from ._stats.regression import RegressionStats, merge_stats, regression_stats_from_inputs
 from .gaussian._blr import spectral_evidence_optimum
-from .logistic import BOUNDS, fit_logistic, predict_logistic
-from .logistic._predict import target_error
+from .logistic import ClassifierConfig, fit_classifier
+from .logistic import predict_proba as classifier_proba
+from .logistic._recipe import check_config as check_classifier_config
 from .pipeline import (
     DirectConfig,
     eigen_posterior_grid,
@@ -628,49 +628,48 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
 
 
 class DirectClassifier(ClassifierMixin, BaseEstimator):
-    r"""DIRECT mean-field logistic regression with random Fourier features, as a scikit-learn classifier.
+    r"""DIRECT mean-field logistic regression, as a scikit-learn classifier: an adapter over
+    `kronvi.fit_classifier`.
 
-    The model is $P(y = 1 \mid x, w) = \sigma(\Phi(x)^\top w + w_0)$ with a discrete prior on every weight
-    (one grid of `levels` values on ±`width` prior sds with a zero level, as
-    `kronvi.gaussian_prior`) and an intercept $w_0$ on the same kind of grid. The
-    mean-field posterior maximizes a lower bound on the ELBO
-    (`kronvi.logistic.fit_logistic`); probabilities are the exact
-    $E_q[\sigma(\Phi^\top w)]$ (`kronvi.logistic.predict_logistic`).
-    More than two classes are fitted one-vs-rest (one binary posterior per class; `predict_proba`
-    normalizes the per-class probabilities).
+    The model is $P(y = 1 \mid x, w) = \sigma(\phi(x)^\top w)$ with random Fourier, linear and constant
+    features $\phi$, the prior $N(0, \sigma_w^2)$ on a grid per weight and $\sigma_w$ chosen among
+    `prior_scales` by the Laplace evidence; grids placed on the Laplace posterior (`grid="laplace"`) or the
+    paper's even grids (`grid="paper"`); coordinate ascent from the Laplace start; exact probabilities
+    $E_q[\sigma(\phi^\top w)]$ (`kronvi.logistic.predict_proba`). The parameters are the fields of
+    `kronvi.ClassifierConfig`, and `DirectClassifier(random_state=k)` fits the model of
+    `kronvi.fit_classifier(jax.random.key(k), X, y)`. More than two classes are fitted one-vs-rest (one
+    binary model per class, the same features; `predict_proba` normalizes the per-class probabilities).
 
     Args:
-      n_frequencies: $D$, the number of random frequencies: $b = 2D$ features (`features="rff"` only).
-      features: `"rff"` or `"linear"` (the standardized inputs).
-      lengthscale: `"auto"` ($\sqrt d$ in standardized input units) or a positive number.
-      prior_scale: prior sd of the latent logit function: of each weight for `"rff"` (whose features are
-        scaled by $D^{-1/2}$), divided by $\sqrt d$ for `"linear"`; also the intercept's prior sd.
+      n_frequencies: $D$, random Fourier frequencies: `2 D` of the `2 D + d + 1` features.
+      prior_scales: candidate prior sds of the weights, chosen by the Laplace evidence.
       levels: grid values per weight.
-      width: grid half-width in prior sds.
-      bound: the expected log-likelihood bound, `"tilted"` (default), `"jensen"` or `"theorem2"`.
-      max_iter: L-BFGS iterations.
+      width: grid half-width (`None`: 4 Laplace sds for `"laplace"`, 3 prior sds for `"paper"`).
+      grid: `"laplace"` (default) or `"paper"`.
+      max_iter: coordinate-ascent sweeps at most.
+      tol: stop when a sweep gains less than `tol` nats per row.
       dtype: `"float32"` (default) or `"float64"`.
-      random_state: seed of the random frequencies (int, `None` or a `numpy.random.RandomState`).
+      random_state: seed of the lengthscale's subsample and the frequencies: an int `k` (the key
+        `jax.random.key(k)`), `None` or a `numpy.random.RandomState` (a seed drawn from it).
 
     Attributes:
       classes_: the class labels, sorted.
       n_features_in_: number of input columns $d$.
-      standardizer_: `kronvi.Standardizer` of the inputs, float64 NumPy arrays
-        (inputs are standardized in float64, then cast to `dtype`).
-      feature_map_: `kronvi.RandomFourierFeatures`, or `None`.
-      prior_w_: `kronvi.DiscretePrior` `(b + 1, levels)` (the last weight is the
-        intercept).
-      q_w_: list of fitted `kronvi.MeanField` posteriors: one for two classes (of the
-        second class), one per class otherwise.
-      fit_info_: list of the fits' `kronvi.FitInfo`.
-      n_iter_: L-BFGS iterations of each fit, `(n_fits,)`.
+      models_: list of `kronvi.FittedClassifier`: one for two classes (of the second class), one per
+        class otherwise.
+      fit_info_: list of the fits' `kronvi.ClassifierInfo`.
+      prior_scale_: the chosen prior sd of each fit, `(n_fits,)`.
+      n_iter_: coordinate-ascent sweeps of each fit, `(n_fits,)`.
+      standardizer_: the `kronvi.Standardizer` of the inputs (float64 NumPy arrays).
+      feature_map_: the `kronvi.RandomFourierFeatures` (shared by every fit).
+      prior_w_, q_w_: lists of each fit's `kronvi.DiscretePrior` and `kronvi.MeanField`.
 
     Example:
       >>> import numpy as np
       >>> from kronvi.sklearn import DirectClassifier
       >>> rng = np.random.default_rng(0)
       >>> X = rng.normal(size=(200, 2)); y = np.where(X[:, 0] ** 2 + X[:, 1] ** 2 > 1.4, "out", "in")
-      >>> clf = DirectClassifier(n_frequencies=10, max_iter=30, random_state=0).fit(X, y)
+      >>> clf = DirectClassifier(random_state=0).fit(X, y)
       >>> clf.classes_.tolist(), clf.predict_proba(X[:2]).shape, bool(clf.score(X, y) > 0.85)
       (['in', 'out'], (2, 2), True)
     """
@@ -678,52 +677,46 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
     def __init__(
         self,
         *,
-        n_frequencies: int = 500,
-        features: str = "rff",
-        lengthscale="auto",
-        prior_scale: float = 3.0,
+        n_frequencies: int = 50,
+        prior_scales=(1.0, 3.0, 10.0, 30.0),
         levels: int = 15,
-        width: float = 3.0,
-        bound: str = "tilted",
-        max_iter: int = 100,
+        width: float | None = None,
+        grid: str = "laplace",
+        max_iter: int = 10,
+        tol: float = 1e-3,
         dtype: str = "float32",
         random_state=None,
     ):
         self.n_frequencies = n_frequencies
-        self.features = features
-        self.lengthscale = lengthscale
-        self.prior_scale = prior_scale
+        self.prior_scales = prior_scales
         self.levels = levels
         self.width = width
-        self.bound = bound
+        self.grid = grid
         self.max_iter = max_iter
+        self.tol = tol
         self.dtype = dtype
         self.random_state = random_state
 
-    def _check_params(self):
-        _check_choice(self.features, "features", _FEATURES)
+    def _classifier_config(self) -> ClassifierConfig:
+        """The parameters as a checked `ClassifierConfig`; errors name the parameter."""
         _check_choice(self.dtype, "dtype", _DTYPES)
-        _check_choice(self.bound, "bound", BOUNDS)
-        check_int(self.n_frequencies, "n_frequencies", 1)
-        _check_positive(self.lengthscale, "lengthscale", allow=("auto",))
-        _check_positive(self.prior_scale, "prior_scale")
-        _check_positive(self.width, "width")
-        check_int(self.levels, "levels", 2)
-        check_int(self.max_iter, "max_iter", 1)
+        config = ClassifierConfig(
+            num_frequencies=self.n_frequencies, prior_scales=self.prior_scales, levels=self.levels,
+            width=self.width, grid=self.grid, max_iter=self.max_iter, tol=self.tol,
+        )  # fmt: skip
+        try:
+            check_classifier_config(config)
+        except ValueError as e:
+            raise ValueError(
+                str(e).replace("`config.num_frequencies`", "`n_frequencies`").replace("`config.", "`")
+            ) from None
+        return config
 
-    def _precision(self):
+    def _classifier_precision(self):
         return jax.enable_x64(True) if self.dtype == "float64" else _nullcontext()
 
-    def _design(self, X):
-        """`[Phi(X), 1]` in the working dtype, rows padded to a bucket; returns `(Phi, n)`."""
-        n = X.shape[0]
-        dtype = self.prior_w_.values.dtype
-        # at least 512 rows (zero weights): every small data set shares one compiled L-BFGS fit
-        Xs = jnp.asarray(_pad_rows(_standardized(self.standardizer_, X, dtype), _bucket(n, 1 << 30, 512)))
-        return _augmented_features(self.feature_map_, Xs), n
-
     def fit(self, X, y):
-        """Fits one posterior (two classes) or one per class (one-vs-rest).
+        """Fits one model (two classes) or one per class (one-vs-rest) with `kronvi.fit_classifier`.
 
         Args:
           X: inputs `(n, d)`.
@@ -732,66 +725,34 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         Returns:
           `self`.
         """
-        self._check_params()
+        config = self._classifier_config()
         X, y = validate_data(self, X, y, reset=True, dtype=np.float64)
         check_classification_targets(y)
         self.classes_, codes = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; got 1 class")
-        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
-        d = X.shape[1]
-        with self._precision():
+        targets = [codes == 1] if len(self.classes_) == 2 else [codes == k for k in range(len(self.classes_))]
+        with self._classifier_precision():
+            key = jax.random.key(_classifier_seed(self.random_state))
             dtype = jnp.float64 if self.dtype == "float64" else jnp.float32
-            self.standardizer_ = _standardizer(X)
-            ls = np.sqrt(d) if self.lengthscale == "auto" else float(self.lengthscale)
-            if self.features == "rff":
-                self.feature_map_ = _frequencies(seed, np.full(d, ls), self.n_frequencies, dtype)
-                b, scale = 2 * self.n_frequencies, float(self.prior_scale)
-            else:
-                self.feature_map_ = None
-                b, scale = d, float(self.prior_scale) / np.sqrt(d)
-            scales = jnp.asarray(np.r_[np.full(b, scale), float(self.prior_scale)], dtype)
-            self.prior_w_ = gaussian_prior(b + 1, scales, levels=self.levels, width=self.width)
-            Phi, n = self._design(X)
-            weights = jnp.asarray(np.arange(Phi.shape[0]) < n, dtype)
-            targets = (
-                [codes == 1] if len(self.classes_) == 2 else [codes == k for k in range(len(self.classes_))]
-            )
-            self.q_w_, self.fit_info_ = [], []
-            for t in targets:
-                y01 = jnp.asarray(_pad_rows(t.astype(np.float64), Phi.shape[0]), dtype)
-                q, info = fit_logistic(
-                    Phi, y01, self.prior_w_, bound=self.bound, max_iter=self.max_iter, weights=weights
-                )
-                self.q_w_.append(q)
-                self.fit_info_.append(info)
-        self.n_iter_ = np.array([max(int(i.num_iter), 1) for i in self.fit_info_])
+            fits = [fit_classifier(key, X, t, config, dtype=dtype) for t in targets]
+        self.models_ = [f.model for f in fits]
+        self.fit_info_ = [f.info for f in fits]
+        self.prior_scale_ = np.array([i.prior_scale for i in self.fit_info_])
+        self.n_iter_ = np.array([max(int(i.fit.num_iter), 1) for i in self.fit_info_])
+        self.standardizer_ = self.models_[0].standardizer
+        self.feature_map_ = self.models_[0].features
+        self.prior_w_ = [m.prior_w for m in self.models_]
+        self.q_w_ = [m.q_w for m in self.models_]
         return self
 
     def _positive_probs(self, X):
         """`(N, n_fits)` probabilities of each fit's positive class."""
-        check_is_fitted(self, "q_w_")
+        check_is_fitted(self, "models_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        with self._precision():
-            Phi, n = self._design(X)
-            P, E = [], []
-            for q in self.q_w_:
-                with warnings.catch_warnings():  # the padding rows would be counted: warned below
-                    warnings.filterwarnings("ignore", "predict_logistic: ", RuntimeWarning)
-                    p, err = predict_logistic(q, self.prior_w_, Phi, with_error_bound=True)
-                P.append(np.asarray(p, np.float64)[:n])
-                E.append(np.asarray(err, np.float64)[:n])
-            target = target_error(Phi.dtype)
-        P, E = np.stack(P, axis=1), np.stack(E, axis=1)
-        if np.any(E > target):
-            warnings.warn(
-                f"{type(self).__name__}: {int(np.sum(np.any(E > target, axis=1)))} of {n} rows have "
-                f"probabilities with error bounds above {target:g} (up to {float(E.max()):.3g}): the fitted "
-                "margins are too large for exact prediction (see kronvi.logistic.predict_logistic)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        return np.clip(P, 0.0, 1.0)
+        with self._classifier_precision():
+            P = [np.asarray(classifier_proba(m, X), np.float64) for m in self.models_]
+        return np.clip(np.stack(P, axis=1), 0.0, 1.0)
 
     def predict_proba(self, X):
         """Class probabilities `(N, n_classes)`, columns in the order of `classes_`.
@@ -829,6 +790,13 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         """
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
+
+
+def _classifier_seed(random_state) -> int:
+    """The seed of `jax.random.key`: an int as given, else one drawn from `check_random_state`."""
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return int(random_state)
+    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
 
 
 def _frequencies(seed: int, lengthscales, num_frequencies: int, dtype) -> RandomFourierFeatures:
