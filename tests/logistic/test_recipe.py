@@ -167,3 +167,17 @@ def test_bad_inputs_are_named():
         model.predict_proba(np.ones((2, 3)))
     with pytest.raises(ValueError, match="`X` holds values too far from the training inputs"):
         model.predict_proba(X[:2] * 1e300)
+
+
+def test_save_and_load_a_fitted_classifier(tmp_path):
+    X, y = _rings()
+    model = kronvi.fit_classifier(jax.random.key(2), X, y, SMALL).model
+    kronvi.save_model(tmp_path / "clf.npz", model)
+    again = kronvi.load_model(tmp_path / "clf.npz")
+    assert isinstance(again, kl.FittedClassifier)
+    for a, b in zip(jax.tree.leaves(model), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(again.predict_proba(X[:9]), model.predict_proba(X[:9]))
+    bad = model._replace(features=kronvi.RandomFourierFeatures(model.features.frequencies[:, :3]))
+    with pytest.raises(ValueError, match="`model.prior_w` must be a DiscretePrior of 9 weights"):
+        kronvi.save_model(tmp_path / "bad.npz", bad)

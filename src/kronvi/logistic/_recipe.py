@@ -364,18 +364,19 @@ def fit_classifier(
     dtype = jnp.dtype(dtype)
     if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         raise ValueError(f"`dtype` must be float32 or float64, got {dtype}")
-    if dtype == jnp.float64 and not jax.config.jax_enable_x64:
+    if dtype == jnp.float64 and jax.dtypes.canonicalize_dtype(jnp.float64) != jnp.float64:
         raise ValueError("`dtype` float64 needs jax_enable_x64 (jax.config.update('jax_enable_x64', True))")
     rng = _check_key(key)
-    X = _check_inputs(X)
-    n, d = X.shape
+    inputs = _check_inputs(X)
+    n, d = inputs.shape
     if n == 0:
         raise ValueError("`X` is empty (no rows)")
-    y = _check_labels(y, n)
+    labels = _check_labels(y, n)
+    width = 4.0 if config.width is None else config.width  # resolved by check_config
 
     t0 = time.perf_counter()
-    standardizer = standardizer_of(X)
-    Xs = (X - standardizer.mean) / standardizer.scale
+    standardizer = standardizer_of(inputs)
+    Xs = (inputs - standardizer.mean) / standardizer.scale
     ls = median_lengthscale(Xs, rng, config.lengthscale_points)
     z = rng.standard_normal((d, config.num_frequencies))
     features = RandomFourierFeatures(jnp.asarray((z / ls).astype(dtype)))
@@ -383,7 +384,7 @@ def fit_classifier(
 
     rows = row_bucket(n)
     Phi = _design(features, jnp.asarray(_pad(Xs.astype(dtype), rows)))
-    yy = jnp.asarray(_pad(y.astype(dtype), rows))
+    yy = jnp.asarray(_pad(labels.astype(dtype), rows))
     ww = jnp.asarray(_pad(np.ones(n, dtype), rows))
     jax.block_until_ready(Phi)
     t2 = time.perf_counter()
@@ -391,7 +392,7 @@ def fit_classifier(
     grids, evidence, init = [], [], None
     for s in config.prior_scales:  # each scale's Newton starts at the MAP of the scale before
         prior, lap = laplace_grid_prior(
-            Phi, yy, s, levels=config.levels, width=config.width if config.grid == "laplace" else 4.0,
+            Phi, yy, s, levels=config.levels, width=width if config.grid == "laplace" else 4.0,
             weights=ww, init=init,
         )  # fmt: skip
         mean, log_ev = jax.device_get((lap.mean, lap.log_evidence))
@@ -406,7 +407,7 @@ def fit_classifier(
     scale = config.prior_scales[k]
     prior, lap = grids[k]
     if config.grid == "paper":
-        prior = gaussian_prior(Phi.shape[1], scale, levels=config.levels, width=config.width, dtype=dtype)
+        prior = gaussian_prior(Phi.shape[1], scale, levels=config.levels, width=width, dtype=dtype)
     jax.block_until_ready(prior.values)
     t3 = time.perf_counter()
 
