@@ -13,8 +13,8 @@ For fold 0 of each classification dataset (`data.csv.gz` with a 0/1 label in the
   standardized raw inputs (training moments).
 - **LRCV features**: the same on the very features kronvi fitted (`models_[0].design`, float64).
 
-Log loss on the test rows, probabilities clipped to [1e-12, 1 - 1e-12]. Everyone runs with the machine's
-defaults (no thread settings); repeats are interleaved (kronvi, LRCV raw, LRCV features, kronvi, ...) and
+Log loss on the test rows, probabilities clipped to [1e-12, 1 - 1e-12]. Everyone runs with the same thread
+settings (the header prints `OPENBLAS_NUM_THREADS`); repeats are interleaved (kronvi, LRCV raw, LRCV features, kronvi, ...) and
 medians reported, with the load average before each dataset.
 
 Run: python benchmarks/bench_classifier.py [--repeats 3] [--data-dir ../shared/data/classification]
@@ -23,6 +23,7 @@ Run: python benchmarks/bench_classifier.py [--repeats 3] [--data-dir ../shared/d
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import statistics
 import sys
@@ -88,6 +89,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     print(f"# python benchmarks/bench_classifier.py --datasets {args.datasets} --repeats {args.repeats}")
     print(machine())
+    print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; {load_average()}")
     rows = []
     for name in args.datasets.split(","):
         Xtr, ytr, Xte, yte = load(name, args.data_dir)

@@ -181,3 +181,14 @@ def test_save_and_load_a_fitted_classifier(tmp_path):
     bad = model._replace(features=kronvi.RandomFourierFeatures(model.features.frequencies[:, :3]))
     with pytest.raises(ValueError, match="`model.prior_w` must be a DiscretePrior of 9 weights"):
         kronvi.save_model(tmp_path / "bad.npz", bad)
+
+
+def test_a_rows_probability_does_not_depend_on_the_rows_beside_it():
+    """Every row takes the quadrature nodes its own margin needs: the same probability alone or in a batch
+    (before, the batch's largest margin set everyone's nodes)."""
+    X, y = _rings()
+    model = kronvi.fit_classifier(jax.random.key(4), X, y, SMALL._replace(prior_scales=(30.0,))).model
+    far = np.vstack([X[:20], X[:3] * 3.0])  # large margins beside ordinary rows
+    whole = np.asarray(model.predict_proba(far))
+    for i in (0, 7, 21):
+        np.testing.assert_allclose(model.predict_proba(far[i : i + 1]), whole[i : i + 1], rtol=1e-6, atol=1e-9)

@@ -68,14 +68,18 @@ def _max_log_cosh(log_q, values, Phi):
     return jnp.max(jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0))
 
 
-def nodes_for(max_log_cosh: float, dtype, cap: int = MAX_NODES) -> int:
+def nodes_for(max_log_cosh: float, dtype, cap: int = MAX_NODES, *, half_steps: bool = False) -> int:
     r"""Nodes for a total error below 1e-7 (float32) or 1e-13 (float64) at every point: with the balanced
     step the error is about $e^{-E}$ once $N \ge E (E + a) / (2\pi^2)$,
-    $a = \log(2 E\cosh Z)$; rounded up to a power of 2 in `[16, cap]`."""
+    $a = \log(2 E\cosh Z)$; rounded up to a power of 2 in `[16, cap]` (with `half_steps`, to a power of 2
+    or three quarters of one: 24, 48, 96, ...)."""
     E = (13.0 if jnp.dtype(dtype) == jnp.float64 else 7.0) * math.log(10.0) + 2.0
     a = min(max(float(max_log_cosh), 0.0), 1e300) + math.log(2.0)
     need = E * (E + a) / (2.0 * math.pi**2)
-    return int(min(cap, max(16, 2 ** math.ceil(math.log2(max(need, 1.0))))))
+    nodes = 2 ** math.ceil(math.log2(max(need, 1.0)))
+    if half_steps and nodes >= 32 and 3 * nodes // 4 >= need:
+        nodes = 3 * nodes // 4
+    return int(min(cap, max(16, nodes)))
 
 
 def _step_and_error(log_cosh, num_nodes):

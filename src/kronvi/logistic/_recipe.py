@@ -518,7 +518,7 @@ def _chunk_proba(model, Xc):
     )
     log_cosh = np.asarray(log_cosh)[:rows]
     Phi = np.asarray(Phi)[:rows]
-    nodes = np.array([nodes_for(v, dtype, cap=2**62) for v in log_cosh])
+    nodes = np.array([nodes_for(v, dtype, cap=2**62, half_steps=True) for v in log_cosh])
     p = np.empty(rows, dtype)
     for num in np.unique(nodes):
         idx = np.flatnonzero(nodes == num)
