@@ -14,8 +14,8 @@ the inputs are standardized with training-fold statistics. Methods:
                     standardized training inputs). Prior sd s of the weights: chosen per fold among
                     --prior-scales by the Laplace evidence of the Gaussian-prior model on the same features.
                     Coordinate ascent from the Laplace start: at most --max-iter sweeps, stopping when a
-                    sweep gains less than --tol nats per training row. Training rows padded to a few fixed
-                    sizes with zero-weight rows (one compile per dataset). Exact predictive probabilities
+                    sweep gains less than --tol nats per training row. Every fold's training rows padded
+                    alike with zero-weight rows (min_rows: one compiled fit per dataset). Exact predictive probabilities
                     (kronvi.logistic.predict_proba). Key of fold k: jax.random.key(1000 seed + k).
   direct-logistic-paper  (not in "all") the same with grid="paper": 15 levels on +-3 prior sd
                     (kronvi.gaussian_prior), which include 0 (sparsity).
@@ -130,10 +130,11 @@ def run_direct(preps, args, paper=False):
         tol=args.tol, grid="paper" if paper else "laplace",
     )  # fmt: skip
     out, models = [], []
+    rows = max(len(p["ytr"]) for p in preps)  # every fold padded alike: one compiled fit per dataset
     for p in preps:
         t0 = time.perf_counter()
         key = jax.random.key(args.seed * 1000 + p["fold"])
-        model, info = kronvi.fit_classifier(key, p["Rtr"], p["ytr"], config)
+        model, info = kronvi.fit_classifier(key, p["Rtr"], p["ytr"], config, min_rows=rows)
         t1 = time.perf_counter()
         prob = np.asarray(model.predict_proba(p["Rte"]), np.float64)
         t2 = time.perf_counter()

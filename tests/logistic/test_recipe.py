@@ -191,4 +191,16 @@ def test_a_rows_probability_does_not_depend_on_the_rows_beside_it():
     far = np.vstack([X[:20], X[:3] * 3.0])  # large margins beside ordinary rows
     whole = np.asarray(model.predict_proba(far))
     for i in (0, 7, 21):
-        np.testing.assert_allclose(model.predict_proba(far[i : i + 1]), whole[i : i + 1], rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(
+            model.predict_proba(far[i : i + 1]), whole[i : i + 1], rtol=1e-6, atol=1e-9
+        )
+
+
+def test_min_rows_pads_to_a_larger_bucket():
+    X, y = _rings()
+    base = kronvi.fit_classifier(jax.random.key(0), X, y, SMALL)
+    more = kronvi.fit_classifier(jax.random.key(0), X, y, SMALL, min_rows=300)
+    assert base.info.padded_rows == 160 and more.info.padded_rows == 320 and more.info.num_rows == 150
+    np.testing.assert_allclose(more.model.predict_proba(X), base.model.predict_proba(X), atol=1e-4)
+    with pytest.raises(ValueError, match="`min_rows` must be an int >= 1"):
+        kronvi.fit_classifier(jax.random.key(0), X, y, SMALL, min_rows=0)

@@ -119,7 +119,7 @@ def _even_grid_log_cf(q, values, Phi, t):
     $v_{jk} = v_{j0} + k\delta_j + \epsilon_{jk}$ ($\epsilon$ the rounding of the levels):
     $\sum_k q_{jk} e^{i t x_j v_{jk}} = e^{i t x_j v_{j0}}\big(\sum_k q_{jk}\omega^k
     + i t x_j \sum_k q_{jk}\epsilon_{jk}\omega^k\big) + O((t x_j \epsilon)^2)$ with
-    $\omega = e^{i t x_j \delta_j}$, both sums by Horner's rule in real arithmetic: four trigonometric
+    $\omega = e^{i t x_j \delta_j}$, both sums in one Horner pass in real arithmetic: four trigonometric
     evaluations per weight instead of two per level, then the phase and modulus of each factor as in
     the general case."""
     m = values.shape[-1]
@@ -128,12 +128,10 @@ def _even_grid_log_cf(q, values, Phi, t):
     qr = q * resid
     x = t[:, :, None] * Phi[:, None, :]  # (r, N, b)
     c, s = jnp.cos(x * delta), jnp.sin(x * delta)  # omega
-    re, im = jnp.broadcast_to(q[:, m - 1], x.shape), jnp.zeros_like(x)
-    re2, im2 = jnp.broadcast_to(qr[:, m - 1], x.shape), jnp.zeros_like(x)
-    for k in range(m - 2, -1, -1):  # (re + i im) omega + q_k
-        re, im = re * c - im * s + q[:, k], re * s + im * c
-        re2, im2 = re2 * c - im2 * s + qr[:, k], re2 * s + im2 * c
-    re, im = re - x * im2, im + x * re2
+    # one Horner pass with the coefficients q_k + i x q_k eps_k: (re + i im) omega + q_k + i x qr_k
+    re, im = jnp.broadcast_to(q[:, m - 1], x.shape), x * qr[:, m - 1]
+    for k in range(m - 2, -1, -1):
+        re, im = re * c - im * s + q[:, k], re * s + im * c + x * qr[:, k]
     c0, s0 = jnp.cos(x * values[:, 0]), jnp.sin(x * values[:, 0])  # the base phase, as the levels' phases
     re, im = re * c0 - im * s0, re * s0 + im * c0
     return jnp.sum(0.5 * jnp.log(re * re + im * im), axis=-1), jnp.sum(jnp.arctan2(im, re), axis=-1)

@@ -254,9 +254,9 @@ def median_lengthscale(Xs, rng, max_points: int) -> float:
     coincide), the rows drawn without replacement by `rng` when there are more."""
     n = Xs.shape[0]
     sub = Xs[np.sort(rng.choice(n, max_points, replace=False))] if n > max_points else Xs
-    d2 = np.concatenate(
-        [np.sum((sub[i + 1 :] - sub[i]) ** 2, axis=1) for i in range(sub.shape[0] - 1)] or [[]]
-    )
+    from scipy.spatial.distance import pdist  # here: scipy.spatial is slow to import
+
+    d2 = pdist(sub, "sqeuclidean")  # differences of coordinates, squared and summed: exact zeros for ties
     d2 = d2[d2 > 0]
     return float(np.sqrt(np.median(d2))) if d2.size else 1.0
 
@@ -319,6 +319,7 @@ def fit_classifier(
     config: ClassifierConfig | None = None,
     *,
     dtype: DTypeLike = jnp.float32,
+    min_rows: int | None = None,
 ) -> ClassifierFit:
     r"""Fits the DIRECT logistic classifier to raw inputs and 0/1 labels: standardization, median-heuristic
     lengthscale, random Fourier, linear and constant features, the prior sd by the Laplace evidence,
@@ -340,6 +341,9 @@ def fit_classifier(
       y: `(n,)` labels 0 or 1 (bool, int or float).
       config: `ClassifierConfig` (`None`: the defaults).
       dtype: the fit's precision, `jnp.float32` (default) or `jnp.float64` (needs `jax_enable_x64`).
+      min_rows: pad the training rows (zero weights) to the size that `max(n, min_rows)` rows take: pass
+        the largest training set of several fits (the folds of a cross-validation) to give them all one
+        compiled program. Default `n`.
 
     Returns:
       `ClassifierFit` `(model, info)`: a `FittedClassifier` (`model.predict_proba(X_new)`) and a
@@ -372,6 +376,8 @@ def fit_classifier(
     if n == 0:
         raise ValueError("`X` is empty (no rows)")
     labels = _check_labels(y, n)
+    if min_rows is not None:
+        min_rows = check_int(min_rows, "min_rows", 1)
     width = 4.0 if config.width is None else config.width  # resolved by check_config
 
     t0 = time.perf_counter()
@@ -382,7 +388,7 @@ def fit_classifier(
     features = RandomFourierFeatures(jnp.asarray((z / ls).astype(dtype)))
     t1 = time.perf_counter()
 
-    rows = row_bucket(n)
+    rows = row_bucket(max(n, min_rows or 0))
     Phi = _design(features, jnp.asarray(_pad(Xs.astype(dtype), rows)))
     yy = jnp.asarray(_pad(labels.astype(dtype), rows))
     ww = jnp.asarray(_pad(np.ones(n, dtype), rows))
@@ -495,7 +501,12 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
 
 
 def _bucket(rows: int) -> int:
-    return PREDICT_CHUNK if rows >= PREDICT_CHUNK else max(_PREDICT_MIN_ROWS, 1 << (rows - 1).bit_length())
+    """Rows of a prediction program: 16, 64, 256, ... (powers of 4), at most `PREDICT_CHUNK`: few shapes per
+    node count, whatever the sizes of the groups of rows that share one."""
+    size = _PREDICT_MIN_ROWS
+    while size < rows:
+        size *= 4
+    return min(size, PREDICT_CHUNK)
 
 
 @jax.jit
