@@ -88,7 +88,8 @@ def _step_and_error(log_cosh, num_nodes):
     a = jnp.maximum(log_cosh, 0.0) + math.log(2.0)  # log(2 E cosh Z) >= log 2
     N = num_nodes
     # the positive root of pi N h^2 + a h - 2 pi, without the cancellation of (-a + sqrt(...)) for large a
-    h = 4.0 * math.pi / (a + jnp.hypot(a, math.sqrt(8.0 * math.pi**2 * N)))
+    root = math.sqrt(8.0 * math.pi**2 * N) if isinstance(N, int) else jnp.sqrt(8.0 * math.pi**2 * N)
+    h = 4.0 * math.pi / (a + jnp.hypot(a, root))
     alias = jnp.exp(log_cosh - 2.0 * math.pi / h) / -jnp.expm1(-2.0 * math.pi / h)
     trunc = (2.0 / math.pi) * jnp.exp(-math.pi * N * h) / -jnp.expm1(-math.pi * N * h)
     return h, jnp.minimum(alias + trunc, 1.0)
@@ -135,6 +136,42 @@ def _even_grid_log_cf(q, values, Phi, t):
     c0, s0 = jnp.cos(x * values[:, 0]), jnp.sin(x * values[:, 0])  # the base phase, as the levels' phases
     re, im = re * c0 - im * s0, re * s0 + im * c0
     return jnp.sum(0.5 * jnp.log(re * re + im * im), axis=-1), jnp.sum(jnp.arctan2(im, re), axis=-1)
+
+
+def predict_rows(q_w: MeanField, prior_w: DiscretePrior, Phi: jax.Array, nodes) -> jax.Array:
+    """`predict_logistic`'s quadrature with `nodes[i]` nodes for row `i` of `Phi` (`nodes` an `(n,)` int
+    array): one compiled program per shape of `Phi`, whatever the node counts (they are data, the loop over
+    nodes runs to their maximum and each row stops at its own). A row's result does not depend on the
+    other rows. Concrete inputs."""
+    even = is_even_grid(prior_w.values)
+    nodes = jnp.asarray(nodes, jnp.int32)
+    return _predict_rows(q_w.log_probs, prior_w.values, Phi, nodes, even)
+
+
+@functools.partial(jax.jit, static_argnums=(4,))
+def _predict_rows(log_q, values, Phi, nodes, even):
+    r, _ = Phi.shape
+    q = jnp.exp(log_q)
+    one = jnp.ones((r, 1), Phi.dtype)
+    L = log_mgf(log_q, values, Phi, jnp.concatenate([one, -one], axis=1))
+    log_cosh = jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0)
+    h, _ = _step_and_error(log_cosh, nodes.astype(Phi.dtype))
+
+    def body(k, acc):
+        t = ((k + 0.5) * h)[:, None]  # (r, 1): node k of every row
+        if even:
+            log_abs, arg = _even_grid_log_cf(q, values, Phi, t)
+        else:
+            theta = t[:, :, None, None] * (Phi[:, None, :, None] * values[None, None])
+            re = jnp.sum(q * jnp.cos(theta), axis=-1)
+            im = jnp.sum(q * jnp.sin(theta), axis=-1)
+            log_abs = jnp.sum(0.5 * jnp.log(re * re + im * im), axis=-1)
+            arg = jnp.sum(jnp.arctan2(im, re), axis=-1)
+        f = (jnp.exp(log_abs) * jnp.sin(arg) / jnp.sinh(math.pi * t))[:, 0]
+        return acc + jnp.where(k < nodes, f, 0.0)
+
+    total = lax.fori_loop(0, jnp.max(nodes), body, jnp.zeros((r,), Phi.dtype))
+    return jnp.clip(0.5 + h * total, 0.0, 1.0)
 
 
 def is_even_grid(values) -> bool:

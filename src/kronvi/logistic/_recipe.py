@@ -45,7 +45,7 @@ from .._solvers.info import FitInfo
 from ._bound import log_mgf
 from ._fit import fit_logistic
 from ._laplace import LaplaceInfo, laplace_grid_prior
-from ._predict import MAX_NODES, nodes_for, predict_logistic
+from ._predict import MAX_NODES, nodes_for, predict_logistic, predict_rows
 
 GRIDS = ("laplace", "paper")
 MIN_ROWS = 128  # the smallest row bucket of a fit
@@ -536,6 +536,8 @@ def _chunk_proba(model, Xc):
         P = jnp.asarray(_pad(Phi[idx], _bucket(idx.size)))
         if num > MAX_NODES:
             p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, P[: idx.size]))
-        else:
-            p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, P, num_nodes=int(num)))[: idx.size]
+        else:  # one compiled program per row count, whatever the node count
+            p[idx] = np.asarray(predict_rows(model.q_w, model.prior_w, P, np.full(P.shape[0], num)))[
+                : idx.size
+            ]
     return p
