@@ -45,6 +45,8 @@ from ._bound import check_design, log_mgf
 # At most this many configurations m**b are summed per point by the exact fallback; quadrature nodes cap.
 _ENUMERATION_LIMIT = 1 << 14
 MAX_NODES = 4096
+_NODE_BLOCK = 8  # nodes per iteration of `predict_rows`' loop
+_ROW_BLOCK = 64  # rows of `predict_rows`' one program
 
 
 def target_error(dtype) -> float:
@@ -138,14 +140,26 @@ def _even_grid_log_cf(q, values, Phi, t):
     return jnp.sum(0.5 * jnp.log(re * re + im * im), axis=-1), jnp.sum(jnp.arctan2(im, re), axis=-1)
 
 
-def predict_rows(q_w: MeanField, prior_w: DiscretePrior, Phi: jax.Array, nodes) -> jax.Array:
-    """`predict_logistic`'s quadrature with `nodes[i]` nodes for row `i` of `Phi` (`nodes` an `(n,)` int
-    array): one compiled program per shape of `Phi`, whatever the node counts (they are data, the loop over
-    nodes runs to their maximum and each row stops at its own). A row's result does not depend on the
-    other rows. Concrete inputs."""
+def predict_rows(q_w: MeanField, prior_w: DiscretePrior, Phi, nodes) -> np.ndarray:
+    """`predict_logistic`'s quadrature with `nodes[i]` nodes for row `i` of `Phi` `(n, b)` (`nodes` an
+    `(n,)` int array), as a float64 NumPy array. The rows go through one compiled program of
+    `_ROW_BLOCK` rows, whatever their number and node counts (the node counts are data: the loop over
+    nodes runs to the block's largest and each row stops at its own), so a row's result does not depend on
+    the rows predicted with it, to the last bit. Concrete inputs."""
     even = is_even_grid(prior_w.values)
-    nodes = jnp.asarray(nodes, jnp.int32)
-    return _predict_rows(q_w.log_probs, prior_w.values, Phi, nodes, even)
+    Phi = np.asarray(Phi)
+    nodes = np.asarray(nodes, np.int32)
+    n = Phi.shape[0]
+    out = np.empty(n)
+    for start in range(0, n, _ROW_BLOCK):
+        P, N = Phi[start : start + _ROW_BLOCK], nodes[start : start + _ROW_BLOCK]
+        rows = P.shape[0]
+        if rows < _ROW_BLOCK:
+            P = np.concatenate([P, np.zeros((_ROW_BLOCK - rows, P.shape[1]), P.dtype)])
+            N = np.concatenate([N, np.full(_ROW_BLOCK - rows, N.min(), np.int32)])
+        p = _predict_rows(q_w.log_probs, prior_w.values, jnp.asarray(P), jnp.asarray(N), even)
+        out[start : start + rows] = np.asarray(p)[:rows]
+    return out
 
 
 @functools.partial(jax.jit, static_argnums=(4,))
@@ -157,8 +171,11 @@ def _predict_rows(log_q, values, Phi, nodes, even):
     log_cosh = jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0)
     h, _ = _step_and_error(log_cosh, nodes.astype(Phi.dtype))
 
-    def body(k, acc):
-        t = ((k + 0.5) * h)[:, None]  # (r, 1): node k of every row
+    block = jnp.arange(_NODE_BLOCK)
+
+    def body(kb, acc):  # nodes kb * 8 ... kb * 8 + 7 of every row, each row's beyond its count masked
+        k = kb * _NODE_BLOCK + block
+        t = (k.astype(Phi.dtype) + 0.5)[None, :] * h[:, None]  # (r, 8)
         if even:
             log_abs, arg = _even_grid_log_cf(q, values, Phi, t)
         else:
@@ -167,10 +184,13 @@ def _predict_rows(log_q, values, Phi, nodes, even):
             im = jnp.sum(q * jnp.sin(theta), axis=-1)
             log_abs = jnp.sum(0.5 * jnp.log(re * re + im * im), axis=-1)
             arg = jnp.sum(jnp.arctan2(im, re), axis=-1)
-        f = (jnp.exp(log_abs) * jnp.sin(arg) / jnp.sinh(math.pi * t))[:, 0]
-        return acc + jnp.where(k < nodes, f, 0.0)
+        f = jnp.exp(log_abs) * jnp.sin(arg) / jnp.sinh(math.pi * t)
+        return acc + jnp.where(k[None, :] < nodes[:, None], f, 0.0)
 
-    total = lax.fori_loop(0, jnp.max(nodes), body, jnp.zeros((r,), Phi.dtype))
+    blocks = (jnp.max(nodes) + _NODE_BLOCK - 1) // _NODE_BLOCK
+    acc = lax.fori_loop(0, blocks, body, jnp.zeros((r, _NODE_BLOCK), Phi.dtype))
+    # the columns added one by one (elementwise): the same order for every row count, unlike a reduction
+    total = functools.reduce(jnp.add, [acc[:, i] for i in range(_NODE_BLOCK)])
     return jnp.clip(0.5 + h * total, 0.0, 1.0)
 
 

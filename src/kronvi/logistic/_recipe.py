@@ -531,13 +531,11 @@ def _chunk_proba(model, Xc):
     Phi = np.asarray(Phi)[:rows]
     nodes = np.array([nodes_for(v, dtype, cap=2**62, half_steps=True) for v in log_cosh])
     p = np.empty(rows, dtype)
-    for num in np.unique(nodes):
-        idx = np.flatnonzero(nodes == num)
-        P = jnp.asarray(_pad(Phi[idx], _bucket(idx.size)))
-        if num > MAX_NODES:
-            p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, P[: idx.size]))
-        else:  # one compiled program per row count, whatever the node count
-            p[idx] = np.asarray(predict_rows(model.q_w, model.prior_w, P, np.full(P.shape[0], num)))[
-                : idx.size
-            ]
+    big = nodes > MAX_NODES  # beyond the cap: predict_logistic's own refinement (and warning)
+    if np.any(big):
+        idx = np.flatnonzero(big)
+        p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, jnp.asarray(Phi[idx])))
+    idx = np.flatnonzero(~big)
+    order = idx[np.argsort(nodes[idx], kind="stable")]  # rows of like node counts share blocks
+    p[order] = predict_rows(model.q_w, model.prior_w, Phi[order], nodes[order])
     return p
