@@ -453,12 +453,12 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
     r"""$P(y = 1 \mid x) = E_q[\sigma(\phi(x)^\top w)]$ `(N,)` of a `FittedClassifier` for raw inputs
     `X` `(N, d)`: exact, `predict_logistic` on the model's features.
 
-    Concrete inputs are standardized in float64 and predicted in chunks of at most `PREDICT_CHUNK` rows
-    (padded to a few fixed sizes, so that every size of `X` reuses a few compiled programs), every row
-    with the quadrature nodes its own margin needs for an error below 1e-7 (float32) or 1e-13 (float64)
-    (`predict_logistic`'s rule, applied per row): a row's probability does not depend on the rows
-    predicted with it. Under `jit` the
-    chunks run in `lax.map` with `predict_logistic`'s default nodes for traced inputs.
+    Concrete inputs are standardized in float64 and predicted in chunks of at most `PREDICT_CHUNK` rows,
+    every row with the quadrature nodes its own margin needs for an error below 1e-7 (float32) or 1e-13
+    (float64) (`predict_logistic`'s rule, applied per row), through one compiled program of 64 rows
+    whatever the number of rows and their node counts: a row's probability does not depend on the rows
+    predicted with it. Under `jit` the chunks run in `lax.map` with `predict_logistic`'s default nodes for
+    traced inputs.
 
     Args:
       model: a `FittedClassifier` (`fit_classifier`).
