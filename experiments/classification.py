@@ -3,25 +3,24 @@
 For every dataset folder (``data.csv.gz`` with a 0/1 label in the last column, ``test_mask.csv.gz``) and fold,
 the inputs are standardized with training-fold statistics. Methods:
 
-  direct-logistic   DIRECT mean-field logistic regression (kronvi.logistic.fit_logistic, the default "tilted"
-                    bound) with posterior-placed grids (kronvi.logistic.laplace_grid_prior): weight j on 15
-                    levels spanning its Laplace MAP +- 4 Laplace marginal sds (damped Newton on the full
-                    training fold), prior log-probabilities from N(0, s^2) at those levels; no zero level.
+  direct-logistic   kronvi.fit_classifier with its defaults (the options below aside), on the raw inputs:
+                    DIRECT mean-field logistic regression (the default "tilted" bound) with posterior-placed
+                    grids (kronvi.logistic.laplace_grid_prior): weight j on 15 levels spanning its Laplace
+                    MAP +- 4 Laplace marginal sds, prior log-probabilities from N(0, s^2) at those levels.
                     Features: b = 2 D + d + 1: D = --num-frequencies
                     random Fourier features [cos, sin] / sqrt(D), the d standardized inputs / sqrt(d) and a
                     constant 1 (the kernel of the implied GP: squared-exponential plus linear plus constant).
-                    Lengthscale: the median heuristic (one lengthscale, the median pairwise distance between
-                    at most 1000 standardized training inputs). Prior sd s of the weights (= the prior sd of the
-                    latent function, since the features are scaled by D^-1/2): chosen per fold among
-                    --prior-scales by the Laplace approximation to the evidence of the Gaussian-prior logistic
-                    model on the same features and the whole training fold (the log evidence that
-                    laplace_grid_prior reports with each grid). Coordinate ascent (method="cavi") from the
-                    Laplace start: at most --max-iter sweeps, stopping when a sweep gains less than --tol
-                    nats per training row. Folds are padded to one size with zero-weight rows (one compile
-                    per dataset). Exact predictive probabilities (kronvi.logistic.predict_logistic).
-  direct-logistic-paper  (not in "all") the same with the paper's grids: 15 levels on +-3 prior sd
-                    (kronvi.gaussian_prior(b, s, levels=15)), which include 0 (sparsity).
-  sklearn-logistic  scikit-learn L2 logistic regression (with intercept) on the same features, C chosen by inner 5-fold CV on
+                    Lengthscale: the median heuristic (the median pairwise distance between at most 1000
+                    standardized training inputs). Prior sd s of the weights: chosen per fold among
+                    --prior-scales by the Laplace evidence of the Gaussian-prior model on the same features.
+                    Coordinate ascent from the Laplace start: at most --max-iter sweeps, stopping when a
+                    sweep gains less than --tol nats per training row. Every fold's training rows padded
+                    alike with zero-weight rows (min_rows: one compiled fit per dataset). Exact predictive probabilities
+                    (kronvi.logistic.predict_proba). Key of fold k: jax.random.key(1000 seed + k).
+  direct-logistic-paper  (not in "all") the same with grid="paper": 15 levels on +-3 prior sd
+                    (kronvi.gaussian_prior), which include 0 (sparsity).
+  sklearn-logistic  scikit-learn L2 logistic regression (with intercept) on direct-logistic's features (its
+                    fold's model.design), C chosen by inner 5-fold CV on
                     log loss among 10 values in [1e-3, 1e3] (LogisticRegressionCV; above 10,000 training rows C is
                     chosen by 3-fold CV on a random 5000-row subsample, then refitted on all rows).
   linear-logistic   the same on the standardized raw inputs.
@@ -32,8 +31,10 @@ the inputs are standardized with training-fold statistics. Methods:
 
 Metrics per fold: accuracy, log loss (probabilities clipped to [1e-12, 1 - 1e-12]), expected calibration error
 (10 equal-width bins of P(y = 1): sum over bins of (bin size / n) |mean label - mean probability|), fit seconds
-(direct-logistic: prior-scale choice + grid placement + fit, the first fold includes compilation; gauss-vi: the vmapped call over
-all folds, compilation included, divided by the folds; records hold the mean, the median and every fold's)
+(direct-logistic: the whole kronvi.fit_classifier call, the first fold includes compilation; gauss-vi: the vmapped call over
+all folds, compilation included, divided by the folds; records hold the mean, the median and every fold's),
+predict seconds (the test rows' probabilities) and fold seconds (the wall time of one fold: fit, predict and
+metrics; direct-logistic logs every stage of each fold)
 and expected sparsity (direct methods: expected percent of weights at the grid's level nearest 0; others 0).
 Reliability counts pooled over folds go to ``<json stem>_reliability.json``.
 
@@ -60,7 +61,6 @@ import optax
 import study_cli
 
 import kronvi
-import kronvi.logistic as kl
 
 METHODS = ("direct-logistic", "sklearn-logistic", "linear-logistic", "gauss-vi", "direct-logistic-paper")
 NUM_BINS = 10
@@ -99,25 +99,14 @@ def reliability(p, y):
 # ------------------------------------------------------------------------------------------------
 
 
-def prepare(X, y, folds, k, seed, num_frequencies):
+def prepare(X, y, folds, k):
+    """Fold ``k``'s raw and standardized (training moments) inputs and labels; the features of the baselines
+    that share direct-logistic's (``Ptr``, ``Pte``) are added by ``run_dataset``."""
     te = folds == k
     Xtr, Xte = X[~te], X[te]
     mu, sd = Xtr.mean(0), Xtr.std(0)
     sd[sd == 0] = 1.0
-    Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
-    rng = np.random.default_rng(seed + k)
-    sub = Xtr[rng.choice(len(Xtr), min(len(Xtr), 1000), replace=False)]
-    d2 = np.sum((sub[:, None] - sub[None]) ** 2, -1)
-    ls = float(np.sqrt(np.median(d2[d2 > 0])))
-    rff = kronvi.rff_init(
-        jax.random.key(seed * 1000 + k), jnp.full(X.shape[1], ls, jnp.float32), num_frequencies
-    )
-    lin = 1.0 / np.sqrt(X.shape[1])  # the standardized inputs, scaled so that |x|^2 / d ~ 1
-    one_tr, one_te = np.ones((len(Xtr), 1)), np.ones((len(Xte), 1))  # a bias
-    Ptr = np.hstack([np.asarray(kronvi.rff_features(rff, jnp.asarray(Xtr, jnp.float32))), lin * Xtr, one_tr])
-    Pte = np.hstack([np.asarray(kronvi.rff_features(rff, jnp.asarray(Xte, jnp.float32))), lin * Xte, one_te])
-    Ptr, Pte = Ptr.astype(np.float32), Pte.astype(np.float32)
-    return dict(Xtr=Xtr, Xte=Xte, ytr=y[~te], yte=y[te], Ptr=Ptr, Pte=Pte, ls=ls)
+    return dict(Rtr=Xtr, Rte=Xte, Xtr=(Xtr - mu) / sd, Xte=(Xte - mu) / sd, ytr=y[~te], yte=y[te], fold=k)
 
 
 def pad_stack(arrays, n, fill=0.0):
@@ -133,71 +122,40 @@ def pad_stack(arrays, n, fill=0.0):
 # ------------------------------------------------------------------------------------------------
 
 
-def laplace_log_evidence(Phi, y, s):
-    """Laplace approximation to log p(y | Phi) of logistic regression with the prior N(0, s^2 I)."""
-    from sklearn.linear_model import LogisticRegression
-
-    Phi = np.asarray(Phi, np.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        clf = LogisticRegression(C=s**2, fit_intercept=False, max_iter=2000, tol=1e-8).fit(Phi, y)
-    w = clf.coef_[0]
-    z = Phi @ w
-    ll = np.sum(y * z - np.logaddexp(0.0, z))
-    p = 1 / (1 + np.exp(-z))
-    H = (Phi * (p * (1 - p))[:, None]).T @ Phi + np.eye(len(w)) / s**2
-    _, logdet = np.linalg.slogdet(H)
-    return ll - w @ w / (2 * s**2) - len(w) * np.log(s) - 0.5 * logdet
-
-
-def direct_fitter(max_iter, tol):
-    """direct-logistic's fit: coordinate ascent from the Laplace start (compiled once per shape by
-    fit_logistic itself, which also keeps LAPACK single-threaded; an outer jit would lose that)."""
-    return lambda P, yy, ww, pr: kl.fit_logistic(
-        P, yy, pr, method="cavi", max_iter=max_iter, tol=tol, weights=ww
-    )
-
-
-def fit_direct(p, n, fit, scales, paper=False):
-    """The timed part of direct-logistic on one fold, its training rows padded to ``n``: the prior sd by the
-    Laplace evidence, the grids, the fit. Returns ``(q, prior, info, scale)``."""
-    b = p["Ptr"].shape[1]
-    # float32 in NumPy, then to JAX: a conversion on the device would compile a program of its own
-    Phi, yy, ww = (
-        jnp.asarray(pad_stack([a], n)[0].astype(np.float32))
-        for a in (p["Ptr"], p["ytr"], np.ones(p["Ptr"].shape[0]))
-    )
-    grids, init = [], None  # each scale's Newton starts at the MAP of the scale before
-    for s in scales:
-        grids.append(kl.laplace_grid_prior(Phi, yy, s, levels=15, width=4.0, weights=ww, init=init))
-        init = grids[-1][1].mean if np.all(np.isfinite(np.asarray(grids[-1][1].mean))) else None
-    k = int(np.argmax([float(lap.log_evidence) for _, lap in grids]))
-    prior, lap = grids[k]
-    if paper:
-        prior = kronvi.gaussian_prior(b, scales[k], levels=15, dtype=jnp.float32)
-    elif not bool(lap.converged):
-        log(f"    Laplace Newton not converged after {int(lap.num_iter)} iterations")
-    q, info = fit(Phi, yy, ww, prior)
-    jax.block_until_ready(q.logits)
-    return q, prior, info, scales[k]
-
-
 def run_direct(preps, args, paper=False):
-    """One compiled fit per dataset: folds padded to one training size with zero-weight rows."""
-    n = max(p["Ptr"].shape[0] for p in preps)
-    nte = max(p["Pte"].shape[0] for p in preps)
-    fit = direct_fitter(args.max_iter, args.tol)
-    out = []
-    for f, p in enumerate(preps):
-        t = time.time()
-        q, prior, info, scale = fit_direct(p, n, fit, args.prior_scales, paper)
-        seconds = time.time() - t
-        Pte = jnp.asarray(pad_stack([p["Pte"]], nte)[0], jnp.float32)
-        prob = np.asarray(kl.predict_logistic(q, prior, Pte))[: p["Pte"].shape[0]]
-        sparsity = 100.0 * float(kronvi.expected_sparsity(q, prior))
-        out.append(dict(prob=prob, seconds=seconds, sparsity=sparsity, scale=scale))
-        log(f"    fold {f}: prior sd {scale}, fit {seconds:.1f}s, {int(info.num_iter)} sweeps")
-    return out
+    """kronvi.fit_classifier on each fold's raw training rows, then predict_proba on its test rows; every
+    stage timed and logged. Returns the per-fold results and models."""
+    config = kronvi.ClassifierConfig(
+        num_frequencies=args.num_frequencies, prior_scales=tuple(args.prior_scales), max_iter=args.max_iter,
+        tol=args.tol, grid="paper" if paper else "laplace",
+    )  # fmt: skip
+    out, models = [], []
+    rows = max(len(p["ytr"]) for p in preps)  # every fold padded alike: one compiled fit per dataset
+    for p in preps:
+        t0 = time.perf_counter()
+        key = jax.random.key(args.seed * 1000 + p["fold"])
+        model, info = kronvi.fit_classifier(key, p["Rtr"], p["ytr"], config, min_rows=rows)
+        t1 = time.perf_counter()
+        prob = np.asarray(model.predict_proba(p["Rte"]), np.float64)
+        t2 = time.perf_counter()
+        sparsity = 100.0 * float(kronvi.expected_sparsity(model.q_w, model.prior_w))
+        acc, ll, _ = metrics(prob, p["yte"])
+        t3 = time.perf_counter()
+        out.append(
+            dict(
+                prob=prob, seconds=t1 - t0, predict_seconds=t2 - t1, fold_seconds=t3 - t0, sparsity=sparsity,
+                scale=info.prior_scale,
+            )
+        )  # fmt: skip
+        models.append(model)
+        log(
+            f"    fold {p['fold']}: prior sd {info.prior_scale:g}, {info.num_rows} rows (padded {info.padded_rows}); "
+            f"standardize {info.standardize_seconds:.3f}s, features {info.features_seconds:.3f}s, "
+            f"scale {info.scale_seconds:.3f}s, fit {info.fit_seconds:.3f}s ({int(info.fit.num_iter)} sweeps), "
+            f"fit_classifier {t1 - t0:.3f}s; predict {len(prob)} rows {t2 - t1:.3f}s; "
+            f"fold {t3 - t0:.3f}s = {(t3 - t0) / (t1 - t0):.2f} x fit_classifier; log loss {ll:.4f}"
+        )
+    return out, models
 
 
 def run_sklearn(Xtr, ytr, Xte, seed):
@@ -217,7 +175,9 @@ def run_sklearn(Xtr, ytr, Xte, seed):
         if big:
             clf = LogisticRegression(C=float(clf.C_[0]), max_iter=2000).fit(Xtr, ytr)
         seconds = time.time() - t
-    return clf.predict_proba(np.asarray(Xte, np.float64))[:, 1], seconds
+    t = time.time()
+    prob = clf.predict_proba(np.asarray(Xte, np.float64))[:, 1]
+    return prob, seconds, time.time() - t
 
 
 def run_gauss_vi(preps, scales, args):
@@ -267,12 +227,13 @@ def run_gauss_vi(preps, scales, args):
     gh_x, gh_w = np.polynomial.hermite_e.hermegauss(32)
     out = []
     for f, p in enumerate(preps):
+        t = time.time()
         P = p["Pte"].astype(np.float64)
         m = P @ np.asarray(mu[f], np.float64)
         sd = np.sqrt((P**2) @ np.exp(2 * np.asarray(log_sd[f], np.float64)))
         z = m[:, None] + sd[:, None] * gh_x[None]
         prob = (1 / (1 + np.exp(-z))) @ (gh_w / gh_w.sum())
-        out.append(dict(prob=prob, seconds=seconds))
+        out.append(dict(prob=prob, seconds=seconds, predict_seconds=time.time() - t))
     return out
 
 
@@ -325,6 +286,8 @@ def check_args(args) -> list[str]:
             errors.append(f"unknown method {m!r}; choose among {METHODS}")
     if "gauss-vi" in methods and "direct-logistic" not in methods:
         errors.append("gauss-vi uses direct-logistic's chosen prior scale; run both")
+    if "sklearn-logistic" in methods and "direct-logistic" not in methods:
+        errors.append("sklearn-logistic uses direct-logistic's features; run both")
     if not os.path.isdir(args.data_dir):
         errors.append(f"--data-dir {args.data_dir!r}: no such folder")
     return errors
@@ -434,20 +397,22 @@ def run_dataset(name, dataset, methods, args, records, rel):
     """Runs ``methods`` on one dataset; appends its records to ``records`` and its counts to ``rel``."""
     X, y, folds, K = dataset
     log(f"{name}: n={X.shape[0]} d={X.shape[1]}, {K} folds")
-    preps = [prepare(X, y, folds, k, args.seed, args.num_frequencies) for k in range(K)]
+    preps = [prepare(X, y, folds, k) for k in range(K)]
     results = {}
     if "direct-logistic" in methods:
-        results["direct-logistic"] = run_direct(preps, args)
+        results["direct-logistic"], models = run_direct(preps, args)
+        for p, model in zip(preps, models, strict=True):  # the baselines' features: direct-logistic's
+            p["Ptr"], p["Pte"] = (np.asarray(model.design(p[k]), np.float32) for k in ("Rtr", "Rte"))
     if "direct-logistic-paper" in methods:
-        results["direct-logistic-paper"] = run_direct(preps, args, paper=True)
+        results["direct-logistic-paper"] = run_direct(preps, args, paper=True)[0]
     if "gauss-vi" in methods:
         results["gauss-vi"] = run_gauss_vi(preps, [o["scale"] for o in results["direct-logistic"]], args)
     for m, key in (("sklearn-logistic", "P"), ("linear-logistic", "X")):
         if m in methods:
             res = []
             for p in preps:
-                prob, sec = run_sklearn(p[key + "tr"], p["ytr"], p[key + "te"], args.seed)
-                res.append(dict(prob=prob, seconds=sec))
+                prob, sec, pred = run_sklearn(p[key + "tr"], p["ytr"], p[key + "te"], args.seed)
+                res.append(dict(prob=prob, seconds=sec, predict_seconds=pred))
             results[m] = res
     for m in methods:
         res = results[m]
@@ -466,6 +431,10 @@ def run_dataset(name, dataset, methods, args, records, rel):
             fit_seconds_median=float(np.median([r["seconds"] for r in res])),
             fit_seconds_folds=[round(float(r["seconds"]), 4) for r in res],
             sparsity_pct=float(np.mean([r.get("sparsity", 0.0) for r in res])),
+            predict_seconds=float(np.mean([r["predict_seconds"] for r in res])),
+            fold_seconds=float(
+                np.mean([r.get("fold_seconds", r["seconds"] + r["predict_seconds"]) for r in res])
+            ),
         )
         records.append(rec)
         counts = sum(
@@ -480,7 +449,8 @@ def run_dataset(name, dataset, methods, args, records, rel):
         rel.setdefault(name, {})[m] = dict(counts=counts.tolist(), psum=psum.tolist(), ysum=ysum.tolist())
         log(
             f"  {m:21s} acc {rec['accuracy_mean']:.4f}  logloss {rec['logloss_mean']:.4f}  "
-            f"ece {rec['ece_mean']:.4f}  fit {rec['fit_seconds']:.2f}s  sparsity {rec['sparsity_pct']:.1f}%"
+            f"ece {rec['ece_mean']:.4f}  fit {rec['fit_seconds']:.2f}s  predict {rec['predict_seconds']:.3f}s  "
+            f"fold {rec['fold_seconds']:.2f}s  sparsity {rec['sparsity_pct']:.1f}%"
         )
 
 

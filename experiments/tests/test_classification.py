@@ -12,7 +12,7 @@ from study_folds import write_folds
 
 FIELDS = {
     "dataset", "method", "n", "d", "accuracy_mean", "accuracy_sd", "logloss_mean", "logloss_sd", "ece_mean",
-    "fit_seconds", "fit_seconds_median", "fit_seconds_folds", "sparsity_pct",
+    "fit_seconds", "fit_seconds_median", "fit_seconds_folds", "sparsity_pct", "predict_seconds", "fold_seconds",
 }  # fmt: skip
 
 

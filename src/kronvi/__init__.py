@@ -142,8 +142,13 @@ from .gaussian import predict_gaussian_mf as predict_gaussian_mf
 from .gaussian import reparam_noise_variance as reparam_noise_variance
 from .gaussian import spectral_evidence_optimum as spectral_evidence_optimum
 from .gaussian import spectral_log_evidence as spectral_log_evidence
+from .logistic import ClassifierConfig as ClassifierConfig
+from .logistic import ClassifierFit as ClassifierFit
+from .logistic import ClassifierInfo as ClassifierInfo
+from .logistic import FittedClassifier as FittedClassifier
 from .logistic import LaplaceInfo as LaplaceInfo
 from .logistic import LogisticFit as LogisticFit
+from .logistic import fit_classifier as fit_classifier
 from .logistic import fit_logistic as fit_logistic
 from .logistic import laplace_grid_prior as laplace_grid_prior
 from .logistic import logistic_elbo_bound as logistic_elbo_bound
@@ -201,6 +206,9 @@ __all__ = [
     "predict",
     "BNNFit",
     "BNNStats",
+    "ClassifierConfig",
+    "ClassifierFit",
+    "ClassifierInfo",
     "CompactBasis",
     "DensityToleranceError",
     "DirectModel",
@@ -213,6 +221,7 @@ __all__ = [
     "FeatureFit",
     "FeatureFitInfo",
     "FitInfo",
+    "FittedClassifier",
     "GPFit",
     "GPFitInfo",
     "GPHyperparameters",
@@ -264,6 +273,7 @@ __all__ = [
     "feature_mean",
     "feature_stats",
     "fit_bnn",
+    "fit_classifier",
     "fit_elrg",
     "fit_features",
     "fit_features_eigen",

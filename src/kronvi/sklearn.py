@@ -37,7 +37,6 @@ References:
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -57,14 +56,10 @@ except ImportError:  # scikit-learn < 1.6
 
 from ._base.checks import check_int, check_nonnegative_number
 from ._base.precision import matmul
-from ._inputs.data import Standardizer
-from ._inputs.features import RandomFourierFeatures, rff_features
-from ._model.grids import gaussian_prior
-from ._model.regression import noise_moments, predict_regression
-from ._stats.eigen import rotate_features
-from ._stats.regression import RegressionStats
-from .logistic import BOUNDS, fit_logistic, predict_logistic
-from .logistic._predict import target_error
+from ._model.regression import noise_moments
+from .logistic import ClassifierConfig, fit_classifier
+from .logistic import predict_proba as classifier_proba
+from .logistic._recipe import check_config as check_classifier_config
 from .pipeline import (
     BASES,
     DirectConfig,
@@ -84,35 +79,6 @@ __all__ = ["DirectClassifier", "DirectRegressor"]
 _FEATURES = ("rff", "linear")
 _DTYPES = ("float32", "float64")
 _METHODS = ("cavi", "lbfgs")
-
-
-def _features_of(feature_map, Xs):
-    """Standardized inputs through the feature map (`None`: the linear features, the inputs themselves)."""
-    return Xs if feature_map is None else rff_features(feature_map, Xs)
-
-
-def _augmented_features(feature_map, Xs):
-    """`[Phi(Xs), 1]`: the constant column carries the sums that re-centre y exactly."""
-    Phi = _features_of(feature_map, Xs)
-    return jnp.concatenate([Phi, jnp.ones((Phi.shape[0], 1), Phi.dtype)], axis=1)
-
-
-@jax.jit
-def _predict_moments(feature_map, basis, q_w, q_noise, prior_w, prior_noise, Xs):
-    Phi = _features_of(feature_map, Xs)
-    Phi = Phi if basis is None else rotate_features(basis, Phi)
-    return Phi, predict_regression(q_w, q_noise, prior_w, prior_noise, Phi)
-
-
-def _standardized(standardizer, X, dtype=np.float64):
-    """`(X - mean) / scale` computed in float64 (the precision of the validated inputs, so that a large
-    offset loses nothing), then cast to `dtype`; `ValueError` naming `X` when the values overflow."""
-    Xs = (X - standardizer.mean) / standardizer.scale
-    if Xs.size and not np.max(np.abs(Xs)) <= np.finfo(dtype).max:
-        raise ValueError(
-            f"`X` holds values too far from the training inputs: standardized, they overflow {np.dtype(dtype)}"
-        )
-    return Xs.astype(dtype)
 
 
 def _numeric_targets(y):
@@ -136,45 +102,6 @@ def _check_target_range(y):
     big = float(np.max(np.abs(y))) if y.size else 0.0
     if big > 1e150:
         raise ValueError(f"`y` holds magnitudes up to {big:.3g}, whose squares overflow float64: rescale `y`")
-
-
-def _target_scale(sd, offset):
-    """The unit the model measures targets in: their standard deviation `sd`, at least `1e-6 |offset|`
-    (below that the spread is rounding of a constant), and 1 when both are zero. Proportional to the
-    units of y, so that the fit is equivariant to them."""
-    scale = max(float(sd), 1e-6 * abs(float(offset)))
-    return scale if scale > 0 and np.isfinite(scale) else 1.0
-
-
-def _column_sd(y):
-    """The standard deviation of `y`, scaled by a power of two first so that no square overflows."""
-    unit = np.ldexp(1.0, np.frexp(np.max(np.abs(y)))[1]) if y.size else 1.0
-    return float(np.std(y / unit)) * unit
-
-
-def _bucket(n: int, chunk: int, minimum: int = 32) -> int:
-    """Rows padded to a power of two (at least `minimum`), or to a multiple of `chunk` beyond it, so that
-    data of many sizes share a few compiled programs."""
-    size = max(minimum, 1 << max(0, int(n) - 1).bit_length())
-    return size if size <= chunk else -(-int(n) // chunk) * chunk
-
-
-def _pad_rows(a, rows: int):
-    return (
-        np.concatenate([a, np.zeros((rows - a.shape[0],) + a.shape[1:], a.dtype)]) if rows > a.shape[0] else a
-    )
-
-
-def _centred_stats(aug: RegressionStats):
-    r"""Statistics of the features with $y$ centred on its mean, from those of `[Phi, 1]` and raw $y$.
-
-    With $s = \sum_i \phi_i$, $n$ and $\sum_i y_i$ read off the constant column and $c = \sum_i y_i / n$:
-    $\Phi^\top(y - c) = \Phi^\top y - c\,s$ and $\|y - c\|^2 = y^\top y - n c^2$. Returns `(stats, c)`."""
-    n = aug.PhitPhi[-1, -1]
-    c = aug.Phity[-1] / n
-    yty = jnp.maximum(aug.yty - n * c**2, 0.0)
-    stats = RegressionStats(aug.n, yty, aug.Phity[:-1] - c * aug.PhitPhi[:-1, -1], aug.PhitPhi[:-1, :-1])
-    return stats, c
 
 
 def _check_choice(value, name, choices):
@@ -501,49 +428,48 @@ def _check_gp_targets(y, lengthscale):
 
 
 class DirectClassifier(ClassifierMixin, BaseEstimator):
-    r"""DIRECT mean-field logistic regression with random Fourier features, as a scikit-learn classifier.
+    r"""DIRECT mean-field logistic regression, as a scikit-learn classifier: an adapter over
+    `kronvi.fit_classifier`.
 
-    The model is $P(y = 1 \mid x, w) = \sigma(\Phi(x)^\top w + w_0)$ with a discrete prior on every weight
-    (one grid of `levels` values on ±`width` prior sds with a zero level, as
-    `kronvi.gaussian_prior`) and an intercept $w_0$ on the same kind of grid. The
-    mean-field posterior maximizes a lower bound on the ELBO
-    (`kronvi.logistic.fit_logistic`); probabilities are the exact
-    $E_q[\sigma(\Phi^\top w)]$ (`kronvi.logistic.predict_logistic`).
-    More than two classes are fitted one-vs-rest (one binary posterior per class; `predict_proba`
-    normalizes the per-class probabilities).
+    The model is $P(y = 1 \mid x, w) = \sigma(\phi(x)^\top w)$ with random Fourier, linear and constant
+    features $\phi$, the prior $N(0, \sigma_w^2)$ on a grid per weight and $\sigma_w$ chosen among
+    `prior_scales` by the Laplace evidence; grids placed on the Laplace posterior (`grid="laplace"`) or the
+    paper's even grids (`grid="paper"`); coordinate ascent from the Laplace start; exact probabilities
+    $E_q[\sigma(\phi^\top w)]$ (`kronvi.logistic.predict_proba`). The parameters are the fields of
+    `kronvi.ClassifierConfig`, and `DirectClassifier(random_state=k)` fits the model of
+    `kronvi.fit_classifier(jax.random.key(k), X, y)`. More than two classes are fitted one-vs-rest (one
+    binary model per class, the same features; `predict_proba` normalizes the per-class probabilities).
 
     Args:
-      n_frequencies: $D$, the number of random frequencies: $b = 2D$ features (`features="rff"` only).
-      features: `"rff"` or `"linear"` (the standardized inputs).
-      lengthscale: `"auto"` ($\sqrt d$ in standardized input units) or a positive number.
-      prior_scale: prior sd of the latent logit function: of each weight for `"rff"` (whose features are
-        scaled by $D^{-1/2}$), divided by $\sqrt d$ for `"linear"`; also the intercept's prior sd.
+      n_frequencies: $D$, random Fourier frequencies: `2 D` of the `2 D + d + 1` features.
+      prior_scales: candidate prior sds of the weights, chosen by the Laplace evidence.
       levels: grid values per weight.
-      width: grid half-width in prior sds.
-      bound: the expected log-likelihood bound, `"tilted"` (default), `"jensen"` or `"theorem2"`.
-      max_iter: L-BFGS iterations.
+      width: grid half-width (`None`: 4 Laplace sds for `"laplace"`, 3 prior sds for `"paper"`).
+      grid: `"laplace"` (default) or `"paper"`.
+      max_iter: coordinate-ascent sweeps at most.
+      tol: stop when a sweep gains less than `tol` nats per row.
       dtype: `"float32"` (default) or `"float64"`.
-      random_state: seed of the random frequencies (int, `None` or a `numpy.random.RandomState`).
+      random_state: seed of the lengthscale's subsample and the frequencies: an int `k` (the key
+        `jax.random.key(k)`), `None` or a `numpy.random.RandomState` (a seed drawn from it).
 
     Attributes:
       classes_: the class labels, sorted.
       n_features_in_: number of input columns $d$.
-      standardizer_: `kronvi.Standardizer` of the inputs, float64 NumPy arrays
-        (inputs are standardized in float64, then cast to `dtype`).
-      feature_map_: `kronvi.RandomFourierFeatures`, or `None`.
-      prior_w_: `kronvi.DiscretePrior` `(b + 1, levels)` (the last weight is the
-        intercept).
-      q_w_: list of fitted `kronvi.MeanField` posteriors: one for two classes (of the
-        second class), one per class otherwise.
-      fit_info_: list of the fits' `kronvi.FitInfo`.
-      n_iter_: L-BFGS iterations of each fit, `(n_fits,)`.
+      models_: list of `kronvi.FittedClassifier`: one for two classes (of the second class), one per
+        class otherwise.
+      fit_info_: list of the fits' `kronvi.ClassifierInfo`.
+      prior_scale_: the chosen prior sd of each fit, `(n_fits,)`.
+      n_iter_: coordinate-ascent sweeps of each fit, `(n_fits,)`.
+      standardizer_: the `kronvi.Standardizer` of the inputs (float64 NumPy arrays).
+      feature_map_: the `kronvi.RandomFourierFeatures` (shared by every fit).
+      prior_w_, q_w_: lists of each fit's `kronvi.DiscretePrior` and `kronvi.MeanField`.
 
     Example:
       >>> import numpy as np
       >>> from kronvi.sklearn import DirectClassifier
       >>> rng = np.random.default_rng(0)
       >>> X = rng.normal(size=(200, 2)); y = np.where(X[:, 0] ** 2 + X[:, 1] ** 2 > 1.4, "out", "in")
-      >>> clf = DirectClassifier(n_frequencies=10, max_iter=30, random_state=0).fit(X, y)
+      >>> clf = DirectClassifier(random_state=0).fit(X, y)
       >>> clf.classes_.tolist(), clf.predict_proba(X[:2]).shape, bool(clf.score(X, y) > 0.85)
       (['in', 'out'], (2, 2), True)
     """
@@ -551,52 +477,46 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
     def __init__(
         self,
         *,
-        n_frequencies: int = 500,
-        features: str = "rff",
-        lengthscale="auto",
-        prior_scale: float = 3.0,
+        n_frequencies: int = 50,
+        prior_scales=(1.0, 3.0, 10.0, 30.0),
         levels: int = 15,
-        width: float = 3.0,
-        bound: str = "tilted",
-        max_iter: int = 100,
+        width: float | None = None,
+        grid: str = "laplace",
+        max_iter: int = 10,
+        tol: float = 1e-3,
         dtype: str = "float32",
         random_state=None,
     ):
         self.n_frequencies = n_frequencies
-        self.features = features
-        self.lengthscale = lengthscale
-        self.prior_scale = prior_scale
+        self.prior_scales = prior_scales
         self.levels = levels
         self.width = width
-        self.bound = bound
+        self.grid = grid
         self.max_iter = max_iter
+        self.tol = tol
         self.dtype = dtype
         self.random_state = random_state
 
-    def _check_params(self):
-        _check_choice(self.features, "features", _FEATURES)
+    def _classifier_config(self) -> ClassifierConfig:
+        """The parameters as a checked `ClassifierConfig`; errors name the parameter."""
         _check_choice(self.dtype, "dtype", _DTYPES)
-        _check_choice(self.bound, "bound", BOUNDS)
-        check_int(self.n_frequencies, "n_frequencies", 1)
-        _check_positive(self.lengthscale, "lengthscale", allow=("auto",))
-        _check_positive(self.prior_scale, "prior_scale")
-        _check_positive(self.width, "width")
-        check_int(self.levels, "levels", 2)
-        check_int(self.max_iter, "max_iter", 1)
+        config = ClassifierConfig(
+            num_frequencies=self.n_frequencies, prior_scales=self.prior_scales, levels=self.levels,
+            width=self.width, grid=self.grid, max_iter=self.max_iter, tol=self.tol,
+        )  # fmt: skip
+        try:
+            check_classifier_config(config)
+        except ValueError as e:
+            raise ValueError(
+                str(e).replace("`config.num_frequencies`", "`n_frequencies`").replace("`config.", "`")
+            ) from None
+        return config
 
-    def _precision(self):
+    def _classifier_precision(self):
         return jax.enable_x64(True) if self.dtype == "float64" else _nullcontext()
 
-    def _design(self, X):
-        """`[Phi(X), 1]` in the working dtype, rows padded to a bucket; returns `(Phi, n)`."""
-        n = X.shape[0]
-        dtype = self.prior_w_.values.dtype
-        # at least 512 rows (zero weights): every small data set shares one compiled L-BFGS fit
-        Xs = jnp.asarray(_pad_rows(_standardized(self.standardizer_, X, dtype), _bucket(n, 1 << 30, 512)))
-        return _augmented_features(self.feature_map_, Xs), n
-
     def fit(self, X, y):
-        """Fits one posterior (two classes) or one per class (one-vs-rest).
+        """Fits one model (two classes) or one per class (one-vs-rest) with `kronvi.fit_classifier`.
 
         Args:
           X: inputs `(n, d)`.
@@ -605,66 +525,34 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         Returns:
           `self`.
         """
-        self._check_params()
+        config = self._classifier_config()
         X, y = validate_data(self, X, y, reset=True, dtype=np.float64)
         check_classification_targets(y)
         self.classes_, codes = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; got 1 class")
-        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
-        d = X.shape[1]
-        with self._precision():
+        targets = [codes == 1] if len(self.classes_) == 2 else [codes == k for k in range(len(self.classes_))]
+        with self._classifier_precision():
+            key = jax.random.key(_classifier_seed(self.random_state))
             dtype = jnp.float64 if self.dtype == "float64" else jnp.float32
-            self.standardizer_ = _standardizer(X)
-            ls = np.sqrt(d) if self.lengthscale == "auto" else float(self.lengthscale)
-            if self.features == "rff":
-                self.feature_map_ = _frequencies(seed, np.full(d, ls), self.n_frequencies, dtype)
-                b, scale = 2 * self.n_frequencies, float(self.prior_scale)
-            else:
-                self.feature_map_ = None
-                b, scale = d, float(self.prior_scale) / np.sqrt(d)
-            scales = jnp.asarray(np.r_[np.full(b, scale), float(self.prior_scale)], dtype)
-            self.prior_w_ = gaussian_prior(b + 1, scales, levels=self.levels, width=self.width)
-            Phi, n = self._design(X)
-            weights = jnp.asarray(np.arange(Phi.shape[0]) < n, dtype)
-            targets = (
-                [codes == 1] if len(self.classes_) == 2 else [codes == k for k in range(len(self.classes_))]
-            )
-            self.q_w_, self.fit_info_ = [], []
-            for t in targets:
-                y01 = jnp.asarray(_pad_rows(t.astype(np.float64), Phi.shape[0]), dtype)
-                q, info = fit_logistic(
-                    Phi, y01, self.prior_w_, bound=self.bound, max_iter=self.max_iter, weights=weights
-                )
-                self.q_w_.append(q)
-                self.fit_info_.append(info)
-        self.n_iter_ = np.array([max(int(i.num_iter), 1) for i in self.fit_info_])
+            fits = [fit_classifier(key, X, t, config, dtype=dtype) for t in targets]
+        self.models_ = [f.model for f in fits]
+        self.fit_info_ = [f.info for f in fits]
+        self.prior_scale_ = np.array([i.prior_scale for i in self.fit_info_])
+        self.n_iter_ = np.array([max(int(i.fit.num_iter), 1) for i in self.fit_info_])
+        self.standardizer_ = self.models_[0].standardizer
+        self.feature_map_ = self.models_[0].features
+        self.prior_w_ = [m.prior_w for m in self.models_]
+        self.q_w_ = [m.q_w for m in self.models_]
         return self
 
     def _positive_probs(self, X):
         """`(N, n_fits)` probabilities of each fit's positive class."""
-        check_is_fitted(self, "q_w_")
+        check_is_fitted(self, "models_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        with self._precision():
-            Phi, n = self._design(X)
-            P, E = [], []
-            for q in self.q_w_:
-                with warnings.catch_warnings():  # the padding rows would be counted: warned below
-                    warnings.filterwarnings("ignore", "predict_logistic: ", RuntimeWarning)
-                    p, err = predict_logistic(q, self.prior_w_, Phi, with_error_bound=True)
-                P.append(np.asarray(p, np.float64)[:n])
-                E.append(np.asarray(err, np.float64)[:n])
-            target = target_error(Phi.dtype)
-        P, E = np.stack(P, axis=1), np.stack(E, axis=1)
-        if np.any(E > target):
-            warnings.warn(
-                f"{type(self).__name__}: {int(np.sum(np.any(E > target, axis=1)))} of {n} rows have "
-                f"probabilities with error bounds above {target:g} (up to {float(E.max()):.3g}): the fitted "
-                "margins are too large for exact prediction (see kronvi.logistic.predict_logistic)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        return np.clip(P, 0.0, 1.0)
+        with self._classifier_precision():
+            P = [np.asarray(classifier_proba(m, X), np.float64) for m in self.models_]
+        return np.clip(np.stack(P, axis=1), 0.0, 1.0)
 
     def predict_proba(self, X):
         """Class probabilities `(N, n_classes)`, columns in the order of `classes_`.
@@ -704,24 +592,11 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(proba, axis=1)]
 
 
-def _frequencies(seed: int, lengthscales, num_frequencies: int, dtype) -> RandomFourierFeatures:
-    """`kronvi.rff_init`'s draw, $W_{dj} = z_{dj} / \\ell_d$, from a NumPy generator
-    seeded by `seed`: the same frequencies for every input dimension without a compile per dimension."""
-    ls = np.asarray(lengthscales, np.float64)
-    z = np.random.default_rng(seed).standard_normal((ls.shape[0], int(num_frequencies)))
-    return RandomFourierFeatures(jnp.asarray(z / ls[:, None], dtype))
-
-
-def _standardizer(X) -> Standardizer:
-    """`kronvi.fit_standardizer`'s rule (moments of each column scaled by a
-    power of two, scale 1 for constant columns) on the float64 inputs, in NumPy, so that data of every
-    shape do not each compile a program. Float64 NumPy arrays."""
-    unit = np.ldexp(1.0, np.frexp(np.max(np.abs(X), axis=0))[1])
-    Z = X / unit
-    mean = Z.mean(axis=0)
-    std = np.sqrt(((Z - mean) ** 2).mean(axis=0))
-    constant = ~(std > 100 * np.finfo(np.float64).eps * np.abs(mean))
-    return Standardizer(mean * unit, np.where(constant, 1.0, std * unit))  # type: ignore[arg-type]  # NumPy fields
+def _classifier_seed(random_state) -> int:
+    """The seed of `jax.random.key`: an int as given, else one drawn from `check_random_state`."""
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        return int(random_state)
+    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
 
 
 class _nullcontext:

@@ -86,3 +86,22 @@ def test_bad_inputs_are_named():
         kl.predict_logistic(q, prior, Phi[:, :2])
     with pytest.raises(ValueError, match="`num_nodes`"):
         kl.predict_logistic(q, prior, Phi, num_nodes=0)
+
+
+@pytest.mark.parametrize("even", [True, False])
+def test_even_and_uneven_grids_match_enumeration(dtype, even):
+    """Even grids (every grid kronvi builds) take Horner's rule over the levels; off-centre posterior-placed
+    grids and uneven ones (the general path) match enumeration alike."""
+    rng = np.random.default_rng(3)
+    centre, spread = rng.normal(size=(3, 1)) * 5.0, rng.uniform(0.2, 1.0, size=(3, 1))
+    values = centre + spread * np.linspace(-4.0, 4.0, 5)
+    if not even:
+        values = values + rng.uniform(-0.1, 0.1, size=values.shape)
+    prior = kronvi.DiscretePrior(jnp.asarray(values, dtype), jnp.asarray(rng.normal(size=(3, 5)), dtype))
+    assert kl._predict.is_even_grid(prior.values) == even
+    q = kronvi.MeanField(jnp.asarray(2.0 * rng.normal(size=(3, 5)), dtype))
+    Phi = jnp.asarray(rng.normal(size=(6, 3)) * 0.3, dtype)
+    p = kl.predict_logistic(q, prior, Phi)
+    np.testing.assert_allclose(
+        p, predictive(q.probs, prior.values, Phi), atol=4e-6 if dtype == np.float32 else 1e-11
+    )

@@ -13,9 +13,12 @@ and cost $O(bm)$ each:
   optax SGD on minibatches;
 * `predict_logistic`: exact $E_q[\sigma(\Phi^* w)]$ from the characteristic function;
 * `laplace_grid_prior`: the accurate default grids, the prior
-  $N(0, \sigma_w^2)$ on levels placed on the Laplace approximation to the posterior (MAP $\pm$ 4 sds).
+  $N(0, \sigma_w^2)$ on levels placed on the Laplace approximation to the posterior (MAP $\pm$ 4 sds);
+* `fit_classifier` and `predict_proba`: the whole recipe from raw inputs and 0/1 labels (standardize,
+  random Fourier features, the prior scale by the Laplace evidence, those grids, coordinate ascent) to
+  exact probabilities: the recipe behind `kronvi.sklearn.DirectClassifier`.
 
-Modules: `_bound`, `_cavi`, `_fit`, `_laplace`, `_predict`. Why this recipe: `docs/decisions/classifier.md`.
+Modules: `_bound`, `_cavi`, `_fit`, `_laplace`, `_predict`, `_recipe`. Why this recipe: `docs/decisions/classifier.md`.
 
 References:
   Evans & Nair (2018), "Discretely Relaxing Continuous Variables for tractable Variational Inference",
@@ -32,11 +35,22 @@ from ._fit import fit_logistic as fit_logistic
 from ._laplace import LaplaceInfo as LaplaceInfo
 from ._laplace import laplace_grid_prior as laplace_grid_prior
 from ._predict import predict_logistic as predict_logistic
+from ._recipe import ClassifierConfig as ClassifierConfig
+from ._recipe import ClassifierFit as ClassifierFit
+from ._recipe import ClassifierInfo as ClassifierInfo
+from ._recipe import FittedClassifier as FittedClassifier
+from ._recipe import fit_classifier as fit_classifier
+from ._recipe import predict_proba as predict_proba
 
 __all__ = [
     "BOUNDS",
+    "ClassifierConfig",
+    "ClassifierFit",
+    "ClassifierInfo",
+    "FittedClassifier",
     "LaplaceInfo",
     "LogisticFit",
+    "fit_classifier",
     "fit_logistic",
     "laplace_grid_prior",
     "logistic_elbo_bound",
@@ -44,4 +58,5 @@ __all__ = [
     "logistic_loglik_estimate",
     "logistic_loglik_minibatch",
     "predict_logistic",
+    "predict_proba",
 ]

@@ -47,7 +47,7 @@ from ._codes import BITS, check_bits, packed_width, unpack_codes
 
 FORMAT = "kronvi"
 KIND = "DirectModel"
-KINDS = (KIND, "FittedDirect")  # the classes a file's root may be (its header's "kind")
+KINDS = (KIND, "FittedDirect", "FittedClassifier")  # the classes a file's root may be (its header's "kind")
 VERSION = 1
 _HEADER = "__kronvi__"
 _MAX_HEADER_BYTES = 16 * 2**20  # the JSON header of a model with thousands of arrays is well below this
@@ -229,14 +229,50 @@ def check_fitted(model) -> None:
     )
 
 
+def check_classifier(model) -> None:
+    """Raises `TypeError`/`ValueError` naming the field if `model` is not a consistent
+    `kronvi.FittedClassifier`: standardizer, frequencies and grids agree on `b = 2D + d + 1` weights, the
+    scalars are finite and positive, and the priors and posterior are a consistent classifier
+    (`check_model`)."""
+    fitted: Any = _registry()["kronvi:FittedClassifier"]
+    if not isinstance(model, fitted):
+        raise TypeError(f"`model` must be a FittedClassifier, got {type(model).__name__}")
+    for field, cls in [("standardizer", Standardizer), ("features", RandomFourierFeatures)]:
+        if not isinstance(getattr(model, field), cls):
+            raise TypeError(
+                f"`model.{field}` must be a {cls.__name__}, got {type(getattr(model, field)).__name__}"
+            )
+    freq = model.features.frequencies
+    _finite_array(freq, "model.features.frequencies")
+    if freq.ndim != 2 or model.features.offset is not None:
+        raise ValueError(
+            f"`model.features` must hold frequencies (d, D) and no offset, got {tuple(freq.shape)}"
+        )
+    d, b = freq.shape[0], 2 * freq.shape[1] + freq.shape[0] + 1
+    _finite_array(model.standardizer.mean, "model.standardizer.mean", (d,))
+    _finite_array(model.standardizer.scale, "model.standardizer.scale", (d,))
+    if not np.all(np.asarray(model.standardizer.scale) > 0):
+        raise ValueError("`model.standardizer.scale` must be positive")
+    for field in ("lengthscale", "prior_scale"):
+        _finite_array(getattr(model, field), f"model.{field}", ())
+        if not float(getattr(model, field)) > 0:
+            raise ValueError(f"`model.{field}` must be positive")
+    if not isinstance(model.prior_w, DiscretePrior) or model.prior_w.values.shape[:1] != (b,):
+        raise ValueError(f"`model.prior_w` must be a DiscretePrior of {b} weights (2 D + d + 1)")
+    check_model(DirectModel(model.prior_w, None, model.q_w, None))  # type: ignore[arg-type]  # a classifier
+
+
 def _check_root(model) -> None:
     if isinstance(model, DirectModel):
         check_model(model)
     elif type(model).__name__ == "FittedDirect":
         check_fitted(model)
+    elif type(model).__name__ == "FittedClassifier":
+        check_classifier(model)
     else:
         raise TypeError(
-            f"`model` must be a DirectModel or a kronvi.pipeline.FittedDirect, got {type(model).__name__}"
+            "`model` must be a DirectModel, a kronvi.pipeline.FittedDirect or a kronvi.FittedClassifier, got "
+            f"{type(model).__name__}"
         )
 
 
@@ -261,6 +297,7 @@ _MODEL_CLASSES = (
     "kronvi:IntegerSamples", "kronvi:Standardizer", "kronvi:RandomFourierFeatures", "kronvi:GPHyperparameters",
     "kronvi:Eigenbasis", "kronvi:RegressionStats", "kronvi:EigenFeatureModel", "kronvi:GaussianMeanField",
     "kronvi:ELRG", "kronvi:BNNStats", "kronvi.pipeline:FittedDirect", "kronvi:CompactBasis",
+    "kronvi:FittedClassifier",
 )  # fmt: skip
 
 

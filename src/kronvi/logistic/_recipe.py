@@ -1,0 +1,541 @@
+r"""The classification recipe: raw inputs and 0/1 labels in, a fitted DIRECT logistic model out.
+
+`fit_classifier` runs every stage of the accurate, fast recipe behind `kronvi.sklearn.DirectClassifier`
+and the classification study (`experiments/classification.py`, method `direct-logistic`):
+
+1. standardize the inputs with the training rows' moments (float64, NumPy);
+2. the median heuristic: one lengthscale, the median distance between at most `lengthscale_points`
+   standardized training rows drawn with the key;
+3. features $\phi(x) = [D^{-1/2}\cos(xW),\ D^{-1/2}\sin(xW),\ x / \sqrt d,\ 1]$, `b = 2D + d + 1`: $D$
+   random Fourier frequencies $W = Z / \ell$ ($Z$ standard normal, drawn with the key), the standardized
+   inputs and a constant, so that $\phi(x)^\top\phi(x') \approx k_{SE}(x, x') + x^\top x'/d + 1$;
+4. the prior sd $\sigma_w$ of every weight chosen among `prior_scales` by the Laplace approximation to the
+   evidence of the Gaussian-prior logistic model (`laplace_grid_prior`'s `log_evidence`);
+5. the grids: `"laplace"` (default) the prior $N(0, \sigma_w^2)$ on levels placed on the Laplace posterior
+   (MAP $\pm$ `width` Laplace sds, `laplace_grid_prior`), or `"paper"`, the paper's even grids on
+   $\pm$ `width` prior sds with a zero level (`kronvi.gaussian_prior`);
+6. coordinate ascent from the Laplace start (`fit_logistic(method="cavi")`);
+
+and `predict_proba` returns the exact $E_q[\sigma(\phi(x)^\top w)]$ (`predict_logistic`).
+
+Training rows are padded with zero-weight rows to one of a fixed set of sizes (four per octave, at least
+128), so that data sets and folds of nearby sizes share compiled programs; the zero-weight rows change
+nothing but rounding. Prediction runs in row chunks of at most `PREDICT_CHUNK` rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike, DTypeLike
+
+from .._base.checks import check_int, is_concrete
+from .._inputs.data import Standardizer
+from .._inputs.features import RandomFourierFeatures
+from .._model.families import MeanField
+from .._model.grids import DiscretePrior, gaussian_prior
+from .._solvers.info import FitInfo
+from ._bound import log_mgf
+from ._fit import fit_logistic
+from ._laplace import LaplaceInfo, laplace_grid_prior
+from ._predict import MAX_NODES, nodes_for, predict_logistic, predict_rows
+
+GRIDS = ("laplace", "paper")
+MIN_ROWS = 128  # the smallest row bucket of a fit
+PREDICT_CHUNK = 4096  # rows per prediction chunk
+_PREDICT_MIN_ROWS = 16  # the smallest row bucket of a prediction
+
+
+class ClassifierConfig(NamedTuple):
+    r"""Options of `fit_classifier` (the defaults are the recipe the classification study measured).
+
+    Attributes:
+      num_frequencies: $D$, random Fourier frequencies: `2 D` of the `b = 2D + d + 1` features.
+      prior_scales: candidate prior sds $\sigma_w$ of every weight (the latent function's prior sd, the
+        features being scaled to $\phi^\top\phi \approx 3$); the one with the largest Laplace evidence
+        is used.
+      levels: grid points per weight.
+      width: grid half-width: in Laplace posterior sds for `grid="laplace"` (default 4), in prior sds for
+        `grid="paper"` (default 3).
+      grid: `"laplace"` (levels on the Laplace posterior) or `"paper"` (the paper's even grids on
+        $\pm$ `width` prior sds, with a zero level for odd `levels`).
+      max_iter: coordinate-ascent sweeps at most.
+      tol: stop when a sweep gains less than `tol` nats per training row.
+      lengthscale_points: training rows (at most) whose median pairwise distance is the lengthscale.
+    """
+
+    num_frequencies: int = 50
+    prior_scales: tuple[float, ...] = (1.0, 3.0, 10.0, 30.0)
+    levels: int = 15
+    width: float | None = None
+    grid: str = "laplace"
+    max_iter: int = 10
+    tol: float = 1e-3
+    lengthscale_points: int = 1000
+
+
+class FittedClassifier(NamedTuple):
+    r"""A fitted classifier from `fit_classifier`: everything `predict_proba` needs, a pytree of arrays.
+
+    Attributes:
+      standardizer: `kronvi.Standardizer` `(d,)` of the raw inputs (float64 NumPy arrays: inputs are
+        standardized in float64, then cast to the model's dtype).
+      features: `kronvi.RandomFourierFeatures` `(d, D)`, the frequencies $W = Z / \ell$.
+      lengthscale: `()` the median-heuristic lengthscale $\ell$, in standardized input units.
+      prior_scale: `()` the chosen prior sd $\sigma_w$.
+      prior_w: `kronvi.DiscretePrior` `(b, m)` over the weights of $\phi(x) = [D^{-1/2}\cos(xW),
+        D^{-1/2}\sin(xW), x/\sqrt d, 1]$, `b = 2D + d + 1`.
+      q_w: `kronvi.MeanField` `(b, m)`, the fitted posterior.
+    """
+
+    standardizer: Standardizer
+    features: RandomFourierFeatures
+    lengthscale: jax.Array
+    prior_scale: jax.Array
+    prior_w: DiscretePrior
+    q_w: MeanField
+
+    def predict_proba(self, X: ArrayLike) -> jax.Array:
+        r"""$P(y = 1 \mid x)$ `(N,)` for raw inputs `X` `(N, d)`: `kronvi.logistic.predict_proba`."""
+        return predict_proba(self, X)
+
+    def design(self, X: ArrayLike) -> jax.Array:
+        r"""The features $\phi(x)$ `(N, b)` of raw inputs `X` `(N, d)` (all rows at once)."""
+        return _design(self.features, _standardize(self.standardizer, X, self.prior_w.values.dtype))
+
+
+class ClassifierInfo(NamedTuple):
+    """What `fit_classifier` did.
+
+    Attributes:
+      prior_scale: the chosen prior sd (a float).
+      log_evidence: `(len(prior_scales),)` the Laplace log evidence of each candidate scale.
+      laplace: `kronvi.logistic.LaplaceInfo` at the chosen scale.
+      fit: the coordinate-ascent fit's `kronvi.FitInfo`.
+      num_rows: training rows (before padding); `padded_rows`: after.
+      padded_rows: rows of the compiled programs (zero-weight rows added).
+      standardize_seconds: wall time of the standardization and the median heuristic.
+      features_seconds: wall time of the features.
+      scale_seconds: wall time of the scale choice and the grids (one Laplace fit per candidate).
+      fit_seconds: wall time of the coordinate-ascent fit (its Laplace start included).
+    """
+
+    prior_scale: float
+    log_evidence: jax.Array
+    laplace: LaplaceInfo
+    fit: FitInfo
+    num_rows: int
+    padded_rows: int
+    standardize_seconds: float
+    features_seconds: float
+    scale_seconds: float
+    fit_seconds: float
+
+
+class ClassifierFit(NamedTuple):
+    """The result of `fit_classifier`.
+
+    Attributes:
+      model: the `FittedClassifier`.
+      info: the `ClassifierInfo`.
+    """
+
+    model: FittedClassifier
+    info: ClassifierInfo
+
+
+# ----------------------------------------------------------------------------------------------------
+# Validation
+
+
+def _real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_config(config) -> ClassifierConfig:
+    """`config` checked (`None`: the defaults), with `width` resolved; `ValueError` naming the field."""
+    if config is None:
+        config = ClassifierConfig()
+    if not isinstance(config, ClassifierConfig):
+        raise TypeError(f"`config` must be a ClassifierConfig or None, got {type(config).__name__}")
+    check_int(config.num_frequencies, "config.num_frequencies", 1)
+    check_int(config.levels, "config.levels", 2)
+    check_int(config.max_iter, "config.max_iter", 1)
+    check_int(config.lengthscale_points, "config.lengthscale_points", 2)
+    if not (isinstance(config.grid, str) and config.grid in GRIDS):
+        raise ValueError(f"`config.grid` must be one of {GRIDS}, got {config.grid!r}")
+    scales = config.prior_scales
+    if isinstance(scales, numbers.Real) and not isinstance(scales, bool):
+        scales = (scales,)
+    try:
+        scales = tuple(scales)
+    except TypeError:
+        raise ValueError(
+            f"`config.prior_scales` must be a non-empty sequence of positive numbers, got {scales!r}"
+        ) from None
+    if not scales or not all(_real(s) and s > 0 for s in scales):
+        raise ValueError(
+            f"`config.prior_scales` must be a non-empty sequence of positive numbers, got {config.prior_scales!r}"
+        )
+    width = config.width
+    if width is None:
+        width = 4.0 if config.grid == "laplace" else 3.0
+    elif not (_real(width) and width > 0):
+        raise ValueError(f"`config.width` must be a finite positive number or None, got {width!r}")
+    if not (_real(config.tol) and config.tol >= 0):
+        raise ValueError(f"`config.tol` must be a finite number >= 0, got {config.tol!r}")
+    return config._replace(prior_scales=tuple(float(s) for s in scales), width=float(width))
+
+
+def _check_inputs(X, name="X"):
+    """`X` as a finite float64 NumPy array `(n, d)`, `n, d >= 1`."""
+    try:
+        X = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"`{name}` must be a 2-D array of numbers: {e}") from None
+    if X.ndim != 2:
+        raise ValueError(f"`{name}` must be 2-D (num_points, num_inputs), got shape {X.shape}")
+    if X.shape[1] == 0:
+        raise ValueError(f"`{name}` has no columns")
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"`{name}` holds {int(np.sum(~np.isfinite(X)))} non-finite value(s)")
+    return X
+
+
+def _check_labels(y, n):
+    y = np.asarray(y)
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"`y` must hold labels 0 or 1 (or bools), got dtype {y.dtype}")
+    if y.shape != (n,):
+        raise ValueError(f"`y` must have shape ({n},) (one 0/1 label per row of `X`), got {y.shape}")
+    bad = int(np.sum((y != 0) & (y != 1)))
+    if bad:
+        raise ValueError(f"`y` must hold labels 0 or 1 only; {bad} value(s) are neither")
+    return y.astype(np.float64)
+
+
+def _check_key(key):
+    """A NumPy generator seeded by the bits of the `jax.random` key `key` (typed or raw `uint32`)."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"`key` must be a single jax.random key, got shape {key.shape}")
+        bits = np.asarray(jax.random.key_data(key))
+    else:
+        bits = np.asarray(key) if isinstance(key, jax.Array | np.ndarray) else None
+        if bits is None or bits.dtype != np.uint32 or bits.ndim != 1:
+            raise TypeError(f"`key` must be a jax.random key (jax.random.key(seed)), got {key!r}")
+    return np.random.default_rng([int(b) for b in bits.ravel()])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Stages
+
+
+def standardizer_of(X) -> Standardizer:
+    """`kronvi.fit_standardizer`'s rule in NumPy float64 (moments of each column scaled by a power of two,
+    scale 1 for a constant column), so that data of every shape compile nothing."""
+    unit = np.ldexp(1.0, np.frexp(np.max(np.abs(X), axis=0))[1])
+    Z = X / unit
+    mean = Z.mean(axis=0)
+    std = np.sqrt(((Z - mean) ** 2).mean(axis=0))
+    constant = ~(std > 100 * np.finfo(np.float64).eps * np.abs(mean))
+    return Standardizer(mean * unit, np.where(constant, 1.0, std * unit))  # type: ignore[arg-type]
+
+
+def median_lengthscale(Xs, rng, max_points: int) -> float:
+    """The median distance between distinct pairs of at most `max_points` rows of `Xs` (1 when all
+    coincide), the rows drawn without replacement by `rng` when there are more."""
+    n = Xs.shape[0]
+    sub = Xs[np.sort(rng.choice(n, max_points, replace=False))] if n > max_points else Xs
+    from scipy.spatial.distance import pdist  # here: scipy.spatial is slow to import
+
+    d2 = pdist(sub, "sqeuclidean")  # differences of coordinates, squared and summed: exact zeros for ties
+    d2 = d2[d2 > 0]
+    return float(np.sqrt(np.median(d2))) if d2.size else 1.0
+
+
+def _standardize(standardizer, X, dtype):
+    """Raw inputs to standardized ones in `dtype`: in float64 NumPy for concrete inputs, else traced."""
+    if is_concrete(X) and not isinstance(X, jax.core.Tracer):
+        X = _check_inputs(X)
+        if X.shape[1] != np.shape(standardizer.mean)[0]:
+            raise ValueError(
+                f"`X` has {X.shape[1]} columns but the model was fitted on {np.shape(standardizer.mean)[0]}"
+            )
+        Xs = (X - np.asarray(standardizer.mean, np.float64)) / np.asarray(standardizer.scale, np.float64)
+        if Xs.size and not np.max(np.abs(Xs)) <= np.finfo(dtype).max:
+            raise ValueError(
+                f"`X` holds values too far from the training inputs: standardized, they overflow {np.dtype(dtype)}"
+            )
+        return Xs.astype(dtype)
+    X = jnp.asarray(X)
+    return ((X - jnp.asarray(standardizer.mean, dtype)) / jnp.asarray(standardizer.scale, dtype)).astype(
+        dtype
+    )
+
+
+@jax.jit
+def _design(features, Xs):
+    """$[D^{-1/2}\\cos(X_sW), D^{-1/2}\\sin(X_sW), X_s/\\sqrt d, 1]$ `(n, 2D + d + 1)`."""
+    W = features.frequencies.astype(Xs.dtype)
+    d, D = W.shape
+    Z = jnp.matmul(Xs, W, precision=jax.lax.Precision.HIGHEST)
+    one = jnp.ones((Xs.shape[0], 1), Xs.dtype)
+    return jnp.concatenate(
+        [jnp.cos(Z) / math.sqrt(D), jnp.sin(Z) / math.sqrt(D), Xs / math.sqrt(d), one], axis=1
+    )
+
+
+def row_bucket(n: int, minimum: int = MIN_ROWS) -> int:
+    """The smallest of `minimum` and `2^k (1 + j/4)` (`j = 0..3`) at least `n`: at most 25% padding, four
+    compiled shapes per doubling."""
+    if n <= minimum:
+        return minimum
+    k = (n - 1).bit_length() - 1  # 2^k < n <= 2^(k+1)
+    for j in range(1, 5):
+        size = (1 << k) + j * (1 << k) // 4 if k >= 2 else 1 << (k + 1)
+        if size >= n:
+            return size
+    return 1 << (k + 1)
+
+
+def _pad(a, rows):
+    return (
+        np.concatenate([a, np.zeros((rows - a.shape[0],) + a.shape[1:], a.dtype)]) if rows > a.shape[0] else a
+    )
+
+
+def fit_classifier(
+    key: jax.Array,
+    X: ArrayLike,
+    y: ArrayLike,
+    config: ClassifierConfig | None = None,
+    *,
+    dtype: DTypeLike = jnp.float32,
+    min_rows: int | None = None,
+) -> ClassifierFit:
+    r"""Fits the DIRECT logistic classifier to raw inputs and 0/1 labels: standardization, median-heuristic
+    lengthscale, random Fourier, linear and constant features, the prior sd by the Laplace evidence,
+    Laplace-placed (or the paper's) grids and coordinate ascent from the Laplace start.
+
+    The model is $P(y = 1 \mid x, w) = \sigma(\phi(x)^\top w)$ with
+    $\phi(x) = [D^{-1/2}\cos(x_sW), D^{-1/2}\sin(x_sW), x_s / \sqrt d, 1]$ ($x_s$ the standardized input,
+    $W = Z / \ell$, $Z$ standard normal), the prior $N(0, \sigma_w^2)$ on each weight's grid, and
+    $\sigma_w$ the candidate of `config.prior_scales` with the largest Laplace approximation to
+    $\log p(y \mid \Phi, \sigma_w)$. The mean-field posterior maximizes `fit_logistic`'s default
+    (`"tilted"`) bound on the ELBO. The stages and their defaults are the module docstring's.
+
+    The same `key` (and data, config and dtype) gives the same model: the key seeds the lengthscale's
+    subsample and the frequencies (drawn in NumPy, so that no program is compiled per input width).
+
+    Args:
+      key: `jax.random` key.
+      X: `(n, d)` raw inputs (any finite real values).
+      y: `(n,)` labels 0 or 1 (bool, int or float).
+      config: `ClassifierConfig` (`None`: the defaults).
+      dtype: the fit's precision, `jnp.float32` (default) or `jnp.float64` (needs `jax_enable_x64`).
+      min_rows: pad the training rows (zero weights) to the size that `max(n, min_rows)` rows take: pass
+        the largest training set of several fits (the folds of a cross-validation) to give them all one
+        compiled program. Default `n`.
+
+    Returns:
+      `ClassifierFit` `(model, info)`: a `FittedClassifier` (`model.predict_proba(X_new)`) and a
+      `ClassifierInfo` (the chosen scale, every candidate's evidence, the fit's `FitInfo`, per-stage
+      wall times).
+
+    Raises:
+      ValueError: naming the argument or field: `X` not 2-D, empty or not finite; `y` not 0/1 or of the
+        wrong shape; a `config` field out of range (`config.width`, ...); `dtype` not float32/float64.
+      TypeError: `key` not a `jax.random` key; `config` not a `ClassifierConfig`.
+
+    Example:
+      >>> import jax, numpy as np, kronvi
+      >>> rng = np.random.default_rng(0)
+      >>> X = rng.normal(size=(300, 2)); y = (X[:, 0] ** 2 + X[:, 1] ** 2 > 1.4).astype(int)
+      >>> model, info = kronvi.fit_classifier(jax.random.key(0), X, y)
+      >>> p = model.predict_proba(X)
+      >>> p.shape, bool(np.mean((np.asarray(p) > 0.5) == y) > 0.9)
+      ((300,), True)
+    """
+    config = check_config(config)
+    dtype = jnp.dtype(dtype)
+    if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise ValueError(f"`dtype` must be float32 or float64, got {dtype}")
+    if dtype == jnp.float64 and jax.dtypes.canonicalize_dtype(jnp.float64) != jnp.float64:
+        raise ValueError("`dtype` float64 needs jax_enable_x64 (jax.config.update('jax_enable_x64', True))")
+    rng = _check_key(key)
+    inputs = _check_inputs(X)
+    n, d = inputs.shape
+    if n == 0:
+        raise ValueError("`X` is empty (no rows)")
+    labels = _check_labels(y, n)
+    if min_rows is not None:
+        min_rows = check_int(min_rows, "min_rows", 1)
+    width = 4.0 if config.width is None else config.width  # resolved by check_config
+
+    t0 = time.perf_counter()
+    standardizer = standardizer_of(inputs)
+    Xs = (inputs - standardizer.mean) / standardizer.scale
+    ls = median_lengthscale(Xs, rng, config.lengthscale_points)
+    z = rng.standard_normal((d, config.num_frequencies))
+    features = RandomFourierFeatures(jnp.asarray((z / ls).astype(dtype)))
+    t1 = time.perf_counter()
+
+    rows = row_bucket(max(n, min_rows or 0))
+    Phi = _design(features, jnp.asarray(_pad(Xs.astype(dtype), rows)))
+    yy = jnp.asarray(_pad(labels.astype(dtype), rows))
+    ww = jnp.asarray(_pad(np.ones(n, dtype), rows))
+    jax.block_until_ready(Phi)
+    t2 = time.perf_counter()
+
+    grids, evidence, init = [], [], None
+    for s in config.prior_scales:  # each scale's Newton starts at the MAP of the scale before
+        prior, lap = laplace_grid_prior(
+            Phi, yy, s, levels=config.levels, width=width if config.grid == "laplace" else 4.0,
+            weights=ww, init=init,
+        )  # fmt: skip
+        mean, log_ev = jax.device_get((lap.mean, lap.log_evidence))
+        grids.append((prior, lap))
+        evidence.append(float(log_ev))
+        init = mean if np.all(np.isfinite(mean)) else None
+    k = (
+        int(np.nanargmax(np.where(np.isfinite(evidence), evidence, -np.inf)))
+        if np.any(np.isfinite(evidence))
+        else 0
+    )
+    scale = config.prior_scales[k]
+    prior, lap = grids[k]
+    if config.grid == "paper":
+        prior = gaussian_prior(Phi.shape[1], scale, levels=config.levels, width=width, dtype=dtype)
+    jax.block_until_ready(prior.values)
+    t3 = time.perf_counter()
+
+    q, fit_info = fit_logistic(
+        Phi, yy, prior, method="cavi", max_iter=config.max_iter, tol=config.tol, weights=ww
+    )
+    jax.block_until_ready(q.logits)
+    t4 = time.perf_counter()
+
+    model = FittedClassifier(
+        standardizer, features, jnp.asarray(ls, dtype), jnp.asarray(scale, dtype), prior, q
+    )
+    info = ClassifierInfo(
+        scale, jnp.asarray(evidence), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3
+    )
+    return ClassifierFit(model, info)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Prediction
+
+
+@functools.partial(jax.jit, static_argnames=("chunk",))
+def _traced_proba(model, Xs, *, chunk):
+    """Probabilities inside a trace: row chunks of `chunk` through `lax.map` (default quadrature nodes)."""
+    n, d = Xs.shape
+    num = -(-n // chunk)
+    Xs = jnp.concatenate([Xs, jnp.zeros((num * chunk - n, d), Xs.dtype)])
+
+    def one(Xc):
+        return predict_logistic(model.q_w, model.prior_w, _design(model.features, Xc))
+
+    return jax.lax.map(one, Xs.reshape(num, chunk, d)).reshape(-1)[:n]
+
+
+def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
+    r"""$P(y = 1 \mid x) = E_q[\sigma(\phi(x)^\top w)]$ `(N,)` of a `FittedClassifier` for raw inputs
+    `X` `(N, d)`: exact, `predict_logistic` on the model's features.
+
+    Concrete inputs are standardized in float64 and predicted in chunks of at most `PREDICT_CHUNK` rows,
+    every row with the quadrature nodes its own margin needs for an error below 1e-7 (float32) or 1e-13
+    (float64) (`predict_logistic`'s rule, applied per row), through one compiled program of 64 rows
+    whatever the number of rows and their node counts: a row's probability does not depend on the rows
+    predicted with it. Under `jit` the chunks run in `lax.map` with `predict_logistic`'s default nodes for
+    traced inputs.
+
+    Args:
+      model: a `FittedClassifier` (`fit_classifier`).
+      X: `(N, d)` raw inputs.
+
+    Returns:
+      `(N,)` probabilities of the label 1, in the model's dtype.
+
+    Raises:
+      ValueError: naming `X`: not 2-D, not finite, the wrong number of columns, or standardized values
+        beyond the model's dtype.
+
+    Example:
+      >>> import jax, numpy as np, kronvi, kronvi.logistic as kl
+      >>> X = np.random.default_rng(0).normal(size=(200, 3)); y = X[:, 0] > 0
+      >>> model = kronvi.fit_classifier(jax.random.key(0), X, y).model
+      >>> p = jax.jit(kl.predict_proba)(model, X[:5])
+      >>> bool(np.allclose(p, model.predict_proba(X[:5]), atol=1e-5))
+      True
+    """
+    if not isinstance(model, FittedClassifier):
+        raise TypeError(f"`model` must be a FittedClassifier, got {type(model).__name__}")
+    dtype = model.prior_w.values.dtype
+    leaves = jax.tree.leaves(model)
+    if not (is_concrete(X) and all(is_concrete(a) for a in leaves)):
+        X = jnp.asarray(X)
+        if X.ndim != 2:
+            raise ValueError(f"`X` must be 2-D (num_points, num_inputs), got shape {X.shape}")
+        Xs = _standardize(model.standardizer, X, dtype)
+        return _traced_proba(model, Xs, chunk=min(max(X.shape[0], 1), 256))
+    Xs = _standardize(model.standardizer, X, dtype)
+    n = Xs.shape[0]
+    if n == 0:
+        return jnp.zeros((0,), dtype)
+    out = []
+    for start in range(0, n, PREDICT_CHUNK):
+        Xc = Xs[start : start + PREDICT_CHUNK]
+        out.append(_chunk_proba(model, Xc))
+    return jnp.asarray(np.concatenate(out))
+
+
+def _bucket(rows: int) -> int:
+    """Rows of a prediction program: 16, 64, 256, ... (powers of 4), at most `PREDICT_CHUNK`: few shapes per
+    node count, whatever the sizes of the groups of rows that share one."""
+    size = _PREDICT_MIN_ROWS
+    while size < rows:
+        size *= 4
+    return min(size, PREDICT_CHUNK)
+
+
+@jax.jit
+def _design_log_cosh(features, log_q, values, Xs):
+    r"""The features `(r, b)` and each row's $\log E_q\cosh(\phi^\top w)$ `(r,)`."""
+    Phi = _design(features, Xs)
+    one = jnp.ones((Phi.shape[0], 1), Phi.dtype)
+    L = log_mgf(log_q, values, Phi, jnp.concatenate([one, -one], axis=1))
+    return Phi, jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0)
+
+
+def _chunk_proba(model, Xc):
+    """Probabilities of the standardized rows `Xc` (at most `PREDICT_CHUNK`): every row with the quadrature
+    nodes its own margin needs (`nodes_for`), so that a row's probability does not depend on the rows
+    predicted with it; rows beyond the node cap go through `predict_logistic`'s own refinement."""
+    rows = Xc.shape[0]
+    dtype = Xc.dtype
+    Phi, log_cosh = _design_log_cosh(
+        model.features, model.q_w.log_probs, model.prior_w.values, jnp.asarray(_pad(Xc, _bucket(rows)))
+    )
+    log_cosh = np.asarray(log_cosh)[:rows]
+    Phi = np.asarray(Phi)[:rows]
+    nodes = np.array([nodes_for(v, dtype, cap=2**62, half_steps=True) for v in log_cosh])
+    p = np.empty(rows, dtype)
+    big = nodes > MAX_NODES  # beyond the cap: predict_logistic's own refinement (and warning)
+    if np.any(big):
+        idx = np.flatnonzero(big)
+        p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, jnp.asarray(Phi[idx])))
+    idx = np.flatnonzero(~big)
+    order = idx[np.argsort(nodes[idx], kind="stable")]  # rows of like node counts share blocks
+    p[order] = predict_rows(model.q_w, model.prior_w, Phi[order], nodes[order])
+    return p

@@ -1,0 +1,206 @@
+"""kronvi.fit_classifier: the recipe against a by-hand run of its stages, padding invariance, same-key
+reproducibility, predict_proba against predict_logistic on hand-built features, bad configs named."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import kronvi
+import kronvi.logistic as kl
+from kronvi.logistic import _recipe
+
+SMALL = kl.ClassifierConfig(num_frequencies=6, levels=7, prior_scales=(1.0, 10.0))
+
+
+def _rings(n=150, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2)) * [1.0, 3.0] + [0.0, 10.0]
+    r2 = X[:, 0] ** 2 + ((X[:, 1] - 10.0) / 3.0) ** 2
+    return X, r2 > 1.4
+
+
+def _features(model, X):
+    """The features by hand in float64: [cos, sin] / sqrt(D), standardized inputs / sqrt(d), 1."""
+    Xs = (X - model.standardizer.mean) / model.standardizer.scale
+    Z = Xs @ np.asarray(model.features.frequencies, np.float64)
+    D, d = Z.shape[1], X.shape[1]
+    return np.hstack([np.cos(Z) / np.sqrt(D), np.sin(Z) / np.sqrt(D), Xs / np.sqrt(d), np.ones((len(X), 1))])
+
+
+def test_the_stages_by_hand(dtype):
+    """Standardizer, median-heuristic lengthscale, frequencies from the key's generator, the scale of the
+    largest Laplace evidence, its grids and the CAVI fit, each against a direct computation on the unpadded
+    rows: the zero-weight padding changes nothing but rounding."""
+    X, y = _rings()
+    model, info = kronvi.fit_classifier(jax.random.key(3), X, y, SMALL, dtype=dtype)
+    assert info.num_rows == 150 and info.padded_rows == 160
+    np.testing.assert_allclose(model.standardizer.mean, X.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(model.standardizer.scale, X.std(0), rtol=1e-12)
+    Xs = (X - X.mean(0)) / X.std(0)
+    d2 = np.sum((Xs[:, None] - Xs[None]) ** 2, -1)[np.triu_indices(150, 1)]
+    ls = np.sqrt(np.median(d2[d2 > 0]))  # all 150 rows (below lengthscale_points)
+    np.testing.assert_allclose(model.lengthscale, ls, rtol=1e-6)
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(jax.random.key(3))).tolist())
+    np.testing.assert_allclose(model.features.frequencies, rng.standard_normal((2, 6)) / ls, rtol=1e-6)
+
+    Phi = jnp.asarray(_features(model, X), dtype)
+    np.testing.assert_allclose(model.design(X), Phi, atol=1e-5 if dtype == np.float32 else 1e-12)
+    grids, init = [], None  # each scale's Newton starts at the MAP of the one before
+    for s in SMALL.prior_scales:
+        grids.append(kl.laplace_grid_prior(Phi, y, s, levels=7, init=init))
+        init = grids[-1][1].mean
+    evidence = [float(lap.log_evidence) for _, lap in grids]
+    tol = (
+        dict(rtol=1e-3, atol=1e-3) if dtype == np.float32 else dict(rtol=1e-7, atol=1e-7)
+    )  # Newton in float32
+    np.testing.assert_allclose(info.log_evidence, evidence, **tol)
+    k = int(np.argmax(evidence))
+    assert info.prior_scale == SMALL.prior_scales[k] and float(model.prior_scale) == info.prior_scale
+    prior = grids[k][0]
+    np.testing.assert_allclose(model.prior_w.values, prior.values, **tol)
+    q, fit = kl.fit_logistic(Phi, y, prior, method="cavi", max_iter=SMALL.max_iter, tol=SMALL.tol)
+    assert int(fit.num_iter) == int(info.fit.num_iter)
+    np.testing.assert_allclose(model.q_w.probs, q.probs, atol=1e-3 if dtype == np.float32 else 1e-6)
+
+
+@pytest.mark.parametrize("rows", [150, 151, 200])
+def test_padding_to_more_rows_changes_nothing(monkeypatch, rows):
+    """The same data padded with more zero-weight rows: the same model up to float64 rounding."""
+    X, y = _rings()
+    with jax.enable_x64(True):
+        base = kronvi.fit_classifier(jax.random.key(0), X, y, SMALL, dtype=jnp.float64)
+        monkeypatch.setattr(_recipe, "row_bucket", lambda n: rows)
+        padded = kronvi.fit_classifier(jax.random.key(0), X, y, SMALL, dtype=jnp.float64)
+        assert padded.info.padded_rows == rows and base.info.padded_rows == 160
+        for a, b in zip(jax.tree.leaves(base.model), jax.tree.leaves(padded.model), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(base.model.predict_proba(X), padded.model.predict_proba(X), atol=1e-10)
+
+
+def test_row_buckets():
+    assert [_recipe.row_bucket(n) for n in (1, 128, 129, 161, 256, 257, 33_000)] == [
+        128, 128, 160, 192, 256, 320, 40_960
+    ]  # fmt: skip
+    for n in range(1, 5000, 7):
+        size = _recipe.row_bucket(n)
+        assert n <= size <= max(128, 1.25 * n)
+
+
+def test_the_same_key_gives_the_same_model():
+    X, y = _rings()
+    a = kronvi.fit_classifier(jax.random.key(5), X, y, SMALL).model
+    b = kronvi.fit_classifier(jax.random.key(5), X, y, SMALL).model
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(u, v)
+    c = kronvi.fit_classifier(jax.random.key(6), X, y, SMALL).model
+    assert not np.allclose(a.features.frequencies, c.features.frequencies)
+    # a raw uint32 key (jax.random.PRNGKey) is the typed key's data
+    raw = kronvi.fit_classifier(jax.random.key_data(jax.random.key(5)), X, y, SMALL).model
+    np.testing.assert_array_equal(raw.features.frequencies, a.features.frequencies)
+
+
+def test_predict_proba_is_predict_logistic_of_the_features(dtype):
+    X, y = _rings()
+    model = kronvi.fit_classifier(jax.random.key(1), X, y, SMALL, dtype=dtype).model
+    Xt = np.random.default_rng(9).normal(size=(40, 2)) * [1.0, 3.0] + [0.0, 10.0]
+    expected = kl.predict_logistic(model.q_w, model.prior_w, jnp.asarray(_features(model, Xt), dtype))
+    p = model.predict_proba(Xt)
+    assert p.shape == (40,) and p.dtype == dtype
+    np.testing.assert_allclose(p, expected, atol=2e-5 if dtype == np.float32 else 1e-10)
+    np.testing.assert_allclose(kl.predict_proba(model, Xt), p)
+    # under jit (traced inputs: predict_logistic's default nodes), in chunks through lax.map
+    jitted = jax.jit(kl.predict_proba)(model, jnp.asarray(Xt, dtype))
+    np.testing.assert_allclose(jitted, p, atol=1e-4 if dtype == np.float32 else 1e-8)
+    assert model.predict_proba(Xt[:0]).shape == (0,)
+
+
+def test_predict_proba_in_chunks(monkeypatch):
+    X, y = _rings()
+    model = kronvi.fit_classifier(jax.random.key(1), X, y, SMALL).model
+    whole = model.predict_proba(X)
+    monkeypatch.setattr(_recipe, "PREDICT_CHUNK", 32)  # 150 rows: four chunks of 32 and one of 22
+    np.testing.assert_allclose(model.predict_proba(X), whole, atol=1e-6)
+
+
+def test_paper_grids_and_bool_labels():
+    X, y = _rings()
+    config = SMALL._replace(grid="paper")
+    model, info = kronvi.fit_classifier(jax.random.key(0), X, y.astype(int), config)
+    ref = kronvi.gaussian_prior(15, info.prior_scale, levels=7, width=3.0)
+    np.testing.assert_allclose(model.prior_w.values, ref.values)
+    np.testing.assert_allclose(model.prior_w.log_probs, ref.log_probs)
+    assert float(np.mean((np.asarray(model.predict_proba(X)) > 0.5) == y)) > max(np.mean(y), 1 - np.mean(y))
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_frequencies", 0), ("num_frequencies", 2.5), ("levels", 1), ("width", -1.0), ("width", np.inf),
+        ("grid", "even"), ("max_iter", 0), ("tol", -1e-3), ("tol", float("nan")), ("prior_scales", ()),
+        ("prior_scales", (1.0, -3.0)), ("prior_scales", "big"), ("lengthscale_points", 1),
+    ],
+)  # fmt: skip
+def test_bad_config_fields_are_named(field, value):
+    X, y = _rings(20)
+    with pytest.raises(ValueError, match=f"`config.{field}`"):
+        kronvi.fit_classifier(jax.random.key(0), X, y, kl.ClassifierConfig(**{field: value}))
+
+
+def test_bad_inputs_are_named():
+    X, y = _rings(20)
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="`y` must hold labels 0 or 1"):
+        kronvi.fit_classifier(key, X, y * 2.0)
+    with pytest.raises(ValueError, match=r"`y` must have shape \(20,\)"):
+        kronvi.fit_classifier(key, X, y[:5])
+    with pytest.raises(ValueError, match="`X` must be 2-D"):
+        kronvi.fit_classifier(key, X[:, 0], y)
+    with pytest.raises(ValueError, match="`X` holds 1 non-finite"):
+        kronvi.fit_classifier(key, np.where(np.arange(40).reshape(20, 2) == 3, np.nan, X), y)
+    with pytest.raises(TypeError, match="`key` must be a jax.random key"):
+        kronvi.fit_classifier(0, X, y)
+    with pytest.raises(TypeError, match="`config` must be a ClassifierConfig"):
+        kronvi.fit_classifier(key, X, y, {"levels": 5})
+    model = kronvi.fit_classifier(key, X, y, SMALL).model
+    with pytest.raises(ValueError, match="`X` has 3 columns but the model was fitted on 2"):
+        model.predict_proba(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="`X` holds values too far from the training inputs"):
+        model.predict_proba(X[:2] * 1e300)
+
+
+def test_save_and_load_a_fitted_classifier(tmp_path):
+    X, y = _rings()
+    model = kronvi.fit_classifier(jax.random.key(2), X, y, SMALL).model
+    kronvi.save_model(tmp_path / "clf.npz", model)
+    again = kronvi.load_model(tmp_path / "clf.npz")
+    assert isinstance(again, kl.FittedClassifier)
+    for a, b in zip(jax.tree.leaves(model), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(again.predict_proba(X[:9]), model.predict_proba(X[:9]))
+    bad = model._replace(features=kronvi.RandomFourierFeatures(model.features.frequencies[:, :3]))
+    with pytest.raises(ValueError, match="`model.prior_w` must be a DiscretePrior of 9 weights"):
+        kronvi.save_model(tmp_path / "bad.npz", bad)
+
+
+def test_a_rows_probability_does_not_depend_on_the_rows_beside_it():
+    """Every row takes the quadrature nodes its own margin needs: the same probability alone or in a batch
+    (before, the batch's largest margin set everyone's nodes)."""
+    X, y = _rings()
+    model = kronvi.fit_classifier(jax.random.key(4), X, y, SMALL._replace(prior_scales=(30.0,))).model
+    far = np.vstack([X[:20], X[:3] * 3.0])  # large margins beside ordinary rows
+    whole = np.asarray(model.predict_proba(far))
+    for i in (0, 7, 21):
+        np.testing.assert_allclose(
+            model.predict_proba(far[i : i + 1]), whole[i : i + 1], rtol=1e-6, atol=1e-9
+        )
+
+
+def test_min_rows_pads_to_a_larger_bucket():
+    X, y = _rings()
+    base = kronvi.fit_classifier(jax.random.key(0), X, y, SMALL)
+    more = kronvi.fit_classifier(jax.random.key(0), X, y, SMALL, min_rows=300)
+    assert base.info.padded_rows == 160 and more.info.padded_rows == 320 and more.info.num_rows == 150
+    np.testing.assert_allclose(more.model.predict_proba(X), base.model.predict_proba(X), atol=1e-4)
+    with pytest.raises(ValueError, match="`min_rows` must be an int >= 1"):
+        kronvi.fit_classifier(jax.random.key(0), X, y, SMALL, min_rows=0)
