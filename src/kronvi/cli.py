@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from . import __version__
+from ._base.cache import enable_compilation_cache
 from ._base.files import check_output_path, write_atomic
 from ._base.progress import StatusLine, format_eta
 from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
@@ -112,6 +113,12 @@ def _parsers():
         "--force (default: no file)",
     )
     f.add_argument("--force", action="store_true", help="let --json overwrite an existing file")
+    f.add_argument(
+        "--no-compilation-cache",
+        action="store_true",
+        help="do not keep compiled programs on disk (default: JAX's persistent cache in "
+        "$JAX_COMPILATION_CACHE_DIR or ~/.cache/kronvi/jax/<user>-<host>; kronvi.enable_compilation_cache)",
+    )
     f.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return p, f
 
@@ -216,6 +223,8 @@ def _settings(args, config, num_folds: int, folds_run: int) -> dict:
 
 
 def _fit(args):
+    if not args.no_compilation_cache:
+        enable_compilation_cache()
     if args.json is not None:
         check_output_path(
             args.json,
