@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from ._base.checks import check_int, check_nonnegative_number
+from ._base.buckets import to_device
+from ._base.checks import check_int, check_nonnegative_number, host_arrays
 from ._fit.regression import METHODS, RegressionFit, fit_regression
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
@@ -520,7 +521,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp) -> PreparedFold
     t0 = time.perf_counter()
     if isinstance(X, np.ndarray) and X.dtype.kind == "f":
         with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the checks below name
-            X = X.astype(dtype)  # by NumPy: no program to compile
+            X = to_device(X.astype(dtype))  # by NumPy: no program to compile
     X = jnp.asarray(X, dtype)
     std = fit_standardizer(X)
     Xs = standardize(std, X)
@@ -582,7 +583,7 @@ def _centre(y, dtype):
     y = np.asarray(y, np.float64)
     offset = np.mean(y)
     with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the GP's checks name
-        return offset, jnp.asarray((y - offset).astype(dtype))  # cast by NumPy: no program to compile
+        return offset, to_device((y - offset).astype(dtype))  # cast by NumPy: no program to compile
 
 
 def _centred(feats, X, config):
@@ -596,10 +597,19 @@ def _centred(feats, X, config):
         return feats._replace(offset=_cast(mean, dtype))
 
 
-@functools.partial(jax.jit, static_argnums=1)
 def _cast(tree, dtype):
-    """Every array of `tree` in `dtype`, in one program (one program per array otherwise, each compiled on its
-    first call for a shape). In float64 only inside `jax.enable_x64`."""
+    """Every array of `tree` in `dtype`: by NumPy when all are in host memory (no program per shape of the
+    training rows), else in one program (one program per array otherwise, each compiled on its first call
+    for a shape). In float64 only inside `jax.enable_x64`."""
+    leaves, treedef = jax.tree.flatten(tree)
+    views = host_arrays(*leaves)
+    if views is None:
+        return _cast_program(tree, dtype)
+    return treedef.unflatten([to_device(np.asarray(v).astype(dtype)) for v in views])
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _cast_program(tree, dtype):
     return jax.tree.map(lambda a: jnp.asarray(a, dtype), tree)
 
 
@@ -749,7 +759,8 @@ def fold_features(fitted: PreparedFold | FittedDirect, X: ArrayLike) -> jax.Arra
     Either way they are what `model.q_w` and `model.prior_w` belong to, for `kronvi.predict_regression` and
     the other prediction functions."""
     dtype = fitted.features.frequencies.dtype
-    Phi = rff_features(fitted.features, standardize(fitted.standardizer, jnp.asarray(X, dtype)))
+    X = to_device(X.astype(dtype)) if isinstance(X, np.ndarray) else jnp.asarray(X, dtype)  # no program
+    Phi = rff_features(fitted.features, standardize(fitted.standardizer, X))
     if isinstance(fitted.basis, CompactBasis):
         return compact_features(fitted.basis, Phi)
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
