@@ -10,9 +10,11 @@ Five folds of synthetic data (random Fourier features of 8 inputs, `b` features,
 - **vmap**: `jax.jit(jax.vmap(fit))(train)`: one program for the stacked folds;
 - **lax.map**: `jax.jit(lambda s: jax.lax.map(fit, s))(train)`: one program, the folds one after another.
 
-A `vmap` of a `lax.while_loop` runs every fold until the slowest stops (the others' iterations are masked, not
-skipped), and batches each sweep's per-coordinate steps into gathers and scatters over the fold axis; the
-sweeps column gives each fold's count.
+Batched as JAX batches it, a `vmap` of a `lax.while_loop` runs every fold until the slowest stops (the others'
+iterations are masked, not skipped), and each sweep's per-coordinate steps become gathers and scatters over
+the fold axis; since `fit_regression` has a batching rule that runs the folds one after another on a CPU
+(`lax.map`), the vmap column matches the loop. Run it on an older checkout for the figures before the rule.
+The sweeps column gives each fold's count.
 
     python benchmarks/bench_vmap_folds.py > benchmarks/results/bench_vmap_folds_cpu.txt
 """
