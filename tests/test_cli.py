@@ -45,6 +45,22 @@ def fake_fold(monkeypatch):
     monkeypatch.setattr(cli, "run_fold", lambda *args, **kwargs: FoldRun(None, result))
 
 
+@pytest.fixture(autouse=True)
+def cache_calls(monkeypatch):
+    """Records the CLI's calls of `enable_compilation_cache` instead of changing this process's JAX
+    configuration (the suite keeps its own cache)."""
+    calls = []
+    monkeypatch.setattr(cli, "enable_compilation_cache", lambda *a, **k: calls.append((a, k)))
+    return calls
+
+
+def test_fit_enables_the_compilation_cache_unless_told_not_to(csv_path, fake_fold, cache_calls):
+    assert cli.main(["fit", str(csv_path), "--folds", "3", "--max-folds", "1"]) == 0
+    assert cache_calls == [((), {})]
+    assert cli.main(["fit", str(csv_path), "--folds", "3", "--max-folds", "1", "--no-compilation-cache"]) == 0
+    assert len(cache_calls) == 1
+
+
 def _last_line(err: str) -> str:
     return err.strip().splitlines()[-1]
 

@@ -17,7 +17,8 @@ from . import mixtures as mixtures
 from . import pipeline as pipeline
 from . import quantize as quantize
 
-# Output files
+# Output files and the compilation cache
+from ._base.cache import enable_compilation_cache as enable_compilation_cache
 from ._base.files import check_output_path as check_output_path
 from ._base.files import write_atomic as write_atomic
 
@@ -266,6 +267,7 @@ __all__ = [
     "elrg_elbo",
     "elrg_kl",
     "elrg_minibatch_elbo",
+    "enable_compilation_cache",
     "entropy",
     "expected_sparsity",
     "feature_elbo",

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from . import __version__
+from ._base.cache import enable_compilation_cache
 from ._base.files import check_output_path, write_atomic
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine, format_eta
@@ -152,6 +153,12 @@ def _parsers():
     )
     f.add_argument("--no-density", action="store_true", help="skip the NLPD (same as --density-rows 0)")
     f.add_argument("--force", action="store_true", help="let --json and --save overwrite existing files")
+    f.add_argument(
+        "--no-compilation-cache",
+        action="store_true",
+        help="do not keep compiled programs on disk (default: JAX's persistent cache in "
+        "$JAX_COMPILATION_CACHE_DIR or ~/.cache/kronvi/jax/<user>-<host>; kronvi.enable_compilation_cache)",
+    )
     f.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return p, f
 
@@ -310,6 +317,8 @@ def _settings(args, config, num_folds: int, folds_run: int) -> dict:
 
 
 def _fit(args):
+    if not args.no_compilation_cache:
+        enable_compilation_cache()
     for option, path in (("--json", args.json), ("--save", args.save)):
         if path is not None:
             check_output_path(

@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from ._base.checks import check_int, check_nonnegative_number, check_numeric, errors_name
+from ._base.buckets import to_device
+from ._base.checks import check_int, check_nonnegative_number, check_numeric, errors_name, host_arrays
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine
 from ._fit.regression import METHODS, RegressionFit, fit_regression
@@ -607,10 +608,10 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     else:  # concrete: moments, offsets and units in float64 on the host, then the cast
         X64, y64 = _host_xy(X, y)
         std = fit_standardizer_host(X64)
-        Xs = jnp.asarray(standardize_host(std, X64, dtype))
+        Xs = to_device(standardize_host(std, X64, dtype))
         y_offset, y_scale = target_moments(y64)
         with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the GP's checks name
-            yc = jnp.asarray(((y64 - y_offset) / y_scale).astype(dtype))
+            yc = to_device(((y64 - y_offset) / y_scale).astype(dtype))
     _stage(progress, "gp", 0, Xs.shape[0])
     hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp)
     t1 = time.perf_counter()
@@ -734,7 +735,7 @@ def _centre(y, dtype):
     y = np.asarray(y, np.float64)
     offset = np.mean(y)
     with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the GP's checks name
-        return offset, jnp.asarray((y - offset).astype(dtype))  # cast by NumPy: no program to compile
+        return offset, to_device((y - offset).astype(dtype))  # cast by NumPy: no program to compile
 
 
 def _centred(feats, X, config):
@@ -748,10 +749,19 @@ def _centred(feats, X, config):
         return feats._replace(offset=_cast(mean, dtype))
 
 
-@functools.partial(jax.jit, static_argnums=1)
 def _cast(tree, dtype):
-    """Every array of `tree` in `dtype`, in one program (one program per array otherwise, each compiled on its
-    first call for a shape). In float64 only inside `jax.enable_x64`."""
+    """Every array of `tree` in `dtype`: by NumPy when all are in host memory (no program per shape of the
+    training rows), else in one program (one program per array otherwise, each compiled on its first call
+    for a shape). In float64 only inside `jax.enable_x64`."""
+    leaves, treedef = jax.tree.flatten(tree)
+    views = host_arrays(*leaves)
+    if views is None:
+        return _cast_program(tree, dtype)
+    return treedef.unflatten([to_device(np.asarray(v).astype(dtype)) for v in views])
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _cast_program(tree, dtype):
     return jax.tree.map(lambda a: jnp.asarray(a, dtype), tree)
 
 
@@ -1012,7 +1022,7 @@ def _standardized(fitted, X, name: str = "X") -> jax.Array:
     bad = int(np.sum(~np.isfinite(X)))
     if bad:
         raise ValueError(f"`{name}` contains {bad} NaN or infinite value(s)")
-    return jnp.asarray(standardize_host(fitted.standardizer, X, dtype, name))
+    return to_device(standardize_host(fitted.standardizer, X, dtype, name))
 
 
 def _features_of(fitted, Xs):
@@ -1093,7 +1103,7 @@ def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Pre
     means, variances = [], []
     for start in range(0, Xh.shape[0], chunk_size):
         rows = Xh[start : start + chunk_size]
-        m, v = _moments_of(parts, jnp.asarray(pad_rows(rows, row_bucket(rows.shape[0], chunk_size))))
+        m, v = _moments_of(parts, to_device(pad_rows(rows, row_bucket(rows.shape[0], chunk_size))))
         means.append(np.asarray(m, np.float64)[: rows.shape[0]])
         variances.append(np.asarray(v, np.float64)[: rows.shape[0]])
     mean = np.concatenate(means) if means else np.zeros(0)
@@ -1275,7 +1285,7 @@ def stream_init(
     X64, y64 = _host_xy(X, y)
     check_fit_memory(X64.shape[0], config, dtype=dtype)
     std = fit_standardizer_host(X64)
-    Xs = jnp.asarray(standardize_host(std, X64, dtype))
+    Xs = to_device(standardize_host(std, X64, dtype))
     shift, unit = target_moments(y64)
     with np.errstate(over="ignore"):
         yc = jnp.asarray(((y64 - shift) / unit).astype(dtype))

@@ -238,3 +238,36 @@ def test_init_is_respected_and_bad_options_raise():
         kronvi.fit_regression(stats, pw, pn, order="backwards")
     with pytest.raises(TypeError, match="init"):
         kronvi.fit_regression(stats, pw, pn, init=q_w)
+
+
+@pytest.mark.parametrize("method", ["cavi", "lbfgs"])
+def test_vmap_over_folds_equals_the_loop(method):
+    """On a CPU `jax.vmap(fit_regression)` fits the folds one after another (its batching rule): each fold's
+    result is the loop's, to rounding (one program against one per fold; float64, where L-BFGS's
+    unconverged iterates do not amplify float32's), with its own number of sweeps; unbatched arguments stay
+    shared."""
+    rng = np.random.default_rng(4)
+    with jax.enable_x64(True):
+        folds = []
+        for _ in range(3):
+            Phi = rng.normal(size=(40, 5))
+            y = Phi @ rng.normal(size=5) + 0.3 * rng.normal(size=40)
+            folds.append(kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y)))
+        stacked = jax.tree.map(lambda *a: jnp.stack(a), *folds)
+        dt = jnp.float64
+        prior_w, prior_n = (
+            kronvi.gaussian_prior(5, 1.0, levels=7, dtype=dt),
+            kronvi.noise_prior(0.1, levels=5, dtype=dt),
+        )
+
+        def fit(stats):
+            return kronvi.fit_regression(stats, prior_w, prior_n, method=method, max_iter=30)
+
+        batched = jax.jit(jax.vmap(fit))(stacked)
+        for k, stats in enumerate(folds):
+            one = fit(stats)
+            assert int(batched.info.num_iter[k]) == int(one.info.num_iter)
+            rtol, atol = (1e-10, 1e-9) if method == "cavi" else (1e-6, 1e-5)  # L-BFGS amplifies rounding
+            np.testing.assert_allclose(batched.info.final_elbo[k], one.info.final_elbo, rtol=rtol)
+            np.testing.assert_allclose(batched.q_w.probs[k], one.q_w.probs, atol=atol)
+            np.testing.assert_allclose(batched.q_noise.probs[k], one.q_noise.probs, atol=atol)

@@ -565,8 +565,8 @@ def test_screened_falls_back_when_the_refined_winner_fails(monkeypatch):
     X, y = _sine_rows()
     original, calls = _gp._run_starts, []
 
-    def run_starts(X, y, starts, **kw):
-        get = original(X, y, starts, **kw)
+    def run_starts(X, y, w, starts, **kw):
+        get = original(X, y, w, starts, **kw)
         calls.append((X.shape[0], starts.noise_variance.shape[0]))
         if len(calls) == 1:  # the first start on all rows, the refinement of the screened winner, fails
             return lambda: get()[:1] + (get()[1].at[0].set(-jnp.inf),) + get()[2:]

@@ -60,7 +60,8 @@ def as_float_array(x: ArrayLike, name: str) -> jax.Array:
     """Converts `x` to a floating JAX array, keeping float32/float64 and promoting ints and bools;
     `ValueError` naming `name` for strings, objects and complex numbers."""
     check_numeric(x, name)
-    arr = jnp.asarray(x)
+    # a NumPy array by `device_put`, which compiles nothing (`jnp.asarray` compiles a copy per shape)
+    arr = jax.device_put(x) if isinstance(x, np.ndarray) else jnp.asarray(x)
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
     return arr

@@ -11,6 +11,7 @@ import functools
 from typing import Any, NamedTuple
 
 import jax
+from jax import lax
 
 from .._base.checks import check_int
 from .._model.families import MeanField
@@ -150,9 +151,43 @@ def fit_regression(
         max_iter = 1000 if max_iter is None else check_int(max_iter, "max_iter", 1)
         tol = 1e-6 if tol is None else float(tol)
         fit = functools.partial(_fit_lbfgs, max_iter=max_iter, tol=tol, backend=method)
+    if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(args)):  # maybe under `vmap`
+        fit = _one_by_one_under_vmap(fit)
     if target is None:
         return RegressionFit(*fit(*args))
     return RegressionFit(*run_on(target, fit, args, home_sharding(stats)))
+
+
+def _one_by_one_under_vmap(fit):
+    """`fit`, whose `jax.vmap` on a CPU fits the batch one element after another (`lax.map`) inside the one
+    program instead of batching every operation: a batched `lax.while_loop` runs every fold until the
+    slowest stops, and a sweep's per-coordinate reads and writes become gathers and scatters over the
+    fold axis, which made 5 vmapped folds slower than a Python loop over them
+    (`benchmarks/results/bench_vmap_folds_cpu.txt`). Elsewhere (GPU, TPU) the batch stays batched."""
+
+    @jax.custom_batching.custom_vmap
+    def one(*args):
+        return fit(*args)
+
+    @one.def_vmap
+    def _rule(axis_size, in_batched, *args):
+        leaves, treedef = jax.tree.flatten(args)
+        flags = jax.tree.leaves(list(in_batched))
+        if jax.default_backend() != "cpu":
+            axes = treedef.unflatten([0 if b else None for b in flags])
+            out = jax.vmap(fit, in_axes=tuple(axes))(*args)
+        else:
+
+            def each(batched):
+                it = iter(batched)
+                return one(
+                    *treedef.unflatten([next(it) if b else a for a, b in zip(leaves, flags, strict=True)])
+                )
+
+            out = lax.map(each, [a for a, b in zip(leaves, flags, strict=True) if b])
+        return out, jax.tree.map(lambda _: True, out)
+
+    return one
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter", "tol", "backend"))

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._base.checks import as_float_array, check_finite, check_ndim, check_nonempty
+from .._base.buckets import on_row_bucket, pad_rows, row_bucket, to_device
+from .._base.checks import as_float_array, check_finite, check_ndim, check_nonempty, host_arrays
 
 # ----------------------------------------------------------------------------------------------------
 # Standardization
@@ -70,17 +71,27 @@ def fit_standardizer(X: ArrayLike) -> Standardizer:
     check_ndim(X, 2, "X", "(num_points, num_inputs)")
     check_nonempty(X, "X")
     check_finite(X, "X")
-    return Standardizer(*_moments(X))
+    n = X.shape[0]
+    views = host_arrays(X)
+    if views is not None:  # zero rows of weight 0 up to a bucket: one program per bucket of row counts
+        size = row_bucket(n)
+        w = np.zeros(size, views[0].dtype)
+        w[:n] = 1
+        return Standardizer(*_moments(to_device(pad_rows(views[0], size)), to_device(w)))
+    X = jnp.asarray(X)
+    return Standardizer(*_moments(X, jnp.ones(n, X.dtype)))
 
 
 @jax.jit
-def _moments(X):
-    """`fit_standardizer`'s mean and scale, in one program (as separate operations, each compiled on its
-    first call for a shape: about 0.4 s of a first fit)."""
+def _moments(X, w):
+    """`fit_standardizer`'s mean and scale over the rows of weight `w` = 1 (padding rows are zeros of weight
+    0), in one program (as separate operations, each compiled on its first call for a shape: about 0.4 s of
+    a first fit)."""
     unit = jnp.ldexp(jnp.ones((), X.dtype), jnp.frexp(jnp.max(jnp.abs(X), axis=0))[1])  # 2^e >= max |x|
     Z = X / unit
-    mean = jnp.mean(Z, axis=0)
-    std = jnp.sqrt(jnp.mean((Z - mean) ** 2, axis=0))
+    count = jnp.sum(w)
+    mean = jnp.sum(Z, axis=0) / count  # padding rows are zeros
+    std = jnp.sqrt(jnp.sum(w[:, None] * (Z - mean) ** 2, axis=0) / count)
     eps = jnp.finfo(X.dtype).eps
     constant = ~(std > 100 * eps * jnp.abs(mean))
     return mean * unit, jnp.where(constant, jnp.ones_like(std), std * unit)
@@ -102,11 +113,11 @@ def standardize(st: Standardizer, X: ArrayLike) -> jax.Array:
     check_ndim(X, 2, "X", "(num_points, num_inputs)")
     if X.shape[1] != st.mean.shape[-1]:
         raise ValueError(f"`X` has {X.shape[1]} columns but the standardizer was fit on {st.mean.shape[-1]}")
-    return _standardize(st, X)
+    return on_row_bucket(_standardize, X.shape[0], (X,), st)
 
 
 @jax.jit
-def _standardize(st, X):
+def _standardize(X, st):
     return (X - st.mean) / st.scale
 
 

@@ -23,10 +23,12 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.checks import as_float_array, check_finite, check_ndim, check_positive
+from .._base.buckets import on_row_bucket, pad_rows, row_bucket, to_device
+from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, host_arrays
 from .._base.precision import matmul
 
 
@@ -193,11 +195,11 @@ def rff_features(params: RandomFourierFeatures, X: ArrayLike) -> jax.Array:
             raise ValueError(
                 f"`params.offset` has {offset.shape[0]} entries but `params` has {2 * W.shape[1]} features"
             )
-    return _rff(W, offset, X)
+    return on_row_bucket(_rff, X.shape[0], (X,), W, offset)
 
 
 @jax.jit
-def _rff(W, offset, X):
+def _rff(X, W, offset):
     """`rff_features` after its checks, in one program (as separate operations, each compiled on its first
     call for a shape)."""
     dtype = jnp.result_type(X, W)
@@ -230,24 +232,37 @@ def feature_mean(params: RandomFourierFeatures, X: ArrayLike, *, chunk_size: int
     check_ndim(X, 2, "X", "(num_points, num_inputs)")
     if X.shape[0] < 1:
         raise ValueError("`X` has no rows")
-    return _feature_mean(params._replace(offset=None), X, int(min(chunk_size, X.shape[0])))
+    n = X.shape[0]
+    views = host_arrays(X)
+    if views is not None:  # rows of weight 0 up to a bucket: one program per bucket of row counts
+        size = row_bucket(n)
+        weights = np.zeros(size, views[0].dtype)
+        weights[:n] = 1
+        rows, w = to_device(pad_rows(views[0], size)), to_device(weights)
+    else:
+        size, rows, w = n, X, jnp.ones(n, X.dtype)
+    return _feature_mean(params._replace(offset=None), rows, w, int(min(chunk_size, size)))
 
 
-@functools.partial(jax.jit, static_argnums=2)
-def _feature_mean(params, X, chunk):
+@functools.partial(jax.jit, static_argnums=3)
+def _feature_mean(params, X, w, chunk):
     # Full chunks in a scan, the remainder as one more chunk, as the statistics pass
-    # (kronvi._stats.regression._chunked_stats_jit): no padded copy of the inputs.
+    # (kronvi._stats.regression._chunked_stats_jit); rows of weight `w` = 0 (padding) count for nothing.
     n, d = X.shape
     num_full = n // chunk
     n_full = num_full * chunk
     dtype = jnp.result_type(X, params.frequencies)
     total = jnp.zeros(2 * params.frequencies.shape[1], dtype)
+
+    def chunk_sum(x, ww):
+        return matmul(ww.astype(dtype), _rff(x, params.frequencies, None))
+
     if num_full:
-        chunks = X[:n_full].reshape(num_full, chunk, d)
-        total, _ = lax.scan(lambda t, x: (t + jnp.sum(rff_features(params, x), axis=0), None), total, chunks)
+        chunks = X[:n_full].reshape(num_full, chunk, d), w[:n_full].reshape(num_full, chunk)
+        total, _ = lax.scan(lambda t, xw: (t + chunk_sum(*xw), None), total, chunks)
     if n_full < n:
-        total = total + jnp.sum(rff_features(params, X[n_full:]), axis=0)
-    return total / n
+        total = total + chunk_sum(X[n_full:], w[n_full:])
+    return total / jnp.sum(w).astype(dtype)
 
 
 # pi/2 in three parts (as fdlibm's): k * _PIO2[0] is exact for |k| < 2**20, so the reduction of |x| < 1.6e6

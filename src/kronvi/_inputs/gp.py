@@ -28,6 +28,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
+from .._base.buckets import pad_rows, row_bucket, to_device
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -37,6 +38,7 @@ from .._base.checks import (
     check_positive,
     check_xy,
     fetch,
+    host_arrays,
     is_concrete,
     num_nonfinite,
 )
@@ -140,16 +142,9 @@ def _kernel(hyper, X1, X2):
     return hyper.signal_variance * jnp.exp(-0.5 * _sq_dists(X1, X2, hyper.lengthscales))
 
 
-def _cholesky(hyper, X):
-    n = X.shape[0]
-    K = _kernel(hyper, X, X)
-    K = 0.5 * (K + K.T) + hyper.noise_variance * jnp.eye(n, dtype=X.dtype)
-    return jnp.linalg.cholesky(K)
-
-
 @jax.custom_vjp
 def _gaussian_log_density(K, y):
-    r"""$\log N(y \mid 0, K)$, with the closed-form gradient
+    r"""$\log N(y \mid 0, K) + \tfrac n2 \log 2\pi$, with the closed-form gradient
     $\partial/\partial K = \tfrac12(\alpha\alpha^\top - K^{-1})$, $\partial/\partial y = -\alpha$
     (Rasmussen & Williams 2006, eq. 5.9); cheaper than differentiating through the Cholesky factorization.
     """
@@ -157,14 +152,9 @@ def _gaussian_log_density(K, y):
 
 
 def _gaussian_log_density_fwd(K, y):
-    n = K.shape[-1]
     L = jnp.linalg.cholesky(K)
     alpha = jax.scipy.linalg.cho_solve((L, True), y)
-    value = (
-        -0.5 * dot(y, alpha)
-        - jnp.sum(jnp.log(jnp.diagonal(L)))
-        - 0.5 * n * jnp.log(jnp.asarray(2 * math.pi, K.dtype))
-    )
+    value = -0.5 * dot(y, alpha) - jnp.sum(jnp.log(jnp.diagonal(L)))
     return value, (L, alpha)
 
 
@@ -225,14 +215,31 @@ def _potri(L):
 _gaussian_log_density.defvjp(_gaussian_log_density_fwd, _gaussian_log_density_bwd)
 
 
-def _lml(hyper, X, y):
+def _lml(hyper, X, y, w=None):
+    """The log marginal likelihood; with row weights `w` (1: a row, 0: padding, whose `y` is 0), of the rows
+    of weight 1 only: padding rows get unit variance and no covariance, so they add nothing."""
     n = X.shape[0]
     K = _kernel(hyper, X, X)
-    K = 0.5 * (K + K.T) + hyper.noise_variance * jnp.eye(n, dtype=X.dtype)
-    return _gaussian_log_density(K, y)
+    if w is None:
+        K = 0.5 * (K + K.T) + hyper.noise_variance * jnp.eye(n, dtype=X.dtype)
+        count = n
+    else:
+        K = 0.5 * (K + K.T) * (w[:, None] * w[None, :]) + jnp.diag(hyper.noise_variance * w + (1 - w))
+        count = jnp.sum(w)
+    return _gaussian_log_density(K, y) - 0.5 * count * jnp.log(jnp.asarray(2 * math.pi, X.dtype))
 
 
-def _host_lml(theta, X, y, with_grad):
+def _cholesky(hyper, X, w=None):
+    """The Cholesky factor of the kernel matrix of `_lml` (with row weights `w`)."""
+    K = _kernel(hyper, X, X)
+    if w is None:
+        K = 0.5 * (K + K.T) + hyper.noise_variance * jnp.eye(X.shape[0], dtype=X.dtype)
+    else:
+        K = 0.5 * (K + K.T) * (w[:, None] * w[None, :]) + jnp.diag(hyper.noise_variance * w + (1 - w))
+    return jnp.linalg.cholesky(K)
+
+
+def _host_lml(theta, X, y, with_grad, w=None):
     r"""`(value, gradient)` of the log marginal likelihood in $\theta = (\log\ell_1, \dots, \log\ell_d,
     \log s^2, \log\sigma^2)$, computed in float64 with NumPy and LAPACK whatever the dtype of `X`, and
     returned in that dtype (the gradient is NaN when `with_grad` is false or the factorization fails).
@@ -246,6 +253,9 @@ def _host_lml(theta, X, y, with_grad):
     from scipy.linalg import lapack
 
     dtype = np.asarray(X).dtype
+    if w is not None:  # the rows of weight 1; the rest is padding
+        keep = np.asarray(w) > 0
+        X, y = np.asarray(X)[keep], np.asarray(y)[keep]
     theta, X, y = (np.asarray(a, np.float64) for a in (theta, X, y))
     n, d = X.shape
     p = np.exp(theta)
@@ -280,40 +290,46 @@ def _host_lml(theta, X, y, with_grad):
     return np.asarray(value, dtype), grad.astype(dtype)
 
 
-def _host_call(theta, X, y, with_grad):
+def _host_call(theta, X, y, w, with_grad):
     """`_host_lml` through `jax.pure_callback`: `(value, gradient)` in the dtype of `X`."""
     out = jax.ShapeDtypeStruct((), X.dtype), jax.ShapeDtypeStruct(theta.shape, X.dtype)
     host = functools.partial(_host_lml, with_grad=with_grad)
-    return jax.pure_callback(host, out, theta, X, y, vmap_method="sequential")
+    return jax.pure_callback(host, out, theta, X, y, w=w, vmap_method="sequential")
+
+
+def _lml64(theta, X, y, w=None):
+    """`_lml64_weighted` with every row of weight 1 unless `w` says otherwise."""
+    return _lml64_weighted(theta, X, y, jnp.ones(X.shape[0], X.dtype) if w is None else w)
 
 
 @jax.custom_vjp
-def _lml64(theta, X, y):
-    """The log marginal likelihood at the log-parameters `theta` (`_host_lml`: float64, on the host);
-    differentiable in `theta` only."""
-    return _host_call(theta, X, y, with_grad=False)[0]
+def _lml64_weighted(theta, X, y, w):
+    """The log marginal likelihood at the log-parameters `theta` of the rows of weight 1 (`_host_lml`:
+    float64, on the host); differentiable in `theta` only."""
+    return _host_call(theta, X, y, w, with_grad=False)[0]
 
 
-def _lml64_fwd(theta, X, y):
-    value, grad = _host_call(theta, X, y, with_grad=True)
-    return value, (grad, X, y)
+def _lml64_fwd(theta, X, y, w):
+    value, grad = _host_call(theta, X, y, w, with_grad=True)
+    return value, (grad, X, y, w)
 
 
 def _lml64_bwd(res, g):
-    grad, X, y = res
-    return g * grad, jnp.zeros_like(X), jnp.zeros_like(y)
+    grad, X, y, w = res
+    return g * grad, jnp.zeros_like(X), jnp.zeros_like(y), jnp.zeros_like(w)
 
 
-_lml64.defvjp(_lml64_fwd, _lml64_bwd)
+_lml64_weighted.defvjp(_lml64_fwd, _lml64_bwd)
 
 
-def _loo_mse(hyper, X, y):
+def _loo_mse(hyper, X, y, w):
     r"""Leave-one-out mean squared error of the GP posterior mean, $\operatorname{mean}_i
-    (\alpha_i / [K_y^{-1}]_{ii})^2$ (Rasmussen & Williams 2006, eq. 5.12)."""
-    L = _cholesky(hyper, X)
+    (\alpha_i / [K_y^{-1}]_{ii})^2$ (Rasmussen & Williams 2006, eq. 5.12), over the rows of weight 1
+    (padding rows have $\alpha_i = 0$)."""
+    L = _cholesky(hyper, X, w)
     Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(X.shape[0], dtype=X.dtype), lower=True)
     alpha = matmul(Linv.T, matmul(Linv, y))
-    return jnp.mean((alpha / jnp.sum(Linv**2, axis=0)) ** 2)
+    return jnp.sum((alpha / jnp.sum(Linv**2, axis=0)) ** 2) / jnp.sum(w)
 
 
 def _check_hyper(hyper, d, name="hyper"):
@@ -594,7 +610,11 @@ def fit_gp_hyperparameters(
         raise ValueError(f"`precision` must be {' or '.join(map(repr, PRECISIONS))}, got {precision!r}")
     screen = check_int(screen_points, "screen_points", minimum=2)
     dtype = X.dtype
-    var_y = jnp.var(y)
+    views = host_arrays(y)
+    if views is not None:  # by NumPy: no program per row count
+        var_y = to_device(np.var(views[0], dtype=np.float64).astype(dtype))
+    else:
+        var_y = jnp.var(y)
     if is_concrete(var_y) and not float(fetch(var_y)) > 0:
         raise ValueError("`y` is constant (zero variance): there is nothing to fit")
     if init is None:
@@ -633,6 +653,9 @@ def fit_gp_hyperparameters(
         idx = jax.random.choice(key, n, (m,), replace=False)
         X, y = X[idx], y[idx]
     concrete = not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((X, y, starts, min_noise)))
+    # Fewer rows than `num_points`: padded to a bucket (rows of weight 0 that add nothing to the likelihood),
+    # so that another row count in the bucket reuses the compiled programs.
+    X, y, w = _padded(X, y, min(row_bucket(m, steps=4), max(num_points, m)), concrete)
     workers = _start_workers(starts.noise_variance.shape[0]) if concrete and not parallel else 1
     with contextlib.ExitStack() as stack:
         pool = None
@@ -646,27 +669,27 @@ def fit_gp_hyperparameters(
         margin = _scalar(degenerate_margin, dtype)
         if restarts == "screened" and screen < m:  # the starts on the first rows of the (random) subsample
             # the data-driven first start, from cold, and the rows of the screening
-            first, Xs, ys = _heads(starts, X, y, screen)
-            cold = run(X, y, first)  # refined whatever the screening chooses: runs beside the screening
-            _, screened = _summarize(Xs, ys, run(Xs, ys, starts)(), min_noise, margin)
+            first, Xs, ys, ws = _heads(starts, X, y, w, screen)
+            cold = run(X, y, w, first)  # refined whatever the screening chooses: runs beside the screening
+            _, screened = _summarize(Xs, ys, ws, run(Xs, ys, ws, starts)(), min_noise, margin)
             chosen = screened.chosen
             if is_concrete(chosen) and int(fetch(chosen)) == 0:
                 refined = [cold]
             else:  # the screened winner (from its screened optimum) and the first start
-                refined = [run(X, y, _pick(screened.starts, chosen)), cold]
-            hyper, info = _summarize(X, y, _concat([r() for r in refined]), min_noise, margin)
+                refined = [run(X, y, w, _pick(screened.starts, chosen)), cold]
+            hyper, info = _summarize(X, y, w, _concat([r() for r in refined]), min_noise, margin)
             # the refined winner failed numerically, or the choice is degenerate or pinned at the noise bound
             failed = _failed(info)
             if is_concrete(failed) and bool(fetch(failed)):  # every start on all rows (the first is done)
                 rest = (
-                    [run(X, y, jax.tree.map(lambda a: a[1:], starts))]
+                    [run(X, y, w, jax.tree.map(lambda a: a[1:], starts))]
                     if starts.noise_variance.shape[0] > 1
                     else []
                 )
-                hyper, info = _summarize(X, y, _concat([r() for r in [cold, *rest]]), min_noise, margin)
+                hyper, info = _summarize(X, y, w, _concat([r() for r in [cold, *rest]]), min_noise, margin)
             info = info._replace(screened=screened)
         else:
-            hyper, info = _summarize(X, y, run(X, y, starts)(), min_noise, margin)
+            hyper, info = _summarize(X, y, w, run(X, y, w, starts)(), min_noise, margin)
         jax.block_until_ready((hyper, info))
     lmls = info.log_marginal_likelihoods
     if is_concrete(lmls) and num_nonfinite(lmls) == lmls.size:
@@ -684,10 +707,23 @@ def _scalar(x, dtype):
         return jnp.asarray(np.asarray(x, dtype))
 
 
-@functools.partial(jax.jit, static_argnums=3)
-def _heads(starts, X, y, screen):
-    """`(starts[:1], X[:screen], y[:screen])` in one program."""
-    return jax.tree.map(lambda a: a[:1], starts), X[:screen], y[:screen]
+def _padded(X, y, size, concrete):
+    """`(X, y, w)`: `X` and `y` padded with zero rows to `size` rows and the row weights `w` (1, then 0);
+    concrete arrays are padded by NumPy (no program to compile per row count)."""
+    m = X.shape[0]
+    if concrete:
+        w = np.zeros(size, X.dtype)
+        w[:m] = 1
+        return to_device(pad_rows(fetch(X), size)), to_device(pad_rows(fetch(y), size)), to_device(w)
+    w = jnp.concatenate([jnp.ones(m, X.dtype), jnp.zeros(size - m, X.dtype)])
+    pad = ((0, size - m),)
+    return jnp.pad(X, pad + ((0, 0),)), jnp.pad(y, pad), w
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _heads(starts, X, y, w, screen):
+    """`(starts[:1], X[:screen], y[:screen], w[:screen])` in one program."""
+    return jax.tree.map(lambda a: a[:1], starts), X[:screen], y[:screen], w[:screen]
 
 
 @jax.jit
@@ -715,8 +751,8 @@ def _start_workers(num_starts):
     return min(int(num_starts), cores)
 
 
-def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, gain_tol, parallel, precision):
-    """Start every start of `starts` on `(X, y)`; returns a function that returns their `_run_start`
+def _run_starts(X, y, w, starts, *, pool, min_noise, max_iter, tol, gain_tol, parallel, precision):
+    """Start every start of `starts` on `(X, y)` (row weights `w`); returns a function that returns their `_run_start`
     results, stacked along a leading axis.
 
     Without `pool`: one program for all the starts (`vmap` or `lax.map`), run now with one BLAS thread
@@ -728,14 +764,14 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, gain_tol, paral
     """
     if pool is None:
         raw = run_single_threaded(
-            _fit_starts, X, y, starts, min_noise, max_iter, tol, gain_tol, parallel, precision
+            _fit_starts, X, y, w, starts, min_noise, max_iter, tol, gain_tol, parallel, precision
         )
         return lambda: raw
     each = _unstack(starts)
     # Traced and compiled here, not in the workers: JAX's configuration contexts (`jax.enable_x64`, say)
     # belong to the thread that enters them.
     one = _start_fit.lower(
-        X, y, each[0], min_noise, max_iter=max_iter, tol=tol, gain_tol=gain_tol, precision=precision
+        X, y, w, each[0], min_noise, max_iter=max_iter, tol=tol, gain_tol=gain_tol, precision=precision
     ).compile()
     # A host callback (`potri`, the float64 likelihood) hands its operands to Python through XLA's CPU
     # thread pool, from a thread of that pool: two programs in callbacks at once can hold every pool
@@ -745,7 +781,7 @@ def _run_starts(X, y, starts, *, pool, min_noise, max_iter, tol, gain_tol, paral
 
     def run(start):
         with exclusive:
-            return jax.block_until_ready(one(X, y, start, min_noise, tol=tol, gain_tol=gain_tol))
+            return jax.block_until_ready(one(X, y, w, start, min_noise, tol=tol, gain_tol=gain_tol))
 
     futures = [pool.submit(run, s) for s in each]
     return lambda: _stack([f.result() for f in futures])
@@ -769,13 +805,22 @@ def _concat(raws):
     return raws[0] if len(raws) == 1 else jax.tree.map(lambda *a: jnp.concatenate(a), *raws)
 
 
-def _bounds(X, y, min_noise):
-    """The box of `_unpack` and the reference scales of `_is_degenerate`."""
+def _weighted_moments(a, w):
+    """Mean and variance over the rows of weight 1 (`w`: 1 or 0 per row of `a`)."""
+    count = jnp.sum(w)
+    ww = w.reshape(w.shape + (1,) * (a.ndim - 1))
+    mean = jnp.sum(ww * a, axis=0) / count
+    return mean, jnp.sum(ww * (a - mean) ** 2, axis=0) / count
+
+
+def _bounds(X, y, w, min_noise):
+    """The box of `_unpack` and the reference scales of `_is_degenerate` (rows of weight `w` = 1)."""
     d = X.shape[1]
     dtype = X.dtype
-    var_y = jnp.var(y)
-    std = jnp.std(X, axis=0)
-    active = std > 100 * jnp.finfo(dtype).eps * jnp.maximum(jnp.abs(jnp.mean(X, axis=0)), 1.0)
+    var_y = _weighted_moments(y, w)[1]
+    mean_x, var_x = _weighted_moments(X, w)
+    std = jnp.sqrt(var_x)
+    active = std > 100 * jnp.finfo(dtype).eps * jnp.maximum(jnp.abs(mean_x), 1.0)
     ref = jnp.where(jnp.any(active), jnp.nanmedian(jnp.where(active, std, jnp.nan)), 1.0)
     ls_lo, ls_hi = _LENGTHSCALE_BOUNDS[0] * ref, _LENGTHSCALE_BOUNDS[1] * ref
     lo = jnp.concatenate(
@@ -795,16 +840,16 @@ def _bounds(X, y, min_noise):
     return _Bounds(lo, hi), ls_lo, ls_hi, active
 
 
-def _run_start(X, y, start, min_noise, max_iter, tol, gain_tol, precision):
-    """One start: L-BFGS from `start`, then its leave-one-out error on the same rows."""
-    m = X.shape[0]
+def _run_start(X, y, w, start, min_noise, max_iter, tol, gain_tol, precision):
+    """One start: L-BFGS from `start`, then its leave-one-out error on the same rows (of weight `w` = 1)."""
+    m = jnp.sum(w)
     dtype = X.dtype
-    bounds = _bounds(X, y, min_noise)[0]
+    bounds = _bounds(X, y, w, min_noise)[0]
 
     def loss(u):
         if _likelihood_on_host(precision, dtype):
-            return -_lml64(_log_params(u, bounds), X, y) / m
-        return -_lml(_unpack(u, bounds), X, y) / m
+            return -_lml64(_log_params(u, bounds), X, y, w) / m
+        return -_lml(_unpack(u, bounds), X, y, w) / m
 
     # Stops at a stall too (no decrease beyond rounding, or two gains under gain_tol in a row).
     u, info = minimize_lbfgs(
@@ -812,7 +857,7 @@ def _run_start(X, y, start, min_noise, max_iter, tol, gain_tol, precision):
         stall_atol=gain_tol / m,
     )  # fmt: skip
     hyper, lml = _unpack(u, bounds), info.final_elbo
-    loo = _loo_mse(hyper, X, y)
+    loo = _loo_mse(hyper, X, y, w)
     loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)
     lml = jnp.where(jnp.isfinite(lml), lml, -jnp.inf)
     return hyper, lml, info.num_iter, info.converged, info.grad_norm, loo
@@ -822,11 +867,11 @@ _start_fit = jax.jit(_run_start, static_argnames=("max_iter", "precision"))
 
 
 @jax.jit
-def _summarize(X, y, results, min_noise, margin):
+def _summarize(X, y, w, results, min_noise, margin):
     """`GPFitInfo` and the chosen hyperparameters from every start's `_run_start` result (stacked)."""
     hypers, lmls, iters, converged, gnorms, loo = results
-    var_y = jnp.var(y)
-    _, ls_lo, ls_hi, active = _bounds(X, y, min_noise)
+    var_y = _weighted_moments(y, w)[1]
+    _, ls_lo, ls_hi, active = _bounds(X, y, w, min_noise)
     degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
     pinned = hypers.noise_variance <= 1.5 * min_noise
     chosen = _choose(lmls, degenerate, pinned, loo, margin)
@@ -841,18 +886,18 @@ def _summarize(X, y, results, min_noise, margin):
         num_iterations=iters,
         converged=converged,
         grad_norms=gnorms,
-        num_points=jnp.asarray(X.shape[0], jnp.int32),
+        num_points=jnp.sum(w).astype(jnp.int32),
         noise_at_bound=pinned,
     )
     return hyper, info
 
 
-@functools.partial(jax.jit, static_argnums=(4, 7, 8))
-def _fit_starts(X, y, starts, min_noise, max_iter, tol, gain_tol, parallel, precision):
+@functools.partial(jax.jit, static_argnums=(5, 8, 9))
+def _fit_starts(X, y, w, starts, min_noise, max_iter, tol, gain_tol, parallel, precision):
     """`_run_start` of every start, in one program."""
 
     def judged(start):
-        return _run_start(X, y, start, min_noise, max_iter, tol, gain_tol, precision)
+        return _run_start(X, y, w, start, min_noise, max_iter, tol, gain_tol, precision)
 
     # vmap batches the starts' Cholesky factorizations into one LAPACK call per step; lax.map runs the
     # starts one after another (see `parallel_restarts`).

@@ -51,7 +51,8 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.checks import as_float_array, check_finite, check_ndim
+from .._base.buckets import to_device
+from .._base.checks import as_float_array, check_finite, check_ndim, host_arrays
 from .families import MeanField
 from .grids import DiscretePrior
 from .regression import check_phi_new, check_regression_args
@@ -480,10 +481,13 @@ def _predictive_log_density(
     if traced or Phi_new.shape[0] == 0:
         return run(Phi_new, y_new, num_nodes)
 
+    host = host_arrays(Phi_new, y_new)
+
     def run_in_chunks(idx, K):
         """The points `idx` in calls of a power of two from `batch_size` to `CHUNK` points (the last call
         padded with repeats), so that a few compiled kernels per `K` serve every length. Returns device
-        arrays; all calls are dispatched before any result is read."""
+        arrays (NumPy arrays for inputs in host memory: their rows are picked and joined by NumPy, with no
+        program per number of points); all calls are dispatched before any result is read."""
         sizes, outs = [], []
         for s in range(0, idx.size, CHUNK):
             part = idx[s : s + CHUNK]
@@ -491,12 +495,16 @@ def _predictive_log_density(
             size = max(1 << (part.size - 1).bit_length(), batch_size)
             padded = np.concatenate([part, np.full(size - part.size, part[-1])])
             sizes.append(part.size)
-            outs.append(run(*_rows(Phi_new, y_new, padded), K))
+            rows = (host[0][padded], host[1][padded]) if host is not None else _rows(Phi_new, y_new, padded)
+            outs.append(run(*rows, K))
+        if host is not None:
+            outs = jax.device_get(outs)
+            return [np.concatenate([o[i][:n] for n, o in zip(sizes, outs, strict=True)]) for i in (0, 1)]
         return _join_padded(tuple(sizes), outs)
 
     ld, err = run_in_chunks(np.arange(Phi_new.shape[0]), num_nodes)
     if rtol is None:
-        return ld, err  # one pass, left on the inputs' device
+        return (ld, err) if host is None else (to_device(ld), to_device(err))  # one pass
     ld, err = _refine(run_in_chunks, np.array(ld), np.array(err), int(num_nodes), rtol, int(max_nodes))
     bad = np.flatnonzero(~(err <= rtol))
     if bad.size and Phi_new.dtype != jnp.float64:  # below float32's rounding floor: redo them in float64
@@ -524,7 +532,7 @@ def _predictive_log_density(
             "bounds; `rtol=None` returns one pass of every value with its bound.",
             ld, err, bad,
         )  # fmt: skip
-    return jnp.asarray(ld), jnp.asarray(err)
+    return to_device(ld), to_device(err)
 
 
 def _refine(run_in_chunks, ld, err, K, rtol, max_nodes):

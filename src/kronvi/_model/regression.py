@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._base.buckets import on_row_bucket
 from .._base.checks import as_float_array, check_finite, check_ndim, check_same_dtype
 from .._base.deprecation import reordered_arguments
 from .._base.kron import expected_quadratic, kron_sum_expectation
@@ -171,11 +172,14 @@ def predict_regression(
     """
     check_regression_args(q_w, q_noise, prior_w, prior_noise)
     Phi_new = check_phi_new(Phi_new, prior_w)
-    return _predict_moments(q_w, q_noise, prior_w, prior_noise, Phi_new)
+    # one program per bucket of row counts (kronvi._base.buckets): each row's moments are its own
+    return on_row_bucket(
+        _predict_moments, jnp.shape(Phi_new)[0], (Phi_new,), q_w, q_noise, prior_w, prior_noise
+    )
 
 
 @jax.jit
-def _predict_moments(q_w, q_noise, prior_w, prior_noise, Phi_new):
+def _predict_moments(Phi_new, q_w, q_noise, prior_w, prior_noise):
     """`predict_regression` after its checks, in one program (as separate operations, each compiled on its
     first call for a shape: about 0.4 s of a first prediction)."""
     mean, var = grid_moments(q_w.probs, prior_w.values)

@@ -17,11 +17,12 @@ import numpy as np
 from jax.typing import ArrayLike
 from scipy.linalg import solve_triangular
 
+from .._base.buckets import on_row_bucket
 from .._base.checks import check_basis_features, check_finite, check_xy, host_arrays
 from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
 from .._base.threads import run_single_threaded, single_blas_thread
-from .regression import RegressionStats, check_stats, regression_stats_from_inputs
+from .regression import RegressionStats, check_stats, host_features, regression_stats_from_inputs
 
 
 class Eigenbasis(NamedTuple):
@@ -84,7 +85,12 @@ def rotate_features(basis: Eigenbasis, Phi: ArrayLike) -> jax.Array:
     if not isinstance(basis, Eigenbasis):
         raise TypeError(f"`basis` must be an Eigenbasis, got {type(basis).__name__}")
     Phi = check_basis_features(Phi, basis.vectors.shape[0])
-    return matmul(Phi, basis.vectors.astype(Phi.dtype))
+    return on_row_bucket(_rotate, Phi.shape[0], (Phi,), basis.vectors)
+
+
+@jax.jit
+def _rotate(Phi, vectors):
+    return matmul(Phi, vectors.astype(Phi.dtype))
 
 
 def eigenbasis_from_inputs(
@@ -147,20 +153,24 @@ def eigenbasis_for_dtype(feature_map, X, y, *, chunk_size, null_dtype=None):
     check_finite(X, "X")
     check_finite(y, "y")
     dtype = jnp.result_type(X, y)
-    Phi = _features(fm, X.astype(dtype))
-    host = host_arrays(Phi, y)
-    if host is not None:
-        c, lam, V = _dual_host(host[0], host[1].astype(Phi.dtype), null_dtype or Phi.dtype)
+    host = host_arrays(X, y)
+    if host is not None:  # features padded to a bucket of row counts (`host_features`), the rest in NumPy
+        Phi = host_features(fm, host[0].astype(dtype))
+        yh = host[1].astype(Phi.dtype)
+        c, lam, V = _dual_host(Phi, yh, null_dtype or Phi.dtype)
         c, lam, V = jnp.asarray(c, Phi.dtype), jnp.asarray(lam, Phi.dtype), jnp.asarray(V)
+        yty = jnp.asarray(np.dot(yh, yh), Phi.dtype)
     else:
+        Phi = _features(fm, X.astype(dtype))
         c, lam, V = _dual_xla(Phi, y.astype(Phi.dtype))
-    return _dual_stats(y.astype(Phi.dtype), c, lam), Eigenbasis(V, lam)
+        yty = jnp.dot(y.astype(Phi.dtype), y.astype(Phi.dtype))
+    return _dual_stats(jnp.asarray(n, Phi.dtype), yty, c, lam), Eigenbasis(V, lam)
 
 
 @jax.jit
-def _dual_stats(y, c, lam):
+def _dual_stats(n, yty, c, lam):
     """The rotated statistics of the dual route, in one program."""
-    return RegressionStats(jnp.asarray(y.shape[0], y.dtype), jnp.dot(y, y), c, jnp.diag(lam))
+    return RegressionStats(n, yty, c, jnp.diag(lam))
 
 
 @jax.jit

@@ -18,6 +18,7 @@ from jax import lax
 from jax.typing import ArrayLike
 from scipy.linalg.blas import dsyrk
 
+from .._base.buckets import pad_rows, row_bucket
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -246,6 +247,15 @@ def _feature_chunk(feature_map, x):
     return feature_map(x)
 
 
+def host_features(feature_map, x, chunk_size=None):
+    """`feature_map(x)` as a NumPy array, `x` (NumPy, at most `chunk_size` rows) padded with zero rows to
+    `row_bucket(rows)` rows (at most `chunk_size`): one program per bucket of row counts; the features of
+    each row are its own."""
+    rows = x.shape[0]
+    size = row_bucket(rows) if chunk_size is None else min(row_bucket(rows), chunk_size)
+    return np.asarray(jax.device_get(_feature_chunk(feature_map, pad_rows(x, size))))[:rows]
+
+
 def _host_stats(feature_map, X, y, chunk_size):
     r"""The statistics with the products in the host BLAS (NumPy), the features from `feature_map` in
     chunks. XLA's CPU matrix product runs at a fraction of the BLAS rate in float64
@@ -262,7 +272,9 @@ def _host_stats(feature_map, X, y, chunk_size):
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported by the caller's check
         for start in range(0, n, chunk_size):
             x, yc = Xh[start : start + chunk_size], yh[start : start + chunk_size]
-            F = x if identity else np.asarray(_feature_chunk(feature_map, x))
+            # a chunk shorter than `chunk_size` (the last) is padded to a bucket of row counts and its
+            # features cut back: one program per bucket, not one per remainder
+            F = x if identity else host_features(feature_map, x, chunk_size)
             if A is None:  # Fortran order: `dsyrk` updates it in place
                 A, B = np.zeros((F.shape[1],) * 2, order="F"), np.zeros(F.shape[1])
             if F.dtype == np.float64:  # the upper triangle, added in place: no b x b temporary per chunk

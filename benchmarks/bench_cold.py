@@ -1,0 +1,253 @@
+"""Cold starts: what a user waits for in a fresh process, against warm fits and scikit-learn's BayesianRidge.
+
+Per dataset (the shared UCI splits; the first 10 folds), every figure from fresh Python processes on the CPU,
+with the default recipe (`kronvi.pipeline.fit_direct`, float32) and prediction (the exact predictive mean and
+density of the test rows):
+
+- **single**: one process, no persistent cache: `import kronvi`, the first fit on fold 0's training rows
+  (`n`) and its prediction, then fits at new row counts (`n - 1`, then `0.9 n`, the first rows), then warm
+  fits at `n` (median of 2). "fresh process" is import + first fit + first prediction.
+- **cv**: a whole 10-fold cross-validation (fit and predict every fold) in a fresh process without the cache,
+  then the same 10 folds again in that process (warm: the sum of the warm folds). The wall time includes
+  interpreter start, imports and reading the data.
+- **cv, cache**: the same fresh-process cross-validation with `kronvi.enable_compilation_cache` on a folder
+  that a first, untimed process filled.
+- **BayesianRidge**: `sklearn.linear_model.BayesianRidge()` fitted and predicting (`return_std`) on the same
+  10 folds, on the very random Fourier features kronvi built for each fold (float64), in the cv process;
+  scikit-learn's import is timed in its own fresh process.
+
+Targets of issue 46 are checked at the end (met / not met).
+
+    python benchmarks/bench_cold.py > benchmarks/results/bench_cold_cpu.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _timing import load_average, machine  # noqa: E402
+
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"
+
+# The child processes. They print one JSON line last.
+PRELUDE = """
+import time
+t_start = time.perf_counter()
+import json, statistics, sys
+import numpy as np
+import jax
+import jax.numpy as jnp
+import kronvi
+from kronvi import pipeline
+t_import = time.perf_counter() - t_start
+path, folds = sys.argv[1], int(sys.argv[2])
+X, y, mask = kronvi.load_uci(path)
+mask = np.asarray(mask).astype(bool)
+X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
+
+def fit(Xtr, ytr):
+    return pipeline.fit_direct(jax.random.key(0), Xtr, ytr).model
+
+def predict(model, Xte, yte):
+    Phi = pipeline.fold_features(model, Xte)
+    mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    yc = (yte - float(model.y_offset)).astype(Phi.dtype)
+    try:
+        ld, _ = kronvi.predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc)
+    except kronvi.DensityToleranceError as e:
+        ld = e.log_density
+    ld = np.asarray(ld)
+    return float(np.sqrt(np.mean((np.asarray(mean) - yc) ** 2))), float(-np.mean(ld))
+
+def timed(f, *a):
+    t = time.perf_counter()
+    out = f(*a)
+    jax.block_until_ready(out)
+    return out, time.perf_counter() - t
+
+def split(k):
+    test = mask[:, k]
+    return X[~test], y[~test], X[test], y[test]
+"""
+
+SINGLE = (
+    PRELUDE
+    + """
+Xtr, ytr, Xte, yte = split(0)
+n = Xtr.shape[0]
+model, first_fit = timed(fit, Xtr, ytr)
+(rmse, nlpd), first_predict = timed(predict, model, Xte, yte)
+fresh = time.perf_counter() - t_start
+_, minus_one = timed(fit, Xtr[: n - 1], ytr[: n - 1])
+_, ninety = timed(fit, Xtr[: int(0.9 * n)], ytr[: int(0.9 * n)])
+warm = statistics.median(timed(fit, Xtr, ytr)[1] for _ in range(2))
+_, warm_predict = timed(predict, model, Xte, yte)
+print(json.dumps(dict(n=n, import_s=t_import, first_fit=first_fit, first_predict=first_predict, fresh=fresh,
+                      minus_one=minus_one, ninety=ninety, n90=int(0.9 * n), warm=warm, warm_predict=warm_predict,
+                      rmse=rmse)))
+"""
+)
+
+CV = (
+    PRELUDE
+    + """
+cache = sys.argv[3]
+if cache != "none":
+    kronvi.enable_compilation_cache(cache)
+t0 = time.perf_counter()
+folds_s, scores, models = [], [], []
+for k in range(folds):
+    Xtr, ytr, Xte, yte = split(k)
+    t = time.perf_counter()
+    model = fit(Xtr, ytr)
+    scores.append(predict(model, Xte, yte))
+    folds_s.append(time.perf_counter() - t)
+    models.append(model)
+cv_inside = time.perf_counter() - t_start
+out = dict(import_s=t_import, cv_inside=cv_inside, folds=folds_s, rmse=float(np.mean([s[0] for s in scores])))
+if sys.argv[4] == "warm":  # the same folds again in this process, and BayesianRidge on their features
+    warm = []
+    for k in range(folds):
+        Xtr, ytr, Xte, yte = split(k)
+        t = time.perf_counter()
+        predict(fit(Xtr, ytr), Xte, yte)
+        warm.append(time.perf_counter() - t)
+    from sklearn.linear_model import BayesianRidge
+    br, br_rmse = [], []
+    for k, model in enumerate(models):
+        Xtr, ytr, Xte, yte = split(k)
+        with jax.enable_x64(True):
+            feats = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), model.features)
+            std = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), model.standardizer)
+            P_tr = np.asarray(kronvi.rff_features(feats, kronvi.standardize(std, jnp.asarray(Xtr))))
+            P_te = np.asarray(kronvi.rff_features(feats, kronvi.standardize(std, jnp.asarray(Xte))))
+        t = time.perf_counter()
+        reg = BayesianRidge().fit(P_tr, ytr)
+        mean, sd = reg.predict(P_te, return_std=True)
+        br.append(time.perf_counter() - t)
+        br_rmse.append(float(np.sqrt(np.mean((mean - yte) ** 2))))
+    out.update(warm=warm, br=br, br_rmse=float(np.mean(br_rmse)))
+print(json.dumps(out))
+"""
+)
+
+SKLEARN_IMPORT = """
+import json, time
+t = time.perf_counter()
+import numpy, sklearn.linear_model
+print(json.dumps(time.perf_counter() - t))
+"""
+
+
+def child(code, *args, cache_env=None):
+    """`(json result, wall seconds of the whole process)`."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="1")
+    for k in [k for k in env if k.startswith("JAX_COMPILATION_CACHE") or k.startswith("JAX_PERSISTENT")]:
+        del env[k]
+    t = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
+def verdict(ok):
+    return "met" if ok else "NOT met"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", default="yacht,concrete,energy,parkinsons")
+    parser.add_argument("--folds", type=int, default=10)
+    parser.add_argument("--data-dir", default=str(DATA))
+    args = parser.parse_args()
+    print(f"# python benchmarks/bench_cold.py --datasets {args.datasets} --folds {args.folds}")
+    print(f"# {machine()}; OPENBLAS_NUM_THREADS=1; {load_average()} at the start", flush=True)
+    sk_import = statistics.median(child(SKLEARN_IMPORT)[0] for _ in range(2))
+    print(f"# scikit-learn import in a fresh process: {sk_import:.2f} s", flush=True)
+    rows, checks = [], []
+    for name in args.datasets.split(","):
+        path = pathlib.Path(args.data_dir) / name
+        print(f"\n== {name}: {load_average()}", flush=True)
+        single, single_wall = child(SINGLE, path, args.folds)
+        print(
+            f"  single: {json.dumps({k: round(v, 3) for k, v in single.items()})}; process {single_wall:.2f} s",
+            flush=True,
+        )
+        cv, cv_wall = child(CV, path, args.folds, "none", "warm")
+        print(
+            f"  cv, no cache: process {cv_wall:.2f} s; folds {[round(f, 2) for f in cv['folds']]}; "
+            f"warm folds {[round(f, 2) for f in cv['warm']]}; BayesianRidge {[round(f, 2) for f in cv['br']]}",
+            flush=True,
+        )
+        with tempfile.TemporaryDirectory(prefix="kronvi-bench-cache-") as cache:
+            child(CV, path, args.folds, cache, "cold")  # fills the cache
+            cached, cached_wall = child(CV, path, args.folds, cache, "cold")
+            entries = len(os.listdir(cache))
+        print(
+            f"  cv, cache ({entries} programs on disk): process {cached_wall:.2f} s; "
+            f"folds {[round(f, 2) for f in cached['folds']]}",
+            flush=True,
+        )
+        warm_sum, br_sum = sum(cv["warm"]), sum(cv["br"]) + sk_import
+        warm_fit = single["warm"]
+        rows.append((name, single, single_wall, cv_wall, cached_wall, warm_sum, br_sum, cv, cached))
+        checks += [
+            (name, f"fit at n-1 ({single['n'] - 1}) <= 1.3x warm fit",
+             single["minus_one"] / warm_fit, single["minus_one"] <= 1.3 * warm_fit),
+            (name, f"fit at 0.9n ({single['n90']}) <= 1.3x warm fit",
+             single["ninety"] / warm_fit, single["ninety"] <= 1.3 * warm_fit),
+            (name, "fresh-process CV (import included) <= BayesianRidge's 10 folds (+ its import)",
+             cv_wall / br_sum, cv_wall <= br_sum),
+            (name, "fresh-process CV with the cache <= 1.2x the sum of its warm folds",
+             cached_wall / warm_sum, cached_wall <= 1.2 * warm_sum),
+        ]  # fmt: skip
+        if name == "concrete":
+            checks.append((name, "first fit in a fresh process, no cache <= 4x warm fit",
+                           single["first_fit"] / warm_fit, single["first_fit"] <= 4 * warm_fit))  # fmt: skip
+
+    print("\n## Seconds, fresh processes (kronvi float32 default recipe; CPU)")
+    print(
+        "| dataset (n) | import | first fit | first predict | fresh process (import + fit + predict) | fit at n-1 "
+        "| fit at 0.9n | warm fit | warm predict |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, s, *_ in rows:
+        print(
+            f"| {name} ({s['n']}) | {s['import_s']:.2f} | {s['first_fit']:.2f} | {s['first_predict']:.2f} | "
+            f"{s['fresh']:.2f} | {s['minus_one']:.2f} | {s['ninety']:.2f} | {s['warm']:.2f} | "
+            f"{s['warm_predict']:.2f} |"
+        )
+    print(f"\n## {args.folds}-fold cross-validation, seconds (process wall time: interpreter, imports, data)")
+    print(
+        "| dataset | fresh process, no cache | fresh process, cache | sum of warm folds | BayesianRidge folds "
+        "+ import | kronvi RMSE | BayesianRidge RMSE |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, _, _, cv_wall, cached_wall, warm_sum, br_sum, cv, _ in rows:
+        print(
+            f"| {name} | {cv_wall:.2f} | {cached_wall:.2f} | {warm_sum:.2f} | {br_sum:.2f} | {cv['rmse']:.4g} | "
+            f"{cv['br_rmse']:.4g} |"
+        )
+    print("\n## Issue 46 targets")
+    print("| dataset | target | ratio | verdict |")
+    print("|---|---|---:|---|")
+    for name, what, ratio, ok in checks:
+        print(f"| {name} | {what} | {ratio:.2f} | {verdict(ok)} |")
+    print(f"\n{load_average()} at the end")
+
+
+if __name__ == "__main__":
+    main()

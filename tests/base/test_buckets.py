@@ -1,0 +1,130 @@
+"""Row buckets: a new number of rows reuses the programs of its bucket, and the padding changes nothing.
+
+Every row-dependent step of the default recipe (standardizing, the GP likelihood, the feature mean, the
+statistics pass, the dual eigenbasis, the predictions and the exact density) is compared with the same
+computation on the unpadded rows (`row_bucket` replaced by the identity), and a second fit at another row
+count of the same bucket compiles nothing."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import count_compiles, tol
+
+import kronvi
+from kronvi import pipeline
+from kronvi._base.buckets import on_row_bucket, pad_rows, row_bucket
+
+
+@pytest.mark.parametrize("steps", [1, 2, 4])
+def test_buckets_hold_the_rows_with_bounded_padding_and_few_sizes(steps):
+    sizes = set()
+    for n in range(1, 5000):
+        size = row_bucket(n, steps=steps)
+        assert n <= size
+        assert size <= max(8, n * (1 + 1 / steps)), n
+        sizes.add(size)
+    assert len(sizes) <= 4 + steps * 10  # 1, 2, 4, 8, then `steps` per doubling up to 8192
+    assert row_bucket(927, steps=4) == row_bucket(900, steps=4) == 1024
+
+
+def test_pad_rows_and_row_programs():
+    a = np.arange(6.0).reshape(3, 2)
+    padded = pad_rows(a, 5)
+    np.testing.assert_array_equal(padded[:3], a)
+    np.testing.assert_array_equal(padded[3:], 0)
+    assert pad_rows(a, 3) is a
+    program = jax.jit(lambda x, s: (x * s, x.sum(axis=1)))
+    out = on_row_bucket(program, 3, (jnp.asarray(a),), 2.0)
+    np.testing.assert_array_equal(out[0], a * 2)
+    np.testing.assert_array_equal(out[1], a.sum(axis=1))
+
+
+def _unpadded(monkeypatch):
+    """Every bucket of `n` rows is `n` rows: the computations below run on the real rows only."""
+    for module in ("kronvi._base.buckets", "kronvi._inputs.gp", "kronvi._inputs.data", "kronvi._inputs.features",
+                   "kronvi._stats.regression"):  # fmt: skip
+        monkeypatch.setattr(f"{module}.row_bucket", lambda n, **_: int(n))
+    jax.clear_caches()
+
+
+def _data(n, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * np.array([1.0, 3.0, 0.5])[:d] + 2.0
+    y = np.sin(X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.normal(size=n)
+    return X, y - y.mean()
+
+
+def _steps(X, y, dtype):
+    """The row-dependent steps of the default recipe, on concrete host arrays of `dtype`."""
+    X, y = jnp.asarray(X, dtype), jnp.asarray(y, dtype)
+    std = kronvi.fit_standardizer(X)
+    Xs = kronvi.standardize(std, X)
+    hyper, info = kronvi.fit_gp_hyperparameters(
+        jax.random.key(0),
+        Xs,
+        y,
+        num_points=40,
+        num_starts=2,
+        restarts="screened",
+        screen_points=12,
+        max_iter=30,
+    )
+    feats = kronvi.rff_init(jax.random.key(1), jnp.ones(X.shape[1], dtype), 16)  # b = 32 < n: the dual basis
+    feats = feats._replace(offset=kronvi.feature_mean(feats, Xs))
+    fmap = functools.partial(kronvi.rff_features, feats)
+    stats = kronvi.regression_stats_from_inputs(fmap, Xs, y, chunk_size=8)  # the last chunk padded
+    rotated, basis = kronvi.eigenbasis_from_inputs(fmap, Xs, y)
+    Phi = kronvi.rotate_features(basis, fmap(Xs))
+    prior_w, prior_n = kronvi.gaussian_prior(32, 1.0, levels=5), kronvi.noise_prior(0.1, levels=3)
+    q_w, q_n = kronvi.MeanField(prior_w.log_probs), kronvi.MeanField(prior_n.log_probs)
+    mean, var = kronvi.predict_regression(q_w, q_n, prior_w, prior_n, Phi)
+    ld, _ = kronvi.predictive_log_density(q_w, q_n, prior_w, prior_n, Phi, y, rtol=None)
+    return dict(
+        mean_x=std.mean, scale=std.scale, Xs=Xs, lengthscales=hyper.lengthscales, noise=hyper.noise_variance,
+        lml=info.log_marginal_likelihoods, loo=info.loo_mse, num_points=info.num_points, offset=feats.offset,
+        PhitPhi=stats.PhitPhi, Phity=stats.Phity, n=stats.n, eigenvalues=basis.eigenvalues, c=rotated.Phity,
+        yty=rotated.yty, pred_mean=mean, pred_var=var, log_density=ld,
+    )  # fmt: skip
+
+
+def test_padding_changes_nothing_but_rounding(dtype, monkeypatch):
+    X, y = _data(21)  # buckets of 24 (steps=2) and 24 rows (the GP's steps=4); chunks of 8: 5 rows left
+    padded = _steps(X, y, dtype)
+    _unpadded(monkeypatch)
+    plain = _steps(X, y, dtype)
+    monkeypatch.undo()
+    jax.clear_caches()
+    rtol = tol(dtype, x32=2e-4, x64=1e-9)
+    # in float32 the GP's optimizer ends where rounding stops it: its likelihood agrees, its optimum to 2e-2
+    optimum = tol(dtype, x32=2e-2, x64=1e-9)
+    for name, value in plain.items():
+        r = optimum if name in ("lengthscales", "noise", "loo") else rtol
+        np.testing.assert_allclose(padded[name], value, rtol=r, atol=r, err_msg=name)
+    assert int(padded["num_points"]) == 21
+
+
+def test_a_new_row_count_in_the_bucket_compiles_nothing():
+    """The default recipe (small b) fitted at 45 rows and evaluated on 16 others, then at 44 (16) and 41
+    (14) rows (the same buckets): the second and third fits and predictions compile no program."""
+    X, y = _data(60)
+    config = pipeline.DirectConfig(num_frequencies=16, gp_restarts=2, gp_screen_points=20)
+
+    def fit_and_predict(n):
+        model = pipeline.fit_direct(jax.random.key(0), X[:n], y[:n], config).model
+        test = slice(n, n + 16 - (45 - n) // 2)
+        Phi = pipeline.fold_features(model, X[test])
+        kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+        kronvi.predictive_log_density(
+            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y[test].astype(Phi.dtype)
+        )
+
+    with count_compiles() as first:
+        fit_and_predict(45)
+    assert len(first) > 10
+    for n in (44, 41):
+        with count_compiles() as again:
+            fit_and_predict(n)
+        assert len(again) == 0, (n, len(again))
