@@ -61,6 +61,21 @@ def test_every_door_fits_the_same_model(tmp_path):
     np.testing.assert_allclose(var, ref.variance, rtol=1e-12)
 
 
+def test_the_classifier_door_is_fit_classifier_with_the_same_key():
+    """`DirectClassifier(random_state=k)` fits what its functional counterpart
+    `kronvi.fit_classifier(jax.random.key(k), X, labels)` fits, with default settings."""
+    pytest.importorskip("sklearn")
+    from kronvi.sklearn import DirectClassifier
+
+    X, y = _data(160)
+    labels = (y > np.median(y)).astype(int)
+    clf = DirectClassifier(random_state=3).fit(X, labels)
+    model = kronvi.fit_classifier(jax.random.key(3), X, labels).model
+    np.testing.assert_allclose(
+        clf.predict_proba(X[:9] + 0.25)[:, 1], model.predict_proba(X[:9] + 0.25), rtol=1e-6
+    )
+
+
 def test_predict_is_the_dense_formula_in_the_targets_units(fitted):
     X, y, model = fitted
     Xt = X[:9] * 1.1
