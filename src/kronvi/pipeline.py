@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from ._base.buckets import to_device
+from ._base.buckets import pad_rows, row_bucket, to_device
 from ._base.checks import check_int, check_nonnegative_number, check_numeric, errors_name, host_arrays
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine
@@ -47,8 +47,6 @@ from ._inputs.gp import PRECISIONS as GP_PRECISIONS
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
 from ._inputs.host import (
     fit_standardizer_host,
-    pad_rows,
-    row_bucket,
     standardize_host,
     target_moments,
     target_unit,
@@ -1103,7 +1101,9 @@ def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Pre
     means, variances = [], []
     for start in range(0, Xh.shape[0], chunk_size):
         rows = Xh[start : start + chunk_size]
-        m, v = _moments_of(parts, to_device(pad_rows(rows, row_bucket(rows.shape[0], chunk_size))))
+        m, v = _moments_of(
+            parts, to_device(pad_rows(rows, min(max(32, row_bucket(rows.shape[0], steps=1)), chunk_size)))
+        )
         means.append(np.asarray(m, np.float64)[: rows.shape[0]])
         variances.append(np.asarray(v, np.float64)[: rows.shape[0]])
     mean = np.concatenate(means) if means else np.zeros(0)
@@ -1309,7 +1309,7 @@ def stream_update(stream: StreamState, X: ArrayLike, y: ArrayLike, *, chunk_size
     if X64.shape[1] != d:
         raise ValueError(f"`X` has {X64.shape[1]} columns but the stream was started on {d}")
     n = X64.shape[0]
-    rows = row_bucket(n, chunk_size)
+    rows = row_bucket(n)
     Xs = pad_rows(standardize_host(stream.standardizer, X64, np.float64), rows)
     yc = pad_rows((y64 - stream.y_shift) / stream.y_unit, rows)
     with jax.enable_x64(True):

@@ -3,8 +3,7 @@ r"""Concrete inputs and targets prepared on the host, in float64 NumPy, before a
 A column of `1e6 + N(0, 1)` cast to float32 before standardizing loses its spread to float32's spacing
 (0.0625 at 1e6), and targets far from zero lose theirs to a float32 offset. So the fit's input standardizer,
 its target offset and its target unit are computed here in float64 (no XLA program to compile for each data
-shape either), and new inputs are standardized in float64 before the cast. Rows are padded to a few fixed
-sizes (`row_bucket`) so that data of many sizes share compiled programs.
+shape either), and new inputs are standardized in float64 before the cast.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ __all__ = [
     "target_moments",
     "target_unit",
     "UNIT_RANGE",
-    "row_bucket",
-    "pad_rows",
 ]
 
 
@@ -76,17 +73,3 @@ def target_unit(sd: float, offset: float) -> float:
     if not (spread > 0 and np.isfinite(spread)) or UNIT_RANGE[0] <= spread <= UNIT_RANGE[1]:
         return 1.0
     return float(np.ldexp(1.0, int(np.round(np.log2(spread)))))
-
-
-def row_bucket(n: int, chunk: int, minimum: int = 32) -> int:
-    """`n` rows padded to a power of two (at least `minimum`), or to a multiple of `chunk` beyond it, so that
-    data of many sizes share a few compiled programs."""
-    size = max(minimum, 1 << max(0, int(n) - 1).bit_length())
-    return size if size <= chunk else -(-int(n) // chunk) * chunk
-
-
-def pad_rows(a: np.ndarray, rows: int) -> np.ndarray:
-    """`a` with zero rows appended up to `rows` rows."""
-    if rows <= a.shape[0]:
-        return a
-    return np.concatenate([a, np.zeros((rows - a.shape[0],) + a.shape[1:], a.dtype)])
