@@ -461,15 +461,15 @@ def _within_fold(status, k, K, start):
         if rate:
             note += f" {step:,}/{total:,} rows, {rate:,.0f} rows/s, eta {(total - step) / rate:.0f}s"
         done = k if isinstance(k, int) else K
-        status.note(_fold_status(done, K, start, note))
+        status.show(_fold_status(done, K, start, note))
 
     return show
 
 
 class _Heartbeat:
     """The fold status line, shown on every report and redrawn every `every` seconds between them with the
-    seconds the current stage has run, so that a long stage (the GP step, an eigendecomposition of a large
-    `b`) still shows signs of life at least that often. A daemon thread; `stop` ends it."""
+    seconds since the last report, so that a long stage (the GP step, an eigendecomposition of a large `b`)
+    still shows signs of life at least that often. A daemon thread; `stop` ends it."""
 
     def __init__(self, status, every: float = 5.0):
         self._status, self._every = status, every
@@ -478,11 +478,6 @@ class _Heartbeat:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-
-    def note(self, text: str) -> None:
-        with self._lock:
-            self._text, self._since = text, time.perf_counter()
-            self._status.show(text)
 
     def show(self, text: str, final: bool = False) -> None:
         with self._lock:
@@ -494,7 +489,7 @@ class _Heartbeat:
             with self._lock:
                 if self._text and not self._done.is_set():
                     self._status.show(
-                        f"{self._text} ({time.perf_counter() - self._since:.0f}s in this stage)"
+                        f"{self._text} ({time.perf_counter() - self._since:.0f}s since the last report)"
                     )
 
     def stop(self) -> None:

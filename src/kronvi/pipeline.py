@@ -36,7 +36,16 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from ._base.buckets import pad_rows, row_bucket, to_device
-from ._base.checks import check_int, check_nonnegative_number, check_numeric, errors_name, host_arrays
+from ._base.checks import (
+    check_finite,
+    check_int,
+    check_ndim,
+    check_nonempty,
+    check_nonnegative_number,
+    check_numeric,
+    errors_name,
+    host_arrays,
+)
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine
 from ._fit.regression import METHODS, RegressionFit, fit_regression
@@ -633,9 +642,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
         else:
             stats = _stats_in_blocks(fmap, Xs, yc, chunk_size=config.chunk_size, progress=progress)
         s2 = hyper.noise_variance
-        b = 2 * num_frequencies
-        with errors_name("config.width", config.width):
-            prior_w = gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
+        prior_w = _features_grid(2 * num_frequencies, prior_scale, config)
     _block((stats, prior_w))
     t2 = time.perf_counter()
     return PreparedFold(
@@ -662,6 +669,12 @@ def check_fit_memory(
     )  # fmt: skip
 
 
+def _features_grid(b: int, prior_scale, config: DirectConfig) -> DiscretePrior:
+    """The `"features"` recipe's weight grid: `levels` values on ±`config.width` prior sds, a zero among them."""
+    with errors_name("config.width", config.width):
+        return gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
+
+
 def _traced(tree) -> bool:
     return any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(tree))
 
@@ -672,18 +685,14 @@ def _host_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
     check_numeric(X, "X")
     check_numeric(y, "y")
     X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"`X` must be 2-D (num_points, num_inputs), got shape {X.shape}")
-    if y.ndim != 1:
-        raise ValueError(f"`y` must be 1-D (num_points,), got shape {y.shape}")
+    check_ndim(X, 2, "X", "num_points, num_inputs")
+    check_ndim(y, 1, "y", "num_points,")
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"`X` has {X.shape[0]} rows but `y` has {y.shape[0]}")
-    if X.shape[0] == 0 or X.shape[1] == 0:
-        raise ValueError(f"`X` is empty (shape {X.shape})")
-    for a, name in ((X, "X"), (y, "y")):
-        bad = int(np.sum(~np.isfinite(a)))
-        if bad:
-            raise ValueError(f"`{name}` contains {bad} NaN or infinite value(s)")
+    check_nonempty(X, "X")
+    check_nonempty(X, "X", axis=1)
+    check_finite(X, "X")
+    check_finite(y, "y")
     return X, y
 
 
@@ -713,13 +722,6 @@ def _fixed_hyperparameters(lengthscale, Xs, yc) -> GPHyperparameters:
         jnp.asarray(var, dtype),
         jnp.asarray(0.1 * var, dtype),
     )
-
-
-def _centre_like(y, offset, dtype):
-    """`y - offset` in `dtype`, subtracted in float64 for concrete targets (see `_centre`)."""
-    if isinstance(y, jax.core.Tracer) or isinstance(offset, jax.core.Tracer):
-        return jnp.asarray(y, dtype) - offset
-    return jnp.asarray(np.asarray(y, np.float64) - np.float64(offset), dtype)
 
 
 def _centre(y, dtype):
@@ -793,7 +795,7 @@ _PROGRESS_ROWS = 1 << 16  # rows per block of a statistics pass that reports its
 
 
 def _reporter(progress, every=None):
-    """`progress` as a callable or None (`True`: a `_StageLine`), with its `every` rows as `_rows_every`."""
+    """`progress` and `progress_every` as a `_Progress` (`True`: a `_StageLine`), or None."""
     if progress is None or progress is False:
         return None
     if every is not None:
@@ -835,6 +837,12 @@ class _StageLine:
 
     def close(self) -> None:
         self._line.close()
+
+
+def _close(progress) -> None:
+    """Closes the status line of `progress=True` (a callable the user passed is theirs)."""
+    if progress is not None and isinstance(progress.report, _StageLine):
+        progress.report.close()
 
 
 def _stage(progress, stage: str, done: int, total: int, **metrics) -> None:
@@ -1017,9 +1025,7 @@ def _standardized(fitted, X, name: str = "X") -> jax.Array:
         raise ValueError(
             f"`{name}` must have shape (num_points, {d}): {d} columns, as the training inputs; got {X.shape}"
         )
-    bad = int(np.sum(~np.isfinite(X)))
-    if bad:
-        raise ValueError(f"`{name}` contains {bad} NaN or infinite value(s)")
+    check_finite(X, name)
     return to_device(standardize_host(fitted.standardizer, X, dtype, name))
 
 
@@ -1151,21 +1157,20 @@ def log_density(
     """
     _check_model(model)
     chunk_size = check_int(chunk_size, "chunk_size", 1)
-    shift = jnp.log(model.y_scale) if _traced((model, X, y)) else np.log(float(model.y_scale))
     if _traced((model, X, y)):
         yc = (jnp.asarray(y) - model.y_offset) / model.y_scale
         Phi = fold_features(model, X)
         ld, _ = predictive_log_density(
             model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc.astype(Phi.dtype), rtol=rtol
         )
-        return ld - shift
+        return ld - jnp.log(model.y_scale)
+    shift = np.log(float(model.y_scale))
     check_numeric(y, "y")
     y64 = np.asarray(y, np.float64)
     Xs = _standardized(model, X)
     if y64.shape != (Xs.shape[0],):
         raise ValueError(f"`y` must have shape ({Xs.shape[0]},) as the rows of `X`, got {y64.shape}")
-    if not np.all(np.isfinite(y64)):
-        raise ValueError(f"`y` contains {int(np.sum(~np.isfinite(y64)))} NaN or infinite value(s)")
+    check_finite(y64, "y")
     dtype = Xs.dtype
     yc = ((y64 - np.float64(model.y_offset)) / float(model.y_scale)).astype(dtype)
     parts = _parts(model)
@@ -1220,14 +1225,17 @@ def fit_direct(
     reports the stages and, over many rows, the statistics pass every `progress_every` rows: rows done, rows
     per second.
     """
-    config = _check_config(config)  # once: the two steps below take it as it is
     report = _reporter(progress, progress_every)
+    fit = _fit_direct(key, X, y, _check_config(config), dtype, report)
+    _close(report)
+    return fit
+
+
+def _fit_direct(key, X, y, config: DirectConfig, dtype, report) -> DirectFit:
+    """`fit_direct` with a checked `config` and its progress reporter."""
     fold = _prepare_fold(key, X, y, config, dtype=dtype, gp=None, progress=report)
     _stage(report, "fit", np.shape(X)[0], np.shape(X)[0])
-    fit = _fit_prepared(fold, config)
-    if report is not None and isinstance(report.report, _StageLine):
-        report.report.close()
-    return fit
+    return _fit_prepared(fold, config)
 
 
 class StreamState(NamedTuple):
@@ -1288,7 +1296,7 @@ def stream_init(
     Xs = to_device(standardize_host(std, X64, dtype))
     shift, unit = target_moments(y64)
     with np.errstate(over="ignore"):
-        yc = jnp.asarray(((y64 - shift) / unit).astype(dtype))
+        yc = to_device(((y64 - shift) / unit).astype(dtype))
     hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, None)
     feats = rff_init(
         k_rff, hyper.lengthscales, _num_frequencies(config, X64.shape[0]), sampling=config.frequency_sampling
@@ -1381,7 +1389,7 @@ def stream_prepare(stream: StreamState, config: DirectConfig | None = None) -> P
             basis = None
             stats, prior_scale, s2 = _cast((stats64, scale64, noise64), dtype)
     if config.basis == "features":
-        prior_w = gaussian_prior(PhitPhi.shape[0], prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
+        prior_w = _features_grid(PhitPhi.shape[0], prior_scale, config)
     _block((stats, prior_w))
     return PreparedFold(  # X and y are not kept by a stream
         stream.standardizer, y_offset, None, None, hyper, stream.gp_info, feats, stats, None,  # type: ignore[arg-type]
@@ -1509,12 +1517,10 @@ def run_fold(
     """
     if density_rows is not None:
         density_rows = check_int(density_rows, "density_rows", 0)
-    model, timings, info = fit_direct(
-        key, X_train, y_train, config, progress=progress, progress_every=progress_every
-    )
+    report = _reporter(progress, progress_every)
+    model, timings, info = _fit_direct(key, X_train, y_train, _check_config(config), jnp.float32, report)
     t0 = time.perf_counter()
     y_test = np.asarray(y_test, np.float64)
-    report = _reporter(progress)
     _stage(report, "predict", y_test.shape[0], y_test.shape[0])
     pred = predict(model, X_test)
     rmse = float(np.sqrt(np.mean((pred.mean - y_test) ** 2)))
@@ -1528,9 +1534,8 @@ def run_fold(
         _stage(report, "density", int(rows.size), int(rows.size))
         try:
             log_dens = log_density(model, np.asarray(X_test)[rows], y_test[rows])
-        except (
-            DensityToleranceError
-        ) as e:  # a few points below the rounding floor: keep the best values, say so
+        except DensityToleranceError as e:
+            # a few points below the rounding floor: keep the best values, say so
             warnings.warn(f"NLPD: {e}", stacklevel=2)
             log_dens = e.log_density
         nlpd = float(-np.mean(log_dens))
@@ -1551,6 +1556,7 @@ def run_fold(
         nlpd_rows=int(rows.size),
         **timings._asdict(),
     )
+    _close(report)
     return FoldRun(model, result)
 
 

@@ -266,14 +266,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         return jax.enable_x64(True) if self.dtype == "float64" else _nullcontext()
 
     def _key(self):
-        rs = self.random_state
-        if isinstance(rs, numbers.Integral) and not isinstance(rs, bool):
-            if not 0 <= int(rs) < 2**32:
-                raise ValueError(
-                    f"`random_state` must be an int in [0, 2**32), None or a RandomState, got {rs!r}"
-                )
-            return jax.random.key(int(rs))
-        return jax.random.key(int(check_random_state(rs).randint(np.iinfo(np.int32).max)))
+        return jax.random.key(_seed(self.random_state))
 
     def _validate(self, X, y, *, reset: bool):
         X, y = validate_data(self, X, _numeric_targets(y), y_numeric=True, reset=reset, dtype=np.float64)
@@ -533,7 +526,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes; got 1 class")
         targets = [codes == 1] if len(self.classes_) == 2 else [codes == k for k in range(len(self.classes_))]
         with self._classifier_precision():
-            key = jax.random.key(_classifier_seed(self.random_state))
+            key = jax.random.key(_seed(self.random_state))
             dtype = jnp.float64 if self.dtype == "float64" else jnp.float32
             fits = [fit_classifier(key, X, t, config, dtype=dtype) for t in targets]
         self.models_ = [f.model for f in fits]
@@ -592,9 +585,14 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         return self.classes_[np.argmax(proba, axis=1)]
 
 
-def _classifier_seed(random_state) -> int:
-    """The seed of `jax.random.key`: an int as given, else one drawn from `check_random_state`."""
+def _seed(random_state) -> int:
+    """The seed of `jax.random.key` for both estimators: an int as given (`ValueError` naming `random_state`
+    outside [0, 2**32)), else one drawn from `check_random_state`."""
     if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
+        if not 0 <= int(random_state) < 2**32:
+            raise ValueError(
+                f"`random_state` must be an int in [0, 2**32), None or a RandomState, got {random_state!r}"
+            )
         return int(random_state)
     return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
 
