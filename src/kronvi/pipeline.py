@@ -47,6 +47,7 @@ from ._base.checks import (
     host_arrays,
 )
 from ._base.memory import check_memory, regression_fit_bytes
+from ._base.precision import matmul
 from ._base.progress import StatusLine
 from ._fit.regression import METHODS, RegressionFit, fit_regression
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
@@ -60,7 +61,7 @@ from ._inputs.host import (
     target_moments,
     target_unit,
 )
-from ._model.compact import CompactBasis, compact_features, compact_posterior
+from ._model.compact import COPIES, CompactBasis, compact_features, compact_posterior, complement_split
 from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.families import MeanField
 from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
@@ -92,6 +93,8 @@ __all__ = [
     "default_num_frequencies",
     "FoldResult",
     "FittedDirect",
+    "SupportBound",
+    "support_shift",
     "Prediction",
     "predict",
     "log_density",
@@ -176,6 +179,12 @@ class DirectConfig(NamedTuple):
       lengthscale: `None` (default): the kernel's lengthscales, signal and noise variances come from the
         GP step above; a positive number: one lengthscale for every standardized input, the signal variance
         of the (scaled) targets and a tenth of it as the noise guess, and no GP is fitted.
+      support_rms: `"eigen"` and `"compact"`: the predictive mean of a new row counts each of its eigenbasis
+        coordinates up to this many times the training rows' RMS in that direction,
+        $\sqrt{\lambda_j / n}$ (`SupportBound`); the variance is unchanged. Rows like the training rows
+        are untouched; a row far from them no longer projects onto weakly determined directions at random.
+        `None`: no bound (the plain posterior predictive;
+        `docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`).
 
     Example:
       >>> from kronvi.pipeline import DirectConfig
@@ -185,7 +194,7 @@ class DirectConfig(NamedTuple):
         cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
         gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, gp_precision='native',
         chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half', gp_gain_tol=0.1,
-        lengthscale=None)
+        lengthscale=None, support_rms=20.0)
     """
 
     basis: str = "eigen"
@@ -218,6 +227,8 @@ class DirectConfig(NamedTuple):
     gp_gain_tol: float = 0.1
     # a fixed lengthscale of the standardized inputs instead of the GP step (None: the GP's, per input)
     lengthscale: float | None = None
+    # "eigen" and "compact": the bound on a new row's coordinates in the predictive mean, in training RMS
+    support_rms: float | None = 20.0
 
 
 LARGE_DATA_ROWS = 20_000
@@ -268,6 +279,44 @@ class Prediction(NamedTuple):
     variance: Any
 
 
+class SupportBound(NamedTuple):
+    r"""How far along each of a model's feature columns the training rows reach, for the predictive mean of
+    rows beyond them (`DirectConfig.support_rms`).
+
+    With the model's features $f(x)$ (`fold_features`), the predictive mean is that of the posterior plus
+    $\delta(x) = \sum_j (\mathrm{clip}(f_j(x), -\beta_j, \beta_j) - f_j(x))\,\bar w_j$: for the eigen recipe,
+    $\beta_j$ is `support_rms` times the training rows' RMS coordinate $\sqrt{\lambda_j/n}$ and $\bar w_j$
+    the posterior mean of weight $j$, so the mean is the posterior's at the clipped coordinates; for the compact
+    recipe the same for its kept directions (the mean column and the complement's columns have
+    $\beta = \infty$). $\delta = 0$ for every row within the bounds, the training rows among them
+    (bar the few beyond `support_rms` RMS in some direction).
+
+    Attributes:
+      bound: `(p,)` $\beta_j$, one per feature column (`inf`: unbounded).
+      weight: `(p,)` $\bar w_j$.
+    """
+
+    bound: jax.Array
+    weight: jax.Array
+
+
+def support_shift(support: SupportBound | None, Phi: ArrayLike) -> jax.Array:
+    r"""$\delta$ of `SupportBound` for features `Phi` `(N, p)`: what `predict` adds to the posterior's
+    predictive mean, in the units of the fit (0 when `support` is `None`).
+
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> support = kronvi.SupportBound(jnp.array([1.0, jnp.inf]), jnp.array([2.0, 3.0]))
+      >>> kronvi.support_shift(support, jnp.array([[0.5, 9.0], [4.0, 9.0]])).tolist()  # (1 - 4) x 2
+      [0.0, -6.0]
+    """
+    Phi = jnp.asarray(Phi)
+    if support is None:
+        return jnp.zeros(Phi.shape[:1], Phi.dtype)
+    bound, weight = support.bound.astype(Phi.dtype), support.weight.astype(Phi.dtype)
+    return matmul(jnp.clip(Phi, -bound, bound) - Phi, weight)
+
+
 class FittedDirect(NamedTuple):
     r"""A fitted DIRECT regression model (`kronvi.fit_direct`), of every recipe: it predicts on raw inputs in
     the targets' units.
@@ -293,6 +342,8 @@ class FittedDirect(NamedTuple):
         (the targets' own units) unless their standard deviation lies outside $2^{\pm 16}$; then it is the power
         of two nearest it (a scaling that rounds nothing), so that no statistic overflows or underflows. The
         priors, posteriors and `hyper` are in the fit's units; `predict` and `log_density` return the targets'.
+      support: `SupportBound` of the eigen and compact recipes' predictive mean (`DirectConfig.support_rms`),
+        else `None`. Models saved before it load with `None`: the plain posterior predictive.
 
     `fold_features(model, X)` maps raw inputs to the features that `q_w` and `prior_w` belong to.
     """
@@ -307,6 +358,7 @@ class FittedDirect(NamedTuple):
     hyper: GPHyperparameters
     basis: Eigenbasis | CompactBasis | None = None
     y_scale: Any = 1.0
+    support: SupportBound | None = None
 
     def predict(self, X: ArrayLike, *, chunk_size: int = 4096) -> Prediction:
         """`kronvi.predict(self, X, chunk_size=chunk_size)`: the exact predictive mean and variance."""
@@ -548,6 +600,8 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         )
     if config.method not in METHODS:
         raise ValueError(f"`config.method` must be one of {METHODS}, got {config.method!r}")
+    if config.support_rms is not None and not 0 < float(config.support_rms) < float("inf"):
+        raise ValueError(f"`config.support_rms` must be a positive number or None, got {config.support_rms!r}")
     if not config.starts or any(s not in ("prior", "gaussian") for s in config.starts):
         raise ValueError(f"`config.starts` must name 'prior' and/or 'gaussian', got {config.starts!r}")
     if config.noise_cv:
@@ -971,9 +1025,15 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     )
     basis: Eigenbasis | CompactBasis | None = fold.basis
     prior_w = fold.prior_w
+    support = None
+    if config.basis != "features" and config.support_rms is not None:
+        support = _eigen_support(fold.basis, q_w, prior_w, fold.stats.n, config.support_rms)
     if config.basis == "compact":
+        noise = noise_moments(q_n, prior_n)[2]
+        if support is not None:
+            support = _compact_support(support, fold.basis, q_w, prior_w, fold.stats.n, noise, config.compact_tol)
         basis, prior_w, q_w = compact_posterior(
-            fold.basis, q_w, prior_w, fold.stats.n, noise_moments(q_n, prior_n)[2], tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
+            fold.basis, q_w, prior_w, fold.stats.n, noise, tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
             width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,  # type: ignore[arg-type]  # resolved: set
         )  # fmt: skip
     _block(q_w)
@@ -989,6 +1049,7 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
         fold.hyper,
         basis,
         fold.y_scale,
+        support,
     )
     timings = DirectTimings(
         init_seconds=fold.init_seconds,
@@ -1000,6 +1061,35 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
         fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv
     )
     return DirectFit(model, timings, direct_info)
+
+
+def _weight_moments(q_w, prior_w):
+    """Posterior means and variances of the weights, float64 NumPy."""
+    values = np.asarray(prior_w.values, np.float64)
+    logq = np.asarray(q_w.logits, np.float64)
+    probs = np.exp(logq - np.logaddexp.reduce(logq, axis=1, keepdims=True))
+    mean = np.sum(probs * values, axis=1)
+    return mean, np.sum(probs * (values - mean[:, None]) ** 2, axis=1)
+
+
+def _eigen_support(basis, q_w, prior_w, n, support_rms) -> SupportBound:
+    """`SupportBound` of an eigenbasis posterior: `support_rms` training RMS, sqrt(lambda_j / n), per direction."""
+    lam = np.maximum(np.asarray(basis.eigenvalues, np.float64), 0.0)
+    bound = float(support_rms) * np.sqrt(lam / float(n))
+    dtype = prior_w.values.dtype
+    return SupportBound(jnp.asarray(bound, dtype), jnp.asarray(_weight_moments(q_w, prior_w)[0], dtype))
+
+
+def _compact_support(support, basis, q_w, prior_w, n, noise_variance, tol) -> SupportBound:
+    """The eigen `support` on the compact model's columns: `[mean, kept directions, complement]`, the kept
+    directions bounded as in the eigenbasis, the others not."""
+    keep, _ = complement_split(basis.eigenvalues, _weight_moments(q_w, prior_w)[1], n, noise_variance, tol=tol)
+    inf = np.full(1, np.inf)
+    tail = np.full(COPIES, np.inf)
+    bound = np.concatenate([inf, np.asarray(support.bound, np.float64)[keep], tail])
+    weight = np.concatenate([np.zeros(1), np.asarray(support.weight, np.float64)[keep], np.zeros(COPIES)])
+    dtype = support.bound.dtype
+    return SupportBound(jnp.asarray(bound, dtype), jnp.asarray(weight, dtype))
 
 
 def fold_features(fitted: PreparedFold | FittedDirect, X: ArrayLike) -> jax.Array:
@@ -1052,25 +1142,30 @@ class _Parts(NamedTuple):
     prior_noise: DiscretePrior
     q_w: MeanField
     q_noise: MeanField
+    support: SupportBound | None
 
 
 def _parts(model: FittedDirect) -> _Parts:
-    return _Parts(model.features, model.basis, model.prior_w, model.prior_noise, model.q_w, model.q_noise)
+    return _Parts(
+        model.features, model.basis, model.prior_w, model.prior_noise, model.q_w, model.q_noise, model.support
+    )
 
 
 @jax.jit
 def _moments_of(parts: _Parts, Xs):
     """Predictive mean and variance, in the units of the fit, of standardized inputs."""
     Phi = _features_of(parts, Xs)
-    return predict_regression(parts.q_w, parts.q_noise, parts.prior_w, parts.prior_noise, Phi)
+    mean, var = predict_regression(parts.q_w, parts.q_noise, parts.prior_w, parts.prior_noise, Phi)
+    return mean + support_shift(parts.support, Phi), var
 
 
 def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Prediction:
     r"""The exact predictive mean and variance of new targets at raw inputs `X`, in the targets' units.
 
-    The mean is `y_offset + y_scale` $\Phi(x)^\top E_q[w]$, the variance `y_scale`$^2$ times
+    The mean is `y_offset + y_scale` $(\Phi(x)^\top E_q[w] + \delta(x))$, the variance `y_scale`$^2$ times
     $\sum_j \Phi_j(x)^2 \mathrm{Var}_q(w_j) + E_q[\sigma^2]$ (noise included), for every recipe
-    (`kronvi.predict_regression` on `fold_features`). Rows are processed `chunk_size` at a time, so no
+    (`kronvi.predict_regression` on `fold_features`); $\delta$ is 0 for rows within the training rows' span
+    and recentres the others (`model.support`, `support_shift`). Rows are processed `chunk_size` at a time, so no
     buffer holds more than `chunk_size x b` features, and padded to a few fixed sizes, so that new row counts
     reuse compiled programs.
 
@@ -1139,7 +1234,8 @@ def log_density(
     chunk_size: int = 4096,
 ) -> Any:
     r"""The exact log predictive density of targets `y` at raw inputs `X`, in the targets' units
-    (`kronvi.predictive_log_density` of the fit's units, less `log(model.y_scale)`).
+    (`kronvi.predictive_log_density` of the fit's units, less `log(model.y_scale)`), the density `predict`'s
+    moments belong to: the posterior predictive moved by `support_shift` (evaluated at $y - \delta(x)$).
 
     With concrete inputs every point meets `rtol` or `kronvi.DensityToleranceError` is raised (its
     `log_density` in the targets' units); under `jit` only the first pass runs (see
@@ -1160,8 +1256,9 @@ def log_density(
     if _traced((model, X, y)):
         yc = (jnp.asarray(y) - model.y_offset) / model.y_scale
         Phi = fold_features(model, X)
+        yc = yc.astype(Phi.dtype) - support_shift(model.support, Phi)
         ld, _ = predictive_log_density(
-            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc.astype(Phi.dtype), rtol=rtol
+            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc, rtol=rtol
         )
         return ld - jnp.log(model.y_scale)
     shift = np.log(float(model.y_scale))
@@ -1177,11 +1274,11 @@ def log_density(
     out, errors, failed = [], [], []
     for start in range(0, Xs.shape[0], chunk_size):
         Phi = _features_of(parts, Xs[start : start + chunk_size])
+        y_chunk = jnp.asarray(yc[start : start + chunk_size]) - support_shift(model.support, Phi)
         try:
             ld, err = predictive_log_density(
-                model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi,
-                jnp.asarray(yc[start : start + chunk_size]), rtol=rtol,
-            )  # fmt: skip
+                model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_chunk, rtol=rtol
+            )
         except DensityToleranceError as e:
             ld, err = e.log_density, e.rel_error_bound
             failed.append(np.asarray(e.failed) + start)

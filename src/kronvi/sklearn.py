@@ -71,6 +71,7 @@ from .pipeline import (
     stream_init,
     stream_prepare,
     stream_update,
+    support_shift,
 )
 from .quantize import sample_codes
 
@@ -387,7 +388,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         r"""Draws functions from the posterior and evaluates them at `X`.
 
         Each draw takes every weight from its posterior factor (`kronvi.sample_codes`: grid values,
-        exactly) and returns `y_offset_` + `y_scale_` $\Phi(x)^\top w$, the noise-free function (add
+        exactly) and returns `y_offset_` + `y_scale_` ($\Phi(x)^\top w$ + `kronvi.pipeline.support_shift`), the
+        noise-free function, moved as `predict`'s mean (add
         $N(0,$ `noise_variance_`$)$ for new targets), laid out as in `GaussianProcessRegressor.sample_y`.
 
         Args:
@@ -407,7 +409,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             Phi = fold_features(model, X)
             codes = sample_codes(jax.random.key(seed), model.q_w, n_samples)  # (S, b)
             W = jnp.take_along_axis(model.prior_w.values, codes.T.astype(jnp.int32), axis=1)  # (b, S)
-            f = matmul(Phi, W)
+            f = matmul(Phi, W) + support_shift(model.support, Phi)[:, None]
         return np.asarray(f, np.float64) * self.y_scale_ + self.y_offset_
 
 
