@@ -231,8 +231,9 @@ def check_fitted(model) -> None:
     )
 
 
-def _check_support(support, width: int) -> None:
-    if not isinstance(support, _registry()["kronvi.pipeline:SupportBound"]):
+def _check_support(support: Any, width: int) -> None:
+    cls: Any = _registry()["kronvi.pipeline:SupportBound"]  # a class: `support` is one of its instances
+    if not isinstance(support, cls):
         raise TypeError(f"`model.support` must be None or a SupportBound, got {type(support).__name__}")
     _finite_array(support.weight, "model.support.weight", (width,))
     bound = np.asarray(support.bound)
