@@ -1001,6 +1001,7 @@ def parse_args(argv=None):
         "--progress", action="store_true",
         help="show a bar (tqdm, else lines on stderr) for the SGD, REPARAM and ELRG step loops; not recorded",
     )  # fmt: skip
+    study_cli.add_cache_option(p)
     return p.parse_args(argv)
 
 
@@ -1105,7 +1106,8 @@ def main(argv=None):
             logf.write(msg + "\n")
             logf.flush()
 
-    log(f"# started {time.strftime('%Y-%m-%d %H:%M:%S')}, load average {os.getloadavg()}")
+    cache = study_cli.compilation_cache(args)
+    log(f"# started {time.strftime('%Y-%m-%d %H:%M:%S')}, load average {os.getloadavg()}; compilation cache {cache}")
     log(f"# command: python experiments/uci.py {shlex.join(sys.argv[1:] if argv is None else argv)}")
     log(
         f"# uci study: jax {jax.__version__} on {jax.devices()[0].platform} ({platform.machine()}, "
