@@ -443,6 +443,8 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
       grid: `"laplace"` (default) or `"paper"`.
       max_iter: coordinate-ascent sweeps at most.
       tol: stop when a sweep gains less than `tol` nats per row.
+      basis: `grid="laplace"` only: `"eigen"` (default: the weights rotated to the eigenbasis of the
+        Laplace Hessian) or `"features"` (`kronvi.ClassifierConfig.basis`).
       dtype: `"float32"` (default) or `"float64"`.
       random_state: seed of the lengthscale's subsample and the frequencies: an int `k` (the key
         `jax.random.key(k)`), `None` or a `numpy.random.RandomState` (a seed drawn from it).
@@ -479,6 +481,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         grid: str = "laplace",
         max_iter: int = 10,
         tol: float = 1e-3,
+        basis: str = "eigen",
         dtype: str = "float32",
         random_state=None,
     ):
@@ -489,6 +492,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         self.grid = grid
         self.max_iter = max_iter
         self.tol = tol
+        self.basis = basis
         self.dtype = dtype
         self.random_state = random_state
 
@@ -497,7 +501,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         _check_choice(self.dtype, "dtype", _DTYPES)
         config = ClassifierConfig(
             num_frequencies=self.n_frequencies, prior_scales=self.prior_scales, levels=self.levels,
-            width=self.width, grid=self.grid, max_iter=self.max_iter, tol=self.tol,
+            width=self.width, grid=self.grid, max_iter=self.max_iter, tol=self.tol, basis=self.basis,
         )  # fmt: skip
         try:
             check_classifier_config(config)

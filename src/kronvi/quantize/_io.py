@@ -271,6 +271,8 @@ def check_classifier(model) -> None:
             raise ValueError(f"`model.{field}` must be positive")
     if not isinstance(model.prior_w, DiscretePrior) or model.prior_w.values.shape[:1] != (b,):
         raise ValueError(f"`model.prior_w` must be a DiscretePrior of {b} weights (2 D + d + 1)")
+    if model.rotation is not None:
+        _finite_array(model.rotation, "model.rotation", (b, b))
     check_model(DirectModel(model.prior_w, None, model.q_w, None))  # type: ignore[arg-type]  # a classifier
 
 
