@@ -17,8 +17,9 @@ and the classification study (`experiments/classification.py`, method `direct-lo
 6. with the Laplace grids, the weights rotated to the eigenbasis of the Laplace Hessian at the MAP
    (`basis="eigen"`, default): the prior $N(0, \sigma_w^2 I)$ is the same in any orthonormal basis, and in
    this one the Laplace posterior is independent across weights, so a mean-field posterior loses far less of
-   it (the regression recipe's eigenbasis, `docs/decisions/classifier.md`); the grids are placed on the
-   rotated weights' Laplace marginals;
+   it (the regression recipe's eigenbasis,
+   `docs/decisions/classifier.md#the-weights-in-the-eigenbasis-of-the-laplace-hessian`); the grids are placed
+   on the rotated weights' Laplace marginals;
 7. coordinate ascent from the Laplace start (`fit_logistic(method="cavi")`);
 
 and `predict_proba` returns the exact $E_q[\sigma(\phi(x)^\top w)]$ (`predict_logistic`).
