@@ -90,6 +90,12 @@ def test_the_compact_model_bounds_its_kept_directions_as_the_eigen_model():
     z = np.asarray(fold_features(eigen, Xt), np.float64)
     bound = np.asarray(eigen.support.bound, np.float64)
     delta = ((np.clip(z, -bound, bound) - z) * keep) @ e_w
+    # the complement's share of the mean, one coordinate bounded by 20 times its training RMS
+    lam = np.maximum(np.asarray(eigen.basis.eigenvalues, np.float64), 0.0)
+    c = (z * ~keep) @ e_w
+    beta = 20.0 * np.sqrt(np.sum(lam[~keep] * e_w[~keep] ** 2) / X.shape[0])
+    np.testing.assert_allclose(compact.support.mix_bound, beta, rtol=1e-4)
+    delta = delta + np.clip(c, -beta, beta) - c
     plain = compact._replace(support=None).predict(Xt).mean
     assert np.all(np.abs(delta) > 1e-4)
     np.testing.assert_allclose(compact.predict(Xt).mean, plain + eigen.y_scale * delta, rtol=1e-4, atol=1e-5)

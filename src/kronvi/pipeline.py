@@ -284,20 +284,26 @@ class SupportBound(NamedTuple):
     rows beyond them (`DirectConfig.support_rms`).
 
     With the model's features $f(x)$ (`fold_features`), the predictive mean is that of the posterior plus
-    $\delta(x) = \sum_j (\mathrm{clip}(f_j(x), -\beta_j, \beta_j) - f_j(x))\,\bar w_j$: for the eigen recipe,
-    $\beta_j$ is `support_rms` times the training rows' RMS coordinate $\sqrt{\lambda_j/n}$ and $\bar w_j$
-    the posterior mean of weight $j$, so the mean is the posterior's at the clipped coordinates; for the compact
-    recipe the same for its kept directions (the mean column and the complement's columns have
-    $\beta = \infty$). $\delta = 0$ for every row within the bounds, the training rows among them
-    (bar the few beyond `support_rms` RMS in some direction).
+    $\delta(x) = \sum_j (\mathrm{clip}(f_j(x), -\beta_j, \beta_j) - f_j(x))\,\bar w_j
+    + \mathrm{clip}(c(x), -\beta_c, \beta_c) - c(x)$, $c(x) = f(x)^\top a$. For the eigen recipe $\beta_j$ is
+    `support_rms` times the training rows' RMS coordinate $\sqrt{\lambda_j/n}$ and $\bar w_j$ the posterior
+    mean of weight $j$ (no $c$), so the mean is the posterior's at the clipped coordinates. For the compact
+    recipe the same holds for its kept directions, and $c$ is the complement's share of the mean,
+    $\phi^\top m_C$ ($m_C = m - V_K\bar u_K$), bounded by `support_rms` times its training RMS
+    $\sqrt{\sum_{j \in C}\lambda_j\bar u_j^2/n}$. $\delta = 0$ for every row within the bounds, the
+    training rows among them (bar the few beyond `support_rms` RMS in some direction).
 
     Attributes:
       bound: `(p,)` $\beta_j$, one per feature column (`inf`: unbounded).
       weight: `(p,)` $\bar w_j$.
+      mix: `(p,)` $a$, or `None` (no $c$).
+      mix_bound: `()` $\beta_c$, or `None`.
     """
 
     bound: jax.Array
     weight: jax.Array
+    mix: jax.Array | None = None
+    mix_bound: jax.Array | None = None
 
 
 def support_shift(support: SupportBound | None, Phi: ArrayLike) -> jax.Array:
@@ -306,15 +312,20 @@ def support_shift(support: SupportBound | None, Phi: ArrayLike) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> support = kronvi.SupportBound(jnp.array([1.0, jnp.inf]), jnp.array([2.0, 3.0]))
-      >>> kronvi.support_shift(support, jnp.array([[0.5, 9.0], [4.0, 9.0]])).tolist()  # (1 - 4) x 2
+      >>> support = kronvi.pipeline.SupportBound(jnp.array([1.0, jnp.inf]), jnp.array([2.0, 3.0]))
+      >>> kronvi.pipeline.support_shift(support, jnp.array([[0.5, 9.0], [4.0, 9.0]])).tolist()  # (1 - 4) x 2
       [0.0, -6.0]
     """
     Phi = jnp.asarray(Phi)
     if support is None:
         return jnp.zeros(Phi.shape[:1], Phi.dtype)
     bound, weight = support.bound.astype(Phi.dtype), support.weight.astype(Phi.dtype)
-    return matmul(jnp.clip(Phi, -bound, bound) - Phi, weight)
+    shift = matmul(jnp.clip(Phi, -bound, bound) - Phi, weight)
+    if support.mix is not None:
+        c = matmul(Phi, support.mix.astype(Phi.dtype))
+        beta = jnp.asarray(support.mix_bound, Phi.dtype)
+        shift = shift + jnp.clip(c, -beta, beta) - c
+    return shift
 
 
 class FittedDirect(NamedTuple):
@@ -1031,7 +1042,9 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     if config.basis == "compact":
         noise = noise_moments(q_n, prior_n)[2]
         if support is not None:
-            support = _compact_support(support, fold.basis, q_w, prior_w, fold.stats.n, noise, config.compact_tol)
+            support = _compact_support(
+                support, fold.basis, q_w, prior_w, fold.stats.n, noise, config.compact_tol, config.support_rms
+            )
         basis, prior_w, q_w = compact_posterior(
             fold.basis, q_w, prior_w, fold.stats.n, noise, tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
             width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,  # type: ignore[arg-type]  # resolved: set
@@ -1080,16 +1093,24 @@ def _eigen_support(basis, q_w, prior_w, n, support_rms) -> SupportBound:
     return SupportBound(jnp.asarray(bound, dtype), jnp.asarray(_weight_moments(q_w, prior_w)[0], dtype))
 
 
-def _compact_support(support, basis, q_w, prior_w, n, noise_variance, tol) -> SupportBound:
+def _compact_support(support, basis, q_w, prior_w, n, noise_variance, tol, support_rms) -> SupportBound:
     """The eigen `support` on the compact model's columns: `[mean, kept directions, complement]`, the kept
     directions bounded as in the eigenbasis, the others not."""
     keep, _ = complement_split(basis.eigenvalues, _weight_moments(q_w, prior_w)[1], n, noise_variance, tol=tol)
     inf = np.full(1, np.inf)
     tail = np.full(COPIES, np.inf)
     bound = np.concatenate([inf, np.asarray(support.bound, np.float64)[keep], tail])
-    weight = np.concatenate([np.zeros(1), np.asarray(support.weight, np.float64)[keep], np.zeros(COPIES)])
+    mean = np.asarray(support.weight, np.float64)
+    weight = np.concatenate([np.zeros(1), mean[keep], np.zeros(COPIES)])
+    # the complement's share of the mean: column 0 (phi^T m) less the kept directions' share
+    mix = np.concatenate([np.ones(1), -mean[keep], np.zeros(COPIES)])
+    lam = np.maximum(np.asarray(basis.eigenvalues, np.float64), 0.0)
+    rms = np.sqrt(np.sum(lam[~keep] * mean[~keep] ** 2) / float(n))
     dtype = support.bound.dtype
-    return SupportBound(jnp.asarray(bound, dtype), jnp.asarray(weight, dtype))
+    return SupportBound(
+        jnp.asarray(bound, dtype), jnp.asarray(weight, dtype), jnp.asarray(mix, dtype),
+        jnp.asarray(float(support_rms) * rms, dtype),
+    )
 
 
 def fold_features(fitted: PreparedFold | FittedDirect, X: ArrayLike) -> jax.Array:

@@ -239,6 +239,13 @@ def _check_support(support: Any, width: int) -> None:
     bound = np.asarray(support.bound)
     if bound.shape != (width,) or bound.dtype.kind != "f" or not np.all(bound >= 0):  # NaN fails `>=`
         raise ValueError(f"`model.support.bound` must be ({width},) non-negative bounds (inf: none)")
+    if (support.mix is None) != (support.mix_bound is None):
+        raise ValueError("`model.support.mix` and `model.support.mix_bound` must be both set or both None")
+    if support.mix is not None:
+        _finite_array(support.mix, "model.support.mix", (width,))
+        _finite_array(support.mix_bound, "model.support.mix_bound", ())
+        if not float(support.mix_bound) >= 0:
+            raise ValueError("`model.support.mix_bound` must be >= 0")
 
 
 def check_classifier(model) -> None:
