@@ -296,6 +296,22 @@ def render(records: list[dict], *, uci_json=None, table1=REFERENCE, rules=RULES)
     return "\n".join(lines) + "\n"
 
 
+def uci_records(paths) -> list[dict]:
+    """Per-fold records of `uci.py` JSON files as this study's records: `direct-mf` as the rule
+    `library-default`, `exact-blr` as `evidence`."""
+    names = {"direct-mf": "library-default", "exact-blr": "evidence"}
+    out = []
+    for path in paths:
+        for r in json.loads(path.read_text()):
+            if r["method"] in names:
+                out += [
+                    dict(dataset=r["dataset"], fold=f["fold"], rule=names[r["method"]], rmse=f["rmse"],
+                         nlpd=f["nlpd"], n=r["n"])
+                    for f in r["per_fold"]
+                ]  # fmt: skip
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default=str(uci.DEFAULT_DATA))
@@ -305,7 +321,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--max-folds", type=int, default=10, help="folds 0..max-folds-1 of --datasets")
     p.add_argument(
-        "--out", required=True, help="JSON lines, appended; finished (dataset, fold) pairs skipped"
+        "--out", help="JSON lines, appended; finished (dataset, fold) pairs skipped (required unless --from-uci)"
     )
     p.add_argument("--table", help="write the markdown table here (from every record in --out)")
     p.add_argument(
@@ -313,7 +329,27 @@ def main(argv=None) -> int:
     )
     p.add_argument("--num-frequencies", type=int, help="random frequencies (default: the recipe's, by rows)")
     p.add_argument("--uci-json", default=str(pathlib.Path(__file__).parent / "results" / "uci.json"))
+    p.add_argument(
+        "--from-uci",
+        help="A.json,B.json: instead of running rules, read uci.py records (direct-mf: the library's default, "
+        "its predictions bounded; exact-blr: the evidence's plain predictive on the same features) and write "
+        "the table of the two to --table",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    if args.from_uci:
+        records = uci_records([pathlib.Path(f) for f in args.from_uci.split(",")])
+        text = render(records, uci_json=args.uci_json, rules=("evidence", "library-default"))
+        pathlib.Path(args.table or args.out).write_text(
+            "# The default recipe's bound through the library (issue 49)\n\n"
+            f"`python experiments/off_support.py {' '.join(sys.argv[1:] if argv is None else argv)}`: "
+            "`library-default` is `uci.py`'s `direct-mf` (`kronvi.fit_direct`'s recipe, predictions with "
+            "`DirectConfig.support_rms = 20`), `evidence` its `exact-blr` (the plain predictive of the same "
+            "features and evidence optimum). Findings: "
+            "`docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`.\n\n" + text
+        )
+        return 0
+    if not args.out:
+        p.error("--out is required unless --from-uci")
     root, out = pathlib.Path(args.data_dir), pathlib.Path(args.out)
     cases = list(args.cases)
     if args.datasets:

@@ -118,3 +118,21 @@ def test_command_line_tiny_run(tmp_path):
     assert off_support.main(argv) == 0
     again = [json.loads(s) for s in out.read_text().splitlines()]
     assert [(r["rmse"], r["nlpd"]) for r in again] == [(r["rmse"], r["nlpd"]) for r in records]
+
+
+def test_the_table_of_uci_records(tmp_path):
+    """`--from-uci` reads uci.py's records (direct-mf: the library's default; exact-blr: the evidence) and marks
+    the blown-up fold of the evidence only."""
+    rec = dict(dataset="toy", n=50)
+    folds = [0.1, 0.1, 0.1, 0.5, 0.1]
+    runs = [
+        dict(rec, method="exact-blr", per_fold=[dict(fold=k, rmse=r, nlpd=-1.0) for k, r in enumerate(folds)]),
+        dict(rec, method="direct-mf", per_fold=[dict(fold=k, rmse=0.1, nlpd=-1.0) for k in range(5)]),
+        dict(rec, method="reparam-mf", per_fold=[dict(fold=0, rmse=9.0, nlpd=9.0)]),  # not read
+    ]
+    (tmp_path / "u.json").write_text(json.dumps(runs))
+    records = off_support.uci_records([tmp_path / "u.json"])
+    assert {r["rule"] for r in records} == {"evidence", "library-default"} and len(records) == 10
+    off_support.main(["--from-uci", str(tmp_path / "u.json"), "--table", str(tmp_path / "t.md"), "--uci-json", ""])
+    row = next(line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| toy |"))
+    assert row.split("|")[5].strip() == "0.18 / -1.000 !3" and row.split("|")[6].strip() == "0.1 / -1.000"
