@@ -221,6 +221,28 @@ def test_matches_a_dense_quadrature_at_b64(dtype):
     assert np.all(np.asarray(err) < (1e-2 if dtype == np.float32 else 1e-6))
 
 
+def test_weight_chunks_and_node_counts_against_enumeration(dtype):
+    # the kernel's weights in chunks of one and two (the chunks' products joined at the top of the tree) and
+    # its per-point node count from the bound (`target`): each value within its bound of enumeration, and
+    # the chunks change nothing but rounding
+    args, z = problem(np.random.default_rng(13), 0.3)
+    args = [np.asarray(a, dtype) for a in args]
+    ref = enumerate_log_density(*[np.asarray(a, np.float64) for a in args])
+    raw = [jnp.asarray(a) for a in args]
+    whole = log_density_kernel(*raw, num_nodes=32)
+    near = np.abs(z) <= 5
+    for chunk in (M, 2 * M):
+        for target in (None, 1e-3 if dtype == np.float32 else 1e-7):
+            ld, err = (np.asarray(v, np.float64) for v in log_density_kernel(
+                *raw, num_nodes=32, target=target, chunk=chunk))  # fmt: skip
+            rel = np.abs(np.expm1(ld - ref))
+            assert np.all(rel <= err + 1e-12), np.c_[z, ref, ld, rel, err]
+            if target is None:
+                np.testing.assert_allclose(ld, whole[0], rtol=1e-4 if dtype == np.float32 else 1e-12)
+            else:  # the Gaussian estimate mostly holds near the mean (b = 4: valleys between modes are missed)
+                assert np.median(err[near]) <= 4 * target, np.c_[z, err][near]
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -131,6 +131,7 @@ def _point(
     lam_base,
     num_lams,
     group,
+    chunk,
 ):
     dt = phi.dtype
     fi = jnp.finfo(dt)
@@ -295,22 +296,37 @@ def _point(
             psr, psi = ar + br_ + pr, ai + bi_ + pi_
         return psr[:, 0], psi[:, 0], tree
 
-    def node_group(st):
-        it, zr, zi, out = st
-        rows_r, rows_i = [], []
-        for _ in range(group):
-            rows_r.append(jnp.sum(p * zr, 0))
-            rows_i.append(jnp.sum(p * zi, 0))
-            zr, zi = zr + er1 + (zr * er1 - zi * ei1), zi + ei1 + (zr * ei1 + zi * er1)
-        res = jnp.stack(tree_product(jnp.stack(rows_r), jnp.stack(rows_i)))  # (3, g)
-        return it + 1, zr, zi, lax.dynamic_update_slice(out, res, (jnp.asarray(0, jnp.int32), it * group))
+    # The weights in chunks of a power of two, about `chunk` atoms each (zero padding is a factor of one):
+    # each chunk runs all its nodes while its arrays stay in cache; the chunks' products join in the tree's top.
+    bc = min(1 << max(0, (chunk // m).bit_length() - 1), 1 << max(0, (b - 1).bit_length()))
+    nc = -(-b // bc)
 
-    out0 = jnp.zeros((3, -(-K_max // group) * group), dt)
-    _, _, _, out = lax.while_loop(
-        lambda st: st[0] * group < K,
-        node_group,
-        (jnp.asarray(0, jnp.int32), jnp.zeros_like(er1), jnp.zeros_like(ei1), out0),
-    )
+    def chunks(x):  # (m, b) -> (nc, m, bc)
+        return jnp.pad(x, ((0, 0), (0, nc * bc - b))).reshape(m, nc, bc).transpose(1, 0, 2)
+
+    def chunk_nodes(xs):
+        pc, erc, eic = xs
+
+        def node_group(st):
+            it, zr, zi, out = st
+            rows_r, rows_i = [], []
+            for _ in range(group):
+                rows_r.append(jnp.sum(pc * zr, 0))
+                rows_i.append(jnp.sum(pc * zi, 0))
+                zr, zi = zr + erc + (zr * erc - zi * eic), zi + eic + (zr * eic + zi * erc)
+            res = jnp.stack(tree_product(jnp.stack(rows_r), jnp.stack(rows_i)))  # (3, g)
+            return it + 1, zr, zi, lax.dynamic_update_slice(out, res, (jnp.asarray(0, jnp.int32), it * group))
+
+        out0 = jnp.zeros((3, -(-K_max // group) * group), dt)
+        return lax.while_loop(
+            lambda st: st[0] * group < K,
+            node_group,
+            (jnp.asarray(0, jnp.int32), jnp.zeros_like(erc), jnp.zeros_like(eic), out0),
+        )[3]
+
+    outs = lax.map(chunk_nodes, (chunks(p), chunks(er1), chunks(ei1)))  # (nc, 3, K_pad)
+    top_r, top_i, top_tree = tree_product(outs[:, 0].T, outs[:, 1].T)
+    out = jnp.stack([top_r, top_i, top_tree + jnp.sum(outs[:, 2], 0)])
     phr, phi_i, tree = 1.0 + out[0, :K_max], out[1, :K_max], out[2, :K_max]  # phi of F_tau - mu_F
 
     shift = Delta_F - tau * svals  # (S,)
@@ -363,7 +379,8 @@ def _point(
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "num_nodes", "target", "batch_size", "max_newton", "newton_tol", "kappa", "lam_base", "num_lams", "group"
+        "num_nodes", "target", "batch_size", "max_newton", "newton_tol", "kappa", "lam_base", "num_lams", "group",
+        "chunk",
     ),
 )  # fmt: skip
 def log_density_kernel(
@@ -383,6 +400,7 @@ def log_density_kernel(
     lam_base: float = 2.5,
     num_lams: int = 2,
     group: int = 4,
+    chunk: int = 8192,
 ):
     """`(log_density, rel_error_bound)`, each `(N,)`, on raw arrays: `qw` `(b, m)` and `qn`
     `(S,)` probabilities, `values` `(b, m)` and `svals` `(S,)` levels. `num_nodes` nodes per point, or
@@ -407,6 +425,7 @@ def log_density_kernel(
         lam_base=lam_base,
         num_lams=num_lams,
         group=group,
+        chunk=chunk,
     )
     xs = (Phi_new, y_new.astype(dt))
     if batch_size <= 1:  # one point at a time: each point runs only its own Newton steps and nodes
