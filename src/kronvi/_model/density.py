@@ -2,22 +2,26 @@ r"""Exact predictive log density of a mean-field DIRECT regression posterior, ba
 
 Model: $Y = F + E$, $F = \sum_j \Phi^*_j w_j$ with independent discrete $w_j$
 (levels `values[j, k]`, probabilities `qw[j, k]`), $E \sim N(0, s)$ with $s$ discrete
-(levels `svals`, probabilities `qn`). Per point, with no Python loop over points:
+(levels `svals`, probabilities `qn`). Per point (one at a time in a `lax.map`, or `batch_size` vectorized),
+with no Python loop over points:
 
 1. Exponential tilting (an exact identity): $p(y) = M(\tau) e^{-\tau y} p_\tau(y)$, with Newton steps
    on $\tau$ until the tilted mean is within `newton_tol` tilted sds of `y` (points near the mean
-   keep $\tau = 0$). $\log M_F$ is accumulated as
+   keep $\tau = 0$); each step's tilted moments take one exponential per atom. $\log M_F$ is accumulated as
    $\tau c_j + \mathrm{log1p}(\sum_k \hat q_{jk}\,\mathrm{expm1}(\tau(a_{jk}-c_j)))$, so its rounding
    error scales with the tilt, not with `b`.
-2. The trapezoid rule for $p_\tau(y) = \frac1{2\pi}\int \varphi_\tau(t) e^{-ity}dt$ on a static number
-   `K` of nodes $t_n = nh$; the step $h = 2\pi/L$ is chosen per point to balance aliasing
-   against truncation, so the cost per point is fixed.
+2. The trapezoid rule for $p_\tau(y) = \frac1{2\pi}\int \varphi_\tau(t) e^{-ity}dt$ on `K` nodes
+   $t_n = nh$, $h = 2\pi/L$. With `target` set, `K` (a multiple of `group`, at most `num_nodes`) and `L`
+   are the fewest nodes, and their best step, whose alias and truncation bounds below sum to at most
+   `target` times a Gaussian estimate of $p_\tau(y)$; the caller redoes the points that estimate
+   misjudged. Without it every point gets `num_nodes` and the step balancing aliasing against truncation.
 3. $\varphi_\tau(t_n) = \prod_j (1 + \psi_j(n))$, $\psi_j(n) = \sum_k p_{jk}(\omega_{jk}^n - 1)$,
    $\omega_{jk} = e^{ih d_{jk}}$, $d_{jk} = a_{jk} - m_j$ centred at the tilted factor mean.
    $\omega - 1$ comes from a short Taylor series after range reduction and three angle doublings; the
    powers from the recurrence $z_{n+1} = z_n + \epsilon + z_n\epsilon$ ($z_n = \omega^n - 1$),
-   a `lax.scan` over nodes with levels-major `(m, b)` arrays. The product over `j` is a pairwise tree
-   in the "minus one" form $\psi_{ab} = \psi_a + \psi_b + \psi_a\psi_b$ (all $|1+\psi| \le 1$,
+   a `lax.while_loop` over groups of nodes with levels-major `(m, b)` arrays, the weights in chunks of
+   about `chunk` atoms that each run all their nodes while their arrays stay in cache. The product over
+   `j` is a pairwise tree (within the chunks, then across them) in the "minus one" form $\psi_{ab} = \psi_a + \psi_b + \psi_a\psi_b$ (all $|1+\psi| \le 1$,
    so nothing under- or overflows). Cost per point: `K*b*m` complex multiply-adds, no transcendentals.
 
 Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
@@ -26,8 +30,9 @@ Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
   $p_\tau(x) \le e^{-\lambda x} M_{F_\tau}(\lambda)\sum_s w_s e^{\lambda\tau s+\lambda^2 s/2}/\sqrt{2\pi s}$
   (Chernoff on the Gaussian components), so the aliases $k \ge 1$ sum to at most that bound times
   $r/(1-r)$, $r=e^{-\lambda L}$, and likewise with $-\lambda$ for $k \le -1$.
-  $M_{F_\tau}$ is evaluated exactly at 4 values of $\lambda$ per side; the best over 48
-  candidate `L` picks `L`.
+  $M_{F_\tau}$ is evaluated exactly at $\lambda$ = 2.5 and 5 tilted sds per side (from one exponential
+  per atom and side: with $g = e^{\lambda_0 (d - d_{max})} \le 1$, $M_j(2\lambda_0)$ takes $g^2$;
+  probabilities that underflowed add at most $(m+1)$ `tiny` to each factor's sum); 48 candidate `L`.
 * truncation (rigorous): $|\varphi_F| \le 1$ and $h\sum_{n\ge K} f(nh) \le \int_{(K-1)h}^\infty f$
   for decreasing $f$, giving $\frac1\pi\sum_s w_s\sqrt{\pi/2s}\,\mathrm{erfc}((K-1)h\sqrt{s/2})$.
 * rounding (a first-order worst-case model with safety factor `kappa`, assuming elementary functions
@@ -36,7 +41,7 @@ Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
   the prefactor $M(\tau)e^{-\tau y}$.
 
 The relative bound is $\rho_{pre} + \mathrm{abs}/(Q-\mathrm{abs})$ (`inf` if $Q \le \mathrm{abs}$).
-Where it exceeds the caller's tolerance, `predictive_log_density` redoes the point with 4x the nodes.
+Where it exceeds the caller's tolerance, `predictive_log_density` redoes the point with all of 4x the nodes.
 Why this kernel: docs/decisions/default-recipe.md#the-exact-predictive-density.
 """
 
@@ -405,7 +410,7 @@ def log_density_kernel(
     """`(log_density, rel_error_bound)`, each `(N,)`, on raw arrays: `qw` `(b, m)` and `qn`
     `(S,)` probabilities, `values` `(b, m)` and `svals` `(S,)` levels. `num_nodes` nodes per point, or
     with `target` the fewest of them whose alias and truncation bound is below `target` times an estimate of
-    the point's density. Memory per batch of points is `O(batch_size * (b * m + num_nodes * b))`."""
+    the point's density. Memory per batch of points is `O(batch_size * (b * m + num_nodes))`."""
     dt = Phi_new.dtype
     qw = qw.astype(dt)
     qhat = qw / jnp.sum(qw, -1, keepdims=True)
