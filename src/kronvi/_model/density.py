@@ -457,13 +457,13 @@ class DensityToleranceError(FloatingPointError):
         self.log_density, self.rel_error_bound, self.failed = log_density, rel_error_bound, failed
 
 
-TARGET = 0.25  # the first pass's alias + truncation bound, as a fraction of `rtol` times the density estimate
+TARGET = 0.5  # the first pass's alias + truncation bound, as a fraction of `rtol` times the density estimate
 
 
 def default_num_nodes(dtype) -> int:
     """The most trapezoid nodes of the first pass: 32 in float32, 64 in float64. With `rtol` set each point
-    gets the fewest nodes (a multiple of 4) whose alias and truncation bound is below `rtol / 4` times a
-    Gaussian estimate of its density (8 to 12 in float32 and about 32 in float64 where the noise is a sizable
+    gets the fewest nodes (a multiple of 4) whose alias and truncation bound is below `rtol / 2` times a
+    Gaussian estimate of its density (8 to 12 in float32 and 24 to 28 in float64 where the noise is a sizable
     part of the predictive variance); the points whose bound is not met are redone with more."""
     return 64 if jnp.dtype(dtype) == jnp.float64 else 32
 
@@ -493,7 +493,7 @@ def predictive_log_density(
 
     Each point is computed by exponential tilting (an exact identity that moves the point to the mode of
     a reweighted posterior) and the trapezoid rule on at most `num_nodes` nodes whose step is chosen per
-    point (with `rtol` set, the fewest nodes whose alias and truncation bound is below `rtol / 4` times a
+    point (with `rtol` set, the fewest nodes whose alias and truncation bound is below `rtol / 2` times a
     Gaussian estimate of the point's density); the returned relative error bound covers aliasing and
     truncation rigorously and rounding by a worst-case first-order model (derivations in the module
     docstring). Cost per point: `K * b * m` complex multiply-adds for its `K` nodes.
