@@ -30,7 +30,7 @@ Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
   $p_\tau(x) \le e^{-\lambda x} M_{F_\tau}(\lambda)\sum_s w_s e^{\lambda\tau s+\lambda^2 s/2}/\sqrt{2\pi s}$
   (Chernoff on the Gaussian components), so the aliases $k \ge 1$ sum to at most that bound times
   $r/(1-r)$, $r=e^{-\lambda L}$, and likewise with $-\lambda$ for $k \le -1$.
-  $M_{F_\tau}$ is evaluated exactly at $\lambda$ = 2.5 and 5 tilted sds per side (from one exponential
+  $M_{F_\tau}$ is evaluated exactly at $\lambda$ = 3.5 and 7 tilted sds per side (from one exponential
   per atom and side: with $g = e^{\lambda_0 (d - d_{max})} \le 1$, $M_j(2\lambda_0)$ takes $g^2$;
   probabilities that underflowed add at most $(m+1)$ `tiny` to each factor's sum); 48 candidate `L`.
 * truncation (rigorous): $|\varphi_F| \le 1$ and $h\sum_{n\ge K} f(nh) \le \int_{(K-1)h}^\infty f$
@@ -402,7 +402,7 @@ def log_density_kernel(
     max_newton: int = 200,
     newton_tol: float = 0.5,
     kappa: float = 4.0,
-    lam_base: float = 2.5,
+    lam_base: float = 3.5,
     num_lams: int = 2,
     group: int = 4,
     chunk: int = 8192,
