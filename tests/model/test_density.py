@@ -173,16 +173,17 @@ def test_under_jit_runs_one_pass_and_reports_its_bound():
     args = [np.asarray(a, dtype) for a in args]
     q_w, q_n, pw, pn = model(*args[:4], dtype)
     Phi, y = jnp.asarray(args[4]), jnp.asarray(args[5])
-    # the first pass's default 8 nodes: too few for these points, so refinement has something to do (and
-    # every node count the eager calls use is one the enumeration tests above compiled)
-    jitted = jax.jit(lambda P, t: kronvi.predictive_log_density(q_w, q_n, pw, pn, P, t))
-    ld8, _ = jitted(Phi, y)
-    eager8 = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, rtol=None)
-    np.testing.assert_allclose(ld8, eager8[0], rtol=1e-5 if dtype == np.float32 else 1e-12)
+    # under jit the first pass alone: all 32 nodes with rtol=None, as eager; with rtol the nodes each point's
+    # bound needs, too few for some of these spiky points, so eager refinement has something to do
+    plain = jax.jit(lambda P, t: kronvi.predictive_log_density(q_w, q_n, pw, pn, P, t, rtol=None))
+    eager = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, rtol=None)
+    np.testing.assert_allclose(plain(Phi, y)[0], eager[0], rtol=1e-5)
     near = np.abs(z) <= 8  # farther out some points are below the float32 and float64 floors here
+    jitted = jax.jit(lambda P, t: kronvi.predictive_log_density(q_w, q_n, pw, pn, P, t, rtol=1e-3))
+    first = np.asarray(jitted(Phi[near], y[near])[1])
     ld, err = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi[near], y[near], rtol=1e-3)
-    assert np.all(np.asarray(err) <= np.asarray(eager8[1])[near])
-    assert np.sum(np.asarray(err) < np.asarray(eager8[1])[near]) > 0  # refinement did something
+    assert np.all(np.asarray(err) <= first * (1 + 1e-3))  # the same first pass, compiled apart
+    assert np.sum(np.asarray(err) < 0.5 * first) > 0  # refinement did something
     args[4], args[5] = args[4][near], args[5][near]
     ref = enumerate_log_density(*[np.asarray(a, np.float64) for a in args])
     rel = np.abs(np.expm1(np.asarray(ld, np.float64) - ref))
@@ -220,6 +221,28 @@ def test_matches_a_dense_quadrature_at_b64(dtype):
     assert np.all(np.asarray(err) < (1e-2 if dtype == np.float32 else 1e-6))
 
 
+def test_weight_chunks_and_node_counts_against_enumeration(dtype):
+    # the kernel's weights in chunks of one and two (the chunks' products joined at the top of the tree) and
+    # its per-point node count from the bound (`target`): each value within its bound of enumeration, and
+    # the chunks change nothing but rounding
+    args, z = problem(np.random.default_rng(13), 0.3)
+    args = [np.asarray(a, dtype) for a in args]
+    ref = enumerate_log_density(*[np.asarray(a, np.float64) for a in args])
+    raw = [jnp.asarray(a) for a in args]
+    whole = log_density_kernel(*raw, num_nodes=32)
+    near = np.abs(z) <= 5
+    for chunk in (M, 2 * M):
+        for target in (None, 1e-3 if dtype == np.float32 else 1e-7):
+            ld, err = (np.asarray(v, np.float64) for v in log_density_kernel(
+                *raw, num_nodes=32, target=target, chunk=chunk))  # fmt: skip
+            rel = np.abs(np.expm1(ld - ref))
+            assert np.all(rel <= err + 1e-12), np.c_[z, ref, ld, rel, err]
+            if target is None:
+                np.testing.assert_allclose(ld, whole[0], rtol=1e-4 if dtype == np.float32 else 1e-12)
+            else:  # the Gaussian estimate mostly holds near the mean (b = 4: valleys between modes are missed)
+                assert np.median(err[near]) <= 4 * target, np.c_[z, err][near]
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -250,7 +273,9 @@ def test_traced_posterior_with_concrete_points_runs_one_pass():
     ld, err = jax.vmap(
         lambda lg: kronvi.predictive_log_density(kronvi.MeanField(lg), q_n, pw, pn, Phi, y, rtol=1e-6)
     )(stacked)
-    for k in range(2):
-        ref = kronvi.predictive_log_density(kronvi.MeanField(stacked[k]), q_n, pw, pn, Phi, y, rtol=None)
+    for k in range(2):  # the first pass of the same call, one posterior at a time
+        ref = jax.jit(
+            lambda lg: kronvi.predictive_log_density(kronvi.MeanField(lg), q_n, pw, pn, Phi, y, rtol=1e-6)
+        )(stacked[k])
         np.testing.assert_allclose(ld[k], ref[0], rtol=1e-5)
-        np.testing.assert_allclose(err[k], ref[1], rtol=1e-4)
+        np.testing.assert_allclose(err[k], ref[1], rtol=1e-3)

@@ -2,22 +2,26 @@ r"""Exact predictive log density of a mean-field DIRECT regression posterior, ba
 
 Model: $Y = F + E$, $F = \sum_j \Phi^*_j w_j$ with independent discrete $w_j$
 (levels `values[j, k]`, probabilities `qw[j, k]`), $E \sim N(0, s)$ with $s$ discrete
-(levels `svals`, probabilities `qn`). Per point, with no Python loop over points:
+(levels `svals`, probabilities `qn`). Per point (one at a time in a `lax.map`, or `batch_size` vectorized),
+with no Python loop over points:
 
 1. Exponential tilting (an exact identity): $p(y) = M(\tau) e^{-\tau y} p_\tau(y)$, with Newton steps
    on $\tau$ until the tilted mean is within `newton_tol` tilted sds of `y` (points near the mean
-   keep $\tau = 0$). $\log M_F$ is accumulated as
+   keep $\tau = 0$); each step's tilted moments take one exponential per atom. $\log M_F$ is accumulated as
    $\tau c_j + \mathrm{log1p}(\sum_k \hat q_{jk}\,\mathrm{expm1}(\tau(a_{jk}-c_j)))$, so its rounding
    error scales with the tilt, not with `b`.
-2. The trapezoid rule for $p_\tau(y) = \frac1{2\pi}\int \varphi_\tau(t) e^{-ity}dt$ on a static number
-   `K` of nodes $t_n = nh$; the step $h = 2\pi/L$ is chosen per point to balance aliasing
-   against truncation, so the cost per point is fixed.
+2. The trapezoid rule for $p_\tau(y) = \frac1{2\pi}\int \varphi_\tau(t) e^{-ity}dt$ on `K` nodes
+   $t_n = nh$, $h = 2\pi/L$. With `target` set, `K` (a multiple of `group`, at most `num_nodes`) and `L`
+   are the fewest nodes, and their best step, whose alias and truncation bounds below sum to at most
+   `target` times a Gaussian estimate of $p_\tau(y)$; the caller redoes the points that estimate
+   misjudged. Without it every point gets `num_nodes` and the step balancing aliasing against truncation.
 3. $\varphi_\tau(t_n) = \prod_j (1 + \psi_j(n))$, $\psi_j(n) = \sum_k p_{jk}(\omega_{jk}^n - 1)$,
    $\omega_{jk} = e^{ih d_{jk}}$, $d_{jk} = a_{jk} - m_j$ centred at the tilted factor mean.
    $\omega - 1$ comes from a short Taylor series after range reduction and three angle doublings; the
    powers from the recurrence $z_{n+1} = z_n + \epsilon + z_n\epsilon$ ($z_n = \omega^n - 1$),
-   a `lax.scan` over nodes with levels-major `(m, b)` arrays. The product over `j` is a pairwise tree
-   in the "minus one" form $\psi_{ab} = \psi_a + \psi_b + \psi_a\psi_b$ (all $|1+\psi| \le 1$,
+   a `lax.while_loop` over groups of nodes with levels-major `(m, b)` arrays, the weights in chunks of
+   about `chunk` atoms that each run all their nodes while their arrays stay in cache. The product over
+   `j` is a pairwise tree (within the chunks, then across them) in the "minus one" form $\psi_{ab} = \psi_a + \psi_b + \psi_a\psi_b$ (all $|1+\psi| \le 1$,
    so nothing under- or overflows). Cost per point: `K*b*m` complex multiply-adds, no transcendentals.
 
 Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
@@ -26,8 +30,9 @@ Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
   $p_\tau(x) \le e^{-\lambda x} M_{F_\tau}(\lambda)\sum_s w_s e^{\lambda\tau s+\lambda^2 s/2}/\sqrt{2\pi s}$
   (Chernoff on the Gaussian components), so the aliases $k \ge 1$ sum to at most that bound times
   $r/(1-r)$, $r=e^{-\lambda L}$, and likewise with $-\lambda$ for $k \le -1$.
-  $M_{F_\tau}$ is evaluated exactly at 4 values of $\lambda$ per side; the best over 48
-  candidate `L` picks `L`.
+  $M_{F_\tau}$ is evaluated exactly at $\lambda$ = 3.5 and 7 tilted sds per side (from one exponential
+  per atom and side: with $g = e^{\lambda_0 (d - d_{max})} \le 1$, $M_j(2\lambda_0)$ takes $g^2$;
+  probabilities that underflowed add at most $(m+1)$ `tiny` to each factor's sum); 48 candidate `L`.
 * truncation (rigorous): $|\varphi_F| \le 1$ and $h\sum_{n\ge K} f(nh) \le \int_{(K-1)h}^\infty f$
   for decreasing $f$, giving $\frac1\pi\sum_s w_s\sqrt{\pi/2s}\,\mathrm{erfc}((K-1)h\sqrt{s/2})$.
 * rounding (a first-order worst-case model with safety factor `kappa`, assuming elementary functions
@@ -36,7 +41,7 @@ Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
   the prefactor $M(\tau)e^{-\tau y}$.
 
 The relative bound is $\rho_{pre} + \mathrm{abs}/(Q-\mathrm{abs})$ (`inf` if $Q \le \mathrm{abs}$).
-Where it exceeds the caller's tolerance, `predictive_log_density` redoes the point with 4x the nodes.
+Where it exceeds the caller's tolerance, `predictive_log_density` redoes the point with all of 4x the nodes.
 Why this kernel: docs/decisions/default-recipe.md#the-exact-predictive-density.
 """
 
@@ -103,62 +108,73 @@ def _cmul(ar, ai, br, bi):
     return ar * br - ai * bi, ar * bi + ai * br
 
 
+def _node_counts(cap, group):
+    """The node counts a point may be given, multiples of `group` up to `cap` (about 16 of them)."""
+    top = max(group, cap // group * group)
+    ks = {top}
+    k = float(top)
+    while k > group:
+        k /= 1.19
+        ks.add(max(group, int(math.ceil(k / group)) * group))
+    return tuple(sorted(ks))
+
+
 def _point(
-    phi, y, *, log_qhat, qhat, values, log_qn, svals, num_nodes, max_newton, newton_tol, kappa, lam_mults
+    phi,
+    y,
+    *,
+    log_qhat,
+    qhat,
+    values,
+    log_qn,
+    svals,
+    num_nodes,
+    target,
+    max_newton,
+    newton_tol,
+    kappa,
+    lam_base,
+    num_lams,
+    group,
+    chunk,
 ):
     dt = phi.dtype
     fi = jnp.finfo(dt)
     u = fi.eps * 0.5
-    b, m = values.shape
+    m, b = values.shape  # levels-major: reductions over levels vectorize along the weights
     S = svals.shape[0]
-    K = num_nodes
+    K_max = num_nodes
     nterms = 7 if dt == jnp.float64 else 4  # series terms at |y| <= pi/8
 
-    a = phi[:, None] * values  # (b, m) atoms of phi_j w_j
-    c = jnp.sum(qhat * a, -1)  # untilted factor means
-    d0 = a - c[:, None]
+    a = phi[None] * values  # (m, b) atoms of phi_j w_j
+    c = jnp.sum(qhat * a, 0)  # untilted factor means
+    d0 = a - c[None]
     mu0 = _tree_sum(c)
     log_sqrt_2pi_s = 0.5 * jnp.log(2.0 * math.pi * svals)
+    support = qhat > 0
 
-    def factors(tau):
-        z = tau * d0
-        em = jnp.expm1(z)
-        X = jnp.sum(qhat * em, -1)
-        D_small = jnp.log1p(X)
-        D_big = jax.nn.logsumexp(log_qhat + z, axis=-1)
-        D = jnp.where(jnp.abs(X) < 0.5, D_small, D_big)  # log E_qhat e^{tau (a - c)}
-        log_p = log_qhat + z - D[:, None]
-        p = jnp.exp(log_p)
-        delta = jnp.sum(p * d0, -1)  # tilted mean - c_j
-        var_f = jnp.sum(p * (d0 - delta[:, None]) ** 2)
+    def noise_moments(tau):
         lw = log_qn + 0.5 * tau**2 * svals
         lme = jax.nn.logsumexp(lw)
         w = jnp.exp(lw - lme)
         me = jnp.sum(w * tau * svals)
         ve = jnp.maximum(jnp.sum(w * (svals + (tau * svals) ** 2)) - me**2, 0.0)
-        mean = mu0 + _tree_sum(delta) + me
-        Xb = jnp.where(jnp.abs(X) < 0.5, 2.0 * jnp.sum(qhat * jnp.abs(em), -1), 1.0 + u * jnp.abs(D))
-        return dict(
-            D=D,
-            X=Xb,
-            log_p=log_p,
-            p=p,
-            delta=delta,
-            var_f=var_f,
-            lme=lme,
-            w=w,
-            me=me,
-            ve=ve,
-            mean=mean,
-            var=var_f + ve,
-        )
+        return lme, w, me, ve
 
-    def moments(tau):
-        f = factors(tau)
-        return f["mean"], f["var"]
+    def moments(tau):  # tilted mean and variance of Y, one exponential per atom
+        z = tau * d0
+        zmax = jnp.max(jnp.where(support, z, -jnp.inf), 0, keepdims=True)
+        e = jnp.where(support, qhat * jnp.exp(z - zmax), 0.0)
+        p = e / jnp.sum(e, 0, keepdims=True)
+        delta = jnp.sum(p * d0, 0)
+        var_f = jnp.sum(p * (d0 - delta[None]) ** 2)
+        _, _, me, ve = noise_moments(tau)
+        return mu0 + _tree_sum(delta) + me, var_f + ve
 
     zero = jnp.zeros((), dt)
-    mean0, var0 = moments(zero)
+    delta0 = jnp.sum(qhat * d0, 0)
+    mean0 = mu0 + _tree_sum(delta0)
+    var0 = jnp.sum(qhat * (d0 - delta0[None]) ** 2) + noise_moments(zero)[3]
 
     def cond(cst):
         it, tau, mean, var = cst
@@ -172,29 +188,68 @@ def _point(
         return it + 1, tau + step, mean, var
 
     _, tau, _, _ = lax.while_loop(cond, body, (jnp.asarray(0), zero, mean0, var0))
-    f = factors(tau)
-    p, log_p, delta, w, lme = f["p"], f["log_p"], f["delta"], f["w"], f["lme"]
-    v_tot = f["var"]
+
+    def tilted(tau):  # (D, X, p): log E_qhat e^{tau (a - c)}, its rounding scale, tilted probabilities
+        z = tau * d0
+        em = jnp.expm1(z)
+        X = jnp.sum(qhat * em, 0)
+
+        def small(_):  # log1p form: the rounding error of sum_j D_j scales with the tilt, not with b
+            D = jnp.log1p(X)
+            return D, 2.0 * jnp.sum(qhat * jnp.abs(em), 0), qhat * (1.0 + em) / (1.0 + X)[None]
+
+        def big(_):
+            D_small = jnp.log1p(X)
+            D_big = jax.nn.logsumexp(log_qhat + z, axis=0)
+            ok = jnp.abs(X) < 0.5
+            D = jnp.where(ok, D_small, D_big)
+            Xb = jnp.where(ok, 2.0 * jnp.sum(qhat * jnp.abs(em), 0), 1.0 + u * jnp.abs(D))
+            return D, Xb, jnp.exp(log_qhat + z - D[None])
+
+        return lax.cond(jnp.all(jnp.abs(X) < 0.5), small, big, None)
+
+    def untilted(_):
+        return jnp.zeros((b,), dt), jnp.zeros((b,), dt), qhat
+
+    D, Xb, p = lax.cond(tau == 0, untilted, tilted, tau)
+    lme, w, me, ve = noise_moments(tau)
+    delta = jnp.sum(p * d0, 0)  # tilted mean - c_j
+    d = d0 - delta[None]  # atoms centred at the tilted factor means
+    v_tot = jnp.sum(p * d**2) + ve
     sd_tot = jnp.sqrt(v_tot)
-    d = d0 - delta[:, None]  # atoms centred at the tilted factor means
     mu_F = mu0 + _tree_sum(delta)
-    Delta = y - f["mean"]  # offset of y from the tilted mean of Y
+    Delta = y - (mu_F + me)  # offset of y from the tilted mean of Y
     Delta_F = y - mu_F
     logw = jnp.log(w)
 
     # --- step h = 2 pi / L: rigorous alias and truncation bounds evaluated for candidate L, best taken.
     # Alias (k >= 1 side, any lam > 0): e^{-lam Delta_F} M_{F_tau - mu_F}(lam) C(lam) r/(1-r), r = e^{-lam L};
-    # log M is independent of L, so a few lam per side serve every candidate L.
-    lam_grid = jnp.asarray(lam_mults, dt) / sd_tot
+    # log M is independent of L, so a few lam per side serve every candidate L. The lam are lam_base * 2^i
+    # / sd, so one exponential per atom and side serves them all: with g = e^{lam_0 (d - d_max)} <= 1,
+    # M_j(2^i lam_0) = e^{2^i lam_0 d_max} sum_k p g^(2^i); probabilities below `tiny` that rounded to zero
+    # add at most m * tiny to each sum.
+    lam_grid = lam_base * (2.0 ** jnp.arange(num_lams, dtype=dt)) / sd_tot
 
-    def log_chernoff(lam, sign):  # log[e^{-sign lam Delta_F} M(sign lam) C(sign lam)], lam: (nl,)
-        lmf = jnp.sum(jax.nn.logsumexp(log_p[None] + sign * lam[:, None, None] * d[None], axis=-1), -1)
+    def log_chernoff(sign):  # log[e^{-sign lam Delta_F} M(sign lam) C(sign lam)] for every lam: (nl,)
+        sd_ = sign * d
+        top = jnp.max(jnp.where(support, sd_, -jnp.inf), 0)  # (b,)
+        g = jnp.where(support, jnp.exp(lam_grid[0] * (sd_ - top[None])), 0.0)
+        lmf = []
+        for i in range(num_lams):
+            s_i = jnp.sum(p * g, 0) + (m + 1) * fi.tiny
+            lmf.append(jnp.sum(lam_grid[i] * top + jnp.log(s_i)))
+            g = g * g
+        lmf = jnp.stack(lmf)
         lc = jax.nn.logsumexp(
-            logw + sign * lam[:, None] * tau * svals + 0.5 * lam[:, None] ** 2 * svals - log_sqrt_2pi_s, -1
+            logw
+            + sign * lam_grid[:, None] * tau * svals
+            + 0.5 * lam_grid[:, None] ** 2 * svals
+            - log_sqrt_2pi_s,
+            -1,
         )
-        return -sign * lam * Delta_F + lmf + lc
+        return -sign * lam_grid * Delta_F + lmf + lc
 
-    lch_p, lch_m = log_chernoff(lam_grid, 1.0), log_chernoff(lam_grid, -1.0)
+    lch_p, lch_m = log_chernoff(1.0), log_chernoff(-1.0)
     zc = jnp.asarray([2.0 * 1.12**i for i in range(48)], dt)  # 2 .. ~400 sds
     Lc = 2.0 * jnp.abs(Delta) + zc * sd_tot
 
@@ -208,78 +263,112 @@ def _point(
         terms = logw + 0.5 * jnp.log(0.5 * math.pi / svals) + jnp.log(jnp.maximum(e, fi.tiny))
         return jax.nn.logsumexp(terms, axis=-1) - math.log(math.pi)
 
-    Tc = 2.0 * math.pi * (K - 1) / Lc
-    score = jnp.logaddexp(log_alias(Lc), log_trunc(Tc))
-    i_best = jnp.argmin(score)
+    la = log_alias(Lc)
+    if target is None:  # every point gets K_max nodes; the step balances aliasing against truncation
+        K = jnp.asarray(K_max, jnp.int32)
+        i_best = jnp.argmin(jnp.logaddexp(la, log_trunc(2.0 * math.pi * (K_max - 1) / Lc)))
+    else:  # the fewest nodes (and their best step) whose alias + truncation bound is below `target` times a
+        # Gaussian estimate of the tilted density at y; the caller redoes the points this estimate misjudged
+        ks = jnp.asarray(_node_counts(K_max, group), dt)
+        q_est = jnp.exp(-0.5 * Delta**2 / v_tot) / jnp.sqrt(2.0 * math.pi * v_tot)
+        score = jnp.logaddexp(la[None], log_trunc(2.0 * math.pi * (ks[:, None] - 1) / Lc[None]))  # (nK, nL)
+        ok = jnp.min(score, -1) <= jnp.log(target * q_est)
+        i_k = jnp.where(jnp.any(ok), jnp.argmax(ok), ks.shape[0] - 1)
+        K = ks[i_k].astype(jnp.int32)
+        i_best = jnp.argmin(score[i_k])
     L = Lc[i_best]
     h = 2.0 * math.pi / L
-    t = h * jnp.arange(K, dtype=dt)
+    n_idx = jnp.arange(K_max, dtype=dt)
+    t = h * n_idx
+    live = n_idx < K
 
     # --- characteristic function at the nodes: psi_j(n) = sum_k p_jk (omega_jk^n - 1) by the running power
     # z_{n+1} = z_n + eps + z_n eps (z_n = omega^n - 1, eps = omega - 1), levels-major layout (m, b) so the
-    # elementwise work vectorizes along j.
-    pT, dT = p.T, d.T
-    er1, ei1 = _expm1_i(h * dT, nterms)  # (m, b): omega - 1
+    # elementwise work vectorizes along j; `group` nodes per loop step, as many steps as the point needs.
+    # The product over j is a pairwise tree in the "minus one" form, with a first-order rounding bound.
+    er1, ei1 = _expm1_i(h * d, nterms)  # (m, b): omega - 1
 
-    def power_step(zc, _):
-        zr, zi = zc
-        out = (jnp.sum(pT * zr, 0), jnp.sum(pT * zi, 0))
-        return (zr + er1 + (zr * er1 - zi * ei1), zi + ei1 + (zr * ei1 + zi * er1)), out
+    def tree_product(psr, psi):  # (g, b) -> (g,) phi - 1 and rounding terms
+        psr, psi = _pad_pow2(psr), _pad_pow2(psi)
+        tree = jnp.zeros(psr.shape[:1], dt)
+        while psr.shape[-1] > 1:
+            half = psr.shape[-1] // 2
+            ar, ai, br_, bi_ = psr[:, :half], psi[:, :half], psr[:, half:], psi[:, half:]
+            na = jnp.abs(ar) + jnp.abs(ai)
+            nb = jnp.abs(br_) + jnp.abs(bi_)
+            tree = tree + jnp.sum(na + nb + na * nb, -1)
+            pr, pi_ = _cmul(ar, ai, br_, bi_)
+            psr, psi = ar + br_ + pr, ai + bi_ + pi_
+        return psr[:, 0], psi[:, 0], tree
 
-    _, (psr, psi) = lax.scan(
-        power_step, (jnp.zeros_like(er1), jnp.zeros_like(ei1)), None, length=K, unroll=min(K, 16)
-    )  # (K, b)
+    # The weights in chunks of a power of two, about `chunk` atoms each (zero padding is a factor of one):
+    # each chunk runs all its nodes while its arrays stay in cache; the chunks' products join in the tree's top.
+    bc = min(1 << max(0, (chunk // m).bit_length() - 1), 1 << max(0, (b - 1).bit_length()))
+    nc = -(-b // bc)
 
-    # pairwise tree product in the "minus one" representation, tracking a first-order rounding bound
-    psr, psi = _pad_pow2(psr), _pad_pow2(psi)
-    tree = jnp.zeros((K,), dt)
-    while psr.shape[-1] > 1:
-        half = psr.shape[-1] // 2
-        ar, ai, br_, bi_ = psr[:, :half], psi[:, :half], psr[:, half:], psi[:, half:]
-        na = jnp.abs(ar) + jnp.abs(ai)
-        nb = jnp.abs(br_) + jnp.abs(bi_)
-        tree = tree + jnp.sum(na + nb + na * nb, -1)
-        pr, pi_ = _cmul(ar, ai, br_, bi_)
-        psr, psi = ar + br_ + pr, ai + bi_ + pi_
-    phr, phi_i = 1.0 + psr[:, 0], psi[:, 0]  # (K,) phi of F_tau - mu_F
+    def chunks(x):  # (m, b) -> (nc, m, bc)
+        return jnp.pad(x, ((0, 0), (0, nc * bc - b))).reshape(m, nc, bc).transpose(1, 0, 2)
+
+    def chunk_nodes(xs):
+        pc, erc, eic = xs
+
+        def node_group(st):
+            it, zr, zi, out = st
+            rows_r, rows_i = [], []
+            for _ in range(group):
+                rows_r.append(jnp.sum(pc * zr, 0))
+                rows_i.append(jnp.sum(pc * zi, 0))
+                zr, zi = zr + erc + (zr * erc - zi * eic), zi + eic + (zr * eic + zi * erc)
+            res = jnp.stack(tree_product(jnp.stack(rows_r), jnp.stack(rows_i)))  # (3, g)
+            return it + 1, zr, zi, lax.dynamic_update_slice(out, res, (jnp.asarray(0, jnp.int32), it * group))
+
+        out0 = jnp.zeros((3, -(-K_max // group) * group), dt)
+        return lax.while_loop(
+            lambda st: st[0] * group < K,
+            node_group,
+            (jnp.asarray(0, jnp.int32), jnp.zeros_like(erc), jnp.zeros_like(eic), out0),
+        )[3]
+
+    outs = lax.map(chunk_nodes, (chunks(p), chunks(er1), chunks(ei1)))  # (nc, 3, K_pad)
+    top_r, top_i, top_tree = tree_product(outs[:, 0].T, outs[:, 1].T)
+    out = jnp.stack([top_r, top_i, top_tree + jnp.sum(outs[:, 2], 0)])
+    phr, phi_i, tree = 1.0 + out[0, :K_max], out[1, :K_max], out[2, :K_max]  # phi of F_tau - mu_F
 
     shift = Delta_F - tau * svals  # (S,)
-    ang = t[None, :] * shift[:, None]  # (S, K)
+    ang = t[None, :] * shift[:, None]  # (S, K_max)
     cos_a, sin_a = jnp.cos(ang), jnp.sin(ang)
     base = phr[None] * cos_a + phi_i[None] * sin_a  # Re[phi e^{-i t shift}]
-    wts = jnp.full((K,), h, dt).at[0].set(0.5 * h)
-    gauss = jnp.exp(-0.5 * svals[:, None] * t[None] ** 2)  # (S, K)
-    wg = w[:, None] * gauss * wts[None] / math.pi  # (S, K)
+    wts = jnp.where(live, h, 0.0).at[0].set(0.5 * h)
+    gauss = jnp.exp(-0.5 * svals[:, None] * t[None] ** 2)  # (S, K_max)
+    wg = w[:, None] * gauss * wts[None] / math.pi  # (S, K_max)
     Q = jnp.sum(wg * base)
     floor = jnp.sum(wg)
 
     # --- error bounds (absolute, on Q).
     T = h * (K - 1)
     trunc = jnp.exp(log_trunc(T))
-    alias = jnp.exp(log_alias(L[None])[0])
+    alias = jnp.exp(la[i_best])
 
     mad = jnp.sum(p * jnp.abs(d))
     lin = (
-        0.0 * mad
-        + jnp.sum(p * jnp.abs(a))
+        jnp.sum(p * jnp.abs(a))
         + jnp.abs(y)
         + math.ceil(math.log2(max(b, 2))) * jnp.sum(jnp.abs(c + delta))
         + jnp.abs(tau) * jnp.max(svals)
     )
-    n_idx = jnp.arange(K, dtype=dt)
     E_n = kappa * u * (t * (lin + (m + 1.5 * n_idx + 12.0) * mad) + tree + 8.0 + 0.5 * jnp.max(svals) * t**2)
     rnd = jnp.sum(wg * E_n[None]) + kappa * u * (K + S + 8) * floor
     abs_err = alias + trunc + rnd
 
     # prefactor log M(tau) - tau y = sum_j D_j + lme - tau (y - mu0)
-    log_pref = _tree_sum(f["D"]) + lme - tau * (y - mu0)
+    log_pref = _tree_sum(D) + lme - tau * (y - mu0)
     L2 = math.ceil(math.log2(max(b, 2)))
     rho_pre = (
         kappa
         * u
         * (
-            (m + 2) * jnp.sum(f["X"])
-            + (L2 + 2) * jnp.sum(jnp.abs(f["D"]))
+            (m + 2) * jnp.sum(Xb)
+            + (L2 + 2) * jnp.sum(jnp.abs(D))
             + (S + 2) * (1.0 + jnp.abs(lme))
             + jnp.abs(tau) * (jnp.abs(y) + (L2 + m + 2) * jnp.sum(jnp.abs(c)))
             + 2.0 * jnp.abs(log_pref)
@@ -293,8 +382,12 @@ def _point(
 
 
 @functools.partial(
-    jax.jit, static_argnames=("num_nodes", "batch_size", "max_newton", "newton_tol", "kappa", "lam_mults")
-)
+    jax.jit,
+    static_argnames=(
+        "num_nodes", "target", "batch_size", "max_newton", "newton_tol", "kappa", "lam_base", "num_lams", "group",
+        "chunk",
+    ),
+)  # fmt: skip
 def log_density_kernel(
     qw,
     qn,
@@ -304,37 +397,50 @@ def log_density_kernel(
     y_new,
     *,
     num_nodes: int,
-    batch_size: int = 16,
+    target: float | None = None,
+    batch_size: int = 1,
     max_newton: int = 200,
     newton_tol: float = 0.5,
     kappa: float = 4.0,
-    lam_mults=(1.0, 2.5, 5.0, 10.0),
+    lam_base: float = 3.5,
+    num_lams: int = 2,
+    group: int = 4,
+    chunk: int = 8192,
 ):
     """`(log_density, rel_error_bound)`, each `(N,)`, on raw arrays: `qw` `(b, m)` and `qn`
-    `(S,)` probabilities, `values` `(b, m)` and `svals` `(S,)` levels. Memory per batch of points
-    is `O(batch_size * (b * m + num_nodes * b))`."""
+    `(S,)` probabilities, `values` `(b, m)` and `svals` `(S,)` levels. `num_nodes` nodes per point, or
+    with `target` the fewest of them whose alias and truncation bound is below `target` times an estimate of
+    the point's density. Memory per batch of points is `O(batch_size * (b * m + num_nodes))`."""
     dt = Phi_new.dtype
     qw = qw.astype(dt)
     qhat = qw / jnp.sum(qw, -1, keepdims=True)
     qn = qn.astype(dt)
     qn = qn / jnp.sum(qn)
     kw = dict(
-        log_qhat=jnp.log(qhat),
-        qhat=qhat,
-        values=values.astype(dt),
+        log_qhat=jnp.log(qhat).T,
+        qhat=qhat.T,
+        values=values.astype(dt).T,
         log_qn=jnp.log(qn),
         svals=svals.astype(dt),
         num_nodes=num_nodes,
+        target=target,
         max_newton=max_newton,
         newton_tol=newton_tol,
         kappa=kappa,
-        lam_mults=lam_mults,
+        lam_base=lam_base,
+        num_lams=num_lams,
+        group=group,
+        chunk=chunk,
     )
+    xs = (Phi_new, y_new.astype(dt))
+    if batch_size <= 1:  # one point at a time: each point runs only its own Newton steps and nodes
+        return lax.map(lambda xy: _point(xy[0], xy[1], **kw), xs)
     bs = max(1, min(batch_size, Phi_new.shape[0]))  # lax.map with batch_size > n scans over zero batches
-    return lax.map(lambda xy: _point(xy[0], xy[1], **kw), (Phi_new, y_new.astype(dt)), batch_size=bs)
+    return lax.map(lambda xy: _point(xy[0], xy[1], **kw), xs, batch_size=bs)
 
 
 CHUNK = 256  # the most points per kernel call with concrete inputs (first pass and refinement)
+MIN_CALL = 16  # the fewest (the rest padded): few programs serve every number of points
 
 
 class DensityToleranceError(FloatingPointError):
@@ -351,12 +457,15 @@ class DensityToleranceError(FloatingPointError):
         self.log_density, self.rel_error_bound, self.failed = log_density, rel_error_bound, failed
 
 
+TARGET = 0.5  # the first pass's alias + truncation bound, as a fraction of `rtol` times the density estimate
+
+
 def default_num_nodes(dtype) -> int:
-    """Trapezoid nodes of the first pass: 8 in float32, 16 in float64. Enough wherever the noise is a
-    sizable part of the predictive variance (the usual case: the characteristic function then decays fast, and 8 nodes
-    give the values and bounds of 32 at a quarter of the cost); the points whose bound is not met are
-    redone with more."""
-    return 16 if jnp.dtype(dtype) == jnp.float64 else 8
+    """The most trapezoid nodes of the first pass: 32 in float32, 64 in float64. With `rtol` set each point
+    gets the fewest nodes (a multiple of 4) whose alias and truncation bound is below `rtol / 2` times a
+    Gaussian estimate of its density (8 to 12 in float32 and 24 to 28 in float64 where the noise is a sizable
+    part of the predictive variance); the points whose bound is not met are redone with more."""
+    return 64 if jnp.dtype(dtype) == jnp.float64 else 32
 
 
 def predictive_log_density(
@@ -370,7 +479,7 @@ def predictive_log_density(
     rtol: float | str | None = "auto",
     num_nodes: int | None = None,
     max_nodes: int = 1024,
-    batch_size: int = 16,
+    batch_size: int = 1,
 ) -> tuple[jax.Array, jax.Array]:
     r"""Exact log predictive density $\log q(y^*)$ of the discrete posterior, without sampling.
 
@@ -383,18 +492,19 @@ def predictive_log_density(
     $$
 
     Each point is computed by exponential tilting (an exact identity that moves the point to the mode of
-    a reweighted posterior) and the trapezoid rule on `num_nodes` nodes whose step is chosen per point;
-    the returned relative error bound covers aliasing and truncation rigorously and rounding by a
-    worst-case first-order model (derivations in the module docstring). Cost per point:
-    `num_nodes * b * m` complex multiply-adds, in batches of `batch_size` points.
+    a reweighted posterior) and the trapezoid rule on at most `num_nodes` nodes whose step is chosen per
+    point (with `rtol` set, the fewest nodes whose alias and truncation bound is below `rtol / 2` times a
+    Gaussian estimate of the point's density); the returned relative error bound covers aliasing and
+    truncation rigorously and rounding by a worst-case first-order model (derivations in the module
+    docstring). Cost per point: `K * b * m` complex multiply-adds for its `K` nodes.
 
     With concrete inputs every returned point meets `rtol`: the points whose bound exceeds it are redone
-    with 4x the nodes, up to `max_nodes` (a point whose bound did not at least halve has reached the rounding
+    with all of 4x the nodes, up to `max_nodes` (a point whose bound did not at least halve has reached the rounding
     floor of its dtype), and float32 points still above it are redone in float64. A point that meets
     `rtol` in neither (so far in a tail, or in so deep a valley of a spiky density, that its density is below
     the quadrature's rounding floor) raises `FloatingPointError`. Inside a `jit` (traced inputs) or with
-    `rtol=None` only the first pass runs and every value comes with its bound, which then flags an
-    unreliable one.
+    `rtol=None` only the first pass runs (with `rtol=None` on all `num_nodes` nodes) and every value comes
+    with its bound, which then flags an unreliable one.
 
     Args:
       q_w: `MeanField` over the weights, logits `(b, m)`.
@@ -406,9 +516,11 @@ def predictive_log_density(
       y_new: `(N,)` test targets (on the scale the model was fit on).
       rtol: relative error bound above which a point is refined; `"auto"`: 1e-2 in float32 (whose
         rounding floor is about 3e-3 at b = 2000) and 1e-6 in float64; `None`: no refinement.
-      num_nodes: nodes of the first pass; default 32 in float32, 64 in float64.
+      num_nodes: the most nodes of the first pass (all of them with `rtol=None`); default 32 in float32,
+        64 in float64.
       max_nodes: the most nodes refinement goes to.
-      batch_size: points vectorized together.
+      batch_size: points vectorized together; 1: one at a time, each running only its own Newton steps
+        and nodes.
 
     Returns:
       `(log_density, rel_error_bound)`, each `(N,)`.
@@ -474,35 +586,39 @@ def _predictive_log_density(
         raise ValueError(f"`rtol` must be positive or None, got {rtol}")
     arrays = _kernel_arrays(q_w, q_noise, prior_w, prior_noise)
 
-    def run(P, y, K):
-        return log_density_kernel(*arrays, P, y, num_nodes=int(K), batch_size=batch_size)
+    if int(batch_size) < 1:
+        raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
+    first = None if rtol is None else TARGET * rtol
+
+    def run(P, y, K, target=None):
+        return log_density_kernel(*arrays, P, y, num_nodes=int(K), target=target, batch_size=int(batch_size))
 
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((arrays, Phi_new, y_new)))
     if traced or Phi_new.shape[0] == 0:
-        return run(Phi_new, y_new, num_nodes)
+        return run(Phi_new, y_new, num_nodes, first)
 
     host = host_arrays(Phi_new, y_new)
 
-    def run_in_chunks(idx, K):
-        """The points `idx` in calls of a power of two from `batch_size` to `CHUNK` points (the last call
+    def run_in_chunks(idx, K, target=None):
+        """The points `idx` in calls of a power of two from `MIN_CALL` to `CHUNK` points (the last call
         padded with repeats), so that a few compiled kernels per `K` serve every length. Returns device
         arrays (NumPy arrays for inputs in host memory: their rows are picked and joined by NumPy, with no
         program per number of points); all calls are dispatched before any result is read."""
         sizes, outs = [], []
         for s in range(0, idx.size, CHUNK):
             part = idx[s : s + CHUNK]
-            # part.size <= CHUNK, a power of two, so size <= max(CHUNK, batch_size)
-            size = max(1 << (part.size - 1).bit_length(), batch_size)
+            # part.size <= CHUNK, a power of two, so size <= max(CHUNK, MIN_CALL, batch_size)
+            size = max(1 << (part.size - 1).bit_length(), MIN_CALL, int(batch_size))
             padded = np.concatenate([part, np.full(size - part.size, part[-1])])
             sizes.append(part.size)
             rows = (host[0][padded], host[1][padded]) if host is not None else _rows(Phi_new, y_new, padded)
-            outs.append(run(*rows, K))
+            outs.append(run(*rows, K, target))
         if host is not None:
             outs = jax.device_get(outs)
             return [np.concatenate([o[i][:n] for n, o in zip(sizes, outs, strict=True)]) for i in (0, 1)]
         return _join_padded(tuple(sizes), outs)
 
-    ld, err = run_in_chunks(np.arange(Phi_new.shape[0]), num_nodes)
+    ld, err = run_in_chunks(np.arange(Phi_new.shape[0]), num_nodes, first)
     if rtol is None:
         return (ld, err) if host is None else (to_device(ld), to_device(err))  # one pass
     ld, err = _refine(run_in_chunks, np.array(ld), np.array(err), int(num_nodes), rtol, int(max_nodes))
@@ -536,8 +652,8 @@ def _predictive_log_density(
 
 
 def _refine(run_in_chunks, ld, err, K, rtol, max_nodes):
-    """Redoes the points whose bound exceeds `rtol` with 4x the nodes, up to `max_nodes`, keeping the better
-    result; a point whose bound did not at least halve is at its dtype's rounding floor and is left."""
+    """Redoes the points whose bound exceeds `rtol` with all of 4x the nodes, up to `max_nodes`, keeping the
+    better result; a point whose bound did not at least halve is at its dtype's rounding floor and is left."""
     todo = np.ones(err.shape, bool)
     while K < max_nodes:
         bad = np.flatnonzero(todo & ~(err <= rtol))
