@@ -184,3 +184,28 @@ def test_eigen_recipe_fits_an_unshrunk_intercept_as_bayesian_ridge(n):
     # the same BLR without the intercept (the recipe before) is further away: the test can fail
     w0 = np.linalg.solve(F.T @ F / s2 + np.eye(F.shape[1]) / sw2, F.T @ yc / s2)
     assert err < 0.4 * np.max(np.abs(y[:n].mean() + Ft @ w0 - ref))
+
+
+def test_one_fit_direct_validates_its_inputs_once():
+    """A fit enters the checkers of `kronvi._base.checks` at most 20 times (the count of
+    `benchmarks/bench_validation_calls.py`, without the plumbing that checks nothing): the inputs and the
+    config at the door, the GP step's own checks, and only the grids' and statistics' data-dependent
+    checks inside."""
+    import pathlib
+    import sys
+
+    import jax
+
+    import kronvi
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_validation_calls import PLUMBING, count_validator_calls
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = X[:, 0] + 0.1 * rng.normal(size=60)
+    config = kronvi.DirectConfig(num_frequencies=20, gp_restarts=1)
+    total, by_name, _ = count_validator_calls(lambda: kronvi.fit_direct(jax.random.key(0), X, y, config))
+    validators = total - sum(by_name.get(p, 0) for p in PLUMBING)
+    assert 0 < validators <= 20, dict(by_name)
+    assert by_name["check_training_rows"] == 1 and by_name["check_ints"] == 1

@@ -39,19 +39,26 @@ from ._base.buckets import pad_rows, row_bucket, to_device
 from ._base.checks import (
     check_finite,
     check_int,
-    check_ndim,
-    check_nonempty,
+    check_ints,
     check_nonnegative_number,
     check_numeric,
+    check_training_rows,
     errors_name,
     host_arrays,
 )
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine
-from ._fit.regression import METHODS, RegressionFit, fit_regression
+from ._fit.regression import METHODS, RegressionFit, fit_regression, fit_regression_unchecked
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
-from ._inputs.features import SAMPLINGS, RandomFourierFeatures, feature_mean, rff_features, rff_init
+from ._inputs.features import (
+    SAMPLINGS,
+    RandomFourierFeatures,
+    feature_mean_unchecked,
+    rff_features_unchecked,
+    rff_init,
+    rff_init_unchecked,
+)
 from ._inputs.gp import PRECISIONS as GP_PRECISIONS
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
 from ._inputs.host import (
@@ -63,8 +70,8 @@ from ._inputs.host import (
 from ._model.compact import CompactBasis, compact_features, compact_posterior
 from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.families import MeanField
-from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
-from ._model.posterior_grid import posterior_grid_prior
+from ._model.grids import DiscretePrior, gaussian_grid, noise_grid, noise_prior
+from ._model.posterior_grid import posterior_grid, posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression
 from ._solvers.info import FitInfo
 from ._stats.eigen import Eigenbasis, eigenbasis, eigenbasis_for_dtype, rotate_features
@@ -436,6 +443,14 @@ def noise_prior_for_span(noise_variance: ArrayLike, span: float, levels: int) ->
     return noise_prior(noise_variance, levels=levels, span=span)
 
 
+def _noise_grid(noise_variance: jax.Array, span: float, levels: int) -> DiscretePrior:
+    """`noise_prior_for_span` of a noise variance this module computed (a positive finite scalar array)
+    and checked `span` and `levels`: only the grid is checked (`noise_grid`)."""
+    if float(span) == 1.0:
+        return noise_grid(noise_variance, levels=1, span=10.0)
+    return noise_grid(noise_variance, levels=levels, span=span)
+
+
 def inner_fold_stats(
     key: jax.Array,
     feature_map: Callable[[jax.Array], jax.Array],
@@ -519,15 +534,12 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         raise ValueError(f"`config.compact_tol` must be >= 0, got {config.compact_tol!r}")
     if config.compact_vectors not in ("half", "full"):
         raise ValueError(f"`config.compact_vectors` must be 'half' or 'full', got {config.compact_vectors!r}")
-    for field, minimum in [
+    ints = [
         ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1),
         ("chunk_size", 1), ("max_noise_recentres", 0), ("cv_max_iter", 1), ("gp_screen_points", 2),
-    ]:  # fmt: skip
-        check_int(getattr(config, field), f"config.{field}", minimum)
-    if config.max_iter is not None:
-        check_int(config.max_iter, "config.max_iter", 1)
-    if config.num_frequencies is not None:
-        check_int(config.num_frequencies, "config.num_frequencies", 1)
+        ("max_iter", 1), ("num_frequencies", 1),
+    ]  # fmt: skip
+    check_ints({f"config.{f}": (getattr(config, f), m) for f, m in ints if getattr(config, f) is not None})
     if config.frequency_sampling not in SAMPLINGS:
         raise ValueError(
             f"`config.frequency_sampling` must be one of {SAMPLINGS}, got {config.frequency_sampling!r}"
@@ -624,8 +636,8 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     t1 = time.perf_counter()
     _stage(progress, "statistics", 0, Xs.shape[0])
     num_frequencies = _num_frequencies(config, Xs.shape[0])
-    feats = rff_init(k_rff, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling)
-    fmap = functools.partial(rff_features, feats)
+    feats = _draw_features(k_rff, hyper, num_frequencies, config, fitted=gp is None and gp_info is not None)
+    fmap = functools.partial(rff_features_unchecked, feats)
     cv_stats = None
     prior_scale = jnp.sqrt(hyper.signal_variance)
     basis = None
@@ -669,10 +681,17 @@ def check_fit_memory(
     )  # fmt: skip
 
 
+def _draw_features(key, hyper, num_frequencies, config, *, fitted: bool) -> RandomFourierFeatures:
+    """`rff_init` of `hyper`'s lengthscales; unchecked when the GP step of this call `fitted` them (inside
+    its bounds), checked when they come from the caller (`gp=`) or `config.lengthscale`."""
+    draw = rff_init_unchecked if fitted else rff_init
+    return draw(key, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling)
+
+
 def _features_grid(b: int, prior_scale, config: DirectConfig) -> DiscretePrior:
     """The `"features"` recipe's weight grid: `levels` values on ±`config.width` prior sds, a zero among them."""
     with errors_name("config.width", config.width):
-        return gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
+        return gaussian_grid(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
 
 
 def _traced(tree) -> bool:
@@ -680,20 +699,8 @@ def _traced(tree) -> bool:
 
 
 def _host_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
-    """Concrete training rows as float64 NumPy arrays, checked: real numbers, `X (n, d)` with `n >= 1`, `y (n,)`,
-    all finite. Errors name `X` and `y`."""
-    check_numeric(X, "X")
-    check_numeric(y, "y")
-    X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
-    check_ndim(X, 2, "X", "num_points, num_inputs")
-    check_ndim(y, 1, "y", "num_points,")
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"`X` has {X.shape[0]} rows but `y` has {y.shape[0]}")
-    check_nonempty(X, "X")
-    check_nonempty(X, "X", axis=1)
-    check_finite(X, "X")
-    check_finite(y, "y")
-    return X, y
+    """Concrete training rows as float64 NumPy arrays, checked (`check_training_rows`)."""
+    return check_training_rows(X, y)
 
 
 def _hyperparameters(k_gp, Xs, yc, config, gp):
@@ -745,7 +752,7 @@ def _centred(feats, X, config):
     (`docs/decisions/default-recipe.md#an-intercept-outside-the-prior`)."""
     dtype = feats.frequencies.dtype
     with jax.enable_x64(True):
-        mean = feature_mean(*_cast((feats, X), jnp.float64), chunk_size=config.chunk_size or 4096)
+        mean = feature_mean_unchecked(*_cast((feats, X), jnp.float64), chunk_size=config.chunk_size or 4096)
         return feats._replace(offset=_cast(mean, dtype))
 
 
@@ -779,7 +786,7 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config, progress=None):
     dtype = X.dtype
     with jax.enable_x64(True):
         feats64, X64, y64, scale64, noise64 = _cast((feats, X, y, prior_scale, gp_noise), jnp.float64)
-        fmap = functools.partial(rff_features, feats64)
+        fmap = functools.partial(rff_features_unchecked, feats64)
         if progress is not None and X.shape[0] >= 2 * feats.frequencies.shape[-1]:  # the primal route
             stats = _stats_in_blocks(fmap, X64, y64, chunk_size=config.chunk_size, progress=progress)
             _stage(progress, "eigen", X.shape[0], X.shape[0])
@@ -878,12 +885,19 @@ def _eigen_grids(stats, basis, scale64, noise64, config, dtype):
     scale, s2 = spectral_evidence_optimum(
         basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale64, noise64
     )
+    center, sd = _posterior_moments(basis.eigenvalues, stats.Phity, scale, s2)
     with errors_name("config.width", config.width):
-        prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
+        prior_w = posterior_grid(center, sd, scale, levels=config.levels, width=float(config.width))
     stats, basis, scale, s2, values, log_probs = _cast(
         (stats, basis, scale, s2, prior_w.values, prior_w.log_probs), dtype
     )
-    return stats, basis, DiscretePrior(values, log_probs), scale, s2
+    return stats, basis, DiscretePrior._unchecked(values, _normalized(log_probs)), scale, s2
+
+
+@jax.jit
+def _normalized(log_probs):
+    """`log_probs` normalized over the levels, as `DiscretePrior` normalizes them."""
+    return jax.nn.log_softmax(log_probs, axis=-1)
 
 
 def evidence_noise_variance(
@@ -964,7 +978,7 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     else:
         span = float(config.noise_span)  # type: ignore[arg-type]  # resolved: set
         with errors_name("config.noise_span", config.noise_span):
-            prior_n = noise_prior_for_span(s2, span, config.noise_levels)
+            prior_n = _noise_grid(s2, span, config.noise_levels)
     t3 = time.perf_counter()
     q_w, q_n, info, prior_n, recentres = _fit_with_noise_recentring(
         fold.stats, fold.prior_w, prior_n, config._replace(noise_span=span), key=fold.key
@@ -1030,7 +1044,8 @@ def _standardized(fitted, X, name: str = "X") -> jax.Array:
 
 
 def _features_of(fitted, Xs):
-    Phi = rff_features(fitted.features, Xs)
+    """The features of standardized inputs `Xs` (checked by `_standardized`) that `fitted.q_w` belongs to."""
+    Phi = rff_features_unchecked(fitted.features, Xs)
     if isinstance(fitted.basis, CompactBasis):
         return compact_features(fitted.basis, Phi)
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
@@ -1298,8 +1313,8 @@ def stream_init(
     with np.errstate(over="ignore"):
         yc = to_device(((y64 - shift) / unit).astype(dtype))
     hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, None)
-    feats = rff_init(
-        k_rff, hyper.lengthscales, _num_frequencies(config, X64.shape[0]), sampling=config.frequency_sampling
+    feats = _draw_features(
+        k_rff, hyper, _num_frequencies(config, X64.shape[0]), config, fitted=gp_info is not None
     )
     _block(feats)
     return StreamState(
@@ -1333,7 +1348,7 @@ def stream_update(stream: StreamState, X: ArrayLike, y: ArrayLike, *, chunk_size
 
 
 def _augmented_features(feats, X):
-    Phi = rff_features(feats, X)
+    Phi = rff_features_unchecked(feats, X)
     return jnp.concatenate([Phi, jnp.ones((Phi.shape[0], 1), Phi.dtype)], axis=1)
 
 
@@ -1419,7 +1434,7 @@ def fit_best_start(
     (`docs/decisions/default-recipe.md#two-starts-for-the-papers-recipe`).
     """
     config = _resolve_with_starts(config)
-    return _fit_best_start(stats, prior_w, prior_noise, config, key=key)
+    return _fit_best_start(stats, prior_w, prior_noise, config, key=key, checked=True)
 
 
 def _resolve_with_starts(config: DirectConfig | None) -> DirectConfig:
@@ -1430,11 +1445,13 @@ def _resolve_with_starts(config: DirectConfig | None) -> DirectConfig:
     return config
 
 
-def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key) -> RegressionFit:
-    """`fit_best_start` with a resolved `config`."""
+def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key, checked) -> RegressionFit:
+    """`fit_best_start` with a resolved `config`; `checked=False` for statistics and priors this module
+    built (`fit_regression_unchecked`)."""
+    fit_fn = fit_regression if checked else fit_regression_unchecked
     best, best_elbo = None, -float("inf")
     for start in config.starts or ():  # resolved and checked: never empty here
-        fit = fit_regression(
+        fit = fit_fn(
             stats, prior_w, prior_noise, method=config.method, max_iter=config.max_iter, key=key, init=start,
             **_sweep(config),
         )  # fmt: skip
@@ -1469,20 +1486,22 @@ def fit_with_noise_recentring(
     Returns a `RecentredFit` `(q_w, q_noise, info, prior_noise, num_recentres)`.
     """
     config = _resolve_with_starts(config)
-    return _fit_with_noise_recentring(stats, prior_w, prior_noise, config, key=key)
+    return _fit_with_noise_recentring(stats, prior_w, prior_noise, config, key=key, checked=True)
 
 
-def _fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig, *, key) -> RecentredFit:
-    """`fit_with_noise_recentring` with a resolved `config`."""
-    q_w, q_n, info = _fit_best_start(stats, prior_w, prior_noise, config, key=key)
+def _fit_with_noise_recentring(
+    stats, prior_w, prior_noise, config: DirectConfig, *, key, checked=False
+) -> RecentredFit:
+    """`fit_with_noise_recentring` with a resolved `config` (`checked` as `_fit_best_start`)."""
+    q_w, q_n, info = _fit_best_start(stats, prior_w, prior_noise, config, key=key, checked=checked)
     recentres = 0
     while recentres < config.max_noise_recentres and prior_noise.values.shape[-1] > 1:
         probs = q_n.probs[0]
         if not (float(probs[0]) > 0.5 or float(probs[-1]) > 0.5):
             break
         e_s = noise_moments(q_n, prior_noise)[2]
-        prior_noise = noise_prior(e_s, levels=config.noise_levels, span=config.noise_span)  # type: ignore[arg-type]  # resolved: set
-        q_w, q_n, info = fit_regression(
+        prior_noise = noise_grid(e_s, levels=config.noise_levels, span=config.noise_span)  # type: ignore[arg-type]  # resolved: set
+        q_w, q_n, info = (fit_regression if checked else fit_regression_unchecked)(
             stats,
             prior_w,
             prior_noise,
