@@ -157,9 +157,11 @@ def test_bad_inputs_to_predict_are_named(fitted):
 def test_sparsity_is_the_fraction_of_stored_zero_weights():
     X, y = _data()
     for basis in ("eigen", "compact"):
-        model = kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(basis=basis, lengthscale=2.0)).model
+        model = kronvi.fit_direct(
+            jax.random.key(0), X, y, SMALL._replace(recipe=kronvi.pipeline.RECIPES[basis](), lengthscale=2.0)
+        ).model
         assert model.sparsity == 0.0  # dense weights, whatever q puts on the level nearest 0
-    config = SMALL._replace(basis="features", lengthscale=2.0, noise_cv=())
+    config = SMALL._replace(recipe=kronvi.Features(noise_cv=()), lengthscale=2.0)
     model = kronvi.fit_direct(jax.random.key(0), X, y, config).model
     assert model.sparsity == pytest.approx(float(kronvi.expected_sparsity(model.q_w, model.prior_w)))
     assert 0.0 < model.sparsity < 1.0

@@ -3,32 +3,51 @@ r"""The DIRECT regression pipeline for one train/test split, shared by the CLI a
 raw inputs -> standardized inputs -> GP hyperparameters -> random Fourier features -> statistics ->
 exact ELBO fit -> exact predictive mean, variance and density.
 
-Three recipes (`DirectConfig.basis`):
+Three recipes (`DirectConfig(recipe=...)`), each an object that carries its own options, keyword-only and
+typed, as `lineax.CG(rtol=...)` or `optax.adam(learning_rate)` do:
 
-- `"eigen"` (default): the weights are discretized in the eigenbasis of $\Phi^\top\Phi$
-  (`kronvi.eigenbasis`), where the likelihood factorizes; the noise grid is centred on the exact
-  evidence maximizer (`kronvi.blr_evidence_noise`) and each weight's 15 levels span its exact
-  posterior (`kronvi.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
+- `Eigen(width=6.0, noise_span=3.0, starts=("prior",))` (default): the weights are discretized in the
+  eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`), where the likelihood factorizes; the noise grid is
+  centred on the exact evidence maximizer (`kronvi.blr_evidence_noise`) and each weight's 15 levels span its
+  exact posterior (`kronvi.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
   same features; the weights are not sparse and each needs its own grid (2 floats) plus the rotation.
-- `"compact"`: the `"eigen"` fit in a compact form (`kronvi.compact_posterior`): the exact
-  posterior mean in the feature basis, the eigenvectors of the directions the data determine (`b x k`), and
-  one shared variance for the rest. The same predictive mean; a predictive variance between 1 and
-  `1 + config.compact_tol` times the eigen fit's at every input where the shared variance is the prior's
-  (few rows), within `config.compact_tol` noise variances of it on average over the training rows where it
-  is the data's (many rows); a smaller model and faster predictions where `k` is well below `b`
+- `Compact(tol=0.1, vectors="half", ...)`: the `Eigen` fit in a compact form (`kronvi.compact_posterior`):
+  the exact posterior mean in the feature basis, the eigenvectors of the directions the data determine
+  (`b x k`), and one shared variance for the rest. The same predictive mean; a predictive variance between 1
+  and `1 + tol` times the eigen fit's at every input where the shared variance is the prior's (few rows),
+  within `tol` noise variances of it on average over the training rows where it is the data's (many rows); a
+  smaller model and faster predictions where `k` is well below `b`
   (`docs/decisions/default-recipe.md#the-compact-recipe`).
-- `"features"`: the paper's recipe, weights of the random Fourier features on one grid of
-  `±width` prior sds with a zero level: sparse 4-bit codes, less accurate
-  (`docs/decisions/default-recipe.md#the-eigenbasis`).
+- `Features(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian"), ...)`: the
+  paper's recipe, weights of the random Fourier features on one grid of `±width` prior sds with a zero
+  level: sparse 4-bit codes, less accurate (`docs/decisions/default-recipe.md#the-eigenbasis`).
+
+The GP step's options are `GPOptions(points=1000, restarts=4, ...)` (`DirectConfig(gp=...)`). An option of
+one recipe cannot be set on another: `Eigen(tol=0.1)` raises `RecipeOptionError` (a `TypeError` and a
+`ValueError`) naming `tol` and the recipe it belongs to (`Compact`).
+
+Deprecated (kept for one release): the old flat fields of `DirectConfig`, a `basis` string and the options
+that applied "only for" one basis or meant "the basis's default" when `None` (`basis`, `width`,
+`noise_span`, `noise_cv`, `starts`, `cv_folds`, `cv_criterion`, `cv_max_iter`, `compact_tol`,
+`compact_vectors`, and the GP step's `gp_points`, `gp_restarts`, `gp_restart_rule`, `gp_screen_points`,
+`gp_degenerate_margin`, `gp_precision`, `gp_gain_tol`). Passed to `DirectConfig(...)` or
+`config._replace(...)`, they emit one `DeprecationWarning` and build the same config as before (`None`: the
+recipe's default); a value other than the default for an option of another recipe
+(`DirectConfig(basis="eigen", compact_tol=0.2)`) is a `RecipeOptionError`. Reading them
+(`config.basis`, `config.width`, `config.gp_points`, ...) stays supported without a warning, and
+`DirectConfig.as_flat_dict()` lists them for records. The fitted model and the saved-model format are
+unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import numbers
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -83,17 +102,15 @@ from ._stats.regression import (
 )
 from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
 
-BASES = ("eigen", "features", "compact")
-# Defaults that depend on the basis (`None` in DirectConfig): see `resolve_config`.
-_BASIS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "eigen": dict(width=6.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
-    "features": dict(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian")),
-    "compact": dict(width=6.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
-}
-
-
 __all__ = [
     "BASES",
+    "RECIPES",
+    "LEGACY_FIELDS",
+    "Eigen",
+    "Compact",
+    "Features",
+    "GPOptions",
+    "RecipeOptionError",
     "DirectConfig",
     "LARGE_DATA_ROWS",
     "default_num_frequencies",
@@ -131,100 +148,429 @@ __all__ = [
 ]
 
 
-class DirectConfig(NamedTuple):
-    r"""Settings of the DIRECT regression pipeline. `None` fields take the default of the `basis`
-    (`resolve_config`): `"eigen"` width 6 posterior sds, noise grid spanning 3x around the evidence
-    maximizer, no noise CV, the prior start (diagonal CAVI); `"features"` (the paper's appendix E) width 3 prior sds,
-    noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts.
+class RecipeOptionError(TypeError, ValueError):
+    """An option given to a recipe it does not belong to (`Eigen(tol=0.1)`: `tol` is `Compact`'s), or a
+    `DirectConfig` field of one recipe set on another. A `TypeError` (a wrong keyword) and a `ValueError`
+    (what the old `DirectConfig` raised for `noise_cv` on the eigen recipe)."""
+
+
+class _Recipe:
+    """Keyword-only, frozen options of one recipe; an option of another recipe (caught by the subclasses'
+    `**other`) is a `RecipeOptionError`."""
+
+    __slots__ = ()
+    name: ClassVar[str]  # the `DirectConfig.basis` it replaces
+
+    def __init__(self, **options: Any) -> None:
+        fields = [f.name for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+        for option in options:
+            if option not in fields:
+                raise RecipeOptionError(_not_an_option(type(self).__name__, option, fields))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = options.get(f.name, f.default)
+            object.__setattr__(self, f.name, tuple(value) if isinstance(value, list) else value)
+
+
+def _not_an_option(recipe: str, option: str, fields: Sequence[str]) -> str:
+    owners = [r.__name__ for r in (Eigen, Compact, Features, GPOptions) if option in _fields_of(r)]
+    where = f" it is an option of {', '.join(f'`{o}`' for o in owners)};" if owners else ""
+    return f"`{option}` is not an option of `{recipe}`:{where} `{recipe}` takes {', '.join(fields)}"
+
+
+def _fields_of(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Eigen(_Recipe):
+    r"""The default recipe: the weights discretized in the eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`),
+    each weight's `levels` values spanning its exact posterior, the noise grid centred on the exact evidence
+    maximizer. Accuracy matches exact Bayesian linear regression on the same features.
 
     Attributes:
-      basis: `"eigen"` (accurate: the weights in the eigenbasis of $\Phi^\top\Phi$), `"compact"` (the
-        eigen fit in a compact form, `compact_posterior`) or `"features"` (the paper's sparse 4-bit recipe
-        on the random Fourier features).
+      width: the weight grid's half-width, in posterior sds.
+      noise_span: the noise grid $s^2 \times [1/\text{span}, \text{span}]$ around the evidence maximizer;
+        1 fixes the noise variance there.
+      starts: fit from each start and keep the highest ELBO: `"prior"` and/or `"gaussian"`.
+
+    Example:
+      >>> import kronvi
+      >>> kronvi.Eigen(width=4.0)
+      Eigen(width=4.0, noise_span=3.0, starts=('prior',))
+    """
+
+    name: ClassVar[str] = "eigen"
+    width: float = 6.0
+    noise_span: float = 3.0
+    starts: tuple[str, ...] = ("prior",)
+
+    def __init__(
+        self, *, width: float = 6.0, noise_span: float = 3.0, starts: Sequence[str] = ("prior",), **other: Any
+    ):
+        _Recipe.__init__(self, width=width, noise_span=noise_span, starts=starts, **other)
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Compact(_Recipe):
+    r"""The `Eigen` fit in a compact form (`kronvi.compact_posterior`): the exact posterior mean in the
+    feature basis, the eigenvectors of the directions the data determine, one shared variance for the rest.
+    The same predictive mean; a predictive variance within `tol` noise variances of the eigen fit's
+    (`docs/decisions/default-recipe.md#the-compact-recipe`).
+
+    Attributes:
+      width: as `Eigen.width`.
+      noise_span: as `Eigen.noise_span`.
+      starts: as `Eigen.starts`.
+      tol: the budget of the variance change, in noise variances (`compact_posterior(tol=...)`).
+      vectors: the kept eigenvectors in float16 (`"half"`: half the bytes; the predictive variance moves by
+        float16's rounding, the mean not at all) or in the working dtype (`"full"`).
+
+    Example:
+      >>> import kronvi
+      >>> kronvi.Compact(tol=0.05)
+      Compact(width=6.0, noise_span=3.0, starts=('prior',), tol=0.05, vectors='half')
+    """
+
+    name: ClassVar[str] = "compact"
+    width: float = 6.0
+    noise_span: float = 3.0
+    starts: tuple[str, ...] = ("prior",)
+    tol: float = 0.1
+    vectors: str = "half"
+
+    def __init__(
+        self,
+        *,
+        width: float = 6.0,
+        noise_span: float = 3.0,
+        starts: Sequence[str] = ("prior",),
+        tol: float = 0.1,
+        vectors: str = "half",
+        **other: Any,
+    ):
+        _Recipe.__init__(
+            self, width=width, noise_span=noise_span, starts=starts, tol=tol, vectors=vectors, **other
+        )
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Features(_Recipe):
+    r"""The paper's recipe: the weights of the random Fourier features on one grid of ±`width` prior sds
+    with a zero level (sparse 4-bit codes, less accurate:
+    `docs/decisions/default-recipe.md#the-eigenbasis`), the noise grid around the GP estimate.
+
+    Attributes:
+      width: the weight grid's half-width, in prior sds.
+      noise_span: the noise grid $s^2 \times [1/\text{span}, \text{span}]$ around the GP estimate when
+        `noise_cv` is empty; 1 fixes the noise variance there.
+      noise_cv: the spans of the noise grids to choose from by `cv_folds`-fold cross-validation on the
+        training rows (`select_prior` with `cv_criterion`); span 1 fixes the noise at the GP estimate.
+        Empty: the paper's protocol, one grid of `noise_span`.
+      starts: as `Eigen.starts`.
+      cv_folds: folds of that inner cross-validation.
+      cv_criterion: `"log_density"` or `"sq_error"` (`select_prior`).
+      cv_max_iter: CAVI sweeps per inner fit (from `gaussian_start`, which is close).
+
+    Example:
+      >>> import kronvi
+      >>> kronvi.Features(noise_cv=()).noise_span
+      10.0
+    """
+
+    name: ClassVar[str] = "features"
+    width: float = 3.0
+    noise_span: float = 10.0
+    noise_cv: tuple[float, ...] = (10.0, 3.0, 1.0)
+    starts: tuple[str, ...] = ("prior", "gaussian")
+    cv_folds: int = 5
+    cv_criterion: str = "log_density"
+    cv_max_iter: int = 10
+
+    def __init__(
+        self,
+        *,
+        width: float = 3.0,
+        noise_span: float = 10.0,
+        noise_cv: Sequence[float] = (10.0, 3.0, 1.0),
+        starts: Sequence[str] = ("prior", "gaussian"),
+        cv_folds: int = 5,
+        cv_criterion: str = "log_density",
+        cv_max_iter: int = 10,
+        **other: Any,
+    ):
+        _Recipe.__init__(
+            self, width=width, noise_span=noise_span, noise_cv=noise_cv, starts=starts, cv_folds=cv_folds,
+            cv_criterion=cv_criterion, cv_max_iter=cv_max_iter, **other,
+        )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class GPOptions(_Recipe):
+    """The GP step that sets the kernel's lengthscales and the signal and noise variances
+    (`kronvi.fit_gp_hyperparameters`).
+
+    Attributes:
+      points: training rows the GP hyperparameters are fitted on (at most) (`num_points`).
+      restarts: starts of the GP hyperparameter fit (`num_starts`).
+      restart_rule: `"screened"`: the starts run on `screen_points` of its rows, then the winner and the
+        first start on all (`restarts="screened"`); `"all"`: every start on every row.
+      screen_points: rows of that screening.
+      degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
+      precision: `"native"` (the likelihood in the working dtype) or `"float64"` (for a float32 working
+        dtype, in float64 on the host; `docs/decisions/gp-step.md#the-likelihood-in-float32`).
+      gain_tol: a start ends after two iterations in a row that each raise its log marginal likelihood by
+        less than this many nats (0: never).
+
+    Example:
+      >>> import kronvi
+      >>> kronvi.GPOptions(points=500).restarts
+      4
+    """
+
+    name: ClassVar[str] = "gp"
+    points: int = 1000
+    restarts: int = 4
+    restart_rule: str = "screened"
+    screen_points: int = 300
+    degenerate_margin: float = 2.0
+    precision: str = "native"
+    gain_tol: float = 0.1
+
+    def __init__(
+        self,
+        *,
+        points: int = 1000,
+        restarts: int = 4,
+        restart_rule: str = "screened",
+        screen_points: int = 300,
+        degenerate_margin: float = 2.0,
+        precision: str = "native",
+        gain_tol: float = 0.1,
+        **other: Any,
+    ):
+        _Recipe.__init__(
+            self, points=points, restarts=restarts, restart_rule=restart_rule, screen_points=screen_points,
+            degenerate_margin=degenerate_margin, precision=precision, gain_tol=gain_tol, **other,
+        )  # fmt: skip
+
+
+# The recipes by their old `DirectConfig.basis` names
+RECIPES = {"eigen": Eigen, "features": Features, "compact": Compact}
+BASES = tuple(RECIPES)
+
+# The old flat fields of `DirectConfig`, deprecated: `(where, option)`, read from the recipe or `gp`
+_LEGACY_RECIPE = ("width", "noise_span", "noise_cv", "starts", "cv_folds", "cv_criterion", "cv_max_iter")
+_LEGACY_COMPACT = {"compact_tol": "tol", "compact_vectors": "vectors"}
+_LEGACY_GP = {
+    "gp_points": "points", "gp_restarts": "restarts", "gp_restart_rule": "restart_rule",
+    "gp_screen_points": "screen_points", "gp_degenerate_margin": "degenerate_margin",
+    "gp_precision": "precision", "gp_gain_tol": "gain_tol",
+}  # fmt: skip
+LEGACY_FIELDS = ("basis", *_LEGACY_RECIPE, *_LEGACY_COMPACT, *_LEGACY_GP)
+_FLAT_ORDER = (
+    "basis", "num_frequencies", "frequency_sampling", "levels", "width", "noise_levels", "noise_span", "noise_cv",
+    "cv_folds", "cv_criterion", "cv_max_iter", "method", "max_iter", "starts", "gp_points", "gp_restarts",
+    "gp_restart_rule", "gp_screen_points", "gp_degenerate_margin", "gp_precision", "chunk_size",
+    "max_noise_recentres", "compact_tol", "compact_vectors", "gp_gain_tol", "lengthscale",
+)  # fmt: skip
+
+
+class _DirectConfigFields(NamedTuple):
+    recipe: Eigen | Compact | Features
+    gp: GPOptions
+    num_frequencies: int | None
+    frequency_sampling: str
+    levels: int
+    noise_levels: int
+    method: str
+    max_iter: int | None
+    chunk_size: int
+    max_noise_recentres: int
+    lengthscale: float | None
+
+
+class DirectConfig(_DirectConfigFields):
+    r"""Settings of the DIRECT regression pipeline: the recipe and its options (`Eigen`, `Compact` or
+    `Features`), the GP step's (`GPOptions`), and the settings every recipe shares. Keyword-only.
+
+    `kronvi.fit_direct(key, X, y, DirectConfig(recipe=kronvi.Compact(tol=0.05), gp=kronvi.GPOptions(points=500)))`.
+    An option is set on the object it belongs to, so an option of one recipe cannot be set on another:
+    `kronvi.Eigen(tol=0.1)` is a `RecipeOptionError` naming `Compact`.
+
+    Deprecated, for one release: the old flat fields (`basis`, `width`, `noise_span`, `noise_cv`, `starts`,
+    `cv_folds`, `cv_criterion`, `cv_max_iter`, `compact_tol`, `compact_vectors`, `gp_points`,
+    `gp_restarts`, `gp_restart_rule`, `gp_screen_points`, `gp_degenerate_margin`, `gp_precision`,
+    `gp_gain_tol`) given to `DirectConfig(...)` or `._replace(...)` build the same config with a
+    `DeprecationWarning` (`None` takes the recipe's default, as before); an option of another recipe with a
+    value other than its default is a `RecipeOptionError`. Reading them (`config.basis`, `config.width`,
+    `config.gp_points`, ...) is not deprecated: they are the recipe's (the default for an option the recipe
+    does not have: `noise_cv` is `()` for `Eigen`).
+
+    Attributes:
+      recipe: `Eigen()` (default), `Compact(...)` or `Features(...)`.
+      gp: `GPOptions(...)`.
       num_frequencies: random frequencies; the features are their cosines and sines, b = 2 `num_frequencies`.
         `None`: by the training rows, `default_num_frequencies(n)`.
       frequency_sampling: `"iid"`, `"orthogonal"` or `"halton"` (`rff_init(sampling=...)`).
       levels: levels of each weight's grid (15: 4-bit codes).
-      width: the weight grid's half-width, in posterior sds (`"eigen"`) or prior sds (`"features"`).
       noise_levels: levels of the noise-variance grid.
-      noise_span: the noise grid when `noise_cv` is empty: $s^2 \times [1/\text{span}, \text{span}]$ around
-        the evidence maximizer (`"eigen"`) or the GP estimate (`"features"`); 1 fixes the noise variance there.
-      noise_cv: `"features"` only: the spans of the noise grids to choose from by `cv_folds`-fold
-        cross-validation on the training rows (`select_prior` with `cv_criterion`); span 1 fixes the
-        noise at the GP estimate. Empty: the paper's protocol, one grid of `noise_span`.
-      cv_folds: folds of that inner cross-validation.
-      cv_criterion: `"log_density"` or `"sq_error"` (`select_prior`).
-      cv_max_iter: CAVI sweeps per inner fit (from `gaussian_start`, which is close).
       method: how `fit_regression` fits: `"cavi"`, `"lbfgs"` or `"optax-lbfgs"`.
       max_iter: its sweeps or iterations; `None`: its default.
-      starts: fit from each start and keep the highest ELBO: `"prior"` and/or `"gaussian"`
-        (`gaussian_start`).
-      gp_points: training rows the GP hyperparameters are fitted on (at most).
-      gp_restarts: starts of the GP hyperparameter fit.
-      gp_restart_rule: `"screened"`: the GP's starts run on `gp_screen_points` of its rows, then the
-        winner and the first start on all (`fit_gp_hyperparameters(restarts="screened")`); `"all"`: every
-        start on every row.
-      gp_screen_points: rows of that screening.
-      gp_degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
-      gp_precision: `fit_gp_hyperparameters(precision=...)`: `"native"` (the likelihood in the working
-        dtype) or `"float64"` (for a float32 working dtype, in float64 on the host: the GP's optima
-        without float32's rounding; a float64 working dtype is already float64;
-        `docs/decisions/gp-step.md#the-likelihood-in-float32`).
       chunk_size: rows per chunk of the statistics pass.
       max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
         of it, at most this many times (the paper's protocol: 0).
-      compact_tol: `"compact"` only: the budget of the variance change, in noise variances
-        (`compact_posterior(tol=...)`).
-      compact_vectors: `"compact"` only: the kept eigenvectors stored in float16 (`"half"`: half the
-        bytes; the predictive variance moves by float16's rounding, the mean not at all) or in the working
-        dtype (`"full"`) (`compact_posterior(vectors_dtype=...)`).
-      gp_gain_tol: `fit_gp_hyperparameters(gain_tol=...)`: a GP start ends after two iterations in a row
-        that each raise its log marginal likelihood by less than this many nats (0: never).
       lengthscale: `None` (default): the kernel's lengthscales, signal and noise variances come from the
-        GP step above; a positive number: one lengthscale for every standardized input, the signal variance
+        GP step (`gp`); a positive number: one lengthscale for every standardized input, the signal variance
         of the (scaled) targets and a tenth of it as the noise guess, and no GP is fitted.
 
     Example:
-      >>> from kronvi.pipeline import DirectConfig
-      >>> DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
-      DirectConfig(basis='eigen', num_frequencies=None, frequency_sampling='iid', levels=15, width=None,
-        noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
-        cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
-        gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, gp_precision='native',
-        chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half', gp_gain_tol=0.1,
-        lengthscale=None)
+      >>> import kronvi
+      >>> kronvi.DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
+      DirectConfig(recipe=Eigen(width=6.0, noise_span=3.0, starts=('prior',)),
+        gp=GPOptions(points=1000, restarts=4, restart_rule='screened', screen_points=300,
+        degenerate_margin=2.0, precision='native', gain_tol=0.1), num_frequencies=None,
+        frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
+        max_noise_recentres=0, lengthscale=None)
+      >>> kronvi.DirectConfig(recipe=kronvi.Features(noise_cv=())).basis
+      'features'
     """
 
-    basis: str = "eigen"
-    num_frequencies: int | None = None
-    frequency_sampling: str = "iid"
-    levels: int = 15
-    width: float | None = None
-    noise_levels: int = 15
-    noise_span: float | None = None
-    noise_cv: tuple[float, ...] | None = None
-    cv_folds: int = 5
-    cv_criterion: str = "log_density"
-    cv_max_iter: int = 10
-    method: str = "cavi"
-    max_iter: int | None = None
-    starts: tuple[str, ...] | None = None
-    gp_points: int = 1000
-    gp_restarts: int = 4
-    gp_restart_rule: str = "screened"
-    gp_screen_points: int = 300
-    gp_degenerate_margin: float = 2.0
-    gp_precision: str = "native"
-    chunk_size: int = 2048
-    max_noise_recentres: int = 0
-    # "compact" only: the budget of the variance change, in noise variances (kronvi.compact_posterior(tol=...))
-    compact_tol: float = 0.1
-    # "compact" only: its kept eigenvectors in float16 ("half") or the working dtype ("full")
-    compact_vectors: str = "half"
-    # fit_gp_hyperparameters(gain_tol=...)
-    gp_gain_tol: float = 0.1
-    # a fixed lengthscale of the standardized inputs instead of the GP step (None: the GP's, per input)
-    lengthscale: float | None = None
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        *,
+        recipe: Eigen | Compact | Features | None = None,
+        gp: GPOptions | None = None,
+        num_frequencies: int | None = None,
+        frequency_sampling: str = "iid",
+        levels: int = 15,
+        noise_levels: int = 15,
+        method: str = "cavi",
+        max_iter: int | None = None,
+        chunk_size: int = 2048,
+        max_noise_recentres: int = 0,
+        lengthscale: float | None = None,
+        **legacy: Any,
+    ) -> DirectConfig:
+        recipe, gp = _from_legacy(recipe, gp, legacy, stacklevel=3)
+        return super().__new__(
+            cls, recipe, gp, num_frequencies, frequency_sampling, levels, noise_levels, method, max_iter,
+            chunk_size, max_noise_recentres, lengthscale,
+        )  # fmt: skip
+
+    def __reduce__(self):
+        return (self._make, (tuple(self),))
+
+    def as_flat_dict(self) -> dict[str, Any]:
+        """Every setting under its old flat name (`basis`, `width`, ..., `gp_points`, ...), in the old order:
+        a record of the config in plain values (for JSON), as `DirectConfig(basis=...)._asdict()` was."""
+        flat: dict[str, Any] = {"basis": self.basis}
+        for name in _FLAT_ORDER[1:]:
+            value = getattr(self, name)
+            flat[name] = list(value) if isinstance(value, tuple) else value
+        return flat
+
+    def _replace(self, **changes: Any) -> DirectConfig:
+        legacy = {k: changes.pop(k) for k in list(changes) if k in LEGACY_FIELDS}
+        if legacy:
+            recipe, gp = _from_legacy(
+                changes.pop("recipe", self.recipe), changes.pop("gp", self.gp), legacy, stacklevel=3,
+                keep=True,
+            )  # fmt: skip
+            changes.update(recipe=recipe, gp=gp)
+        return super()._replace(**changes)
+
+    @property
+    def basis(self) -> str:
+        """The recipe's name: `"eigen"`, `"compact"` or `"features"`."""
+        return type(self.recipe).name
+
+    width = property(lambda self: self.recipe.width, doc="`recipe.width`.")
+    noise_span = property(lambda self: self.recipe.noise_span, doc="`recipe.noise_span`.")
+    starts = property(lambda self: self.recipe.starts, doc="`recipe.starts`.")
+    noise_cv = property(
+        lambda self: getattr(self.recipe, "noise_cv", ()), doc="`Features.noise_cv`; else ()."
+    )
+    cv_folds = property(lambda self: getattr(self.recipe, "cv_folds", 5), doc="`Features.cv_folds`.")
+    cv_criterion = property(
+        lambda self: getattr(self.recipe, "cv_criterion", "log_density"), doc="`Features.cv_criterion`."
+    )
+    cv_max_iter = property(
+        lambda self: getattr(self.recipe, "cv_max_iter", 10), doc="`Features.cv_max_iter`."
+    )
+    compact_tol = property(lambda self: getattr(self.recipe, "tol", 0.1), doc="`Compact.tol`.")
+    compact_vectors = property(lambda self: getattr(self.recipe, "vectors", "half"), doc="`Compact.vectors`.")
+    gp_points = property(lambda self: self.gp.points, doc="`gp.points`.")
+    gp_restarts = property(lambda self: self.gp.restarts, doc="`gp.restarts`.")
+    gp_restart_rule = property(lambda self: self.gp.restart_rule, doc="`gp.restart_rule`.")
+    gp_screen_points = property(lambda self: self.gp.screen_points, doc="`gp.screen_points`.")
+    gp_degenerate_margin = property(lambda self: self.gp.degenerate_margin, doc="`gp.degenerate_margin`.")
+    gp_precision = property(lambda self: self.gp.precision, doc="`gp.precision`.")
+    gp_gain_tol = property(lambda self: self.gp.gain_tol, doc="`gp.gain_tol`.")
+
+
+def _from_legacy(recipe, gp, legacy: dict, *, stacklevel: int, keep: bool = False):
+    """`(recipe, gp)` of `DirectConfig(recipe=..., gp=..., **legacy)`: the old flat fields, with a
+    `DeprecationWarning`, set on the recipe and `gp` (`keep`: those of `recipe`, as `_replace` does; else
+    the defaults of `basis`'s recipe)."""
+    unknown = [k for k in legacy if k not in LEGACY_FIELDS]
+    if unknown:
+        raise TypeError(f"DirectConfig got unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
+    if recipe is not None and not isinstance(recipe, Eigen | Compact | Features):
+        raise TypeError(f"`config.recipe` must be kronvi.Eigen, Compact or Features, got {recipe!r}")
+    if gp is not None and not isinstance(gp, GPOptions):
+        raise TypeError(f"`config.gp` must be kronvi.GPOptions, got {gp!r}")
+    gp = GPOptions() if gp is None else gp
+    if not legacy:
+        return (Eigen() if recipe is None else recipe), gp
+    if recipe is not None and not keep:
+        raise TypeError(
+            f"DirectConfig got `recipe` and the old fields {sorted(legacy)}: set them on the recipe"
+        )
+    warnings.warn(
+        f"DirectConfig's fields {', '.join(sorted(legacy))} are deprecated and will be removed in the next "
+        "release: set them on the recipe (recipe=kronvi.Eigen(width=...), kronvi.Compact(tol=...), "
+        "kronvi.Features(noise_cv=...)) and the GP step's on gp=kronvi.GPOptions(...)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    basis = legacy.pop("basis", None if recipe is None else type(recipe).name)
+    basis = "eigen" if basis is None else basis
+    if basis not in RECIPES:
+        raise ValueError(f"`config.basis` must be one of {BASES}, got {basis!r}")
+    cls = RECIPES[basis]
+    options = {}
+    if recipe is not None and (type(recipe) is cls or {type(recipe), cls} == {Eigen, Compact}):
+        options = {k: v for k, v in dataclasses.asdict(recipe).items() if k in _fields_of(cls)}
+    for old, value in legacy.items():
+        if old in _LEGACY_GP:
+            gp = dataclasses.replace(gp, **{_LEGACY_GP[old]: value})
+            continue
+        option = _LEGACY_COMPACT.get(old, old)
+        if option in _fields_of(cls):
+            if value is not None or option in ("tol", "vectors", "cv_folds", "cv_criterion", "cv_max_iter"):
+                options[option] = value
+            else:
+                options.pop(option, None)  # None: the recipe's default
+        elif value is not None and value != _inert(option):
+            owner = "compact" if old in _LEGACY_COMPACT else "features"
+            if old == "noise_cv":
+                raise RecipeOptionError(
+                    f"`config.noise_cv` applies to basis='features' only: with basis={basis!r} the noise grid is "
+                    "centred on the evidence maximizer (set noise_cv=() or basis='features')"
+                )
+            raise RecipeOptionError(
+                f"`config.{old}` applies to basis={owner!r} only (`kronvi.{RECIPES[owner].__name__}`), not to "
+                f"basis={basis!r}"
+            )
+    return cls(**options), gp
+
+
+def _inert(option: str) -> Any:
+    """The value of an option a recipe does not have, as the old `DirectConfig` held it (ignored)."""
+    return {"noise_cv": (), "cv_folds": 5, "cv_criterion": "log_density", "cv_max_iter": 10, "tol": 0.1,
+            "vectors": "half"}[option]  # fmt: skip
 
 
 LARGE_DATA_ROWS = 20_000
@@ -504,21 +850,20 @@ def parse_noise_cv(text: str) -> tuple[float, ...]:
 
 
 def resolve_config(config: DirectConfig | None = None) -> DirectConfig:
-    """`config` (default `DirectConfig()`) with every `None` field set to its basis's default.
+    """`config` (default `DirectConfig()`), checked to be a `DirectConfig`. Every option of a config is set
+    (its recipe's, `Eigen`, `Compact` or `Features`, have no `None`), so nothing is left to resolve; the
+    old `None` fields of `DirectConfig(basis=..., width=None, ...)` take the recipe's default when it is built.
 
     Example:
-      >>> from kronvi.pipeline import DirectConfig, resolve_config
-      >>> c = resolve_config(DirectConfig(basis="features"))
+      >>> from kronvi.pipeline import DirectConfig, Features, resolve_config
+      >>> c = resolve_config(DirectConfig(recipe=Features()))
       >>> c.width, c.noise_span, c.noise_cv, c.starts
       (3.0, 10.0, (10.0, 3.0, 1.0), ('prior', 'gaussian'))
     """
     config = DirectConfig() if config is None else config
     if not isinstance(config, DirectConfig):
         raise TypeError(f"`config` must be a DirectConfig, got {type(config).__name__}")
-    if config.basis not in BASES:
-        raise ValueError(f"`config.basis` must be one of {BASES}, got {config.basis!r}")
-    defaults = _BASIS_DEFAULTS[config.basis]
-    return config._replace(**{k: v for k, v in defaults.items() if getattr(config, k) is None})
+    return config
 
 
 def _check_config(config: DirectConfig | None) -> DirectConfig:
@@ -551,10 +896,9 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
     if config.gp_precision not in GP_PRECISIONS:
         choices = " or ".join(map(repr, GP_PRECISIONS))
         raise ValueError(f"`config.gp_precision` must be {choices}, got {config.gp_precision!r}")
-    # `config` is resolved (`resolve_config`): its `None` fields are set
-    if not float(config.width) > 0:  # type: ignore[arg-type]
+    if not _number(config.width) > 0:
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")
-    if not float(config.noise_span) >= 1.0:  # type: ignore[arg-type]
+    if not _number(config.noise_span) >= 1.0:
         raise ValueError(
             f"`config.noise_span` must be >= 1 (1 fixes the noise variance), got {config.noise_span!r}"
         )
@@ -569,6 +913,11 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
             raise ValueError(f"`noise_cv` spans must be >= 1 (1 = fixed noise), got {config.noise_cv}")
         check_int(config.cv_folds, "cv_folds", 2)
     return config
+
+
+def _number(x) -> float:
+    """`x` as a float if it is a real number (not a bool or a string), else NaN (which every range refuses)."""
+    return float(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else float("nan")
 
 
 def prepare_fold(
@@ -691,7 +1040,7 @@ def _draw_features(key, hyper, num_frequencies, config, *, fitted: bool) -> Rand
 def _features_grid(b: int, prior_scale, config: DirectConfig) -> DiscretePrior:
     """The `"features"` recipe's weight grid: `levels` values on ±`config.width` prior sds, a zero among them."""
     with errors_name("config.width", config.width):
-        return gaussian_grid(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
+        return gaussian_grid(b, prior_scale, levels=config.levels, width=config.width)
 
 
 def _traced(tree) -> bool:
@@ -976,19 +1325,23 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
             criterion=config.cv_criterion, max_iter=config.cv_max_iter,
         )  # fmt: skip
     else:
-        span = float(config.noise_span)  # type: ignore[arg-type]  # resolved: set
+        span = float(config.noise_span)
         with errors_name("config.noise_span", config.noise_span):
             prior_n = _noise_grid(s2, span, config.noise_levels)
     t3 = time.perf_counter()
     q_w, q_n, info, prior_n, recentres = _fit_with_noise_recentring(
-        fold.stats, fold.prior_w, prior_n, config._replace(noise_span=span), key=fold.key
+        fold.stats,
+        fold.prior_w,
+        prior_n,
+        config._replace(recipe=dataclasses.replace(config.recipe, noise_span=span)),
+        key=fold.key,
     )
     basis: Eigenbasis | CompactBasis | None = fold.basis
     prior_w = fold.prior_w
     if config.basis == "compact":
         basis, prior_w, q_w = compact_posterior(
             fold.basis, q_w, prior_w, fold.stats.n, noise_moments(q_n, prior_n)[2], tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
-            width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,  # type: ignore[arg-type]  # resolved: set
+            width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,
         )  # fmt: skip
     _block(q_w)
     t4 = time.perf_counter()
@@ -1500,7 +1853,7 @@ def _fit_with_noise_recentring(
         if not (float(probs[0]) > 0.5 or float(probs[-1]) > 0.5):
             break
         e_s = noise_moments(q_n, prior_noise)[2]
-        prior_noise = noise_grid(e_s, levels=config.noise_levels, span=config.noise_span)  # type: ignore[arg-type]  # resolved: set
+        prior_noise = noise_grid(e_s, levels=config.noise_levels, span=config.noise_span)
         q_w, q_n, info = (fit_regression if checked else fit_regression_unchecked)(
             stats,
             prior_w,
