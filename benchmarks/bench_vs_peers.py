@@ -16,6 +16,10 @@ For fold 0 of each dataset (the shared UCI folds; yacht ships with kronvi):
   HalfNormal(1) on the standardized targets), mean-field normal guide (`AutoNormal`), Adam(0.01),
   `--svi-steps` steps on minibatches of 512 rows.
 
+Classification (`--classifiers`, fold 0 of the shared binary sets): `kronvi.sklearn.DirectClassifier()` with
+its defaults against `LogisticRegression()` and `LogisticRegressionCV` (raw standardized inputs, and the very
+features kronvi fitted), with `predict_proba` seconds and test log loss (`bench_classifier.py`'s functions).
+
 Everyone runs with the machine's defaults (no thread settings). Repeats are interleaved (kronvi,
 BayesianRidge, NumPyro, kronvi, ...) and medians reported, with the load average before each dataset.
 A synthetic 2,000,000-row set (11 inputs, `experiments/scale_2m.py`'s function) runs kronvi end to end
@@ -23,6 +27,7 @@ and compares the rate of its statistics pass with the float32 GEMM rate measured
 the peers cannot hold its `2e6 x 2000` feature matrix (32 GB in float64) and are not run there.
 
 Run: python benchmarks/bench_vs_peers.py [--repeats 3] [--datasets yacht,concrete,energy,kin40k,protein]
+[--classifiers anes96_vote,breastcancer_wdbc,digits_parity,fair_affairs,kin40k_median]
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -195,6 +201,66 @@ def first_call(name, data_dir, n_synthetic):
     print(json.dumps(out))
 
 
+def run_logistic(Xtr, ytr, Xte, yte):
+    """scikit-learn's `LogisticRegression()` (its defaults, C = 1) on the standardized raw inputs."""
+    import bench_classifier
+    from sklearn.linear_model import LogisticRegression
+
+    mu, sd = Xtr.mean(0), Xtr.std(0)
+    sd[sd == 0] = 1.0
+    t0 = time.perf_counter()
+    clf = LogisticRegression(max_iter=2000).fit((Xtr - mu) / sd, ytr)
+    t1 = time.perf_counter()
+    p = clf.predict_proba((Xte - mu) / sd)[:, 1]
+    t2 = time.perf_counter()
+    return dict(fit=t1 - t0, predict=t2 - t1, logloss=bench_classifier.log_loss(p, yte))
+
+
+def classifier_rows(names, data_dir, repeats):
+    """Interleaved warm repeats of kronvi's default classifier and scikit-learn's, fold 0 of each set; prints
+    each repeat and returns the medians per dataset."""
+    import bench_classifier as bc
+
+    rows = []
+    for name in names:
+        Xtr, ytr, Xte, yte = bc.load(name, data_dir)
+        mu, sd = Xtr.mean(0), Xtr.std(0)
+        sd[sd == 0] = 1.0
+        print(f"\n== {name} (classification): {len(Xtr)} training rows, {len(Xte)} test rows, "
+              f"{Xtr.shape[1]} inputs; {load_average()}", flush=True)  # fmt: skip
+        t0 = time.perf_counter()
+        bc.run_kronvi(Xtr, ytr, Xte, yte)  # untimed for the medians: this process's compilations
+        first = time.perf_counter() - t0
+        runs: dict[str, list] = {"kronvi": [], "LogisticRegression": [], "LRCV raw": [], "LRCV features": []}
+        for r in range(repeats):
+            clf, k = bc.run_kronvi(Xtr, ytr, Xte, yte)
+            runs["kronvi"].append(k)
+            runs["LogisticRegression"].append(run_logistic(Xtr, ytr, Xte, yte))
+            runs["LRCV raw"].append(bc.run_lrcv((Xtr - mu) / sd, ytr, (Xte - mu) / sd, yte))
+            F, Ft = (np.asarray(clf.models_[0].design(a), np.float64) for a in (Xtr, Xte))
+            runs["LRCV features"].append(bc.run_lrcv(F, ytr, Ft, yte))
+            print(f"  repeat {r + 1}/{repeats}: " + ", ".join(
+                f"{k_} {v[-1]['fit']:.3f} s (log loss {v[-1]['logloss']:.4f})" for k_, v in runs.items()), flush=True)  # fmt: skip
+        med = {k_: {f: statistics.median(x[f] for x in v) for f in ("fit", "predict", "logloss")}
+               for k_, v in runs.items()}  # fmt: skip
+        rows.append(dict(name=name, n=len(Xtr), n_test=len(Xte), first=first, **med))
+    return rows
+
+
+def print_classifier_table(rows):
+    print("\n## Classification, fold 0: fit and predict_proba seconds (warm medians), test log loss\n")
+    print("| dataset (train / test) | kronvi fit | kronvi first call (fit + predict) | kronvi predict_proba "
+          "| LogisticRegression fit | LRCV raw fit | LRCV features fit | kronvi log loss | LogisticRegression "
+          "| LRCV raw | LRCV features | kronvi / LRCV features time |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        k, lr, raw, feat = r["kronvi"], r["LogisticRegression"], r["LRCV raw"], r["LRCV features"]
+        print(f"| {r['name']} ({r['n']} / {r['n_test']}) | {fmt(k['fit'])} | {fmt(r['first'])} | "
+              f"{fmt(k['predict'])} | {fmt(lr['fit'])} | {fmt(raw['fit'])} | {fmt(feat['fit'])} | "
+              f"{k['logloss']:.4f} | {lr['logloss']:.4f} | {raw['logloss']:.4f} | {feat['logloss']:.4f} | "
+              f"{k['fit'] / feat['fit']:.2f} |")  # fmt: skip
+
+
 def fmt(x, digits=3):
     return "—" if x is None else f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:.0f}"
 
@@ -207,6 +273,11 @@ def main(argv=None):
     ap.add_argument("--svi-steps", type=int, default=5000)
     ap.add_argument("--synthetic-rows", type=int, default=2_000_000, help="0: skip the synthetic set")
     ap.add_argument("--gp-max-rows", type=int, default=5000)
+    ap.add_argument(
+        "--classifiers", default="anes96_vote,breastcancer_wdbc,digits_parity,fair_affairs,kin40k_median",
+        help="binary datasets for the classifier rows ('' skips them)",
+    )  # fmt: skip
+    ap.add_argument("--classifier-data-dir", default=str(DATA.parent / "classification"))
     ap.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first calls")
     ap.add_argument("--first-call", default=None, help=argparse.SUPPRESS)
     ap.add_argument(
@@ -284,6 +355,10 @@ def main(argv=None):
             print(f"| {r['name']} ({r['n']}) | {fmt(k['fit'])} / {fmt(k64['fit'])} | {fmt(k['gp'], 2)} / "
                   f"{fmt(k64['gp'], 2)} | {k64['fit'] / br['fit']:.2f} | {k64['rmse']:.4g} / {k64['nlpd']:.3f} | "
                   f"{k64['nlpd'] - br['nlpd']:+.3f} |")  # fmt: skip
+
+    names = [c for c in args.classifiers.split(",") if c]
+    if names:
+        print_classifier_table(classifier_rows(names, args.classifier_data_dir, args.repeats))
 
     if args.synthetic_rows:
         n = args.synthetic_rows

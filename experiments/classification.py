@@ -270,6 +270,7 @@ def parse_args(argv=None):
     )
     ap.add_argument("--tol", type=float, default=1e-3, help="direct methods: stop below this gain per row")
     ap.add_argument("--vi-steps", type=int, default=2000)
+    study_cli.add_cache_option(ap)
     return ap.parse_args(argv)
 
 
@@ -380,6 +381,8 @@ def main(argv=None):
         data = {name: load_dataset(args.data_dir, name, args.folds) for name in names}
     except (study_cli.UsageError, ValueError, OSError) as e:
         return study_cli.report("classification.py", e)
+    args.cache = study_cli.compilation_cache(args)
+    log(f"compilation cache: {args.cache}")
     try:
         for name in names:
             run_dataset(name, data.pop(name), methods, args, records, rel)
@@ -435,6 +438,7 @@ def run_dataset(name, dataset, methods, args, records, rel):
             fold_seconds=float(
                 np.mean([r.get("fold_seconds", r["seconds"] + r["predict_seconds"]) for r in res])
             ),
+            compilation_cache=getattr(args, "cache", "off"),
         )
         records.append(rec)
         counts = sum(

@@ -345,7 +345,7 @@ def main(argv=None) -> int:
         pathlib.Path(args.table).write_text(
             "# Off-support rules of the default recipe (issue 49)\n\n"
             f"`python experiments/off_support.py {' '.join(sys.argv[1:] if argv is None else argv)}` (the records: "
-            "the commands in `experiments/README.md`; findings: `docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs-open`)\n\n"
+            "the commands in `experiments/README.md`; findings: `docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`)\n\n"
             + render(records, uci_json=args.uci_json)
         )
     return 0

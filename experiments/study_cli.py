@@ -86,6 +86,25 @@ def check_outputs(outputs, *, inputs=(), overwrite=False, exists_hint="pass --ov
         seen[real] = option
 
 
+def add_cache_option(parser) -> None:
+    """``--no-compilation-cache``: the studies use JAX's persistent compilation cache by default, as ``kronvi fit``
+    does (``kronvi.enable_compilation_cache``: ``$JAX_COMPILATION_CACHE_DIR`` or a per-user, per-host folder)."""
+    parser.add_argument(
+        "--no-compilation-cache", action="store_true",
+        help="compile every program in this process (default: JAX's persistent cache, kronvi.enable_compilation_cache)",
+    )  # fmt: skip
+
+
+def compilation_cache(args) -> str:
+    """Turns the persistent cache on unless ``--no-compilation-cache``; returns the state to report: ``"off"``,
+    ``"cold"`` (an empty cache folder: this run compiles and fills it) or ``"cached"`` (programs on disk from an
+    earlier run; those this run's programs match are read, not compiled)."""
+    if getattr(args, "no_compilation_cache", False):
+        return "off"
+    folder = kronvi.enable_compilation_cache()
+    return "cached" if any(folder.iterdir()) else "cold"
+
+
 def run(main) -> None:
     """Runs a study's ``main()`` as the program and exits with its status. Ctrl-C exits with 130 after
     one line on stderr (``main`` keeps what it has written: its outputs are rewritten atomically), without

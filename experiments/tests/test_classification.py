@@ -1,6 +1,7 @@
 """The classification study and its renderer on a tiny synthetic dataset: record fields, metrics, files."""
 
 import json
+import pathlib
 import stat
 
 import classification
@@ -13,6 +14,7 @@ from study_folds import write_folds
 FIELDS = {
     "dataset", "method", "n", "d", "accuracy_mean", "accuracy_sd", "logloss_mean", "logloss_sd", "ece_mean",
     "fit_seconds", "fit_seconds_median", "fit_seconds_folds", "sparsity_pct", "predict_seconds", "fold_seconds",
+    "compilation_cache",
 }  # fmt: skip
 
 
@@ -50,7 +52,7 @@ def test_study_writes_records_and_renders(tmp_path):
     for r in recs:
         assert set(r) == FIELDS
         assert 0 <= r["accuracy_mean"] <= 1 and r["logloss_mean"] > 0 and 0 <= r["ece_mean"] <= 1
-        assert len(r["fit_seconds_folds"]) == 2
+        assert len(r["fit_seconds_folds"]) == 2 and r["compilation_cache"] == "off"  # the tests' fixture
         np.testing.assert_allclose(r["fit_seconds_median"], np.median(r["fit_seconds_folds"]), atol=1e-4)
     assert (tmp_path / "res_reliability.json").exists()
     render_classification.main([str(out)])
@@ -176,3 +178,29 @@ def test_ctrl_c_keeps_the_finished_datasets_and_exits_130(data, tmp_path, monkey
         pytest.fail("KeyboardInterrupt escaped main()")
     assert code == study_cli.EXIT_INTERRUPTED
     assert [r["dataset"] for r in json.loads(out.read_text())] == ["tiny"]
+
+
+def test_the_studies_state_the_compilation_cache(tmp_path):
+    """``--no-compilation-cache`` is "off"; otherwise an empty cache folder is "cold" and, once a program has
+    been written to it, "cached" (in a child process: turning the cache on is process-wide)."""
+    import argparse
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    parser = argparse.ArgumentParser()
+    study_cli.add_cache_option(parser)
+    assert parser.parse_args(["--no-compilation-cache"]).no_compilation_cache
+    code = textwrap.dedent(f"""
+        import argparse, sys
+        sys.path.insert(0, {str(pathlib.Path(classification.__file__).parent)!r})
+        import jax, jax.numpy as jnp, study_cli
+        off = study_cli.compilation_cache(argparse.Namespace(no_compilation_cache=True))
+        first = study_cli.compilation_cache(argparse.Namespace(no_compilation_cache=False))
+        jax.jit(lambda x: jnp.sin(x) * 3.0)(jnp.ones(3)).block_until_ready()
+        print(off, first, study_cli.compilation_cache(argparse.Namespace(no_compilation_cache=False)))
+    """)
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["off", "cold", "cached"]

@@ -28,7 +28,7 @@ one recipe cannot be set on another: `Eigen(tol=0.1)` raises `RecipeOptionError`
 
 Deprecated (kept for one release): the old flat fields of `DirectConfig`, a `basis` string and the options
 that applied "only for" one basis or meant "the basis's default" when `None` (`basis`, `width`,
-`noise_span`, `noise_cv`, `starts`, `cv_folds`, `cv_criterion`, `cv_max_iter`, `compact_tol`,
+`noise_span`, `noise_cv`, `starts`, `cv_folds`, `cv_criterion`, `cv_max_iter`, `support_rms`, `compact_tol`,
 `compact_vectors`, and the GP step's `gp_points`, `gp_restarts`, `gp_restart_rule`, `gp_screen_points`,
 `gp_degenerate_margin`, `gp_precision`, `gp_gain_tol`). Passed to `DirectConfig(...)` or
 `config._replace(...)`, they emit one `DeprecationWarning` and build the same config as before (`None`: the
@@ -66,6 +66,7 @@ from ._base.checks import (
     host_arrays,
 )
 from ._base.memory import check_memory, regression_fit_bytes
+from ._base.precision import matmul
 from ._base.progress import StatusLine
 from ._fit.regression import METHODS, RegressionFit, fit_regression, fit_regression_unchecked
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
@@ -86,7 +87,7 @@ from ._inputs.host import (
     target_moments,
     target_unit,
 )
-from ._model.compact import CompactBasis, compact_features, compact_posterior
+from ._model.compact import COPIES, CompactBasis, compact_features, compact_posterior, complement_split
 from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.families import MeanField
 from ._model.grids import DiscretePrior, gaussian_grid, noise_grid, noise_prior
@@ -116,6 +117,8 @@ __all__ = [
     "default_num_frequencies",
     "FoldResult",
     "FittedDirect",
+    "SupportBound",
+    "support_shift",
     "Prediction",
     "predict",
     "log_density",
@@ -192,22 +195,36 @@ class Eigen(_Recipe):
       noise_span: the noise grid $s^2 \times [1/\text{span}, \text{span}]$ around the evidence maximizer;
         1 fixes the noise variance there.
       starts: fit from each start and keep the highest ELBO: `"prior"` and/or `"gaussian"`.
+      support_rms: the predictive mean of a new row counts each of its eigenbasis coordinates up to this many
+        times the training rows' RMS in that direction, $\sqrt{\lambda_j / n}$ (`SupportBound`); the
+        variance is unchanged. Rows like the training rows are untouched; a row far from them no longer
+        projects onto weakly determined directions at random. `None`: no bound (the plain posterior
+        predictive; `docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`).
 
     Example:
       >>> import kronvi
       >>> kronvi.Eigen(width=4.0)
-      Eigen(width=4.0, noise_span=3.0, starts=('prior',))
+      Eigen(width=4.0, noise_span=3.0, starts=('prior',), support_rms=20.0)
     """
 
     name: ClassVar[str] = "eigen"
     width: float = 6.0
     noise_span: float = 3.0
     starts: tuple[str, ...] = ("prior",)
+    support_rms: float | None = 20.0
 
     def __init__(
-        self, *, width: float = 6.0, noise_span: float = 3.0, starts: Sequence[str] = ("prior",), **other: Any
+        self,
+        *,
+        width: float = 6.0,
+        noise_span: float = 3.0,
+        starts: Sequence[str] = ("prior",),
+        support_rms: float | None = 20.0,
+        **other: Any,
     ):
-        _Recipe.__init__(self, width=width, noise_span=noise_span, starts=starts, **other)
+        _Recipe.__init__(
+            self, width=width, noise_span=noise_span, starts=starts, support_rms=support_rms, **other
+        )
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -221,6 +238,7 @@ class Compact(_Recipe):
       width: as `Eigen.width`.
       noise_span: as `Eigen.noise_span`.
       starts: as `Eigen.starts`.
+      support_rms: as `Eigen.support_rms`.
       tol: the budget of the variance change, in noise variances (`compact_posterior(tol=...)`).
       vectors: the kept eigenvectors in float16 (`"half"`: half the bytes; the predictive variance moves by
         float16's rounding, the mean not at all) or in the working dtype (`"full"`).
@@ -228,13 +246,14 @@ class Compact(_Recipe):
     Example:
       >>> import kronvi
       >>> kronvi.Compact(tol=0.05)
-      Compact(width=6.0, noise_span=3.0, starts=('prior',), tol=0.05, vectors='half')
+      Compact(width=6.0, noise_span=3.0, starts=('prior',), support_rms=20.0, tol=0.05, vectors='half')
     """
 
     name: ClassVar[str] = "compact"
     width: float = 6.0
     noise_span: float = 3.0
     starts: tuple[str, ...] = ("prior",)
+    support_rms: float | None = 20.0
     tol: float = 0.1
     vectors: str = "half"
 
@@ -244,13 +263,15 @@ class Compact(_Recipe):
         width: float = 6.0,
         noise_span: float = 3.0,
         starts: Sequence[str] = ("prior",),
+        support_rms: float | None = 20.0,
         tol: float = 0.1,
         vectors: str = "half",
         **other: Any,
     ):
         _Recipe.__init__(
-            self, width=width, noise_span=noise_span, starts=starts, tol=tol, vectors=vectors, **other
-        )
+            self, width=width, noise_span=noise_span, starts=starts, support_rms=support_rms, tol=tol,
+            vectors=vectors, **other,
+        )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -359,7 +380,9 @@ RECIPES = {"eigen": Eigen, "features": Features, "compact": Compact}
 BASES = tuple(RECIPES)
 
 # The old flat fields of `DirectConfig`, deprecated: `(where, option)`, read from the recipe or `gp`
-_LEGACY_RECIPE = ("width", "noise_span", "noise_cv", "starts", "cv_folds", "cv_criterion", "cv_max_iter")
+_LEGACY_RECIPE = (
+    "width", "noise_span", "noise_cv", "starts", "cv_folds", "cv_criterion", "cv_max_iter", "support_rms",
+)  # fmt: skip
 _LEGACY_COMPACT = {"compact_tol": "tol", "compact_vectors": "vectors"}
 _LEGACY_GP = {
     "gp_points": "points", "gp_restarts": "restarts", "gp_restart_rule": "restart_rule",
@@ -371,7 +394,7 @@ _FLAT_ORDER = (
     "basis", "num_frequencies", "frequency_sampling", "levels", "width", "noise_levels", "noise_span", "noise_cv",
     "cv_folds", "cv_criterion", "cv_max_iter", "method", "max_iter", "starts", "gp_points", "gp_restarts",
     "gp_restart_rule", "gp_screen_points", "gp_degenerate_margin", "gp_precision", "chunk_size",
-    "max_noise_recentres", "compact_tol", "compact_vectors", "gp_gain_tol", "lengthscale",
+    "max_noise_recentres", "compact_tol", "compact_vectors", "gp_gain_tol", "lengthscale", "support_rms",
 )  # fmt: skip
 
 
@@ -398,7 +421,7 @@ class DirectConfig(_DirectConfigFields):
     `kronvi.Eigen(tol=0.1)` is a `RecipeOptionError` naming `Compact`.
 
     Deprecated, for one release: the old flat fields (`basis`, `width`, `noise_span`, `noise_cv`, `starts`,
-    `cv_folds`, `cv_criterion`, `cv_max_iter`, `compact_tol`, `compact_vectors`, `gp_points`,
+    `cv_folds`, `cv_criterion`, `cv_max_iter`, `support_rms`, `compact_tol`, `compact_vectors`, `gp_points`,
     `gp_restarts`, `gp_restart_rule`, `gp_screen_points`, `gp_degenerate_margin`, `gp_precision`,
     `gp_gain_tol`) given to `DirectConfig(...)` or `._replace(...)` build the same config with a
     `DeprecationWarning` (`None` takes the recipe's default, as before); an option of another recipe with a
@@ -426,7 +449,7 @@ class DirectConfig(_DirectConfigFields):
     Example:
       >>> import kronvi
       >>> kronvi.DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
-      DirectConfig(recipe=Eigen(width=6.0, noise_span=3.0, starts=('prior',)),
+      DirectConfig(recipe=Eigen(width=6.0, noise_span=3.0, starts=('prior',), support_rms=20.0),
         gp=GPOptions(points=1000, restarts=4, restart_rule='screened', screen_points=300,
         degenerate_margin=2.0, precision='native', gain_tol=0.1), num_frequencies=None,
         frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
@@ -500,6 +523,10 @@ class DirectConfig(_DirectConfigFields):
         lambda self: getattr(self.recipe, "cv_max_iter", 10), doc="`Features.cv_max_iter`."
     )
     compact_tol = property(lambda self: getattr(self.recipe, "tol", 0.1), doc="`Compact.tol`.")
+    support_rms = property(
+        lambda self: getattr(self.recipe, "support_rms", 20.0),
+        doc="`Eigen.support_rms`, `Compact.support_rms`.",
+    )
     compact_vectors = property(lambda self: getattr(self.recipe, "vectors", "half"), doc="`Compact.vectors`.")
     gp_points = property(lambda self: self.gp.points, doc="`gp.points`.")
     gp_restarts = property(lambda self: self.gp.restarts, doc="`gp.restarts`.")
@@ -549,12 +576,19 @@ def _from_legacy(recipe, gp, legacy: dict, *, stacklevel: int, keep: bool = Fals
             continue
         option = _LEGACY_COMPACT.get(old, old)
         if option in _fields_of(cls):
-            if value is not None or option in ("tol", "vectors", "cv_folds", "cv_criterion", "cv_max_iter"):
+            if value is not None or option in (
+                "tol",
+                "vectors",
+                "cv_folds",
+                "cv_criterion",
+                "cv_max_iter",
+                "support_rms",
+            ):
                 options[option] = value
             else:
                 options.pop(option, None)  # None: the recipe's default
         elif value is not None and value != _inert(option):
-            owner = "compact" if old in _LEGACY_COMPACT else "features"
+            owner = "compact" if old in _LEGACY_COMPACT else "eigen" if old == "support_rms" else "features"
             if old == "noise_cv":
                 raise RecipeOptionError(
                     f"`config.noise_cv` applies to basis='features' only: with basis={basis!r} the noise grid is "
@@ -570,7 +604,7 @@ def _from_legacy(recipe, gp, legacy: dict, *, stacklevel: int, keep: bool = Fals
 def _inert(option: str) -> Any:
     """The value of an option a recipe does not have, as the old `DirectConfig` held it (ignored)."""
     return {"noise_cv": (), "cv_folds": 5, "cv_criterion": "log_density", "cv_max_iter": 10, "tol": 0.1,
-            "vectors": "half"}[option]  # fmt: skip
+            "vectors": "half", "support_rms": 20.0}[option]  # fmt: skip
 
 
 LARGE_DATA_ROWS = 20_000
@@ -621,6 +655,44 @@ class Prediction(NamedTuple):
     variance: Any
 
 
+class SupportBound(NamedTuple):
+    r"""How far along each of a model's feature columns the training rows reach, for the predictive mean of
+    rows beyond them (`DirectConfig.support_rms`).
+
+    With the model's features $f(x)$ (`fold_features`), the predictive mean is that of the posterior plus
+    $\delta(x) = \sum_j (\mathrm{clip}(f_j(x), -\beta_j, \beta_j) - f_j(x))\,\bar w_j$: for the eigen recipe,
+    $\beta_j$ is `support_rms` times the training rows' RMS coordinate $\sqrt{\lambda_j/n}$ and $\bar w_j$
+    the posterior mean of weight $j$, so the mean is the posterior's at the clipped coordinates; for the compact
+    recipe the same for its kept directions (the mean column and the complement's columns have
+    $\beta = \infty$). $\delta = 0$ for every row within the bounds, the training rows among them
+    (bar the few beyond `support_rms` RMS in some direction).
+
+    Attributes:
+      bound: `(p,)` $\beta_j$, one per feature column (`inf`: unbounded).
+      weight: `(p,)` $\bar w_j$.
+    """
+
+    bound: jax.Array
+    weight: jax.Array
+
+
+def support_shift(support: SupportBound | None, Phi: ArrayLike) -> jax.Array:
+    r"""$\delta$ of `SupportBound` for features `Phi` `(N, p)`: what `predict` adds to the posterior's
+    predictive mean, in the units of the fit (0 when `support` is `None`).
+
+    Example:
+      >>> import jax.numpy as jnp, kronvi
+      >>> support = kronvi.SupportBound(jnp.array([1.0, jnp.inf]), jnp.array([2.0, 3.0]))
+      >>> kronvi.support_shift(support, jnp.array([[0.5, 9.0], [4.0, 9.0]])).tolist()  # (1 - 4) x 2
+      [0.0, -6.0]
+    """
+    Phi = jnp.asarray(Phi)
+    if support is None:
+        return jnp.zeros(Phi.shape[:1], Phi.dtype)
+    bound, weight = support.bound.astype(Phi.dtype), support.weight.astype(Phi.dtype)
+    return matmul(jnp.clip(Phi, -bound, bound) - Phi, weight)
+
+
 class FittedDirect(NamedTuple):
     r"""A fitted DIRECT regression model (`kronvi.fit_direct`), of every recipe: it predicts on raw inputs in
     the targets' units.
@@ -646,6 +718,8 @@ class FittedDirect(NamedTuple):
         (the targets' own units) unless their standard deviation lies outside $2^{\pm 16}$; then it is the power
         of two nearest it (a scaling that rounds nothing), so that no statistic overflows or underflows. The
         priors, posteriors and `hyper` are in the fit's units; `predict` and `log_density` return the targets'.
+      support: `SupportBound` of the eigen and compact recipes' predictive mean (`DirectConfig.support_rms`),
+        else `None`. Models saved before it load with `None`: the plain posterior predictive.
 
     `fold_features(model, X)` maps raw inputs to the features that `q_w` and `prior_w` belong to.
     """
@@ -660,6 +734,7 @@ class FittedDirect(NamedTuple):
     hyper: GPHyperparameters
     basis: Eigenbasis | CompactBasis | None = None
     y_scale: Any = 1.0
+    support: SupportBound | None = None
 
     def predict(self, X: ArrayLike, *, chunk_size: int = 4096) -> Prediction:
         """`kronvi.predict(self, X, chunk_size=chunk_size)`: the exact predictive mean and variance."""
@@ -904,6 +979,10 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         )
     if config.method not in METHODS:
         raise ValueError(f"`config.method` must be one of {METHODS}, got {config.method!r}")
+    if config.support_rms is not None and not 0 < float(config.support_rms) < float("inf"):
+        raise ValueError(
+            f"`config.support_rms` must be a positive number or None, got {config.support_rms!r}"
+        )
     if not config.starts or any(s not in ("prior", "gaussian") for s in config.starts):
         raise ValueError(f"`config.starts` must name 'prior' and/or 'gaussian', got {config.starts!r}")
     if config.noise_cv:
@@ -1338,9 +1417,17 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     )
     basis: Eigenbasis | CompactBasis | None = fold.basis
     prior_w = fold.prior_w
+    support = None
+    if config.basis != "features" and config.support_rms is not None:
+        support = _eigen_support(fold.basis, q_w, prior_w, fold.stats.n, config.support_rms)
     if config.basis == "compact":
+        noise = noise_moments(q_n, prior_n)[2]
+        if support is not None:
+            support = _compact_support(
+                support, fold.basis, q_w, prior_w, fold.stats.n, noise, config.compact_tol
+            )
         basis, prior_w, q_w = compact_posterior(
-            fold.basis, q_w, prior_w, fold.stats.n, noise_moments(q_n, prior_n)[2], tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
+            fold.basis, q_w, prior_w, fold.stats.n, noise, tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
             width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,
         )  # fmt: skip
     _block(q_w)
@@ -1356,6 +1443,7 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
         fold.hyper,
         basis,
         fold.y_scale,
+        support,
     )
     timings = DirectTimings(
         init_seconds=fold.init_seconds,
@@ -1367,6 +1455,37 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
         fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv
     )
     return DirectFit(model, timings, direct_info)
+
+
+def _weight_moments(q_w, prior_w):
+    """Posterior means and variances of the weights, float64 NumPy."""
+    values = np.asarray(prior_w.values, np.float64)
+    logq = np.asarray(q_w.logits, np.float64)
+    probs = np.exp(logq - np.logaddexp.reduce(logq, axis=1, keepdims=True))
+    mean = np.sum(probs * values, axis=1)
+    return mean, np.sum(probs * (values - mean[:, None]) ** 2, axis=1)
+
+
+def _eigen_support(basis, q_w, prior_w, n, support_rms) -> SupportBound:
+    """`SupportBound` of an eigenbasis posterior: `support_rms` training RMS, sqrt(lambda_j / n), per direction."""
+    lam = np.maximum(np.asarray(basis.eigenvalues, np.float64), 0.0)
+    bound = float(support_rms) * np.sqrt(lam / float(n))
+    dtype = prior_w.values.dtype
+    return SupportBound(jnp.asarray(bound, dtype), jnp.asarray(_weight_moments(q_w, prior_w)[0], dtype))
+
+
+def _compact_support(support, basis, q_w, prior_w, n, noise_variance, tol) -> SupportBound:
+    """The eigen `support` on the compact model's columns: `[mean, kept directions, complement]`, the kept
+    directions bounded as in the eigenbasis, the others not."""
+    keep, _ = complement_split(
+        basis.eigenvalues, _weight_moments(q_w, prior_w)[1], n, noise_variance, tol=tol
+    )
+    inf = np.full(1, np.inf)
+    tail = np.full(COPIES, np.inf)
+    bound = np.concatenate([inf, np.asarray(support.bound, np.float64)[keep], tail])
+    weight = np.concatenate([np.zeros(1), np.asarray(support.weight, np.float64)[keep], np.zeros(COPIES)])
+    dtype = support.bound.dtype
+    return SupportBound(jnp.asarray(bound, dtype), jnp.asarray(weight, dtype))
 
 
 def fold_features(fitted: PreparedFold | FittedDirect, X: ArrayLike) -> jax.Array:
@@ -1420,25 +1539,30 @@ class _Parts(NamedTuple):
     prior_noise: DiscretePrior
     q_w: MeanField
     q_noise: MeanField
+    support: SupportBound | None
 
 
 def _parts(model: FittedDirect) -> _Parts:
-    return _Parts(model.features, model.basis, model.prior_w, model.prior_noise, model.q_w, model.q_noise)
+    return _Parts(
+        model.features, model.basis, model.prior_w, model.prior_noise, model.q_w, model.q_noise, model.support
+    )
 
 
 @jax.jit
 def _moments_of(parts: _Parts, Xs):
     """Predictive mean and variance, in the units of the fit, of standardized inputs."""
     Phi = _features_of(parts, Xs)
-    return predict_regression(parts.q_w, parts.q_noise, parts.prior_w, parts.prior_noise, Phi)
+    mean, var = predict_regression(parts.q_w, parts.q_noise, parts.prior_w, parts.prior_noise, Phi)
+    return mean + support_shift(parts.support, Phi), var
 
 
 def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Prediction:
     r"""The exact predictive mean and variance of new targets at raw inputs `X`, in the targets' units.
 
-    The mean is `y_offset + y_scale` $\Phi(x)^\top E_q[w]$, the variance `y_scale`$^2$ times
+    The mean is `y_offset + y_scale` $(\Phi(x)^\top E_q[w] + \delta(x))$, the variance `y_scale`$^2$ times
     $\sum_j \Phi_j(x)^2 \mathrm{Var}_q(w_j) + E_q[\sigma^2]$ (noise included), for every recipe
-    (`kronvi.predict_regression` on `fold_features`). Rows are processed `chunk_size` at a time, so no
+    (`kronvi.predict_regression` on `fold_features`); $\delta$ is 0 for rows within the training rows' span
+    and recentres the others (`model.support`, `support_shift`). Rows are processed `chunk_size` at a time, so no
     buffer holds more than `chunk_size x b` features, and padded to a few fixed sizes, so that new row counts
     reuse compiled programs.
 
@@ -1507,7 +1631,8 @@ def log_density(
     chunk_size: int = 4096,
 ) -> Any:
     r"""The exact log predictive density of targets `y` at raw inputs `X`, in the targets' units
-    (`kronvi.predictive_log_density` of the fit's units, less `log(model.y_scale)`).
+    (`kronvi.predictive_log_density` of the fit's units, less `log(model.y_scale)`), the density `predict`'s
+    moments belong to: the posterior predictive moved by `support_shift` (evaluated at $y - \delta(x)$).
 
     With concrete inputs every point meets `rtol` or `kronvi.DensityToleranceError` is raised (its
     `log_density` in the targets' units); under `jit` only the first pass runs (see
@@ -1528,8 +1653,9 @@ def log_density(
     if _traced((model, X, y)):
         yc = (jnp.asarray(y) - model.y_offset) / model.y_scale
         Phi = fold_features(model, X)
+        yc = yc.astype(Phi.dtype) - support_shift(model.support, Phi)
         ld, _ = predictive_log_density(
-            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc.astype(Phi.dtype), rtol=rtol
+            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc, rtol=rtol
         )
         return ld - jnp.log(model.y_scale)
     shift = np.log(float(model.y_scale))
@@ -1545,11 +1671,11 @@ def log_density(
     out, errors, failed = [], [], []
     for start in range(0, Xs.shape[0], chunk_size):
         Phi = _features_of(parts, Xs[start : start + chunk_size])
+        y_chunk = jnp.asarray(yc[start : start + chunk_size]) - support_shift(model.support, Phi)
         try:
             ld, err = predictive_log_density(
-                model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi,
-                jnp.asarray(yc[start : start + chunk_size]), rtol=rtol,
-            )  # fmt: skip
+                model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_chunk, rtol=rtol
+            )
         except DensityToleranceError as e:
             ld, err = e.log_density, e.rel_error_bound
             failed.append(np.asarray(e.failed) + start)

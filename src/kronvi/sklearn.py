@@ -73,6 +73,7 @@ from .pipeline import (
     stream_init,
     stream_prepare,
     stream_update,
+    support_shift,
 )
 from .quantize import sample_codes
 
@@ -394,7 +395,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         r"""Draws functions from the posterior and evaluates them at `X`.
 
         Each draw takes every weight from its posterior factor (`kronvi.sample_codes`: grid values,
-        exactly) and returns `y_offset_` + `y_scale_` $\Phi(x)^\top w$, the noise-free function (add
+        exactly) and returns `y_offset_` + `y_scale_` ($\Phi(x)^\top w$ + `kronvi.pipeline.support_shift`), the
+        noise-free function, moved as `predict`'s mean (add
         $N(0,$ `noise_variance_`$)$ for new targets), laid out as in `GaussianProcessRegressor.sample_y`.
 
         Args:
@@ -414,7 +416,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             Phi = fold_features(model, X)
             codes = sample_codes(jax.random.key(seed), model.q_w, n_samples)  # (S, b)
             W = jnp.take_along_axis(model.prior_w.values, codes.T.astype(jnp.int32), axis=1)  # (b, S)
-            f = matmul(Phi, W)
+            f = matmul(Phi, W) + support_shift(model.support, Phi)[:, None]
         return np.asarray(f, np.float64) * self.y_scale_ + self.y_offset_
 
 
@@ -448,6 +450,8 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
       grid: `"laplace"` (default) or `"paper"`.
       max_iter: coordinate-ascent sweeps at most.
       tol: stop when a sweep gains less than `tol` nats per row.
+      basis: `grid="laplace"` only: `"eigen"` (default: the weights rotated to the eigenbasis of the
+        Laplace Hessian) or `"features"` (`kronvi.ClassifierConfig.basis`).
       dtype: `"float32"` (default) or `"float64"`.
       random_state: seed of the lengthscale's subsample and the frequencies: an int `k` (the key
         `jax.random.key(k)`), `None` or a `numpy.random.RandomState` (a seed drawn from it).
@@ -484,6 +488,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         grid: str = "laplace",
         max_iter: int = 10,
         tol: float = 1e-3,
+        basis: str = "eigen",
         dtype: str = "float32",
         random_state=None,
     ):
@@ -494,6 +499,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         self.grid = grid
         self.max_iter = max_iter
         self.tol = tol
+        self.basis = basis
         self.dtype = dtype
         self.random_state = random_state
 
@@ -502,7 +508,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         _check_choice(self.dtype, "dtype", _DTYPES)
         config = ClassifierConfig(
             num_frequencies=self.n_frequencies, prior_scales=self.prior_scales, levels=self.levels,
-            width=self.width, grid=self.grid, max_iter=self.max_iter, tol=self.tol,
+            width=self.width, grid=self.grid, max_iter=self.max_iter, tol=self.tol, basis=self.basis,
         )  # fmt: skip
         try:
             check_classifier_config(config)

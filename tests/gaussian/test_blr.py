@@ -1,5 +1,6 @@
 """Exact Bayesian linear regression against dense float64 formulas straight from the data."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -113,6 +114,31 @@ def test_evidence_optimum_maximizes_the_dense_evidence_over_both_variances(dtype
 
         br = BayesianRidge(fit_intercept=False, tol=1e-10, max_iter=3000).fit(Phi, y)
         np.testing.assert_allclose([float(sw), float(s2)], [br.lambda_**-0.5, 1 / br.alpha_], rtol=1e-4)
+
+
+def test_the_newton_steps_derivatives_are_the_evidences():
+    """The closed-form gradient and Hessian of the evidence optimum's Newton steps against `jax.grad` and
+    `jax.hessian` of `spectral_log_evidence`, and against finite differences, with null directions."""
+    from kronvi.gaussian._blr import _evidence_derivatives
+
+    rng = np.random.default_rng(0)
+    with jax.enable_x64(True):
+        for b, n in [(12, 8.0), (12, 60.0)]:
+            lam = np.sort(rng.gamma(0.5, 10.0, b))
+            lam[:3] = 0.0
+            c = np.where(lam > 0, rng.normal(size=b) * np.sqrt(lam), 0.0)
+            yty = float(np.sum(c[lam > 0] ** 2 / lam[lam > 0]) + 5.0)
+
+            def f(th, lam=lam, c=c, yty=yty, n=n):
+                return kronvi.gaussian.spectral_log_evidence(lam, c, yty, n, jnp.exp(0.5 * th[0]), jnp.exp(th[1]))
+
+            for th in (jnp.array([0.3, -1.0]), jnp.array([-4.0, 2.0]), jnp.array([3.0, -6.0])):
+                g, H = _evidence_derivatives(lam, c, yty, n, th)
+                np.testing.assert_allclose(g, jax.grad(f)(th), rtol=1e-10, atol=1e-10)
+                np.testing.assert_allclose(H, jax.hessian(f)(th), rtol=1e-10, atol=1e-10)
+                eps = 1e-5
+                fd = [(f(th + eps * e) - f(th - eps * e)) / (2 * eps) for e in jnp.eye(2)]
+                np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-6)
 
 
 def test_evidence_optimum_stays_within_its_range():

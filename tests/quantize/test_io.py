@@ -211,10 +211,11 @@ def test_a_file_without_a_field_added_since_loads_with_its_default(tmp_path):
     def drop_added(h, a):  # the fields added since version 1, in order
         h["tree"]["fields"].pop("basis")
         h["tree"]["fields"].pop("y_scale")
+        h["tree"]["fields"].pop("support")
 
     bad = rewrite(tmp_path / "m.npz", tmp_path / "old.npz", drop_added)
     loaded = kronvi.load_model(bad)
-    assert loaded.basis is None and loaded.y_scale == 1.0
+    assert loaded.basis is None and loaded.y_scale == 1.0 and loaded.support is None
     assert_same_tree(model._replace(y_scale=1.0), loaded)
     # A field without a default cannot be left out.
     bad = rewrite(tmp_path / "m.npz", tmp_path / "older.npz", lambda h, a: h["tree"]["fields"].pop("hyper"))

@@ -130,6 +130,7 @@ def test_predict_matches_predict_regression():
     Xt = X[:9] + 0.3
     Phi = kronvi.pipeline.fold_features(model, Xt)
     mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    mean = mean + kronvi.pipeline.support_shift(model.support, Phi)  # rows beyond the training rows' reach
     m, s = est.predict(Xt, return_std=True)
     np.testing.assert_allclose(m, np.asarray(mean) * est.y_scale_ + est.y_offset_, rtol=1e-6)
     np.testing.assert_allclose(s, np.sqrt(np.asarray(var)) * est.y_scale_, rtol=1e-5)  # float32 roundings

@@ -281,15 +281,18 @@ def spectral_evidence_optimum(
     def f(theta):
         return spectral_log_evidence(eigenvalues, c, yty, n, jnp.exp(0.5 * theta[0]), jnp.exp(theta[1]))
 
-    grad, hess = jax.grad(f), jax.hessian(f)
     scale = 1.0 + jnp.abs(f(theta0))
 
     def step(st):
         it, theta, value, _ = st
-        g, H = grad(theta), hess(theta)
-        H = 0.5 * (H + H.T)
-        shift = jnp.maximum(jnp.max(jnp.linalg.eigvalsh(H)), 0.0) + 1e-6 * (1.0 + jnp.max(jnp.abs(H)))
-        d = jnp.linalg.solve(H - shift * jnp.eye(2, dtype=dtype), -g)
+        g, H = _evidence_derivatives(eigenvalues, c, yty, n, theta)
+        # the 2 x 2 algebra in closed form (no LAPACK calls: a smaller program to compile)
+        p, q, r = H[0, 0], 0.5 * (H[0, 1] + H[1, 0]), H[1, 1]
+        top = 0.5 * (p + r) + jnp.sqrt(0.25 * (p - r) ** 2 + q**2)  # the larger eigenvalue
+        shift = jnp.maximum(top, 0.0) + 1e-6 * (1.0 + jnp.max(jnp.abs(H)))
+        p, r = p - shift, r - shift  # negative definite: det > 0
+        det = p * r - q * q
+        d = jnp.stack([q * g[1] - r * g[0], q * g[0] - p * g[1]]) / det  # (H - shift I)^{-1} (-g)
         d = d / jnp.maximum(1.0, jnp.max(jnp.abs(d)))  # at most e-fold a step
 
         def halve(ls):
@@ -315,6 +318,31 @@ def spectral_evidence_optimum(
         cond, step, (jnp.asarray(0), theta0, f(theta0), jnp.asarray(jnp.inf, dtype))
     )
     return jnp.exp(0.5 * theta[0]), jnp.exp(theta[1])
+
+
+def _evidence_derivatives(eigenvalues, c, yty, n, theta):
+    r"""Gradient and Hessian of `spectral_log_evidence` in $\theta = (\log\sigma_w^2, \log\sigma^2)$, in
+    closed form (a smaller program than `jax.hessian`'s).
+
+    With $v = \sigma_w^2$, $s = \sigma^2$, $A_j = v\lambda_j$, $D_j = A_j + s$ and $k_j = c_j^2/\lambda_j$, the
+    evidence is $-\tfrac12[n\log 2\pi + n\log s + \sum_j\log(D_j/s) + r_0/s + \sum_j k_j/D_j]$
+    (`spectral_log_evidence`'s terms); every derivative below is of those terms, null directions
+    ($A_j = k_j = 0$) dropping out.
+    """
+    lam = jnp.maximum(eigenvalues, 0.0)
+    null = null_space(lam)
+    safe = jnp.where(null, 1.0, lam)
+    k = jnp.where(null, 0.0, c**2) / safe
+    r0 = jnp.maximum(yty - jnp.sum(k), 0.0)
+    v, s = jnp.exp(theta[0]), jnp.exp(theta[1])
+    D = v * lam + s
+    a, b_, kd = v * lam / D, s / D, k / D  # A/D, s/D (a + b_ = 1), k/D
+    ab = jnp.sum(a * b_)
+    g = -0.5 * jnp.stack([jnp.sum(a) - jnp.sum(kd * a), n - jnp.sum(a) - r0 / s - jnp.sum(kd * b_)])
+    h_uu = ab + jnp.sum(kd * a * (a - b_))
+    h_uw = -ab + 2.0 * jnp.sum(kd * a * b_)
+    h_ww = ab + r0 / s + jnp.sum(kd * b_ * (b_ - a))
+    return g, -0.5 * jnp.stack([jnp.stack([h_uu, h_uw]), jnp.stack([h_uw, h_ww])])
 
 
 def predict_blr(

@@ -14,7 +14,12 @@ and the classification study (`experiments/classification.py`, method `direct-lo
 5. the grids: `"laplace"` (default) the prior $N(0, \sigma_w^2)$ on levels placed on the Laplace posterior
    (MAP $\pm$ `width` Laplace sds, `laplace_grid_prior`), or `"paper"`, the paper's even grids on
    $\pm$ `width` prior sds with a zero level (`kronvi.gaussian_prior`);
-6. coordinate ascent from the Laplace start (`fit_logistic(method="cavi")`);
+6. with the Laplace grids, the weights rotated to the eigenbasis of the Laplace Hessian at the MAP
+   (`basis="eigen"`, default): the prior $N(0, \sigma_w^2 I)$ is the same in any orthonormal basis, and in
+   this one the Laplace posterior is independent across weights, so a mean-field posterior loses far less of
+   it (the regression recipe's eigenbasis, `docs/decisions/classifier.md`); the grids are placed on the
+   rotated weights' Laplace marginals;
+7. coordinate ascent from the Laplace start (`fit_logistic(method="cavi")`);
 
 and `predict_proba` returns the exact $E_q[\sigma(\phi(x)^\top w)]$ (`predict_logistic`).
 
@@ -48,6 +53,7 @@ from ._laplace import LaplaceInfo, laplace_grid_prior
 from ._predict import MAX_NODES, nodes_for, predict_logistic, predict_rows
 
 GRIDS = ("laplace", "paper")
+BASES = ("eigen", "features")
 MIN_ROWS = 128  # the smallest row bucket of a fit
 PREDICT_CHUNK = 4096  # rows per prediction chunk
 _PREDICT_MIN_ROWS = 16  # the smallest row bucket of a prediction
@@ -69,6 +75,9 @@ class ClassifierConfig(NamedTuple):
       max_iter: coordinate-ascent sweeps at most.
       tol: stop when a sweep gains less than `tol` nats per training row.
       lengthscale_points: training rows (at most) whose median pairwise distance is the lengthscale.
+      basis: `grid="laplace"` only: `"eigen"` (the weights of the features rotated to the eigenbasis of the
+        Laplace Hessian, `FittedClassifier.rotation`) or `"features"` (the weights of the features
+        themselves). The paper's grids are always on the features.
     """
 
     num_frequencies: int = 50
@@ -79,6 +88,7 @@ class ClassifierConfig(NamedTuple):
     max_iter: int = 10
     tol: float = 1e-3
     lengthscale_points: int = 1000
+    basis: str = "eigen"
 
 
 class FittedClassifier(NamedTuple):
@@ -93,6 +103,8 @@ class FittedClassifier(NamedTuple):
       prior_w: `kronvi.DiscretePrior` `(b, m)` over the weights of $\phi(x) = [D^{-1/2}\cos(xW),
         D^{-1/2}\sin(xW), x/\sqrt d, 1]$, `b = 2D + d + 1`.
       q_w: `kronvi.MeanField` `(b, m)`, the fitted posterior.
+      rotation: `(b, b)` orthonormal $V$: the weights belong to the features $\phi(x)^\top V$
+        (`ClassifierConfig.basis="eigen"`); `None`: to $\phi(x)$ (models saved before it load so).
     """
 
     standardizer: Standardizer
@@ -101,14 +113,17 @@ class FittedClassifier(NamedTuple):
     prior_scale: jax.Array
     prior_w: DiscretePrior
     q_w: MeanField
+    rotation: jax.Array | None = None
 
     def predict_proba(self, X: ArrayLike) -> jax.Array:
         r"""$P(y = 1 \mid x)$ `(N,)` for raw inputs `X` `(N, d)`: `kronvi.logistic.predict_proba`."""
         return predict_proba(self, X)
 
     def design(self, X: ArrayLike) -> jax.Array:
-        r"""The features $\phi(x)$ `(N, b)` of raw inputs `X` `(N, d)` (all rows at once)."""
-        return _design(self.features, _standardize(self.standardizer, X, self.prior_w.values.dtype))
+        r"""The features `(N, b)` the weights belong to, $\phi(x)$ or $\phi(x)^\top V$ (`rotation`), of raw
+        inputs `X` `(N, d)` (all rows at once)."""
+        Xs = _standardize(self.standardizer, X, self.prior_w.values.dtype)
+        return _rotated(_design(self.features, Xs), self.rotation)
 
 
 class ClassifierInfo(NamedTuple):
@@ -117,7 +132,7 @@ class ClassifierInfo(NamedTuple):
     Attributes:
       prior_scale: the chosen prior sd (a float).
       log_evidence: `(len(prior_scales),)` the Laplace log evidence of each candidate scale.
-      laplace: `kronvi.logistic.LaplaceInfo` at the chosen scale.
+      laplace: `kronvi.logistic.LaplaceInfo` at the chosen scale (of the rotated weights with `basis="eigen"`).
       fit: the coordinate-ascent fit's `kronvi.FitInfo`.
       num_rows: training rows (before padding); `padded_rows`: after.
       padded_rows: rows of the compiled programs (zero-weight rows added).
@@ -171,6 +186,8 @@ def check_config(config) -> ClassifierConfig:
     check_int(config.lengthscale_points, "config.lengthscale_points", 2)
     if not (isinstance(config.grid, str) and config.grid in GRIDS):
         raise ValueError(f"`config.grid` must be one of {GRIDS}, got {config.grid!r}")
+    if not (isinstance(config.basis, str) and config.basis in BASES):
+        raise ValueError(f"`config.basis` must be one of {BASES}, got {config.basis!r}")
     scales = config.prior_scales
     if isinstance(scales, numbers.Real) and not isinstance(scales, bool):
         scales = (scales,)
@@ -293,6 +310,23 @@ def _design(features, Xs):
     )
 
 
+def _rotated(Phi, rotation):
+    """`Phi` `(n, b)` in the model's basis: `Phi @ rotation`, or `Phi` without a rotation."""
+    if rotation is None:
+        return Phi
+    return jnp.matmul(Phi, rotation.astype(Phi.dtype), precision=jax.lax.Precision.HIGHEST)
+
+
+def _laplace_rotation(Phi, y, weights, mean, scale) -> np.ndarray:
+    r"""The eigenvectors `(b, b)` (float64 NumPy) of the Laplace Hessian
+    $\Phi^\top\mathrm{diag}(\text{weights}\,\sigma(1-\sigma))\Phi + I/\sigma_w^2$ at the MAP `mean`."""
+    P = np.asarray(Phi, np.float64)
+    p = 1.0 / (1.0 + np.exp(-(P @ np.asarray(mean, np.float64))))
+    h = np.asarray(weights, np.float64) * p * (1.0 - p)
+    H = P.T @ (P * h[:, None]) + np.eye(P.shape[1]) / float(scale) ** 2
+    return np.linalg.eigh(0.5 * (H + H.T))[1]
+
+
 def row_bucket(n: int, minimum: int = MIN_ROWS) -> int:
     """The smallest of `minimum` and `2^k (1 + j/4)` (`j = 0..3`) at least `n`: at most 25% padding, four
     compiled shapes per doubling."""
@@ -412,8 +446,17 @@ def fit_classifier(
     )
     scale = config.prior_scales[k]
     prior, lap = grids[k]
+    rotation = None
     if config.grid == "paper":
         prior = gaussian_prior(Phi.shape[1], scale, levels=config.levels, width=width, dtype=dtype)
+    elif config.basis == "eigen":  # the grids of the rotated weights, on their Laplace marginals
+        V = _laplace_rotation(Phi, yy, ww, lap.mean, scale)
+        rotation = jnp.asarray(V, dtype)
+        Phi = _rotated(Phi, rotation)
+        prior, lap = laplace_grid_prior(
+            Phi, yy, scale, levels=config.levels, width=width, weights=ww,
+            init=jnp.asarray(V.T @ np.asarray(lap.mean, np.float64), dtype),
+        )  # fmt: skip
     jax.block_until_ready(prior.values)
     t3 = time.perf_counter()
 
@@ -424,7 +467,7 @@ def fit_classifier(
     t4 = time.perf_counter()
 
     model = FittedClassifier(
-        standardizer, features, jnp.asarray(ls, dtype), jnp.asarray(scale, dtype), prior, q
+        standardizer, features, jnp.asarray(ls, dtype), jnp.asarray(scale, dtype), prior, q, rotation
     )
     info = ClassifierInfo(
         scale, jnp.asarray(evidence), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3
@@ -444,7 +487,7 @@ def _traced_proba(model, Xs, *, chunk):
     Xs = jnp.concatenate([Xs, jnp.zeros((num * chunk - n, d), Xs.dtype)])
 
     def one(Xc):
-        return predict_logistic(model.q_w, model.prior_w, _design(model.features, Xc))
+        return predict_logistic(model.q_w, model.prior_w, _rotated(_design(model.features, Xc), model.rotation))
 
     return jax.lax.map(one, Xs.reshape(num, chunk, d)).reshape(-1)[:n]
 
@@ -511,9 +554,9 @@ def _bucket(rows: int) -> int:
 
 
 @jax.jit
-def _design_log_cosh(features, log_q, values, Xs):
+def _design_log_cosh(features, rotation, log_q, values, Xs):
     r"""The features `(r, b)` and each row's $\log E_q\cosh(\phi^\top w)$ `(r,)`."""
-    Phi = _design(features, Xs)
+    Phi = _rotated(_design(features, Xs), rotation)
     one = jnp.ones((Phi.shape[0], 1), Phi.dtype)
     L = log_mgf(log_q, values, Phi, jnp.concatenate([one, -one], axis=1))
     return Phi, jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0)
@@ -526,7 +569,7 @@ def _chunk_proba(model, Xc):
     rows = Xc.shape[0]
     dtype = Xc.dtype
     Phi, log_cosh = _design_log_cosh(
-        model.features, model.q_w.log_probs, model.prior_w.values, jnp.asarray(_pad(Xc, _bucket(rows)))
+        model.features, model.rotation, model.q_w.log_probs, model.prior_w.values, jnp.asarray(_pad(Xc, _bucket(rows)))
     )
     log_cosh = np.asarray(log_cosh)[:rows]
     Phi = np.asarray(Phi)[:rows]

@@ -224,9 +224,21 @@ def check_fitted(model) -> None:
         raise TypeError(f"`model.q_w` must be a MeanField, got {type(model.q_w).__name__}")
     if model.prior_noise is None or model.q_noise is None:
         raise ValueError("`model.prior_noise` and `model.q_noise` must be set")
+    if model.support is not None:
+        _check_support(model.support, width)
     check_model(
         DirectModel(model.prior_w, model.prior_noise, model.q_w, model.q_noise, y_offset=model.y_offset)
     )
+
+
+def _check_support(support: Any, width: int) -> None:
+    cls: Any = _registry()["kronvi.pipeline:SupportBound"]  # a class: `support` is one of its instances
+    if not isinstance(support, cls):
+        raise TypeError(f"`model.support` must be None or a SupportBound, got {type(support).__name__}")
+    _finite_array(support.weight, "model.support.weight", (width,))
+    bound = np.asarray(support.bound)
+    if bound.shape != (width,) or bound.dtype.kind != "f" or not np.all(bound >= 0):  # NaN fails `>=`
+        raise ValueError(f"`model.support.bound` must be ({width},) non-negative bounds (inf: none)")
 
 
 def check_classifier(model) -> None:
@@ -259,6 +271,8 @@ def check_classifier(model) -> None:
             raise ValueError(f"`model.{field}` must be positive")
     if not isinstance(model.prior_w, DiscretePrior) or model.prior_w.values.shape[:1] != (b,):
         raise ValueError(f"`model.prior_w` must be a DiscretePrior of {b} weights (2 D + d + 1)")
+    if model.rotation is not None:
+        _finite_array(model.rotation, "model.rotation", (b, b))
     check_model(DirectModel(model.prior_w, None, model.q_w, None))  # type: ignore[arg-type]  # a classifier
 
 
@@ -297,7 +311,7 @@ _MODEL_CLASSES = (
     "kronvi:IntegerSamples", "kronvi:Standardizer", "kronvi:RandomFourierFeatures", "kronvi:GPHyperparameters",
     "kronvi:Eigenbasis", "kronvi:RegressionStats", "kronvi:EigenFeatureModel", "kronvi:GaussianMeanField",
     "kronvi:ELRG", "kronvi:BNNStats", "kronvi.pipeline:FittedDirect", "kronvi:CompactBasis",
-    "kronvi:FittedClassifier",
+    "kronvi:FittedClassifier", "kronvi.pipeline:SupportBound",
 )  # fmt: skip
 
 
