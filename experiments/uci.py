@@ -92,11 +92,11 @@ import study_cli  # noqa: E402
 from jax.scipy.stats import norm  # noqa: E402
 
 import kronvi  # noqa: E402
+from kronvi.cv import parse_noise_cv  # noqa: E402
 from kronvi.pipeline import (  # noqa: E402
     DirectConfig,
     fit_prepared,
     fold_features,
-    parse_noise_cv,
     prepare_fold,
     resolve_config,
     support_shift,

@@ -10,6 +10,7 @@ end-to-end fit used by `kronvi fit` and the experiments). Their public names are
 """
 
 from . import bnn as bnn
+from . import cv as cv
 from . import feature_learning as feature_learning
 from . import gaussian as gaussian
 from . import logistic as logistic
@@ -341,6 +342,7 @@ __all__ = [
     "noise_prior",
     "pack_codes",
     "pipeline",
+    "cv",
     "posterior_grid_prior",
     "predict_blr",
     "predict_bnn",

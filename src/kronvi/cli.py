@@ -25,6 +25,7 @@ from ._base.files import check_output_path, write_atomic
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine, format_eta
 from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
+from .cv import parse_noise_cv, run_fold, summarize
 from .pipeline import (
     BASES,
     RECIPES,
@@ -32,10 +33,7 @@ from .pipeline import (
     Features,
     default_num_frequencies,
     fit_direct,
-    parse_noise_cv,
     resolve_config,
-    run_fold,
-    summarize,
 )
 from .quantize import save_model
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import numbers
 import time
 import warnings
@@ -67,7 +68,7 @@ from ._base.checks import (
 )
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.precision import matmul
-from ._base.progress import StatusLine
+from ._base.progress import StageLine
 from ._fit.regression import METHODS, RegressionFit, fit_regression, fit_regression_unchecked
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
@@ -115,7 +116,6 @@ __all__ = [
     "DirectConfig",
     "LARGE_DATA_ROWS",
     "default_num_frequencies",
-    "FoldResult",
     "FittedDirect",
     "SupportBound",
     "support_shift",
@@ -126,12 +126,10 @@ __all__ = [
     "DirectInfo",
     "DirectFit",
     "RecentredFit",
-    "FoldRun",
     "PreparedFold",
     "noise_prior_for_span",
     "inner_fold_stats",
     "choose_noise_prior",
-    "parse_noise_cv",
     "resolve_config",
     "prepare_fold",
     "evidence_noise_variance",
@@ -146,8 +144,6 @@ __all__ = [
     "stream_prepare",
     "fit_best_start",
     "fit_with_noise_recentring",
-    "run_fold",
-    "summarize",
 ]
 
 
@@ -623,26 +619,6 @@ def _num_frequencies(config, num_rows: int) -> int:
     )
 
 
-class FoldResult(NamedTuple):
-    rmse: float
-    nlpd: float
-    sparsity_pct: float
-    elbo: float
-    init_seconds: float
-    stats_seconds: float
-    fit_seconds: float
-    predict_seconds: float
-    num_iter: int
-    converged: bool
-    noise_variance: float
-    gp_degenerate: bool
-    noise_recentres: int
-    select_seconds: float  # cross-validated choice of the noise grid (part of initialization)
-    noise_span: float  # the noise grid used: s2 x [1/span, span]; 1 = fixed at the GP estimate
-    density_seconds: float = 0.0  # the exact test density (`predict_seconds`: the mean and variance)
-    nlpd_rows: int = 0  # the test rows the NLPD averages (0: not computed, NaN)
-
-
 class Prediction(NamedTuple):
     """The predictive distribution of new targets at new inputs (`kronvi.predict`), in the targets' units.
 
@@ -820,13 +796,6 @@ class RecentredFit(NamedTuple):
     num_recentres: int
 
 
-class FoldRun(NamedTuple):
-    """The result of `run_fold`."""
-
-    model: FittedDirect
-    result: FoldResult
-
-
 class PreparedFold(NamedTuple):
     """A training set prepared for fitting (`prepare_fold`): everything before the noise grid's choice."""
 
@@ -907,21 +876,6 @@ def choose_noise_prior(
     cands = [(prior_w, noise_prior_for_span(noise_variance, s, levels)) for s in spans]
     best, scores = select_prior(*cv_stats, cands, criterion=criterion, max_iter=max_iter)
     return float(spans[best]), cands[best][1], scores
-
-
-def parse_noise_cv(text: str) -> tuple[float, ...]:
-    """The `--noise-cv` command-line value: `"none"` -> `()`, else a comma list of spans >= 1."""
-    if text.strip().lower() == "none":
-        return ()
-    try:
-        spans = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        spans = ()
-    if not spans or any(not s >= 1.0 for s in spans):
-        raise ValueError(
-            f"--noise-cv must be 'none' or a comma list of spans >= 1 (1 = fixed noise), got {text!r}"
-        )
-    return spans
 
 
 def resolve_config(config: DirectConfig | None = None) -> DirectConfig:
@@ -1236,7 +1190,7 @@ def _reporter(progress, every=None):
     if every is not None:
         every = check_int(every, "progress_every", 1)
     if progress is True:
-        progress = _StageLine()
+        progress = StageLine()
     elif not callable(progress):
         raise TypeError(
             f"`progress` must be None, True or a callable (step, total, metrics), got {progress!r}"
@@ -1256,27 +1210,9 @@ def _rows_per_report(b: int) -> int:
     return int(min(_PROGRESS_ROWS, max(4096, 2 ** int(np.log2(max(rows, 1.0))))))
 
 
-class _StageLine:
-    """`progress=True` of `fit_direct`: the stage, the rows done, their speed and the time left, on one line
-    of `stderr` (redrawn on a terminal, plain lines now and then in a log: `StatusLine`)."""
-
-    def __init__(self):
-        self._line = StatusLine()
-
-    def __call__(self, step: int, total: int, metrics: dict) -> None:
-        text = f"fit_direct: {metrics['stage']}, {step:,}/{total:,} rows"
-        rate = metrics.get("rows_per_second")
-        if rate:
-            text += f", {rate:,.0f} rows/s, eta {(total - step) / rate:.0f}s"
-        self._line.show(text, final=False)
-
-    def close(self) -> None:
-        self._line.close()
-
-
 def _close(progress) -> None:
     """Closes the status line of `progress=True` (a callable the user passed is theirs)."""
-    if progress is not None and isinstance(progress.report, _StageLine):
+    if progress is not None and isinstance(progress.report, StageLine):
         progress.report.close()
 
 
@@ -1721,7 +1657,8 @@ def fit_direct(
     """
     report = _reporter(progress, progress_every)
     fit = _fit_direct(key, X, y, _check_config(config), dtype, report)
-    _close(report)
+    if progress is True:  # the line it drew; a callable passed in (a `StageLine` too) is the caller's
+        _close(report)
     return fit
 
 
@@ -1994,75 +1931,17 @@ def _fit_with_noise_recentring(
     return RecentredFit(q_w, q_n, info, prior_noise, recentres)
 
 
-def run_fold(
-    key: jax.Array,
-    X_train: ArrayLike,
-    y_train: ArrayLike,
-    X_test: ArrayLike,
-    y_test: ArrayLike,
-    config: DirectConfig | None = None,
-    *,
-    density_rows: int | None = None,
-    progress: bool | Callable[[int, int, dict], None] | None = None,
-    progress_every: int | None = None,
-) -> FoldRun:
-    """Fits on the training rows and evaluates on the test rows. Returns a `FoldRun` `(model, result)`.
-
-    The RMSE is over every test row. The NLPD is the exact log density (`kronvi.log_density`) of every test row
-    when `density_rows` is `None`, of a random sample of `density_rows` of them (drawn with `key`) when there are
-    more, and not computed (NaN) when it is 0; `FoldResult.nlpd_rows` says how many rows it averages.
-    `progress` and `progress_every` are `fit_direct`'s.
-    """
-    if density_rows is not None:
-        density_rows = check_int(density_rows, "density_rows", 0)
-    report = _reporter(progress, progress_every)
-    model, timings, info = _fit_direct(key, X_train, y_train, _check_config(config), jnp.float32, report)
-    t0 = time.perf_counter()
-    y_test = np.asarray(y_test, np.float64)
-    _stage(report, "predict", y_test.shape[0], y_test.shape[0])
-    pred = predict(model, X_test)
-    rmse = float(np.sqrt(np.mean((pred.mean - y_test) ** 2)))
-    n_test = y_test.shape[0]
-    rows = np.arange(n_test)
-    if density_rows is not None and density_rows < n_test:
-        rows = np.sort(np.asarray(jax.random.permutation(jax.random.fold_in(key, 7), n_test))[:density_rows])
-    t1 = time.perf_counter()
-    nlpd = float("nan")
-    if rows.size:
-        _stage(report, "density", int(rows.size), int(rows.size))
-        try:
-            log_dens = log_density(model, np.asarray(X_test)[rows], y_test[rows])
-        except DensityToleranceError as e:
-            # a few points below the rounding floor: keep the best values, say so
-            warnings.warn(f"NLPD: {e}", stacklevel=2)
-            log_dens = e.log_density
-        nlpd = float(-np.mean(log_dens))
-    t2 = time.perf_counter()
-    result = FoldResult(
-        rmse=rmse,
-        nlpd=nlpd,
-        sparsity_pct=100.0 * model.sparsity,
-        elbo=float(info.final_elbo) - np.shape(X_train)[0] * float(np.log(float(model.y_scale))),
-        predict_seconds=t1 - t0,
-        num_iter=int(info.num_iter),
-        converged=bool(info.converged),
-        noise_variance=float(noise_moments(model.q_noise, model.prior_noise)[2]) * float(model.y_scale) ** 2,
-        gp_degenerate=bool(info.gp.degenerate) if info.gp is not None else False,
-        noise_recentres=int(info.noise_recentres),
-        noise_span=float(info.noise_span),
-        density_seconds=t2 - t1,
-        nlpd_rows=int(rows.size),
-        **timings._asdict(),
-    )
-    _close(report)
-    return FoldRun(model, result)
+_MOVED_TO_CV = ("FoldResult", "FoldRun", "run_fold", "summarize", "parse_noise_cv")
 
 
-def summarize(results: list[FoldResult]) -> dict:
-    """Mean and standard deviation over folds of every numeric field."""
-    out = {}
-    for field in FoldResult._fields:
-        vals = np.asarray([getattr(r, field) for r in results], dtype=float)
-        out[f"{field}_mean"] = float(np.mean(vals))
-        out[f"{field}_sd"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
-    return out
+def __getattr__(name: str) -> Any:
+    """The cross-validation harness moved to `kronvi.cv`: its names read here still, with a
+    `DeprecationWarning`, for one release."""
+    if name in _MOVED_TO_CV:
+        warnings.warn(
+            f"kronvi.pipeline.{name} moved to kronvi.cv.{name}; the old name will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("kronvi.cv"), name)
+    raise AttributeError(f"module 'kronvi.pipeline' has no attribute {name!r}")

@@ -12,7 +12,8 @@ import pytest
 from helpers import tol
 
 import kronvi
-from kronvi.pipeline import DirectConfig, Features, fit_direct, noise_prior_for_span, parse_noise_cv
+from kronvi.cv import parse_noise_cv
+from kronvi.pipeline import DirectConfig, Features, fit_direct, noise_prior_for_span
 
 
 def _problem(dtype, *, n=300, b=10, seed=0, noise=0.1):
