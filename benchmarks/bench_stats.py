@@ -114,7 +114,7 @@ def main(argv=None):
     Xy, yy, mask = kronvi.load_demo()
     train = ~np.asarray(mask)[:, 0].astype(bool)
     fold = pipeline.prepare_fold(
-        jax.random.key(0), Xy[train], yy[train], pipeline.DirectConfig(basis="features", noise_cv=())
+        jax.random.key(0), Xy[train], yy[train], pipeline.DirectConfig(recipe=pipeline.Features(noise_cv=()))
     )
     feats64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), fold.features)
     Fy = np.asarray(kronvi.rff_features(feats64, jnp.asarray(fold.X, jnp.float64)))

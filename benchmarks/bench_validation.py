@@ -78,7 +78,7 @@ def main():
     stats = kronvi.regression_stats(Phi, y)
     pw, pn = kronvi.gaussian_prior(b, 1.0), kronvi.noise_prior(0.01)
     X, yy, mask = kronvi.load_demo()
-    config = kronvi.pipeline.DirectConfig(num_frequencies=50, gp_restarts=1, gp_points=100)
+    config = kronvi.DirectConfig(num_frequencies=50, gp=kronvi.GPOptions(restarts=1, points=100))
 
     def fit():
         return kronvi.fit_regression(stats, pw, pn, init="gaussian", max_iter=1)

@@ -110,7 +110,7 @@ def run_kronvi(Xtr, ytr, Xte, yte, key=0, config=None):
 def same_features(Xtr, ytr, Xte, key=0):
     """kronvi's random Fourier features of the standardized inputs (float64), as the pipeline builds them."""
     fold = pipeline.prepare_fold(
-        jax.random.key(key), Xtr, ytr, pipeline.DirectConfig(basis="features", noise_cv=())
+        jax.random.key(key), Xtr, ytr, pipeline.DirectConfig(recipe=pipeline.Features(noise_cv=()))
     )
     with jax.enable_x64(True):
         feats = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), fold.features)
@@ -304,7 +304,7 @@ def main(argv=None):
         F, Ft = same_features(Xtr, ytr, Xte)
         run_kronvi(Xtr, ytr, Xte, yte)  # untimed: this process's compilations for these shapes
         runs = {"kronvi": [], "BayesianRidge": [], "NumPyro SVI": []}
-        gp64 = pipeline.DirectConfig(gp_precision="float64")
+        gp64 = pipeline.DirectConfig(gp=pipeline.GPOptions(precision="float64"))
         if args.gp_float64:
             run_kronvi(Xtr, ytr, Xte, yte, config=gp64)  # untimed, as above
             runs["kronvi GP float64"] = []

@@ -170,7 +170,7 @@ def uci_problem(name: str, *, data_dir, num_features: int, seed: int = 0) -> Pro
     X, y, mask = kronvi.load_uci(pathlib.Path(data_dir) / name)
     test = kronvi.fold_indices(mask) == 0
     config = DirectConfig(
-        basis="features", num_frequencies=num_features // 2, noise_cv=(), gp_points=500, gp_restarts=2
+        recipe=kronvi.Features(noise_cv=()), num_frequencies=num_features // 2, gp=kronvi.GPOptions(points=500, restarts=2)
     )
     key = jax.random.fold_in(jax.random.key(seed), sum(map(ord, name)))
     fold = prepare_fold(key, X[~test], y[~test], config, dtype=jnp.float64)

@@ -6,7 +6,7 @@ Three models per fold, each trained on the fold's training rows and scored on it
                the noise variance, mean-field q fitted by exact coordinate ascent on the exact ELBO
                (kronvi.bnn.fit_bnn, method "cavi"); best ELBO of 8 random starts.
   direct-bnn-lbfgs  the same fitted by L-BFGS on exact gradients (method "lbfgs").
-  direct-rff   kronvi's default DIRECT regression on random Fourier features (kronvi.pipeline.run_fold with
+  direct-rff   kronvi's default DIRECT regression on random Fourier features (kronvi.cv.run_fold with
                DirectConfig(); b = 2000 features, the eigenbasis recipe).
   mc-bnn       the same quadratic network with a Gaussian prior and a mean-field Gaussian q trained by
                reparameterization gradients (Adam, full batch), the noise variance a point estimate.
@@ -107,7 +107,7 @@ def run_direct_bnn(Xtr, ytr, Xte, yte, ym, ys, cfg, method, max_iter, seed):
 
 def run_direct_rff(X_train, y_train, X_test, y_test, key):
     config = kronvi.pipeline.DirectConfig()
-    model, res = kronvi.pipeline.run_fold(key, X_train, y_train, X_test, y_test, config)
+    model, res = kronvi.cv.run_fold(key, X_train, y_train, X_test, y_test, config)
     Phi = kronvi.pipeline.fold_features(model, X_test)
     mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     mean = np.asarray(mean + model.y_offset, np.float64)

@@ -76,7 +76,7 @@ def run_fold(name, X, y, mask, k, args, log):
     test = kronvi.fold_indices(mask) == k
     Xtr, ytr, Xte, yte = X[~test], y[~test], X[test], y[test]
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(args.seed), sum(map(ord, name))), k)
-    config = DirectConfig(num_frequencies=args.num_frequencies, gp_restarts=args.gp_restarts)
+    config = DirectConfig(num_frequencies=args.num_frequencies, gp=kronvi.GPOptions(restarts=args.gp_restarts))
     out = {}
 
     t0 = time.perf_counter()

@@ -385,7 +385,8 @@ INTERNAL = [r"`center`", r"`variance`", r"`spread`", r"`values`", r"`scale`", r"
 
 def _extreme(config_kw, named):
     X, y = sine()
-    cfg = kronvi.pipeline.DirectConfig(**config_kw)
+    recipe = kronvi.Features if config_kw.pop("basis", None) == "features" else kronvi.Eigen
+    cfg = kronvi.DirectConfig(recipe=recipe(**config_kw))
     return raises(lambda: kronvi.pipeline.fit_direct(jax.random.key(0), X, y, cfg), ValueError, named, banned=INTERNAL)
 
 

@@ -544,12 +544,12 @@ def compare_recipes(name, args):
     t_prep = time.perf_counter() - t0
     rows = [_exact_blr(fold, Xte, yte)]
     models = {}
-    for recipe, config in (("default", default), ("compact", default._replace(basis="compact"))):
+    for recipe, config in (("default", default), ("compact", default._replace(recipe=kronvi.Compact()))):
         model, timings, _ = fit_prepared(fold, config)
         rows.append(_recipe_row(recipe, model, Xte, yte, t_prep + timings.fit_seconds))
         models[recipe] = model
     if "paper" in args.recipes or "sparse" in args.recipes:
-        paper_config = DirectConfig(basis="features")
+        paper_config = DirectConfig(recipe=kronvi.Features())
         t0 = time.perf_counter()
         fold_f = prepare_fold(key, Xtr, ytr, paper_config, gp=(fold.hyper, fold.gp_info))
         t_prep_f = time.perf_counter() - t0 + fold.init_seconds
@@ -562,7 +562,7 @@ def compare_recipes(name, args):
             b = fold_f.stats.Phity.shape[0]
             prior_w = _spike_and_slab(b, fold.prior_scale, args.sparse_mass, fold_f.stats.Phity.dtype)
             prior_n = kronvi.noise_prior(fold.noise_variance, levels=15, span=3.0)
-            config = DirectConfig(basis="features", noise_cv=(), starts=("prior", "gaussian"))
+            config = DirectConfig(recipe=kronvi.Features(noise_cv=(), starts=("prior", "gaussian")))
             q_w, q_n, _ = fit_best_start(fold_f.stats, prior_w, prior_n, config, key=fold_f.key)
             model = FittedDirect(
                 fold.standardizer, fold.features, fold.y_offset, prior_w, prior_n, q_w, q_n, fold.hyper

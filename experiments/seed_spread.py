@@ -70,7 +70,7 @@ def main(argv=None):
             config = kronvi.DirectConfig(**VARIANTS[variant])
             values, nlpds, t0 = [], [], time.perf_counter()
             for s in range(args.seeds):
-                run = pipeline.run_fold(jax.random.key(s), Xtr, ytr, Xte, yte, config, density_rows=500)
+                run = kronvi.cv.run_fold(jax.random.key(s), Xtr, ytr, Xte, yte, config, density_rows=500)
                 values.append(run.result.rmse)
                 nlpds.append(run.result.nlpd)
             secs = (time.perf_counter() - t0) / args.seeds

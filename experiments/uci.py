@@ -92,11 +92,11 @@ import study_cli  # noqa: E402
 from jax.scipy.stats import norm  # noqa: E402
 
 import kronvi  # noqa: E402
+from kronvi.cv import parse_noise_cv  # noqa: E402
 from kronvi.pipeline import (  # noqa: E402
     DirectConfig,
     fit_prepared,
     fold_features,
-    parse_noise_cv,
     prepare_fold,
     resolve_config,
     support_shift,
@@ -119,7 +119,7 @@ class StudyConfig:
 
     # The paper's recipe (direct-mf-sparse; the mixtures start from it): the fold preparation, its features,
     # noise grid and GP settings, which every method shares.
-    direct: DirectConfig = resolve_config(DirectConfig(basis="features", num_frequencies=1000))
+    direct: DirectConfig = resolve_config(DirectConfig(recipe=kronvi.Features(), num_frequencies=1000))
     # kronvi's default recipe (direct-mf, exact-blr): the same GP hyperparameters; the same features below
     # 20,000 training rows, twice as many from there (kronvi.pipeline.default_num_frequencies).
     default: DirectConfig = resolve_config(DirectConfig())
@@ -161,7 +161,7 @@ def study_settings(cfg: StudyConfig, *, seed: int, max_folds: int | None) -> dic
     study = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("direct", "default")}
     return _jsonable(
         dict(
-            direct=cfg.direct._asdict(), default=cfg.default._asdict(), study=study, seed=seed, max_folds=max_folds
+            direct=cfg.direct.as_flat_dict(), default=cfg.default.as_flat_dict(), study=study, seed=seed, max_folds=max_folds
         )
     )
 
@@ -1044,10 +1044,12 @@ def config_from_args(args) -> StudyConfig:
     if errors:
         raise study_cli.UsageError(errors[0])
     noise_cv = parse_noise_cv(args.noise_cv)
+    recipe = kronvi.Features(
+        noise_span=args.noise_span, noise_cv=noise_cv, starts=tuple(x.strip() for x in args.direct_starts.split(","))
+    )
     direct = resolve_config(DirectConfig(
-        basis="features", num_frequencies=(args.num_features or 2 * StudyConfig.direct.num_frequencies) // 2,
-        noise_span=args.noise_span, noise_cv=noise_cv,
-        method=args.direct_fit, starts=tuple(x.strip() for x in args.direct_starts.split(",")),
+        recipe=recipe, num_frequencies=(args.num_features or 2 * StudyConfig.direct.num_frequencies) // 2,
+        method=args.direct_fit,
     ))  # fmt: skip
     steps = {}
     if args.reparam_steps is not None:

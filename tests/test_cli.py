@@ -15,7 +15,7 @@ import pytest
 
 import kronvi
 from kronvi import cli
-from kronvi.pipeline import FoldResult, FoldRun
+from kronvi.cv import FoldResult, FoldRun
 
 
 @pytest.fixture

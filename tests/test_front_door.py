@@ -12,7 +12,8 @@ from helpers import run_python, subprocess_env
 
 import kronvi
 from kronvi import cli
-from kronvi.pipeline import fold_features, run_fold
+from kronvi.cv import run_fold
+from kronvi.pipeline import fold_features
 
 SMALL = kronvi.DirectConfig(num_frequencies=20)
 
@@ -160,9 +161,11 @@ def test_bad_inputs_to_predict_are_named(fitted):
 def test_sparsity_is_the_fraction_of_stored_zero_weights():
     X, y = _data()
     for basis in ("eigen", "compact"):
-        model = kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(basis=basis, lengthscale=2.0)).model
+        model = kronvi.fit_direct(
+            jax.random.key(0), X, y, SMALL._replace(recipe=kronvi.pipeline.RECIPES[basis](), lengthscale=2.0)
+        ).model
         assert model.sparsity == 0.0  # dense weights, whatever q puts on the level nearest 0
-    config = SMALL._replace(basis="features", lengthscale=2.0, noise_cv=())
+    config = SMALL._replace(recipe=kronvi.Features(noise_cv=()), lengthscale=2.0)
     model = kronvi.fit_direct(jax.random.key(0), X, y, config).model
     assert model.sparsity == pytest.approx(float(kronvi.expected_sparsity(model.q_w, model.prior_w)))
     assert 0.0 < model.sparsity < 1.0
@@ -181,3 +184,14 @@ def test_run_fold_samples_the_density_and_fit_direct_reports_progress():
     assert seen[3][:2] == (150, 150) and seen[-1][:2] == (10, 10)
     none = run_fold(jax.random.key(0), X[:150], y[:150], X[150:], y[150:], config, density_rows=0).result
     assert none.nlpd_rows == 0 and np.isnan(none.nlpd) and none.rmse == run.result.rmse
+
+
+def test_the_harness_moved_to_kronvi_cv_and_reads_from_pipeline_with_a_warning():
+    import kronvi.cv
+
+    for name in ("FoldResult", "FoldRun", "run_fold", "summarize", "parse_noise_cv"):
+        with pytest.warns(DeprecationWarning, match=f"kronvi.pipeline.{name} moved to kronvi.cv.{name}"):
+            old = getattr(kronvi.pipeline, name)
+        assert old is getattr(kronvi.cv, name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        kronvi.pipeline.nothing  # noqa: B018

@@ -78,7 +78,7 @@ def test_the_compact_model_bounds_its_kept_directions_as_the_eigen_model():
     X, y = _data(n=60)
     key = jax.random.key(2)
     eigen = kronvi.fit_direct(key, X, y, SMALL).model
-    compact = kronvi.fit_direct(key, X, y, SMALL._replace(basis="compact", compact_vectors="full")).model
+    compact = kronvi.fit_direct(key, X, y, SMALL._replace(recipe=kronvi.Compact(vectors="full"))).model
     values = np.asarray(eigen.prior_w.values, np.float64)
     probs = np.asarray(eigen.q_w.probs, np.float64)
     e_w = np.sum(probs * values, axis=1)
@@ -105,14 +105,14 @@ def test_the_compact_model_bounds_its_kept_directions_as_the_eigen_model():
 
 def test_support_rms_none_is_the_plain_posterior_and_bad_values_are_named(fitted):
     X, y, model = fitted
-    off = kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(support_rms=None)).model
+    off = kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(recipe=kronvi.Eigen(support_rms=None))).model
     assert off.support is None
     Xt = _far(X)
     np.testing.assert_allclose(off.predict(Xt).mean, model._replace(support=None).predict(Xt).mean, rtol=1e-12)
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=r"config\.support_rms"):
-            kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(support_rms=bad))
-    features = kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(basis="features")).model
+            kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(recipe=kronvi.Eigen(support_rms=bad)))
+    features = kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(recipe=kronvi.Features())).model
     assert features.support is None
 
 

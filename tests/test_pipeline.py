@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent(
     from kronvi import pipeline
     X, y, mask = kronvi.load_demo()
     test = mask[:, 0].astype(bool)
-    config = pipeline.DirectConfig(num_frequencies=150, gp_restarts=1)  # the GP on all 277 rows
+    config = pipeline.DirectConfig(num_frequencies=150, gp=pipeline.GPOptions(restarts=1))  # the GP on all 277 rows
     model, _, _ = pipeline.fit_direct(jax.random.key(0), X[~test], y[~test], config)
     Phi = pipeline.fold_features(model, X[test])
     mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
@@ -70,7 +70,9 @@ def test_default_features_grow_with_the_training_rows_and_far_targets_keep_their
     monkeypatch.setattr(pipeline, "default_num_frequencies", lambda n: 11 if n == 40 else 0)  # the rule's use
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(), gp=gp)  # default recipe
     assert fold.features.frequencies.shape == (2, 11) and fold.stats.Phity.shape == (22,)
-    config = pipeline.DirectConfig(basis="features", noise_cv=(), num_frequencies=7)  # the cheaper basis
+    config = pipeline.DirectConfig(
+        recipe=pipeline.Features(noise_cv=()), num_frequencies=7
+    )  # the cheaper basis
     explicit = pipeline.prepare_fold(jax.random.key(0), X, y, config, gp=gp)
     assert explicit.features.frequencies.shape == (2, 7)  # an explicit count is kept
     # The targets' offset and centring are float64 on the host: in float32, y + 1e6 would be rounded to
@@ -90,9 +92,10 @@ def test_the_compact_recipe_predicts_the_eigen_fits_mean_and_bounded_variance():
 
     X, y, mask = kronvi.load_demo()
     test = mask[:, 0].astype(bool)
-    config = pipeline.DirectConfig(num_frequencies=200, gp_restarts=1, gp_points=100)  # b = 400 > n = 277
-    compact = config._replace(basis="compact", compact_tol=0.1, compact_vectors="full")
-    half = compact._replace(compact_vectors="half")  # the default
+    gp = pipeline.GPOptions(restarts=1, points=100)
+    config = pipeline.DirectConfig(num_frequencies=200, gp=gp)  # b = 400 > n = 277
+    compact = config._replace(recipe=pipeline.Compact(tol=0.1, vectors="full"))
+    half = compact._replace(recipe=pipeline.Compact())  # the default: vectors="half"
     with jax.enable_x64(True):
         fold = pipeline.prepare_fold(jax.random.key(0), X[~test], y[~test], compact, dtype=jnp.float64)
         models = {c.basis: pipeline.fit_prepared(fold, c)[0] for c in (config, compact)}
@@ -131,17 +134,19 @@ def test_compact_config_errors():
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(30, 2)), rng.normal(size=30)
     with pytest.raises(ValueError, match="compact_tol` must be >= 0"):
-        pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", compact_tol=-0.1))
+        pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(recipe=pipeline.Compact(tol=-0.1)))
     with pytest.raises(ValueError, match="compact_vectors` must be 'half' or 'full'"):
         pipeline.fit_direct(
-            jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", compact_vectors="int8")
+            jax.random.key(0), X, y, pipeline.DirectConfig(recipe=pipeline.Compact(vectors="int8"))
         )
-    with pytest.raises(ValueError, match="noise_cv` applies to basis='features' only"):
-        pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(basis="compact", noise_cv=(3.0,)))
-    config = pipeline.DirectConfig(basis="features", num_frequencies=4, gp_restarts=1, noise_cv=())
+    with pytest.raises(pipeline.RecipeOptionError, match="`noise_cv` is not an option of `Compact`"):
+        pipeline.Compact(noise_cv=(3.0,))
+    config = pipeline.DirectConfig(
+        recipe=pipeline.Features(noise_cv=()), num_frequencies=4, gp=pipeline.GPOptions(restarts=1)
+    )
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
     with pytest.raises(ValueError, match="another `basis`"):
-        pipeline.fit_prepared(fold, config._replace(basis="compact"))
+        pipeline.fit_prepared(fold, config._replace(recipe=pipeline.Compact()))
 
 
 @pytest.mark.parametrize("n", [30, 60])  # fewer rows than the 44 features (the dual), and more (the primal)
@@ -184,3 +189,115 @@ def test_eigen_recipe_fits_an_unshrunk_intercept_as_bayesian_ridge(n):
     # the same BLR without the intercept (the recipe before) is further away: the test can fail
     w0 = np.linalg.solve(F.T @ F / s2 + np.eye(F.shape[1]) / sw2, F.T @ yc / s2)
     assert err < 0.4 * np.max(np.abs(y[:n].mean() + Ft @ w0 - ref))
+
+
+def test_one_fit_direct_validates_its_inputs_once():
+    """A fit enters the checkers of `kronvi._base.checks` at most 20 times (the count of
+    `benchmarks/bench_validation_calls.py`, without the plumbing that checks nothing): the inputs and the
+    config at the door, the GP step's own checks, and only the grids' and statistics' data-dependent
+    checks inside."""
+    import pathlib
+    import sys
+
+    import jax
+
+    import kronvi
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_validation_calls import PLUMBING, count_validator_calls
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = X[:, 0] + 0.1 * rng.normal(size=60)
+    config = kronvi.DirectConfig(num_frequencies=20, gp=kronvi.GPOptions(restarts=1))
+    total, by_name, _ = count_validator_calls(lambda: kronvi.fit_direct(jax.random.key(0), X, y, config))
+    validators = total - sum(by_name.get(p, 0) for p in PLUMBING)
+    assert 0 < validators <= 20, dict(by_name)
+    assert by_name["check_training_rows"] == 1 and by_name["check_ints"] == 1
+
+
+def test_a_recipe_carries_its_own_options_and_refuses_anothers():
+    import importlib
+    import pickle
+
+    import kronvi
+    from kronvi import pipeline
+
+    for recipe, option, owner in [
+        (kronvi.Eigen, "tol", "Compact"), (kronvi.Eigen, "noise_cv", "Features"),
+        (kronvi.Compact, "cv_folds", "Features"), (kronvi.Features, "vectors", "Compact"),
+        (kronvi.GPOptions, "width", "Eigen"),
+    ]:  # fmt: skip
+        with pytest.raises(kronvi.RecipeOptionError, match=f"^`{option}` is not an option of `{recipe.__name__}`: "
+                           f"it is an option of .*`{owner}`"):  # fmt: skip
+            recipe(**{option: 1})
+    with pytest.raises(TypeError, match="`bogus` is not an option of `Compact`: `Compact` takes width"):
+        kronvi.Compact(bogus=1)
+    with pytest.raises(TypeError):
+        kronvi.Eigen(4.0)  # keyword-only
+    with pytest.raises(TypeError):
+        kronvi.DirectConfig(kronvi.Eigen())  # keyword-only
+    assert issubclass(kronvi.RecipeOptionError, TypeError) and issubclass(
+        kronvi.RecipeOptionError, ValueError
+    )
+    with pytest.raises(dataclasses_frozen_error()):
+        kronvi.Eigen().width = 3.0
+    config = kronvi.DirectConfig(
+        recipe=kronvi.Compact(tol=0.05, starts=["prior"]), gp=kronvi.GPOptions(points=500)
+    )
+    assert (config.basis, config.compact_tol, config.starts, config.gp_points) == (
+        "compact",
+        0.05,
+        ("prior",),
+        500,
+    )
+    assert config.noise_cv == () and kronvi.DirectConfig().basis == "eigen"
+    # pickled by the module pickle finds (a doctest run may have imported kronvi.pipeline a second time)
+    module = importlib.import_module("kronvi.pipeline")
+    again = module.DirectConfig(recipe=module.Compact(tol=0.05), gp=module.GPOptions(points=500))
+    assert pickle.loads(pickle.dumps(again)) == again
+    assert list(config.as_flat_dict()) == list(pipeline._FLAT_ORDER) and config.as_flat_dict()["starts"] == [
+        "prior"
+    ]
+    assert pipeline.resolve_config(None) == pipeline.DirectConfig()
+
+
+def dataclasses_frozen_error():
+    import dataclasses
+
+    return dataclasses.FrozenInstanceError
+
+
+def test_the_old_flat_fields_build_the_same_config_with_a_deprecation_warning():
+    from kronvi import pipeline
+
+    with pytest.warns(DeprecationWarning, match="basis, gp_points, noise_cv, width are deprecated"):
+        old = pipeline.DirectConfig(basis="features", width=None, noise_cv=(), gp_points=500, levels=7)
+    assert old == pipeline.DirectConfig(
+        recipe=pipeline.Features(noise_cv=()), gp=pipeline.GPOptions(points=500), levels=7
+    )
+    with pytest.warns(DeprecationWarning):
+        assert pipeline.DirectConfig(basis="eigen", starts=None, compact_tol=0.1) == pipeline.DirectConfig()
+    with pytest.warns(DeprecationWarning):
+        switched = pipeline.DirectConfig(recipe=pipeline.Eigen(width=4.0))._replace(
+            basis="compact", compact_tol=0.2
+        )
+    assert switched.recipe == pipeline.Compact(width=4.0, tol=0.2)
+    # an option of another recipe, set: a typed error naming the field and its recipe
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(
+            pipeline.RecipeOptionError,
+            match=r"`config.compact_tol` applies to basis='compact' only \(`kronvi.Compact`\)",
+        ),
+    ):
+        pipeline.DirectConfig(basis="eigen", compact_tol=0.2)
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ValueError, match="noise_cv` applies to basis='features'"),
+    ):
+        pipeline.DirectConfig(basis="compact", noise_cv=(3.0,))
+    with pytest.raises(TypeError, match="`recipe` and the old fields"):
+        pipeline.DirectConfig(recipe=pipeline.Eigen(), width=3.0)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        pipeline.DirectConfig(wdith=3.0)

@@ -64,7 +64,7 @@ def scores(q_w, q_noise, prior_w, prior_noise):
 # regression is cheap to maximize from the statistics
 # ([`blr_evidence_noise`][kronvi.gaussian.blr_evidence_noise]): one eigendecomposition, then $O(b)$ per
 # evaluation. Its maximizer is a good centre for the noise grid; the paper centres it on the GP estimate
-# instead (what `DirectConfig(basis="features")` does).
+# instead (what `DirectConfig(recipe=kronvi.Features())` does).
 
 # %%
 s2 = kronvi.blr_evidence_noise(stats, prior_scale, lower=1e-5, upper=10.0)
@@ -104,7 +104,7 @@ fig.tight_layout()
 # The statistics of K folds come from one pass over the rows ([`kfold_stats`][kronvi.kfold_stats]), and
 # [`select_prior`][kronvi.select_prior] fits every fold of every candidate (vmapped over the folds) and
 # scores it on the held-out statistics. This is the paper's protocol for the noise grid
-# (`DirectConfig(noise_cv=...)`).
+# (`kronvi.Features(noise_cv=...)`).
 
 # %%
 folds = np.arange(Phi.shape[0]) % 5

@@ -11,7 +11,7 @@
 # %% [markdown]
 # # Three recipes: accurate, compact, sparse
 #
-# `DirectConfig(basis=...)` chooses how the weights are discretized:
+# `DirectConfig(recipe=...)` (`kronvi.Eigen`, `Compact` or `Features`) chooses how the weights are discretized:
 #
 # - `"eigen"` (the default): in the eigenbasis of $\Phi^\top\Phi$, where a mean field loses nothing; the
 #   accuracy of exact Bayesian linear regression, at the price of a `b x b` rotation in the model;
@@ -46,9 +46,9 @@ config = DirectConfig(num_frequencies=500)  # b = 1000 features, a few seconds p
 fold = prepare_fold(jax.random.key(0), X[~test], y[~test], config)  # GP, features, statistics, eigenbasis
 models = {
     "eigen": fit_prepared(fold, config).model,
-    "compact": fit_prepared(fold, config._replace(basis="compact")).model,
+    "compact": fit_prepared(fold, config._replace(recipe=kronvi.Compact())).model,
 }
-features = DirectConfig(basis="features", num_frequencies=500)
+features = DirectConfig(recipe=kronvi.Features(), num_frequencies=500)
 fold_f = prepare_fold(jax.random.key(0), X[~test], y[~test], features, gp=(fold.hyper, fold.gp_info))
 models["features"] = fit_prepared(fold_f, features).model
 

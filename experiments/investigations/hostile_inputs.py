@@ -173,8 +173,8 @@ def fake_cls_records(name, dataset, methods, args, records, rel):
 
 
 def fake_fold(*args, **kwargs):
-    fields = {f: 0.0 for f in kronvi.pipeline.FoldResult._fields}
-    return kronvi.pipeline.FoldRun(None, kronvi.pipeline.FoldResult(**{**fields, "num_iter": 1}))
+    fields = {f: 0.0 for f in kronvi.cv.FoldResult._fields}
+    return kronvi.cv.FoldRun(None, kronvi.cv.FoldResult(**{**fields, "num_iter": 1}))
 
 
 def mode(path) -> int:

@@ -10,6 +10,7 @@ end-to-end fit used by `kronvi fit` and the experiments). Their public names are
 """
 
 from . import bnn as bnn
+from . import cv as cv
 from . import feature_learning as feature_learning
 from . import gaussian as gaussian
 from . import logistic as logistic
@@ -176,10 +177,15 @@ from .mixtures import predict_mixture as predict_mixture
 from .mixtures import sample_mixture as sample_mixture
 
 # The front door: fit, predict, save and load (kronvi.save_model, kronvi.load_model)
+from .pipeline import Compact as Compact
 from .pipeline import DirectConfig as DirectConfig
 from .pipeline import DirectFit as DirectFit
+from .pipeline import Eigen as Eigen
+from .pipeline import Features as Features
 from .pipeline import FittedDirect as FittedDirect
+from .pipeline import GPOptions as GPOptions
 from .pipeline import Prediction as Prediction
+from .pipeline import RecipeOptionError as RecipeOptionError
 from .pipeline import fit_direct as fit_direct
 from .pipeline import log_density as log_density
 from .pipeline import predict as predict
@@ -199,6 +205,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DirectConfig",
+    "Eigen",
+    "Compact",
+    "Features",
+    "GPOptions",
+    "RecipeOptionError",
     "DirectFit",
     "FittedDirect",
     "Prediction",
@@ -331,6 +342,7 @@ __all__ = [
     "noise_prior",
     "pack_codes",
     "pipeline",
+    "cv",
     "posterior_grid_prior",
     "predict_blr",
     "predict_bnn",

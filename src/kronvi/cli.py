@@ -25,15 +25,15 @@ from ._base.files import check_output_path, write_atomic
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine, format_eta
 from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
+from .cv import parse_noise_cv, run_fold, summarize
 from .pipeline import (
     BASES,
+    RECIPES,
     DirectConfig,
+    Features,
     default_num_frequencies,
     fit_direct,
-    parse_noise_cv,
     resolve_config,
-    run_fold,
-    summarize,
 )
 from .quantize import save_model
 
@@ -290,6 +290,22 @@ def main(argv=None):
             signal.signal(signal.SIGTERM, previous)
 
 
+def _recipe(basis: str, noise_cv: tuple[float, ...] | None):
+    """The recipe of `--basis` and `--noise-cv` (`None`: the recipe's default; only `features` has one)."""
+    if basis not in RECIPES:
+        raise ValueError(f"`config.basis` must be one of {BASES}, got {basis!r}")
+    if noise_cv is None:
+        return RECIPES[basis]()
+    if basis == "features":
+        return Features(noise_cv=noise_cv)
+    if noise_cv:
+        raise ValueError(
+            f"`config.noise_cv` applies to basis='features' only: with basis={basis!r} the noise grid is "
+            "centred on the evidence maximizer (set noise_cv=() or basis='features')"
+        )
+    return RECIPES[basis]()
+
+
 def _settings(args, config, num_folds: int, folds_run: int) -> dict:
     """What a `--json` record needs to be reproduced: the data, the options and the resolved config."""
     return {
@@ -311,7 +327,7 @@ def _settings(args, config, num_folds: int, folds_run: int) -> dict:
         "max_folds": args.max_folds,
         "noise_cv": None if args.noise_cv is None else list(args.noise_cv),
         "noise_recentres": args.noise_recentres,
-        "config": json.loads(json.dumps(resolve_config(config)._asdict())),
+        "config": json.loads(json.dumps(resolve_config(config).as_flat_dict())),
         "kronvi_version": __version__,
     }
 
@@ -359,8 +375,7 @@ def _fit(args):
         argument="--num-features",
     )
     config = DirectConfig(
-        basis=args.basis,
-        noise_cv=args.noise_cv,
+        recipe=_recipe(args.basis, args.noise_cv),
         num_frequencies=None if args.num_features is None else args.num_features // 2,
         levels=args.levels,
         method=args.method,

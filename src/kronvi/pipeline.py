@@ -3,32 +3,52 @@ r"""The DIRECT regression pipeline for one train/test split, shared by the CLI a
 raw inputs -> standardized inputs -> GP hyperparameters -> random Fourier features -> statistics ->
 exact ELBO fit -> exact predictive mean, variance and density.
 
-Three recipes (`DirectConfig.basis`):
+Three recipes (`DirectConfig(recipe=...)`), each an object that carries its own options, keyword-only and
+typed, as `lineax.CG(rtol=...)` or `optax.adam(learning_rate)` do:
 
-- `"eigen"` (default): the weights are discretized in the eigenbasis of $\Phi^\top\Phi$
-  (`kronvi.eigenbasis`), where the likelihood factorizes; the noise grid is centred on the exact
-  evidence maximizer (`kronvi.blr_evidence_noise`) and each weight's 15 levels span its exact
-  posterior (`kronvi.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
+- `Eigen(width=6.0, noise_span=3.0, starts=("prior",))` (default): the weights are discretized in the
+  eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`), where the likelihood factorizes; the noise grid is
+  centred on the exact evidence maximizer (`kronvi.blr_evidence_noise`) and each weight's 15 levels span its
+  exact posterior (`kronvi.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
   same features; the weights are not sparse and each needs its own grid (2 floats) plus the rotation.
-- `"compact"`: the `"eigen"` fit in a compact form (`kronvi.compact_posterior`): the exact
-  posterior mean in the feature basis, the eigenvectors of the directions the data determine (`b x k`), and
-  one shared variance for the rest. The same predictive mean; a predictive variance between 1 and
-  `1 + config.compact_tol` times the eigen fit's at every input where the shared variance is the prior's
-  (few rows), within `config.compact_tol` noise variances of it on average over the training rows where it
-  is the data's (many rows); a smaller model and faster predictions where `k` is well below `b`
+- `Compact(tol=0.1, vectors="half", ...)`: the `Eigen` fit in a compact form (`kronvi.compact_posterior`):
+  the exact posterior mean in the feature basis, the eigenvectors of the directions the data determine
+  (`b x k`), and one shared variance for the rest. The same predictive mean; a predictive variance between 1
+  and `1 + tol` times the eigen fit's at every input where the shared variance is the prior's (few rows),
+  within `tol` noise variances of it on average over the training rows where it is the data's (many rows); a
+  smaller model and faster predictions where `k` is well below `b`
   (`docs/decisions/default-recipe.md#the-compact-recipe`).
-- `"features"`: the paper's recipe, weights of the random Fourier features on one grid of
-  `±width` prior sds with a zero level: sparse 4-bit codes, less accurate
-  (`docs/decisions/default-recipe.md#the-eigenbasis`).
+- `Features(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian"), ...)`: the
+  paper's recipe, weights of the random Fourier features on one grid of `±width` prior sds with a zero
+  level: sparse 4-bit codes, less accurate (`docs/decisions/default-recipe.md#the-eigenbasis`).
+
+The GP step's options are `GPOptions(points=1000, restarts=4, ...)` (`DirectConfig(gp=...)`). An option of
+one recipe cannot be set on another: `Eigen(tol=0.1)` raises `RecipeOptionError` (a `TypeError` and a
+`ValueError`) naming `tol` and the recipe it belongs to (`Compact`).
+
+Deprecated (kept for one release): the old flat fields of `DirectConfig`, a `basis` string and the options
+that applied "only for" one basis or meant "the basis's default" when `None` (`basis`, `width`,
+`noise_span`, `noise_cv`, `starts`, `cv_folds`, `cv_criterion`, `cv_max_iter`, `support_rms`, `compact_tol`,
+`compact_vectors`, and the GP step's `gp_points`, `gp_restarts`, `gp_restart_rule`, `gp_screen_points`,
+`gp_degenerate_margin`, `gp_precision`, `gp_gain_tol`). Passed to `DirectConfig(...)` or
+`config._replace(...)`, they emit one `DeprecationWarning` and build the same config as before (`None`: the
+recipe's default); a value other than the default for an option of another recipe
+(`DirectConfig(basis="eigen", compact_tol=0.2)`) is a `RecipeOptionError`. Reading them
+(`config.basis`, `config.width`, `config.gp_points`, ...) stays supported without a warning, and
+`DirectConfig.as_flat_dict()` lists them for records. The fitted model and the saved-model format are
+unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import importlib
+import numbers
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,20 +59,27 @@ from ._base.buckets import pad_rows, row_bucket, to_device
 from ._base.checks import (
     check_finite,
     check_int,
-    check_ndim,
-    check_nonempty,
+    check_ints,
     check_nonnegative_number,
     check_numeric,
+    check_training_rows,
     errors_name,
     host_arrays,
 )
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.precision import matmul
-from ._base.progress import StatusLine
-from ._fit.regression import METHODS, RegressionFit, fit_regression
+from ._base.progress import StageLine
+from ._fit.regression import METHODS, RegressionFit, fit_regression, fit_regression_unchecked
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
-from ._inputs.features import SAMPLINGS, RandomFourierFeatures, feature_mean, rff_features, rff_init
+from ._inputs.features import (
+    SAMPLINGS,
+    RandomFourierFeatures,
+    feature_mean_unchecked,
+    rff_features_unchecked,
+    rff_init,
+    rff_init_unchecked,
+)
 from ._inputs.gp import PRECISIONS as GP_PRECISIONS
 from ._inputs.gp import GPFitInfo, GPHyperparameters, fit_gp_hyperparameters
 from ._inputs.host import (
@@ -64,8 +91,8 @@ from ._inputs.host import (
 from ._model.compact import COPIES, CompactBasis, compact_features, compact_posterior, complement_split
 from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.families import MeanField
-from ._model.grids import DiscretePrior, gaussian_prior, noise_prior
-from ._model.posterior_grid import posterior_grid_prior
+from ._model.grids import DiscretePrior, gaussian_grid, noise_grid, noise_prior
+from ._model.posterior_grid import posterior_grid, posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression
 from ._solvers.info import FitInfo
 from ._stats.eigen import Eigenbasis, eigenbasis, eigenbasis_for_dtype, rotate_features
@@ -77,21 +104,18 @@ from ._stats.regression import (
 )
 from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
 
-BASES = ("eigen", "features", "compact")
-# Defaults that depend on the basis (`None` in DirectConfig): see `resolve_config`.
-_BASIS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "eigen": dict(width=6.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
-    "features": dict(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian")),
-    "compact": dict(width=6.0, noise_span=3.0, noise_cv=(), starts=("prior",)),
-}
-
-
 __all__ = [
     "BASES",
+    "RECIPES",
+    "LEGACY_FIELDS",
+    "Eigen",
+    "Compact",
+    "Features",
+    "GPOptions",
+    "RecipeOptionError",
     "DirectConfig",
     "LARGE_DATA_ROWS",
     "default_num_frequencies",
-    "FoldResult",
     "FittedDirect",
     "SupportBound",
     "support_shift",
@@ -102,12 +126,10 @@ __all__ = [
     "DirectInfo",
     "DirectFit",
     "RecentredFit",
-    "FoldRun",
     "PreparedFold",
     "noise_prior_for_span",
     "inner_fold_stats",
     "choose_noise_prior",
-    "parse_noise_cv",
     "resolve_config",
     "prepare_fold",
     "evidence_noise_variance",
@@ -122,113 +144,463 @@ __all__ = [
     "stream_prepare",
     "fit_best_start",
     "fit_with_noise_recentring",
-    "run_fold",
-    "summarize",
 ]
 
 
-class DirectConfig(NamedTuple):
-    r"""Settings of the DIRECT regression pipeline. `None` fields take the default of the `basis`
-    (`resolve_config`): `"eigen"` width 6 posterior sds, noise grid spanning 3x around the evidence
-    maximizer, no noise CV, the prior start (diagonal CAVI); `"features"` (the paper's appendix E) width 3 prior sds,
-    noise grids spanning 10x, 3x or 1x around the GP estimate chosen by inner CV, both starts.
+class RecipeOptionError(TypeError, ValueError):
+    """An option given to a recipe it does not belong to (`Eigen(tol=0.1)`: `tol` is `Compact`'s), or a
+    `DirectConfig` field of one recipe set on another. A `TypeError` (a wrong keyword) and a `ValueError`
+    (what the old `DirectConfig` raised for `noise_cv` on the eigen recipe)."""
+
+
+class _Recipe:
+    """Keyword-only, frozen options of one recipe; an option of another recipe (caught by the subclasses'
+    `**other`) is a `RecipeOptionError`."""
+
+    __slots__ = ()
+    name: ClassVar[str]  # the `DirectConfig.basis` it replaces
+
+    def __init__(self, **options: Any) -> None:
+        fields = [f.name for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+        for option in options:
+            if option not in fields:
+                raise RecipeOptionError(_not_an_option(type(self).__name__, option, fields))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = options.get(f.name, f.default)
+            object.__setattr__(self, f.name, tuple(value) if isinstance(value, list) else value)
+
+
+def _not_an_option(recipe: str, option: str, fields: Sequence[str]) -> str:
+    owners = [r.__name__ for r in (Eigen, Compact, Features, GPOptions) if option in _fields_of(r)]
+    where = f" it is an option of {', '.join(f'`{o}`' for o in owners)};" if owners else ""
+    return f"`{option}` is not an option of `{recipe}`:{where} `{recipe}` takes {', '.join(fields)}"
+
+
+def _fields_of(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Eigen(_Recipe):
+    r"""The default recipe: the weights discretized in the eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`),
+    each weight's `levels` values spanning its exact posterior, the noise grid centred on the exact evidence
+    maximizer. Accuracy matches exact Bayesian linear regression on the same features.
 
     Attributes:
-      basis: `"eigen"` (accurate: the weights in the eigenbasis of $\Phi^\top\Phi$), `"compact"` (the
-        eigen fit in a compact form, `compact_posterior`) or `"features"` (the paper's sparse 4-bit recipe
-        on the random Fourier features).
+      width: the weight grid's half-width, in posterior sds.
+      noise_span: the noise grid $s^2 \times [1/\text{span}, \text{span}]$ around the evidence maximizer;
+        1 fixes the noise variance there.
+      starts: fit from each start and keep the highest ELBO: `"prior"` and/or `"gaussian"`.
+      support_rms: the predictive mean of a new row counts each of its eigenbasis coordinates up to this many
+        times the training rows' RMS in that direction, $\sqrt{\lambda_j / n}$ (`SupportBound`); the
+        variance is unchanged. Rows like the training rows are untouched; a row far from them no longer
+        projects onto weakly determined directions at random. `None`: no bound (the plain posterior
+        predictive; `docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`).
+
+    Example:
+      >>> import kronvi
+      >>> kronvi.Eigen(width=4.0)
+      Eigen(width=4.0, noise_span=3.0, starts=('prior',), support_rms=20.0)
+    """
+
+    name: ClassVar[str] = "eigen"
+    width: float = 6.0
+    noise_span: float = 3.0
+    starts: tuple[str, ...] = ("prior",)
+    support_rms: float | None = 20.0
+
+    def __init__(
+        self,
+        *,
+        width: float = 6.0,
+        noise_span: float = 3.0,
+        starts: Sequence[str] = ("prior",),
+        support_rms: float | None = 20.0,
+        **other: Any,
+    ):
+        _Recipe.__init__(
+            self, width=width, noise_span=noise_span, starts=starts, support_rms=support_rms, **other
+        )
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Compact(_Recipe):
+    r"""The `Eigen` fit in a compact form (`kronvi.compact_posterior`): the exact posterior mean in the
+    feature basis, the eigenvectors of the directions the data determine, one shared variance for the rest.
+    The same predictive mean; a predictive variance within `tol` noise variances of the eigen fit's
+    (`docs/decisions/default-recipe.md#the-compact-recipe`).
+
+    Attributes:
+      width: as `Eigen.width`.
+      noise_span: as `Eigen.noise_span`.
+      starts: as `Eigen.starts`.
+      support_rms: as `Eigen.support_rms`.
+      tol: the budget of the variance change, in noise variances (`compact_posterior(tol=...)`).
+      vectors: the kept eigenvectors in float16 (`"half"`: half the bytes; the predictive variance moves by
+        float16's rounding, the mean not at all) or in the working dtype (`"full"`).
+
+    Example:
+      >>> import kronvi
+      >>> kronvi.Compact(tol=0.05)
+      Compact(width=6.0, noise_span=3.0, starts=('prior',), support_rms=20.0, tol=0.05, vectors='half')
+    """
+
+    name: ClassVar[str] = "compact"
+    width: float = 6.0
+    noise_span: float = 3.0
+    starts: tuple[str, ...] = ("prior",)
+    support_rms: float | None = 20.0
+    tol: float = 0.1
+    vectors: str = "half"
+
+    def __init__(
+        self,
+        *,
+        width: float = 6.0,
+        noise_span: float = 3.0,
+        starts: Sequence[str] = ("prior",),
+        support_rms: float | None = 20.0,
+        tol: float = 0.1,
+        vectors: str = "half",
+        **other: Any,
+    ):
+        _Recipe.__init__(
+            self, width=width, noise_span=noise_span, starts=starts, support_rms=support_rms, tol=tol,
+            vectors=vectors, **other,
+        )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class Features(_Recipe):
+    r"""The paper's recipe: the weights of the random Fourier features on one grid of ±`width` prior sds
+    with a zero level (sparse 4-bit codes, less accurate:
+    `docs/decisions/default-recipe.md#the-eigenbasis`), the noise grid around the GP estimate.
+
+    Attributes:
+      width: the weight grid's half-width, in prior sds.
+      noise_span: the noise grid $s^2 \times [1/\text{span}, \text{span}]$ around the GP estimate when
+        `noise_cv` is empty; 1 fixes the noise variance there.
+      noise_cv: the spans of the noise grids to choose from by `cv_folds`-fold cross-validation on the
+        training rows (`select_prior` with `cv_criterion`); span 1 fixes the noise at the GP estimate.
+        Empty: the paper's protocol, one grid of `noise_span`.
+      starts: as `Eigen.starts`.
+      cv_folds: folds of that inner cross-validation.
+      cv_criterion: `"log_density"` or `"sq_error"` (`select_prior`).
+      cv_max_iter: CAVI sweeps per inner fit (from `gaussian_start`, which is close).
+
+    Example:
+      >>> import kronvi
+      >>> kronvi.Features(noise_cv=()).noise_span
+      10.0
+    """
+
+    name: ClassVar[str] = "features"
+    width: float = 3.0
+    noise_span: float = 10.0
+    noise_cv: tuple[float, ...] = (10.0, 3.0, 1.0)
+    starts: tuple[str, ...] = ("prior", "gaussian")
+    cv_folds: int = 5
+    cv_criterion: str = "log_density"
+    cv_max_iter: int = 10
+
+    def __init__(
+        self,
+        *,
+        width: float = 3.0,
+        noise_span: float = 10.0,
+        noise_cv: Sequence[float] = (10.0, 3.0, 1.0),
+        starts: Sequence[str] = ("prior", "gaussian"),
+        cv_folds: int = 5,
+        cv_criterion: str = "log_density",
+        cv_max_iter: int = 10,
+        **other: Any,
+    ):
+        _Recipe.__init__(
+            self, width=width, noise_span=noise_span, noise_cv=noise_cv, starts=starts, cv_folds=cv_folds,
+            cv_criterion=cv_criterion, cv_max_iter=cv_max_iter, **other,
+        )  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class GPOptions(_Recipe):
+    """The GP step that sets the kernel's lengthscales and the signal and noise variances
+    (`kronvi.fit_gp_hyperparameters`).
+
+    Attributes:
+      points: training rows the GP hyperparameters are fitted on (at most) (`num_points`).
+      restarts: starts of the GP hyperparameter fit (`num_starts`).
+      restart_rule: `"screened"`: the starts run on `screen_points` of its rows, then the winner and the
+        first start on all (`restarts="screened"`); `"all"`: every start on every row.
+      screen_points: rows of that screening.
+      degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
+      precision: `"native"` (the likelihood in the working dtype) or `"float64"` (for a float32 working
+        dtype, in float64 on the host; `docs/decisions/gp-step.md#the-likelihood-in-float32`).
+      gain_tol: a start ends after two iterations in a row that each raise its log marginal likelihood by
+        less than this many nats (0: never).
+
+    Example:
+      >>> import kronvi
+      >>> kronvi.GPOptions(points=500).restarts
+      4
+    """
+
+    name: ClassVar[str] = "gp"
+    points: int = 1000
+    restarts: int = 4
+    restart_rule: str = "screened"
+    screen_points: int = 300
+    degenerate_margin: float = 2.0
+    precision: str = "native"
+    gain_tol: float = 0.1
+
+    def __init__(
+        self,
+        *,
+        points: int = 1000,
+        restarts: int = 4,
+        restart_rule: str = "screened",
+        screen_points: int = 300,
+        degenerate_margin: float = 2.0,
+        precision: str = "native",
+        gain_tol: float = 0.1,
+        **other: Any,
+    ):
+        _Recipe.__init__(
+            self, points=points, restarts=restarts, restart_rule=restart_rule, screen_points=screen_points,
+            degenerate_margin=degenerate_margin, precision=precision, gain_tol=gain_tol, **other,
+        )  # fmt: skip
+
+
+# The recipes by their old `DirectConfig.basis` names
+RECIPES = {"eigen": Eigen, "features": Features, "compact": Compact}
+BASES = tuple(RECIPES)
+
+# The old flat fields of `DirectConfig`, deprecated: `(where, option)`, read from the recipe or `gp`
+_LEGACY_RECIPE = (
+    "width", "noise_span", "noise_cv", "starts", "cv_folds", "cv_criterion", "cv_max_iter", "support_rms",
+)  # fmt: skip
+_LEGACY_COMPACT = {"compact_tol": "tol", "compact_vectors": "vectors"}
+_LEGACY_GP = {
+    "gp_points": "points", "gp_restarts": "restarts", "gp_restart_rule": "restart_rule",
+    "gp_screen_points": "screen_points", "gp_degenerate_margin": "degenerate_margin",
+    "gp_precision": "precision", "gp_gain_tol": "gain_tol",
+}  # fmt: skip
+LEGACY_FIELDS = ("basis", *_LEGACY_RECIPE, *_LEGACY_COMPACT, *_LEGACY_GP)
+_FLAT_ORDER = (
+    "basis", "num_frequencies", "frequency_sampling", "levels", "width", "noise_levels", "noise_span", "noise_cv",
+    "cv_folds", "cv_criterion", "cv_max_iter", "method", "max_iter", "starts", "gp_points", "gp_restarts",
+    "gp_restart_rule", "gp_screen_points", "gp_degenerate_margin", "gp_precision", "chunk_size",
+    "max_noise_recentres", "compact_tol", "compact_vectors", "gp_gain_tol", "lengthscale", "support_rms",
+)  # fmt: skip
+
+
+class _DirectConfigFields(NamedTuple):
+    recipe: Eigen | Compact | Features
+    gp: GPOptions
+    num_frequencies: int | None
+    frequency_sampling: str
+    levels: int
+    noise_levels: int
+    method: str
+    max_iter: int | None
+    chunk_size: int
+    max_noise_recentres: int
+    lengthscale: float | None
+
+
+class DirectConfig(_DirectConfigFields):
+    r"""Settings of the DIRECT regression pipeline: the recipe and its options (`Eigen`, `Compact` or
+    `Features`), the GP step's (`GPOptions`), and the settings every recipe shares. Keyword-only.
+
+    `kronvi.fit_direct(key, X, y, DirectConfig(recipe=kronvi.Compact(tol=0.05), gp=kronvi.GPOptions(points=500)))`.
+    An option is set on the object it belongs to, so an option of one recipe cannot be set on another:
+    `kronvi.Eigen(tol=0.1)` is a `RecipeOptionError` naming `Compact`.
+
+    Deprecated, for one release: the old flat fields (`basis`, `width`, `noise_span`, `noise_cv`, `starts`,
+    `cv_folds`, `cv_criterion`, `cv_max_iter`, `support_rms`, `compact_tol`, `compact_vectors`, `gp_points`,
+    `gp_restarts`, `gp_restart_rule`, `gp_screen_points`, `gp_degenerate_margin`, `gp_precision`,
+    `gp_gain_tol`) given to `DirectConfig(...)` or `._replace(...)` build the same config with a
+    `DeprecationWarning` (`None` takes the recipe's default, as before); an option of another recipe with a
+    value other than its default is a `RecipeOptionError`. Reading them (`config.basis`, `config.width`,
+    `config.gp_points`, ...) is not deprecated: they are the recipe's (the default for an option the recipe
+    does not have: `noise_cv` is `()` for `Eigen`).
+
+    Attributes:
+      recipe: `Eigen()` (default), `Compact(...)` or `Features(...)`.
+      gp: `GPOptions(...)`.
       num_frequencies: random frequencies; the features are their cosines and sines, b = 2 `num_frequencies`.
         `None`: by the training rows, `default_num_frequencies(n)`.
       frequency_sampling: `"iid"`, `"orthogonal"` or `"halton"` (`rff_init(sampling=...)`).
       levels: levels of each weight's grid (15: 4-bit codes).
-      width: the weight grid's half-width, in posterior sds (`"eigen"`) or prior sds (`"features"`).
       noise_levels: levels of the noise-variance grid.
-      noise_span: the noise grid when `noise_cv` is empty: $s^2 \times [1/\text{span}, \text{span}]$ around
-        the evidence maximizer (`"eigen"`) or the GP estimate (`"features"`); 1 fixes the noise variance there.
-      noise_cv: `"features"` only: the spans of the noise grids to choose from by `cv_folds`-fold
-        cross-validation on the training rows (`select_prior` with `cv_criterion`); span 1 fixes the
-        noise at the GP estimate. Empty: the paper's protocol, one grid of `noise_span`.
-      cv_folds: folds of that inner cross-validation.
-      cv_criterion: `"log_density"` or `"sq_error"` (`select_prior`).
-      cv_max_iter: CAVI sweeps per inner fit (from `gaussian_start`, which is close).
       method: how `fit_regression` fits: `"cavi"`, `"lbfgs"` or `"optax-lbfgs"`.
       max_iter: its sweeps or iterations; `None`: its default.
-      starts: fit from each start and keep the highest ELBO: `"prior"` and/or `"gaussian"`
-        (`gaussian_start`).
-      gp_points: training rows the GP hyperparameters are fitted on (at most).
-      gp_restarts: starts of the GP hyperparameter fit.
-      gp_restart_rule: `"screened"`: the GP's starts run on `gp_screen_points` of its rows, then the
-        winner and the first start on all (`fit_gp_hyperparameters(restarts="screened")`); `"all"`: every
-        start on every row.
-      gp_screen_points: rows of that screening.
-      gp_degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
-      gp_precision: `fit_gp_hyperparameters(precision=...)`: `"native"` (the likelihood in the working
-        dtype) or `"float64"` (for a float32 working dtype, in float64 on the host: the GP's optima
-        without float32's rounding; a float64 working dtype is already float64;
-        `docs/decisions/gp-step.md#the-likelihood-in-float32`).
       chunk_size: rows per chunk of the statistics pass.
       max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
         of it, at most this many times (the paper's protocol: 0).
-      compact_tol: `"compact"` only: the budget of the variance change, in noise variances
-        (`compact_posterior(tol=...)`).
-      compact_vectors: `"compact"` only: the kept eigenvectors stored in float16 (`"half"`: half the
-        bytes; the predictive variance moves by float16's rounding, the mean not at all) or in the working
-        dtype (`"full"`) (`compact_posterior(vectors_dtype=...)`).
-      gp_gain_tol: `fit_gp_hyperparameters(gain_tol=...)`: a GP start ends after two iterations in a row
-        that each raise its log marginal likelihood by less than this many nats (0: never).
       lengthscale: `None` (default): the kernel's lengthscales, signal and noise variances come from the
-        GP step above; a positive number: one lengthscale for every standardized input, the signal variance
+        GP step (`gp`); a positive number: one lengthscale for every standardized input, the signal variance
         of the (scaled) targets and a tenth of it as the noise guess, and no GP is fitted.
-      support_rms: `"eigen"` and `"compact"`: the predictive mean of a new row counts each of its eigenbasis
-        coordinates up to this many times the training rows' RMS in that direction,
-        $\sqrt{\lambda_j / n}$ (`SupportBound`); the variance is unchanged. Rows like the training rows
-        are untouched; a row far from them no longer projects onto weakly determined directions at random.
-        `None`: no bound (the plain posterior predictive;
-        `docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`).
 
     Example:
-      >>> from kronvi.pipeline import DirectConfig
-      >>> DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
-      DirectConfig(basis='eigen', num_frequencies=None, frequency_sampling='iid', levels=15, width=None,
-        noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
-        cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
-        gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, gp_precision='native',
-        chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half', gp_gain_tol=0.1,
-        lengthscale=None, support_rms=20.0)
+      >>> import kronvi
+      >>> kronvi.DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
+      DirectConfig(recipe=Eigen(width=6.0, noise_span=3.0, starts=('prior',), support_rms=20.0),
+        gp=GPOptions(points=1000, restarts=4, restart_rule='screened', screen_points=300,
+        degenerate_margin=2.0, precision='native', gain_tol=0.1), num_frequencies=None,
+        frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
+        max_noise_recentres=0, lengthscale=None)
+      >>> kronvi.DirectConfig(recipe=kronvi.Features(noise_cv=())).basis
+      'features'
     """
 
-    basis: str = "eigen"
-    num_frequencies: int | None = None
-    frequency_sampling: str = "iid"
-    levels: int = 15
-    width: float | None = None
-    noise_levels: int = 15
-    noise_span: float | None = None
-    noise_cv: tuple[float, ...] | None = None
-    cv_folds: int = 5
-    cv_criterion: str = "log_density"
-    cv_max_iter: int = 10
-    method: str = "cavi"
-    max_iter: int | None = None
-    starts: tuple[str, ...] | None = None
-    gp_points: int = 1000
-    gp_restarts: int = 4
-    gp_restart_rule: str = "screened"
-    gp_screen_points: int = 300
-    gp_degenerate_margin: float = 2.0
-    gp_precision: str = "native"
-    chunk_size: int = 2048
-    max_noise_recentres: int = 0
-    # "compact" only: the budget of the variance change, in noise variances (kronvi.compact_posterior(tol=...))
-    compact_tol: float = 0.1
-    # "compact" only: its kept eigenvectors in float16 ("half") or the working dtype ("full")
-    compact_vectors: str = "half"
-    # fit_gp_hyperparameters(gain_tol=...)
-    gp_gain_tol: float = 0.1
-    # a fixed lengthscale of the standardized inputs instead of the GP step (None: the GP's, per input)
-    lengthscale: float | None = None
-    # "eigen" and "compact": the bound on a new row's coordinates in the predictive mean, in training RMS
-    support_rms: float | None = 20.0
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        *,
+        recipe: Eigen | Compact | Features | None = None,
+        gp: GPOptions | None = None,
+        num_frequencies: int | None = None,
+        frequency_sampling: str = "iid",
+        levels: int = 15,
+        noise_levels: int = 15,
+        method: str = "cavi",
+        max_iter: int | None = None,
+        chunk_size: int = 2048,
+        max_noise_recentres: int = 0,
+        lengthscale: float | None = None,
+        **legacy: Any,
+    ) -> DirectConfig:
+        recipe, gp = _from_legacy(recipe, gp, legacy, stacklevel=3)
+        return super().__new__(
+            cls, recipe, gp, num_frequencies, frequency_sampling, levels, noise_levels, method, max_iter,
+            chunk_size, max_noise_recentres, lengthscale,
+        )  # fmt: skip
+
+    def __reduce__(self):
+        return (self._make, (tuple(self),))
+
+    def as_flat_dict(self) -> dict[str, Any]:
+        """Every setting under its old flat name (`basis`, `width`, ..., `gp_points`, ...), in the old order:
+        a record of the config in plain values (for JSON), as `DirectConfig(basis=...)._asdict()` was."""
+        flat: dict[str, Any] = {"basis": self.basis}
+        for name in _FLAT_ORDER[1:]:
+            value = getattr(self, name)
+            flat[name] = list(value) if isinstance(value, tuple) else value
+        return flat
+
+    def _replace(self, **changes: Any) -> DirectConfig:
+        legacy = {k: changes.pop(k) for k in list(changes) if k in LEGACY_FIELDS}
+        if legacy:
+            recipe, gp = _from_legacy(
+                changes.pop("recipe", self.recipe), changes.pop("gp", self.gp), legacy, stacklevel=3,
+                keep=True,
+            )  # fmt: skip
+            changes.update(recipe=recipe, gp=gp)
+        return super()._replace(**changes)
+
+    @property
+    def basis(self) -> str:
+        """The recipe's name: `"eigen"`, `"compact"` or `"features"`."""
+        return type(self.recipe).name
+
+    width = property(lambda self: self.recipe.width, doc="`recipe.width`.")
+    noise_span = property(lambda self: self.recipe.noise_span, doc="`recipe.noise_span`.")
+    starts = property(lambda self: self.recipe.starts, doc="`recipe.starts`.")
+    noise_cv = property(
+        lambda self: getattr(self.recipe, "noise_cv", ()), doc="`Features.noise_cv`; else ()."
+    )
+    cv_folds = property(lambda self: getattr(self.recipe, "cv_folds", 5), doc="`Features.cv_folds`.")
+    cv_criterion = property(
+        lambda self: getattr(self.recipe, "cv_criterion", "log_density"), doc="`Features.cv_criterion`."
+    )
+    cv_max_iter = property(
+        lambda self: getattr(self.recipe, "cv_max_iter", 10), doc="`Features.cv_max_iter`."
+    )
+    compact_tol = property(lambda self: getattr(self.recipe, "tol", 0.1), doc="`Compact.tol`.")
+    support_rms = property(
+        lambda self: getattr(self.recipe, "support_rms", 20.0),
+        doc="`Eigen.support_rms`, `Compact.support_rms`.",
+    )
+    compact_vectors = property(lambda self: getattr(self.recipe, "vectors", "half"), doc="`Compact.vectors`.")
+    gp_points = property(lambda self: self.gp.points, doc="`gp.points`.")
+    gp_restarts = property(lambda self: self.gp.restarts, doc="`gp.restarts`.")
+    gp_restart_rule = property(lambda self: self.gp.restart_rule, doc="`gp.restart_rule`.")
+    gp_screen_points = property(lambda self: self.gp.screen_points, doc="`gp.screen_points`.")
+    gp_degenerate_margin = property(lambda self: self.gp.degenerate_margin, doc="`gp.degenerate_margin`.")
+    gp_precision = property(lambda self: self.gp.precision, doc="`gp.precision`.")
+    gp_gain_tol = property(lambda self: self.gp.gain_tol, doc="`gp.gain_tol`.")
+
+
+def _from_legacy(recipe, gp, legacy: dict, *, stacklevel: int, keep: bool = False):
+    """`(recipe, gp)` of `DirectConfig(recipe=..., gp=..., **legacy)`: the old flat fields, with a
+    `DeprecationWarning`, set on the recipe and `gp` (`keep`: those of `recipe`, as `_replace` does; else
+    the defaults of `basis`'s recipe)."""
+    unknown = [k for k in legacy if k not in LEGACY_FIELDS]
+    if unknown:
+        raise TypeError(f"DirectConfig got unexpected keyword argument(s) {', '.join(map(repr, unknown))}")
+    if recipe is not None and not isinstance(recipe, Eigen | Compact | Features):
+        raise TypeError(f"`config.recipe` must be kronvi.Eigen, Compact or Features, got {recipe!r}")
+    if gp is not None and not isinstance(gp, GPOptions):
+        raise TypeError(f"`config.gp` must be kronvi.GPOptions, got {gp!r}")
+    gp = GPOptions() if gp is None else gp
+    if not legacy:
+        return (Eigen() if recipe is None else recipe), gp
+    if recipe is not None and not keep:
+        raise TypeError(
+            f"DirectConfig got `recipe` and the old fields {sorted(legacy)}: set them on the recipe"
+        )
+    warnings.warn(
+        f"DirectConfig's fields {', '.join(sorted(legacy))} are deprecated and will be removed in the next "
+        "release: set them on the recipe (recipe=kronvi.Eigen(width=...), kronvi.Compact(tol=...), "
+        "kronvi.Features(noise_cv=...)) and the GP step's on gp=kronvi.GPOptions(...)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    basis = legacy.pop("basis", None if recipe is None else type(recipe).name)
+    basis = "eigen" if basis is None else basis
+    if basis not in RECIPES:
+        raise ValueError(f"`config.basis` must be one of {BASES}, got {basis!r}")
+    cls = RECIPES[basis]
+    options = {}
+    if recipe is not None and (type(recipe) is cls or {type(recipe), cls} == {Eigen, Compact}):
+        options = {k: v for k, v in dataclasses.asdict(recipe).items() if k in _fields_of(cls)}
+    for old, value in legacy.items():
+        if old in _LEGACY_GP:
+            gp = dataclasses.replace(gp, **{_LEGACY_GP[old]: value})
+            continue
+        option = _LEGACY_COMPACT.get(old, old)
+        if option in _fields_of(cls):
+            if value is not None or option in (
+                "tol",
+                "vectors",
+                "cv_folds",
+                "cv_criterion",
+                "cv_max_iter",
+                "support_rms",
+            ):
+                options[option] = value
+            else:
+                options.pop(option, None)  # None: the recipe's default
+        elif value is not None and value != _inert(option):
+            owner = "compact" if old in _LEGACY_COMPACT else "eigen" if old == "support_rms" else "features"
+            if old == "noise_cv":
+                raise RecipeOptionError(
+                    f"`config.noise_cv` applies to basis='features' only: with basis={basis!r} the noise grid is "
+                    "centred on the evidence maximizer (set noise_cv=() or basis='features')"
+                )
+            raise RecipeOptionError(
+                f"`config.{old}` applies to basis={owner!r} only (`kronvi.{RECIPES[owner].__name__}`), not to "
+                f"basis={basis!r}"
+            )
+    return cls(**options), gp
+
+
+def _inert(option: str) -> Any:
+    """The value of an option a recipe does not have, as the old `DirectConfig` held it (ignored)."""
+    return {"noise_cv": (), "cv_folds": 5, "cv_criterion": "log_density", "cv_max_iter": 10, "tol": 0.1,
+            "vectors": "half", "support_rms": 20.0}[option]  # fmt: skip
 
 
 LARGE_DATA_ROWS = 20_000
@@ -245,26 +617,6 @@ def _num_frequencies(config, num_rows: int) -> int:
     return (
         default_num_frequencies(num_rows) if config.num_frequencies is None else int(config.num_frequencies)
     )
-
-
-class FoldResult(NamedTuple):
-    rmse: float
-    nlpd: float
-    sparsity_pct: float
-    elbo: float
-    init_seconds: float
-    stats_seconds: float
-    fit_seconds: float
-    predict_seconds: float
-    num_iter: int
-    converged: bool
-    noise_variance: float
-    gp_degenerate: bool
-    noise_recentres: int
-    select_seconds: float  # cross-validated choice of the noise grid (part of initialization)
-    noise_span: float  # the noise grid used: s2 x [1/span, span]; 1 = fixed at the GP estimate
-    density_seconds: float = 0.0  # the exact test density (`predict_seconds`: the mean and variance)
-    nlpd_rows: int = 0  # the test rows the NLPD averages (0: not computed, NaN)
 
 
 class Prediction(NamedTuple):
@@ -455,13 +807,6 @@ class RecentredFit(NamedTuple):
     num_recentres: int
 
 
-class FoldRun(NamedTuple):
-    """The result of `run_fold`."""
-
-    model: FittedDirect
-    result: FoldResult
-
-
 class PreparedFold(NamedTuple):
     """A training set prepared for fitting (`prepare_fold`): everything before the noise grid's choice."""
 
@@ -497,6 +842,14 @@ def noise_prior_for_span(noise_variance: ArrayLike, span: float, levels: int) ->
     if float(span) == 1.0:
         return noise_prior(noise_variance, levels=1)
     return noise_prior(noise_variance, levels=levels, span=span)
+
+
+def _noise_grid(noise_variance: jax.Array, span: float, levels: int) -> DiscretePrior:
+    """`noise_prior_for_span` of a noise variance this module computed (a positive finite scalar array)
+    and checked `span` and `levels`: only the grid is checked (`noise_grid`)."""
+    if float(span) == 1.0:
+        return noise_grid(noise_variance, levels=1, span=10.0)
+    return noise_grid(noise_variance, levels=levels, span=span)
 
 
 def inner_fold_stats(
@@ -536,37 +889,21 @@ def choose_noise_prior(
     return float(spans[best]), cands[best][1], scores
 
 
-def parse_noise_cv(text: str) -> tuple[float, ...]:
-    """The `--noise-cv` command-line value: `"none"` -> `()`, else a comma list of spans >= 1."""
-    if text.strip().lower() == "none":
-        return ()
-    try:
-        spans = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        spans = ()
-    if not spans or any(not s >= 1.0 for s in spans):
-        raise ValueError(
-            f"--noise-cv must be 'none' or a comma list of spans >= 1 (1 = fixed noise), got {text!r}"
-        )
-    return spans
-
-
 def resolve_config(config: DirectConfig | None = None) -> DirectConfig:
-    """`config` (default `DirectConfig()`) with every `None` field set to its basis's default.
+    """`config` (default `DirectConfig()`), checked to be a `DirectConfig`. Every option of a config is set
+    (its recipe's, `Eigen`, `Compact` or `Features`, have no `None`), so nothing is left to resolve; the
+    old `None` fields of `DirectConfig(basis=..., width=None, ...)` take the recipe's default when it is built.
 
     Example:
-      >>> from kronvi.pipeline import DirectConfig, resolve_config
-      >>> c = resolve_config(DirectConfig(basis="features"))
+      >>> from kronvi.pipeline import DirectConfig, Features, resolve_config
+      >>> c = resolve_config(DirectConfig(recipe=Features()))
       >>> c.width, c.noise_span, c.noise_cv, c.starts
       (3.0, 10.0, (10.0, 3.0, 1.0), ('prior', 'gaussian'))
     """
     config = DirectConfig() if config is None else config
     if not isinstance(config, DirectConfig):
         raise TypeError(f"`config` must be a DirectConfig, got {type(config).__name__}")
-    if config.basis not in BASES:
-        raise ValueError(f"`config.basis` must be one of {BASES}, got {config.basis!r}")
-    defaults = _BASIS_DEFAULTS[config.basis]
-    return config._replace(**{k: v for k, v in defaults.items() if getattr(config, k) is None})
+    return config
 
 
 def _check_config(config: DirectConfig | None) -> DirectConfig:
@@ -582,15 +919,12 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         raise ValueError(f"`config.compact_tol` must be >= 0, got {config.compact_tol!r}")
     if config.compact_vectors not in ("half", "full"):
         raise ValueError(f"`config.compact_vectors` must be 'half' or 'full', got {config.compact_vectors!r}")
-    for field, minimum in [
+    ints = [
         ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1),
         ("chunk_size", 1), ("max_noise_recentres", 0), ("cv_max_iter", 1), ("gp_screen_points", 2),
-    ]:  # fmt: skip
-        check_int(getattr(config, field), f"config.{field}", minimum)
-    if config.max_iter is not None:
-        check_int(config.max_iter, "config.max_iter", 1)
-    if config.num_frequencies is not None:
-        check_int(config.num_frequencies, "config.num_frequencies", 1)
+        ("max_iter", 1), ("num_frequencies", 1),
+    ]  # fmt: skip
+    check_ints({f"config.{f}": (getattr(config, f), m) for f, m in ints if getattr(config, f) is not None})
     if config.frequency_sampling not in SAMPLINGS:
         raise ValueError(
             f"`config.frequency_sampling` must be one of {SAMPLINGS}, got {config.frequency_sampling!r}"
@@ -602,17 +936,18 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
     if config.gp_precision not in GP_PRECISIONS:
         choices = " or ".join(map(repr, GP_PRECISIONS))
         raise ValueError(f"`config.gp_precision` must be {choices}, got {config.gp_precision!r}")
-    # `config` is resolved (`resolve_config`): its `None` fields are set
-    if not float(config.width) > 0:  # type: ignore[arg-type]
+    if not _number(config.width) > 0:
         raise ValueError(f"`config.width` must be positive, got {config.width!r}")
-    if not float(config.noise_span) >= 1.0:  # type: ignore[arg-type]
+    if not _number(config.noise_span) >= 1.0:
         raise ValueError(
             f"`config.noise_span` must be >= 1 (1 fixes the noise variance), got {config.noise_span!r}"
         )
     if config.method not in METHODS:
         raise ValueError(f"`config.method` must be one of {METHODS}, got {config.method!r}")
     if config.support_rms is not None and not 0 < float(config.support_rms) < float("inf"):
-        raise ValueError(f"`config.support_rms` must be a positive number or None, got {config.support_rms!r}")
+        raise ValueError(
+            f"`config.support_rms` must be a positive number or None, got {config.support_rms!r}"
+        )
     if not config.starts or any(s not in ("prior", "gaussian") for s in config.starts):
         raise ValueError(f"`config.starts` must name 'prior' and/or 'gaussian', got {config.starts!r}")
     if config.noise_cv:
@@ -622,6 +957,11 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
             raise ValueError(f"`noise_cv` spans must be >= 1 (1 = fixed noise), got {config.noise_cv}")
         check_int(config.cv_folds, "cv_folds", 2)
     return config
+
+
+def _number(x) -> float:
+    """`x` as a float if it is a real number (not a bool or a string), else NaN (which every range refuses)."""
+    return float(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else float("nan")
 
 
 def prepare_fold(
@@ -689,8 +1029,8 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     t1 = time.perf_counter()
     _stage(progress, "statistics", 0, Xs.shape[0])
     num_frequencies = _num_frequencies(config, Xs.shape[0])
-    feats = rff_init(k_rff, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling)
-    fmap = functools.partial(rff_features, feats)
+    feats = _draw_features(k_rff, hyper, num_frequencies, config, fitted=gp is None and gp_info is not None)
+    fmap = functools.partial(rff_features_unchecked, feats)
     cv_stats = None
     prior_scale = jnp.sqrt(hyper.signal_variance)
     basis = None
@@ -734,10 +1074,17 @@ def check_fit_memory(
     )  # fmt: skip
 
 
+def _draw_features(key, hyper, num_frequencies, config, *, fitted: bool) -> RandomFourierFeatures:
+    """`rff_init` of `hyper`'s lengthscales; unchecked when the GP step of this call `fitted` them (inside
+    its bounds), checked when they come from the caller (`gp=`) or `config.lengthscale`."""
+    draw = rff_init_unchecked if fitted else rff_init
+    return draw(key, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling)
+
+
 def _features_grid(b: int, prior_scale, config: DirectConfig) -> DiscretePrior:
     """The `"features"` recipe's weight grid: `levels` values on ±`config.width` prior sds, a zero among them."""
     with errors_name("config.width", config.width):
-        return gaussian_prior(b, prior_scale, levels=config.levels, width=config.width)  # type: ignore[arg-type]  # resolved: set
+        return gaussian_grid(b, prior_scale, levels=config.levels, width=config.width)
 
 
 def _traced(tree) -> bool:
@@ -745,20 +1092,8 @@ def _traced(tree) -> bool:
 
 
 def _host_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
-    """Concrete training rows as float64 NumPy arrays, checked: real numbers, `X (n, d)` with `n >= 1`, `y (n,)`,
-    all finite. Errors name `X` and `y`."""
-    check_numeric(X, "X")
-    check_numeric(y, "y")
-    X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
-    check_ndim(X, 2, "X", "num_points, num_inputs")
-    check_ndim(y, 1, "y", "num_points,")
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"`X` has {X.shape[0]} rows but `y` has {y.shape[0]}")
-    check_nonempty(X, "X")
-    check_nonempty(X, "X", axis=1)
-    check_finite(X, "X")
-    check_finite(y, "y")
-    return X, y
+    """Concrete training rows as float64 NumPy arrays, checked (`check_training_rows`)."""
+    return check_training_rows(X, y)
 
 
 def _hyperparameters(k_gp, Xs, yc, config, gp):
@@ -810,7 +1145,7 @@ def _centred(feats, X, config):
     (`docs/decisions/default-recipe.md#an-intercept-outside-the-prior`)."""
     dtype = feats.frequencies.dtype
     with jax.enable_x64(True):
-        mean = feature_mean(*_cast((feats, X), jnp.float64), chunk_size=config.chunk_size or 4096)
+        mean = feature_mean_unchecked(*_cast((feats, X), jnp.float64), chunk_size=config.chunk_size or 4096)
         return feats._replace(offset=_cast(mean, dtype))
 
 
@@ -844,7 +1179,7 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config, progress=None):
     dtype = X.dtype
     with jax.enable_x64(True):
         feats64, X64, y64, scale64, noise64 = _cast((feats, X, y, prior_scale, gp_noise), jnp.float64)
-        fmap = functools.partial(rff_features, feats64)
+        fmap = functools.partial(rff_features_unchecked, feats64)
         if progress is not None and X.shape[0] >= 2 * feats.frequencies.shape[-1]:  # the primal route
             stats = _stats_in_blocks(fmap, X64, y64, chunk_size=config.chunk_size, progress=progress)
             _stage(progress, "eigen", X.shape[0], X.shape[0])
@@ -866,7 +1201,7 @@ def _reporter(progress, every=None):
     if every is not None:
         every = check_int(every, "progress_every", 1)
     if progress is True:
-        progress = _StageLine()
+        progress = StageLine()
     elif not callable(progress):
         raise TypeError(
             f"`progress` must be None, True or a callable (step, total, metrics), got {progress!r}"
@@ -886,27 +1221,9 @@ def _rows_per_report(b: int) -> int:
     return int(min(_PROGRESS_ROWS, max(4096, 2 ** int(np.log2(max(rows, 1.0))))))
 
 
-class _StageLine:
-    """`progress=True` of `fit_direct`: the stage, the rows done, their speed and the time left, on one line
-    of `stderr` (redrawn on a terminal, plain lines now and then in a log: `StatusLine`)."""
-
-    def __init__(self):
-        self._line = StatusLine()
-
-    def __call__(self, step: int, total: int, metrics: dict) -> None:
-        text = f"fit_direct: {metrics['stage']}, {step:,}/{total:,} rows"
-        rate = metrics.get("rows_per_second")
-        if rate:
-            text += f", {rate:,.0f} rows/s, eta {(total - step) / rate:.0f}s"
-        self._line.show(text, final=False)
-
-    def close(self) -> None:
-        self._line.close()
-
-
 def _close(progress) -> None:
     """Closes the status line of `progress=True` (a callable the user passed is theirs)."""
-    if progress is not None and isinstance(progress.report, _StageLine):
+    if progress is not None and isinstance(progress.report, StageLine):
         progress.report.close()
 
 
@@ -943,12 +1260,19 @@ def _eigen_grids(stats, basis, scale64, noise64, config, dtype):
     scale, s2 = spectral_evidence_optimum(
         basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale64, noise64
     )
+    center, sd = _posterior_moments(basis.eigenvalues, stats.Phity, scale, s2)
     with errors_name("config.width", config.width):
-        prior_w = eigen_posterior_grid(stats, basis, scale, s2, levels=config.levels, width=config.width)
+        prior_w = posterior_grid(center, sd, scale, levels=config.levels, width=float(config.width))
     stats, basis, scale, s2, values, log_probs = _cast(
         (stats, basis, scale, s2, prior_w.values, prior_w.log_probs), dtype
     )
-    return stats, basis, DiscretePrior(values, log_probs), scale, s2
+    return stats, basis, DiscretePrior._unchecked(values, _normalized(log_probs)), scale, s2
+
+
+@jax.jit
+def _normalized(log_probs):
+    """`log_probs` normalized over the levels, as `DiscretePrior` normalizes them."""
+    return jax.nn.log_softmax(log_probs, axis=-1)
 
 
 def evidence_noise_variance(
@@ -1027,12 +1351,16 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
             criterion=config.cv_criterion, max_iter=config.cv_max_iter,
         )  # fmt: skip
     else:
-        span = float(config.noise_span)  # type: ignore[arg-type]  # resolved: set
+        span = float(config.noise_span)
         with errors_name("config.noise_span", config.noise_span):
-            prior_n = noise_prior_for_span(s2, span, config.noise_levels)
+            prior_n = _noise_grid(s2, span, config.noise_levels)
     t3 = time.perf_counter()
     q_w, q_n, info, prior_n, recentres = _fit_with_noise_recentring(
-        fold.stats, fold.prior_w, prior_n, config._replace(noise_span=span), key=fold.key
+        fold.stats,
+        fold.prior_w,
+        prior_n,
+        config._replace(recipe=dataclasses.replace(config.recipe, noise_span=span)),
+        key=fold.key,
     )
     basis: Eigenbasis | CompactBasis | None = fold.basis
     prior_w = fold.prior_w
@@ -1047,7 +1375,7 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
             )
         basis, prior_w, q_w = compact_posterior(
             fold.basis, q_w, prior_w, fold.stats.n, noise, tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
-            width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,  # type: ignore[arg-type]  # resolved: set
+            width=config.width, vectors_dtype=jnp.float16 if config.compact_vectors == "half" else None,
         )  # fmt: skip
     _block(q_w)
     t4 = time.perf_counter()
@@ -1096,7 +1424,9 @@ def _eigen_support(basis, q_w, prior_w, n, support_rms) -> SupportBound:
 def _compact_support(support, basis, q_w, prior_w, n, noise_variance, tol, support_rms) -> SupportBound:
     """The eigen `support` on the compact model's columns: `[mean, kept directions, complement]`, the kept
     directions bounded as in the eigenbasis, the others not."""
-    keep, _ = complement_split(basis.eigenvalues, _weight_moments(q_w, prior_w)[1], n, noise_variance, tol=tol)
+    keep, _ = complement_split(
+        basis.eigenvalues, _weight_moments(q_w, prior_w)[1], n, noise_variance, tol=tol
+    )
     inf = np.full(1, np.inf)
     tail = np.full(COPIES, np.inf)
     bound = np.concatenate([inf, np.asarray(support.bound, np.float64)[keep], tail])
@@ -1141,7 +1471,8 @@ def _standardized(fitted, X, name: str = "X") -> jax.Array:
 
 
 def _features_of(fitted, Xs):
-    Phi = rff_features(fitted.features, Xs)
+    """The features of standardized inputs `Xs` (checked by `_standardized`) that `fitted.q_w` belongs to."""
+    Phi = rff_features_unchecked(fitted.features, Xs)
     if isinstance(fitted.basis, CompactBasis):
         return compact_features(fitted.basis, Phi)
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
@@ -1345,7 +1676,8 @@ def fit_direct(
     """
     report = _reporter(progress, progress_every)
     fit = _fit_direct(key, X, y, _check_config(config), dtype, report)
-    _close(report)
+    if progress is True:  # the line it drew; a callable passed in (a `StageLine` too) is the caller's
+        _close(report)
     return fit
 
 
@@ -1416,8 +1748,8 @@ def stream_init(
     with np.errstate(over="ignore"):
         yc = to_device(((y64 - shift) / unit).astype(dtype))
     hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, None)
-    feats = rff_init(
-        k_rff, hyper.lengthscales, _num_frequencies(config, X64.shape[0]), sampling=config.frequency_sampling
+    feats = _draw_features(
+        k_rff, hyper, _num_frequencies(config, X64.shape[0]), config, fitted=gp_info is not None
     )
     _block(feats)
     return StreamState(
@@ -1451,7 +1783,7 @@ def stream_update(stream: StreamState, X: ArrayLike, y: ArrayLike, *, chunk_size
 
 
 def _augmented_features(feats, X):
-    Phi = rff_features(feats, X)
+    Phi = rff_features_unchecked(feats, X)
     return jnp.concatenate([Phi, jnp.ones((Phi.shape[0], 1), Phi.dtype)], axis=1)
 
 
@@ -1537,7 +1869,7 @@ def fit_best_start(
     (`docs/decisions/default-recipe.md#two-starts-for-the-papers-recipe`).
     """
     config = _resolve_with_starts(config)
-    return _fit_best_start(stats, prior_w, prior_noise, config, key=key)
+    return _fit_best_start(stats, prior_w, prior_noise, config, key=key, checked=True)
 
 
 def _resolve_with_starts(config: DirectConfig | None) -> DirectConfig:
@@ -1548,11 +1880,13 @@ def _resolve_with_starts(config: DirectConfig | None) -> DirectConfig:
     return config
 
 
-def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key) -> RegressionFit:
-    """`fit_best_start` with a resolved `config`."""
+def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key, checked) -> RegressionFit:
+    """`fit_best_start` with a resolved `config`; `checked=False` for statistics and priors this module
+    built (`fit_regression_unchecked`)."""
+    fit_fn = fit_regression if checked else fit_regression_unchecked
     best, best_elbo = None, -float("inf")
     for start in config.starts or ():  # resolved and checked: never empty here
-        fit = fit_regression(
+        fit = fit_fn(
             stats, prior_w, prior_noise, method=config.method, max_iter=config.max_iter, key=key, init=start,
             **_sweep(config),
         )  # fmt: skip
@@ -1587,20 +1921,22 @@ def fit_with_noise_recentring(
     Returns a `RecentredFit` `(q_w, q_noise, info, prior_noise, num_recentres)`.
     """
     config = _resolve_with_starts(config)
-    return _fit_with_noise_recentring(stats, prior_w, prior_noise, config, key=key)
+    return _fit_with_noise_recentring(stats, prior_w, prior_noise, config, key=key, checked=True)
 
 
-def _fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig, *, key) -> RecentredFit:
-    """`fit_with_noise_recentring` with a resolved `config`."""
-    q_w, q_n, info = _fit_best_start(stats, prior_w, prior_noise, config, key=key)
+def _fit_with_noise_recentring(
+    stats, prior_w, prior_noise, config: DirectConfig, *, key, checked=False
+) -> RecentredFit:
+    """`fit_with_noise_recentring` with a resolved `config` (`checked` as `_fit_best_start`)."""
+    q_w, q_n, info = _fit_best_start(stats, prior_w, prior_noise, config, key=key, checked=checked)
     recentres = 0
     while recentres < config.max_noise_recentres and prior_noise.values.shape[-1] > 1:
         probs = q_n.probs[0]
         if not (float(probs[0]) > 0.5 or float(probs[-1]) > 0.5):
             break
         e_s = noise_moments(q_n, prior_noise)[2]
-        prior_noise = noise_prior(e_s, levels=config.noise_levels, span=config.noise_span)  # type: ignore[arg-type]  # resolved: set
-        q_w, q_n, info = fit_regression(
+        prior_noise = noise_grid(e_s, levels=config.noise_levels, span=config.noise_span)
+        q_w, q_n, info = (fit_regression if checked else fit_regression_unchecked)(
             stats,
             prior_w,
             prior_noise,
@@ -1614,75 +1950,17 @@ def _fit_with_noise_recentring(stats, prior_w, prior_noise, config: DirectConfig
     return RecentredFit(q_w, q_n, info, prior_noise, recentres)
 
 
-def run_fold(
-    key: jax.Array,
-    X_train: ArrayLike,
-    y_train: ArrayLike,
-    X_test: ArrayLike,
-    y_test: ArrayLike,
-    config: DirectConfig | None = None,
-    *,
-    density_rows: int | None = None,
-    progress: bool | Callable[[int, int, dict], None] | None = None,
-    progress_every: int | None = None,
-) -> FoldRun:
-    """Fits on the training rows and evaluates on the test rows. Returns a `FoldRun` `(model, result)`.
-
-    The RMSE is over every test row. The NLPD is the exact log density (`kronvi.log_density`) of every test row
-    when `density_rows` is `None`, of a random sample of `density_rows` of them (drawn with `key`) when there are
-    more, and not computed (NaN) when it is 0; `FoldResult.nlpd_rows` says how many rows it averages.
-    `progress` and `progress_every` are `fit_direct`'s.
-    """
-    if density_rows is not None:
-        density_rows = check_int(density_rows, "density_rows", 0)
-    report = _reporter(progress, progress_every)
-    model, timings, info = _fit_direct(key, X_train, y_train, _check_config(config), jnp.float32, report)
-    t0 = time.perf_counter()
-    y_test = np.asarray(y_test, np.float64)
-    _stage(report, "predict", y_test.shape[0], y_test.shape[0])
-    pred = predict(model, X_test)
-    rmse = float(np.sqrt(np.mean((pred.mean - y_test) ** 2)))
-    n_test = y_test.shape[0]
-    rows = np.arange(n_test)
-    if density_rows is not None and density_rows < n_test:
-        rows = np.sort(np.asarray(jax.random.permutation(jax.random.fold_in(key, 7), n_test))[:density_rows])
-    t1 = time.perf_counter()
-    nlpd = float("nan")
-    if rows.size:
-        _stage(report, "density", int(rows.size), int(rows.size))
-        try:
-            log_dens = log_density(model, np.asarray(X_test)[rows], y_test[rows])
-        except DensityToleranceError as e:
-            # a few points below the rounding floor: keep the best values, say so
-            warnings.warn(f"NLPD: {e}", stacklevel=2)
-            log_dens = e.log_density
-        nlpd = float(-np.mean(log_dens))
-    t2 = time.perf_counter()
-    result = FoldResult(
-        rmse=rmse,
-        nlpd=nlpd,
-        sparsity_pct=100.0 * model.sparsity,
-        elbo=float(info.final_elbo) - np.shape(X_train)[0] * float(np.log(float(model.y_scale))),
-        predict_seconds=t1 - t0,
-        num_iter=int(info.num_iter),
-        converged=bool(info.converged),
-        noise_variance=float(noise_moments(model.q_noise, model.prior_noise)[2]) * float(model.y_scale) ** 2,
-        gp_degenerate=bool(info.gp.degenerate) if info.gp is not None else False,
-        noise_recentres=int(info.noise_recentres),
-        noise_span=float(info.noise_span),
-        density_seconds=t2 - t1,
-        nlpd_rows=int(rows.size),
-        **timings._asdict(),
-    )
-    _close(report)
-    return FoldRun(model, result)
+_MOVED_TO_CV = ("FoldResult", "FoldRun", "run_fold", "summarize", "parse_noise_cv")
 
 
-def summarize(results: list[FoldResult]) -> dict:
-    """Mean and standard deviation over folds of every numeric field."""
-    out = {}
-    for field in FoldResult._fields:
-        vals = np.asarray([getattr(r, field) for r in results], dtype=float)
-        out[f"{field}_mean"] = float(np.mean(vals))
-        out[f"{field}_sd"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
-    return out
+def __getattr__(name: str) -> Any:
+    """The cross-validation harness moved to `kronvi.cv`: its names read here still, with a
+    `DeprecationWarning`, for one release."""
+    if name in _MOVED_TO_CV:
+        warnings.warn(
+            f"kronvi.pipeline.{name} moved to kronvi.cv.{name}; the old name will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("kronvi.cv"), name)
+    raise AttributeError(f"module 'kronvi.pipeline' has no attribute {name!r}")

@@ -62,7 +62,9 @@ from .logistic import predict_proba as classifier_proba
 from .logistic._recipe import check_config as check_classifier_config
 from .pipeline import (
     BASES,
+    RECIPES,
     DirectConfig,
+    GPOptions,
     check_fit_memory,
     fit_direct,
     fit_prepared,
@@ -251,11 +253,16 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         check_nonnegative_number(self.compact_tol, "compact_tol")
         # a set `noise_span` on the "features" basis replaces its inner choice among spans (`noise_cv`)
         no_cv = stream or (self.basis == "features" and self.noise_span is not None)
+        options: dict = {"width": self.width, "noise_span": self.noise_span, "starts": starts}
+        if self.basis == "compact":
+            options["tol"] = self.compact_tol
+        if self.basis == "features" and no_cv:
+            options["noise_cv"] = ()
+        recipe = RECIPES[self.basis](**{k: v for k, v in options.items() if v is not None})
         return DirectConfig(
-            basis=self.basis, num_frequencies=self.n_frequencies, levels=self.levels, width=self.width,
-            noise_levels=self.noise_levels, noise_span=self.noise_span, noise_cv=() if no_cv else None,
-            method=self.method, max_iter=self.max_iter, starts=starts, gp_points=self.gp_points,
-            gp_restarts=self.gp_restarts, chunk_size=self.chunk_size, compact_tol=self.compact_tol,
+            recipe=recipe, gp=GPOptions(points=self.gp_points, restarts=self.gp_restarts),
+            num_frequencies=self.n_frequencies, levels=self.levels, noise_levels=self.noise_levels,
+            method=self.method, max_iter=self.max_iter, chunk_size=self.chunk_size,
             lengthscale=None if self.lengthscale == "gp" else float(self.lengthscale),
         )  # fmt: skip
 

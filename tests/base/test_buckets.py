@@ -110,7 +110,7 @@ def test_a_new_row_count_in_the_bucket_compiles_nothing():
     """The default recipe (small b) fitted at 45 rows and evaluated on 16 others, then at 44 (16) and 41
     (14) rows (the same buckets): the second and third fits and predictions compile no program."""
     X, y = _data(60)
-    config = pipeline.DirectConfig(num_frequencies=16, gp_restarts=2, gp_screen_points=20)
+    config = pipeline.DirectConfig(num_frequencies=16, gp=pipeline.GPOptions(restarts=2, screen_points=20))
 
     def fit_and_predict(n):
         model = pipeline.fit_direct(jax.random.key(0), X[:n], y[:n], config).model

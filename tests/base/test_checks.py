@@ -244,3 +244,39 @@ def test_errors_name_puts_the_users_argument_first():
             raise TypeError("untouched")
     with checks.errors_name("x", 1):
         pass
+
+
+def test_check_ints_checks_every_field_in_order():
+    checks.check_ints({"config.a": (3, 2), "config.b": (np.int64(0), 0), "config.c": (5, None)})
+    with pytest.raises(ValueError, match=r"^`config.b` must be an int >= 1, got 0$"):
+        checks.check_ints({"config.a": (3, 2), "config.b": (0, 1), "config.c": (2.5, 1)})
+    with pytest.raises(ValueError, match=r"^`config.a` must be an int >= 2, got 2.7$"):
+        checks.check_ints({"config.a": (2.7, 2)})
+
+
+def test_check_training_rows_returns_float64_and_names_each_problem():
+    X, y = checks.check_training_rows(np.ones((3, 2), np.float32), [1, 2, 3])
+    assert X.dtype == y.dtype == np.float64 and X.shape == (3, 2) and y.tolist() == [1.0, 2.0, 3.0]
+    bad = [
+        ((np.ones((3, 2)), np.array(["a", "b", "c"])), "`y` must hold real numbers"),
+        ((np.ones(3), np.ones(3)), r"`X` must be 2-D \(num_points, num_inputs\)"),
+        ((np.ones((3, 2)), np.ones((3, 1))), r"`y` must be 1-D"),
+        ((np.ones((3, 2)), np.ones(4)), "`X` has 3 rows but `y` has 4"),
+        ((np.ones((0, 2)), np.ones(0)), r"`X` is empty \(shape \(0, 2\)\)"),
+        ((np.ones((3, 0)), np.ones(3)), r"`X` is empty \(shape \(3, 0\)\)"),
+        ((np.array([[1.0, np.nan], [np.inf, 1.0]]), np.ones(2)), r"`X` contains 2 NaN or infinite"),
+        ((np.ones((2, 1)), np.array([1.0, np.nan])), r"`y` contains 1 NaN or infinite"),
+    ]
+    for args, match in bad:
+        with pytest.raises(ValueError, match=match):
+            checks.check_training_rows(*args)
+
+
+def test_check_finite_arrays_names_the_first_bad_array_and_skips_tracers():
+    checks.check_finite_arrays({"a": jnp.ones(3), "b": np.zeros((2, 2)), "empty": jnp.zeros(0)})
+    checks.check_finite_arrays({})
+    with pytest.raises(ValueError, match=r"^`b` contains 2 NaN or infinite value\(s\)$"):
+        checks.check_finite_arrays(
+            {"a": jnp.ones(3), "b": jnp.array([jnp.nan, jnp.inf]), "c": np.array([np.nan])}
+        )
+    jax.jit(lambda x: checks.check_finite_arrays({"x": x}) or x)(jnp.array([jnp.nan]))  # traced: skipped

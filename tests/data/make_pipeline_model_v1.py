@@ -18,7 +18,7 @@ from kronvi import pipeline
 def main():
     X, y, mask = kronvi.load_demo()
     test = mask[:, 0].astype(bool)
-    config = pipeline.DirectConfig(num_frequencies=4, gp_restarts=1, gp_points=100)
+    config = pipeline.DirectConfig(num_frequencies=4, gp=pipeline.GPOptions(restarts=1, points=100))
     model, _, _ = pipeline.fit_direct(jax.random.key(0), X[~test], y[~test], config)
     codes = kronvi.sample_codes(jax.random.key(1), model.q_w, 3)
     saved = kronvi.DirectModel(

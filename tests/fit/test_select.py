@@ -1,6 +1,7 @@
 """Cross-validation from statistics: held-out scores against dense references, fold statistics from
 inputs against the dense ones, the vmapped CV against a loop, and the pipeline's noise-grid choice."""
 
+import dataclasses
 import functools
 import json
 
@@ -11,7 +12,8 @@ import pytest
 from helpers import tol
 
 import kronvi
-from kronvi.pipeline import DirectConfig, fit_direct, noise_prior_for_span, parse_noise_cv
+from kronvi.cv import parse_noise_cv
+from kronvi.pipeline import DirectConfig, Features, fit_direct, noise_prior_for_span
 
 
 def _problem(dtype, *, n=300, b=10, seed=0, noise=0.1):
@@ -201,7 +203,8 @@ def test_command_line_and_fit_direct_choose_a_noise_grid_by_cross_validation(tmp
 
     # fit_direct on the CLI's fold 0 (rows split by --seed 0, key fold_in(key(seed), fold)): the CLI's config
     tr = np.random.default_rng(0).permutation(90) % 3 != 0
-    cfg = DirectConfig(basis="features", num_frequencies=5, noise_cv=(10.0, 3.0, 1.0), cv_folds=5)
+    recipe = Features(noise_cv=(10.0, 3.0, 1.0), cv_folds=5)
+    cfg = DirectConfig(recipe=recipe, num_frequencies=5)
     key = jax.random.fold_in(jax.random.key(0), 0)
     model, timings, info = fit_direct(key, X[tr], y[tr], cfg)
     assert info.noise_span == fold["noise_span"]
@@ -212,12 +215,12 @@ def test_command_line_and_fit_direct_choose_a_noise_grid_by_cross_validation(tmp
     chosen = noise_prior_for_span(model.hyper.noise_variance, info.noise_span, 15)
     np.testing.assert_allclose(model.prior_noise.values, chosen.values, rtol=1e-6)  # the fit used it
     # The paper's protocol: one grid of `noise_span`, no selection.
-    model0, timings0, info0 = fit_direct(key, X[tr], y[tr], cfg._replace(noise_cv=()))
+    model0, timings0, info0 = fit_direct(key, X[tr], y[tr], cfg._replace(recipe=Features(noise_cv=())))
     assert info0.noise_span == 10.0 and info0.cv_scores is None
     assert model0.prior_noise.values.shape == (1, 15)
     for bad in (dict(noise_cv=(0.5,)), dict(cv_folds=1), dict(cv_folds=2.0)):
         with pytest.raises(ValueError, match="noise_cv|cv_folds"):
-            fit_direct(key, X[tr], y[tr], cfg._replace(**bad))
+            fit_direct(key, X[tr], y[tr], cfg._replace(recipe=dataclasses.replace(recipe, **bad)))
 
 
 def test_inner_fold_stats_sum_to_all_rows_and_need_enough_rows():

@@ -87,7 +87,7 @@ def test_gaussian_start_factor_is_restricted_gaussian_for_a_gaussian_prior():
 def test_fit_from_gaussian_start_and_best_of_starts():
     # init="gaussian" is the same as passing gaussian_start's result, and the pipeline keeps the start with
     # the highest final ELBO (neither start wins everywhere: experiments/results/rmse_gap.md).
-    from kronvi.pipeline import DirectConfig, fit_best_start
+    from kronvi.pipeline import DirectConfig, Eigen, Features, fit_best_start
 
     Phi, y = _problem(np.float32, n=3000, b=40, seed=2)
     stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
@@ -100,10 +100,10 @@ def test_fit_from_gaussian_start_and_best_of_starts():
     np.testing.assert_array_equal(manual[0].logits, fits["gaussian"][0].logits)
     final = {s: float(f.info.final_elbo) for s, f in fits.items()}
     assert final["prior"] != final["gaussian"]
-    best = fit_best_start(stats, prior_w, prior_n, DirectConfig(basis="features"), key=jax.random.key(0))
+    best = fit_best_start(stats, prior_w, prior_n, DirectConfig(recipe=Features()), key=jax.random.key(0))
     assert float(best.info.final_elbo) == max(final.values())
     with pytest.raises(ValueError, match="starts"):
-        fit_best_start(stats, prior_w, prior_n, DirectConfig(starts=()), key=jax.random.key(0))
+        fit_best_start(stats, prior_w, prior_n, DirectConfig(recipe=Eigen(starts=())), key=jax.random.key(0))
     with pytest.raises(TypeError, match="init"):
         kronvi.fit_regression(stats, prior_w, prior_n, init="gauss")
 
@@ -135,11 +135,15 @@ def test_best_start_skips_a_non_finite_fit_loudly(monkeypatch):
         return fit
 
     monkeypatch.setattr(pipeline, "fit_regression", broken)
-    cfg = pipeline.DirectConfig(basis="features")
+    cfg = pipeline.DirectConfig(recipe=pipeline.Features())
     with pytest.warns(UserWarning, match="'gaussian'"):
         best = pipeline.fit_best_start(stats, prior_w, prior_n, cfg, key=jax.random.key(0))
     assert np.isfinite(float(best.info.final_elbo))
     with pytest.warns(UserWarning), pytest.raises(FloatingPointError, match="every start"):
         pipeline.fit_best_start(
-            stats, prior_w, prior_n, cfg._replace(starts=("gaussian",)), key=jax.random.key(0)
+            stats,
+            prior_w,
+            prior_n,
+            cfg._replace(recipe=pipeline.Features(starts=("gaussian",))),
+            key=jax.random.key(0),
         )

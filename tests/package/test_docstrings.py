@@ -2,6 +2,7 @@
 (`scripts/griffe_autolinks.py`) turns those names into links; no mkdocs link syntax in the source."""
 
 import ast
+import dataclasses
 import pathlib
 import pydoc
 import re
@@ -53,3 +54,5 @@ def _attributes_section(doc: str) -> list[str]:
 def test_the_pipeline_types_document_every_field():
     for cls in (kronvi.pipeline.DirectConfig, kronvi.pipeline.FittedDirect):
         assert _attributes_section(cls.__doc__) == list(cls._fields), cls.__name__
+    for cls in (kronvi.Eigen, kronvi.Compact, kronvi.Features, kronvi.GPOptions):
+        assert _attributes_section(cls.__doc__) == [f.name for f in dataclasses.fields(cls)], cls.__name__

@@ -166,15 +166,15 @@ def test_mixed_dtypes_and_float16_are_rejected_by_fits():
         ("noise_levels", 0, "`config.noise_levels`"),
         ("num_frequencies", 0, "`config.num_frequencies`"),
         ("method", "newton", "`config.method` must be one of"),
-        ("starts", ("prior", "bogus"), "`config.starts`"),
-        ("noise_span", 0.5, "`config.noise_span` must be >= 1"),
-        ("width", -1.0, "`config.width` must be positive"),
+        ("recipe.starts", ("prior", "bogus"), "`config.starts`"),
+        ("recipe.noise_span", 0.5, "`config.noise_span` must be >= 1"),
+        ("recipe.width", -1.0, "`config.width` must be positive"),
         ("max_iter", 0, "`config.max_iter`"),
-        ("gp_precision", "float32", "`config.gp_precision` must be 'native' or 'float64'"),
-        ("gp_gain_tol", -0.1, r"^`config.gp_gain_tol` must be a number >= 0, got -0.1$"),
-        ("gp_gain_tol", float("nan"), "`config.gp_gain_tol`"),
-        ("gp_gain_tol", "0.1", "`config.gp_gain_tol`"),
-        ("gp_gain_tol", True, "`config.gp_gain_tol`"),
+        ("gp.precision", "float32", "`config.gp_precision` must be 'native' or 'float64'"),
+        ("gp.gain_tol", -0.1, r"^`config.gp_gain_tol` must be a number >= 0, got -0.1$"),
+        ("gp.gain_tol", float("nan"), "`config.gp_gain_tol`"),
+        ("gp.gain_tol", "0.1", "`config.gp_gain_tol`"),
+        ("gp.gain_tol", True, "`config.gp_gain_tol`"),
     ],
 )
 def test_pipeline_config_is_checked_before_any_compute(monkeypatch, field, value, match):
@@ -185,7 +185,12 @@ def test_pipeline_config_is_checked_before_any_compute(monkeypatch, field, value
 
     monkeypatch.setattr(pipeline, "fit_gp_hyperparameters", gp)
     X, y = np.random.default_rng(0).normal(size=(20, 2)), np.ones(20)
-    config = pipeline.DirectConfig(**{field: value})
+    if field.startswith("recipe."):
+        config = pipeline.DirectConfig(recipe=pipeline.Eigen(**{field[7:]: value}))
+    elif field.startswith("gp."):
+        config = pipeline.DirectConfig(gp=pipeline.GPOptions(**{field[3:]: value}))
+    else:
+        config = pipeline.DirectConfig(**{field: value})
     with pytest.raises(ValueError, match=match):
         pipeline.fit_direct(jax.random.key(0), X, y, config)
 
@@ -206,6 +211,6 @@ def test_pipeline_passes_its_gp_settings_to_the_gp_fit(monkeypatch, precision, g
     monkeypatch.setattr(pipeline, "fit_gp_hyperparameters", gp)
     X, y = np.random.default_rng(0).normal(size=(20, 2)), np.arange(20.0)
     with pytest.raises(Stop):
-        config = pipeline.DirectConfig(gp_precision=precision, gp_gain_tol=gain_tol)
+        config = pipeline.DirectConfig(gp=pipeline.GPOptions(precision=precision, gain_tol=gain_tol))
         pipeline.prepare_fold(jax.random.key(0), X, y, config)
     assert seen["precision"] == precision and seen["gain_tol"] == gain_tol

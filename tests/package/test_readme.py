@@ -75,7 +75,7 @@ def test_scikit_learn_example_runs():
 
 def test_compact_model_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the example writes yacht.npz in the working directory
-    ns = _run(_python_blocks()[2], [('basis="compact")', 'basis="compact", num_frequencies=50)')])
+    ns = _run(_python_blocks()[2], [("recipe=kronvi.Compact())", "recipe=kronvi.Compact(), num_frequencies=50)")])
     assert ns["config"].basis == "compact" and (tmp_path / "yacht.npz").is_file()
     direct = ns["model"].predict(ns["X"][:5])
     np.testing.assert_allclose(ns["pred"].mean, direct.mean, rtol=1e-6)

@@ -211,7 +211,7 @@ def test_other_results_have_named_fields():
     assert fit.info._fields[:5] == COMMON and fit.info.optimizer == "optax-lbfgs"
     assert fit.info.final_elbo == fit.info.elbo[fit.info.num_iter]
     assert kronvi.pipeline.DirectFit._fields == ("model", "timings", "info")
-    assert kronvi.pipeline.FoldRun._fields == ("model", "result")
+    assert kronvi.cv.FoldRun._fields == ("model", "result")
     assert set(COMMON) <= set(dir(kronvi.pipeline.DirectInfo))
 
 

@@ -143,8 +143,9 @@ def _demo_rows():
 def fitted(basis):
     """A small pipeline model of each recipe, fitted once per session."""
     X, y, _ = _demo_rows()
-    config = kronvi.pipeline.DirectConfig(
-        basis=basis, num_frequencies=12, gp_restarts=1, gp_points=60, noise_cv=()
+    recipe = kronvi.Features(noise_cv=()) if basis == "features" else kronvi.pipeline.RECIPES[basis]()
+    config = kronvi.DirectConfig(
+        recipe=recipe, num_frequencies=12, gp=kronvi.GPOptions(restarts=1, points=60)
     )
     return kronvi.pipeline.fit_direct(jax.random.key(0), X, y, config)[0]
 

@@ -72,7 +72,7 @@ def test_fit_is_fit_direct_with_the_same_key():
         m, s = est.predict(X[:9] + 0.3, return_std=True)
         np.testing.assert_allclose(m, ref.mean, rtol=1e-12)
         np.testing.assert_allclose(s, np.sqrt(ref.variance), rtol=1e-12)
-    assert est.config_ == kronvi.DirectConfig(basis="features", num_frequencies=10, lengthscale=10.0)
+    assert est.config_ == kronvi.DirectConfig(recipe=kronvi.Features(), num_frequencies=10, lengthscale=10.0)
 
 
 @pytest.mark.parametrize("basis", ["eigen", "compact"])

@@ -161,6 +161,17 @@ def check_finite(x: Any, name: str) -> None:
         raise ValueError(f"`{name}` contains {num_nonfinite(x)} NaN or infinite value(s)")
 
 
+def check_finite_arrays(named_arrays: dict[str, Any]) -> None:
+    """`check_finite` of every concrete array `{name: array}`, counted in one pass (`nonfinite_counts`);
+    the first array holding NaN or inf is named. Tracers are skipped."""
+    named = {name: x for name, x in named_arrays.items() if is_concrete(x) and x.size}
+    if not named:
+        return
+    for name, k in zip(named, nonfinite_counts(list(named.values())), strict=True):
+        if k:
+            raise ValueError(f"`{name}` contains {k} NaN or infinite value(s)")
+
+
 def as_working_array(x: ArrayLike, name: str, dtype) -> jax.Array:
     """`x` as a JAX array of the floating working `dtype`, refusing what the cast would hide.
 
@@ -268,6 +279,30 @@ def check_int(x, name: str, minimum: int | None = None) -> int:
         at_least = "" if minimum is None else f" >= {minimum}"
         raise ValueError(f"`{name}` must be an int{at_least}, got {x!r}")
     return int(value)
+
+
+def check_ints(fields: dict[str, tuple[Any, int | None]]) -> None:
+    """`check_int(value, name, minimum)` of every `name: (value, minimum)` in `fields`, in order: the
+    integer settings of a config checked in one call."""
+    for name, (value, minimum) in fields.items():
+        check_int(value, name, minimum)
+
+
+def check_training_rows(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Concrete training rows as float64 NumPy arrays, checked once: real numbers, `X (n, d)` with
+    `n >= 1` and `d >= 1`, `y (n,)`, all finite. Errors name `X` and `y`."""
+    check_numeric(X, "X")
+    check_numeric(y, "y")
+    X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
+    check_ndim(X, 2, "X", "num_points, num_inputs")
+    check_ndim(y, 1, "y", "num_points,")
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"`X` has {X.shape[0]} rows but `y` has {y.shape[0]}")
+    check_nonempty(X, "X")
+    check_nonempty(X, "X", axis=1)
+    check_finite(X, "X")
+    check_finite(y, "y")
+    return X, y
 
 
 def check_basis_features(Phi: ArrayLike, b: int, name: str = "Phi", expected: str | None = None) -> jax.Array:

@@ -152,6 +152,26 @@ class StatusLine:
             self._open = False
 
 
+class StageLine:
+    """`progress=True` of `kronvi.fit_direct` and `kronvi.cv.run_fold`: the stage, the rows done, their speed
+    and the time left, on one line of `stderr` (redrawn on a terminal, plain lines now and then in a log:
+    `StatusLine`). Called as `progress(step, total, metrics)` with `metrics["stage"]` and, optionally,
+    `metrics["rows_per_second"]`."""
+
+    def __init__(self):
+        self._line = StatusLine()
+
+    def __call__(self, step: int, total: int, metrics: dict) -> None:
+        text = f"fit_direct: {metrics['stage']}, {step:,}/{total:,} rows"
+        rate = metrics.get("rows_per_second")
+        if rate:
+            text += f", {rate:,.0f} rows/s, eta {(total - step) / rate:.0f}s"
+        self._line.show(text, final=False)
+
+    def close(self) -> None:
+        self._line.close()
+
+
 class ProgressReporter:
     """The host-side end of `progress=True`.
 

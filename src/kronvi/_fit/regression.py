@@ -112,6 +112,36 @@ def fit_regression(
     Returns:
       `RegressionFit` `(q_w, q_noise, info)`.
     """
+    return _fit_regression(
+        stats, prior_w, prior_noise, method=method, init=init, max_iter=max_iter, tol=tol, order=order,
+        key=key, anneal_sweeps=anneal_sweeps, anneal_start=anneal_start, sweep=sweep, device=device, check=True,
+    )  # fmt: skip
+
+
+def fit_regression_unchecked(
+    stats: RegressionStats,
+    prior_w: DiscretePrior,
+    prior_noise: DiscretePrior,
+    *,
+    method: str = "cavi",
+    init: str | tuple[MeanField, MeanField] | None = None,
+    max_iter: int | None = None,
+    key: jax.Array | None = None,
+    sweep: str = "auto",
+) -> RegressionFit:
+    """`fit_regression` of statistics and priors the library built and checked itself (one dtype, matching
+    shapes, finite): `check_regression_args` is skipped."""
+    return _fit_regression(
+        stats, prior_w, prior_noise, method=method, init=init, max_iter=max_iter, tol=None, order="gain",
+        key=key, anneal_sweeps=0, anneal_start=4.0, sweep=sweep, device=None, check=False,
+    )  # fmt: skip
+
+
+def _fit_regression(
+    stats, prior_w, prior_noise, *, method, init, max_iter, tol, order, key, anneal_sweeps, anneal_start, sweep,
+    device, check: bool,
+) -> RegressionFit:  # fmt: skip
+    """`fit_regression`; `check=False` skips `check_regression_args`."""
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {METHODS}, got {method!r}")
     if order not in ORDERS:
@@ -125,7 +155,8 @@ def fit_regression(
         if not (isinstance(init, tuple) and len(init) == 2):
             raise TypeError('`init` must be "prior", "gaussian" or a tuple (q_w, q_noise) of MeanField')
         q_w0, q_n0 = init
-    check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)  # the one validation of this fit
+    if check:
+        check_regression_args(q_w0, q_n0, prior_w, prior_noise, stats)  # the one validation of this fit
     if named and init == "gaussian":
         # gaussian_start, unchecked
         logits_w, logits_n = gaussian_start_logits(prior_w, prior_noise, stats, 3)

@@ -100,6 +100,15 @@ def rff_init(
         raise ValueError(f"`num_frequencies` must be >= 1, got {D}")
     if sampling not in SAMPLINGS:
         raise ValueError(f"`sampling` must be one of {SAMPLINGS}, got {sampling!r}")
+    return rff_init_unchecked(key, lengthscales, D, sampling=sampling)
+
+
+def rff_init_unchecked(
+    key: jax.Array, lengthscales: jax.Array, num_frequencies: int, *, sampling: str
+) -> RandomFourierFeatures:
+    """`rff_init` of checked arguments (positive finite `(d,)` float `lengthscales`, an int >= 1, a known
+    `sampling`), for the library's own callers."""
+    D = num_frequencies
     d, dtype = lengthscales.shape[0], lengthscales.dtype
     if sampling == "iid":
         z = jax.random.normal(key, (d, D), dtype=dtype)
@@ -195,7 +204,13 @@ def rff_features(params: RandomFourierFeatures, X: ArrayLike) -> jax.Array:
             raise ValueError(
                 f"`params.offset` has {offset.shape[0]} entries but `params` has {2 * W.shape[1]} features"
             )
-    return on_row_bucket(_rff, X.shape[0], (X,), W, offset)
+    return rff_features_unchecked(params, X)
+
+
+def rff_features_unchecked(params: RandomFourierFeatures, X: jax.Array) -> jax.Array:
+    """`rff_features` of checked arguments (`X` a float `(n, d)` array matching `params`), for the
+    library's own feature maps."""
+    return on_row_bucket(_rff, X.shape[0], (X,), params.frequencies, params.offset)
 
 
 @jax.jit
@@ -232,6 +247,12 @@ def feature_mean(params: RandomFourierFeatures, X: ArrayLike, *, chunk_size: int
     check_ndim(X, 2, "X", "(num_points, num_inputs)")
     if X.shape[0] < 1:
         raise ValueError("`X` has no rows")
+    return feature_mean_unchecked(params, X, chunk_size=chunk_size)
+
+
+def feature_mean_unchecked(params: RandomFourierFeatures, X: jax.Array, *, chunk_size: int) -> jax.Array:
+    """`feature_mean` of checked arguments (`X` a float `(n, d)` array with rows), for the library's own
+    callers."""
     n = X.shape[0]
     views = host_arrays(X)
     if views is not None:  # rows of weight 0 up to a bucket: one program per bucket of row counts

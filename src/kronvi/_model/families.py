@@ -15,6 +15,7 @@ from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_ndim
 from .._base.pytree import validated_pytree
+from .grids import DiscretePrior
 
 
 @validated_pytree
@@ -56,6 +57,8 @@ class MeanField:
     @classmethod
     def from_prior(cls, prior):
         """The mean-field distribution equal to a factorized prior (the usual initialization)."""
+        if isinstance(prior, DiscretePrior):  # finite log-probabilities, checked when it was built
+            return cls._unchecked(prior.log_probs)
         return cls(prior.log_probs)
 
 

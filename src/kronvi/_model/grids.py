@@ -17,7 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .._base.checks import as_float_array, check_finite, check_int, check_ndim, check_positive, is_concrete
+from .._base.checks import (
+    as_float_array,
+    check_finite,
+    check_finite_arrays,
+    check_int,
+    check_ndim,
+    check_positive,
+    is_concrete,
+)
 from .._base.pytree import validated_pytree
 
 
@@ -117,6 +125,13 @@ def gaussian_prior(
         raise ValueError(f"`scale` must be a scalar or shape ({num_weights},), got {scale.shape}")
     check_finite(scale, "scale")
     check_positive(scale, "scale")
+    return gaussian_grid(num_weights, scale, levels=levels, width=width)
+
+
+def gaussian_grid(num_weights: int, scale: jax.Array, *, levels: int, width: float) -> DiscretePrior:
+    """`gaussian_prior` of checked arguments (a positive finite `scale` array of the grid's dtype, ints,
+    a positive `width`) for the library's own callers: only the grid it builds is checked (finite levels
+    and log-probabilities)."""
     # Symmetric by construction: k - (m-1)/2 is exact in floating point, so for odd `levels` the middle
     # level is exactly 0 (a float32 linspace leaves it at ~1e-8, and sparsity then reads as 0).
     half = (levels - 1) / 2.0
@@ -124,7 +139,8 @@ def gaussian_prior(
     scale = jnp.broadcast_to(scale, (num_weights,))
     values = scale[:, None] * unit[None, :]
     log_probs = jnp.broadcast_to(-0.5 * unit**2, values.shape)
-    return DiscretePrior(values, log_probs)
+    check_finite_arrays({"values": values, "log_probs": log_probs})
+    return DiscretePrior._unchecked(values, jax.nn.log_softmax(log_probs, axis=-1))
 
 
 def noise_prior(
@@ -157,10 +173,19 @@ def noise_prior(
     levels = check_int(levels, "levels", 1)
     if not float(span) > 1.0:
         raise ValueError(f"`span` must be > 1, got {span}")
+    return noise_grid(variance, levels=levels, span=span)
+
+
+def noise_grid(variance: jax.Array, *, levels: int, span: float) -> DiscretePrior:
+    """`noise_prior` of checked arguments (a positive finite scalar `variance` array of the grid's dtype,
+    an int `levels`, `span > 1`) for the library's own callers: only the grid it builds is checked."""
     # exponents in float64 NumPy, then one cast: a NumPy float64 scalar would promote the grid's dtype
     exps = np.linspace(-1.0, 1.0, levels) if levels > 1 else np.zeros(1)
     values = variance * np.exp(exps * np.log(float(span))).astype(variance.dtype)
-    return DiscretePrior(values[None, :], jnp.zeros((1, levels), variance.dtype))
+    check_finite_arrays({"values": values})
+    return DiscretePrior._unchecked(
+        values[None, :], jax.nn.log_softmax(jnp.zeros((1, levels), variance.dtype), axis=-1)
+    )
 
 
 def _as_dtype(x: jax.Array, dtype: DTypeLike | None) -> jax.Array:

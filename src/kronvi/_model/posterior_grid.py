@@ -18,7 +18,6 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from .._base.checks import (
-    all_finite,
     as_float_array,
     check_finite,
     check_int,
@@ -26,6 +25,7 @@ from .._base.checks import (
     check_positive,
     check_positive_number,
     is_concrete,
+    nonfinite_counts,
 )
 from .grids import DiscretePrior
 
@@ -66,16 +66,27 @@ def posterior_grid_prior(
     check_positive(scale, "prior_scale")
     levels = check_int(levels, "levels", minimum=2)
     check_positive_number(width, "width")
-    values, log_probs = _grid(center, spread, scale, levels=levels, width=float(width))
+    return posterior_grid(center, spread, scale, levels=levels, width=float(width))
+
+
+def posterior_grid(
+    center: jax.Array, spread: jax.Array, prior_scale: jax.Array, *, levels: int, width: float
+) -> DiscretePrior:
+    """`posterior_grid_prior` of checked arguments (finite `(b,)` `center`, positive `spread`, positive
+    `prior_scale` of their dtype, an int `levels`, a float `width`) for the library's own callers: only
+    the grid it builds is checked (its levels and log-probabilities finite)."""
+    values, log_probs = _grid(center, spread, prior_scale, levels=levels, width=width)
     # normalized already: `DiscretePrior(...)` would normalize again in a program of its own
-    if is_concrete(values) and not all_finite(values):
-        raise ValueError(
-            f"`center` ± `width` * `spread` overflows: the grid's levels are not finite in {values.dtype}"
-        )
-    if is_concrete(log_probs) and not all_finite(log_probs):
-        raise ValueError(
-            f"`prior_scale` is too small for the grid's levels: their log-probabilities are not finite in {values.dtype}"
-        )
+    if is_concrete(values):
+        bad_values, bad_log_probs = nonfinite_counts([values, log_probs])
+        if bad_values:
+            raise ValueError(
+                f"`center` ± `width` * `spread` overflows: the grid's levels are not finite in {values.dtype}"
+            )
+        if bad_log_probs:
+            raise ValueError(
+                f"`prior_scale` is too small for the grid's levels: their log-probabilities are not finite in {values.dtype}"
+            )
     return DiscretePrior._unchecked(values, log_probs)
 
 

@@ -18,10 +18,11 @@ from jax.typing import ArrayLike
 from scipy.linalg import solve_triangular
 
 from .._base.buckets import on_row_bucket
-from .._base.checks import check_basis_features, check_finite, check_xy, host_arrays
+from .._base.checks import check_basis_features, check_finite_arrays, check_xy, host_arrays
 from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
 from .._base.threads import run_single_threaded, single_blas_thread
+from .distributed import is_distributed
 from .regression import RegressionStats, check_stats, host_features, regression_stats_from_inputs
 
 
@@ -137,21 +138,22 @@ def eigenbasis_from_inputs(
       >>> int(jnp.sum(basis.eigenvalues > 1e-6))  # rank n
       5
     """
+    X, y = check_xy(X, y, "X", what="(num_points, num_inputs)")
+    if not is_distributed(X, y):  # sharded rows are checked through their statistics
+        check_finite_arrays({"X": X, "y": y})
     return eigenbasis_for_dtype(feature_map, X, y, chunk_size=chunk_size)
 
 
 def eigenbasis_for_dtype(feature_map, X, y, *, chunk_size, null_dtype=None):
-    """`eigenbasis_from_inputs`; with `null_dtype` (float32, say, for float64 inputs whose results the
+    """`eigenbasis_from_inputs` of checked float arrays `X (n, d)` and `y (n,)` (finite, as the library's
+    callers have them); with `null_dtype` (float32, say, for float64 inputs whose results the
     caller casts to float32), the host's dual route computes its null-space basis in that dtype (it was
     half the route's cost) and returns the basis vectors in it; the other routes ignore it."""
     fm = as_traced_callable(feature_map)
-    X, y = check_xy(X, y, "X", what="(num_points, num_inputs)")
     n = X.shape[0]
     b = jax.eval_shape(fm, jax.ShapeDtypeStruct((1, *X.shape[1:]), X.dtype)).shape[-1]
     if n >= b:
         return eigenbasis(regression_stats_from_inputs(fm, X, y, chunk_size=chunk_size))
-    check_finite(X, "X")
-    check_finite(y, "y")
     dtype = jnp.result_type(X, y)
     host = host_arrays(X, y)
     if host is not None:  # features padded to a bucket of row counts (`host_features`), the rest in NumPy
