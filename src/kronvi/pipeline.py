@@ -159,10 +159,10 @@ class DirectConfig(NamedTuple):
         start on every row.
       gp_screen_points: rows of that screening.
       gp_degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
-      gp_precision: `fit_gp_hyperparameters(precision=...)`: `"native"` (the likelihood in the working
-        dtype) or `"float64"` (for a float32 working dtype, in float64 on the host: the GP's optima
-        without float32's rounding; a float64 working dtype is already float64;
-        `docs/decisions/gp-step.md#the-likelihood-in-float32`).
+      gp_precision: `fit_gp_hyperparameters(precision=...)`: `"float64"` (the whole GP fit in float64 on the
+        float64 standardized rows: the same hyperparameters whatever the working dtype and the host device
+        count; `docs/decisions/gp-step.md#the-gp-step-in-float64-whatever-the-working-dtype`) or `"native"`
+        (in the working dtype).
       chunk_size: rows per chunk of the statistics pass.
       max_noise_recentres: opt-in: refit with the noise grid recentred while `q_noise` piles up on an end
         of it, at most this many times (the paper's protocol: 0).
@@ -183,7 +183,7 @@ class DirectConfig(NamedTuple):
       DirectConfig(basis='eigen', num_frequencies=None, frequency_sampling='iid', levels=15, width=None,
         noise_levels=15, noise_span=None, noise_cv=None, cv_folds=5, cv_criterion='log_density',
         cv_max_iter=10, method='cavi', max_iter=None, starts=None, gp_points=1000, gp_restarts=4,
-        gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, gp_precision='native',
+        gp_restart_rule='screened', gp_screen_points=300, gp_degenerate_margin=2.0, gp_precision='float64',
         chunk_size=2048, max_noise_recentres=0, compact_tol=0.1, compact_vectors='half', gp_gain_tol=0.1,
         lengthscale=None)
     """
@@ -207,7 +207,7 @@ class DirectConfig(NamedTuple):
     gp_restart_rule: str = "screened"
     gp_screen_points: int = 300
     gp_degenerate_margin: float = 2.0
-    gp_precision: str = "native"
+    gp_precision: str = "float64"
     chunk_size: int = 2048
     max_noise_recentres: int = 0
     # "compact" only: the budget of the variance change, in noise variances (kronvi.compact_posterior(tol=...))
@@ -612,6 +612,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
         Xs = standardize(std, X)
         y_offset, yc = _centre(y, dtype)
         y_scale: Any = 1.0
+        gp_rows = None
     else:  # concrete: moments, offsets and units in float64 on the host, then the cast
         X64, y64 = _host_xy(X, y)
         std = fit_standardizer_host(X64)
@@ -619,8 +620,11 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
         y_offset, y_scale = target_moments(y64)
         with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the GP's checks name
             yc = to_device(((y64 - y_offset) / y_scale).astype(dtype))
+        # the GP sees the float64 rows, whatever the working dtype (gp_precision="float64")
+        gp_rows = standardize_host(std, X64, np.float64), (y64 - y_offset) / y_scale
     _stage(progress, "gp", 0, Xs.shape[0])
-    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp)
+    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows)
+    del gp_rows
     t1 = time.perf_counter()
     _stage(progress, "statistics", 0, Xs.shape[0])
     num_frequencies = _num_frequencies(config, Xs.shape[0])
@@ -696,13 +700,14 @@ def _host_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def _hyperparameters(k_gp, Xs, yc, config, gp):
-    """`(hyper, gp_info)`: the GP step's (or `gp`'s), or those of `config.lengthscale` (`gp_info` None)."""
+def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
+    """`(hyper, gp_info)`: the GP step's (or `gp`'s), or those of `config.lengthscale` (`gp_info` None).
+    `gp_rows`: the GP step's `(X, y)` if not `(Xs, yc)` (their float64 values)."""
     if config.lengthscale is not None:
         hyper, gp_info = _fixed_hyperparameters(config.lengthscale, Xs, yc), None
     elif gp is None:
         hyper, gp_info = fit_gp_hyperparameters(
-            k_gp, Xs, yc, num_points=config.gp_points, num_starts=config.gp_restarts,
+            k_gp, *(gp_rows or (Xs, yc)), num_points=config.gp_points, num_starts=config.gp_restarts,
             degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
             screen_points=config.gp_screen_points, precision=config.gp_precision, gain_tol=config.gp_gain_tol,
         )  # fmt: skip
