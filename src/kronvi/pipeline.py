@@ -333,8 +333,10 @@ class GPOptions(_Recipe):
         first start on all (`restarts="screened"`); `"all"`: every start on every row.
       screen_points: rows of that screening.
       degenerate_margin: `fit_gp_hyperparameters(degenerate_margin=...)`.
-      precision: `"native"` (the likelihood in the working dtype) or `"float64"` (for a float32 working
-        dtype, in float64 on the host; `docs/decisions/gp-step.md#the-likelihood-in-float32`).
+      precision: `"float64"` (the whole GP fit in float64 on the float64 standardized rows: the same
+        hyperparameters whatever the working dtype and the host device count;
+        `docs/decisions/gp-step.md#the-gp-step-in-float64-whatever-the-working-dtype`) or `"native"` (in the
+        working dtype).
       gain_tol: a start ends after two iterations in a row that each raise its log marginal likelihood by
         less than this many nats (0: never).
 
@@ -350,7 +352,7 @@ class GPOptions(_Recipe):
     restart_rule: str = "screened"
     screen_points: int = 300
     degenerate_margin: float = 2.0
-    precision: str = "native"
+    precision: str = "float64"
     gain_tol: float = 0.1
 
     def __init__(
@@ -361,7 +363,7 @@ class GPOptions(_Recipe):
         restart_rule: str = "screened",
         screen_points: int = 300,
         degenerate_margin: float = 2.0,
-        precision: str = "native",
+        precision: str = "float64",
         gain_tol: float = 0.1,
         **other: Any,
     ):
@@ -447,7 +449,7 @@ class DirectConfig(_DirectConfigFields):
       >>> kronvi.DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
       DirectConfig(recipe=Eigen(width=6.0, noise_span=3.0, starts=('prior',), support_rms=20.0),
         gp=GPOptions(points=1000, restarts=4, restart_rule='screened', screen_points=300,
-        degenerate_margin=2.0, precision='native', gain_tol=0.1), num_frequencies=None,
+        degenerate_margin=2.0, precision='float64', gain_tol=0.1), num_frequencies=None,
         frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
         max_noise_recentres=0, lengthscale=None)
       >>> kronvi.DirectConfig(recipe=kronvi.Features(noise_cv=())).basis
@@ -1017,6 +1019,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
         Xs = standardize(std, X)
         y_offset, yc = _centre(y, dtype)
         y_scale: Any = 1.0
+        gp_rows = None
     else:  # concrete: moments, offsets and units in float64 on the host, then the cast
         X64, y64 = _host_xy(X, y)
         std = fit_standardizer_host(X64)
@@ -1024,8 +1027,11 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
         y_offset, y_scale = target_moments(y64)
         with np.errstate(over="ignore"):  # beyond the dtype's range: inf, which the GP's checks name
             yc = to_device(((y64 - y_offset) / y_scale).astype(dtype))
+        # the GP sees the float64 rows, whatever the working dtype (gp_precision="float64")
+        gp_rows = standardize_host(std, X64, np.float64), (y64 - y_offset) / y_scale
     _stage(progress, "gp", 0, Xs.shape[0])
-    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp)
+    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows)
+    del gp_rows
     t1 = time.perf_counter()
     _stage(progress, "statistics", 0, Xs.shape[0])
     num_frequencies = _num_frequencies(config, Xs.shape[0])
@@ -1096,13 +1102,14 @@ def _host_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
     return check_training_rows(X, y)
 
 
-def _hyperparameters(k_gp, Xs, yc, config, gp):
-    """`(hyper, gp_info)`: the GP step's (or `gp`'s), or those of `config.lengthscale` (`gp_info` None)."""
+def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
+    """`(hyper, gp_info)`: the GP step's (or `gp`'s), or those of `config.lengthscale` (`gp_info` None).
+    `gp_rows`: the GP step's `(X, y)` if not `(Xs, yc)` (their float64 values)."""
     if config.lengthscale is not None:
         hyper, gp_info = _fixed_hyperparameters(config.lengthscale, Xs, yc), None
     elif gp is None:
         hyper, gp_info = fit_gp_hyperparameters(
-            k_gp, Xs, yc, num_points=config.gp_points, num_starts=config.gp_restarts,
+            k_gp, *(gp_rows or (Xs, yc)), num_points=config.gp_points, num_starts=config.gp_restarts,
             degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
             screen_points=config.gp_screen_points, precision=config.gp_precision, gain_tol=config.gp_gain_tol,
         )  # fmt: skip

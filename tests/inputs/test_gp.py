@@ -389,7 +389,9 @@ def test_programs_with_host_callbacks_run_one_at_a_time(monkeypatch):
     monkeypatch.setattr(_gp, "_HOST_INVERSE_MIN_ROWS", 10)
     monkeypatch.setattr(_gp, "_start_workers", lambda num: 2)
     with jax.enable_x64(False):
-        fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y, min_noise_variance=1e-3)
+        fit = kronvi.fit_gp_hyperparameters(
+            jax.random.key(0), X, y, min_noise_variance=1e-3, precision="native"
+        )
     assert most[0] == 1 and fit.info.num_iterations.shape == (4,)
 
 
@@ -581,3 +583,120 @@ def test_screened_falls_back_when_the_refined_winner_fails(monkeypatch):
     # other starts on all rows, beside the first one's result
     assert calls == [(50, 1), (20, 4), (50, 3)] and info.num_iterations.shape == (4,)
     assert info.log_marginal_likelihoods[0] == -jnp.inf and int(info.chosen) != 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# One answer whatever the working dtype and the device count
+
+
+def _three_inputs(n=150, seed=5):
+    """y = sin(2 x_0) + 0.5 x_1 + 0.05 noise (centred) with an irrelevant third input: its lengthscale has a
+    flat likelihood, where rounding moves a start's stopping point the most."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    y = np.sin(2 * X[:, 0]) + 0.5 * X[:, 1] + 0.05 * rng.normal(size=n)
+    return X, y - y.mean()
+
+
+def _gp_moments(hyper, X, y, Xt):
+    """Exact GP predictive mean and variance of f at `Xt` (float64, dense)."""
+    K = _dense_kernel(X, X, hyper.lengthscales, hyper.signal_variance) + float(hyper.noise_variance) * np.eye(
+        len(y)
+    )
+    Ks = _dense_kernel(Xt, X, hyper.lengthscales, hyper.signal_variance)
+    L = np.linalg.cholesky(K)
+    V = scipy.linalg.solve_triangular(L, Ks.T, lower=True)
+    return Ks @ scipy.linalg.cho_solve((L, True), y), float(hyper.signal_variance) - (V**2).sum(0)
+
+
+def _assert_same_predictions(h1, h2, X, y):
+    """The two hyperparameters' GP predictions agree: mean within 1e-3 sd of y, variance within 1%."""
+    Xt = np.random.default_rng(11).normal(size=(200, X.shape[1]))
+    m1, v1 = _gp_moments(h1, X, y, Xt)
+    m2, v2 = _gp_moments(h2, X, y, Xt)
+    assert np.max(np.abs(m1 - m2)) <= 1e-3 * np.std(y), np.max(np.abs(m1 - m2)) / np.std(y)
+    assert np.max(np.abs(v1 - v2) / v1) <= 0.01, np.max(np.abs(v1 - v2) / v1)
+
+
+@pytest.mark.parametrize("restarts", ["all", "screened"])
+def test_one_gp_fit_whatever_the_working_dtype(restarts):
+    """Float64 NumPy rows (what the pipeline passes) give one fit with JAX's x64 off (a float32 working
+    dtype: the whole fit runs in float64, returned in float32) and on. float32 rows are fitted as their
+    float64 values. With `precision="native"` the float32 fit stops elsewhere on the flat lengthscale of
+    the irrelevant input (its GP mean 1e-2 sd away here) and this fails."""
+    X, y = _three_inputs()
+    kw = dict(num_points=120, restarts=restarts, screen_points=60)  # a subsample, and a screening
+    X32, y32 = X.astype(np.float32), y.astype(np.float32)
+    with jax.enable_x64(False):
+        h32, i32 = kronvi.fit_gp_hyperparameters(jax.random.key(2), X, y, **kw)
+        g32, _ = kronvi.fit_gp_hyperparameters(jax.random.key(2), X32, y32, **kw)
+    with jax.enable_x64(True):
+        h64, i64 = kronvi.fit_gp_hyperparameters(jax.random.key(2), X, y, **kw)
+        g64, _ = kronvi.fit_gp_hyperparameters(
+            jax.random.key(2), X32.astype(np.float64), y32.astype(np.float64), **kw
+        )
+        assert h64.lengthscales.dtype == jnp.float64
+    assert (
+        h32.lengthscales.dtype == g32.lengthscales.dtype == i32.log_marginal_likelihoods.dtype == jnp.float32
+    )
+    assert i32.chosen.dtype == i32.num_iterations.dtype == jnp.int32 and int(i32.chosen) == int(i64.chosen)
+    np.testing.assert_array_equal(i32.num_iterations, i64.num_iterations)
+    for a, b, c, e in zip(h32, h64, g32, g64, strict=True):
+        np.testing.assert_allclose(a, np.asarray(b, np.float32), rtol=1e-6)  # float32's rounding of one fit
+        np.testing.assert_allclose(c, np.asarray(e, np.float32), rtol=1e-6)
+    _assert_same_predictions(h32, h64, X, y)
+
+
+def test_the_pipeline_fits_one_gp_whatever_the_working_dtype():
+    """`prepare_fold` hands the GP step the float64 standardized rows: a float32 and a float64 working
+    dtype get the same hyperparameters (to float32's rounding)."""
+    X, y = _three_inputs(n=60)
+    y = 3.0 * y + 10.0  # raw targets: offset and scale are the pipeline's
+    with jax.enable_x64(False):
+        h32 = kronvi.pipeline.prepare_fold(jax.random.key(4), X, y, dtype=jnp.float32).hyper
+    with jax.enable_x64(True):
+        h64 = kronvi.pipeline.prepare_fold(jax.random.key(4), X, y, dtype=jnp.float64).hyper
+    assert h32.lengthscales.dtype == jnp.float32 and h64.lengthscales.dtype == jnp.float64
+    for a, b in zip(h32, h64, strict=True):
+        np.testing.assert_allclose(a, np.asarray(b, np.float32), rtol=1e-6)
+
+
+_DEVICES = textwrap.dedent(
+    """
+    import json, sys
+    import jax, numpy as np, kronvi
+    X, y = (np.asarray(a, np.float64) for a in json.loads(sys.argv[1]))
+    with jax.enable_x64(False):
+        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(2), X, y, restarts="screened", precision=sys.argv[2])
+    print(json.dumps([jax.device_count(), [np.asarray(a, np.float64).tolist() for a in hyper]]))
+    """
+)
+
+
+def _yacht_rows():
+    """The shipped yacht data's fold-0 training rows, standardized and centred in float64."""
+    import pathlib
+
+    X, y, mask = kronvi.load_uci(pathlib.Path(kronvi.__file__).parent / "data" / "yacht")
+    X, y = X[mask[:, 0] == 0], y[mask[:, 0] == 0]
+    return (X - X.mean(0)) / X.std(0), y - y.mean()
+
+
+def test_gp_fit_is_the_same_on_one_and_four_host_devices():
+    """`--xla_force_host_platform_device_count=4` (as a user may run `kronvi fit`) does not move the GP's
+    optimum: nothing in the GP step is sharded, and its float64 arithmetic does not feel the other
+    rounding of XLA's CPU kernels with four devices. With `precision="native"` this fails: on these rows
+    float32's likelihood gradient differs by 4e-4 between the two, and the starts stop elsewhere
+    (lengthscales 3.10 and 3.05). This process (one device) against a child with four, both with the
+    suite's XLA flags."""
+    X, y = _yacht_rows()
+    env = subprocess_env("--xla_force_host_platform_device_count=4")
+    out = run_python("-c", _DEVICES, json.dumps([X.tolist(), y.tolist()]), "float64", env=env)
+    devices, leaves = json.loads(out.strip().splitlines()[-1])
+    assert devices == 4 and jax.device_count() == 1
+    four = kronvi.GPHyperparameters(*(np.asarray(a) for a in leaves))
+    with jax.enable_x64(False):
+        one, _ = kronvi.fit_gp_hyperparameters(jax.random.key(2), X, y, restarts="screened")
+    for a, b in zip(one, four, strict=True):
+        np.testing.assert_allclose(np.asarray(a, np.float64), b, rtol=1e-6)
+    _assert_same_predictions(one, four, X, y)

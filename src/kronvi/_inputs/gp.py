@@ -490,7 +490,7 @@ def fit_gp_hyperparameters(
     parallel_restarts: bool | None = None,
     restarts: str = "all",
     screen_points: int = 300,
-    precision: str = "native",
+    precision: str = "float64",
 ) -> GPFit:
     r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
 
@@ -540,8 +540,9 @@ def fit_gp_hyperparameters(
         at small noise (above), and such iterations can be a large share of a start's evaluations
         (`docs/decisions/gp-step.md#when-a-start-stops`).
       min_noise_variance: lower bound of the noise variance; default
-        $10^{-6}\operatorname{var}(y)$ in float64 and $10^{-4}\operatorname{var}(y)$ in
-        float32 (where a smaller noise makes the Cholesky factorization fail).
+        $10^{-6}\operatorname{var}(y)$ for a fit in float64 (the default `precision`, or float64 inputs)
+        and $10^{-4}\operatorname{var}(y)$ in float32 (where a smaller noise makes the Cholesky
+        factorization fail).
       degenerate_margin: how many nats below the best start a non-degenerate start may be and still be
         preferred to a degenerate best (a log Bayes factor).
       init: optional starting points, `GPHyperparameters` stacked `(S, ...)`, replacing the
@@ -563,17 +564,19 @@ def fit_gp_hyperparameters(
         the same results to the bit). Default: `vmap` on GPU/TPU, separate programs on CPU, where a
         `vmap`-batched Cholesky gains nothing over sequential calls and, with few cores, can deadlock
         XLA's CPU thread pool (batched LAPACK kernels waiting on each other's pool tasks).
-      precision: where the likelihood and its gradient are computed. `"native"` (default): in XLA in
-        the dtype of `X` (float32's $K^{-1}$ from LAPACK's `potri` on a CPU). `"float64"`: in float64,
-        for float32 inputs on the host (NumPy and LAPACK through `jax.pure_callback`, one call per
-        evaluation; float64 inputs stay in XLA). The optimizer, the bounds and the choice of start
-        (leave-one-out error, degeneracy) stay in the dtype of `X`. At the small noise levels of many
-        datasets' optima, the float32 likelihood is off by 0.02-8 nats (tens at $10^{-4}\operatorname{var}(y)$),
-        so its line searches near an optimum run to their cap and starts stop short of their optima. In
-        float64 they reach them in fewer evaluations, each costing about what float32's does on a few
-        hundred rows; from about 700 rows an evaluation costs about 1.5x float32's and saves few.
-        Not the default: on the 28 UCI datasets it moved test accuracy both ways
-        (`docs/decisions/gp-step.md#the-likelihood-in-float32`).
+      precision: `"float64"` (default): the whole fit in float64, whatever the dtype of `X`: for concrete
+        inputs of a narrower dtype, the subsample, the optimizer, the likelihood, the bounds and the choice
+        of start run under a `jax.enable_x64` context (thread-local: JAX's global configuration does not
+        change), and the result is returned in the dtype of `X` (integers in int32). Float64 NumPy `X`
+        and `y` are fitted at their own values even where JAX would round them to float32, so a float32
+        and a float64 working dtype get the same fit from the same float64 rows (the pipeline passes them
+        so), and so do one and several host devices. Inside `jit` (traced inputs) only the likelihood and
+        its gradient are float64, computed on the host (NumPy and LAPACK through `jax.pure_callback`).
+        `"native"`: everything in the dtype of `X` (float32's $K^{-1}$ from LAPACK's `potri` on a CPU).
+        The float32 likelihood is off by 0.02-8 nats at the small noise levels of many datasets' optima, and
+        its rounding (which also changes with XLA's CPU kernels, e.g. with four host devices) moves where
+        a start stops on a flat likelihood
+        (`docs/decisions/gp-step.md#the-gp-step-in-float64-whatever-the-working-dtype`).
 
     Returns:
       `GPFit` `(hyper, info)`: the chosen `GPHyperparameters` and a `GPFitInfo`.
@@ -590,6 +593,7 @@ def fit_gp_hyperparameters(
       >>> bool(hyper.noise_variance < 0.1 * jnp.var(y)), bool(info.degenerate)
       (True, False)
     """
+    rows64 = _numpy_float64(X, y) if precision == "float64" else None
     X, y = _validate_xy(X, y)
     n, d = X.shape
     num_points = int(num_points)
@@ -609,6 +613,44 @@ def fit_gp_hyperparameters(
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be {' or '.join(map(repr, PRECISIONS))}, got {precision!r}")
     screen = check_int(screen_points, "screen_points", minimum=2)
+    in_float64 = _whole_fit_in_float64(precision, X, (key, X, y, init, min_noise_variance))
+    out_dtype = X.dtype
+    with contextlib.ExitStack() as scope:
+        if in_float64:  # thread-local: nothing global changes
+            scope.enter_context(jax.enable_x64(True))
+            X, y = rows64 if rows64 is not None else (np.asarray(fetch(a), np.float64) for a in (X, y))
+            if init is not None:
+                init = jax.tree.map(lambda a: to_device(np.asarray(fetch(a), np.float64)), init)
+        fit = _fit(
+            key, X, y, num_points=num_points, num_starts=num_starts, max_iter=max_iter, tol=tol,
+            gain_tol=gain_tol, min_noise_variance=min_noise_variance, degenerate_margin=degenerate_margin,
+            init=init, parallel_restarts=parallel_restarts, restarts=restarts, screen=screen, precision=precision,
+        )  # fmt: skip
+        if in_float64:
+            fit = fetch(fit)
+    return jax.tree.map(functools.partial(_narrowed, dtype=np.dtype(out_dtype)), fit) if in_float64 else fit
+
+
+def _fit(
+    key,
+    X,
+    y,
+    *,
+    num_points,
+    num_starts,
+    max_iter,
+    tol,
+    gain_tol,
+    min_noise_variance,
+    degenerate_margin,
+    init,
+    parallel_restarts,
+    restarts,
+    screen,
+    precision,
+) -> GPFit:
+    """`fit_gp_hyperparameters` after its checks, in the dtype of `X` (float64 NumPy rows: in float64)."""
+    n, d = X.shape
     dtype = X.dtype
     views = host_arrays(y)
     if views is not None:  # by NumPy: no program per row count
@@ -645,13 +687,16 @@ def fit_gp_hyperparameters(
             raise ValueError(f"`min_noise_variance` must be a scalar, got shape {min_noise.shape}")
         check_positive(min_noise, "min_noise_variance")
 
-    if parallel_restarts is None:
-        parallel_restarts = jax.default_backend() != "cpu"
-    parallel = bool(parallel_restarts)
     m = min(n, num_points)
     if m < n:
         idx = jax.random.choice(key, n, (m,), replace=False)
+        if isinstance(X, np.ndarray):  # float64 rows of a fit in float64 (fit_gp_hyperparameters)
+            idx = fetch(idx)
         X, y = X[idx], y[idx]
+    X, y = (to_device(a) if isinstance(a, np.ndarray) else a for a in (X, y))
+    if parallel_restarts is None:
+        parallel_restarts = jax.default_backend() != "cpu"
+    parallel = bool(parallel_restarts)
     concrete = not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((X, y, starts, min_noise)))
     # Fewer rows than `num_points`: padded to a bucket (rows of weight 0 that add nothing to the likelihood),
     # so that another row count in the bucket reuses the compiled programs.
@@ -698,6 +743,31 @@ def fit_gp_hyperparameters(
             "standardize `X`, centre `y`, or raise `min_noise_variance`"
         )
     return GPFit(hyper, info)
+
+
+def _whole_fit_in_float64(precision, X, arguments) -> bool:
+    """Whether `precision` runs the whole fit of `X` in float64 under `jax.enable_x64`: `"float64"`, inputs
+    of a narrower dtype, and nothing traced among `arguments` (inside `jit` the likelihood alone is
+    float64: `_lml64`)."""
+    traced = any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(arguments))
+    return precision == "float64" and X.dtype != jnp.float64 and not traced
+
+
+def _numpy_float64(X, y):
+    """`(X, y)` when both are float64 NumPy arrays (kept at their precision by `precision="float64"` even
+    where JAX would round them to float32), else `None`."""
+    if all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in (X, y)):
+        return X, y
+    return None
+
+
+def _narrowed(a, dtype):
+    """A leaf of a fit in float64 (a NumPy array) as without x64: floats in `dtype`, integers int32."""
+    if np.issubdtype(a.dtype, np.floating):
+        a = a.astype(dtype)
+    elif np.issubdtype(a.dtype, np.integer):
+        a = a.astype(np.int32)
+    return to_device(a)  # by NumPy: no program to compile
 
 
 def _scalar(x, dtype):
