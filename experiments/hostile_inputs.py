@@ -417,19 +417,18 @@ def _(tmp):
     return _extreme(dict(width=1e300), "width")
 
 
-@case("values", "DirectConfig(noise_span=1e300): the error names config.noise_span first", pending="_model/grids.py")
+@case("values", "DirectConfig(noise_span=1e300): the error names config.noise_span first")
 def _(tmp):
     return _extreme(dict(noise_span=1e300), "noise_span")
 
 
 @case("values", "DirectConfig(basis='features', noise_cv=(1e300,)): the error names config.noise_cv first",
-      pending="_model/grids.py", fast=False)  # fmt: skip
+      fast=False)  # fmt: skip
 def _(tmp):
     return _extreme(dict(basis="features", noise_cv=(1e300,)), "noise_cv")
 
 
-@case("values", "DirectClassifier(prior_scales=(1e300,)) and (1e-300,): the error names prior_scales",
-      pending="logistic/_recipe.py / sklearn.py")  # fmt: skip
+@case("values", "DirectClassifier(prior_scales=(1e300,)) and (1e-300,): the error names prior_scales")
 def _(tmp):
     X, y = sine()
     labels = (y > 0).astype(int)

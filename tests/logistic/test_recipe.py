@@ -232,3 +232,10 @@ def test_the_features_basis_is_the_unrotated_recipe():
     np.testing.assert_allclose(plain.predict_proba(X), kl.predict_logistic(plain.q_w, plain.prior_w, Phi), atol=2e-5)
     with pytest.raises(ValueError, match=r"config\.basis"):
         kronvi.fit_classifier(jax.random.key(1), X, y, SMALL._replace(basis="diagonal"))
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e-300])
+def test_a_prior_scale_beyond_the_dtype_is_named(scale):
+    X, y = _rings()
+    with pytest.raises(ValueError, match=r"config\.prior_scales` holds"):
+        kronvi.fit_classifier(jax.random.key(0), X, y, SMALL._replace(prior_scales=(1.0, scale)))

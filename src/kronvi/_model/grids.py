@@ -181,7 +181,8 @@ def noise_grid(variance: jax.Array, *, levels: int, span: float) -> DiscretePrio
     an int `levels`, `span > 1`) for the library's own callers: only the grid it builds is checked."""
     # exponents in float64 NumPy, then one cast: a NumPy float64 scalar would promote the grid's dtype
     exps = np.linspace(-1.0, 1.0, levels) if levels > 1 else np.zeros(1)
-    values = variance * np.exp(exps * np.log(float(span))).astype(variance.dtype)
+    with np.errstate(over="ignore"):  # a span beyond the dtype: inf, reported by the check below
+        values = variance * np.exp(exps * np.log(float(span))).astype(variance.dtype)
     check_finite_arrays({"values": values})
     return DiscretePrior._unchecked(
         values[None, :], jax.nn.log_softmax(jnp.zeros((1, levels), variance.dtype), axis=-1)
