@@ -413,12 +413,12 @@ def fit_classifier(
     labels = _check_labels(y, n)
     if min_rows is not None:
         min_rows = check_int(min_rows, "min_rows", 1)
-    info = np.finfo(dtype)
+    finfo = np.finfo(dtype)
     for s in config.prior_scales:  # each scale, its variance and its precision must be normal in `dtype`
-        if not float(info.tiny) ** 0.5 < s < float(info.max) ** 0.5:
+        if not float(finfo.tiny) ** 0.5 < s < float(finfo.max) ** 0.5:
             raise ValueError(
                 f"`config.prior_scales` holds {s!r}: its variance is not a normal {dtype} number (scales between "
-                f"{float(info.tiny) ** 0.5:.1e} and {float(info.max) ** 0.5:.1e}); give a scale in the units of the "
+                f"{float(finfo.tiny) ** 0.5:.1e} and {float(finfo.max) ** 0.5:.1e}); give a scale in the units of the "
                 "standardized inputs' latent function (about 1-30)"
             )
     width = 4.0 if config.width is None else config.width  # resolved by check_config
