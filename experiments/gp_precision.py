@@ -1,7 +1,7 @@
 """The GP step in float64 against the GP step in float32, on the UCI datasets (issue 47, item 4).
 
 For each dataset and fold, the default recipe is fitted twice in float32 (the working dtype): with
-`DirectConfig(gp_precision="native")` (the GP likelihood and its optimizer in float32, the default
+`DirectConfig(gp=kronvi.GPOptions(precision="native"))` (the GP likelihood and its optimizer in float32, the default
 before issue 47) and with the default `gp_precision="float64"` (the whole GP fit in float64). Each row
 gives both fits' test RMSE, the change of the GP's chosen hyperparameters, and how far apart the two
 GPs' predictions are: the exact GP predictive mean and variance, in float64, of the standardized test
@@ -110,7 +110,7 @@ def run_one(data_dir, name, fold):
     hypers = {}
     for label, precision in (("old", "native"), ("new", "float64")):
         t = time.perf_counter()
-        model, timings, info = fit_direct(key, Xtr, ytr, DirectConfig(gp_precision=precision))
+        model, timings, info = fit_direct(key, Xtr, ytr, DirectConfig(gp=kronvi.GPOptions(precision=precision)))
         pred = kronvi.predict(model, Xte)
         rec[f"rmse_{label}"] = float(np.sqrt(np.mean((np.asarray(pred.mean, np.float64) - yte) ** 2)))
         rec[f"gp_seconds_{label}"] = round(timings.init_seconds, 2)
