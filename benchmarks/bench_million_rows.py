@@ -3,8 +3,8 @@ loaded in a fresh process.
 
 Writes a synthetic CSV (`--rows` rows x 8 inputs and a target: a smooth function of the inputs plus noise
 of sd 0.1; seed 0) unless it exists, then runs `kronvi fit <csv> --max-folds 1 --save <model> --json <json>`
-as a subprocess and reads its output as it comes: every line the command prints (the fold's progress
-line is redrawn in place: each redraw counts) is stamped with the seconds since the start, so the report
+as a subprocess on a pseudo-terminal and reads its output as it comes: every line the command prints and
+every redraw of its status line is stamped with the seconds since the start, so the report
 gives the longest silence between two updates, the stages the progress line named, the fold's seconds
 from the JSON and the command's wall time. Then a fresh process loads the model
 (`kronvi.load_model`) and predicts 1,000 rows of the CSV; the predictions must equal those of the model
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import pathlib
+import pty
 import subprocess
 import sys
 import textwrap
@@ -47,23 +48,32 @@ def write_csv(path: pathlib.Path, rows: int, d: int = 8, seed: int = 0, block: i
 
 
 def run_fit(csv: pathlib.Path, model: pathlib.Path, out_json: pathlib.Path) -> tuple[list, float, int]:
-    """Runs the command; returns `[(seconds, text)]` of every output update, the wall seconds and the exit code."""
+    """Runs the command on a pseudo-terminal, as a user at a terminal sees it (the status line redrawn in
+    place, every redraw shown; in a pipe or a log it is written at most every 10 s); returns
+    `[(seconds, text)]` of every output update, the wall seconds and the exit code."""
     cmd = [sys.executable, "-m", "kronvi", "fit", str(csv), "--max-folds", "1", "--save", str(model),
            "--json", str(out_json), "--force"]  # fmt: skip
+    master, slave = pty.openpty()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy())
-    assert proc.stdout is not None
+    proc = subprocess.Popen(cmd, stdout=slave, stderr=slave, env=os.environ.copy(), close_fds=True)
+    os.close(slave)
     updates, buf = [], b""
     while True:
-        ch = proc.stdout.read(1)
-        if not ch:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
             break
-        if ch in (b"\n", b"\r"):
-            if buf.strip():
-                updates.append((time.perf_counter() - t0, buf.decode(errors="replace").strip()))
-            buf = b""
-        else:
-            buf += ch
+        if not data:
+            break
+        for ch in data:
+            if ch in (10, 13):  # a newline or a carriage return ends an update
+                text = buf.decode(errors="replace").replace("\x1b[K", "").strip()
+                if text:
+                    updates.append((time.perf_counter() - t0, text))
+                buf = b""
+            else:
+                buf += bytes([ch])
+    os.close(master)
     rc = proc.wait()
     return updates, time.perf_counter() - t0, rc
 
