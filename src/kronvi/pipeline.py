@@ -88,7 +88,14 @@ from ._inputs.host import (
     target_moments,
     target_unit,
 )
-from ._model.compact import COPIES, CompactBasis, compact_features, compact_posterior, complement_split
+from ._model.compact import (
+    COPIES,
+    CompactBasis,
+    compact_features,
+    compact_posterior,
+    complement_split,
+    weight_moments64,
+)
 from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.families import MeanField
 from ._model.grids import DiscretePrior, gaussian_grid, noise_grid, noise_prior
@@ -1373,12 +1380,13 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     prior_w = fold.prior_w
     support = None
     if config.basis != "features" and config.support_rms is not None:
-        support = _eigen_support(fold.basis, q_w, prior_w, fold.stats.n, config.support_rms)
+        mean, var = weight_moments64(q_w, prior_w)
+        support = _eigen_support(fold.basis, mean, fold.stats.n, config.support_rms, prior_w.values.dtype)
     if config.basis == "compact":
         noise = noise_moments(q_n, prior_n)[2]
         if support is not None:
             support = _compact_support(
-                support, fold.basis, q_w, prior_w, fold.stats.n, noise, config.compact_tol, config.support_rms
+                support, fold.basis, var, fold.stats.n, noise, config.compact_tol, config.support_rms
             )
         basis, prior_w, q_w = compact_posterior(
             fold.basis, q_w, prior_w, fold.stats.n, noise, tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
@@ -1411,29 +1419,19 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     return DirectFit(model, timings, direct_info)
 
 
-def _weight_moments(q_w, prior_w):
-    """Posterior means and variances of the weights, float64 NumPy."""
-    values = np.asarray(prior_w.values, np.float64)
-    logq = np.asarray(q_w.logits, np.float64)
-    probs = np.exp(logq - np.logaddexp.reduce(logq, axis=1, keepdims=True))
-    mean = np.sum(probs * values, axis=1)
-    return mean, np.sum(probs * (values - mean[:, None]) ** 2, axis=1)
-
-
-def _eigen_support(basis, q_w, prior_w, n, support_rms) -> SupportBound:
-    """`SupportBound` of an eigenbasis posterior: `support_rms` training RMS, sqrt(lambda_j / n), per direction."""
+def _eigen_support(basis, mean, n, support_rms, dtype) -> SupportBound:
+    """`SupportBound` of an eigenbasis posterior with weight means `mean`: `support_rms` training RMS,
+    sqrt(lambda_j / n), per direction."""
     lam = np.maximum(np.asarray(basis.eigenvalues, np.float64), 0.0)
     bound = float(support_rms) * np.sqrt(lam / float(n))
-    dtype = prior_w.values.dtype
-    return SupportBound(jnp.asarray(bound, dtype), jnp.asarray(_weight_moments(q_w, prior_w)[0], dtype))
+    return SupportBound(jnp.asarray(bound, dtype), jnp.asarray(mean, dtype))
 
 
-def _compact_support(support, basis, q_w, prior_w, n, noise_variance, tol, support_rms) -> SupportBound:
+def _compact_support(support, basis, var, n, noise_variance, tol, support_rms) -> SupportBound:
     """The eigen `support` on the compact model's columns: `[mean, kept directions, complement]`, the kept
-    directions bounded as in the eigenbasis, the others not."""
-    keep, _ = complement_split(
-        basis.eigenvalues, _weight_moments(q_w, prior_w)[1], n, noise_variance, tol=tol
-    )
+    directions bounded as in the eigenbasis (`var`: the weights' variances, which choose them), the
+    complement's share of the mean as one more coordinate."""
+    keep, _ = complement_split(basis.eigenvalues, var, n, noise_variance, tol=tol)
     inf = np.full(1, np.inf)
     tail = np.full(COPIES, np.inf)
     bound = np.concatenate([inf, np.asarray(support.bound, np.float64)[keep], tail])

@@ -217,6 +217,16 @@ def _unit_grid(levels, width, dtype):
     return values.astype(dtype), logp.astype(dtype), float(np.sum(p * values**2) - np.sum(p * values) ** 2)
 
 
+def weight_moments64(q_w: MeanField, prior_w: DiscretePrior) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior means and variances `(b,)` of the weights of `q_w` on `prior_w`'s grids, float64 NumPy (the
+    probabilities normalized in float64 from the logits)."""
+    values = np.asarray(prior_w.values, np.float64)
+    logq = np.asarray(q_w.logits, np.float64)
+    probs = np.exp(logq - np.logaddexp.reduce(logq, axis=1, keepdims=True))
+    mean = np.sum(probs * values, axis=1)
+    return mean, np.sum(probs * (values - mean[:, None]) ** 2, axis=1)
+
+
 def compact_posterior(
     basis: Eigenbasis,
     q_w: MeanField,
@@ -278,9 +288,7 @@ def compact_posterior(
         )
     values = np.asarray(prior_w.values, np.float64)
     logq = np.asarray(q_w.logits, np.float64)
-    probs = np.exp(logq - np.logaddexp.reduce(logq, axis=1, keepdims=True))
-    mean_u = np.sum(probs * values, axis=1)
-    var_u = np.sum(probs * (values - mean_u[:, None]) ** 2, axis=1)
+    mean_u, var_u = weight_moments64(q_w, prior_w)
     V = np.asarray(basis.vectors, np.float64)
     keep, s_bar = complement_split(basis.eigenvalues, var_u, num_rows, noise_variance, tol=tol)
     grids = [_unit_grid(m, width * (1.0 - 0.5 * j / COPIES), np.float64) for j in range(COPIES)]

@@ -184,16 +184,23 @@ def spectral_log_evidence(
     $\sum_j c_j^2\kappa/(\lambda_j(\lambda_j + \kappa))$, so no small noise variance divides a
     difference of large numbers; null directions (where $c_j = 0$) drop out.
     """
-    lam = jnp.maximum(eigenvalues, 0.0)
+    lam, safe, c2, r0 = _spectral_terms(eigenvalues, c, yty)
     s2, v = noise_variance, prior_scale**2
     kappa = s2 / v
+    quad = r0 / s2 + jnp.sum(c2 / (v * safe * (safe + kappa)))
+    logdet = n * jnp.log(s2) + jnp.sum(jnp.log1p(v * lam / s2))
+    return -0.5 * (n * LOG_2PI + logdet + quad)
+
+
+def _spectral_terms(eigenvalues, c, yty):
+    r"""`(lam, safe, c2, r0)` of `spectral_log_evidence`: the eigenvalues clipped at 0, with the null space's
+    set to 1 (`safe`), the squared projections with the null space's set to 0, and the least-squares residual
+    $y^\top y - \sum_j c_j^2/\lambda_j$ clipped at 0."""
+    lam = jnp.maximum(eigenvalues, 0.0)
     null = null_space(lam)
     safe = jnp.where(null, 1.0, lam)
     c2 = jnp.where(null, 0.0, c**2)
-    r0 = jnp.maximum(yty - jnp.sum(c2 / safe), 0.0)
-    quad = r0 / s2 + jnp.sum(c2 / (v * safe * (safe + kappa)))
-    logdet = n * jnp.log(s2) + jnp.sum(jnp.log1p(v * lam / s2))
-    return -0.5 * (n * LOG_2PI + logdet + quad)  # type: ignore[return-value]  # NumPy's stubs: a NumPy `n`
+    return lam, safe, c2, jnp.maximum(yty - jnp.sum(c2 / safe), 0.0)
 
 
 @functools.partial(jax.jit, static_argnums=4)
@@ -329,11 +336,8 @@ def _evidence_derivatives(eigenvalues, c, yty, n, theta):
     (`spectral_log_evidence`'s terms); every derivative below is of those terms, null directions
     ($A_j = k_j = 0$) dropping out.
     """
-    lam = jnp.maximum(eigenvalues, 0.0)
-    null = null_space(lam)
-    safe = jnp.where(null, 1.0, lam)
-    k = jnp.where(null, 0.0, c**2) / safe
-    r0 = jnp.maximum(yty - jnp.sum(k), 0.0)
+    lam, safe, c2, r0 = _spectral_terms(eigenvalues, c, yty)
+    k = c2 / safe
     v, s = jnp.exp(theta[0]), jnp.exp(theta[1])
     D = v * lam + s
     a, b_, kd = v * lam / D, s / D, k / D  # A/D, s/D (a + b_ = 1), k/D

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from .._base.buckets import pad_rows
 from .._base.checks import check_int, is_concrete
 from .._inputs.data import Standardizer
 from .._inputs.features import RandomFourierFeatures
@@ -341,12 +342,6 @@ def row_bucket(n: int, minimum: int = MIN_ROWS) -> int:
     return 1 << (k + 1)
 
 
-def _pad(a, rows):
-    return (
-        np.concatenate([a, np.zeros((rows - a.shape[0],) + a.shape[1:], a.dtype)]) if rows > a.shape[0] else a
-    )
-
-
 def fit_classifier(
     key: jax.Array,
     X: ArrayLike,
@@ -432,9 +427,9 @@ def fit_classifier(
     t1 = time.perf_counter()
 
     rows = row_bucket(max(n, min_rows or 0))
-    Phi = _design(features, jnp.asarray(_pad(Xs.astype(dtype), rows)))
-    yy = jnp.asarray(_pad(labels.astype(dtype), rows))
-    ww = jnp.asarray(_pad(np.ones(n, dtype), rows))
+    Phi = _design(features, jnp.asarray(pad_rows(Xs.astype(dtype), rows)))
+    yy = jnp.asarray(pad_rows(labels.astype(dtype), rows))
+    ww = jnp.asarray(pad_rows(np.ones(n, dtype), rows))
     jax.block_until_ready(Phi)
     t2 = time.perf_counter()
 
@@ -578,7 +573,7 @@ def _chunk_proba(model, Xc):
     rows = Xc.shape[0]
     dtype = Xc.dtype
     Phi, log_cosh = _design_log_cosh(
-        model.features, model.rotation, model.q_w.log_probs, model.prior_w.values, jnp.asarray(_pad(Xc, _bucket(rows)))
+        model.features, model.rotation, model.q_w.log_probs, model.prior_w.values, jnp.asarray(pad_rows(Xc, _bucket(rows)))
     )
     log_cosh = np.asarray(log_cosh)[:rows]
     Phi = np.asarray(Phi)[:rows]
