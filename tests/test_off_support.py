@@ -128,3 +128,20 @@ def test_save_and_load_keep_the_bound_and_refuse_a_bad_one(fitted, tmp_path):
         kronvi.save_model(tmp_path / "bad.npz", bad)
     kronvi.save_model(tmp_path / "old.npz", model._replace(support=None))  # the layout before the field
     assert kronvi.load_model(tmp_path / "old.npz").support is None
+
+
+def test_the_bound_is_the_dense_clipped_formula_in_both_dtypes(dtype):
+    """The same dense reference in float32 and float64 (x64 on): the model's own dtype, tolerances to match."""
+    X, y = _data()
+    model = kronvi.fit_direct(jax.random.key(0), X, y, SMALL, dtype=dtype).model
+    assert model.support.bound.dtype == dtype
+    lam = np.maximum(np.asarray(model.basis.eigenvalues, np.float64), 0.0)
+    bound = 20.0 * np.sqrt(lam / X.shape[0])
+    values = np.asarray(model.prior_w.values, np.float64)
+    e_w = np.sum(np.asarray(model.q_w.probs, np.float64) * values, axis=1)
+    Xt = np.concatenate([_far(X), X[:5]])
+    z = np.asarray(fold_features(model, Xt), np.float64)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(model.support.bound, bound, **tol)
+    np.testing.assert_allclose(model.predict(Xt).mean, model.y_offset + model.y_scale * np.clip(z, -bound, bound) @ e_w, **tol)
+    assert np.all(np.abs(np.clip(z[:6], -bound, bound) - z[:6]).sum(axis=1) > 0)  # the far rows are clipped
