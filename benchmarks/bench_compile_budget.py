@@ -4,8 +4,8 @@ XLA compilation seconds.
 For each dataset, a fresh process (no persistent cache, XLA's default flags, as users compile) fits fold 0
 with `kronvi.pipeline.fit_direct` (float32) and predicts its test rows (`fold_features`,
 `predict_regression`, `predictive_log_density`), with `jax_log_compiles` on; JAX's log lines of every
-compilation are summed per program name. Then the same fit and prediction at `n - 1` and at `0.9 n` training
-rows in the same process list what a new row count compiles (`kronvi._base.buckets`).
+compilation are summed per program name. Then the same fit and prediction at `n - 1`, `0.9 n` and `0.8 n`
+training rows in the same process list what a new row count compiles (`kronvi._base.buckets`).
 
     python benchmarks/bench_compile_budget.py > benchmarks/results/bench_compile_budget_cpu.txt
 """
@@ -58,7 +58,7 @@ X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
 Xtr, ytr, Xte, yte = X[~test], y[~test], X[test], y[test]
 n = Xtr.shape[0]
 wall = {}
-for label, rows in (("fit", n), ("fit at n-1", n - 1), ("fit at 0.9n", int(0.9 * n))):
+for label, rows in (("fit", n), ("fit at n-1", n - 1), ("fit at 0.9n", int(0.9 * n)), ("fit at 0.8n", int(0.8 * n))):
     for step in ("fit", "predict"):
         phase[0] = f"{label}: {step}"
         t = time.perf_counter()

@@ -40,14 +40,12 @@ def _run(threads, cache_dir):
 
 def test_same_seed_same_answer_with_any_blas_thread_count(tmp_path):
     one, two = _run(1, tmp_path), _run(2, tmp_path)
-    # the second process had the first one's programs to load, the fit's own among them
+    # the second process had the first one's programs to load, the fit's own among them; JAX does not cache
+    # a program with host callbacks (the GP start: its likelihood is computed on the host), so each process
+    # compiles that one
     cached = {p.name.rsplit("-", 2)[0] for p in tmp_path.iterdir()}
-    assert {
-        "jit__fit_starts",
-        "jit_spectral_evidence_optimum",
-        "jit_fit_cavi",
-        "jit__predict_moments",
-    } <= cached
+    assert {"jit_spectral_evidence_optimum", "jit_fit_cavi", "jit__predict_moments"} <= cached
+    assert "jit__held_start" not in cached
     # The GP fit runs its LAPACK calls single-threaded whatever the environment says: the same optimum.
     assert one["lengthscales"] == two["lengthscales"]
     np.testing.assert_allclose(one["mean"], two["mean"], rtol=1e-4, atol=1e-4)

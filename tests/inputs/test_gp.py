@@ -179,7 +179,8 @@ def test_float64_likelihood_reaches_the_float64_optimum_from_float32_inputs():
     """With float32 inputs and a small noise, every start of precision="float64" ends at one optimum
     whose reported likelihood is its float64 value; "native" (float32 in XLA) reports values off by
     its rounding (0.15 nats here, so the first assertion fails for it). Both are scored by the float64
-    reference. Float64 inputs stay in XLA: the two precisions are then the same program."""
+    reference. Float64 inputs: "native" computes the likelihood in XLA, "float64" on the host
+    (`gp_host`), both in float64: the same optimum to rounding."""
     rng = np.random.default_rng(3)
     X = rng.uniform(-2, 2, (120, 2))
     y = np.sin(2 * X[:, 0]) * np.cos(X[:, 1]) + 0.01 * rng.standard_normal(120)
@@ -207,7 +208,7 @@ def test_float64_likelihood_reaches_the_float64_optimum_from_float32_inputs():
             for p in ("native", "float64")
         )
         for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-            np.testing.assert_array_equal(u, v)
+            np.testing.assert_allclose(u, v, rtol=1e-9)
 
 
 def test_lml_jit_and_vmap():
@@ -312,7 +313,7 @@ _SIDE_BY_SIDE = textwrap.dedent(
     real, calls, out = _gp._run_starts, [], {}
     _gp._run_starts = lambda *a, **k: calls.append(k["pool"]) or real(*a, **k)
     for restarts in ("all", "screened"):
-        kw = dict(parallel_restarts=False, restarts=restarts, screen_points=40)
+        kw = dict(parallel_restarts=False, restarts=restarts, screen_points=40, precision="native")
         with jax.enable_x64(False):
             _gp._start_workers = lambda num: min(num, 2)  # whatever this machine has
             threaded = kronvi.fit_gp_hyperparameters(jax.random.key(3), X, y, **kw)
@@ -357,7 +358,7 @@ def test_starts_side_by_side_under_enable_x64(monkeypatch):
     monkeypatch.setattr(_gp, "_start_workers", lambda num: 2)
     with jax.enable_x64(True):
         X64, y64 = jnp.asarray(X, jnp.float64), jnp.asarray(y, jnp.float64)
-        fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X64, y64, parallel_restarts=False)
+        fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X64, y64, parallel_restarts=False, precision="native")
     assert calls and all(p is not None for p in calls)
     assert fit.hyper.noise_variance.dtype == jnp.float64 and not bool(fit.info.degenerate)
 
@@ -561,23 +562,26 @@ def test_screened_falls_back_to_every_start_when_the_refined_one_is_degenerate()
     assert not bool(info.degenerate) and float(hyper.noise_variance) < 0.05 * vy
 
 
-def test_screened_falls_back_when_the_refined_winner_fails(monkeypatch):
+@pytest.mark.parametrize("precision", ["native", "float64"])
+def test_screened_falls_back_when_the_refined_winner_fails(precision, monkeypatch):
     # parkinsons fold 0: the winner's float32 Cholesky failed on all rows and the first start ended pinned at
-    # the noise bound; every start then runs on all rows. Simulated by failing the refinement's winner.
+    # the noise bound; every start then runs on all rows. Simulated by failing the refinement's winner, in
+    # XLA ("native": `_run_starts`) and on rows held on the host ("float64": `_run_held`).
     X, y = _sine_rows()
-    original, calls = _gp._run_starts, []
+    runner = "_run_starts" if precision == "native" else "_run_held"
+    original, calls = getattr(_gp, runner), []
 
-    def run_starts(X, y, w, starts, **kw):
-        get = original(X, y, w, starts, **kw)
-        calls.append((X.shape[0], starts.noise_variance.shape[0]))
+    def run_starts(rows, starts, **kw):
+        get = original(rows, starts, **kw)
+        calls.append((int(rows.m) if precision == "float64" else rows[0].shape[0], starts.noise_variance.shape[0]))
         if len(calls) == 1:  # the first start on all rows, the refinement of the screened winner, fails
             return lambda: get()[:1] + (get()[1].at[0].set(-jnp.inf),) + get()[2:]
         return get
 
-    monkeypatch.setattr(_gp, "_run_starts", run_starts)
+    monkeypatch.setattr(_gp, runner, run_starts)
     with jax.enable_x64(False):
         kw = dict(num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
-        _, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
+        _, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, precision=precision, **kw)
     assert int(info.screened.chosen) == 0  # so the refinement is the first start's, from cold
     # the first start from cold on all rows (beside the screening), the screening, then the fallback: the
     # other starts on all rows, beside the first one's result

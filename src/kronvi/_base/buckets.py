@@ -34,6 +34,26 @@ def row_bucket(n: int, *, steps: int = 2, minimum: int = 8) -> int:
     return -(-n // step) * step
 
 
+# Programs of a fit's features (their mean, the statistics pass) run on at least this many rows: any
+# training set up to it, and a new row count within it, reuses one program. Computing the features of a
+# few hundred rows of zeros costs milliseconds; compiling the program again costs tenths of a second
+# (`docs/decisions/compilation.md#a-new-row-count-compiles-nothing`).
+FEATURE_ROWS = 1024
+
+
+def feature_rows(n: int, cap: int | None = None) -> int:
+    """The rows a features program of a fit is padded to for `n` rows: `row_bucket(max(n, FEATURE_ROWS))`,
+    at most `cap` (a chunk size; at least `n`).
+
+    Example:
+      >>> from kronvi._base.buckets import feature_rows
+      >>> [feature_rows(n) for n in (10, 741, 1024, 1100)], feature_rows(300, cap=512)
+      ([1024, 1024, 1024, 1536], 512)
+    """
+    size = row_bucket(max(int(n), FEATURE_ROWS))
+    return size if cap is None else max(min(size, int(cap)), int(n))
+
+
 def pad_rows(a, size: int, value=0):
     """NumPy `a` with its first axis padded to `size` rows of `value` (no copy when it has them already)."""
     a = np.asarray(a)

@@ -27,7 +27,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.buckets import on_row_bucket, pad_rows, row_bucket, to_device
+from .._base.buckets import feature_rows, on_row_bucket, pad_rows, to_device
 from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, host_arrays
 from .._base.precision import matmul
 
@@ -255,8 +255,9 @@ def feature_mean_unchecked(params: RandomFourierFeatures, X: jax.Array, *, chunk
     callers."""
     n = X.shape[0]
     views = host_arrays(X)
-    if views is not None:  # rows of weight 0 up to a bucket: one program per bucket of row counts
-        size = row_bucket(n)
+    # rows of weight 0 up to a bucket: one program up to 1,024 rows, one per bucket above
+    if views is not None:
+        size = feature_rows(n)
         weights = np.zeros(size, views[0].dtype)
         weights[:n] = 1
         rows, w = to_device(pad_rows(views[0], size)), to_device(weights)

@@ -46,6 +46,8 @@ from .._base.deprecation import renamed_arguments
 from .._base.precision import dot, matmul
 from .._base.threads import run_single_threaded, single_blas_thread
 from .._solvers.lbfgs import minimize_lbfgs
+from .gp_host import HostRows, handle_lml, handle_loo_mse, host_scales
+from .gp_host import host_lml as _host_lml
 
 # Bounds, relative to the reference scales (lengthscales: median column std of X; variances: var(y)).
 _LENGTHSCALE_BOUNDS = (1e-2, 1e3)
@@ -239,59 +241,8 @@ def _cholesky(hyper, X, w=None):
     return jnp.linalg.cholesky(K)
 
 
-def _host_lml(theta, X, y, with_grad, w=None):
-    r"""`(value, gradient)` of the log marginal likelihood in $\theta = (\log\ell_1, \dots, \log\ell_d,
-    \log s^2, \log\sigma^2)$, computed in float64 with NumPy and LAPACK whatever the dtype of `X`, and
-    returned in that dtype (the gradient is NaN when `with_grad` is false or the factorization fails).
-
-    With $W = \tfrac12(\alpha\alpha^\top - K^{-1})$ and $G = W \circ K_f$ ($K_f$ the kernel without the
-    noise): $\partial/\partial\log s^2 = \sum_{ij} G_{ij}$, $\partial/\partial\log\sigma^2 = \sigma^2
-    \operatorname{tr} W$ and, with $a = x / \ell$, $\partial/\partial\log\ell_k = \sum_{ij} G_{ij}(a_{ik} -
-    a_{jk})^2 = 2\sum_i a_{ik}^2 (G1)_i - 2\sum_i a_{ik}(Ga)_{ik}$ ($G$ is symmetric): one product of
-    $G$ with the $n \times d$ inputs instead of $d$ matrices of squared differences.
-    """
-    from scipy.linalg import lapack
-
-    dtype = np.asarray(X).dtype
-    if w is not None:  # the rows of weight 1; the rest is padding
-        keep = np.asarray(w) > 0
-        X, y = np.asarray(X)[keep], np.asarray(y)[keep]
-    theta, X, y = (np.asarray(a, np.float64) for a in (theta, X, y))
-    n, d = X.shape
-    p = np.exp(theta)
-    ell, s2, noise = p[:d], p[d], p[d + 1]
-    grad = np.full(d + 2, np.nan)
-    A = (X - X.mean(axis=0)) / ell  # centred: the kernel is the same, the expansion below cancels less
-    half_sq = 0.5 * np.einsum("ij,ij->i", A, A)
-    Kf = A @ A.T  # -d2 / 2 = a_i.a_j - |a_i|^2 / 2 - |a_j|^2 / 2, in place
-    Kf -= half_sq[:, None]
-    Kf -= half_sq[None, :]
-    np.minimum(Kf, 0.0, out=Kf)
-    np.exp(Kf, out=Kf)
-    Kf *= s2
-    C = np.array(Kf, order="F")  # Fortran order: LAPACK factors it in place
-    C.flat[:: n + 1] += noise
-    L, info = lapack.dpotrf(C, lower=1, clean=0, overwrite_a=1)  # reads and writes the lower triangle
-    if info != 0:
-        return np.asarray(np.nan, dtype), grad.astype(dtype)
-    alpha, _ = lapack.dpotrs(L, y, lower=1)
-    value = -0.5 * (y @ alpha) - np.sum(np.log(np.diagonal(L))) - 0.5 * n * math.log(2 * math.pi)
-    if with_grad and np.isfinite(value):
-        R, _ = lapack.dpotri(L, lower=1, overwrite_c=1)  # K^{-1} in the lower triangle
-        W = np.tril(R)
-        W += np.tril(R, -1).T
-        np.subtract(np.outer(alpha, alpha), W, out=W)
-        W *= 0.5
-        trace = np.trace(W)
-        W *= Kf  # G
-        r = W.sum(axis=1)
-        grad[:d] = 2.0 * ((A * A).T @ r) - 2.0 * np.einsum("ij,ij->j", A, W @ A)
-        grad[d], grad[d + 1] = r.sum(), noise * trace
-    return np.asarray(value, dtype), grad.astype(dtype)
-
-
 def _host_call(theta, X, y, w, with_grad):
-    """`_host_lml` through `jax.pure_callback`: `(value, gradient)` in the dtype of `X`."""
+    """`_host_lml` (`gp_host.host_lml`) through `jax.pure_callback`: `(value, gradient)` in the dtype of `X`."""
     out = jax.ShapeDtypeStruct((), X.dtype), jax.ShapeDtypeStruct(theta.shape, X.dtype)
     host = functools.partial(_host_lml, with_grad=with_grad)
     return jax.pure_callback(host, out, theta, X, y, w=w, vmap_method="sequential")
@@ -698,43 +649,35 @@ def _fit(
         parallel_restarts = jax.default_backend() != "cpu"
     parallel = bool(parallel_restarts)
     concrete = not any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((X, y, starts, min_noise)))
-    # Fewer rows than `num_points`: padded to a bucket (rows of weight 0 that add nothing to the likelihood),
-    # so that another row count in the bucket reuses the compiled programs.
-    X, y, w = _padded(X, y, min(row_bucket(m, steps=4), max(num_points, m)), concrete)
-    workers = _start_workers(starts.noise_variance.shape[0]) if concrete and not parallel else 1
+    margin = _scalar(degenerate_margin, dtype)
+    screened_rows = restarts == "screened" and screen < m
     with contextlib.ExitStack() as stack:
-        pool = None
-        if workers > 1:  # every start of the fit below on one core, one BLAS thread each (_run_starts)
-            stack.enter_context(single_blas_thread())
-            pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(workers))
-        run = functools.partial(
-            _run_starts, pool=pool, min_noise=min_noise, max_iter=int(max_iter), tol=_scalar(tol, dtype),
-            gain_tol=_scalar(gain_tol, dtype), parallel=parallel, precision=precision,
-        )  # fmt: skip
-        margin = _scalar(degenerate_margin, dtype)
-        if restarts == "screened" and screen < m:  # the starts on the first rows of the (random) subsample
-            # the data-driven first start, from cold, and the rows of the screening
-            first, Xs, ys, ws = _heads(starts, X, y, w, screen)
-            cold = run(X, y, w, first)  # refined whatever the screening chooses: runs beside the screening
-            _, screened = _summarize(Xs, ys, ws, run(Xs, ys, ws, starts)(), min_noise, margin)
-            chosen = screened.chosen
-            if is_concrete(chosen) and int(fetch(chosen)) == 0:
-                refined = [cold]
-            else:  # the screened winner (from its screened optimum) and the first start
-                refined = [run(X, y, w, _pick(screened.starts, chosen)), cold]
-            hyper, info = _summarize(X, y, w, _concat([r() for r in refined]), min_noise, margin)
-            # the refined winner failed numerically, or the choice is degenerate or pinned at the noise bound
-            failed = _failed(info)
-            if is_concrete(failed) and bool(fetch(failed)):  # every start on all rows (the first is done)
-                rest = (
-                    [run(X, y, w, jax.tree.map(lambda a: a[1:], starts))]
-                    if starts.noise_variance.shape[0] > 1
-                    else []
-                )
-                hyper, info = _summarize(X, y, w, _concat([r() for r in [cold, *rest]]), min_noise, margin)
-            info = info._replace(screened=screened)
+        if _rows_on_host(concrete, parallel, precision, dtype):
+            # No program sees the rows: one program per input width serves every row count.
+            X, y = (np.asarray(fetch(a), np.float64) for a in (X, y))
+            rows = _hold(stack, X, y, min_noise)
+            first = _first(starts) if screened_rows else None
+            screen_rows = _hold(stack, X[:screen], y[:screen], min_noise) if screened_rows else None
+            run = functools.partial(
+                _run_held, max_iter=int(max_iter), tol=_scalar(tol, dtype), gain_tol=_scalar(gain_tol, dtype)
+            )
+            summarize = functools.partial(_summarize_held, min_noise=min_noise, margin=margin)
         else:
-            hyper, info = _summarize(X, y, w, run(X, y, w, starts)(), min_noise, margin)
+            # Fewer rows than `num_points`: padded to a bucket (rows of weight 0 that add nothing to the
+            # likelihood), so that another row count in the bucket reuses the compiled programs.
+            rows = _padded(X, y, min(row_bucket(m, steps=4), max(num_points, m)), concrete)
+            first, screen_rows = _heads(starts, *rows, screen) if screened_rows else (None, None)
+            workers = _start_workers(starts.noise_variance.shape[0]) if concrete and not parallel else 1
+            pool = None
+            if workers > 1:  # every start of the fit below on one core, one BLAS thread each (_run_starts)
+                stack.enter_context(single_blas_thread())
+                pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(workers))
+            run = functools.partial(
+                _run_starts, pool=pool, min_noise=min_noise, max_iter=int(max_iter), tol=_scalar(tol, dtype),
+                gain_tol=_scalar(gain_tol, dtype), parallel=parallel, precision=precision,
+            )  # fmt: skip
+            summarize = functools.partial(_summarize, min_noise=min_noise, margin=margin)
+        hyper, info = _search(run, summarize, rows, screen_rows, starts, first)
         jax.block_until_ready((hyper, info))
     lmls = info.log_marginal_likelihoods
     if is_concrete(lmls) and num_nonfinite(lmls) == lmls.size:
@@ -743,6 +686,98 @@ def _fit(
             "standardize `X`, centre `y`, or raise `min_noise_variance`"
         )
     return GPFit(hyper, info)
+
+
+def _search(run, summarize, rows, screen_rows, starts, first):
+    """`(hyper, info)` of the starts' search on `rows`: every start (`screen_rows` is `None`), or the starts
+    screened on `screen_rows`, then the screened winner and the first start (`first`) refined on `rows`.
+    `run(rows, starts)` starts the starts and returns a function that returns their results;
+    `summarize(rows, results)` chooses among them."""
+    if screen_rows is None:
+        return summarize(rows, run(rows, starts)())
+    cold = run(rows, first)  # refined whatever the screening chooses: runs beside the screening
+    _, screened = summarize(screen_rows, run(screen_rows, starts)())
+    chosen = screened.chosen
+    if is_concrete(chosen) and int(fetch(chosen)) == 0:
+        refined = [cold]
+    else:  # the screened winner (from its screened optimum) and the first start
+        refined = [run(rows, _pick(screened.starts, chosen)), cold]
+    hyper, info = summarize(rows, _concat([r() for r in refined]))
+    # the refined winner failed numerically, or the choice is degenerate or pinned at the noise bound
+    failed = _failed(info)
+    if is_concrete(failed) and bool(fetch(failed)):  # every start on all rows (the first is done)
+        rest = (
+            [run(rows, jax.tree.map(lambda a: a[1:], starts))] if starts.noise_variance.shape[0] > 1 else []
+        )
+        hyper, info = summarize(rows, _concat([r() for r in [cold, *rest]]))
+    return hyper, info._replace(screened=screened)
+
+
+def _rows_on_host(concrete, parallel, precision, dtype) -> bool:
+    """Whether the starts see the rows through host callbacks only (`gp_host`): concrete rows, the starts
+    one after another on a CPU, the likelihood in float64
+    (`docs/decisions/gp-step.md#the-gp-programs-see-no-rows`)."""
+    on_cpu = jax.default_backend() == "cpu"
+    return concrete and not parallel and on_cpu and precision == "float64" and dtype == jnp.float64
+
+
+class _Held(NamedTuple):
+    """Rows held on the host (`gp_host.HostRows`) as a program sees them: their handle, their count, the
+    box of the packed log-parameters and the reference scales of the degeneracy test."""
+
+    handle: jax.Array
+    m: jax.Array
+    lo: jax.Array
+    hi: jax.Array
+    var_y: jax.Array
+    ls_lo: jax.Array
+    ls_hi: jax.Array
+    active: jax.Array
+
+
+def _hold(stack, X, y, min_noise) -> _Held:
+    """`X`, `y` (float64 NumPy) held on the host until `stack` closes."""
+    rows = stack.enter_context(HostRows(X, y))
+    scales = host_scales(
+        rows.X, rows.y, float(fetch(min_noise)), _LENGTHSCALE_BOUNDS, _SIGNAL_BOUNDS, _NOISE_UPPER
+    )
+    return _Held(to_device(np.int32(rows.handle)), to_device(np.float64(len(rows.y))), *scales)
+
+
+def _run_held(rows: _Held, starts, *, max_iter, tol, gain_tol):
+    """`_run_starts` on rows held on the host: one program, for one start, run now for each start (a program
+    over all of them would compile again for each number of starts), the results stacked by NumPy. Its host
+    callbacks compute with one BLAS thread (the same answer with any thread count), and programs that call
+    back run one at a time (`_HOST_CALLBACKS`)."""
+    results, starts = [], fetch(starts)  # NumPy: no program to compile per number of starts
+    with _HOST_CALLBACKS, single_blas_thread():
+        for i in range(starts.noise_variance.shape[0]):
+            start = jax.tree.map(lambda a, i=i: to_device(a[i]), starts)
+            results.append(fetch(_held_start(rows, start, max_iter, tol, gain_tol)))
+    raw = jax.tree.map(lambda *a: to_device(np.stack(a)), *results)
+    return lambda: raw
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _held_start(rows: _Held, start, max_iter, tol, gain_tol):
+    """`_run_start` of one start on rows held on the host, in a program whose shapes are the start's: the
+    likelihood and the leave-one-out error are host callbacks (`gp_host`)."""
+    bounds = _Bounds(rows.lo, rows.hi)
+
+    def loss(u):
+        return -handle_lml(_log_params(u, bounds), rows.handle) / rows.m
+
+    u, info = minimize_lbfgs(
+        loss, _pack(start, bounds), rows.m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(rows.lo.dtype),
+        stall_atol=gain_tol / rows.m,
+    )  # fmt: skip
+    return _start_result(u, info, bounds, handle_loo_mse(_log_params(u, bounds), rows.handle))
+
+
+@jax.jit
+def _first(starts):
+    """`starts[:1]`, in one program."""
+    return jax.tree.map(lambda a: a[:1], starts)
 
 
 def _whole_fit_in_float64(precision, X, arguments) -> bool:
@@ -792,8 +827,8 @@ def _padded(X, y, size, concrete):
 
 @functools.partial(jax.jit, static_argnums=4)
 def _heads(starts, X, y, w, screen):
-    """`(starts[:1], X[:screen], y[:screen], w[:screen])` in one program."""
-    return jax.tree.map(lambda a: a[:1], starts), X[:screen], y[:screen], w[:screen]
+    """`(starts[:1], (X[:screen], y[:screen], w[:screen]))` in one program."""
+    return jax.tree.map(lambda a: a[:1], starts), (X[:screen], y[:screen], w[:screen])
 
 
 @jax.jit
@@ -821,9 +856,9 @@ def _start_workers(num_starts):
     return min(int(num_starts), cores)
 
 
-def _run_starts(X, y, w, starts, *, pool, min_noise, max_iter, tol, gain_tol, parallel, precision):
-    """Start every start of `starts` on `(X, y)` (row weights `w`); returns a function that returns their `_run_start`
-    results, stacked along a leading axis.
+def _run_starts(rows, starts, *, pool, min_noise, max_iter, tol, gain_tol, parallel, precision):
+    """Start every start of `starts` on `rows` `(X, y, w)` (row weights `w`); returns a function that returns
+    their `_run_start` results, stacked along a leading axis.
 
     Without `pool`: one program for all the starts (`vmap` or `lax.map`), run now with one BLAS thread
     (kronvi._base.threads). With `pool` (concrete inputs on a CPU): one program per start, queued on the
@@ -832,6 +867,7 @@ def _run_starts(X, y, w, starts, *, pool, min_noise, max_iter, tol, gain_tol, pa
     cores; each computes what the body of `lax.map` computes, so the results are the same to the bit
     (`docs/decisions/gp-step.md#one-blas-thread-for-factorizations-the-starts-on-both-cores`).
     """
+    X, y, w = rows
     if pool is None:
         raw = run_single_threaded(
             _fit_starts, X, y, w, starts, min_noise, max_iter, tol, gain_tol, parallel, precision
@@ -926,22 +962,39 @@ def _run_start(X, y, w, start, min_noise, max_iter, tol, gain_tol, precision):
         loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype),
         stall_atol=gain_tol / m,
     )  # fmt: skip
-    hyper, lml = _unpack(u, bounds), info.final_elbo
-    loo = _loo_mse(hyper, X, y, w)
+    return _start_result(u, info, bounds, _loo_mse(_unpack(u, bounds), X, y, w))
+
+
+def _start_result(u, info, bounds, loo):
+    """A start's result from its L-BFGS optimum `u` (its `FitInfo`) and leave-one-out error: `(hyper, lml,
+    iterations, converged, gradient norm, loo)`, a failed likelihood `-inf` and a failed `loo` `inf`."""
+    lml = jnp.where(jnp.isfinite(info.final_elbo), info.final_elbo, -jnp.inf)
     loo = jnp.where(jnp.isfinite(loo), loo, jnp.inf)
-    lml = jnp.where(jnp.isfinite(lml), lml, -jnp.inf)
-    return hyper, lml, info.num_iter, info.converged, info.grad_norm, loo
+    return _unpack(u, bounds), lml, info.num_iter, info.converged, info.grad_norm, loo
 
 
 _start_fit = jax.jit(_run_start, static_argnames=("max_iter", "precision"))
 
 
 @jax.jit
-def _summarize(X, y, w, results, min_noise, margin):
-    """`GPFitInfo` and the chosen hyperparameters from every start's `_run_start` result (stacked)."""
-    hypers, lmls, iters, converged, gnorms, loo = results
+def _summarize(rows, results, min_noise, margin):
+    """`GPFitInfo` and the chosen hyperparameters from every start's `_run_start` result (stacked) on
+    `rows` `(X, y, w)`."""
+    X, y, w = rows
     var_y = _weighted_moments(y, w)[1]
     _, ls_lo, ls_hi, active = _bounds(X, y, w, min_noise)
+    return _summary(results, var_y, ls_lo, ls_hi, active, min_noise, margin, jnp.sum(w))
+
+
+@jax.jit
+def _summarize_held(rows: _Held, results, min_noise, margin):
+    """`_summarize` of starts on rows held on the host."""
+    return _summary(results, rows.var_y, rows.ls_lo, rows.ls_hi, rows.active, min_noise, margin, rows.m)
+
+
+def _summary(results, var_y, ls_lo, ls_hi, active, min_noise, margin, num_points):
+    """`_summarize` given the rows' scales."""
+    hypers, lmls, iters, converged, gnorms, loo = results
     degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
     pinned = hypers.noise_variance <= 1.5 * min_noise
     chosen = _choose(lmls, degenerate, pinned, loo, margin)
@@ -956,7 +1009,7 @@ def _summarize(X, y, w, results, min_noise, margin):
         num_iterations=iters,
         converged=converged,
         grad_norms=gnorms,
-        num_points=jnp.sum(w).astype(jnp.int32),
+        num_points=num_points.astype(jnp.int32),
         noise_at_bound=pinned,
     )
     return hyper, info

@@ -18,7 +18,7 @@ from jax import lax
 from jax.typing import ArrayLike
 from scipy.linalg.blas import dsyrk
 
-from .._base.buckets import pad_rows, row_bucket
+from .._base.buckets import feature_rows, pad_rows
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -249,10 +249,10 @@ def _feature_chunk(feature_map, x):
 
 def host_features(feature_map, x, chunk_size=None):
     """`feature_map(x)` as a NumPy array, `x` (NumPy, at most `chunk_size` rows) padded with zero rows to
-    `row_bucket(rows)` rows (at most `chunk_size`): one program per bucket of row counts; the features of
-    each row are its own."""
+    `feature_rows(rows, chunk_size)` rows: one program for every row count up to 1,024 and one per bucket
+    above; the features of each row are its own."""
     rows = x.shape[0]
-    size = row_bucket(rows) if chunk_size is None else min(row_bucket(rows), chunk_size)
+    size = feature_rows(rows, chunk_size)
     return np.asarray(jax.device_get(_feature_chunk(feature_map, pad_rows(x, size))))[:rows]
 
 

@@ -1,0 +1,123 @@
+"""The GP likelihood of rows held on the host (`kronvi._inputs.gp_host`): its values and gradients against
+dense references, the handle's life, and programs that compile once for every row count."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+from helpers import count_compiles
+
+import kronvi
+from kronvi._inputs import gp as _gp
+from kronvi._inputs import gp_host
+
+
+def _rows(n=40, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 1] + 0.05 * rng.normal(size=n)
+    return X, y - y.mean()
+
+
+def _dense_K(theta, X):
+    d = X.shape[1]
+    p = np.exp(theta)
+    A = X / p[:d]
+    d2 = ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1)
+    return p[d] * np.exp(-0.5 * d2) + p[d + 1] * np.eye(len(X))
+
+
+def _dense_lml(theta, X, y):
+    K = _dense_K(theta, X)
+    c = scipy.linalg.cho_factor(K, lower=True)
+    return -0.5 * y @ scipy.linalg.cho_solve(c, y) - np.log(np.diag(c[0])).sum() - 0.5 * len(y) * np.log(2 * np.pi)
+
+
+def _brute_loo(theta, X, y):
+    """Leave-one-out squared errors by refitting the GP posterior mean without each row in turn."""
+    K = _dense_K(theta, X)
+    noise = np.exp(theta[-1])
+    errors = []
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        k_i = K[i, keep]  # the noise is on the diagonal only
+        mean = k_i @ np.linalg.solve(K[np.ix_(keep, keep)], y[keep])
+        errors.append((y[i] - mean) ** 2)
+    assert noise > 0
+    return float(np.mean(errors))
+
+
+THETA = np.log(np.array([0.7, 1.3, 4.0, 0.9, 0.02]))
+
+
+def test_host_likelihood_and_loo_against_dense_references():
+    X, y = _rows()
+    value, grad = gp_host.host_lml(THETA, X, y, with_grad=True)
+    np.testing.assert_allclose(value, _dense_lml(THETA, X, y), rtol=1e-12)
+    fd = [
+        (_dense_lml(THETA + h, X, y) - _dense_lml(THETA - h, X, y)) / (2 * 1e-6)
+        for h in 1e-6 * np.eye(len(THETA))
+    ]
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(gp_host.host_loo_mse(THETA, X, y), _brute_loo(THETA, X, y), rtol=1e-9)
+    # a failed factorization (a NaN parameter) is NaN, never a number
+    bad = THETA.copy()
+    bad[0] = np.nan
+    assert np.isnan(gp_host.host_loo_mse(bad, X, y))
+    assert np.isnan(gp_host.host_lml(bad, X, y, with_grad=True)[0])
+
+
+def test_handle_carries_float64_through_a_program_and_its_gradient():
+    """Under `jit` the likelihood of rows held by handle equals the host's in float64 (the parameters cross
+    to the host as bits, whatever the callback thread's x64 setting), and so does its gradient; the handle
+    is gone after the block."""
+    X, y = _rows()
+    theta = THETA + 1e-9  # not a float32 number: rounding on the way would show
+    with jax.enable_x64(True), gp_host.HostRows(X, y) as rows:
+        handle = jnp.asarray(rows.handle, jnp.int32)
+        value, grad = jax.jit(jax.value_and_grad(gp_host.handle_lml))(jnp.asarray(theta), handle)
+        loo = jax.jit(gp_host.handle_loo_mse)(jnp.asarray(theta), handle)
+        assert value.dtype == jnp.float64 and grad.dtype == jnp.float64
+    ref_value, ref_grad = gp_host.host_lml(theta, X, y, with_grad=True)
+    assert float(value) == float(ref_value)
+    np.testing.assert_array_equal(np.asarray(grad), ref_grad)
+    assert float(loo) == gp_host.host_loo_mse(theta, X, y)
+    assert rows.handle not in gp_host._ROWS
+    bits = gp_host._host_bits(np.array([1 / 3, -1e-300, np.inf]))
+    np.testing.assert_array_equal(gp_host._host_float64(bits), [1 / 3, -1e-300, np.inf])
+
+
+def test_host_rows_reach_the_xla_float64_optimum():
+    """The default (`precision="float64"`: rows on the host) and the likelihood in XLA (`"native"` on float64
+    inputs) run the same L-BFGS on the same float64 likelihood: the same hyperparameters to rounding, with
+    every start and with the screened ones."""
+    X, y = _rows(n=120)
+    for kw in (dict(num_starts=3), dict(restarts="screened", screen_points=50)):
+        with jax.enable_x64(True):
+            host, xla = (
+                kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y, precision=p, parallel_restarts=False, **kw)
+                for p in ("float64", "native")
+            )
+        np.testing.assert_allclose(host.info.log_marginal_likelihoods, xla.info.log_marginal_likelihoods, rtol=1e-9)
+        for a, b in zip(jax.tree.leaves(host.hyper), jax.tree.leaves(xla.hyper), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        assert int(host.info.chosen) == int(xla.info.chosen)
+        assert int(host.info.num_points) == 120
+
+
+@pytest.mark.parametrize("restarts", ["all", "screened"])
+def test_a_new_row_count_compiles_no_gp_program(restarts):
+    """Rows held on the host: the GP fit's programs see no row count, so fits at 60, 47, 73 and 90 rows
+    (four row buckets of the XLA likelihood) compile nothing after the first."""
+    X, y = _rows(n=90, d=2, seed=1)
+    kw = dict(num_starts=3, restarts=restarts, screen_points=30, max_iter=30)
+    with count_compiles() as first:
+        kronvi.fit_gp_hyperparameters(jax.random.key(0), X[:60], y[:60], **kw)
+    assert len(first) > 0
+    for n in (47, 73, 90):
+        with count_compiles() as again:
+            fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X[:n], y[:n], **kw)
+        assert len(again) == 0, (n, len(again))
+        assert int(fit.info.num_points) == n
+    assert _gp._held_start._cache_size() >= 1
