@@ -168,6 +168,15 @@ def child(code, *args, cache_env=None):
     return json.loads(proc.stdout.strip().splitlines()[-1]), wall
 
 
+def _rounded(x):
+    """`x` (numbers in dicts and lists) rounded to milliseconds, for printing."""
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rounded(v) for v in x]
+    return round(x, 3) if isinstance(x, float) else x
+
+
 def verdict(ok):
     return "met" if ok else "NOT met"
 
@@ -188,7 +197,7 @@ def main():
         print(f"\n== {name}: {load_average()}", flush=True)
         single, single_wall = child(SINGLE, path, args.folds)
         print(
-            f"  single: {json.dumps({k: round(v, 3) for k, v in single.items()})}; process {single_wall:.2f} s",
+            f"  single: {json.dumps(_rounded(single))}; process {single_wall:.2f} s",
             flush=True,
         )
         cv, cv_wall = child(CV, path, args.folds, "none", "warm")
