@@ -1,9 +1,9 @@
 """Griffe extension for the docs build: a backticked kronvi name in a docstring becomes a link.
 
-The docstrings name other objects in plain backticks (`` `MeanField` ``, `` `kronvi.fit_regression` ``,
+The docstrings name other objects in plain backticks (`` `MeanField` ``, `` `kronvi.fitting.fit_regression` ``,
 `` `DirectConfig.basis` ``), so `help()` reads as plain text. At build time this extension rewrites every
 such name that resolves to an object the API pages render into mkdocstrings' cross-reference,
-`` [`MeanField`][kronvi.MeanField] ``; anything else (a parameter, an expression, a name of another
+`` [`MeanField`][kronvi.model.MeanField] ``; anything else (a parameter, an expression, a name of another
 library) stays code.
 
 A name resolves, first component first, in this order: the members of the documented object and of its
