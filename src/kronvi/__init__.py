@@ -4,7 +4,7 @@ The top level is the front door: fit a model, predict with it, configure the rec
 
 - `fit_direct(key, X, y, config)` fits the default recipe on raw inputs and returns a `DirectFit` whose
   `model` (`FittedDirect`) predicts (`predict`, a `Prediction`) and scores (`log_density`) new rows; its
-  `info` is a `FitInfo`.
+  `info` reads the final fit's `FitInfo` fields, as every fit's does.
 - `DirectConfig(recipe=...)` chooses the recipe, an object that carries its own options: `Eigen()` (the
   default), `Compact()` or `Features()`, and `GPOptions()` for the GP step; an option of one recipe given to
   another is a `RecipeOptionError`.
