@@ -45,15 +45,15 @@ def setup(sizes, n=2000, seed=0):
     y = rng.normal(size=n)
     stats = bnn.bnn_stats(jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32), sizes)
     P = bnn.num_weights(sizes)
-    pw = kronvi.gaussian_prior(P, 0.3, levels=M, dtype=jnp.float32)
-    pn = kronvi.noise_prior(jnp.float32(0.1), levels=M)
+    pw = kronvi.model.gaussian_prior(P, 0.3, levels=M, dtype=jnp.float32)
+    pn = kronvi.model.noise_prior(jnp.float32(0.1), levels=M)
     q, qn = bnn.bnn_init(jax.random.key(seed), pw, pn)
     return stats, pw, pn, q, qn
 
 
 def elbo_grad(stats, pw, pn, qn):
     return jax.jit(
-        jax.value_and_grad(lambda lw: bnn.bnn_elbo(stats, kronvi.MeanField._unchecked(lw), qn, pw, pn))
+        jax.value_and_grad(lambda lw: bnn.bnn_elbo(stats, kronvi.model.MeanField._unchecked(lw), qn, pw, pn))
     )
 
 

@@ -1,6 +1,6 @@
 """Speed of one CAVI sweep (b = 2000, m = 15) by schedule and by where it runs.
 
-1. One sweep on the default backend, per schedule: the sequential sweep (`kronvi.cavi_sweep`: one
+1. One sweep on the default backend, per schedule: the sequential sweep (`kronvi.fitting.cavi_sweep`: one
    `lax.fori_loop` step per weight, also unrolled), the blocked sweep (the same updates in turn, b / B loop
    steps) and the damped block-Jacobi sweep (a block of B weights moved together towards its coordinate
    optima, damped when the exact ELBO change says the block's coupling costs more than half the gains), on
@@ -52,7 +52,7 @@ def problems(b, m, n, rng):
     for name, Phi in feats.items():
         w = rng.normal(size=b) * (rng.uniform(size=b) < 0.1)
         y = Phi @ w + 0.3 * rng.normal(size=n)
-        out[name] = kronvi.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
+        out[name] = kronvi.stats.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
     return out
 
 
@@ -108,8 +108,8 @@ def main():
     )
     rng = np.random.default_rng(0)
     stats = problems(b, m, n, rng)
-    pw = kronvi.gaussian_prior(b, 1.0, levels=m)
-    pn = kronvi.noise_prior(0.1)
+    pw = kronvi.model.gaussian_prior(b, 1.0, levels=m)
+    pn = kronvi.model.noise_prior(0.1)
     lw0 = jnp.asarray(rng.normal(size=(b, m)), jnp.float32)
     ln0 = pn.log_probs
     order = jnp.arange(b)
@@ -170,7 +170,7 @@ def main():
         for p in ("random", "rbf"):
 
             def fit(st, sweep=sweep, device=device):
-                return kronvi.fit_regression(
+                return kronvi.fitting.fit_regression(
                     st, pw, pn, max_iter=args.fit_sweeps, tol=NEVER, sweep=sweep, device=device
                 )
 
@@ -199,7 +199,9 @@ def main():
 
     def fit_folds(st):
         return jax.vmap(
-            lambda s: kronvi.fit_regression(s, pw, pn, max_iter=args.fit_sweeps, tol=NEVER, order="cyclic")
+            lambda s: kronvi.fitting.fit_regression(
+                s, pw, pn, max_iter=args.fit_sweeps, tol=NEVER, order="cyclic"
+            )
         )(st)
 
     print(
@@ -219,7 +221,7 @@ def main():
         print("|---|" + "---:|" * len(sweeps))
         for sweep in ("sequential", "blocked", "jacobi"):
             for ordering in ("gain", "cyclic"):
-                info = kronvi.fit_regression(
+                info = kronvi.fitting.fit_regression(
                     stats[p], pw, pn, max_iter=sweeps[-1], tol=NEVER, order=ordering, sweep=sweep
                 )[2]
                 row = [float(info.elbo[k]) for k in sweeps]

@@ -61,10 +61,10 @@ def fit(Xtr, ytr):
 
 def predict(model, Xte, yte):
     Phi = pipeline.fold_features(model, Xte)
-    mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    mean, _ = kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     yc = (yte - float(model.y_offset)).astype(Phi.dtype)
     try:
-        ld, _ = kronvi.predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc)
+        ld, _ = kronvi.model.predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc)
     except kronvi.DensityToleranceError as e:
         ld = e.log_density
     ld = np.asarray(ld)
@@ -133,8 +133,8 @@ if sys.argv[4] == "warm":  # the same folds again in this process, and BayesianR
         with jax.enable_x64(True):
             feats = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), model.features)
             std = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), model.standardizer)
-            P_tr = np.asarray(kronvi.rff_features(feats, kronvi.standardize(std, jnp.asarray(Xtr))))
-            P_te = np.asarray(kronvi.rff_features(feats, kronvi.standardize(std, jnp.asarray(Xte))))
+            P_tr = np.asarray(kronvi.inputs.rff_features(feats, kronvi.inputs.standardize(std, jnp.asarray(Xtr))))
+            P_te = np.asarray(kronvi.inputs.rff_features(feats, kronvi.inputs.standardize(std, jnp.asarray(Xte))))
         t = time.perf_counter()
         reg = BayesianRidge().fit(P_tr, ytr)
         mean, sd = reg.predict(P_te, return_std=True)

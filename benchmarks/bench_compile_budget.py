@@ -67,10 +67,10 @@ for label, rows in (("fit", n), ("fit at n-1", n - 1), ("fit at 0.9n", int(0.9 *
             jax.block_until_ready(model)
         else:
             Phi = pipeline.fold_features(model, Xte)
-            kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+            kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
             yc = (yte - float(model.y_offset)).astype(Phi.dtype)
             try:
-                ld = kronvi.predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc)
+                ld = kronvi.model.predictive_log_density(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc)
             except kronvi.DensityToleranceError:
                 ld = None
             jax.block_until_ready(ld)

@@ -49,19 +49,19 @@ jax.config.update("jax_enable_x64", True)
 rng = np.random.default_rng(0)
 Phi = jnp.asarray(rng.normal(size=(24, 3)))
 y = Phi @ jnp.asarray(rng.normal(size=3)) + 0.3 * jnp.asarray(rng.normal(size=24))
-pw, pn = kronvi.gaussian_prior(3, 1.0, levels=5), kronvi.noise_prior(0.1, levels=5)
-stats = kronvi.regression_stats(Phi, y)
-start = kronvi.Mixture(jnp.zeros((2, 3, 5)), jnp.zeros(2)), kronvi.MeanField.from_prior(pn)
+pw, pn = kronvi.model.gaussian_prior(3, 1.0, levels=5), kronvi.model.noise_prior(0.1, levels=5)
+stats = kronvi.stats.regression_stats(Phi, y)
+start = kronvi.mixtures.Mixture(jnp.zeros((2, 3, 5)), jnp.zeros(2)), kronvi.model.MeanField.from_prior(pn)
 programs = {
-    'fit_regression(method="cavi")': lambda P, t: kronvi.fit_regression(
-        kronvi.regression_stats(P, t), pw, pn, max_iter=30),
-    'fit_regression(method="lbfgs")': lambda P, t: kronvi.fit_regression(
-        kronvi.regression_stats(P, t), pw, pn, method="lbfgs", max_iter=30),
-    "fit_mixture_bound": lambda P, t: kronvi.fit_mixture_bound(
-        kronvi.regression_stats(P, t), pw, pn, init=start, max_iter=4),
+    'fit_regression(method="cavi")': lambda P, t: kronvi.fitting.fit_regression(
+        kronvi.stats.regression_stats(P, t), pw, pn, max_iter=30),
+    'fit_regression(method="lbfgs")': lambda P, t: kronvi.fitting.fit_regression(
+        kronvi.stats.regression_stats(P, t), pw, pn, method="lbfgs", max_iter=30),
+    "fit_mixture_bound": lambda P, t: kronvi.mixtures.fit_mixture_bound(
+        kronvi.stats.regression_stats(P, t), pw, pn, init=start, max_iter=4),
     "fit_logistic": lambda P, t: fit_logistic(P, (t > 0).astype(P.dtype), pw, max_iter=4),
-    "fit_elrg": lambda P, t: kronvi.fit_elrg(
-        jax.random.key(0), kronvi.regression_stats(P, t), 1.0, 0.5, rank=1, max_iter=4),
+    "fit_elrg": lambda P, t: kronvi.gaussian.fit_elrg(
+        jax.random.key(0), kronvi.stats.regression_stats(P, t), 1.0, 0.5, rank=1, max_iter=4),
     "one eager operation (jnp.sin on 7 x 5)": jnp.sin,
 }
 out = {}

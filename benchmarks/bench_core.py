@@ -60,7 +60,7 @@ def main():
     rows = []
     for chunk in (None, 1024, 8192, n):
         t = median_seconds(
-            lambda P, t_, c=chunk: kronvi.regression_stats(P, t_, chunk_size=c),
+            lambda P, t_, c=chunk: kronvi.stats.regression_stats(P, t_, chunk_size=c),
             Phi,
             y,
             repeats=max(3, args.repeats // 5),
@@ -68,7 +68,7 @@ def main():
         rows.append((chunk, t))
     with jax.default_matmul_precision("tensorfloat32"):  # kronvi's opt-in fast mode (a no-op on CPU)
         t_fast = median_seconds(
-            lambda P, t_: kronvi.regression_stats(P, t_), Phi, y, repeats=max(3, args.repeats // 5)
+            lambda P, t_: kronvi.stats.regression_stats(P, t_), Phi, y, repeats=max(3, args.repeats // 5)
         )
     print("\n## Sufficient statistics")
     print(
@@ -86,15 +86,15 @@ def main():
     )
 
     # --- 1. ELBO and its gradient vs one matvec
-    stats = kronvi.regression_stats(Phi, y)
-    pw = kronvi.gaussian_prior(b, 1.0, levels=m)
-    pn = kronvi.noise_prior(0.5)
+    stats = kronvi.stats.regression_stats(Phi, y)
+    pw = kronvi.model.gaussian_prior(b, 1.0, levels=m)
+    pn = kronvi.model.noise_prior(0.5)
     logits = jnp.asarray(rng.normal(size=(b, m)), jnp.float32)
     ln = pn.log_probs
 
     def elbo(lw, ln, stats):
-        return kronvi.regression_elbo(
-            stats, kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, pn
+        return kronvi.model.regression_elbo(
+            stats, kronvi.model.MeanField._unchecked(lw), kronvi.model.MeanField._unchecked(ln), pw, pn
         )
 
     v = jnp.asarray(rng.normal(size=b), jnp.float32)
@@ -112,9 +112,9 @@ def main():
     print(f"| ELBO + gradient | {t_grad * 1e3:.3f} | {t_grad / t_mv:.2f} |")
 
     # --- 3. one CAVI sweep
-    sweep = jax.jit(lambda lw, ln, st: kronvi.cavi_sweep(st, lw, ln, pw, pn, jnp.arange(b)))
+    sweep = jax.jit(lambda lw, ln, st: kronvi.fitting.cavi_sweep(st, lw, ln, pw, pn, jnp.arange(b)))
     t_sweep = median_seconds(sweep, logits, ln, stats, repeats=max(3, args.repeats // 3))
-    gains = jax.jit(lambda lw, ln, st: kronvi.coordinate_gains(st, lw, ln, pw, pn))
+    gains = jax.jit(lambda lw, ln, st: kronvi.fitting.coordinate_gains(st, lw, ln, pw, pn))
     t_gain = median_seconds(gains, logits, ln, stats, repeats=args.repeats)
     print("\n## Coordinate ascent")
     print(f"one CAVI sweep over b={b} weights + noise: {t_sweep * 1e3:.2f} ms ({t_sweep / t_mv:.1f} matvecs)")

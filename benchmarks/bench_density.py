@@ -1,4 +1,4 @@
-"""Speed and error bound of `kronvi.predictive_log_density` at N = 4,000 test points, b = 2000 weights.
+"""Speed and error bound of `kronvi.model.predictive_log_density` at N = 4,000 test points, b = 2000 weights.
 
 A random-Fourier-feature posterior with m = 15 weight levels and S = 15 noise levels (each weight
 concentrated around a random level, heavy-tailed test targets so that some points lie several sds out).
@@ -56,16 +56,16 @@ def problem(n, b, m, s, seed=0):
 def run(p, dtype, repeats):
     a = {k: jnp.asarray(v, dtype) for k, v in p.items()}
     b, m = a["values"].shape
-    prior_w = kronvi.DiscretePrior(a["values"], jnp.zeros((b, m), dtype))
-    prior_n = kronvi.DiscretePrior(a["svals"][None], jnp.zeros((1, a["svals"].shape[0]), dtype))
-    q_w, q_n = kronvi.MeanField(a["logits"]), kronvi.MeanField(a["log_qn"][None])
+    prior_w = kronvi.model.DiscretePrior(a["values"], jnp.zeros((b, m), dtype))
+    prior_n = kronvi.model.DiscretePrior(a["svals"][None], jnp.zeros((1, a["svals"].shape[0]), dtype))
+    q_w, q_n = kronvi.model.MeanField(a["logits"]), kronvi.model.MeanField(a["log_qn"][None])
 
     cpu = []  # process CPU seconds of every call (all threads): less sensitive to the machine's load
 
     def call(**kw):
         c0 = time.process_time()
         out = jax.block_until_ready(
-            kronvi.predictive_log_density(q_w, q_n, prior_w, prior_n, a["Phi"], a["y"], **kw)
+            kronvi.model.predictive_log_density(q_w, q_n, prior_w, prior_n, a["Phi"], a["y"], **kw)
         )
         cpu.append(time.process_time() - c0)
         return out

@@ -38,35 +38,37 @@ def make_problem(seed, b, n=20000, d=5):
     ymean = y[:ntr].mean()
     y = y - ymean
     to = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
-    stats = kronvi.regression_stats(to(Phi[:ntr]), to(y[:ntr]))
+    stats = kronvi.stats.regression_stats(to(Phi[:ntr]), to(y[:ntr]))
     vy = float(np.var(y[:ntr]))
-    prior_w = kronvi.gaussian_prior(b, np.sqrt(vy))
-    prior_n = kronvi.noise_prior(0.1 * vy, levels=15, span=30.0)
+    prior_w = kronvi.model.gaussian_prior(b, np.sqrt(vy))
+    prior_n = kronvi.model.noise_prior(0.1 * vy, levels=15, span=30.0)
     return stats, prior_w, prior_n, to(Phi[ntr:]), y[ntr:]
 
 
 def methods():
     def cavi(order, **kw):
-        return lambda st, pw, pn: kronvi.fit_regression(st, pw, pn, method="cavi", order=order, **kw)
+        return lambda st, pw, pn: kronvi.fitting.fit_regression(st, pw, pn, method="cavi", order=order, **kw)
 
     def lbfgs(backend):
-        return lambda st, pw, pn: kronvi.fit_regression(st, pw, pn, method=backend, max_iter=1000)
+        return lambda st, pw, pn: kronvi.fitting.fit_regression(st, pw, pn, method=backend, max_iter=1000)
 
     def polish(st, pw, pn):
-        q, qn, _ = kronvi.fit_regression(st, pw, pn, method="cavi", order="gain")
-        return kronvi.fit_regression(st, pw, pn, method="lbfgs", init=(q, qn), max_iter=300)
+        q, qn, _ = kronvi.fitting.fit_regression(st, pw, pn, method="cavi", order="gain")
+        return kronvi.fitting.fit_regression(st, pw, pn, method="lbfgs", init=(q, qn), max_iter=300)
 
     def restarts(st, pw, pn, r=4):
         keys = jax.random.split(jax.random.key(1), r)
-        q, qn, info = jax.vmap(lambda k: kronvi.fit_regression(st, pw, pn, order="random", key=k))(keys)
+        q, qn, info = jax.vmap(lambda k: kronvi.fitting.fit_regression(st, pw, pn, order="random", key=k))(
+            keys
+        )
         final = jax.vmap(lambda e, i: e[i])(info.elbo, info.num_iter)
         best = jnp.argmax(final)
         pick = lambda t: jax.tree.map(lambda x: x[best], t)  # noqa: E731
         return pick(q), pick(qn), pick(info)
 
     def best_of_starts(st, pw, pn):
-        # The pipeline's default: CAVI from the prior and from kronvi.gaussian_start, keep the higher ELBO.
-        fits = [kronvi.fit_regression(st, pw, pn, init=s) for s in ("prior", "gaussian")]
+        # The pipeline's default: CAVI from the prior and from kronvi.fitting.gaussian_start, keep the higher ELBO.
+        fits = [kronvi.fitting.fit_regression(st, pw, pn, init=s) for s in ("prior", "gaussian")]
         final = [f.info.final_elbo for f in fits]
         return jax.tree.map(lambda a, b: jnp.where(final[1] > final[0], b, a), *fits)
 
@@ -102,7 +104,7 @@ def main():
             for name, fn in methods().items():
                 sec, _, (q, qn, info) = timed(jax.jit(fn), stats, pw, pn, repeats=args.repeats)
                 elbo = float(info.final_elbo)
-                mu, _ = kronvi.predict_regression(q, qn, pw, pn, Phi_te)
+                mu, _ = kronvi.model.predict_regression(q, qn, pw, pn, Phi_te)
                 rmse = float(np.sqrt(np.mean((np.asarray(mu) - y_te) ** 2)))
                 rows.setdefault(name, []).append((seed, elbo, sec, rmse, int(info.num_iter)))
                 print(

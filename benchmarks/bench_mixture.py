@@ -50,22 +50,22 @@ def make_problem(dtype, b=2000, m=15, n=4000, seed=0):
     Phi = rng.normal(size=(n, b)) / np.sqrt(b)
     w = rng.normal(size=b) * (rng.uniform(size=b) < 0.1)
     y = Phi @ w + 0.1 * rng.normal(size=n)
-    stats = kronvi.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
-    prior_w = kronvi.gaussian_prior(b, 1.0, levels=m, dtype=dtype)
-    prior_n = kronvi.noise_prior(0.1 * float(np.var(y)), levels=15, span=30.0, dtype=dtype)
+    stats = kronvi.stats.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
+    prior_w = kronvi.model.gaussian_prior(b, 1.0, levels=m, dtype=dtype)
+    prior_n = kronvi.model.noise_prior(0.1 * float(np.var(y)), levels=15, span=30.0, dtype=dtype)
     return stats, prior_w, prior_n
 
 
 def timing(r, sample_sizes, lbfgs_iters):
     stats, prior_w, prior_n = make_problem(jnp.float32)
-    q_w, q_n, _ = kronvi.fit_regression(stats, prior_w, prior_n, max_iter=30)
-    q = kronvi.mixture_from_mean_field(jax.random.key(1), q_w, r)
+    q_w, q_n, _ = kronvi.fitting.fit_regression(stats, prior_w, prior_n, max_iter=30)
+    q = kronvi.mixtures.mixture_from_mean_field(jax.random.key(1), q_w, r)
     b, m = q_w.logits.shape
     print(f"## timing, float32, b={b}, m={m}, r={r}, n={int(stats.n)}")
     for rescale in (True, False):
         f = jax.jit(
             jax.value_and_grad(
-                lambda q, lc, qn, rescale=rescale: kronvi.mixture_elbo_bound(
+                lambda q, lc, qn, rescale=rescale: kronvi.mixtures.mixture_elbo_bound(
                     stats, q, qn, lc, prior_w, prior_n, rescale=rescale
                 ),
                 argnums=(0, 1, 2),
@@ -73,23 +73,23 @@ def timing(r, sample_sizes, lbfgs_iters):
         )
         sec, comp = median_seconds(f, q, q.log_marginals, q_n, reps=30)
         print(f"bound value+grad (rescale={rescale}): {1e3 * sec:8.2f} ms   (compile {comp:.1f} s)")
-    f = jax.jit(lambda q, lc, qn: kronvi.mixture_elbo_bound(stats, q, qn, lc, prior_w, prior_n))
+    f = jax.jit(lambda q, lc, qn: kronvi.mixtures.mixture_elbo_bound(stats, q, qn, lc, prior_w, prior_n))
     sec, comp = median_seconds(f, q, q.log_marginals, q_n, reps=30)
     print(f"bound value only:                  {1e3 * sec:8.2f} ms")
     opt = optax.adam(1e-2)
-    state = kronvi.mixture_sgd_init(q, q_n, optimizer=opt)
+    state = kronvi.mixtures.mixture_sgd_init(q, q_n, optimizer=opt)
     for est in kronvi.mixtures.ESTIMATORS:
         for S in sample_sizes:
             step = jax.jit(
-                lambda k, s, S=S, est=est: kronvi.mixture_sgd_step(
+                lambda k, s, S=S, est=est: kronvi.mixtures.mixture_sgd_step(
                     k, stats, s, prior_w, prior_n, optimizer=opt, num_samples=S, estimator=est
                 )
             )
             sec, comp = median_seconds(step, jax.random.key(0), state, reps=10)
             print(f"SGD step ({est:19s}), num_samples={S:5d}: {1e3 * sec:8.2f} ms   (compile {comp:.1f} s)")
     kw = dict(init=(q, q_n), max_iter=lbfgs_iters, tol=0.0)
-    jax.block_until_ready(kronvi.fit_mixture_bound(stats, prior_w, prior_n, **dict(kw, max_iter=1)))
-    out, sec = seconds(kronvi.fit_mixture_bound, stats, prior_w, prior_n, **kw)
+    jax.block_until_ready(kronvi.mixtures.fit_mixture_bound(stats, prior_w, prior_n, **dict(kw, max_iter=1)))
+    out, sec = seconds(kronvi.mixtures.fit_mixture_bound, stats, prior_w, prior_n, **kw)
     it = int(out[3].num_iter)
     print(f"fit_mixture_bound (jaxopt L-BFGS): {it} iterations in {sec:.1f} s = {1e3 * sec / it:.1f} ms/it")
     # Where the time goes: bound evaluations per L-BFGS iteration (zoom line search), same objective.
@@ -97,8 +97,8 @@ def timing(r, sample_sizes, lbfgs_iters):
 
     def loss(params):
         lw, wl, lc, ln = params
-        qq, qn = kronvi.Mixture._unchecked(lw, wl), kronvi.MeanField._unchecked(ln)
-        return -kronvi.mixture_elbo_bound(stats, qq, qn, lc, prior_w, prior_n) / stats.n
+        qq, qn = kronvi.mixtures.Mixture._unchecked(lw, wl), kronvi.model.MeanField._unchecked(ln)
+        return -kronvi.mixtures.mixture_elbo_bound(stats, qq, qn, lc, prior_w, prior_n) / stats.n
 
     solver = jaxopt_lbfgs(loss, max_iter=lbfgs_iters, tol=0.0)
     params = (q.logits, q.weight_logits, q.log_marginals, q_n.logits)
@@ -115,21 +115,23 @@ def timing(r, sample_sizes, lbfgs_iters):
 def quality(r, sgd_runs, lbfgs_iters):
     with jax.enable_x64(True):
         stats, prior_w, prior_n = make_problem(jnp.float64)
-        q_w, q_n, info = kronvi.fit_regression(stats, prior_w, prior_n, max_iter=200)
+        q_w, q_n, info = kronvi.fitting.fit_regression(stats, prior_w, prior_n, max_iter=200)
         mf = float(info.final_elbo)
         b = q_w.logits.shape[0]
         print(f"\n## quality, float64, same problem (b={b}, r={r}); nats relative to the mean-field ELBO")
         print(f"mean-field ELBO (CAVI, {int(info.num_iter)} sweeps): {mf:.4f}")
-        print(f"mean-field entropy per weight: {float(kronvi.entropy(q_w)) / b:.4f} nats")
-        q1 = kronvi.Mixture.from_mean_field(q_w)
-        tight = float(kronvi.mixture_elbo_bound(stats, q1, q_n, q1.log_marginals, prior_w, prior_n)) - mf
+        print(f"mean-field entropy per weight: {float(kronvi.model.entropy(q_w)) / b:.4f} nats")
+        q1 = kronvi.mixtures.Mixture.from_mean_field(q_w)
+        tight = (
+            float(kronvi.mixtures.mixture_elbo_bound(stats, q1, q_n, q1.log_marginals, prior_w, prior_n)) - mf
+        )
         print(f"bound, r=1 at the mean-field optimum, centre a = q: {tight:+.2e}  (tight)")
 
         def unbiased(q, qn, repeats=10, estimator="stratified"):
             # mean of `repeats` independent 3000-draw estimates (one 30000-draw call needs ~10x the memory)
             ests, ses = zip(
                 *(
-                    kronvi.mixture_elbo_unbiased(
+                    kronvi.mixtures.mixture_elbo_unbiased(
                         jax.random.key(123 + i), stats, q, qn, prior_w, prior_n, num_samples=3000,
                         estimator=estimator,
                     )
@@ -140,14 +142,14 @@ def quality(r, sgd_runs, lbfgs_iters):
             return float(np.mean(ests)) - mf, float(np.sqrt(np.sum(np.square(ses)))) / repeats
 
         for scale in (0.03, 0.3):
-            qs = kronvi.mixture_from_mean_field(jax.random.key(4), q_w, r, noise_scale=scale)
+            qs = kronvi.mixtures.mixture_from_mean_field(jax.random.key(4), q_w, r, noise_scale=scale)
             for est, S in [(e, 3000) for e in kronvi.mixtures.ESTIMATORS] + [("local", 300)]:
                 grad = jax.jit(
                     lambda k, est=est, qs=qs, S=S: jax.grad(
-                        lambda lg: kronvi.mixture_elbo_estimate(
+                        lambda lg: kronvi.mixtures.mixture_elbo_estimate(
                             k,
                             stats,
-                            kronvi.Mixture._unchecked(lg, qs.weight_logits),
+                            kronvi.mixtures.Mixture._unchecked(lg, qs.weight_logits),
                             q_n,
                             prior_w,
                             prior_n,
@@ -162,19 +164,23 @@ def quality(r, sgd_runs, lbfgs_iters):
                     f"{np.sum(np.var(G, axis=0, ddof=1)):.4g} (squared norm of the mean gradient "
                     f"{np.sum(np.mean(G, axis=0) ** 2):.4g})"
                 )
-        q0 = kronvi.mixture_from_mean_field(jax.random.key(4), q_w, r)
+        q0 = kronvi.mixtures.mixture_from_mean_field(jax.random.key(4), q_w, r)
         for est in ("score", "stratified"):
             e, s = unbiased(q0, q_n, repeats=1, estimator=est)
             print(f"ELBO estimate at the r={r} start, 3000 draws, estimator={est!r}: {e:+.3f} +- {s:.4f}")
-        b0 = float(kronvi.mixture_elbo_bound(stats, q0, q_n, q0.log_marginals, prior_w, prior_n)) - mf
-        lit = kronvi.mixture_elbo_bound(stats, q0, q_n, q0.log_marginals, prior_w, prior_n, rescale=False)
+        b0 = (
+            float(kronvi.mixtures.mixture_elbo_bound(stats, q0, q_n, q0.log_marginals, prior_w, prior_n)) - mf
+        )
+        lit = kronvi.mixtures.mixture_elbo_bound(
+            stats, q0, q_n, q0.log_marginals, prior_w, prior_n, rescale=False
+        )
         e0, s0 = unbiased(q0, q_n)
         print(
             f"r={r} start (mixture_from_mean_field, noise_scale=0.3): ELBO {e0:+.3f} +- {s0:.3f}, "
             f"bound at the marginals {b0:+.3f} (literal form {float(lit) - mf:+.3f})"
         )
         (q, qn, lc, binfo), sec = seconds(
-            kronvi.fit_mixture_bound, stats, prior_w, prior_n, init=(q0, q_n), max_iter=lbfgs_iters
+            kronvi.mixtures.fit_mixture_bound, stats, prior_w, prior_n, init=(q0, q_n), max_iter=lbfgs_iters
         )
         bound = float(binfo.final_elbo) - mf
         e, s = unbiased(q, qn)
@@ -186,7 +192,7 @@ def quality(r, sgd_runs, lbfgs_iters):
         for S, steps, lr, est, cosine in sgd_runs:
             opt = optax.adam(optax.cosine_decay_schedule(lr, steps) if cosine else lr)
             (q, qn, _, sinfo), sec = seconds(
-                kronvi.fit_mixture_sgd, jax.random.key(1), stats, prior_w, prior_n, init=(q0, q_n),
+                kronvi.mixtures.fit_mixture_sgd, jax.random.key(1), stats, prior_w, prior_n, init=(q0, q_n),
                 optimizer=opt, num_steps=steps, num_samples=S, estimator=est,
             )  # fmt: skip
             e, s = unbiased(q, qn)
@@ -211,9 +217,9 @@ def bimodal():
             1,
         )
         y = Phi[:, 0] + 0.3 * rng.normal(size=n)
-        stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
-        prior_w = kronvi.gaussian_prior(3, 1.0, levels=3, width=1.0)
-        prior_n = kronvi.noise_prior(0.09, levels=5)
+        stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+        prior_w = kronvi.model.gaussian_prior(3, 1.0, levels=3, width=1.0)
+        prior_n = kronvi.model.noise_prior(0.09, levels=5)
         cfg = np.array(list(itertools.product(range(3), repeat=3)))
         W = np.asarray(prior_w.values)[np.arange(3), cfg]
         rss = ((y[None] - W @ Phi.T) ** 2).sum(-1)
@@ -230,22 +236,24 @@ def bimodal():
             w = np.exp(lq)[:, None] * np.exp(lqs)[None]
             return float(np.sum(w * (joint - lq[:, None] - lqs[None])))
 
-        q_w, q_n, info = kronvi.fit_regression(stats, prior_w, prior_n, anneal_sweeps=20)
+        q_w, q_n, info = kronvi.fitting.fit_regression(stats, prior_w, prior_n, anneal_sweeps=20)
         mf = float(info.final_elbo)
         print("\n## tiny bimodal problem (b=3, m=3, r=2), exact by enumeration")
         print(f"log p(y) = {log_z:.4f}; mean-field ELBO {mf:.4f} (gap {log_z - mf:.4f})")
-        from_mf = kronvi.mixture_from_mean_field(jax.random.key(1), q_w, 2, noise_scale=1.0)
+        from_mf = kronvi.mixtures.mixture_from_mean_field(jax.random.key(1), q_w, 2, noise_scale=1.0)
         for name, q0 in [
             ("from mean field (noise_scale=1)", from_mf),
             ("leaning to the two modes", _two_modes()),
         ]:
-            q, qn, lc, binfo = kronvi.fit_mixture_bound(stats, prior_w, prior_n, init=(q0, q_n), max_iter=500)
+            q, qn, lc, binfo = kronvi.mixtures.fit_mixture_bound(
+                stats, prior_w, prior_n, init=(q0, q_n), max_iter=500
+            )
             bound = float(binfo.final_elbo)
             print(
                 f"start {name}: L-BFGS bound {bound:.4f}, exact ELBO {exact(q, qn):.4f}, "
                 f"weights {np.round(np.asarray(q.weights), 3).tolist()}"
             )
-            q, qn, _, sinfo = kronvi.fit_mixture_sgd(
+            q, qn, _, sinfo = kronvi.mixtures.fit_mixture_sgd(
                 jax.random.key(2), stats, prior_w, prior_n, init=(q0, q_n), optimizer=optax.adam(0.1),
                 num_steps=1000, num_samples=16,
             )  # fmt: skip
@@ -258,7 +266,7 @@ def bimodal():
 def _two_modes():
     L = np.zeros((2, 3, 3))
     L[0, 0, 2] = L[0, 1, 1] = L[1, 0, 1] = L[1, 1, 2] = L[:, 2, 1] = 1.0
-    return kronvi.Mixture(L, np.zeros(2))
+    return kronvi.mixtures.Mixture(L, np.zeros(2))
 
 
 def main():

@@ -88,8 +88,8 @@ def main():
         mesh = Mesh(np.array(devices[:k]), ("rows",))
         rows = NamedSharding(mesh, P("rows"))
         Ps, ys = jax.device_put(Phi, rows), jax.device_put(y, rows)
-        t = median_seconds(lambda Ps=Ps, ys=ys: kronvi.regression_stats(Ps, ys))
-        stats = kronvi.regression_stats(Ps, ys)
+        t = median_seconds(lambda Ps=Ps, ys=ys: kronvi.stats.regression_stats(Ps, ys))
+        stats = kronvi.stats.regression_stats(Ps, ys)
         A = np.asarray(stats.PhitPhi, np.float64)
         if reference is None:
             base, reference = t, A

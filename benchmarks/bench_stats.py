@@ -10,8 +10,8 @@
    matrix and, on yacht's first fold, the evidence-optimal noise variance the eigenbasis recipe computes from
    it (float32 statistics gave 0.022 where float64 gives 0.0022, `docs/decisions/default-recipe.md#the-eigenbasis`).
 2. The eigendecomposition of a 2,000 x 2,000 matrix with one BLAS thread and with the library's default.
-3. The eigenbasis of n x 2,000 features for n < b: the dual (`kronvi.eigenbasis_from_inputs`) against the
-   primal (`kronvi.eigenbasis` of the statistics).
+3. The eigenbasis of n x 2,000 features for n < b: the dual (`kronvi.stats.eigenbasis_from_inputs`) against the
+   primal (`kronvi.stats.eigenbasis` of the statistics).
 4. The float64 features themselves: `rff_features` (one sincos pass) against XLA's `cos` and `sin`.
 
 Medians of --repeats runs after a warm-up, in one process. Run: python benchmarks/bench_stats.py
@@ -40,7 +40,7 @@ from _timing import load_average, machine, median_seconds  # noqa: E402
 def features(n, b, d=8, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
-    params = kronvi.rff_init(jax.random.key(seed), jnp.full((d,), 1.5), b // 2)
+    params = kronvi.inputs.rff_init(jax.random.key(seed), jnp.full((d,), 1.5), b // 2)
     return X, rng.normal(size=n), params
 
 
@@ -67,12 +67,14 @@ def f32_chunks(F, chunk=4096):
 
 def evidence_noise(PhitPhi, Phity, yty, n, sw, s2):
     """The eigenbasis recipe's evidence-optimal noise from these statistics (float64 eigenbasis)."""
-    stats = kronvi.RegressionStats(
+    stats = kronvi.stats.RegressionStats(
         jnp.asarray(float(n)), jnp.asarray(yty), jnp.asarray(Phity), jnp.asarray(PhitPhi)
     )
-    rotated, basis = kronvi.eigenbasis(stats)
+    rotated, basis = kronvi.stats.eigenbasis(stats)
     return float(
-        kronvi.spectral_evidence_optimum(basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, sw, s2)[1]
+        kronvi.gaussian.spectral_evidence_optimum(
+            basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, sw, s2
+        )[1]
     )
 
 
@@ -87,7 +89,7 @@ def main(argv=None):
 
     # -- 1. statistics
     X, y, params = features(n, b)
-    fmap = functools.partial(kronvi.rff_features, params)
+    fmap = functools.partial(kronvi.inputs.rff_features, params)
     F = np.asarray(fmap(jnp.asarray(X)))
     ref = F.T @ F
     flops = 2 * n * b * b
@@ -102,11 +104,13 @@ def main(argv=None):
         f"\nfloat32 GEMM rate ({4096} x {b} blocks): host BLAS {gemm_host:.0f} GFLOP/s, XLA {gemm_xla:.0f} GFLOP/s\n"
     )
     Xj, yj = jnp.asarray(X), jnp.asarray(y)
-    xla = jax.jit(lambda X, y: kronvi.regression_stats_from_inputs(fmap, X, y).PhitPhi)  # traced: XLA's dot
+    xla = jax.jit(
+        lambda X, y: kronvi.stats.regression_stats_from_inputs(fmap, X, y).PhitPhi
+    )  # traced: XLA's dot
     options = {
         "XLA float64 dot (features and products compiled)": (lambda: xla(Xj, yj), None),
         "host BLAS float64, F.T @ F (kronvi on a CPU; features included)": (
-            lambda: kronvi.regression_stats_from_inputs(fmap, Xj, yj).PhitPhi, None),
+            lambda: kronvi.stats.regression_stats_from_inputs(fmap, Xj, yj).PhitPhi, None),
         "float32 chunks, float64 sums (products only)": (lambda: f32_chunks(F), None),
         "float32 split hi + lo, 3 GEMMs (products only)": (lambda: split_product(F), None),
     }  # fmt: skip
@@ -117,7 +121,7 @@ def main(argv=None):
         jax.random.key(0), Xy[train], yy[train], pipeline.DirectConfig(recipe=pipeline.Features(noise_cv=()))
     )
     feats64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), fold.features)
-    Fy = np.asarray(kronvi.rff_features(feats64, jnp.asarray(fold.X, jnp.float64)))
+    Fy = np.asarray(kronvi.inputs.rff_features(feats64, jnp.asarray(fold.X, jnp.float64)))
     ty = np.asarray(fold.y, np.float64)
     sw, s2 = float(np.sqrt(fold.hyper.signal_variance)), float(fold.hyper.noise_variance)
     yacht = {
@@ -157,9 +161,9 @@ def main(argv=None):
     )
     for m in (278, 927, 1500):
         Xm, ym = jnp.asarray(X[:m]), jnp.asarray(y[:m])
-        t_dual = median_seconds(kronvi.eigenbasis_from_inputs, fmap, Xm, ym, repeats=r)
+        t_dual = median_seconds(kronvi.stats.eigenbasis_from_inputs, fmap, Xm, ym, repeats=r)
         t_primal = median_seconds(
-            lambda X_, y_: kronvi.eigenbasis(kronvi.regression_stats_from_inputs(fmap, X_, y_)),
+            lambda X_, y_: kronvi.stats.eigenbasis(kronvi.stats.regression_stats_from_inputs(fmap, X_, y_)),
             Xm,
             ym,
             repeats=r,
@@ -170,7 +174,7 @@ def main(argv=None):
     both = jax.jit(lambda P: jnp.concatenate([jnp.cos(P), jnp.sin(P)], -1))
     P = jnp.asarray(X) @ params.frequencies
     t_xla = median_seconds(lambda: both(P), repeats=r)
-    t_ours = median_seconds(lambda: jax.jit(kronvi.rff_features)(params, Xj), repeats=r)
+    t_ours = median_seconds(lambda: jax.jit(kronvi.inputs.rff_features)(params, Xj), repeats=r)
     print(f"\nfloat64 features of {n} rows: rff_features (sincos, with the projection) {t_ours:.2f} s, "
           f"XLA cos and sin of the projections {t_xla:.2f} s")  # fmt: skip
     print(f"\n{load_average()} at the end")

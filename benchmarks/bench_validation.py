@@ -75,13 +75,13 @@ def main():
     b, n = args.b, 4 * args.b
     Phi = jax.random.normal(jax.random.key(0), (n, b)) / np.sqrt(b)
     y = Phi[:, 0] + 0.1 * jax.random.normal(jax.random.key(1), (n,))
-    stats = kronvi.regression_stats(Phi, y)
-    pw, pn = kronvi.gaussian_prior(b, 1.0), kronvi.noise_prior(0.01)
+    stats = kronvi.stats.regression_stats(Phi, y)
+    pw, pn = kronvi.model.gaussian_prior(b, 1.0), kronvi.model.noise_prior(0.01)
     X, yy, mask = kronvi.load_demo()
     config = kronvi.DirectConfig(num_frequencies=50, gp=kronvi.GPOptions(restarts=1, points=100))
 
     def fit():
-        return kronvi.fit_regression(stats, pw, pn, init="gaussian", max_iter=1)
+        return kronvi.fitting.fit_regression(stats, pw, pn, init="gaussian", max_iter=1)
 
     counts = count_checks(
         {

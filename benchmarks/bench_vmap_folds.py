@@ -1,7 +1,7 @@
-"""K-fold fits on a CPU: `jax.vmap(kronvi.fit_regression)` against a Python loop and `jax.lax.map`.
+"""K-fold fits on a CPU: `jax.vmap(kronvi.fitting.fit_regression)` against a Python loop and `jax.lax.map`.
 
 Five folds of synthetic data (random Fourier features of 8 inputs, `b` features, a smooth target plus noise;
-`kronvi.kfold_stats`) are fitted with the default `fit_regression` (CAVI, gain order, sequential sweeps, up to
+`kronvi.stats.kfold_stats`) are fitted with the default `fit_regression` (CAVI, gain order, sequential sweeps, up to
 100 sweeps), on general statistics (`PhitPhi` dense) and on eigenbasis statistics (diagonal `PhitPhi`,
 `sweep="diagonal"`, the default recipe's fit). Three forms, each compiled before timing (medians of
 `--repeats` calls):
@@ -41,17 +41,19 @@ def problem(b, n=2000, folds=5, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(-2, 2, size=(n, 8))
     y = np.sin(1.5 * X[:, 0]) + 0.5 * np.cos(X[:, 1] * X[:, 2]) + 0.1 * rng.standard_normal(n)
-    feats = kronvi.rff_init(jax.random.key(seed), jnp.full(8, 1.5), b // 2)
-    Phi = kronvi.rff_features(feats, jnp.asarray(X, jnp.float32))
-    train, _ = kronvi.kfold_stats(Phi, jnp.asarray(y - y.mean(), jnp.float32), np.arange(n) % folds)
-    prior_w = kronvi.gaussian_prior(b, 1.0, levels=15, width=3.0)
-    prior_n = kronvi.noise_prior(0.01, levels=15, span=10.0)
+    feats = kronvi.inputs.rff_init(jax.random.key(seed), jnp.full(8, 1.5), b // 2)
+    Phi = kronvi.inputs.rff_features(feats, jnp.asarray(X, jnp.float32))
+    train, _ = kronvi.stats.kfold_stats(Phi, jnp.asarray(y - y.mean(), jnp.float32), np.arange(n) % folds)
+    prior_w = kronvi.model.gaussian_prior(b, 1.0, levels=15, width=3.0)
+    prior_n = kronvi.model.noise_prior(0.01, levels=15, span=10.0)
     return train, prior_w, prior_n
 
 
 def rotate(train):
     """The eigenbasis statistics of each fold (diagonal `PhitPhi`; the weight grid is the same)."""
-    out = [kronvi.eigenbasis(jax.tree.map(lambda a, k=k: a[k], train))[0] for k in range(train.n.shape[0])]
+    out = [
+        kronvi.stats.eigenbasis(jax.tree.map(lambda a, k=k: a[k], train))[0] for k in range(train.n.shape[0])
+    ]
     return jax.tree.map(lambda *a: jnp.stack(a), *out)
 
 
@@ -91,7 +93,7 @@ def main():
     rows = []
     for b in map(int, args.sizes.split(",")):
         train, prior_w, prior_n = problem(b)
-        dense = functools.partial(kronvi.fit_regression, prior_w=prior_w, prior_noise=prior_n)
+        dense = functools.partial(kronvi.fitting.fit_regression, prior_w=prior_w, prior_noise=prior_n)
         diagonal = functools.partial(dense, sweep="diagonal")
         cases = [("dense", train, dense), ("eigenbasis", rotate(train), diagonal)]
         for label, stats, fit in cases:

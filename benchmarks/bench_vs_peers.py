@@ -4,7 +4,7 @@ For fold 0 of each dataset (the shared UCI folds; yacht ships with kronvi):
 
 - **kronvi**: `kronvi.pipeline.fit_direct` with the default `DirectConfig()` on the raw training rows (GP
   hyperparameters, features, eigenbasis, evidence, fit), then the exact predictive mean and the exact
-  predictive log density of every test row (`kronvi.predictive_log_density`). Its stages come from the
+  predictive log density of every test row (`kronvi.model.predictive_log_density`). Its stages come from the
   fit's own timings. "first call" is a fresh process (XLA compilation included); the other columns are
   warm repeats, after one untimed call in the same process.
 - **BayesianRidge**: scikit-learn's `BayesianRidge()` (its defaults: intercept, evidence-optimal prior
@@ -91,13 +91,13 @@ def run_kronvi(Xtr, ytr, Xte, yte, key=0, config=None):
 
     def predict():
         Phi = pipeline.fold_features(model, Xte)
-        mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+        mean, _ = kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
         return Phi, np.asarray(mean, np.float64) + float(model.y_offset)
 
     (Phi, mean), predict_s = seconds(predict)
     yc = jnp.asarray(yte - float(model.y_offset), Phi.dtype)
     (ld, _), density_s = seconds(
-        kronvi.predictive_log_density, model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc
+        kronvi.model.predictive_log_density, model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc
     )
     ld = np.asarray(ld)
     return dict(
@@ -116,7 +116,7 @@ def same_features(Xtr, ytr, Xte, key=0):
         feats = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), fold.features)
         std = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), fold.standardizer)
         F = [
-            np.asarray(kronvi.rff_features(feats, kronvi.standardize(std, jnp.asarray(X))))
+            np.asarray(kronvi.inputs.rff_features(feats, kronvi.inputs.standardize(std, jnp.asarray(X))))
             for X in (Xtr, Xte)
         ]
     return F

@@ -2,7 +2,7 @@
 benchmark with a known answer (Burt et al. 2020, section 4 and appendix F), for kronvi's families.
 
 Model: y = Phi w + eps, w ~ N(0, sw^2 I), eps ~ N(0, s2 I) with s2 fixed, so the posterior is Gaussian and
-known exactly (kronvi.blr_posterior). Everything runs in float64 (``main`` enables it) and in prior-standard-deviation units
+known exactly (kronvi.gaussian.blr_posterior). Everything runs in float64 (``main`` enables it) and in prior-standard-deviation units
 (features multiplied by sw, prior N(0, I)), which changes no KL and no prediction.
 
 Data (one train/test split each):
@@ -14,28 +14,28 @@ Data (one train/test split each):
            (kronvi.pipeline.prepare_fold with basis "features": inputs standardized on the training rows,
            targets centred, squared-exponential ARD hyperparameters by GP marginal likelihood on 500 training
            rows, 2 restarts), --num-features features, prior sd sw = the GP signal sd, noise variance s2 the
-           maximizer of this model's exact evidence (kronvi.blr_evidence_noise, within 1e4x of the GP's),
+           maximizer of this model's exact evidence (kronvi.gaussian.blr_evidence_noise, within 1e4x of the GP's),
            kept fixed. The paper used the 100 inducing-point features of a sparse GP (and its noise); random Fourier
            features are the features every kronvi study uses, they approximate the same kernel, and b = 100
            matches the paper's feature count, so the posterior has the same size.
 
-Families (the Gaussian ones are kronvi.ELRG: covariance diag(d) + V V^T with V of shape (b, rank)):
+Families (the Gaussian ones are kronvi.gaussian.ELRG: covariance diag(d) + V V^T with V of shape (b, rank)):
   full          rank b (every covariance)           factorized    rank 0 (the mean field)
   elrg-R        rank R, one variance per weight (Tomczak et al.'s ELRG-D)
   elrg-c-R      rank R, one shared diagonal variance, learned (their ELRG with the constant diagonal)
   direct-mf     DIRECT mean field on the discretized prior: each weight on linspace(-3, 3, 15) prior sds
-                (kronvi.gaussian_prior), the noise on one level s2; CAVI from the prior and from
-                kronvi.gaussian_start, the higher ELBO kept (the pipeline's "features" recipe)
+                (kronvi.model.gaussian_prior), the noise on one level s2; CAVI from the prior and from
+                kronvi.fitting.gaussian_start, the higher ELBO kept (the pipeline's "features" recipe)
   direct-mix5   DIRECT 5-mixture (Theorem-3 bound, L-BFGS, 100 iterations) from that mean field
   direct-eigen  DIRECT mean field in the eigenbasis of Phi^T Phi, 15 levels on +-4 exact posterior sds per
                 weight (kronvi's default recipe), the same noise level
 
 Objectives for the Gaussian families (the expected log-likelihood is computed exactly from the statistics in
 all of them, as in the paper's toy experiment, so the function-space ones differ only in the KL term):
-  exact          the ELBO; full and factorized: their closed-form optima (kronvi.blr_posterior,
-                 kronvi.fit_gaussian_mf); ELRG: kronvi.fit_elrg (L-BFGS on the closed-form ELBO)
+  exact          the ELBO; full and factorized: their closed-form optima (kronvi.gaussian.blr_posterior,
+                 kronvi.gaussian.fit_gaussian_mf); ELRG: kronvi.gaussian.fit_elrg (L-BFGS on the closed-form ELBO)
   local-reparam  the ELBO by minibatches of 100 rows with outputs sampled per row (Tomczak et al.'s Lemma 1,
-                 kronvi.fit_elrg(objective="local-reparam")); Adam; elrg-10 only (one compile per dataset)
+                 kronvi.gaussian.fit_elrg(objective="local-reparam")); Adam; elrg-10 only (one compile per dataset)
   fixed-a        the function-space objective E_q log p(y|w) - KL(q_A || p_A) on one measurement set A drawn
                  once: |A|/2 training inputs and |A|/2 uniform in their bounding box (|A| = 10 on the toy, 80
                  on UCI); q_A, p_A are the Gaussian laws of Phi_A w under q and the prior; L-BFGS (the paper)
@@ -125,15 +125,15 @@ class Problem:
     y_test: jax.Array
     num_measure: int  # |A|
     Phi: jax.Array = None
-    stats: kronvi.RegressionStats = None
+    stats: kronvi.stats.RegressionStats = None
     Phi_test: jax.Array = None
     post: tuple = None
 
     def __post_init__(self):
         self.Phi = self.fmap(self.X)
-        self.stats = kronvi.regression_stats(self.Phi, self.y)
+        self.stats = kronvi.stats.regression_stats(self.Phi, self.y)
         self.Phi_test = self.fmap(self.X_test)
-        self.post = kronvi.blr_posterior(self.stats, 1.0, self.s2)
+        self.post = kronvi.gaussian.blr_posterior(self.stats, 1.0, self.s2)
         self.frame = (self.post[0], jnp.linalg.cholesky(self.post[1]))  # the optimizers' mean coordinates
         self.lo, self.hi = jnp.min(self.X, axis=0), jnp.max(self.X, axis=0)
 
@@ -162,13 +162,13 @@ def toy_problem(seed: int = 0) -> Problem:
 
 
 def _rff_map(features, sw, X):
-    return sw * kronvi.rff_features(features, X)
+    return sw * kronvi.inputs.rff_features(features, X)
 
 
 def uci_problem(name: str, *, data_dir, num_features: int, seed: int = 0) -> Problem:
     """Fold 0 of a shared UCI dataset through kronvi's random-Fourier-feature pipeline."""
     X, y, mask = kronvi.load_uci(pathlib.Path(data_dir) / name)
-    test = kronvi.fold_indices(mask) == 0
+    test = kronvi.inputs.fold_indices(mask) == 0
     config = DirectConfig(
         recipe=kronvi.Features(noise_cv=()), num_frequencies=num_features // 2, gp=kronvi.GPOptions(points=500, restarts=2)
     )
@@ -177,13 +177,13 @@ def uci_problem(name: str, *, data_dir, num_features: int, seed: int = 0) -> Pro
     sw = jnp.sqrt(fold.hyper.signal_variance)
     fmap = jax.tree_util.Partial(_rff_map, fold.features, sw)
     # test inputs standardized as the training ones (fold_features = rff_features of standardized inputs)
-    X_test = kronvi.standardize(fold.standardizer, jnp.asarray(X[test], jnp.float64))
+    X_test = kronvi.inputs.standardize(fold.standardizer, jnp.asarray(X[test], jnp.float64))
     np.testing.assert_allclose(fmap(X_test[:3]), sw * fold_features(fold, X[test][:3]), rtol=1e-10)
     y_test = jnp.asarray(y[test], jnp.float64) - fold.y_offset
     # the noise variance of this model (these features, this prior) with the highest evidence, near the GP's
     gp_s2 = fold.hyper.noise_variance
-    stats = kronvi.regression_stats(fmap(fold.X), fold.y)
-    s2 = float(kronvi.blr_evidence_noise(stats, 1.0, lower=gp_s2 * 1e-4, upper=gp_s2 * 1e4))
+    stats = kronvi.stats.regression_stats(fmap(fold.X), fold.y)
+    s2 = float(kronvi.gaussian.blr_evidence_noise(stats, 1.0, lower=gp_s2 * 1e-4, upper=gp_s2 * 1e4))
     return Problem("uci", name, fmap, fold.X, fold.y, s2, X_test, y_test, 80)
 
 
@@ -204,19 +204,19 @@ def family_shape(family: str, b: int):
     raise ValueError(f"unknown Gaussian family {family!r}")
 
 
-def start_point(key, prob: Problem, family: str, *, cold: bool = False) -> kronvi.ELRG:
+def start_point(key, prob: Problem, family: str, *, cold: bool = False) -> kronvi.gaussian.ELRG:
     """The common start of the iterative fits: the exact posterior mean (mean 0 when ``cold``), the diagonal
     at the factorized optimum (its geometric mean for a constant diagonal), small random factors."""
     rank, diagonal = family_shape(family, prob.b)
     d = 1.0 / (jnp.diagonal(prob.stats.PhitPhi) / prob.s2 + 1.0)
     log_diag = jnp.mean(jnp.log(d)) if diagonal == "constant" else jnp.log(d)
     V = 0.1 * jnp.sqrt(d)[:, None] * jax.random.normal(key, (prob.b, rank)) / math.sqrt(max(rank, 1))
-    return kronvi.ELRG(jnp.zeros(prob.b) if cold else prob.post[0], log_diag, V)
+    return kronvi.gaussian.ELRG(jnp.zeros(prob.b) if cold else prob.post[0], log_diag, V)
 
 
 def expected_loglik(q, stats, s2):
     """E_q log p(y | w), exactly from the statistics (ELBO + KL to the N(0, I) prior)."""
-    return kronvi.elrg_elbo(stats, q, s2, prior_scale=1.0) + kronvi.elrg_kl(q, 1.0)
+    return kronvi.gaussian.elrg_elbo(stats, q, s2, prior_scale=1.0) + kronvi.gaussian.elrg_kl(q, 1.0)
 
 
 def measurement_cov(q, Phi_A):
@@ -231,7 +231,7 @@ def measurement_cov(q, Phi_A):
 def function_space_kl(q, Phi_A):
     """KL(q_A || p_A) between the laws of Phi_A w under q and under the prior."""
     C_q, C_p = measurement_cov(q, Phi_A)
-    return kronvi.gaussian_kl(Phi_A @ q.mean, C_q, jnp.zeros(Phi_A.shape[0]), C_p)
+    return kronvi.gaussian.gaussian_kl(Phi_A @ q.mean, C_q, jnp.zeros(Phi_A.shape[0]), C_p)
 
 
 def ssge_score(x, *, threshold: float = SSGE_THRESHOLD):
@@ -290,7 +290,7 @@ def _from_params(params, frame):
     unchanged)."""
     u, log_diag, V = params
     c, R = frame
-    return kronvi.ELRG(c + R @ u, log_diag, V)
+    return kronvi.gaussian.ELRG(c + R @ u, log_diag, V)
 
 
 def _to_params(q, frame):
@@ -306,7 +306,7 @@ def _fixed_a(q0, frame, stats, s2, Phi_A, *, max_iter):
         q = _from_params(params, frame)
         return -(expected_loglik(q, stats, s2) - function_space_kl(q, Phi_A)) / stats.n
 
-    params, info = kronvi.minimize_lbfgs(loss, _to_params(q0, frame), stats.n, max_iter=max_iter, tol=1e-9)
+    params, info = kronvi.fitting.minimize_lbfgs(loss, _to_params(q0, frame), stats.n, max_iter=max_iter, tol=1e-9)
     return _from_params(params, frame), info
 
 
@@ -351,7 +351,7 @@ def metrics(prob: Problem, mean_f, cov_f, nlpd, kl_to_exact=None):
     """The record's metrics from a family's predictive mean and covariance of f* on the test inputs."""
     m_p, C_p = exact_predictive(prob)
     eye = prob.s2 * jnp.eye(len(m_p))
-    kl_pred = float(kronvi.gaussian_kl(mean_f, cov_f + eye, m_p, C_p + eye))
+    kl_pred = float(kronvi.gaussian.gaussian_kl(mean_f, cov_f + eye, m_p, C_p + eye))
     sd_p = jnp.sqrt(jnp.diagonal(C_p) + prob.s2)
     return dict(
         kl_to_exact=None if kl_to_exact is None else float(kl_to_exact),
@@ -371,7 +371,7 @@ def gaussian_metrics(prob: Problem, mean_w, cov_w):
     """``(metrics, (mean_f, cov_f))`` of a Gaussian posterior over the weights."""
     P = prob.Phi_test
     mean_f, cov_f = P @ mean_w, P @ cov_w @ P.T
-    kl = kronvi.gaussian_kl(mean_w, cov_w, *prob.post)
+    kl = kronvi.gaussian.gaussian_kl(mean_w, cov_w, *prob.post)
     return metrics(prob, mean_f, cov_f, gaussian_nlpd(prob, mean_f, jnp.diagonal(cov_f)), kl), (mean_f, cov_f)
 
 
@@ -388,7 +388,7 @@ def discrete_log_density(q, q_n, prior_w, prior_n, Phi, y):
     out = []
     for i in range(0, N + pad, DENSITY_CHUNK):
         sl = slice(i, i + DENSITY_CHUNK)
-        out.append(kronvi.predictive_log_density(q, q_n, prior_w, prior_n, Phi[sl], y[sl])[0])
+        out.append(kronvi.model.predictive_log_density(q, q_n, prior_w, prior_n, Phi[sl], y[sl])[0])
     return jnp.concatenate(out)[:N]
 
 
@@ -397,7 +397,7 @@ def discrete_metrics(prob: Problem, comps, weights, prior_w, prior_n, Phi_test):
     with mixture ``weights``; moments from the grids, NLPD from kronvi's exact predictive density."""
     means, variances = [], []
     for c in comps:
-        m, v = kronvi.grid_moments(c.probs, prior_w.values)
+        m, v = kronvi.model.grid_moments(c.probs, prior_w.values)
         means.append(Phi_test @ m)
         variances.append(v)
     means = jnp.stack(means)  # (r, N)
@@ -406,7 +406,7 @@ def discrete_metrics(prob: Problem, comps, weights, prior_w, prior_n, Phi_test):
     cov_f = (Phi_test * (weights @ jnp.stack(variances))) @ Phi_test.T
     dev = means - mean_f[None]
     cov_f = cov_f + (dev.T * weights) @ dev
-    q_n = kronvi.MeanField(prior_n.log_probs)
+    q_n = kronvi.model.MeanField(prior_n.log_probs)
     lds = [discrete_log_density(c, q_n, prior_w, prior_n, Phi_test, prob.y_test) for c in comps]
     ld = jax.nn.logsumexp(jnp.log(weights)[:, None] + jnp.stack(lds), axis=0)
     return metrics(prob, mean_f, cov_f, -jnp.mean(ld)), (mean_f, cov_f)
@@ -453,12 +453,12 @@ def fit_gaussian(key, prob: Problem, family: str, objective: str, *, steps: int,
     q0 = start_point(k_start, prob, family, cold=cold)
     extra = dict(rank=rank, diagonal=diagonal)
     if objective == "exact" and family == "full":
-        (m, S), secs = _timed(lambda: kronvi.blr_posterior(prob.stats, 1.0, prob.s2))
+        (m, S), secs = _timed(lambda: kronvi.gaussian.blr_posterior(prob.stats, 1.0, prob.s2))
         return m, S, secs, extra
     if objective == "exact" and family == "factorized":
 
         def fit():
-            return kronvi.fit_gaussian_mf(
+            return kronvi.gaussian.fit_gaussian_mf(
                 prob.stats, prior_scale=1.0, noise_variance=prob.s2, learn_noise=False
             )[0]
 
@@ -466,7 +466,7 @@ def fit_gaussian(key, prob: Problem, family: str, objective: str, *, steps: int,
         return q.mean, jnp.diag(jnp.exp(2 * q.log_std)), secs, extra
     if objective == "exact":
         (q, info), secs = _timed(
-            lambda: kronvi.fit_elrg(
+            lambda: kronvi.gaussian.fit_elrg(
                 k_fit, prob.stats, 1.0, prob.s2, rank=rank, diagonal=diagonal, max_iter=lbfgs_iter
             )
         )
@@ -476,7 +476,7 @@ def fit_gaussian(key, prob: Problem, family: str, objective: str, *, steps: int,
         # a fresh optimizer per call: a used optax cosine schedule changes a closure value (int -> float),
         # which changes kronvi's optimizer key and would compile the second call again
         (q, _), secs = _timed(
-            lambda: kronvi.fit_elrg(
+            lambda: kronvi.gaussian.fit_elrg(
                 k_fit, prob.stats, 1.0, prob.s2, rank=rank, diagonal=diagonal, objective="local-reparam",
                 init=q0, data=(prob.Phi, prob.y), optimizer=optax.adam(optax.cosine_decay_schedule(LR, steps)),
                 num_steps=steps, batch_size=batch,
@@ -498,34 +498,34 @@ def fit_gaussian(key, prob: Problem, family: str, objective: str, *, steps: int,
 
 def fit_direct(key, prob: Problem, family: str, cache: dict):
     """Fits one DIRECT family: ``(components, weights, prior_w, prior_n, Phi_test, seconds, extra)``."""
-    prior_n = kronvi.noise_prior(prob.s2, levels=1, dtype=jnp.float64)
+    prior_n = kronvi.model.noise_prior(prob.s2, levels=1, dtype=jnp.float64)
     if family == "direct-eigen":
-        rotated, basis = kronvi.eigenbasis(prob.stats)
+        rotated, basis = kronvi.stats.eigenbasis(prob.stats)
         prior_w = eigen_posterior_grid(rotated, basis, jnp.asarray(1.0), prob.s2, levels=15, width=4.0)
-        q, secs = _timed(lambda: kronvi.fit_regression(rotated, prior_w, prior_n, init="gaussian")[0])
-        Phi_test = kronvi.rotate_features(basis, prob.Phi_test)
+        q, secs = _timed(lambda: kronvi.fitting.fit_regression(rotated, prior_w, prior_n, init="gaussian")[0])
+        Phi_test = kronvi.stats.rotate_features(basis, prob.Phi_test)
         return [q], [1.0], prior_w, prior_n, Phi_test, secs, dict(levels=15, width_posterior_sd=4.0)
-    prior_w = kronvi.gaussian_prior(prob.b, 1.0, levels=15, width=3.0, dtype=jnp.float64)
+    prior_w = kronvi.model.gaussian_prior(prob.b, 1.0, levels=15, width=3.0, dtype=jnp.float64)
     if "mf" not in cache:
         cache["mf"] = _timed(lambda: _best_direct(prob.stats, prior_w, prior_n))
     (q, qn, elbo), secs = cache["mf"]
     extra = dict(levels=15, width_prior_sd=3.0, mf_elbo=elbo)
     if family == "direct-mf":
         return [q], [1.0], prior_w, prior_n, prob.Phi_test, secs, extra
-    q0 = kronvi.mixture_from_mean_field(key, q, 5, noise_scale=0.03)
+    q0 = kronvi.mixtures.mixture_from_mean_field(key, q, 5, noise_scale=0.03)
     (mix, info), secs_mix = _timed(
-        lambda: kronvi.fit_mixture_bound(prob.stats, prior_w, prior_n, init=(q0, qn), max_iter=100)[::3]
+        lambda: kronvi.mixtures.fit_mixture_bound(prob.stats, prior_w, prior_n, init=(q0, qn), max_iter=100)[::3]
     )
     extra.update(mix_bound=float(info.final_elbo), components=5, iterations=int(info.num_iter))
-    comps = [kronvi.MeanField(lg) for lg in mix.logits]
+    comps = [kronvi.model.MeanField(lg) for lg in mix.logits]
     return comps, mix.weights, prior_w, prior_n, prob.Phi_test, secs + secs_mix, extra
 
 
 def _best_direct(stats, prior_w, prior_n):
-    """DIRECT mean field by CAVI from the prior and from kronvi.gaussian_start; the higher ELBO kept."""
+    """DIRECT mean field by CAVI from the prior and from kronvi.fitting.gaussian_start; the higher ELBO kept."""
     best = None
     for init in ("prior", "gaussian"):
-        q, qn, info = kronvi.fit_regression(stats, prior_w, prior_n, init=init)
+        q, qn, info = kronvi.fitting.fit_regression(stats, prior_w, prior_n, init=init)
         elbo = float(info.final_elbo)
         if best is None or elbo > best[2]:
             best = (q, qn, elbo)
@@ -654,7 +654,7 @@ def render(records, table_path: pathlib.Path, figure_path: pathlib.Path | None, 
         _table(records, datasets, [fo for fo in rows if fo[0] != "exact"], "seconds"),
         "",
     ]
-    kronvi.write_atomic(table_path, "\n".join(out))
+    kronvi.files.write_atomic(table_path, "\n".join(out))
     if figure_path is not None and toy_curves is not None:
         plot_toy(toy_curves, figure_path)
 
@@ -805,8 +805,8 @@ def _main(args):
         records.extend(recs)
         if name == "toy":
             curves = prob_curves
-            kronvi.write_atomic(curves_path, json.dumps(curves))
-        kronvi.write_atomic(out, json.dumps(records, indent=1))
+            kronvi.files.write_atomic(curves_path, json.dumps(curves))
+        kronvi.files.write_atomic(out, json.dumps(records, indent=1))
     render(records, table, figure, curves)
     log(f"# total {time.perf_counter() - t0:.0f}s; wrote {out}, {table}" + (f", {figure}" if curves else ""))
     return 0

@@ -88,8 +88,8 @@ def run_direct_bnn(Xtr, ytr, Xte, yte, ym, ys, cfg, method, max_iter, seed):
     P = bnn.num_weights(sizes)
     t0 = time.perf_counter()
     stats = bnn.bnn_stats(jnp.asarray(Xtr), jnp.asarray(ytr), sizes)
-    pw = kronvi.gaussian_prior(P, jnp.asarray(prior_scales(d, h)), levels=cfg.levels)
-    pn = kronvi.noise_prior(0.05, levels=15, span=20.0)
+    pw = kronvi.model.gaussian_prior(P, jnp.asarray(prior_scales(d, h)), levels=cfg.levels)
+    pn = kronvi.model.noise_prior(0.05, levels=15, span=20.0)
     jax.block_until_ready(stats)
     stats_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -109,7 +109,9 @@ def run_direct_rff(X_train, y_train, X_test, y_test, key):
     config = kronvi.pipeline.DirectConfig()
     model, res = kronvi.cv.run_fold(key, X_train, y_train, X_test, y_test, config)
     Phi = kronvi.pipeline.fold_features(model, X_test)
-    mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    mean, var = kronvi.model.predict_regression(
+        model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi
+    )
     mean = np.asarray(mean + model.y_offset, np.float64)
     rmse, nlpd = scores(y_test, mean, np.asarray(var, np.float64))
     b, m = model.prior_w.values.shape
@@ -314,11 +316,11 @@ def main(argv=None):
     settings["total_seconds"] = time.perf_counter() - t0
     md = render(summary, settings)
     if cfg.json:
-        kronvi.write_atomic(
+        kronvi.files.write_atomic(
             cfg.json, json.dumps(dict(settings=settings, records=records, summary=summary), indent=1) + "\n"
         )
     if cfg.md:
-        kronvi.write_atomic(cfg.md, md)
+        kronvi.files.write_atomic(cfg.md, md)
     print(md)
     return records, summary
 

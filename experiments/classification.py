@@ -18,7 +18,7 @@ the inputs are standardized with training-fold statistics. Methods:
                     alike with zero-weight rows (min_rows: one compiled fit per dataset). Exact predictive probabilities
                     (kronvi.logistic.predict_proba). Key of fold k: jax.random.key(1000 seed + k).
   direct-logistic-paper  (not in "all") the same with grid="paper": 15 levels on +-3 prior sd
-                    (kronvi.gaussian_prior), which include 0 (sparsity).
+                    (kronvi.model.gaussian_prior), which include 0 (sparsity).
   sklearn-logistic  scikit-learn L2 logistic regression (with intercept) on direct-logistic's features (its
                     fold's model.design), C chosen by inner 5-fold CV on
                     log loss among 10 values in [1e-3, 1e3] (LogisticRegressionCV; above 10,000 training rows C is
@@ -138,7 +138,7 @@ def run_direct(preps, args, paper=False):
         t1 = time.perf_counter()
         prob = np.asarray(model.predict_proba(p["Rte"]), np.float64)
         t2 = time.perf_counter()
-        sparsity = 100.0 * float(kronvi.expected_sparsity(model.q_w, model.prior_w))
+        sparsity = 100.0 * float(kronvi.model.expected_sparsity(model.q_w, model.prior_w))
         acc, ll, _ = metrics(prob, p["yte"])
         t3 = time.perf_counter()
         out.append(
@@ -326,7 +326,7 @@ def load_dataset(data_dir, name, num_folds):
     bad = np.unique(y[(y != 0) & (y != 1)])
     if bad.size:
         raise study_cli.UsageError(f"dataset {name}: labels must be 0 or 1, found {bad[:3].tolist()}")
-    folds = kronvi.fold_indices(mask)
+    folds = kronvi.inputs.fold_indices(mask)
     K = min(num_folds, mask.shape[1])
     for k in range(K):
         if np.unique(y[folds != k]).size < 2:
@@ -373,7 +373,7 @@ def main(argv=None):
         names = dataset_names(args.data_dir, args.datasets)
         inputs = input_files(args.data_dir, names)
         for path, option in ((args.json, "--json"), (reliability_path(args.json), "the reliability file")):
-            kronvi.check_output_path(
+            kronvi.files.check_output_path(
                 path, option=option, inputs=inputs, overwrite=args.append or args.overwrite,
                 exists_hint=EXISTS_HINT,
             )  # fmt: skip
@@ -386,8 +386,8 @@ def main(argv=None):
     try:
         for name in names:
             run_dataset(name, data.pop(name), methods, args, records, rel)
-            kronvi.write_atomic(args.json, json.dumps(records, indent=1))
-            kronvi.write_atomic(reliability_path(args.json), json.dumps(rel))
+            kronvi.files.write_atomic(args.json, json.dumps(records, indent=1))
+            kronvi.files.write_atomic(reliability_path(args.json), json.dumps(rel))
     except KeyboardInterrupt:
         kept = f"{len(records)} record(s) in {args.json}" if os.path.exists(args.json) else "nothing written"
         log(f"interrupted: {kept}")

@@ -35,11 +35,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     for name in args.datasets.split(","):
         X, y, mask = kronvi.load_uci(os.path.join(args.data_dir, name))
-        p = prepare(X, y, kronvi.fold_indices(mask), 0, 0, args.num_frequencies)
+        p = prepare(X, y, kronvi.inputs.fold_indices(mask), 0, 0, args.num_frequencies)
         scales = [1.0, 3.0, 10.0, 30.0]
         s = scales[int(np.argmax([laplace_log_evidence(p["Ptr"], p["ytr"], v) for v in scales]))]
         b = p["Ptr"].shape[1]
-        prior = kronvi.gaussian_prior(b, s, levels=15)
+        prior = kronvi.model.gaussian_prior(b, s, levels=15)
         Phi, yy = jnp.asarray(p["Ptr"]), jnp.asarray(p["ytr"], jnp.float32)
         n = Phi.shape[0]
         print(f"{name} fold 0: n_train={n}, b={b}, prior sd {s}")

@@ -34,7 +34,7 @@ def main(argv=None):
         if not os.path.isdir(os.path.join(args.data_dir, name)):
             continue
         X, y, mask = kronvi.load_uci(os.path.join(args.data_dir, name))
-        p = prepare(X, y, kronvi.fold_indices(mask), 0, 0, 50)
+        p = prepare(X, y, kronvi.inputs.fold_indices(mask), 0, 0, 50)
         sub = np.random.default_rng(0).permutation(len(p["ytr"]))[:5000]
         s = scales[int(np.argmax([laplace_log_evidence(p["Ptr"][sub], p["ytr"][sub], s) for s in scales]))]
         _, info = kl.laplace_grid_prior(jnp.asarray(p["Ptr"]), jnp.asarray(p["ytr"], jnp.float32), s)

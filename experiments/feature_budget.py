@@ -8,7 +8,7 @@ the DIRECT posterior mean (RMSE) and, in closed form, the exact BLR predictive o
 the default recipe matches it, `experiments/results/uci_default_table.md`).
 
 Settings: `iid` frequencies at b = 2000, 4000, 8000 (`--sizes`) and `orthogonal` and `halton` frequencies
-(`kronvi.rff_init(sampling=...)`) at the first size.
+(`kronvi.inputs.rff_init(sampling=...)`) at the first size.
 
 Usage:
   python experiments/feature_budget.py --data-dir ../shared/data/uci --datasets kin40k,protein,elevators,bike \
@@ -70,7 +70,7 @@ def score(fold, model, X_test, y_test):
     """DIRECT's RMSE and the exact BLR predictive's NLPD on the same (rotated) features, in float64."""
     Phi = np.asarray(fold_features(fold, X_test), np.float64)
     y = np.asarray(y_test, np.float64) - float(fold.y_offset)
-    mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    mean, _ = kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     lam = np.asarray(fold.basis.eigenvalues, np.float64)
     c = np.asarray(fold.stats.Phity, np.float64)
     v, s2 = float(fold.prior_scale) ** 2, float(fold.noise_variance)
@@ -109,9 +109,9 @@ def main(argv=None):
                 print(f"  [{name} fold {k + 1}] {sampling:10s} b={b:5d}: RMSE {rec['rmse']:.4f}, exact NLPD "
                       f"{rec['exact_nlpd']:.3f}, {seconds:.1f} s (statistics and eigenbasis "
                       f"{rec['stats_seconds']:.1f} s); elapsed {time.perf_counter() - t_start:.0f} s", flush=True)  # fmt: skip
-                kronvi.write_atomic(args.json, json.dumps(records, indent=1))
+                kronvi.files.write_atomic(args.json, json.dumps(records, indent=1))
     table = render(records, settings)
-    kronvi.write_atomic(table_path, table)
+    kronvi.files.write_atomic(table_path, table)
     print(table)
     return 0
 

@@ -22,7 +22,7 @@ is the final model's (the one that predicts); ``learn_trace`` in the JSON is the
 round.
 
 Metrics on the fold's test rows (targets in stored units): RMSE of the predictive mean, NLPD by
-``kronvi.predictive_log_density`` (exact density of the discrete posterior) on every test row.
+``kronvi.model.predictive_log_density`` (exact density of the discrete posterior) on every test row.
 
 Usage:
   nice -n 10 python experiments/feature_learning.py --json experiments/results/feature_learning.json \
@@ -66,14 +66,14 @@ def gaussian_log_prior(params):
 
 
 def metrics(q_w, q_n, prior_w, prior_n, Phi_test, y_test):
-    mean, _ = kronvi.predict_regression(q_w, q_n, prior_w, prior_n, Phi_test)
-    ld, err = kronvi.predictive_log_density(q_w, q_n, prior_w, prior_n, Phi_test, y_test)
+    mean, _ = kronvi.model.predict_regression(q_w, q_n, prior_w, prior_n, Phi_test)
+    ld, err = kronvi.model.predictive_log_density(q_w, q_n, prior_w, prior_n, Phi_test, y_test)
     rmse = float(jnp.sqrt(jnp.mean((mean - y_test) ** 2)))
     return rmse, float(-jnp.mean(ld)), float(jnp.max(err))
 
 
 def run_fold(name, X, y, mask, k, args, log):
-    test = kronvi.fold_indices(mask) == k
+    test = kronvi.inputs.fold_indices(mask) == k
     Xtr, ytr, Xte, yte = X[~test], y[~test], X[test], y[test]
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(args.seed), sum(map(ord, name))), k)
     config = DirectConfig(num_frequencies=args.num_frequencies, gp=kronvi.GPOptions(restarts=args.gp_restarts))
@@ -96,7 +96,7 @@ def run_fold(name, X, y, mask, k, args, log):
     with jax.enable_x64(True):
         f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
         Xs, ys, sw, s2 = f64(fold.X), f64(fold.y), f64(prior_scale), f64(fold.hyper.noise_variance)
-        Xte_s = f64(kronvi.standardize(fold.standardizer, jnp.asarray(Xte, jnp.float32)))
+        Xte_s = f64(kronvi.inputs.standardize(fold.standardizer, jnp.asarray(Xte, jnp.float32)))
         yte_c = f64(yte) - f64(fold.y_offset)
         if "rff-elbo" in args.methods:
             t0 = time.perf_counter()
@@ -153,7 +153,7 @@ def render(records, settings) -> str:
         f"Fourier features; MLP hidden widths {settings['mlp_sizes']} (b = {settings['mlp_sizes'][-1]} features); "
         f"{settings['rounds']} rounds for rff-elbo, {settings['mlp_rounds']} for mlp-elbo, {settings['param_iter']} "
         f"L-BFGS iterations per round with {settings['inner_sweeps']} CAVI sweeps per evaluation. Every model is "
-        "the eigenbasis recipe on its features; NLPD by `kronvi.predictive_log_density` on every test row. "
+        "the eigenbasis recipe on its features; NLPD by `kronvi.model.predictive_log_density` on every test row. "
         "Mean ± sd over folds; ELBO of the final model (training rows), in nats.",
         "",
         "| dataset | method | test RMSE | test NLPD | ELBO | seconds per fold |",
@@ -239,9 +239,9 @@ def main(argv=None):
         table = render(records, settings)
         if args.json:
             text = json.dumps(dict(settings=settings, records=records), indent=1) + "\n"
-            kronvi.write_atomic(args.json, text)
+            kronvi.files.write_atomic(args.json, text)
         if args.md:
-            kronvi.write_atomic(args.md, table)
+            kronvi.files.write_atomic(args.md, table)
         return table
 
     data = {name: kronvi.load_uci(args.data_dir / name) for name in args.datasets.split(",")}

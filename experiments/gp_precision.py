@@ -86,7 +86,7 @@ def gp_on(X, y, x64, key):
     (a float32 working dtype) or on (float64)."""
     cfg = DirectConfig()
     with jax.enable_x64(x64):
-        fit = kronvi.fit_gp_hyperparameters(
+        fit = kronvi.inputs.fit_gp_hyperparameters(
             key, X, y, num_points=cfg.gp_points, num_starts=cfg.gp_restarts, restarts=cfg.gp_restart_rule,
             screen_points=cfg.gp_screen_points, degenerate_margin=cfg.gp_degenerate_margin,
             gain_tol=cfg.gp_gain_tol, precision=cfg.gp_precision,
@@ -181,7 +181,7 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     if args.table:
-        kronvi.write_atomic(args.table, table(records))
+        kronvi.files.write_atomic(args.table, table(records))
         print(table(records))
         return 0
     if not args.datasets:

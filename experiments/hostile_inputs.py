@@ -114,9 +114,9 @@ def csv_file(path, n=30, d=2, seed=0):
 
 
 def small_model(b=6, m=15):
-    pw, pn = kronvi.gaussian_prior(b, 0.8, levels=m), kronvi.noise_prior(0.3, levels=5)
-    q = kronvi.MeanField(jnp.asarray(np.random.default_rng(0).normal(size=(b, m)), jnp.float32))
-    return kronvi.DirectModel(pw, pn, q, kronvi.MeanField.from_prior(pn))
+    pw, pn = kronvi.model.gaussian_prior(b, 0.8, levels=m), kronvi.model.noise_prior(0.3, levels=5)
+    q = kronvi.model.MeanField(jnp.asarray(np.random.default_rng(0).normal(size=(b, m)), jnp.float32))
+    return kronvi.DirectModel(pw, pn, q, kronvi.model.MeanField.from_prior(pn))
 
 
 def sine(n=60, d=2, seed=0):
@@ -163,7 +163,7 @@ def _(tmp):
     fifo = tmp / "out.npz"
     os.mkfifo(fifo)
     results = [raises(lambda: kronvi.save_model(fifo, small_model()), ValueError, "named pipe"),
-               raises(lambda: kronvi.write_atomic(fifo, "x"), ValueError, "named pipe")]  # fmt: skip
+               raises(lambda: kronvi.files.write_atomic(fifo, "x"), ValueError, "named pipe")]  # fmt: skip
     kept = stat.S_ISFIFO(os.lstat(fifo).st_mode)
     return all(r[0] for r in results) and kept, results[0][1]
 
@@ -229,7 +229,7 @@ def _(tmp):
         return False, f"exit {done.returncode}, leftovers {[p.name for p in left]}"
     old = time.time() - 3600  # as if the writer had been killed an hour ago
     os.utime(left[0], (old, old))
-    kronvi.write_atomic(tmp / "next.json", "{}")
+    kronvi.files.write_atomic(tmp / "next.json", "{}")
     gone = not left[0].exists()
     return gone, f"{left[0].name} ({len(left[0].name)} characters) " + ("removed" if gone else "still there")
 
@@ -556,13 +556,13 @@ def main(argv=None):
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # started in the background by a shell: the
         signal.signal(signal.SIGINT, signal.default_int_handler)  # children get Ctrl-C's default again
     if args.out:
-        kronvi.check_output_path(args.out, option="--out", overwrite=args.overwrite, exists_hint="pass --overwrite")
+        kronvi.files.check_output_path(args.out, option="--out", overwrite=args.overwrite, exists_hint="pass --overwrite")
     cases = [c for c in CASES if not args.only or args.only in c[0] or args.only in c[1]]
     rows = run_cases(cases)
     command = "python experiments/hostile_inputs.py" + (f" --out {args.out}" if args.out else "")
     text = table(rows, command)
     if args.out:
-        kronvi.write_atomic(args.out, text)
+        kronvi.files.write_atomic(args.out, text)
     print(text)
     return 0
 

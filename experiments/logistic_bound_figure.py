@@ -4,7 +4,7 @@ Left: the exact log-likelihood of one row, log sigmoid(x) as a function of the m
 the paper's two first-order expansions (appendix B): -exp(-x) (the one Theorem 2 uses, tight for correctly
 classified rows, x > 0) and x - exp(x) (tight for x < 0). Both lie below the exact curve everywhere.
 
-Right: the expectation under a discrete q. One weight on the 15 levels of kronvi.gaussian_prior(1, 2,
+Right: the expectation under a discrete q. One weight on the 15 levels of kronvi.model.gaussian_prior(1, 2,
 width=3) (-6 to 6), one row with Phi = 1 and y = 1, so the margin is x = w, and q the discretized N(mu, 1) on
 those levels for mu on the x axis; the exact E_q log sigmoid(x) by enumeration against kronvi.logistic.logistic_loglik_bound with bound "theorem2",
 "jensen" and "tilted".
@@ -46,14 +46,14 @@ def main(argv=None):
     ax.set_title("Figure 2 redrawn: first-order expansions")
     ax.legend(loc="lower right")
 
-    prior = kronvi.gaussian_prior(1, 2.0, levels=15, width=3.0, dtype=jnp.float64)
+    prior = kronvi.model.gaussian_prior(1, 2.0, levels=15, width=3.0, dtype=jnp.float64)
     grid = np.asarray(prior.values[0])
     mus = np.linspace(-4, 4, 81)
     Phi, y = jnp.ones((1, 1)), jnp.ones(1)
     rows = {b: [] for b in ("exact",) + kl.BOUNDS}
     for mu in mus:
         logits = jnp.asarray(-0.5 * (grid - mu) ** 2)[None]
-        q = kronvi.MeanField(logits)
+        q = kronvi.model.MeanField(logits)
         p = np.asarray(q.probs[0])
         rows["exact"].append(float(np.sum(p * -np.logaddexp(0, -grid))))
         for b in kl.BOUNDS:

@@ -2,7 +2,7 @@
 
 For each data set (fold 0 of the paper's 10-fold splits): standardize X with the training statistics,
 centre y, map inputs through ``b`` random Fourier features, fit mean-field DIRECT regression with
-``kronvi.fit_regression`` (CAVI, 15-level Gaussian grid prior, so a code fits in 4 bits), then on the
+``kronvi.fitting.fit_regression`` (CAVI, 15-level Gaussian grid prior, so a code fits in 4 bits), then on the
 test fold measure
 
 * memory per posterior sample: 4-bit packed codes vs float32 weights (and a sparse index+code layout);
@@ -84,7 +84,7 @@ def load_fold(data_dir: Path, name: str, fold: int):
     """Train/test split ``fold`` of ``<data_dir>/<name>`` (``kronvi.load_uci``): ``(X_train, y_train, X_test,
     y_test)``."""
     X, y, mask = kronvi.load_uci(data_dir / name)
-    test = kronvi.fold_indices(mask) == fold
+    test = kronvi.inputs.fold_indices(mask) == fold
     return X[~test], y[~test], X[test], y[test]
 
 
@@ -126,7 +126,7 @@ def time_interleaved(fns: dict, repeats: int):
     return {k: {"median_s": float(np.median(v)), "min_s": float(np.min(v))} for k, v in times.items()}
 
 
-def sparse_gather_predictor(isamp: kronvi.IntegerSamples):
+def sparse_gather_predictor(isamp: kronvi.quantize.IntegerSamples):
     """Integer prediction that visits only each sample's nonzero codes (padded index lists, one gather
     per sample), on the features of the kept weights."""
     deltas = np.asarray(isamp.deltas)
@@ -161,7 +161,7 @@ def sparse_gather_predictor(isamp: kronvi.IntegerSamples):
 
 
 _matmul = jax.jit(lambda P, W: P @ W.T)
-_predict_integer_jit = jax.jit(kronvi.predict_integer)
+_predict_integer_jit = jax.jit(kronvi.quantize.predict_integer)
 
 
 def time_variants(Phi, W, packed, prior_w, isamp, isamp_full, repeats, *, sparse):
@@ -170,7 +170,7 @@ def time_variants(Phi, W, packed, prior_w, isamp, isamp_full, repeats, *, sparse
     Phi_kept = Phi[:, index]
     W32 = jnp.asarray(W, jnp.float32)
     W32_kept = W32[:, index]
-    f_codes = jax.jit(lambda p, P: kronvi.predict_from_codes(p, prior_w, P))
+    f_codes = jax.jit(lambda p, P: kronvi.quantize.predict_from_codes(p, prior_w, P))
     fns = {
         # all b weights
         "float32_decoded": lambda: _matmul(Phi, W32),
@@ -185,7 +185,7 @@ def time_variants(Phi, W, packed, prior_w, isamp, isamp_full, repeats, *, sparse
             {
                 # public calls as a user makes them (input validation, unpacking, column gather included)
                 "float32_from_codes": lambda: f_codes(packed, Phi),
-                "int8_pruned_public": lambda: kronvi.predict_integer(isamp, Phi),
+                "int8_pruned_public": lambda: kronvi.quantize.predict_integer(isamp, Phi),
                 "int8_sparse_gather": lambda: f_sparse(Phi_kept),
             }
         )
@@ -228,7 +228,7 @@ def run_dataset(name, args):
         f"({int(info.num_iter)} sweeps)"
     )
 
-    mean_exact, var_pred = kronvi.predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_te)
+    mean_exact, var_pred = kronvi.model.predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_te)
     mean_exact = np.asarray(mean_exact, np.float64)
     probs = np.asarray(q_w.probs, np.float64)
     values = np.asarray(prior_w.values, np.float64)
@@ -240,15 +240,15 @@ def run_dataset(name, args):
     zero = np.argmin(np.abs(values), axis=1)
     is_zero_level = np.abs(values[np.arange(b), zero]) <= 1e-5 * np.abs(values).max(1)
     expected_sparsity = float(np.mean(np.where(is_zero_level, probs[np.arange(b), zero], 0.0)))
-    library_sparsity = float(kronvi.expected_sparsity(q_w, prior_w))
+    library_sparsity = float(kronvi.model.expected_sparsity(q_w, prior_w))
     prior_probs = np.asarray(prior_w.probs, np.float64)
     prior_zero_mass = float(np.mean(np.where(is_zero_level, prior_probs[np.arange(b), zero], 0.0)))
 
     S_max = max(args.sample_counts)
-    codes = kronvi.sample_codes(jax.random.key(args.seed + 1), q_w, S_max)
+    codes = kronvi.quantize.sample_codes(jax.random.key(args.seed + 1), q_w, S_max)
     codes_np = np.asarray(codes)
     measured_zero = float(np.mean((codes_np == zero[None, :]) & is_zero_level[None, :]))
-    packed_all = kronvi.pack_codes(codes, bits=4)
+    packed_all = kronvi.quantize.pack_codes(codes, bits=4)
     log(f"   expected sparsity {expected_sparsity:.3f}, measured zero fraction {measured_zero:.3f}")
 
     # Memory per sample.
@@ -264,7 +264,7 @@ def run_dataset(name, args):
     }
 
     # Accuracy of the predictive mean from S samples (float path: exact per sample).
-    preds_all = np.asarray(kronvi.predict_from_codes(packed_all, prior_w, Phi_te), np.float64)
+    preds_all = np.asarray(kronvi.quantize.predict_from_codes(packed_all, prior_w, Phi_te), np.float64)
     W_all = values[np.arange(b)[None, :], codes_np]
     ref = np.asarray(Phi_te, np.float64) @ W_all.T
     float_path_max_rel = float(np.max(np.abs(preds_all - ref)) / max(np.max(np.abs(ref)), 1e-30))
@@ -281,10 +281,10 @@ def run_dataset(name, args):
         )
 
     # Integer path: error vs bound, pruning.
-    isamp = kronvi.integer_samples(packed, prior_w)
-    isamp_full = kronvi.integer_samples(packed, prior_w, prune=False)
-    pred_int = np.asarray(kronvi.predict_integer(isamp, Phi_te), np.float64)
-    bound = np.asarray(kronvi.integer_error_bound(isamp, Phi_te), np.float64)
+    isamp = kronvi.quantize.integer_samples(packed, prior_w)
+    isamp_full = kronvi.quantize.integer_samples(packed, prior_w, prune=False)
+    pred_int = np.asarray(kronvi.quantize.predict_integer(isamp, Phi_te), np.float64)
+    bound = np.asarray(kronvi.quantize.integer_error_bound(isamp, Phi_te), np.float64)
     err = np.abs(pred_int - ref[:, :S])
     int_mean = pred_int.mean(1)
     integer = {
@@ -324,8 +324,8 @@ def run_dataset(name, args):
                 W_all[:s_count],
                 pk,
                 prior_w,
-                kronvi.integer_samples(pk, prior_w),
-                kronvi.integer_samples(pk, prior_w, prune=False),
+                kronvi.quantize.integer_samples(pk, prior_w),
+                kronvi.quantize.integer_samples(pk, prior_w, prune=False),
                 max(3, args.repeats // 3),
                 sparse=False,
             )
@@ -347,18 +347,18 @@ def run_dataset(name, args):
         kronvi.save_model(path, model)
         size = os.path.getsize(path)
         loaded = kronvi.load_model(path)
-    Phi_loaded = kronvi.rff_features(
+    Phi_loaded = kronvi.inputs.rff_features(
         loaded.features["rff"],
-        kronvi.standardize(loaded.features["standardizer"], jnp.asarray(Xte, jnp.float32)),
+        kronvi.inputs.standardize(loaded.features["standardizer"], jnp.asarray(Xte, jnp.float32)),
     )
     same = bool(
         np.array_equal(
-            kronvi.predict_from_codes(loaded.packed_codes, loaded.prior_w, Phi_loaded),
-            kronvi.predict_from_codes(packed, prior_w, Phi_te),
+            kronvi.quantize.predict_from_codes(loaded.packed_codes, loaded.prior_w, Phi_loaded),
+            kronvi.quantize.predict_from_codes(packed, prior_w, Phi_te),
         )
         and np.array_equal(
-            kronvi.predict_from_codes(loaded.packed_codes, loaded.prior_w, Phi_loaded, integer=True),
-            kronvi.predict_from_codes(packed, prior_w, Phi_te, integer=True),
+            kronvi.quantize.predict_from_codes(loaded.packed_codes, loaded.prior_w, Phi_loaded, integer=True),
+            kronvi.quantize.predict_from_codes(packed, prior_w, Phi_te, integer=True),
         )
     )
     log(f"   saved model {size / 1e3:.0f} kB, reload predicts identically: {same}")
@@ -398,7 +398,7 @@ def sparsity_sweep(Phi, args):
     either "polarized" (a fraction rho of the weights is zero in every sample, as when q_j(0) ~ 1 for
     most j) or "diffuse" (every code is zero with probability rho, independently)."""
     b, S = Phi.shape[1], args.samples
-    prior_w = kronvi.gaussian_prior(b, 1.0)
+    prior_w = kronvi.model.gaussian_prior(b, 1.0)
     rng = np.random.default_rng(args.seed)
     out = []
     for rho in args.sweep_sparsity:
@@ -409,8 +409,8 @@ def sparsity_sweep(Phi, args):
                 codes[:, zero_w] = 7
             else:
                 codes[rng.random((S, b)) < rho] = 7
-            packed = kronvi.pack_codes(codes)
-            isamp = kronvi.integer_samples(packed, prior_w)
+            packed = kronvi.quantize.pack_codes(codes)
+            isamp = kronvi.quantize.integer_samples(packed, prior_w)
             W = np.asarray(prior_w.values, np.float64)[np.arange(b)[None, :], codes]
             log(f"   sparsity sweep: rho={rho} {kind}, kept {isamp.index.shape[0]}/{b} ...")
             t = time_variants(
@@ -419,7 +419,7 @@ def sparsity_sweep(Phi, args):
                 packed,
                 prior_w,
                 isamp,
-                kronvi.integer_samples(packed, prior_w, prune=False),
+                kronvi.quantize.integer_samples(packed, prior_w, prune=False),
                 max(3, args.repeats // 3),
                 sparse=True,
             )
@@ -442,7 +442,7 @@ def sparsity_sweep(Phi, args):
 
 def _log_density(model, Phi, y_c):
     try:
-        return kronvi.predictive_log_density(
+        return kronvi.model.predictive_log_density(
             model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_c
         )[0]
     except kronvi.DensityToleranceError as e:  # a few points below the rounding floor: keep the best values
@@ -460,7 +460,7 @@ def _zero_mass(model):
 def _recipe_row(recipe, model, X_test, y_test, fit_s):
     Phi = fold_features(model, X_test)
     y_c = jnp.asarray(y_test, Phi.dtype) - model.y_offset
-    mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    mean, _ = kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     ld = _log_density(model, Phi, y_c)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.npz")
@@ -476,7 +476,9 @@ def _recipe_row(recipe, model, X_test, y_test, fit_s):
         "sparsity": _zero_mass(model),
         "bits": math.ceil(math.log2(levels)),
         "weights": int(model.prior_w.values.shape[0]),
-        "kept_directions": int(basis.vectors.shape[1]) if isinstance(basis, kronvi.CompactBasis) else None,
+        "kept_directions": int(basis.vectors.shape[1])
+        if isinstance(basis, kronvi.model.CompactBasis)
+        else None,
         "file_bytes": size,
         "reload_identical": same,
         "fit_s": fit_s,
@@ -499,13 +501,13 @@ def _exact_blr(fold, X_test, y_test):
 
 def _spike_and_slab(b, scale, mass, dtype):
     """The ±3 sd, 15-level grid with `mass` on its zero level and N(0, scale^2) weights on the others."""
-    base = kronvi.gaussian_prior(b, scale, levels=15, width=3.0)
+    base = kronvi.model.gaussian_prior(b, scale, levels=15, width=3.0)
     values = np.asarray(base.values, np.float64)
     zero = np.abs(values) <= 1e-6 * np.abs(values).max()
     values = np.where(zero, 0.0, values)
     slab = np.where(zero, -np.inf, -0.5 * (values / float(scale)) ** 2)
     slab = slab - np.logaddexp.reduce(slab, axis=1, keepdims=True) + np.log1p(-mass)
-    return kronvi.DiscretePrior(
+    return kronvi.model.DiscretePrior(
         jnp.asarray(values, dtype), jnp.asarray(np.where(zero, np.log(mass), slab), dtype)
     )
 
@@ -517,7 +519,7 @@ def _prediction_seconds(models, X_test, repeats, points):
     def call(m):
         Phi = fold_features(m, X)
         return jax.block_until_ready(
-            kronvi.predict_regression(m.q_w, m.q_noise, m.prior_w, m.prior_noise, Phi)
+            kronvi.model.predict_regression(m.q_w, m.q_noise, m.prior_w, m.prior_noise, Phi)
         )
 
     for m in models.values():
@@ -561,7 +563,7 @@ def compare_recipes(name, args):
             t0 = time.perf_counter()
             b = fold_f.stats.Phity.shape[0]
             prior_w = _spike_and_slab(b, fold.prior_scale, args.sparse_mass, fold_f.stats.Phity.dtype)
-            prior_n = kronvi.noise_prior(fold.noise_variance, levels=15, span=3.0)
+            prior_n = kronvi.model.noise_prior(fold.noise_variance, levels=15, span=3.0)
             config = DirectConfig(recipe=kronvi.Features(noise_cv=(), starts=("prior", "gaussian")))
             q_w, q_n, _ = fit_best_start(fold_f.stats, prior_w, prior_n, config, key=fold_f.key)
             model = FittedDirect(
@@ -824,7 +826,7 @@ def write_markdown(results, sweep_sparsity, meta, path):
     L.append(
         f"Fold {meta['fold']} of each UCI data set; b = {meta['num_features']} random Fourier features, "
         "15-level Gaussian grid prior (4-bit codes), mean-field DIRECT fitted by CAVI "
-        "(`kronvi.fit_regression`). "
+        "(`kronvi.fitting.fit_regression`). "
         f"Machine: {meta['machine']}; JAX {meta['jax']} on {meta['backend']}. "
         f"Generated by `python experiments/quantized_inference.py` in {meta['wall_s']:.0f} s."
     )
@@ -1122,7 +1124,7 @@ def main(argv=None):
     library = ", ".join("{:.3f}".format(r["kronvi_expected_sparsity"]) for r in results)
     notes = [
         "Sparsity uses the grid level nearest zero; the middle level of `gaussian_prior` in float32 is a "
-        "rounding-size value (~1e-8), not exactly 0, so `kronvi.expected_sparsity` (which tests "
+        "rounding-size value (~1e-8), not exactly 0, so `kronvi.model.expected_sparsity` (which tests "
         f"`values == 0`) reports {library} here.",
         "Timings share 2 CPU cores with other jobs; interleaving the variants and taking medians keeps the "
         "ratios comparable, but absolute numbers are noisy. Load average (1, 5, 15 min) at the end: "

@@ -1,11 +1,11 @@
 """Figure 1 of Evans & Nair (2018), section 5.1: DIRECT's exact ELBO gradients against REINFORCE.
 
 Problem (one seed): n = 1000 inputs x ~ U(-3, 3)^3, b = 20 random Fourier features of a unit
-squared-exponential kernel (kronvi.rff_init / rff_features, 10 frequencies), targets y = Phi w* + eps with
+squared-exponential kernel (kronvi.inputs.rff_init / rff_features, 10 frequencies), targets y = Phi w* + eps with
 eps ~ N(0, NOISE_SD^2) and w* drawn from the model's own weight prior. Model: kronvi's DIRECT regression GLM
-on the same features, each weight on m = 3 levels (kronvi.gaussian_prior(20, 1, levels=3, width=sqrt(3)):
+on the same features, each weight on m = 3 levels (kronvi.model.gaussian_prior(20, 1, levels=3, width=sqrt(3)):
 levels 0, +-sqrt(3), the nodes of the 3-point Gauss-Hermite rule for N(0, 1)) and the noise variance on 3
-levels (kronvi.noise_prior(NOISE_SD^2, levels=3, span=10)), so the mean-field q has 3 * (20 + 1) = 63
+levels (kronvi.model.noise_prior(NOISE_SD^2, levels=3, span=10)), so the mean-field q has 3 * (20 + 1) = 63
 logits, started at the prior as in the paper (the paper's prior was uniform). Everything in float64.
 Why 3 inputs, a well-specified truth and NOISE_SD = 1: with 1-D inputs (10 nearby frequencies, strongly
 correlated features), N(0, 1) true weights or NOISE_SD = 0.5, DIRECT's optimizers from the prior and
@@ -13,13 +13,13 @@ REINFORCE ended in different local optima of this 3^20-configuration problem (sp
 which measures luck, not speed (the discussion: `git show cb40ac0:docs/notes/2026-11-23-reinforce-figure.md`).
 
 Methods (all from the same start; "iteration" is one optimizer step):
-  direct-lbfgs   kronvi.fit_regression(method="lbfgs", tol=--lbfgs-tol): jaxopt L-BFGS on the exact ELBO (the
+  direct-lbfgs   kronvi.fitting.fit_regression(method="lbfgs", tol=--lbfgs-tol): jaxopt L-BFGS on the exact ELBO (the
                  paper's DIRECT), to the optimum (tol 1e-10; the default 1e-6 stops 0.003 nats short, more
                  than the best REINFORCE run's distance to the optimum)
-  direct-cavi    kronvi.fit_regression(method="cavi"): exact coordinate ascent (default order "gain",
+  direct-cavi    kronvi.fitting.fit_regression(method="cavi"): exact coordinate ascent (default order "gain",
                  default tol); an iteration is a sweep
   reinforce      optax.adam on the logits with kronvi's REINFORCE estimator
-                 (kronvi.reinforce_gradient): the full score-function estimator of the ELBO's gradient, i.e. the
+                 (kronvi.fitting.reinforce_gradient): the full score-function estimator of the ELBO's gradient, i.e. the
                  integrand log p(y, x) - log q(x) as in the paper (no exact entropy), at S draws per step,
                  without a baseline and with one (leave-one-out mean of the other draws for S >= 2; for
                  S = 1 an exponential moving average, decay 0.9, of earlier ELBO estimates). Adam's step size
@@ -28,7 +28,7 @@ Methods (all from the same start; "iteration" is one optimizer step):
                  from the sufficient statistics in O(b^2), not from the n rows (the paper's REINFORCE read
                  the data; this favours REINFORCE).
 
-Every curve is the exact ELBO (kronvi.regression_elbo) of the current q, so all are on one scale.
+Every curve is the exact ELBO (kronvi.model.regression_elbo) of the current q, so all are on one scale.
 
 Timing (jit compilation excluded everywhere; the fastest of the repeated calls, which on a shared, loaded
 2-core CPU estimates the code's own cost best; the medians are in the JSON, with the ratio from them):
@@ -82,21 +82,21 @@ def make_problem(key, *, n):
     k_x, k_f, k_w, k_e = jax.random.split(key, 4)
     dtype = jnp.result_type(float)
     X = jax.random.uniform(k_x, (n, NUM_INPUTS), dtype, -3.0, 3.0)
-    rff = kronvi.rff_init(k_f, jnp.ones(NUM_INPUTS, dtype), NUM_FREQUENCIES)
-    Phi = kronvi.rff_features(rff, X)
+    rff = kronvi.inputs.rff_init(k_f, jnp.ones(NUM_INPUTS, dtype), NUM_FREQUENCIES)
+    Phi = kronvi.inputs.rff_features(rff, X)
     b = Phi.shape[1]
-    prior_w = kronvi.gaussian_prior(b, 1.0, levels=LEVELS, width=math.sqrt(3.0), dtype=dtype)
+    prior_w = kronvi.model.gaussian_prior(b, 1.0, levels=LEVELS, width=math.sqrt(3.0), dtype=dtype)
     w_true = prior_w.values[jnp.arange(b), jax.random.categorical(k_w, prior_w.log_probs)]
     y = Phi @ w_true + NOISE_SD * jax.random.normal(k_e, (n,), dtype)
-    stats = kronvi.regression_stats(Phi, y)
-    prior_noise = kronvi.noise_prior(NOISE_SD**2, levels=LEVELS, span=10.0, dtype=dtype)
+    stats = kronvi.stats.regression_stats(Phi, y)
+    prior_noise = kronvi.model.noise_prior(NOISE_SD**2, levels=LEVELS, span=10.0, dtype=dtype)
     info = {"n": n, "b": b, "inputs": NUM_INPUTS, "levels": LEVELS, "noise_sd": NOISE_SD}
     return stats, prior_w, prior_noise, info
 
 
 def exact_elbo(logits_w, logits_n, prior_w, prior_noise, stats):
-    return kronvi.regression_elbo(
-        stats, kronvi.MeanField(logits_w), kronvi.MeanField(logits_n), prior_w, prior_noise
+    return kronvi.model.regression_elbo(
+        stats, kronvi.model.MeanField(logits_w), kronvi.model.MeanField(logits_n), prior_w, prior_noise
     )
 
 
@@ -120,24 +120,24 @@ def _grid(last):
 
 def run_direct(method, stats, prior_w, prior_noise, *, max_iter, tol, repeats, log):
     """The exact-ELBO curve of a DIRECT fit against iterations (every one) and seconds (a grid of stops)."""
-    q_w, q_n, info = kronvi.fit_regression(
+    q_w, q_n, info = kronvi.fitting.fit_regression(
         stats, prior_w, prior_noise, method=method, max_iter=max_iter, tol=tol
     )
     num_iter = int(info.num_iter)
     trace = [float(e) for e in np.asarray(info.elbo)[: num_iter + 1]]
-    final = float(kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_noise))
+    final = float(kronvi.model.regression_elbo(stats, q_w, q_n, prior_w, prior_noise))
     log(f"{method}: {num_iter} iterations, converged={bool(info.converged)}, final ELBO {final:.4f}")
     stops = _grid(max(num_iter, 1))
     fits = {
         k: functools.partial(
-            kronvi.fit_regression, stats, prior_w, prior_noise, method=method, max_iter=k, tol=tol
+            kronvi.fitting.fit_regression, stats, prior_w, prior_noise, method=method, max_iter=k, tol=tol
         )
         for k in stops
     }
     elbo_at = []
     for k in stops:  # compile every stop first (discarded), and read the ELBO of its result
         qw, qn, _ = jax.block_until_ready(fits[k]())
-        elbo_at.append(float(kronvi.regression_elbo(stats, qw, qn, prior_w, prior_noise)))
+        elbo_at.append(float(kronvi.model.regression_elbo(stats, qw, qn, prior_w, prior_noise)))
     times = {k: [] for k in stops}
     for _ in range(repeats):  # rounds over all stops: a slow spell on the shared CPU hits them alike
         for k in stops:
@@ -173,11 +173,11 @@ def reinforce_run(
     params = (logits_w, logits_n)
     k0, key = jax.random.split(key)
     if baseline == "ema":  # start the moving average at a one-draw ELBO estimate at the start
-        _, info0 = kronvi.reinforce_gradient(
+        _, info0 = kronvi.fitting.reinforce_gradient(
             k0,
             stats,
-            kronvi.MeanField(logits_w),
-            kronvi.MeanField(logits_n),
+            kronvi.model.MeanField(logits_w),
+            kronvi.model.MeanField(logits_n),
             prior_w,
             prior_noise,
             num_samples=1,
@@ -189,11 +189,11 @@ def reinforce_run(
     def step(carry, k):
         params, state, ema = carry
         c = {"none": None, "leave-one-out": "leave-one-out", "ema": ema}[baseline]
-        (gw, gn), info = kronvi.reinforce_gradient(
+        (gw, gn), info = kronvi.fitting.reinforce_gradient(
             k,
             stats,
-            kronvi.MeanField(params[0]),
-            kronvi.MeanField(params[1]),
+            kronvi.model.MeanField(params[0]),
+            kronvi.model.MeanField(params[1]),
             prior_w,
             prior_noise,
             num_samples=num_samples,
@@ -554,8 +554,8 @@ def _run(args, log, argv):
         c["elbo"] = elbo[keep].tolist()
         c["seconds"] = (keep * c["seconds_per_step"]).tolist()
     record = {"settings": settings, "direct": direct, "reinforce": reinforce, "ratio": ratio}
-    kronvi.write_atomic(args.out + ".json", json.dumps(record, indent=1) + "\n")
-    kronvi.write_atomic(args.out + ".md", summary_md(record))
+    kronvi.files.write_atomic(args.out + ".json", json.dumps(record, indent=1) + "\n")
+    kronvi.files.write_atomic(args.out + ".md", summary_md(record))
     log(f"ratio: {json.dumps(ratio)}")
     log(f"wrote {args.out}.json/.png/.md in {time.perf_counter() - t_start:.1f} s")
     return record

@@ -97,7 +97,7 @@ def study_setting(rec, key, default):
 def provenance(records):
     """Lines on the records' settings: how many predate the ``settings`` field (made by the study before
     2026-11-22: their NLPD came from the study's own copy of the tilted predictive density, not
-    ``kronvi.predictive_log_density``), and whether the rest share one setting."""
+    ``kronvi.model.predictive_log_density``), and whether the rest share one setting."""
     old = [r for r in records if "settings" not in r]
     new = [r for r in records if "settings" in r]
     out = []
@@ -105,7 +105,7 @@ def provenance(records):
         out.append(
             f"- {len(old)} of {len(records)} records predate per-record settings (made by `uci.py` before "
             "2026-11-22, partly by reruns merged into this JSON; their NLPD came from the study's own copy of "
-            "the tilted predictive density, not `kronvi.predictive_log_density`). A rerun of the one study "
+            "the tilted predictive density, not `kronvi.model.predictive_log_density`). A rerun of the one study "
             "command replaces them."
         )
     distinct = {json.dumps(r["settings"], sort_keys=True) for r in new}
@@ -408,7 +408,7 @@ def main(argv=None):
         "Ours: `init` = GP hyperparameter fit (exact marginal likelihood, 4 starts, ≤ 1000 rows), `stats` = "
         "features + sufficient statistics (one chunked pass, accumulated per inner fold), `noise CV` = DIRECT's "
         "choice of noise grid s2 × [1/span, span] among the spans 10, 3 and 1 (1: fixed at the GP estimate) by "
-        "inner 5-fold cross-validation from those statistics (`kronvi.select_prior`, pooled-variance held-out "
+        "inner 5-fold cross-validation from those statistics (`kronvi.fitting.select_prior`, pooled-variance held-out "
         "log density), with the folds choosing each span; `fit` = the optimizer only (mixtures: including "
         "the mean-field fit they start from; REPARAM: including its feature matrix). First folds include "
         "JIT compilation."
@@ -459,7 +459,7 @@ def main(argv=None):
     lines.append("## Test NLPD (ours; the paper reports none)")
     lines.append("")
     lines.append(
-        "Exact predictive densities: DIRECT posteriors by `kronvi.predictive_log_density` "
+        "Exact predictive densities: DIRECT posteriors by `kronvi.model.predictive_log_density` "
         "(characteristic-function quadrature with an exponential tilt; records made before 2026-11-22: the "
         "study's own copy of it), Gaussian posteriors in closed form; on a fixed "
         f"random subset of at most {max_nlpd_points(records)} of each fold's test rows (all of them in smaller "

@@ -2,9 +2,9 @@
 of the paper's largest, houseelectric), with the sufficient statistics built in one chunked pass.
 
 The statistics (n, y'y, Phi'y, Phi'Phi) are sums over rows, so the data are streamed through the feature map
-in chunks (``kronvi.regression_stats_from_inputs``) and never exist as an n x 2000 feature matrix; the
-20k / 200k / 2M statistics are prefixes of one pass combined with ``kronvi.merge_stats``. The fit (exact
-CAVI on the ELBO from the statistics, from the prior and from ``kronvi.gaussian_start``, keeping the higher
+in chunks (``kronvi.stats.regression_stats_from_inputs``) and never exist as an n x 2000 feature matrix; the
+20k / 200k / 2M statistics are prefixes of one pass combined with ``kronvi.stats.merge_stats``. The fit (exact
+CAVI on the ELBO from the statistics, from the prior and from ``kronvi.fitting.gaussian_start``, keeping the higher
 ELBO) costs O(b^2) per sweep (and O(b^3) for the start) whatever n is: its time must not grow with n.
 
 Usage: python experiments/scale_2m.py [--n 2000000] [--out experiments/results/scale_2m.txt]
@@ -26,7 +26,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import kronvi  # noqa: E402
-from kronvi import noise_moments  # noqa: E402
+from kronvi.model import noise_moments  # noqa: E402
 
 
 def peak_rss_mb():
@@ -73,11 +73,11 @@ def main(argv=None):
 
     # Standardize with training statistics; GP hyperparameters from 1000 random training rows.
     t0 = time.perf_counter()
-    st = kronvi.fit_standardizer(jnp.asarray(X))
-    Xs = kronvi.standardize(st, jnp.asarray(X))
+    st = kronvi.inputs.fit_standardizer(jnp.asarray(X))
+    Xs = kronvi.inputs.standardize(st, jnp.asarray(X))
     offset = float(np.mean(y))
     yc = jnp.asarray(y - offset)
-    hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xs, yc, num_points=1000)
+    hyper, info = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), Xs, yc, num_points=1000)
     jax.block_until_ready(hyper)
     t_init = time.perf_counter() - t0
     log(
@@ -85,12 +85,12 @@ def main(argv=None):
         f", signal variance {float(hyper.signal_variance):.3g}, noise variance {float(hyper.noise_variance):.3g}"
         f" (true 0.01), degenerate {bool(info.degenerate)}"
     )
-    feats = kronvi.rff_init(jax.random.key(1), hyper.lengthscales, args.num_features // 2)
-    fmap = functools.partial(kronvi.rff_features, feats)
+    feats = kronvi.inputs.rff_init(jax.random.key(1), hyper.lengthscales, args.num_features // 2)
+    fmap = functools.partial(kronvi.inputs.rff_features, feats)
     b = args.num_features
-    prior_w = kronvi.gaussian_prior(b, jnp.sqrt(hyper.signal_variance), levels=15, width=3.0)
-    prior_n = kronvi.noise_prior(hyper.noise_variance, levels=15, span=10.0)
-    Xts = kronvi.standardize(st, jnp.asarray(Xt))
+    prior_w = kronvi.model.gaussian_prior(b, jnp.sqrt(hyper.signal_variance), levels=15, width=3.0)
+    prior_n = kronvi.model.noise_prior(hyper.noise_variance, levels=15, span=10.0)
+    Xts = kronvi.inputs.standardize(st, jnp.asarray(Xt))
     Phi_test = fmap(Xts)
 
     # One pass over the rows, in prefixes: [0, 20k), [20k, 200k), [200k, n).
@@ -104,32 +104,34 @@ def main(argv=None):
     results = []
     for cut in cuts:
         t0 = time.perf_counter()
-        seg = kronvi.regression_stats_from_inputs(
+        seg = kronvi.stats.regression_stats_from_inputs(
             fmap, Xs[start:cut], yc[start:cut], chunk_size=args.chunk_size
         )
         jax.block_until_ready(seg)
         dt = time.perf_counter() - t0
         t_pass += dt
-        stats = seg if stats is None else kronvi.merge_stats(stats, seg)
+        stats = seg if stats is None else kronvi.stats.merge_stats(stats, seg)
         # Fit from both starts and keep the higher ELBO (the library pipeline's default); the first call of
         # each compiles (once for every n: the statistics have the same shapes).
         if not results:
             for init in ("prior", "gaussian"):
-                kronvi.fit_regression(stats, prior_w, prior_n, max_iter=2, init=init)
+                kronvi.fitting.fit_regression(stats, prior_w, prior_n, max_iter=2, init=init)
         t0 = time.perf_counter()
         fits = {}
         for init in ("prior", "gaussian"):
-            q_w, q_n, finfo = kronvi.fit_regression(stats, prior_w, prior_n, key=jax.random.key(2), init=init)
+            q_w, q_n, finfo = kronvi.fitting.fit_regression(
+                stats, prior_w, prior_n, key=jax.random.key(2), init=init
+            )
             jax.block_until_ready(q_w)
             fits[init] = (q_w, q_n, finfo, float(finfo.final_elbo))
         t_fit = time.perf_counter() - t0
         best = max(fits, key=lambda k: fits[k][3])
         q_w, q_n, finfo, _ = fits[best]
-        mean, _ = kronvi.predict_regression(q_w, q_n, prior_w, prior_n, Phi_test)
+        mean, _ = kronvi.model.predict_regression(q_w, q_n, prior_w, prior_n, Phi_test)
         rmse = float(jnp.sqrt(jnp.mean((mean + offset - yt) ** 2)))
         rmse_f = float(jnp.sqrt(jnp.mean((mean + offset - ft) ** 2)))
         noise = float(noise_moments(q_n, prior_n)[2])
-        sp = 100 * float(kronvi.expected_sparsity(q_w, prior_w))
+        sp = 100 * float(kronvi.model.expected_sparsity(q_w, prior_w))
         results.append((cut, t_fit))
         log(
             f"| {cut:,} | {cut - start:,} | {dt:.1f} | {t_pass:.1f} | {t_fit:.2f} | {fits['prior'][3]:.1f} / "

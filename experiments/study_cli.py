@@ -71,13 +71,13 @@ def float_list(text: str, flag: str, *, positive: bool = True) -> list[float]:
 
 
 def check_outputs(outputs, *, inputs=(), overwrite=False, exists_hint="pass --overwrite to replace it"):
-    """``kronvi.check_output_path`` for each ``(option, path)`` of ``outputs`` whose path is set, and no two
+    """``kronvi.files.check_output_path`` for each ``(option, path)`` of ``outputs`` whose path is set, and no two
     options naming one file; raises ``ValueError``/``OSError`` with a one-line message."""
     seen = {}
     for option, path in outputs:
         if path is None:
             continue
-        kronvi.check_output_path(
+        kronvi.files.check_output_path(
             path, option=option, inputs=inputs, overwrite=overwrite, exists_hint=exists_hint
         )
         real = os.path.realpath(path)

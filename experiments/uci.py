@@ -15,14 +15,14 @@ hyperparameters and features):
                    eigen-coordinates count up to 20 training RMS in the mean (``DirectConfig.support_rms``).
   exact-blr        exact Bayesian linear regression on the same features, prior N(0, sw^2 I), sw and the noise
                    at the joint evidence maximizer (kronvi.gaussian.spectral_evidence_optimum, as
-                   BayesianRidge chooses them; kronvi.blr_posterior); closed-form NLPD on every test row.
+                   BayesianRidge chooses them; kronvi.gaussian.blr_posterior); closed-form NLPD on every test row.
   direct-mf-sparse DIRECT mean field with the paper's recipe (basis "features"), ``kronvi.pipeline.fit_prepared``:
                    weights on linspace(-3 sw, 3 sw, 15)
                    with a discretized N(0, sw^2) prior, a uniform prior over 15 log-spaced noise variances in
-                   [s2/span, span s2]; exact CAVI from the prior and from kronvi.gaussian_start, the higher
+                   [s2/span, span s2]; exact CAVI from the prior and from kronvi.fitting.gaussian_start, the higher
                    ELBO kept (--direct-fit lbfgs: the paper's L-BFGS recipe). The span is chosen per fold among
                    --noise-cv (default 10, 3 and 1 = the noise fixed at s2) by inner 5-fold cross-validation on
-                   the training rows (kronvi.select_prior: pooled-variance held-out log density); --noise-cv
+                   the training rows (kronvi.fitting.select_prior: pooled-variance held-out log density); --noise-cv
                    none is the paper's single grid of span 10. The mixtures start from this fit and use its
                    noise grid: sparse 4-bit weights.
   direct-mix5-sgd  r = 5 mixture started from the mean-field fit with perturbed components; optax Adam on
@@ -35,7 +35,7 @@ hyperparameters and features):
                    10000 (larger).
   gauss-mf-exact   the same Gaussian family fitted with the exact ELBO from the sufficient statistics
                    (closed-form coordinate ascent).
-  elrg-<rank>      Tomczak et al.'s (2020) low-rank-plus-diagonal Gaussian (kronvi.fit_elrg, one variance per
+  elrg-<rank>      Tomczak et al.'s (2020) low-rank-plus-diagonal Gaussian (kronvi.gaussian.fit_elrg, one variance per
                    weight plus <rank> factor columns) trained beside REPARAM with its settings: local
                    reparameterization (outputs sampled per row), minibatches of 100 rows, 10 draws per row,
                    Adam, 1000 or 10000 steps; the noise variance fixed at exact-blr's (the evidence
@@ -46,7 +46,7 @@ inside [s2/span, span s2] (span = DirectConfig.noise_span, 10).
 
 Metrics per fold: test RMSE (all test rows, stored target units), test NLPD on a fixed random subset of at
 most --nlpd-points test rows per fold (the same rows for every method; ``all``: every test row): discrete
-posteriors by ``kronvi.predictive_log_density`` (a mixture: its components' densities weighted by alpha),
+posteriors by ``kronvi.model.predictive_log_density`` (a mixture: its components' densities weighted by alpha),
 Gaussian posteriors in closed form; expected sparsity; seconds: GP initialization, features + statistics,
 noise-grid choice, fit.
 
@@ -140,7 +140,7 @@ class StudyConfig:
     # variance near the start (benchmarks/results/bench_mixture.txt)
     sgd_samples: int = 300
     sgd_lr: float = 1e-2  # Adam, cosine-decayed to 0
-    sgd_estimator: str = "local"  # kronvi.mixture_elbo_estimate's estimator
+    sgd_estimator: str = "local"  # kronvi.mixtures.mixture_elbo_estimate's estimator
     sgd_eval_samples: int = 30000  # final unbiased ELBO estimates, in chunks of sgd_eval_chunk draws
     sgd_eval_chunk: int = 3000
     lb_max_iter: int = 100
@@ -254,7 +254,7 @@ def merge_main(args) -> int:
     try:
         if len(paths) < 2 or any(not p.name for p in paths):
             raise study_cli.UsageError(f"--merge needs two or more comma-separated files, got {args.merge!r}")
-        kronvi.check_output_path(
+        kronvi.files.check_output_path(
             args.json, option="--json", inputs=paths, overwrite=args.overwrite, exists_hint=EXISTS_HINT
         )
         records = merged_records(paths)
@@ -282,8 +282,8 @@ def read_records(path: pathlib.Path) -> list[dict]:
 
 def write_json(path: pathlib.Path, records) -> None:
     """Writes ``records`` to ``path`` atomically, keeping an existing file's permissions
-    (``kronvi.write_atomic``)."""
-    kronvi.write_atomic(path, json.dumps(records, indent=1))
+    (``kronvi.files.write_atomic``)."""
+    kronvi.files.write_atomic(path, json.dumps(records, indent=1))
 
 
 @contextlib.contextmanager
@@ -371,7 +371,7 @@ def check_datasets(folders) -> None:
 
 def fold_masks(test_mask, k):
     """Boolean ``(train, test)`` rows of fold ``k``: test = the mask's column k, train = the rest."""
-    test = kronvi.fold_indices(test_mask) == k
+    test = kronvi.inputs.fold_indices(test_mask) == k
     return ~test, test
 
 
@@ -495,39 +495,39 @@ def fold_setup(name: str, k: int, cfg: StudyConfig, *, data_dir=DEFAULT_DATA, se
 
 
 def _log_density(q, q_n, prior_w, prior_noise, Phi, y, *, tol, max_nodes):
-    """``kronvi.predictive_log_density`` (more nodes, then float64, where a bound exceeds ``tol``); points that
+    """``kronvi.model.predictive_log_density`` (more nodes, then float64, where a bound exceeds ``tol``); points that
     meet ``tol`` in neither (far-tail points below the rounding floor) keep their best value and its bound,
     which the record reports as ``nlpd_max_rel_error``."""
     try:
-        ld, err = kronvi.predictive_log_density(q, q_n, prior_w, prior_noise, Phi, y, rtol=tol, max_nodes=max_nodes)
+        ld, err = kronvi.model.predictive_log_density(q, q_n, prior_w, prior_noise, Phi, y, rtol=tol, max_nodes=max_nodes)
     except kronvi.DensityToleranceError as e:
         ld, err = e.log_density, e.rel_error_bound
     return np.array(ld, np.float64), np.array(err, np.float64)
 
 
 def discrete_log_density(q, q_n, prior_w, prior_noise, Phi, y, *, tol=1e-2, max_nodes=512):
-    """``(log q(y), largest relative error bound)`` of a discrete posterior (``kronvi.MeanField`` or
-    ``kronvi.Mixture``) by ``kronvi.predictive_log_density`` (points whose error bound exceeds ``tol``
+    """``(log q(y), largest relative error bound)`` of a discrete posterior (``kronvi.model.MeanField`` or
+    ``kronvi.mixtures.Mixture``) by ``kronvi.model.predictive_log_density`` (points whose error bound exceeds ``tol``
     redone with more nodes, up to ``max_nodes``, then in float64); a mixture's is its components' weighted by alpha, summed
     in log space."""
-    comps = [q] if isinstance(q, kronvi.MeanField) else [kronvi.MeanField(lg) for lg in q.logits]
+    comps = [q] if isinstance(q, kronvi.model.MeanField) else [kronvi.model.MeanField(lg) for lg in q.logits]
     parts = [
         _log_density(c, q_n, prior_w, prior_noise, Phi, y, tol=tol, max_nodes=max_nodes)
         for c in comps
     ]
     lds = np.stack([np.asarray(p[0]) for p in parts])
-    if isinstance(q, kronvi.Mixture):
+    if isinstance(q, kronvi.mixtures.Mixture):
         lds = np.asarray(jax.nn.logsumexp(np.asarray(q.log_weights)[:, None] + lds, axis=0))
     return lds.reshape(-1), max(float(np.max(p[1])) for p in parts)
 
 
 def _discrete_result(setup: Setup, q, q_n, fit_seconds, elbo, extra):
     pw, pn = setup.prior_w, setup.prior_n
-    if isinstance(q, kronvi.Mixture):
-        mean, _ = kronvi.predict_mixture(q, q_n, pw, pn, setup.Phi_test)
-        marginals = kronvi.MeanField(q.log_marginals)
+    if isinstance(q, kronvi.mixtures.Mixture):
+        mean, _ = kronvi.mixtures.predict_mixture(q, q_n, pw, pn, setup.Phi_test)
+        marginals = kronvi.model.MeanField(q.log_marginals)
     else:
-        mean, _ = kronvi.predict_regression(q, q_n, pw, pn, setup.Phi_test)
+        mean, _ = kronvi.model.predict_regression(q, q_n, pw, pn, setup.Phi_test)
         marginals = q
     cfg = setup.cfg
     rmse, nlpd, err = setup.metrics(
@@ -538,8 +538,8 @@ def _discrete_result(setup: Setup, q, q_n, fit_seconds, elbo, extra):
     )
     return dict(
         rmse=rmse, nlpd=nlpd, nlpd_max_rel_error=err,
-        sparsity_pct=100.0 * float(kronvi.expected_sparsity(marginals, pw)), fit_seconds=fit_seconds,
-        elbo=elbo, noise_variance=float(kronvi.noise_moments(q_n, pn)[2]), **setup.selection(), **extra,
+        sparsity_pct=100.0 * float(kronvi.model.expected_sparsity(marginals, pw)), fit_seconds=fit_seconds,
+        elbo=elbo, noise_variance=float(kronvi.model.noise_moments(q_n, pn)[2]), **setup.selection(), **extra,
     )  # fmt: skip
 
 
@@ -552,7 +552,7 @@ def run_direct_default(setup: Setup):
     secs = time.perf_counter() - t0
     pw, pn, q, q_n = model.prior_w, model.prior_noise, model.q_w, model.q_noise
     # the model's predictive, as kronvi.predict gives it: test rows beyond the training rows' reach recentred
-    mean = kronvi.predict_regression(q, q_n, pw, pn, Phi_test)[0] + support_shift(model.support, Phi_test)
+    mean = kronvi.model.predict_regression(q, q_n, pw, pn, Phi_test)[0] + support_shift(model.support, Phi_test)
     cfg = setup.cfg
     rmse, nlpd, err = setup.metrics(
         mean,
@@ -564,7 +564,7 @@ def run_direct_default(setup: Setup):
     return dict(
         rmse=rmse, nlpd=nlpd, nlpd_max_rel_error=err,
         sparsity_pct=100.0 * model.sparsity, fit_seconds=secs,  # stored zeros: none in the eigenbasis
-        elbo=float(info.final_elbo), noise_variance=float(kronvi.noise_moments(q_n, pn)[2]),
+        elbo=float(info.final_elbo), noise_variance=float(kronvi.model.noise_moments(q_n, pn)[2]),
         iterations=int(info.num_iter), eigen_stats_seconds=fold.stats_seconds,
     )  # fmt: skip
 
@@ -576,20 +576,20 @@ def run_exact_blr(setup: Setup):
     fold, Phi_test = setup.eigen()
     t0 = time.perf_counter()
     s2, sw = fold.noise_variance, fold.prior_scale
-    mean_w, cov = kronvi.blr_posterior(fold.stats, sw, s2)
+    mean_w, cov = kronvi.gaussian.blr_posterior(fold.stats, sw, s2)
     _block(cov)
     secs = time.perf_counter() - t0
-    m, v = kronvi.predict_blr(mean_w, cov, s2, Phi_test)
+    m, v = kronvi.gaussian.predict_blr(mean_w, cov, s2, Phi_test)
 
     def log_density(P, y):
-        mp, vp = kronvi.predict_blr(mean_w, cov, s2, P)
+        mp, vp = kronvi.gaussian.predict_blr(mean_w, cov, s2, P)
         return np.asarray(norm.logpdf(y, mp, jnp.sqrt(vp))), 0.0  # closed form: no quadrature error
 
     rmse, nlpd, _ = setup.metrics(m, log_density, Phi_test)
     nlpd_all = float(-jnp.mean(norm.logpdf(setup.y_test, m, jnp.sqrt(v)))) + float(np.log(setup.unit))
     return dict(
         rmse=rmse, nlpd=nlpd, nlpd_all_rows=nlpd_all, sparsity_pct=0.0, fit_seconds=secs,
-        elbo=float(kronvi.blr_log_evidence(fold.stats, sw, s2)), noise_variance=float(s2), prior_scale=float(sw),
+        elbo=float(kronvi.gaussian.blr_log_evidence(fold.stats, sw, s2)), noise_variance=float(s2), prior_scale=float(sw),
         eigen_stats_seconds=fold.stats_seconds,
     )  # fmt: skip
 
@@ -621,7 +621,7 @@ def f64(fn, *trees):
 
 
 def mf_elbo64(setup: Setup, q_w, q_n):
-    return f64(kronvi.regression_elbo, setup.stats, q_w, q_n, setup.prior_w, setup.prior_n)
+    return f64(kronvi.model.regression_elbo, setup.stats, q_w, q_n, setup.prior_w, setup.prior_n)
 
 
 def unbiased64(setup: Setup, key, q, qn, *, num_samples=None):
@@ -629,7 +629,7 @@ def unbiased64(setup: Setup, key, q, qn, *, num_samples=None):
     ``sgd_eval_samples``) draws, in chunks of ``sgd_eval_chunk``."""
     cfg = setup.cfg
     return f64(
-        lambda *a: kronvi.mixture_elbo_unbiased(
+        lambda *a: kronvi.mixtures.mixture_elbo_unbiased(
             key, *a, num_samples=num_samples or cfg.sgd_eval_samples, chunk_size=cfg.sgd_eval_chunk
         ),
         setup.stats, q, qn, setup.prior_w, setup.prior_n,
@@ -647,8 +647,8 @@ def run_mix_sgd(setup: Setup):
     q_w, q_n, mf_elbo, mf_secs = _mean_field(setup)
     t0 = time.perf_counter()
     k_init, k_fit, k_eval = jax.random.split(jax.random.fold_in(setup.key, 2), 3)
-    q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.sgd_init_noise)
-    q, qn, _, info = kronvi.fit_mixture_sgd(
+    q0 = kronvi.mixtures.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.sgd_init_noise)
+    q, qn, _, info = kronvi.mixtures.fit_mixture_sgd(
         k_fit, setup.stats, setup.prior_w, setup.prior_n, init=(q0, q_n),
         optimizer=adam_cosine(cfg.sgd_lr, cfg.sgd_steps),
         num_steps=cfg.sgd_steps, num_samples=cfg.sgd_samples, estimator=cfg.sgd_estimator,
@@ -678,10 +678,10 @@ def run_mix_lb(setup: Setup):
     q_w, q_n, mf_elbo, mf_secs = _mean_field(setup)
     t0 = time.perf_counter()
     k_init, k_eval = jax.random.split(jax.random.fold_in(setup.key, 3))
-    q0 = kronvi.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.mix_init_noise)
+    q0 = kronvi.mixtures.mixture_from_mean_field(k_init, q_w, cfg.mix_components, noise_scale=cfg.mix_init_noise)
     q, qn, log_c, info = in_precision(
         cfg.lb_precision,
-        lambda *a: kronvi.fit_mixture_bound(
+        lambda *a: kronvi.mixtures.fit_mixture_bound(
             *a[:3], init=a[3:], method="lbfgs", max_iter=cfg.lb_max_iter, tol=cfg.lb_tol
         ),
         setup.stats, setup.prior_w, setup.prior_n, q0, q_n,
@@ -690,8 +690,8 @@ def run_mix_lb(setup: Setup):
     # Compared in float64 (same q and statistics): float32 rounding exceeds the differences at large n.
     mf64 = mf_elbo64(setup, q_w, q_n)
     pw, pn, st = setup.prior_w, setup.prior_n, setup.stats
-    bound = f64(kronvi.mixture_elbo_bound, st, q, qn, log_c, pw, pn)
-    bound0 = f64(kronvi.mixture_elbo_bound, st, q0, q_n, q0.log_marginals, pw, pn)  # the fit's start
+    bound = f64(kronvi.mixtures.mixture_elbo_bound, st, q, qn, log_c, pw, pn)
+    bound0 = f64(kronvi.mixtures.mixture_elbo_bound, st, q0, q_n, q0.log_marginals, pw, pn)  # the fit's start
     est, se = unbiased64(setup, k_eval, q, qn)
     fallback = not bound >= mf64
     extra = dict(
@@ -702,17 +702,17 @@ def run_mix_lb(setup: Setup):
     total = mf_secs + secs
     if fallback:
         return _discrete_result(setup, q_w, q_n, total, mf_elbo, extra)
-    q = kronvi.Mixture(jnp.asarray(q.logits, jnp.float32), jnp.asarray(q.weight_logits, jnp.float32))
-    qn = kronvi.MeanField(jnp.asarray(qn.logits, jnp.float32))
+    q = kronvi.mixtures.Mixture(jnp.asarray(q.logits, jnp.float32), jnp.asarray(q.weight_logits, jnp.float32))
+    qn = kronvi.model.MeanField(jnp.asarray(qn.logits, jnp.float32))
     return _discrete_result(setup, q, qn, total, bound, extra)
 
 
 def _gaussian_result(setup: Setup, q, s2, fit_seconds, extra):
-    mean, _ = kronvi.predict_gaussian_mf(q, s2, setup.Phi_test)
-    elbo = float(kronvi.gaussian_mf_elbo(setup.stats, q, s2, prior_scale=setup.sw))
+    mean, _ = kronvi.gaussian.predict_gaussian_mf(q, s2, setup.Phi_test)
+    elbo = float(kronvi.gaussian.gaussian_mf_elbo(setup.stats, q, s2, prior_scale=setup.sw))
 
     def log_density(P, y):
-        m, v = kronvi.predict_gaussian_mf(q, s2, P)
+        m, v = kronvi.gaussian.predict_gaussian_mf(q, s2, P)
         return np.asarray(norm.logpdf(y, m, jnp.sqrt(v))), 0.0  # closed form: no quadrature error
 
     rmse, nlpd, _ = setup.metrics(mean, log_density)
@@ -724,7 +724,7 @@ def _gaussian_result(setup: Setup, q, s2, fit_seconds, extra):
 
 def run_gauss_exact(setup: Setup):
     t0 = time.perf_counter()
-    q, s2, info = kronvi.fit_gaussian_mf(
+    q, s2, info = kronvi.gaussian.fit_gaussian_mf(
         setup.stats, prior_scale=setup.sw, noise_variance=setup.s2, noise_bounds=setup.noise_bounds
     )
     _block(q.mean)
@@ -742,10 +742,10 @@ def run_reparam(setup: Setup):
     # then independent of the target units; the model and its ELBO are unchanged. The training features are
     # computed once (counted in the fit time): gathering minibatch rows is ~7x cheaper than recomputing
     # 100 x 2000 cos/sin features every step.
-    u0 = kronvi.GaussianMeanField(jnp.zeros((b,)), jnp.full((b,), float(np.log(cfg.reparam_init_std))))
+    u0 = kronvi.gaussian.GaussianMeanField(jnp.zeros((b,)), jnp.full((b,), float(np.log(cfg.reparam_init_std))))
     t0 = time.perf_counter()
-    Phi_train = setup.sw * kronvi.rff_features(fold.features, fold.X)
-    qu, s2, info = kronvi.fit_gaussian_reparam(
+    Phi_train = setup.sw * kronvi.inputs.rff_features(fold.features, fold.X)
+    qu, s2, info = kronvi.gaussian.fit_gaussian_reparam(
         jax.random.fold_in(setup.key, 4), Phi_train, fold.y, init=(u0, setup.s2), prior_scale=1.0,
         optimizer=adam(cfg.reparam_lr), num_steps=steps, batch_size=cfg.reparam_batch,
         num_samples=cfg.reparam_samples, noise_bounds=setup.noise_bounds, progress=setup.progress,
@@ -753,13 +753,13 @@ def run_reparam(setup: Setup):
     _block(qu.mean)
     secs = time.perf_counter() - t0
     del Phi_train
-    q = kronvi.GaussianMeanField(setup.sw * qu.mean, qu.log_std + jnp.log(setup.sw))
+    q = kronvi.gaussian.GaussianMeanField(setup.sw * qu.mean, qu.log_std + jnp.log(setup.sw))
     last = np.asarray(info.steps.elbo[-min(50, steps) :])
     return _gaussian_result(setup, q, s2, secs, dict(steps=steps, last_minibatch_elbo=float(last.mean())))
 
 
 def run_elrg(setup: Setup, *, rank: int):
-    """ELRG (kronvi.fit_elrg, local reparameterization) with REPARAM's protocol: prior-sd units (features
+    """ELRG (kronvi.gaussian.fit_elrg, local reparameterization) with REPARAM's protocol: prior-sd units (features
     multiplied by sw, prior N(0, I)), the training features computed once inside the fit time, minibatches of
     ``reparam_batch`` rows with ``reparam_samples`` draws per row, Adam at ``reparam_lr``, the start at mean 0
     with variances ``reparam_init_std``^2 and factors a tenth of that scale. The noise variance is fixed at
@@ -774,13 +774,13 @@ def run_elrg(setup: Setup, *, rank: int):
     steps = cfg.reparam_steps_small if n_total < 3000 else cfg.reparam_steps_large
     k_init, k_fit = jax.random.split(jax.random.fold_in(setup.key, 5))
     z = jax.random.normal(k_init, (b, rank))
-    u0 = kronvi.ELRG(
+    u0 = kronvi.gaussian.ELRG(
         jnp.zeros((b,)), jnp.full((b,), 2.0 * float(np.log(cfg.reparam_init_std))),
         0.1 * cfg.reparam_init_std * z / np.sqrt(max(rank, 1)),
     )  # fmt: skip
     t0 = time.perf_counter()
-    Phi_train = setup.sw * kronvi.rff_features(fold.features, fold.X)
-    qu, info = kronvi.fit_elrg(
+    Phi_train = setup.sw * kronvi.inputs.rff_features(fold.features, fold.X)
+    qu, info = kronvi.gaussian.fit_elrg(
         k_fit, None, 1.0, s2, rank=rank, objective="local-reparam", init=u0, data=(Phi_train, fold.y),
         optimizer=adam(cfg.reparam_lr), num_steps=steps, batch_size=cfg.reparam_batch,
         num_samples=cfg.reparam_samples, progress=setup.progress,
@@ -789,18 +789,18 @@ def run_elrg(setup: Setup, *, rank: int):
     secs = time.perf_counter() - t0
     del Phi_train
     sw = setup.sw
-    q = kronvi.ELRG(sw * qu.mean, qu.log_diag + 2.0 * jnp.log(sw), sw * qu.factors)
-    mean, _ = kronvi.predict_elrg(q, s2, setup.Phi_test)
+    q = kronvi.gaussian.ELRG(sw * qu.mean, qu.log_diag + 2.0 * jnp.log(sw), sw * qu.factors)
+    mean, _ = kronvi.gaussian.predict_elrg(q, s2, setup.Phi_test)
 
     def log_density(P, y):
-        m, v = kronvi.predict_elrg(q, s2, P)
+        m, v = kronvi.gaussian.predict_elrg(q, s2, P)
         return np.asarray(norm.logpdf(y, m, jnp.sqrt(v))), 0.0  # closed form: no quadrature error
 
     rmse, nlpd, _ = setup.metrics(mean, log_density)
     last = np.asarray(info.steps.elbo[-min(50, steps) :])
     return dict(
         rmse=rmse, nlpd=nlpd, sparsity_pct=0.0, fit_seconds=secs,
-        elbo=float(kronvi.elrg_elbo(setup.stats, q, s2, prior_scale=sw)), noise_variance=s2, rank=rank,
+        elbo=float(kronvi.gaussian.elrg_elbo(setup.stats, q, s2, prior_scale=sw)), noise_variance=s2, rank=rank,
         steps=steps, last_minibatch_elbo=float(last.mean()), eigen_stats_seconds=eigen_fold.stats_seconds,
     )  # fmt: skip
 
@@ -966,7 +966,7 @@ def parse_args(argv=None):
     )  # fmt: skip
     p.add_argument(
         "--sgd-estimator", default=StudyConfig.sgd_estimator, choices=kronvi.mixtures.ESTIMATORS,
-        help="entropy-gradient estimator (kronvi.mixture_elbo_estimate)",
+        help="entropy-gradient estimator (kronvi.mixtures.mixture_elbo_estimate)",
     )  # fmt: skip
     p.add_argument("--lb-iters", type=int, default=StudyConfig.lb_max_iter)
     p.add_argument(
@@ -1067,11 +1067,11 @@ def check_outputs(args, folders) -> None:
     exist and take files, neither is an input, --json exists only with --resume or --overwrite, and --log
     (appended to) is not --json."""
     inputs = input_files(folders)
-    kronvi.check_output_path(
+    kronvi.files.check_output_path(
         args.json, option="--json", inputs=inputs, overwrite=args.resume or args.overwrite, exists_hint=EXISTS_HINT
     )  # fmt: skip
     if args.log:
-        kronvi.check_output_path(args.log, option="--log", inputs=inputs + [pathlib.Path(args.json)], overwrite=True)
+        kronvi.files.check_output_path(args.log, option="--log", inputs=inputs + [pathlib.Path(args.json)], overwrite=True)
         if os.path.realpath(args.log) == os.path.realpath(args.json):
             raise ValueError(f"--log {args.log!r} is the --json file")
 

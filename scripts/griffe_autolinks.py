@@ -1,15 +1,16 @@
 """Griffe extension for the docs build: a backticked kronvi name in a docstring becomes a link.
 
-The docstrings name other objects in plain backticks (`` `MeanField` ``, `` `kronvi.fit_regression` ``,
+The docstrings name other objects in plain backticks (`` `MeanField` ``, `` `kronvi.fitting.fit_regression` ``,
 `` `DirectConfig.basis` ``), so `help()` reads as plain text. At build time this extension rewrites every
 such name that resolves to an object the API pages render into mkdocstrings' cross-reference,
-`` [`MeanField`][kronvi.MeanField] ``; anything else (a parameter, an expression, a name of another
+`` [`MeanField`][kronvi.model.MeanField] ``; anything else (a parameter, an expression, a name of another
 library) stays code.
 
 A name resolves, first component first, in this order: the members of the documented object and of its
 parents up to its module (so a class's docstring can name its own fields, a module's its own functions),
 then `kronvi`'s top-level names, then the names of its public namespaces (`kronvi.logistic`, ...) when
-only one of them has it; a name that starts with `kronvi.` is taken as a full path. The object found is
+only one of them has it; a name that starts with `kronvi.` is taken as a full path. A namespace itself is
+linked by its full name only (`kronvi.stats`; a bare `stats` or `model` is usually a parameter). The object found is
 linked to the heading the API pages give it: the path of its `::: path` directive (or a member of one),
 else an explicit `[](){#id}` anchor. The pages are read from `docs/api/*.md`.
 
@@ -107,7 +108,8 @@ def resolve(name: str, owner, pkg, ids: dict[str, str]) -> str | None:
     while scope is not None:  # the documented object, its class, its module, up to the package
         if scope.kind in (griffe.Kind.MODULE, griffe.Kind.CLASS):
             obj = _lookup(scope, name)
-            if obj is not None and obj.path in ids:
+            # a namespace links by its full name only: a bare `stats` or `model` is a parameter
+            if obj is not None and obj.path in ids and not (obj.kind is griffe.Kind.MODULE and "." not in name):
                 return ids[obj.path]
         scope = scope.parent
     found = {ids[o.path] for ns in _namespaces(pkg) if (o := _lookup(ns, name)) is not None and o.path in ids}

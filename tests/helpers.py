@@ -154,16 +154,20 @@ def mixture_problem(seed, *, b=3, m=3, ms=3, r=2, num_prior_components=None):
 def mixture_model(p, dtype=np.float64, *, mixture_prior=False):
     """``(q, q_noise, prior_w, prior_noise, stats)`` of a :func:`mixture_problem` in ``dtype``."""
     if mixture_prior:
-        prior_w = kronvi.MixturePrior(
+        prior_w = kronvi.mixtures.MixturePrior(
             jnp.asarray(p["values"], dtype), jnp.asarray(p["prior_mix_logp"], dtype),
             jnp.asarray(p["prior_mix_logw"], dtype),
         )  # fmt: skip
     else:
-        prior_w = kronvi.DiscretePrior(jnp.asarray(p["values"], dtype), jnp.asarray(p["log_prior"], dtype))
-    prior_n = kronvi.DiscretePrior(jnp.asarray(p["noise_vals"], dtype), jnp.asarray(p["log_prior_n"], dtype))
-    q = kronvi.Mixture(jnp.asarray(p["mix_logits"], dtype), jnp.asarray(p["mix_wlogits"], dtype))
-    q_n = kronvi.MeanField(jnp.asarray(p["qn_logits"], dtype))
-    stats = kronvi.regression_stats(jnp.asarray(p["Phi"], dtype), jnp.asarray(p["y"], dtype))
+        prior_w = kronvi.model.DiscretePrior(
+            jnp.asarray(p["values"], dtype), jnp.asarray(p["log_prior"], dtype)
+        )
+    prior_n = kronvi.model.DiscretePrior(
+        jnp.asarray(p["noise_vals"], dtype), jnp.asarray(p["log_prior_n"], dtype)
+    )
+    q = kronvi.mixtures.Mixture(jnp.asarray(p["mix_logits"], dtype), jnp.asarray(p["mix_wlogits"], dtype))
+    q_n = kronvi.model.MeanField(jnp.asarray(p["qn_logits"], dtype))
+    stats = kronvi.stats.regression_stats(jnp.asarray(p["Phi"], dtype), jnp.asarray(p["y"], dtype))
     return q, q_n, prior_w, prior_n, stats
 
 
@@ -245,9 +249,9 @@ def bimodal_problem():
     Phi = np.concatenate([z + 0.01 * rng.normal(size=(n, 1)), z + 0.01 * rng.normal(size=(n, 1)),
                           rng.normal(size=(n, 1))], 1)  # fmt: skip
     y = Phi[:, 0] + 0.3 * rng.normal(size=n)
-    stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
-    prior_w = kronvi.gaussian_prior(3, 1.0, levels=3, width=1.0)
-    prior_n = kronvi.noise_prior(0.09, levels=5)
+    stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+    prior_w = kronvi.model.gaussian_prior(3, 1.0, levels=3, width=1.0)
+    prior_n = kronvi.model.noise_prior(0.09, levels=5)
     p = dict(Phi=Phi, y=y, values=np.asarray(prior_w.values), log_prior=np.asarray(prior_w.log_probs),
              noise_vals=np.asarray(prior_n.values), log_prior_n=np.asarray(prior_n.log_probs))  # fmt: skip
     # log evidence by enumeration over weights and noise
@@ -259,7 +263,7 @@ def bimodal_problem():
              + ref_log_prior(p)[:, None] + p["log_prior_n"][0][None])  # fmt: skip
     L = np.zeros((2, 3, 3))
     L[0, 0, 2] = L[0, 1, 1] = L[1, 0, 1] = L[1, 1, 2] = L[:, 2, 1] = 1.0
-    return p, stats, prior_w, prior_n, logsumexp(joint), kronvi.Mixture(L, np.zeros(2))
+    return p, stats, prior_w, prior_n, logsumexp(joint), kronvi.mixtures.Mixture(L, np.zeros(2))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -272,7 +276,7 @@ def gaussian_problem(dtype, *, n=60, b=4, seed=0, noise=0.3):
     rng = np.random.default_rng(seed)
     Phi = rng.normal(size=(n, b))
     y = Phi @ rng.normal(size=b) + noise * rng.normal(size=n)
-    stats = kronvi.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
+    stats = kronvi.stats.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
     return stats, Phi, y
 
 

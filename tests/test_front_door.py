@@ -120,7 +120,7 @@ def test_log_density_is_the_fit_units_density_less_the_log_unit(fitted):
     ld = model.log_density(X[:20], y[:20])
     Phi = fold_features(model, X[:20])
     yc = jnp.asarray((y[:20] - model.y_offset) / model.y_scale, Phi.dtype)
-    ref, _ = kronvi.predictive_log_density(
+    ref, _ = kronvi.model.predictive_log_density(
         model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc
     )
     np.testing.assert_allclose(ld, np.asarray(ref) - np.log(model.y_scale), rtol=1e-6)
@@ -167,7 +167,7 @@ def test_sparsity_is_the_fraction_of_stored_zero_weights():
         assert model.sparsity == 0.0  # dense weights, whatever q puts on the level nearest 0
     config = SMALL._replace(recipe=kronvi.Features(noise_cv=()), lengthscale=2.0)
     model = kronvi.fit_direct(jax.random.key(0), X, y, config).model
-    assert model.sparsity == pytest.approx(float(kronvi.expected_sparsity(model.q_w, model.prior_w)))
+    assert model.sparsity == pytest.approx(float(kronvi.model.expected_sparsity(model.q_w, model.prior_w)))
     assert 0.0 < model.sparsity < 1.0
 
 

@@ -83,8 +83,8 @@ def test_the_compact_model_bounds_its_kept_directions_as_the_eigen_model():
     probs = np.asarray(eigen.q_w.probs, np.float64)
     e_w = np.sum(probs * values, axis=1)
     var_w = np.sum(probs * values**2, axis=1) - e_w**2
-    e_s = float(kronvi.noise_moments(eigen.q_noise, eigen.prior_noise)[2])
-    keep, _ = kronvi.complement_split(eigen.basis.eigenvalues, var_w, X.shape[0], e_s, tol=0.1)
+    e_s = float(kronvi.model.noise_moments(eigen.q_noise, eigen.prior_noise)[2])
+    keep, _ = kronvi.model.complement_split(eigen.basis.eigenvalues, var_w, X.shape[0], e_s, tol=0.1)
     assert 0 < keep.sum() < keep.size
     Xt = _far(X)
     z = np.asarray(fold_features(eigen, Xt), np.float64)

@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
     config = pipeline.DirectConfig(num_frequencies=150, gp=pipeline.GPOptions(restarts=1))  # the GP on all 277 rows
     model, _, _ = pipeline.fit_direct(jax.random.key(0), X[~test], y[~test], config)
     Phi = pipeline.fold_features(model, X[test])
-    mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    mean, var = kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
     print(json.dumps(dict(lengthscales=np.asarray(model.hyper.lengthscales).tolist(),
                           mean=np.asarray(mean).tolist(), var=np.asarray(var).tolist())))
     """
@@ -64,7 +64,7 @@ def test_default_features_grow_with_the_training_rows_and_far_targets_keep_their
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
-    gp = (kronvi.GPHyperparameters(jnp.ones(2), jnp.asarray(1.0), jnp.asarray(0.1)), None)  # no GP fit
+    gp = (kronvi.inputs.GPHyperparameters(jnp.ones(2), jnp.asarray(1.0), jnp.asarray(0.1)), None)  # no GP fit
     monkeypatch.setattr(pipeline, "default_num_frequencies", lambda n: 11 if n == 40 else 0)  # the rule's use
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(), gp=gp)  # default recipe
     assert fold.features.frequencies.shape == (2, 11) and fold.stats.Phity.shape == (22,)
@@ -102,14 +102,14 @@ def test_the_compact_recipe_predicts_the_eigen_fits_mean_and_bounded_variance():
         out = {}
         for name, model in models.items():
             Phi = pipeline.fold_features(model, X[test])
-            mean, var = kronvi.predict_regression(
+            mean, var = kronvi.model.predict_regression(
                 model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi
             )
             out[name] = np.asarray(mean), np.asarray(var)
         with pytest.raises(ValueError, match="columns"):  # inputs of another width: a named error
             pipeline.fold_features(models["compact"], X[test][:, :3])
     small = models["compact"]
-    assert isinstance(small.basis, kronvi.CompactBasis)
+    assert isinstance(small.basis, kronvi.model.CompactBasis)
     k = small.basis.vectors.shape[1]
     assert 0 < k < 277 and small.q_w.logits.shape == (1 + k + 8, 15)
     (m_e, v_e), (m_c, v_c) = out["eigen"], out["compact"]
@@ -164,17 +164,21 @@ def test_eigen_recipe_fits_an_unshrunk_intercept_as_bayesian_ridge(n):
     config = pipeline.DirectConfig(num_frequencies=22)
     with jax.enable_x64(True):
         one = functools.partial(jnp.asarray, dtype=jnp.float64)
-        gp = (kronvi.GPHyperparameters(one(np.ones(2)), one(1.0), one(0.01)), None)  # no GP fit
+        gp = (kronvi.inputs.GPHyperparameters(one(np.ones(2)), one(1.0), one(0.01)), None)  # no GP fit
         fold = pipeline.prepare_fold(jax.random.key(0), X[:n], y[:n], config, dtype=jnp.float64, gp=gp)
         model = pipeline.fit_prepared(fold, config).model
         raw = model.features._replace(offset=None)
         F, Ft = (
-            np.asarray(kronvi.rff_features(raw, kronvi.standardize(model.standardizer, jnp.asarray(A))))
+            np.asarray(
+                kronvi.inputs.rff_features(raw, kronvi.inputs.standardize(model.standardizer, jnp.asarray(A)))
+            )
             for A in (X[:n], X[n:])
         )
         Phi = pipeline.fold_features(model, X[n:])
-        mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
-        s2 = float(kronvi.noise_moments(model.q_noise, model.prior_noise)[2])
+        mean, _ = kronvi.model.predict_regression(
+            model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi
+        )
+        s2 = float(kronvi.model.noise_moments(model.q_noise, model.prior_noise)[2])
     np.testing.assert_allclose(model.features.offset, F.mean(axis=0), rtol=1e-12, atol=1e-14)
     # exact BLR with an intercept, at the fold's prior scale and (posterior mean) noise variance
     sw2 = float(fold.prior_scale) ** 2

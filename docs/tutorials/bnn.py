@@ -67,8 +67,8 @@ print("statistics:", stats.yz.shape, stats.zz.shape, "for", layer_sizes)
 # derivative. `method="lbfgs"` runs L-BFGS on exact gradients instead.
 
 # %%
-prior_w = kronvi.gaussian_prior(P, 0.8, levels=15, dtype=jnp.float32)
-prior_noise = kronvi.noise_prior(jnp.float32(0.1), levels=15, span=30.0)
+prior_w = kronvi.model.gaussian_prior(P, 0.8, levels=15, dtype=jnp.float32)
+prior_noise = kronvi.model.noise_prior(jnp.float32(0.1), levels=15, span=30.0)
 t0 = time.perf_counter()
 q_w, q_noise, info = bnn.fit_bnn(
     stats, prior_w, prior_noise, method="cavi", key=jax.random.key(1), max_iter=30, num_starts=4
@@ -77,7 +77,7 @@ print(
     f"ELBO {float(info.elbo[0]):.1f} -> {float(info.final_elbo):.1f} in {int(info.num_iter)} sweeps "
     f"({time.perf_counter() - t0:.1f} s with compilation)"
 )
-print("E[noise variance]:", float(kronvi.noise_moments(q_noise, prior_noise)[2]), "(true 0.09)")
+print("E[noise variance]:", float(kronvi.model.noise_moments(q_noise, prior_noise)[2]), "(true 0.09)")
 
 # %% [markdown]
 # The predictive mean and variance are exact sums over every weight configuration (the variance includes

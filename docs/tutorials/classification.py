@@ -39,10 +39,10 @@ y = (y > np.median(y)).astype(np.float32)
 test = test_mask[:, 0].astype(bool)
 mu, sd = X[~test].mean(0), X[~test].std(0)
 X = (X - mu) / sd
-rff = kronvi.rff_init(jax.random.key(0), jnp.full(X.shape[1], 2.0, jnp.float32), 20)  # b = 40 features
-Phi = kronvi.rff_features(rff, jnp.asarray(X, jnp.float32))
+rff = kronvi.inputs.rff_init(jax.random.key(0), jnp.full(X.shape[1], 2.0, jnp.float32), 20)  # b = 40 features
+Phi = kronvi.inputs.rff_features(rff, jnp.asarray(X, jnp.float32))
 Phi_tr, Phi_te, y_tr, y_te = Phi[~test], Phi[test], y[~test], y[test]
-prior = kronvi.gaussian_prior(Phi.shape[1], 3.0, levels=15)  # 15 levels on +-3 prior sd: 4-bit weights
+prior = kronvi.model.gaussian_prior(Phi.shape[1], 3.0, levels=15)  # 15 levels on +-3 prior sd: 4-bit weights
 print(Phi_tr.shape, "training rows x features")
 
 # %% [markdown]
@@ -50,7 +50,7 @@ print(Phi_tr.shape, "training rows x features")
 # expected log-likelihood.
 
 # %%
-q0 = kronvi.MeanField.from_prior(prior)
+q0 = kronvi.model.MeanField.from_prior(prior)
 exact, se = kl.logistic_loglik_estimate(jax.random.key(1), Phi_tr, y_tr, q0, prior, num_samples=2000)
 print(f"exact (MC): {float(exact):9.2f} +- {float(se):.2f}")
 for bound in kl.BOUNDS:
@@ -65,7 +65,7 @@ p = kl.predict_logistic(q, prior, Phi_te)
 acc = float(jnp.mean((p > 0.5) == (y_te == 1)))
 logloss = float(-jnp.mean(y_te * jnp.log(p) + (1 - y_te) * jnp.log1p(-p)))
 print(f"ELBO bound {float(info.final_elbo):.2f}; test accuracy {acc:.3f}, log loss {logloss:.3f}")
-print(f"expected sparsity {100 * float(kronvi.expected_sparsity(q, prior)):.0f}% of weights at 0")
+print(f"expected sparsity {100 * float(kronvi.model.expected_sparsity(q, prior)):.0f}% of weights at 0")
 
 # %% [markdown]
 # Two recipes, as for regression. The grids above are the paper's: fixed, with a level at 0, so weights

@@ -45,12 +45,12 @@ jax.config.update("jax_enable_x64", True)
 
 X, y, test_mask = kronvi.load_demo()
 test = test_mask[:, 0].astype(bool)
-std = kronvi.fit_standardizer(jnp.asarray(X[~test]))
-X_train, X_test = kronvi.standardize(std, jnp.asarray(X[~test])), kronvi.standardize(std, jnp.asarray(X[test]))
+std = kronvi.inputs.fit_standardizer(jnp.asarray(X[~test]))
+X_train, X_test = kronvi.inputs.standardize(std, jnp.asarray(X[~test])), kronvi.inputs.standardize(std, jnp.asarray(X[test]))
 y_offset = y[~test].mean()
 y_train, y_test = jnp.asarray(y[~test] - y_offset), jnp.asarray(y[test] - y_offset)
 
-hyper, _ = kronvi.fit_gp_hyperparameters(jax.random.key(0), X_train, y_train, num_points=200, num_starts=1)
+hyper, _ = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), X_train, y_train, num_points=200, num_starts=1)
 prior_scale, noise_guess = jnp.sqrt(hyper.signal_variance), hyper.noise_variance
 print("GP lengthscales:", np.round(np.asarray(hyper.lengthscales), 2))
 
@@ -111,15 +111,15 @@ print("learned lengthscales:", np.round(np.exp(np.asarray(model_rff.params)), 2)
 # %% [markdown]
 # Predictions go through the same feature map and rotation
 # ([`predict_features`][kronvi.feature_learning.predict_features]); the predictive mean is exact
-# ([`predict_regression`][kronvi.predict_regression]) and so is the density of each test target
-# ([`predictive_log_density`][kronvi.predictive_log_density]).
+# ([`predict_regression`][kronvi.model.predict_regression]) and so is the density of each test target
+# ([`predictive_log_density`][kronvi.model.predictive_log_density]).
 
 
 # %%
 def evaluate(model, feature_fn):
     Phi = predict_features(model, X_test, feature_fn=feature_fn)
-    mean, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
-    log_density, _ = kronvi.predictive_log_density(
+    mean, _ = kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    log_density, _ = kronvi.model.predictive_log_density(
         model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_test
     )
     return float(jnp.sqrt(jnp.mean((mean - y_test) ** 2))), float(-jnp.mean(log_density))

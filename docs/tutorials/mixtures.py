@@ -36,9 +36,9 @@ import kronvi
 x = jax.random.normal(jax.random.key(0), (40,))
 y = 0.8 * x + 0.3 * jax.random.normal(jax.random.key(1), (40,))
 Phi = jnp.stack([x, x], axis=1)  # two identical features
-stats = kronvi.regression_stats(Phi, y)
-prior_w = kronvi.gaussian_prior(2, 1.0, levels=15, width=3.0)
-prior_noise = kronvi.noise_prior(0.09, levels=5, span=3.0)
+stats = kronvi.stats.regression_stats(Phi, y)
+prior_w = kronvi.model.gaussian_prior(2, 1.0, levels=15, width=3.0)
+prior_noise = kronvi.model.noise_prior(0.09, levels=5, span=3.0)
 
 
 def exact_log_evidence():
@@ -55,7 +55,7 @@ def exact_log_evidence():
 
 
 log_py = exact_log_evidence()
-q_w, q_noise, info = kronvi.fit_regression(stats, prior_w, prior_noise)
+q_w, q_noise, info = kronvi.fitting.fit_regression(stats, prior_w, prior_noise)
 print(f"exact log p(y)        {log_py:8.3f}")
 print(f"mean-field ELBO       {float(info.final_elbo):8.3f}")
 
@@ -68,8 +68,8 @@ print(f"mean-field ELBO       {float(info.final_elbo):8.3f}")
 # every component stays on the mean field's mode here, and the bound gains nothing:
 
 # %%
-q0 = kronvi.mixture_from_mean_field(jax.random.key(2), q_w, 5, noise_scale=1.0, smoothing=0.05)
-q, q_noise_b, log_center, info_b = kronvi.fit_mixture_bound(
+q0 = kronvi.mixtures.mixture_from_mean_field(jax.random.key(2), q_w, 5, noise_scale=1.0, smoothing=0.05)
+q, q_noise_b, log_center, info_b = kronvi.mixtures.fit_mixture_bound(
     stats, prior_w, prior_noise, init=(q0, q_noise), max_iter=200
 )
 print(f"5-mixture bound, perturbed start {float(info_b.final_elbo):8.3f}")
@@ -87,8 +87,8 @@ def nearly_one_hot(i):
     return jnp.log(0.9 * jax.nn.one_hot(i, 15) + 0.1 / 15)
 
 
-q0 = kronvi.Mixture(jnp.stack([jnp.stack([nearly_one_hot(i), nearly_one_hot(j)]) for i, j in levels]), jnp.zeros(5))
-q, q_noise_b, log_center, info_b = kronvi.fit_mixture_bound(
+q0 = kronvi.mixtures.Mixture(jnp.stack([jnp.stack([nearly_one_hot(i), nearly_one_hot(j)]) for i, j in levels]), jnp.zeros(5))
+q, q_noise_b, log_center, info_b = kronvi.mixtures.fit_mixture_bound(
     stats, prior_w, prior_noise, init=(q0, q_noise), max_iter=200
 )
 print(f"5-mixture bound, placed start    {float(info_b.final_elbo):8.3f}")
@@ -105,11 +105,11 @@ print("component means", np.asarray(component_means, float).round(2).tolist())
 # standard error.
 
 # %%
-q_s, q_noise_s, _, info_s = kronvi.fit_mixture_sgd(
+q_s, q_noise_s, _, info_s = kronvi.mixtures.fit_mixture_sgd(
     jax.random.key(3), stats, prior_w, prior_noise, init=(q0, q_noise),
     optimizer=optax.adam(0.05), num_steps=200, num_samples=32,
 )
-elbo, se = kronvi.mixture_elbo_unbiased(jax.random.key(4), stats, q_s, q_noise_s, prior_w, prior_noise, num_samples=2000)
+elbo, se = kronvi.mixtures.mixture_elbo_unbiased(jax.random.key(4), stats, q_s, q_noise_s, prior_w, prior_noise, num_samples=2000)
 print(f"5-mixture SGD ELBO    {float(elbo):8.3f} (standard error {float(se):.1e})")
 
 # %% [markdown]
@@ -126,7 +126,7 @@ def sd_w1(marginals):
 
 
 print(f"posterior sd of w1: mean field {sd_w1(q_w.probs):.3f}, 5-mixture {sd_w1(q.marginals):.3f}")
-m, v = kronvi.predict_mixture(q, q_noise_b, prior_w, prior_noise, jnp.array([[1.0, 1.0]]))
+m, v = kronvi.mixtures.predict_mixture(q, q_noise_b, prior_w, prior_noise, jnp.array([[1.0, 1.0]]))
 print(f"prediction at x = 1: mean {float(m[0]):.3f}, sd {float(jnp.sqrt(v[0])):.3f}")
 
 # %% [markdown]

@@ -31,29 +31,29 @@ import kronvi
 
 X, y, test_mask = kronvi.load_demo()
 test = test_mask[:, 2].astype(bool)  # fold 2 of 10
-std = kronvi.fit_standardizer(X[~test])
+std = kronvi.inputs.fit_standardizer(X[~test])
 y_offset = float(y[~test].mean())
-hyper, _ = kronvi.fit_gp_hyperparameters(
+hyper, _ = kronvi.inputs.fit_gp_hyperparameters(
     jax.random.key(0),
-    jnp.asarray(kronvi.standardize(std, X[~test]), jnp.float32),
+    jnp.asarray(kronvi.inputs.standardize(std, X[~test]), jnp.float32),
     jnp.asarray(y[~test] - y_offset, jnp.float32),
 )
 prior_scale = float(jnp.sqrt(hyper.signal_variance))  # the prior sd of every weight
-features = kronvi.rff_init(jax.random.key(1), hyper.lengthscales, num_frequencies=100)
+features = kronvi.inputs.rff_init(jax.random.key(1), hyper.lengthscales, num_frequencies=100)
 
 
 def featurize(X_rows):
-    return kronvi.rff_features(features, jnp.asarray(kronvi.standardize(std, X_rows), jnp.float32))
+    return kronvi.inputs.rff_features(features, jnp.asarray(kronvi.inputs.standardize(std, X_rows), jnp.float32))
 
 
 Phi, Phi_test = featurize(X[~test]), featurize(X[test])
-stats = kronvi.regression_stats(Phi, jnp.asarray(y[~test] - y_offset, jnp.float32))
+stats = kronvi.stats.regression_stats(Phi, jnp.asarray(y[~test] - y_offset, jnp.float32))
 b = Phi.shape[1]
-prior_w = kronvi.gaussian_prior(b, prior_scale, levels=15, width=3.0)  # one shared grid, zero is level 7
-s2 = kronvi.blr_evidence_noise(stats, prior_scale, lower=1e-5, upper=10.0)
-prior_noise = kronvi.noise_prior(s2, levels=15, span=30.0)
-q_w, q_noise, info = kronvi.fit_regression(stats, prior_w, prior_noise, init="gaussian")
-print(f"expected sparsity {100 * float(kronvi.expected_sparsity(q_w, prior_w)):.0f}% of {b} weights")
+prior_w = kronvi.model.gaussian_prior(b, prior_scale, levels=15, width=3.0)  # one shared grid, zero is level 7
+s2 = kronvi.gaussian.blr_evidence_noise(stats, prior_scale, lower=1e-5, upper=10.0)
+prior_noise = kronvi.model.noise_prior(s2, levels=15, span=30.0)
+q_w, q_noise, info = kronvi.fitting.fit_regression(stats, prior_w, prior_noise, init="gaussian")
+print(f"expected sparsity {100 * float(kronvi.model.expected_sparsity(q_w, prior_w)):.0f}% of {b} weights")
 
 # %% [markdown]
 # ## Samples as 4-bit codes
@@ -62,8 +62,8 @@ print(f"expected sparsity {100 * float(kronvi.expected_sparsity(q_w, prior_w)):.
 # and [`pack_codes`][kronvi.quantize.pack_codes] packs two per byte, losslessly.
 
 # %%
-codes = kronvi.sample_codes(jax.random.key(2), q_w, 64)  # (64, b) uint8
-packed = kronvi.pack_codes(codes, bits=4)  # (64, b / 2) uint8
+codes = kronvi.quantize.sample_codes(jax.random.key(2), q_w, 64)  # (64, b) uint8
+packed = kronvi.quantize.pack_codes(codes, bits=4)  # (64, b / 2) uint8
 print(f"{codes.shape[0]} samples of {b} weights: {packed.nbytes} bytes packed, {4 * codes.size} bytes as float32")
 print(f"fraction of sampled weights at zero: {float(jnp.mean(prior_w.values[0, codes] == 0)):.2f}")
 
@@ -77,20 +77,20 @@ print(f"fraction of sampled weights at zero: {float(jnp.mean(prior_w.values[0, c
 # [`integer_error_bound`][kronvi.quantize.integer_error_bound] bounds its error per prediction.
 
 # %%
-float_preds = kronvi.predict_from_codes(packed, prior_w, Phi_test)  # (N, S)
-isamples = kronvi.integer_samples(packed, prior_w)
-int_preds = kronvi.predict_integer(isamples, Phi_test)
-bound = kronvi.integer_error_bound(isamples, Phi_test)
+float_preds = kronvi.quantize.predict_from_codes(packed, prior_w, Phi_test)  # (N, S)
+isamples = kronvi.quantize.integer_samples(packed, prior_w)
+int_preds = kronvi.quantize.predict_integer(isamples, Phi_test)
+bound = kronvi.quantize.integer_error_bound(isamples, Phi_test)
 print(f"weights kept for integer inference: {isamples.index.shape[0]} of {b}")
 print(f"largest |integer - float| {float(jnp.max(jnp.abs(int_preds - float_preds))):.2e}, "
       f"largest bound {float(jnp.max(bound)):.2e}, bound holds: {bool(jnp.all(jnp.abs(int_preds - float_preds) <= bound + 1e-5))}")
 
 # %% [markdown]
 # The mean over samples estimates the exact predictive mean of
-# [`predict_regression`][kronvi.predict_regression]:
+# [`predict_regression`][kronvi.model.predict_regression]:
 
 # %%
-mean, var = kronvi.predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_test)
+mean, var = kronvi.model.predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_test)
 y_test = y[test]
 rmse = lambda m: float(jnp.sqrt(jnp.mean((m + y_offset - y_test) ** 2)))  # noqa: E731
 print(f"test RMSE: exact mean {rmse(mean):.3f}, mean of 64 integer samples {rmse(int_preds.mean(axis=1)):.3f}")
@@ -113,6 +113,6 @@ loaded = kronvi.load_model(path)
 print(f"{os.path.getsize(path)} bytes on disk")
 
 std2, features2 = loaded.features
-Phi2 = kronvi.rff_features(features2, jnp.asarray(kronvi.standardize(std2, X[test]), jnp.float32))
-preds = kronvi.predict_from_codes(loaded.packed_codes, loaded.prior_w, Phi2) + loaded.y_offset
+Phi2 = kronvi.inputs.rff_features(features2, jnp.asarray(kronvi.inputs.standardize(std2, X[test]), jnp.float32))
+preds = kronvi.quantize.predict_from_codes(loaded.packed_codes, loaded.prior_w, Phi2) + loaded.y_offset
 print("same predictions after loading:", bool(np.allclose(preds, float_preds + y_offset)))

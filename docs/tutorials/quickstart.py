@@ -88,40 +88,40 @@ fig.tight_layout()
 # of 15 levels on $\pm 3$ prior standard deviations for every weight.
 
 # %%
-std = kronvi.fit_standardizer(X_train)
-Xs, Xs_test = kronvi.standardize(std, X_train), kronvi.standardize(std, X_test)
+std = kronvi.inputs.fit_standardizer(X_train)
+Xs, Xs_test = kronvi.inputs.standardize(std, X_train), kronvi.inputs.standardize(std, X_test)
 y_offset = y_train.mean()
 yc = y_train - y_offset  # centre the targets (see "Sharp bits")
 
-hyper = model.hyper  # GP lengthscales, signal and noise variance (kronvi.fit_gp_hyperparameters)
-features = kronvi.rff_init(jax.random.key(1), hyper.lengthscales, num_frequencies=100)
-Phi = kronvi.rff_features(features, jnp.asarray(Xs, jnp.float32))
-stats = kronvi.regression_stats(Phi, jnp.asarray(yc, jnp.float32))  # n, y'y, Phi'y, Phi'Phi
+hyper = model.hyper  # GP lengthscales, signal and noise variance (kronvi.inputs.fit_gp_hyperparameters)
+features = kronvi.inputs.rff_init(jax.random.key(1), hyper.lengthscales, num_frequencies=100)
+Phi = kronvi.inputs.rff_features(features, jnp.asarray(Xs, jnp.float32))
+stats = kronvi.stats.regression_stats(Phi, jnp.asarray(yc, jnp.float32))  # n, y'y, Phi'y, Phi'Phi
 print("statistics:", jax.tree.map(jnp.shape, stats))
 
 # %% [markdown]
-# The weight prior is a discretized $N(0, \sigma_w^2)$ ([`gaussian_prior`][kronvi.gaussian_prior]); the
-# noise prior is uniform on a log-spaced grid around the GP's estimate ([`noise_prior`][kronvi.noise_prior]).
-# [`fit_regression`][kronvi.fit_regression] returns the factors and an info record; `init="gaussian"`
+# The weight prior is a discretized $N(0, \sigma_w^2)$ ([`gaussian_prior`][kronvi.model.gaussian_prior]); the
+# noise prior is uniform on a log-spaced grid around the GP's estimate ([`noise_prior`][kronvi.model.noise_prior]).
+# [`fit_regression`][kronvi.fitting.fit_regression] returns the factors and an info record; `init="gaussian"`
 # starts coordinate ascent from the exact optimum of the continuous mean-field problem.
 
 # %%
 b = Phi.shape[1]
 prior_scale = jnp.sqrt(hyper.signal_variance)  # the prior sd of every weight
-prior_w = kronvi.gaussian_prior(b, prior_scale, levels=15, width=3.0)
-prior_noise = kronvi.noise_prior(hyper.noise_variance, levels=15, span=10.0)  # the paper's grid
-q_w, q_noise, fit_info = kronvi.fit_regression(stats, prior_w, prior_noise, init="gaussian")
+prior_w = kronvi.model.gaussian_prior(b, prior_scale, levels=15, width=3.0)
+prior_noise = kronvi.model.noise_prior(hyper.noise_variance, levels=15, span=10.0)  # the paper's grid
+q_w, q_noise, fit_info = kronvi.fitting.fit_regression(stats, prior_w, prior_noise, init="gaussian")
 print(f"ELBO {float(fit_info.final_elbo):.1f} after {int(fit_info.num_iter)} sweeps")
 
-Phi_t = kronvi.rff_features(features, jnp.asarray(Xs_test, jnp.float32))
-m, v = kronvi.predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_t)
+Phi_t = kronvi.inputs.rff_features(features, jnp.asarray(Xs_test, jnp.float32))
+m, v = kronvi.model.predict_regression(q_w, q_noise, prior_w, prior_noise, Phi_t)
 print(f"test RMSE {float(jnp.sqrt(jnp.mean((m + y_offset - y_test) ** 2))):.3f}")
-print(f"expected sparsity {100 * float(kronvi.expected_sparsity(q_w, prior_w)):.0f}%")
+print(f"expected sparsity {100 * float(kronvi.model.expected_sparsity(q_w, prior_w)):.0f}%")
 
 # %% [markdown]
 # This recipe is sparse (many weights sit on the zero level, which makes the
 # [4-bit samples](quantized.py) cheap) but less accurate than the pipeline's default eigenbasis recipe.
 #
 # The statistics are additive over rows, so ten folds can be fitted in one compiled call: stack their
-# statistics and priors on a leading axis and `jax.vmap(kronvi.fit_regression)`. The
+# statistics and priors on a leading axis and `jax.vmap(kronvi.fitting.fit_regression)`. The
 # [noise grid and levels tutorial](noise_and_levels.py) shows how to choose the grids.

@@ -16,7 +16,7 @@
 # - `"eigen"` (the default): in the eigenbasis of $\Phi^\top\Phi$, where a mean field loses nothing; the
 #   accuracy of exact Bayesian linear regression, at the price of a `b x b` rotation in the model;
 # - `"compact"`: the same fit, stored as its exact posterior mean, the `k` directions whose posterior
-#   variances differ, and one shared variance for the rest (`kronvi.compact_posterior`): a `b x k`
+#   variances differ, and one shared variance for the rest (`kronvi.model.compact_posterior`): a `b x k`
 #   matrix instead of `b x b`;
 # - `"features"` (the paper's): one 15-level grid with a zero level on the random-feature weights, so
 #   posterior samples are sparse 4-bit codes; less accurate.
@@ -65,7 +65,7 @@ for name, model in models.items():
     mean = model.predict(X[test]).mean
     nlpd = -float(jnp.mean(model.log_density(X[test], y_test)))
     rmse = float(jnp.sqrt(jnp.mean((mean - y_test) ** 2)))
-    sparsity = float(kronvi.expected_sparsity(model.q_w, model.prior_w))
+    sparsity = float(kronvi.model.expected_sparsity(model.q_w, model.prior_w))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.npz")
         kronvi.save_model(path, model)

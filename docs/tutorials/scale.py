@@ -18,7 +18,7 @@
 #
 # ## Rows that do not fit in memory
 #
-# [`regression_stats_from_chunks`][kronvi.regression_stats_from_chunks] takes any iterator of `(X, y)`
+# [`regression_stats_from_chunks`][kronvi.stats.regression_stats_from_chunks] takes any iterator of `(X, y)`
 # blocks, for example slices of a memory-mapped `.npy` file, featurizes each block with `feature_map`,
 # and merges the blocks' statistics while carrying their rounding error, so the result matches one pass
 # over all rows to the dtype's accuracy.
@@ -52,30 +52,30 @@ def blocks(path, rows=25_000):
         yield block[:, :-1], block[:, -1]
 
 
-features = kronvi.rff_init(jax.random.key(0), jnp.ones(4), num_frequencies=100)  # b = 200
-feature_map = functools.partial(kronvi.rff_features, features)
-stats = kronvi.regression_stats_from_chunks(blocks(path), feature_map=feature_map)
+features = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(4), num_frequencies=100)  # b = 200
+feature_map = functools.partial(kronvi.inputs.rff_features, features)
+stats = kronvi.stats.regression_stats_from_chunks(blocks(path), feature_map=feature_map)
 print(f"n = {int(stats.n)}, PhitPhi {stats.PhitPhi.shape}")
 
 # %% [markdown]
 # The same statistics in one pass over all rows in memory, for comparison:
 
 # %%
-one_pass = kronvi.regression_stats_from_inputs(feature_map, jnp.asarray(X), jnp.asarray(y))
+one_pass = kronvi.stats.regression_stats_from_inputs(feature_map, jnp.asarray(X), jnp.asarray(y))
 rel = float(jnp.max(jnp.abs(stats.PhitPhi - one_pass.PhitPhi)) / jnp.max(jnp.abs(one_pass.PhitPhi)))
 print(f"largest difference in PhitPhi, relative to its largest entry: {rel:.1e}")
 
 # %% [markdown]
-# Statistics of disjoint row sets add ([`merge_stats`][kronvi.merge_stats]) and subtract
-# ([`subtract_stats`][kronvi.subtract_stats]), which is how K-fold cross-validation gets every fold's
-# training statistics from one pass ([`kfold_stats`][kronvi.kfold_stats]). The fit takes the
+# Statistics of disjoint row sets add ([`merge_stats`][kronvi.stats.merge_stats]) and subtract
+# ([`subtract_stats`][kronvi.stats.subtract_stats]), which is how K-fold cross-validation gets every fold's
+# training statistics from one pass ([`kfold_stats`][kronvi.stats.kfold_stats]). The fit takes the
 # $b \times b$ statistics only:
 
 # %%
-prior_w = kronvi.gaussian_prior(200, 1.0, levels=15, width=3.0)
-prior_noise = kronvi.noise_prior(0.01, levels=15, span=10.0)
-q_w, q_noise, info = kronvi.fit_regression(stats, prior_w, prior_noise, init="gaussian")
-_, _, e_noise = kronvi.noise_moments(q_noise, prior_noise)
+prior_w = kronvi.model.gaussian_prior(200, 1.0, levels=15, width=3.0)
+prior_noise = kronvi.model.noise_prior(0.01, levels=15, span=10.0)
+q_w, q_noise, info = kronvi.fitting.fit_regression(stats, prior_w, prior_noise, init="gaussian")
+_, _, e_noise = kronvi.model.noise_moments(q_noise, prior_noise)
 print(f"ELBO {float(info.final_elbo):.1f}; posterior mean noise variance {float(e_noise):.3f}")
 true_noise = 0.01  # the noise added to y above: sd 0.1
 if float(e_noise) > 1.5 * true_noise:
@@ -87,8 +87,8 @@ else:
 # %% [markdown]
 # ## Many devices
 #
-# [`regression_stats`][kronvi.regression_stats] and
-# [`regression_stats_from_inputs`][kronvi.regression_stats_from_inputs] also accept a global `jax.Array`
+# [`regression_stats`][kronvi.stats.regression_stats] and
+# [`regression_stats_from_inputs`][kronvi.stats.regression_stats_from_inputs] also accept a global `jax.Array`
 # whose rows are sharded over devices (any `NamedSharding` of the rows). Each device sums its own rows
 # with the compensated kernel, and an exact all-reduce adds the shards, so the statistics are rounded once
 # whatever the device count, and every device gets the same, replicated result. Rows that do not split
@@ -110,7 +110,7 @@ script = textwrap.dedent(
     rng = np.random.default_rng(0)
     X = rng.normal(size=(10_001, 4)).astype(np.float32)  # not a multiple of 4 devices
     y = (np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=len(X))).astype(np.float32)
-    feature_map = functools.partial(kronvi.rff_features, kronvi.rff_init(jax.random.key(0), jnp.ones(4), 100))
+    feature_map = functools.partial(kronvi.inputs.rff_features, kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(4), 100))
 
     # pad to a multiple of the device count and mask the padding
     rows = -(-len(X) // jax.device_count()) * jax.device_count()
@@ -120,8 +120,8 @@ script = textwrap.dedent(
 
     sharding = NamedSharding(Mesh(np.array(jax.devices()), ("rows",)), P("rows"))
     Xs, ys, ms = (jax.device_put(a, sharding) for a in (Xp, yp, keep))
-    stats = kronvi.regression_stats_from_inputs(feature_map, Xs, ys, mask=ms)
-    single = kronvi.regression_stats_from_inputs(feature_map, jnp.asarray(X), jnp.asarray(y))
+    stats = kronvi.stats.regression_stats_from_inputs(feature_map, Xs, ys, mask=ms)
+    single = kronvi.stats.regression_stats_from_inputs(feature_map, jnp.asarray(X), jnp.asarray(y))
     print("devices:", jax.device_count(), "| rows per device:", Xs.addressable_shards[0].data.shape[0])
     print("n =", int(stats.n), "| replicated on", len(stats.PhitPhi.sharding.device_set), "devices")
     err = jnp.max(jnp.abs(stats.PhitPhi - single.PhitPhi)) / jnp.max(jnp.abs(single.PhitPhi))
@@ -145,8 +145,8 @@ print(out.stdout)
 # jax.distributed.initialize(coordinator_address="host0:12357", num_processes=N, process_id=i)
 # sharding = NamedSharding(Mesh(np.array(jax.devices()), ("rows",)), P("rows"))
 # X, y, mask = (jax.make_array_from_process_local_data(sharding, a) for a in (X_local, y_local, keep_local))
-# stats = kronvi.regression_stats_from_inputs(feature_map, X, y, mask=mask)  # the same on every process
-# q_w, q_n, info = kronvi.fit_regression(stats, prior_w, prior_n)             # fit anywhere: b x b input
+# stats = kronvi.stats.regression_stats_from_inputs(feature_map, X, y, mask=mask)  # the same on every process
+# q_w, q_n, info = kronvi.fitting.fit_regression(stats, prior_w, prior_n)             # fit anywhere: b x b input
 # ```
 #
 # Blocks from `regression_stats_from_chunks` may themselves be global arrays, which combines the two: every

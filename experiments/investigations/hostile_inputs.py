@@ -183,9 +183,9 @@ def mode(path) -> int:
 
 def small_model(b=6, m=15):
     rng = np.random.default_rng(0)
-    pw, pn = kronvi.gaussian_prior(b, 0.8, levels=m), kronvi.noise_prior(0.3, levels=5)
-    q = kronvi.MeanField(jnp.asarray(rng.normal(size=(b, m)), jnp.float32))
-    return kronvi.DirectModel(pw, pn, q, kronvi.MeanField.from_prior(pn))
+    pw, pn = kronvi.model.gaussian_prior(b, 0.8, levels=m), kronvi.model.noise_prior(0.3, levels=5)
+    q = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(b, m)), jnp.float32))
+    return kronvi.DirectModel(pw, pn, q, kronvi.model.MeanField.from_prior(pn))
 
 
 def model_file(tmp, name="good.npz"):
@@ -434,8 +434,8 @@ def _(tmp):
         X[:, 1] *= big
         X = X.astype(dtype)
         try:
-            st = kronvi.fit_standardizer(X)
-            Z = np.asarray(kronvi.standardize(st, X), np.float64)
+            st = kronvi.inputs.fit_standardizer(X)
+            Z = np.asarray(kronvi.inputs.standardize(st, X), np.float64)
             sd = float(np.std(Z[:, 1]))
             res.append((np.isfinite(np.asarray(st.scale)).all() and abs(sd - 1) < 1e-2, f"{dtype.__name__}: sd {sd:.3g}"))
         except (ValueError, TypeError) as e:
@@ -483,7 +483,7 @@ def _(tmp):
     for off in (0.0, 1e6):
         model, _, _ = kronvi.pipeline.fit_direct(jax.random.key(0), X[:120], y[:120] + off, cfg)
         Phi = kronvi.pipeline.fold_features(model, X[120:])
-        m, _ = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+        m, _ = kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
         preds.append(np.asarray(m, np.float64) + float(model.y_offset) - off)
     diff = float(np.max(np.abs(preds[0] - preds[1])) / np.std(y))
     return diff < 1e-2, f"max |prediction change| = {diff:.3g} sd(y)"
@@ -529,10 +529,10 @@ def _(tmp):
 
 def _density_problem(dtype, noise=1e-3, phi_scale=1.0, b=4, m=5, n=25, seed=0):
     rng = np.random.default_rng(seed)
-    pw = kronvi.gaussian_prior(b, 1.0, levels=m, dtype=dtype)
-    pn = kronvi.noise_prior(noise, levels=3, span=2.0, dtype=dtype)
-    qw = kronvi.MeanField(jnp.asarray(rng.normal(size=(b, m)) * 2, dtype))
-    qn = kronvi.MeanField(jnp.asarray(rng.normal(size=(1, 3)), dtype))
+    pw = kronvi.model.gaussian_prior(b, 1.0, levels=m, dtype=dtype)
+    pn = kronvi.model.noise_prior(noise, levels=3, span=2.0, dtype=dtype)
+    qw = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(b, m)) * 2, dtype))
+    qn = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(1, 3)), dtype))
     Phi = rng.normal(size=(n, b)) * phi_scale
     w = np.asarray(pw.values, np.float64)[np.arange(b), rng.integers(0, m, size=b)]
     y = Phi @ w + np.sqrt(noise) * phi_scale * rng.normal(size=n)
@@ -563,9 +563,9 @@ def _(tmp):
     for scale in (1.0, 1e6):
         pw, pn, qw, qn, Phi, y = _density_problem(jnp.float32, phi_scale=scale)
         if scale != 1.0:  # the weights' grid and noise scale with Phi's units so the true density is finite
-            pn = kronvi.noise_prior(1e-3 * scale**2, levels=3, span=2.0, dtype=jnp.float32)
+            pn = kronvi.model.noise_prior(1e-3 * scale**2, levels=3, span=2.0, dtype=jnp.float32)
         want = _enumerated_log_density(pw, pn, qw, qn, Phi, y)
-        got, bound = kronvi.predictive_log_density(qw, qn, pw, pn, jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
+        got, bound = kronvi.model.predictive_log_density(qw, qn, pw, pn, jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
         got, bound = np.asarray(got, np.float64), np.asarray(bound, np.float64)
         err = np.abs(np.expm1(got - want))
         silent = (err > 1e-2) & np.isfinite(bound) & (bound < 1e-2)
@@ -581,12 +581,12 @@ def _(tmp):
 
     rng = np.random.default_rng(0)
     b, m = 3, 5
-    pw = kronvi.gaussian_prior(b, 1.0, levels=m)
-    qw = kronvi.MeanField(jnp.asarray(rng.normal(size=(b, m)), jnp.float32))
+    pw = kronvi.model.gaussian_prior(b, 1.0, levels=m)
+    qw = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(b, m)), jnp.float32))
     res = []
     for scale in (1e4, 1e6):
         Phi = rng.normal(size=(10, b)) * scale
-        got = kronvi.predict_logistic(qw, pw, jnp.asarray(Phi, jnp.float32))
+        got = kronvi.logistic.predict_logistic(qw, pw, jnp.asarray(Phi, jnp.float32))
         got = np.asarray(got[0] if isinstance(got, tuple) else got, np.float64)
         values, probs = np.asarray(pw.values, np.float64), np.asarray(qw.probs, np.float64)
         want = np.zeros(10)
@@ -603,11 +603,11 @@ def _(tmp):
     rng = np.random.default_rng(0)
     Phi = rng.normal(size=(40, 3)).astype(np.float32)
     y = (Phi[:, 0] > 0).astype(np.float32)
-    pw = kronvi.gaussian_prior(3, 1.0)
+    pw = kronvi.model.gaussian_prior(3, 1.0)
     res = []
     for label, kw, P in (("Phi x 1e30", {}, Phi * 1e30), ("weights 0", {"weights": np.zeros(40, np.float32)}, Phi)):
         try:
-            q, _ = kronvi.fit_logistic(jnp.asarray(P), jnp.asarray(y), pw, **kw)
+            q, _ = kronvi.logistic.fit_logistic(jnp.asarray(P), jnp.asarray(y), pw, **kw)
             finite = bool(np.isfinite(np.asarray(q.logits)).all())
             res.append((finite, f"{label}: {'finite' if finite else 'NaN'} logits, no error"))
         except (ValueError, TypeError) as e:
@@ -623,7 +623,7 @@ def _(tmp):
     y = X[:, 0] ** 2 - 1.0
     X1 = jnp.concatenate([X, jnp.ones((50, 1))], axis=1)
     stats = bnn_stats(X1, y, (3, 2, 1))
-    pw, pn = kronvi.gaussian_prior(8, 1.0, levels=7), kronvi.noise_prior(0.1)
+    pw, pn = kronvi.model.gaussian_prior(8, 1.0, levels=7), kronvi.model.noise_prior(0.1)
     _, _, d = fit_bnn(stats, pw, pn)
     _, _, c = fit_bnn(stats, pw, pn, method="cavi")
     ed, ec = float(d.final_elbo), float(c.final_elbo)
@@ -635,9 +635,9 @@ def _(tmp):
 def _(tmp):
     rng = np.random.default_rng(0)
     Phi = rng.normal(size=(30, 4)).astype(np.float32)
-    stats = kronvi.regression_stats(Phi, Phi @ np.ones(4, np.float32))
-    pw, pn = kronvi.gaussian_prior(4, 1.0), kronvi.noise_prior(0.1)
-    return clean_error(lambda: kronvi.fit_regression(stats, pw, pn, max_iter=2.7), "max_iter")
+    stats = kronvi.stats.regression_stats(Phi, Phi @ np.ones(4, np.float32))
+    pw, pn = kronvi.model.gaussian_prior(4, 1.0), kronvi.model.noise_prior(0.1)
+    return clean_error(lambda: kronvi.fitting.fit_regression(stats, pw, pn, max_iter=2.7), "max_iter")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -651,7 +651,7 @@ test = mask[:, 2].astype(bool)
 config = kronvi.pipeline.DirectConfig(num_frequencies=100)
 model, timings, info = kronvi.pipeline.fit_direct(jax.random.key(0), X[~test], y[~test], config)
 Phi = kronvi.pipeline.fold_features(model, X[test])
-mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+mean, var = kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
 rmse = float(jnp.sqrt(jnp.mean((mean + model.y_offset - y[test]) ** 2)))
 print(json.dumps(dict(rmse=rmse)))
 """
@@ -683,9 +683,9 @@ def _(tmp):
     with jax.enable_x64(True):
         f64 = lambda t: jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), t)  # noqa: E731
         for k in range(1, len(e)):
-            q_w, q_n, _ = kronvi.fit_regression(fold.stats, fold.prior_w, model.prior_noise, max_iter=k,
+            q_w, q_n, _ = kronvi.fitting.fit_regression(fold.stats, fold.prior_w, model.prior_noise, max_iter=k,
                                                 sweep="diagonal", key=fold.key)  # fmt: skip
-            exact.append(float(kronvi.regression_elbo(f64(fold.stats), f64(q_w), f64(q_n), f64(fold.prior_w),
+            exact.append(float(kronvi.model.regression_elbo(f64(fold.stats), f64(q_w), f64(q_n), f64(fold.prior_w),
                                                       f64(model.prior_noise))))  # fmt: skip
     exact_step = float(np.diff(exact).min()) if len(exact) > 1 else 0.0
     ok = exact_step >= 0 and -step <= 1e-4 * abs(e[-1])
@@ -729,8 +729,8 @@ def _(tmp):
     res = []
     with jax.enable_x64(True):
         for label, fn in (
-            ("fit_logistic", lambda: kronvi.fit_logistic(jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32),
-                                                        kronvi.gaussian_prior(2, 1.0, dtype=jnp.float32), method="optax-lbfgs")),
+            ("fit_logistic", lambda: kronvi.logistic.fit_logistic(jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32),
+                                                        kronvi.model.gaussian_prior(2, 1.0, dtype=jnp.float32), method="optax-lbfgs")),
             ("DirectClassifier", lambda: DirectClassifier(n_frequencies=10, random_state=0).fit(X, y)),
         ):  # fmt: skip
             try:
@@ -855,23 +855,23 @@ def _(tmp):
 @case("raw errors", "fit_logistic with string labels")
 def _(tmp):
     Phi = np.random.default_rng(0).normal(size=(6, 2)).astype(np.float32)
-    return clean_error(lambda: kronvi.fit_logistic(Phi, np.array(["yes", "no"] * 3), kronvi.gaussian_prior(2, 1.0)), "`y`")
+    return clean_error(lambda: kronvi.logistic.fit_logistic(Phi, np.array(["yes", "no"] * 3), kronvi.model.gaussian_prior(2, 1.0)), "`y`")
 
 
 @case("raw errors", "laplace_grid_prior on float16 data")
 def _(tmp):
     Phi = np.random.default_rng(0).normal(size=(20, 2)).astype(np.float16)
     y = (Phi[:, 0] > 0).astype(np.float16)
-    return clean_error(lambda: kronvi.laplace_grid_prior(Phi, y, 1.0), "float16")
+    return clean_error(lambda: kronvi.logistic.laplace_grid_prior(Phi, y, 1.0), "float16")
 
 
 @case("raw errors", "fit_regression(max_iter=-5)")
 def _(tmp):
     rng = np.random.default_rng(0)
     Phi = rng.normal(size=(30, 4)).astype(np.float32)
-    stats = kronvi.regression_stats(Phi, Phi @ np.ones(4, np.float32))
-    pw, pn = kronvi.gaussian_prior(4, 1.0), kronvi.noise_prior(0.1)
-    return clean_error(lambda: kronvi.fit_regression(stats, pw, pn, max_iter=-5), "max_iter")
+    stats = kronvi.stats.regression_stats(Phi, Phi @ np.ones(4, np.float32))
+    pw, pn = kronvi.model.gaussian_prior(4, 1.0), kronvi.model.noise_prior(0.1)
+    return clean_error(lambda: kronvi.fitting.fit_regression(stats, pw, pn, max_iter=-5), "max_iter")
 
 
 @case("raw errors", "kronvi fit --seed 99999999999999999999")
@@ -1165,14 +1165,14 @@ def _(tmp):
 @case("more", "check_output_path and write_atomic: a failed write leaves the old file and no temporary")
 def _(tmp):
     path = tmp / "o.txt"
-    kronvi.write_atomic(path, "old")
+    kronvi.files.write_atomic(path, "old")
 
     def fails(fh):
         fh.write(b"half")
         raise OSError("disk full")
 
     try:
-        kronvi.write_atomic(path, fails)
+        kronvi.files.write_atomic(path, fails)
     except OSError:
         pass
     left = sorted(p.name for p in tmp.iterdir())
@@ -1188,9 +1188,10 @@ def main(argv=None):
     p.add_argument("--only", default="", help="run the cases whose group or text contains this")
     p.add_argument("--out", help="also write the table (Markdown) to this file, replacing it")
     args = p.parse_args(argv)
-    write = getattr(kronvi, "write_atomic", None) or (lambda path, text: pathlib.Path(path).write_text(text))
-    if args.out and hasattr(kronvi, "check_output_path"):  # (absent before issue 28: the probe runs on both)
-        kronvi.check_output_path(args.out, option="--out", overwrite=True)
+    files = getattr(kronvi, "files", None)  # kronvi.files: absent before the namespaces (the probe runs on both)
+    write = getattr(files, "write_atomic", None) or (lambda path, text: pathlib.Path(path).write_text(text))
+    if args.out and hasattr(files, "check_output_path"):  # (absent before issue 28)
+        kronvi.files.check_output_path(args.out, option="--out", overwrite=True)
     rows, t_start = [], time.perf_counter()
     selected = [c for c in CASES if args.only in c[0] or args.only in c[1]]
     for i, (group, text, fn) in enumerate(selected, 1):

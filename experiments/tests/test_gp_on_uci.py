@@ -22,8 +22,8 @@ def test_noise_pinned_at_its_bound_is_not_preferred_on_wine():
     train = mask[:, 1] == 0
     Xtr = jnp.asarray(X[train], jnp.float32)
     ytr = jnp.asarray(y[train] - y[train].mean(), jnp.float32)
-    Xs = kronvi.standardize(kronvi.fit_standardizer(Xtr), Xtr)
-    hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xs, ytr)
+    Xs = kronvi.inputs.standardize(kronvi.inputs.fit_standardizer(Xtr), Xtr)
+    hyper, info = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), Xs, ytr)
     best_lml = int(jnp.argmax(info.log_marginal_likelihoods))
     assert bool(info.noise_at_bound[best_lml])  # the trap is active: likelihood prefers the pinned start
     assert not bool(info.noise_at_bound[info.chosen])  # ... and it is avoided

@@ -14,7 +14,7 @@ def test_gp_predictive_is_the_dense_posterior():
     rng = np.random.default_rng(0)
     X, Xt = rng.normal(size=(12, 2)), rng.normal(size=(5, 2))
     y = np.sin(X[:, 0])
-    hyper = kronvi.GPHyperparameters(np.array([0.7, 2.0]), np.array(1.3), np.array(0.05))
+    hyper = kronvi.inputs.GPHyperparameters(np.array([0.7, 2.0]), np.array(1.3), np.array(0.05))
 
     def k(A, B):
         d2 = (((A[:, None, :] - B[None, :, :]) / np.array([0.7, 2.0])) ** 2).sum(-1)

@@ -41,8 +41,8 @@ def test_scalar_rules_match_dense_blr():
     np.testing.assert_allclose(rules["gp"][0], m, rtol=1e-8)
     np.testing.assert_allclose(rules["gp"][1], v, rtol=1e-8)
     # kronvi's own exact BLR on the same features agrees
-    mean_w, cov = kronvi.blr_posterior(kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y)), 0.7, 0.05)
-    km, kv = kronvi.predict_blr(mean_w, cov, 0.05, jnp.asarray(Phi_test))
+    mean_w, cov = kronvi.gaussian.blr_posterior(kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y)), 0.7, 0.05)
+    km, kv = kronvi.gaussian.predict_blr(mean_w, cov, 0.05, jnp.asarray(Phi_test))
     np.testing.assert_allclose(rules["gp"][0], km, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(rules["gp"][1], kv, rtol=1e-3)
     # the evidence's 7.0 is above every cap (8 x 0.7 = 5.6): each cap takes c x 0.7 and its own noise

@@ -1,4 +1,4 @@
-"""Every study's outputs follow the library's rule (kronvi.check_output_path), checked before any compute:
+"""Every study's outputs follow the library's rule (kronvi.files.check_output_path), checked before any compute:
 an existing file needs --overwrite, an input is never an output, two outputs are never one file."""
 
 import blr_benchmark

@@ -94,7 +94,7 @@ def test_study_fold_setup_standardizes_with_training_rows_and_sums_inner_statist
     np.testing.assert_allclose(np.asarray(setup.y_test), y[test] - y[train].mean(), atol=1e-5)
     cv_train, cv_test = fold.cv_stats
     assert cv_train.PhitPhi.shape == (cfg.direct.cv_folds, 16, 16)
-    direct = kronvi.regression_stats(kronvi.rff_features(fold.features, fold.X), fold.y)
+    direct = kronvi.stats.regression_stats(kronvi.inputs.rff_features(fold.features, fold.X), fold.y)
     for a, b in zip(fold.stats, direct, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(np.asarray(cv_train.n + cv_test.n), float(train.sum()))
@@ -116,12 +116,12 @@ def _enumerated_log_density(values, probs, alpha, qs, svals, Phi, y):
 def test_discrete_log_density_matches_enumeration(r):
     rng = np.random.default_rng(r)
     b, m, S = 3, 5, 3
-    pw = kronvi.gaussian_prior(b, 0.8, levels=m)
-    pn = kronvi.noise_prior(0.1, levels=S, span=4.0)
-    q = kronvi.Mixture(jnp.asarray(rng.normal(size=(r, b, m)) * 2), jnp.asarray(rng.normal(size=r)))
+    pw = kronvi.model.gaussian_prior(b, 0.8, levels=m)
+    pn = kronvi.model.noise_prior(0.1, levels=S, span=4.0)
+    q = kronvi.mixtures.Mixture(jnp.asarray(rng.normal(size=(r, b, m)) * 2), jnp.asarray(rng.normal(size=r)))
     if r == 1:
-        q = kronvi.MeanField(q.logits[0])
-    qn = kronvi.MeanField(jnp.asarray(rng.normal(size=(1, S))))
+        q = kronvi.model.MeanField(q.logits[0])
+    qn = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(1, S))))
     Phi = rng.normal(size=(10, b))
     y = rng.normal(size=10) * 2
     probs = np.asarray(q.probs, np.float64).reshape(-1, b, m)

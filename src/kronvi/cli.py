@@ -96,7 +96,7 @@ def _parsers():
         "--method",
         default="cavi",
         choices=["cavi", "lbfgs", "optax-lbfgs"],
-        help="how the weights' posterior is fitted (kronvi.fit_regression)",
+        help="how the weights' posterior is fitted (kronvi.fitting.fit_regression)",
     )
     f.add_argument(
         "--max-folds", type=int, default=None, help="run only the first K folds (default: every fold)"
@@ -214,7 +214,7 @@ def _finite_or_none(x):
 
 
 def _write_json(path: str, obj, *, overwrite: bool):
-    """Writes strict JSON atomically (`kronvi.write_atomic`). Without `overwrite` the file is created only
+    """Writes strict JSON atomically (`kronvi.files.write_atomic`). Without `overwrite` the file is created only
     if no file of that name exists then; if another run created it while this one computed, the results
     go to a fresh name beside it (`out.<pid>.json`, else `kronvi-fit-<pid>.json`) and `FileExistsError`
     says where: a run's results are never lost, nor written over another run's."""

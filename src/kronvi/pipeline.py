@@ -7,11 +7,11 @@ Three recipes (`DirectConfig(recipe=...)`), each an object that carries its own 
 typed, as `lineax.CG(rtol=...)` or `optax.adam(learning_rate)` do:
 
 - `Eigen(width=6.0, noise_span=3.0, starts=("prior",))` (default): the weights are discretized in the
-  eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`), where the likelihood factorizes; the noise grid is
-  centred on the exact evidence maximizer (`kronvi.blr_evidence_noise`) and each weight's 15 levels span its
-  exact posterior (`kronvi.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
+  eigenbasis of $\Phi^\top\Phi$ (`kronvi.stats.eigenbasis`), where the likelihood factorizes; the noise grid is
+  centred on the exact evidence maximizer (`kronvi.gaussian.blr_evidence_noise`) and each weight's 15 levels span its
+  exact posterior (`kronvi.model.posterior_grid_prior`). Accuracy matches exact Bayesian linear regression on the
   same features; the weights are not sparse and each needs its own grid (2 floats) plus the rotation.
-- `Compact(tol=0.1, vectors="half", ...)`: the `Eigen` fit in a compact form (`kronvi.compact_posterior`):
+- `Compact(tol=0.1, vectors="half", ...)`: the `Eigen` fit in a compact form (`kronvi.model.compact_posterior`):
   the exact posterior mean in the feature basis, the eigenvectors of the directions the data determine
   (`b x k`), and one shared variance for the rest. The same predictive mean; a predictive variance between 1
   and `1 + tol` times the eigen fit's at every input where the shared variance is the prior's (few rows),
@@ -189,7 +189,7 @@ def _fields_of(cls) -> list[str]:
 
 @dataclasses.dataclass(frozen=True, init=False)
 class Eigen(_Recipe):
-    r"""The default recipe: the weights discretized in the eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`),
+    r"""The default recipe: the weights discretized in the eigenbasis of $\Phi^\top\Phi$ (`kronvi.stats.eigenbasis`),
     each weight's `levels` values spanning its exact posterior, the noise grid centred on the exact evidence
     maximizer. Accuracy matches exact Bayesian linear regression on the same features.
 
@@ -232,7 +232,7 @@ class Eigen(_Recipe):
 
 @dataclasses.dataclass(frozen=True, init=False)
 class Compact(_Recipe):
-    r"""The `Eigen` fit in a compact form (`kronvi.compact_posterior`): the exact posterior mean in the
+    r"""The `Eigen` fit in a compact form (`kronvi.model.compact_posterior`): the exact posterior mean in the
     feature basis, the eigenvectors of the directions the data determine, one shared variance for the rest.
     The same predictive mean; a predictive variance within `tol` noise variances of the eigen fit's
     (`docs/decisions/default-recipe.md#the-compact-recipe`).
@@ -331,7 +331,7 @@ class Features(_Recipe):
 @dataclasses.dataclass(frozen=True, init=False)
 class GPOptions(_Recipe):
     """The GP step that sets the kernel's lengthscales and the signal and noise variances
-    (`kronvi.fit_gp_hyperparameters`).
+    (`kronvi.inputs.fit_gp_hyperparameters`).
 
     Attributes:
       points: training rows the GP hyperparameters are fitted on (at most) (`num_points`).
@@ -807,7 +807,7 @@ class DirectFit(NamedTuple):
 
 class RecentredFit(NamedTuple):
     """The result of `fit_with_noise_recentring`: a
-    `kronvi.RegressionFit`'s fields, then the noise grid it ended on."""
+    `kronvi.fitting.RegressionFit`'s fields, then the noise grid it ended on."""
 
     q_w: MeanField
     q_noise: MeanField
@@ -891,7 +891,7 @@ def choose_noise_prior(
     max_iter: int | None,
 ) -> tuple[float, DiscretePrior, HeldoutScores]:
     """The noise grid `noise_variance x [1/span, span]` (`noise_prior_for_span`) among `spans` that
-    `kronvi.select_prior` prefers on the inner folds `cv_stats = (cv_train, cv_test)`.
+    `kronvi.fitting.select_prior` prefers on the inner folds `cv_stats = (cv_train, cv_test)`.
     Returns `(span, prior_noise, scores)`."""
     cands = [(prior_w, noise_prior_for_span(noise_variance, s, levels)) for s in spans]
     best, scores = select_prior(*cv_stats, cands, criterion=criterion, max_iter=max_iter)
@@ -1153,7 +1153,7 @@ def _centre(y, dtype):
 
 
 def _centred(feats, X, config):
-    """`feats` with the training rows' mean of its features as `offset` (`kronvi.feature_mean`), computed
+    """`feats` with the training rows' mean of its features as `offset` (`kronvi.inputs.feature_mean`), computed
     in float64 and kept in the working dtype: every later use (statistics, predictions, saved models)
     subtracts the same vector, so the model has an unshrunk intercept, as `BayesianRidge`'s
     (`docs/decisions/default-recipe.md#an-intercept-outside-the-prior`)."""
@@ -1187,7 +1187,7 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config, progress=None):
     still carry signal (down to $\sigma^2/\sigma_w^2$ of the largest) are below the rounding of float32
     statistics. The results are cast back to the working dtype; in the eigenbasis the fit is well
     conditioned (`docs/decisions/default-recipe.md#the-eigenbasis`). With fewer rows than
-    features the basis comes from the `n x n` Gram matrix (`kronvi.eigenbasis_from_inputs`).
+    features the basis comes from the `n x n` Gram matrix (`kronvi.stats.eigenbasis_from_inputs`).
     The prior scale and the noise variance maximize the exact evidence together, from the GP's values.
     """
     dtype = X.dtype
@@ -1248,7 +1248,7 @@ def _stage(progress, stage: str, done: int, total: int, **metrics) -> None:
 
 def _stats_in_blocks(fmap, X, y, *, chunk_size, progress):
     """`regression_stats_from_inputs`, in blocks of `progress.every` rows merged exactly
-    (`kronvi.merge_stats`) with the progress reported after each block, when `progress` is set and the rows
+    (`kronvi.stats.merge_stats`) with the progress reported after each block, when `progress` is set and the rows
     are many; else in one call."""
     n = X.shape[0]
     b = jax.eval_shape(fmap, jax.ShapeDtypeStruct((1, X.shape[1]), X.dtype)).shape[-1]
@@ -1297,9 +1297,9 @@ def evidence_noise_variance(
     *,
     log_range: float = 12.0,
 ) -> jax.Array:
-    """The noise variance maximizing the exact evidence (`kronvi.blr_evidence_noise`) within
+    """The noise variance maximizing the exact evidence (`kronvi.gaussian.blr_evidence_noise`) within
     `guess * exp(±log_range)` (`guess`: e.g. the GP estimate), from the eigenbasis already computed:
-    `(rotated, basis)` of `kronvi.eigenbasis`."""
+    `(rotated, basis)` of `kronvi.stats.eigenbasis`."""
     guess = jnp.asarray(guess, rotated.PhitPhi.dtype)
     lower, upper = guess * np.exp(-log_range), guess * np.exp(log_range)
     return spectral_evidence_noise(
@@ -1318,7 +1318,7 @@ def eigen_posterior_grid(
 ) -> DiscretePrior:
     r"""Weight grids for the eigenbasis recipe: coordinate `j` gets `levels` values spanning its exact
     posterior $N(\mu_j, \tau_j^2)$ ± `width` sds, $\tau_j^{-2} = \lambda_j/\sigma^2 +
-    \sigma_w^{-2}$, $\mu_j = \tau_j^2 c_j/\sigma^2$ (`kronvi.posterior_grid_prior`)."""
+    \sigma_w^{-2}$, $\mu_j = \tau_j^2 c_j/\sigma^2$ (`kronvi.model.posterior_grid_prior`)."""
     center, sd = _posterior_moments(basis.eigenvalues, rotated.Phity, prior_scale, noise_variance)
     return posterior_grid_prior(center, sd, prior_scale, levels=levels, width=width)
 
@@ -1451,8 +1451,8 @@ def _compact_support(support, basis, var, n, noise_variance, tol, support_rms) -
 def fold_features(fitted: PreparedFold | FittedDirect, X: ArrayLike) -> jax.Array:
     """Features of raw inputs `X (N, d)` through a `PreparedFold`'s or `FittedDirect`'s standardizer and
     random Fourier features, in the dtype of its statistics: `(N, b)`, rotated to its eigenbasis if it has
-    one; for a `"compact"` model the `(N, 1 + k + J)` features of its weights (`kronvi.compact_features`).
-    Either way they are what `model.q_w` and `model.prior_w` belong to, for `kronvi.predict_regression` and
+    one; for a `"compact"` model the `(N, 1 + k + J)` features of its weights (`kronvi.model.compact_features`).
+    Either way they are what `model.q_w` and `model.prior_w` belong to, for `kronvi.model.predict_regression` and
     the other prediction functions (which predict the targets in the units of the fit:
     `(y - model.y_offset) / model.y_scale`; `kronvi.predict` returns the targets' own units)."""
     return _features_of(fitted, _standardized(fitted, X))
@@ -1521,7 +1521,7 @@ def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Pre
 
     The mean is `y_offset + y_scale` $(\Phi(x)^\top E_q[w] + \delta(x))$, the variance `y_scale`$^2$ times
     $\sum_j \Phi_j(x)^2 \mathrm{Var}_q(w_j) + E_q[\sigma^2]$ (noise included), for every recipe
-    (`kronvi.predict_regression` on `fold_features`); $\delta$ is 0 for rows within the training rows' span
+    (`kronvi.model.predict_regression` on `fold_features`); $\delta$ is 0 for rows within the training rows' span
     and recentres the others (`model.support`, `support_shift`). Rows are processed `chunk_size` at a time, so no
     buffer holds more than `chunk_size x b` features, and padded to a few fixed sizes, so that new row counts
     reuse compiled programs.
@@ -1591,7 +1591,7 @@ def log_density(
     chunk_size: int = 4096,
 ) -> Any:
     r"""The exact log predictive density of targets `y` at raw inputs `X`, in the targets' units
-    (`kronvi.predictive_log_density` of the fit's units, less `log(model.y_scale)`), the density `predict`'s
+    (`kronvi.model.predictive_log_density` of the fit's units, less `log(model.y_scale)`), the density `predict`'s
     moments belong to: the posterior predictive moved by `support_shift` (evaluated at $y - \delta(x)$).
 
     With concrete inputs every point meets `rtol` or `kronvi.DensityToleranceError` is raised (its
@@ -1671,8 +1671,8 @@ def fit_direct(
     With `config.noise_cv` (`basis="features"`) the noise grid is chosen among those spans by
     `config.cv_folds`-fold cross-validation on the training rows: the statistics are accumulated per
     inner fold in the same single pass (their sum is the training statistics), each candidate is fitted
-    on every `total - fold` (vmapped, CAVI from `kronvi.gaussian_start`) and scored exactly on the
-    held-out fold (`kronvi.select_prior` with `config.cv_criterion`). That time is
+    on every `total - fold` (vmapped, CAVI from `kronvi.fitting.gaussian_start`) and scored exactly on the
+    held-out fold (`kronvi.fitting.select_prior` with `config.cv_criterion`). That time is
     `select_seconds`.
 
     `progress` (`None`, `True` or a callable `progress(step, total, metrics)`, as for `prepare_fold`)
@@ -1763,7 +1763,7 @@ def stream_init(
 
 
 def stream_update(stream: StreamState, X: ArrayLike, y: ArrayLike, *, chunk_size: int = 2048) -> StreamState:
-    """Adds the exact statistics of the rows `(X, y)` to a streamed fit (float64 sums, `kronvi.merge_stats`).
+    """Adds the exact statistics of the rows `(X, y)` to a streamed fit (float64 sums, `kronvi.stats.merge_stats`).
     Rows are padded to a few fixed sizes, so that chunks of many sizes share compiled programs."""
     t0 = time.perf_counter()
     chunk_size = check_int(chunk_size, "chunk_size", 1)
@@ -1866,7 +1866,7 @@ def fit_best_start(
     *,
     key: jax.Array | None = None,
 ) -> RegressionFit:
-    """Fits from each of `config.starts` and returns the `kronvi.RegressionFit`
+    """Fits from each of `config.starts` and returns the `kronvi.fitting.RegressionFit`
     with the highest ELBO.
 
     Coordinate ascent on a grid stops at a local optimum that depends on the start; neither the prior nor

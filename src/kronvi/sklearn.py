@@ -9,7 +9,7 @@ scikit-learn is imported here only: `import kronvi` does not import it. Install 
 `pip install "kronvi[sklearn]"`.
 
 **Streaming (`partial_fit`).** The statistics $(n, y^\top y, \Phi^\top y, \Phi^\top\Phi)$ are sums over
-rows, so chunks merge exactly (`kronvi.merge_stats`). What is *not* a sum over rows is
+rows, so chunks merge exactly (`kronvi.stats.merge_stats`). What is *not* a sum over rows is
 everything the statistics are computed *through*: the input standardization, the GP hyperparameters and the
 random frequencies. They are fixed once, by `DirectRegressor.initialize`
 on the rows it is given (`partial_fit` calls it on its first chunk unless it was called before), and every
@@ -394,7 +394,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
     def sample_y(self, X, n_samples: int = 1, random_state=0):
         r"""Draws functions from the posterior and evaluates them at `X`.
 
-        Each draw takes every weight from its posterior factor (`kronvi.sample_codes`: grid values,
+        Each draw takes every weight from its posterior factor (`kronvi.quantize.sample_codes`: grid values,
         exactly) and returns `y_offset_` + `y_scale_` ($\Phi(x)^\top w$ + `kronvi.pipeline.support_shift`), the
         noise-free function, moved as `predict`'s mean (add
         $N(0,$ `noise_variance_`$)$ for new targets), laid out as in `GaussianProcessRegressor.sample_y`.
@@ -461,12 +461,12 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
       n_features_in_: number of input columns $d$.
       models_: list of `kronvi.FittedClassifier`: one for two classes (of the second class), one per
         class otherwise.
-      fit_info_: list of the fits' `kronvi.ClassifierInfo`.
+      fit_info_: list of the fits' `kronvi.logistic.ClassifierInfo`.
       prior_scale_: the chosen prior sd of each fit, `(n_fits,)`.
       n_iter_: coordinate-ascent sweeps of each fit, `(n_fits,)`.
-      standardizer_: the `kronvi.Standardizer` of the inputs (float64 NumPy arrays).
-      feature_map_: the `kronvi.RandomFourierFeatures` (shared by every fit).
-      prior_w_, q_w_: lists of each fit's `kronvi.DiscretePrior` and `kronvi.MeanField`.
+      standardizer_: the `kronvi.inputs.Standardizer` of the inputs (float64 NumPy arrays).
+      feature_map_: the `kronvi.inputs.RandomFourierFeatures` (shared by every fit).
+      prior_w_, q_w_: lists of each fit's `kronvi.model.DiscretePrior` and `kronvi.model.MeanField`.
 
     Example:
       >>> import numpy as np

@@ -61,9 +61,9 @@ def _data(n, d=3, seed=0):
 def _steps(X, y, dtype):
     """The row-dependent steps of the default recipe, on concrete host arrays of `dtype`."""
     X, y = jnp.asarray(X, dtype), jnp.asarray(y, dtype)
-    std = kronvi.fit_standardizer(X)
-    Xs = kronvi.standardize(std, X)
-    hyper, info = kronvi.fit_gp_hyperparameters(
+    std = kronvi.inputs.fit_standardizer(X)
+    Xs = kronvi.inputs.standardize(std, X)
+    hyper, info = kronvi.inputs.fit_gp_hyperparameters(
         jax.random.key(0),
         Xs,
         y,
@@ -73,16 +73,18 @@ def _steps(X, y, dtype):
         screen_points=12,
         max_iter=30,
     )
-    feats = kronvi.rff_init(jax.random.key(1), jnp.ones(X.shape[1], dtype), 16)  # b = 32 < n: the dual basis
-    feats = feats._replace(offset=kronvi.feature_mean(feats, Xs))
-    fmap = functools.partial(kronvi.rff_features, feats)
-    stats = kronvi.regression_stats_from_inputs(fmap, Xs, y, chunk_size=8)  # the last chunk padded
-    rotated, basis = kronvi.eigenbasis_from_inputs(fmap, Xs, y)
-    Phi = kronvi.rotate_features(basis, fmap(Xs))
-    prior_w, prior_n = kronvi.gaussian_prior(32, 1.0, levels=5), kronvi.noise_prior(0.1, levels=3)
-    q_w, q_n = kronvi.MeanField(prior_w.log_probs), kronvi.MeanField(prior_n.log_probs)
-    mean, var = kronvi.predict_regression(q_w, q_n, prior_w, prior_n, Phi)
-    ld, _ = kronvi.predictive_log_density(q_w, q_n, prior_w, prior_n, Phi, y, rtol=None)
+    feats = kronvi.inputs.rff_init(
+        jax.random.key(1), jnp.ones(X.shape[1], dtype), 16
+    )  # b = 32 < n: the dual basis
+    feats = feats._replace(offset=kronvi.inputs.feature_mean(feats, Xs))
+    fmap = functools.partial(kronvi.inputs.rff_features, feats)
+    stats = kronvi.stats.regression_stats_from_inputs(fmap, Xs, y, chunk_size=8)  # the last chunk padded
+    rotated, basis = kronvi.stats.eigenbasis_from_inputs(fmap, Xs, y)
+    Phi = kronvi.stats.rotate_features(basis, fmap(Xs))
+    prior_w, prior_n = kronvi.model.gaussian_prior(32, 1.0, levels=5), kronvi.model.noise_prior(0.1, levels=3)
+    q_w, q_n = kronvi.model.MeanField(prior_w.log_probs), kronvi.model.MeanField(prior_n.log_probs)
+    mean, var = kronvi.model.predict_regression(q_w, q_n, prior_w, prior_n, Phi)
+    ld, _ = kronvi.model.predictive_log_density(q_w, q_n, prior_w, prior_n, Phi, y, rtol=None)
     return dict(
         mean_x=std.mean, scale=std.scale, Xs=Xs, lengthscales=hyper.lengthscales, noise=hyper.noise_variance,
         lml=info.log_marginal_likelihoods, loo=info.loo_mse, num_points=info.num_points, offset=feats.offset,
@@ -118,8 +120,8 @@ def test_a_new_row_count_within_a_fifth_compiles_nothing():
         model = pipeline.fit_direct(jax.random.key(0), X[:n], y[:n], config).model
         test = slice(60, 76)
         Phi = pipeline.fold_features(model, X[test])
-        kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
-        kronvi.predictive_log_density(
+        kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+        kronvi.model.predictive_log_density(
             model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y[test].astype(Phi.dtype)
         )
 

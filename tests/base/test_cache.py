@@ -48,7 +48,7 @@ _CHILD = textwrap.dedent(
     monitoring.register_event_listener(lambda e, **kw: hits.append(e) if e.endswith("cache_hits") else None)
     jnp.ones(3).block_until_ready()  # a program compiled before the call: the call still takes effect
     print(kronvi.enable_compilation_cache(sys.argv[1]))
-    stats = kronvi.regression_stats(jnp.ones((6, 2)), jnp.arange(6.0))
+    stats = kronvi.stats.regression_stats(jnp.ones((6, 2)), jnp.arange(6.0))
     jax.block_until_ready(stats)
     print(len(hits))
     """

@@ -41,22 +41,22 @@ def _problem(b=6, n=64, m=5):
     rng = np.random.default_rng(0)
     Phi = jax.device_put(jnp.asarray(rng.normal(size=(n, b)), jnp.float32))
     y = jax.device_put(jnp.asarray(rng.normal(size=n), jnp.float32))
-    pw, pn = kronvi.gaussian_prior(b, 1.0, levels=m), kronvi.noise_prior(0.5, levels=3)
+    pw, pn = kronvi.model.gaussian_prior(b, 1.0, levels=m), kronvi.model.noise_prior(0.5, levels=3)
     return Phi, y, pw, pn
 
 
 def test_entry_points_fetch_only_scalars(on_accelerator):
     Phi, y, pw, pn = _problem()
     with jax.transfer_guard_device_to_host("disallow"):
-        stats = kronvi.regression_stats(Phi, y, chunk_size=16)
-        stats_x = kronvi.regression_stats_from_inputs(lambda x: 2.0 * x, Phi, y)
-        qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
-        elbo = kronvi.regression_elbo(stats, qw, qn, pw, pn)
-        qw, qn = kronvi.gaussian_start(stats, pw, pn)
-        mean, var = kronvi.predict_regression(qw, qn, pw, pn, Phi)
-        rotated, basis = kronvi.eigenbasis(stats)
-        Phi_rot = kronvi.rotate_features(basis, Phi)
-        sq = kronvi.heldout_sq_error(qw, pw, stats)
+        stats = kronvi.stats.regression_stats(Phi, y, chunk_size=16)
+        stats_x = kronvi.stats.regression_stats_from_inputs(lambda x: 2.0 * x, Phi, y)
+        qw, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)
+        elbo = kronvi.model.regression_elbo(stats, qw, qn, pw, pn)
+        qw, qn = kronvi.fitting.gaussian_start(stats, pw, pn)
+        mean, var = kronvi.model.predict_regression(qw, qn, pw, pn, Phi)
+        rotated, basis = kronvi.stats.eigenbasis(stats)
+        Phi_rot = kronvi.stats.rotate_features(basis, Phi)
+        sq = kronvi.fitting.heldout_sq_error(qw, pw, stats)
     assert on_accelerator, "no scalar was fetched: the checks did not run"
     assert max(on_accelerator) <= SCALARS, f"fetched arrays of sizes {sorted(set(on_accelerator))}"
     # the results are right (read after the guarded block; the reference is a float64 NumPy product, since
@@ -70,13 +70,15 @@ def test_entry_points_fetch_only_scalars(on_accelerator):
 
 def test_quantized_prediction_fetches_only_the_codes(on_accelerator):
     Phi, _, pw, pn = _problem()
-    packed = kronvi.pack_codes(kronvi.sample_codes(jax.random.key(0), kronvi.MeanField.from_prior(pw), 4))
-    isamp = kronvi.integer_samples(packed, pw)
+    packed = kronvi.quantize.pack_codes(
+        kronvi.quantize.sample_codes(jax.random.key(0), kronvi.model.MeanField.from_prior(pw), 4)
+    )
+    isamp = kronvi.quantize.integer_samples(packed, pw)
     on_accelerator.clear()
     with jax.transfer_guard_device_to_host("disallow"):
-        kronvi.predict_from_codes(packed, pw, Phi)
-        kronvi.predict_integer(isamp, Phi)
-        kronvi.integer_error_bound(isamp, Phi)
+        kronvi.quantize.predict_from_codes(packed, pw, Phi)
+        kronvi.quantize.predict_integer(isamp, Phi)
+        kronvi.quantize.integer_error_bound(isamp, Phi)
     # the packed codes are unpacked on the host (explicitly); the features stay on the device
     assert max(on_accelerator) <= max(packed.size, SCALARS), sorted(set(on_accelerator))
 
@@ -86,38 +88,38 @@ def test_errors_name_the_argument_on_both_paths(accelerator, request):
     if accelerator:
         request.getfixturevalue("on_accelerator")
     Phi, y, pw, pn = _problem()
-    qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    qw, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)
     with pytest.raises(ValueError, match=r"`Phi` contains 2 NaN or infinite"):
-        kronvi.regression_stats(Phi.at[3, 1].set(jnp.nan).at[5, 0].set(jnp.inf), y)
+        kronvi.stats.regression_stats(Phi.at[3, 1].set(jnp.nan).at[5, 0].set(jnp.inf), y)
     with pytest.raises(ValueError, match=r"`y` contains 1 NaN or infinite"):
-        kronvi.regression_stats(Phi, y.at[0].set(jnp.nan))
+        kronvi.stats.regression_stats(Phi, y.at[0].set(jnp.nan))
     with pytest.raises(ValueError, match=r"`Phi_new` contains 1 NaN or infinite"):
-        kronvi.predict_regression(qw, qn, pw, pn, Phi.at[2, 2].set(jnp.inf))
+        kronvi.model.predict_regression(qw, qn, pw, pn, Phi.at[2, 2].set(jnp.inf))
     with pytest.raises(ValueError, match=r"`variance` must be strictly positive, got min -1.0"):
-        kronvi.noise_prior(jnp.asarray(-1.0))
-    stats = kronvi.regression_stats(Phi, y)
+        kronvi.model.noise_prior(jnp.asarray(-1.0))
+    stats = kronvi.stats.regression_stats(Phi, y)
     with pytest.raises(
         ValueError, match=r"`stats` contains NaN or infinite values: `stats.PhitPhi` \(1 of 36"
     ):
-        kronvi.fit_regression(stats._replace(PhitPhi=stats.PhitPhi.at[0, 1].set(jnp.nan)), pw, pn)
+        kronvi.fitting.fit_regression(stats._replace(PhitPhi=stats.PhitPhi.at[0, 1].set(jnp.nan)), pw, pn)
     with pytest.raises(ValueError, match=r"`stats.n` must be positive"):
-        kronvi.fit_regression(stats._replace(n=jnp.zeros_like(stats.n)), pw, pn)
+        kronvi.fitting.fit_regression(stats._replace(n=jnp.zeros_like(stats.n)), pw, pn)
 
 
 def test_closed_over_data_is_checked_inside_jit(on_accelerator):
     """Inside a caller's ``jit`` closed-over arrays are concrete: the reduction runs now, not in the trace."""
     Phi, y, pw, pn = _problem()
-    qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    qw, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)
     bad = Phi.at[1, 1].set(jnp.nan)
     with pytest.raises(ValueError, match=r"`Phi_new` contains 1 NaN"):
-        jax.jit(lambda s: kronvi.predict_regression(qw, qn, pw, pn, bad)[0] * s)(2.0)
-    stats = kronvi.regression_stats(Phi, y)
-    mean = jax.jit(lambda m: kronvi.gaussian_mf_elbo(stats, m, 0.5, prior_scale=1.0))(
-        kronvi.GaussianMeanField(jnp.zeros(6), jnp.zeros(6))
+        jax.jit(lambda s: kronvi.model.predict_regression(qw, qn, pw, pn, bad)[0] * s)(2.0)
+    stats = kronvi.stats.regression_stats(Phi, y)
+    mean = jax.jit(lambda m: kronvi.gaussian.gaussian_mf_elbo(stats, m, 0.5, prior_scale=1.0))(
+        kronvi.gaussian.GaussianMeanField(jnp.zeros(6), jnp.zeros(6))
     )
     assert np.isfinite(float(mean))
     # traced arguments are not checked (the values are unknown): no error, NaN flows through
-    out = jax.jit(lambda P: kronvi.predict_regression(qw, qn, pw, pn, P)[0])(bad)
+    out = jax.jit(lambda P: kronvi.model.predict_regression(qw, qn, pw, pn, P)[0])(bad)
     assert np.isnan(np.asarray(out)[1])
 
 
@@ -137,21 +139,25 @@ def _fit_calls():
     from kronvi.bnn import bnn_stats, fit_bnn
 
     Phi, y, pw, pn = _problem(b=2, n=10)
-    stats = kronvi.regression_stats(Phi, y)
+    stats = kronvi.stats.regression_stats(Phi, y)
     folds = jax.tree.map(lambda a: a[None], stats)
-    q0 = kronvi.mixture_from_mean_field(jax.random.key(0), kronvi.MeanField.from_prior(pw), 2)
-    qn0 = kronvi.MeanField.from_prior(pn)
-    bstats, bpw = bnn_stats(Phi, y, (2, 1, 1)), kronvi.gaussian_prior(3, 1.0, levels=3)
+    q0 = kronvi.mixtures.mixture_from_mean_field(jax.random.key(0), kronvi.model.MeanField.from_prior(pw), 2)
+    qn0 = kronvi.model.MeanField.from_prior(pn)
+    bstats, bpw = bnn_stats(Phi, y, (2, 1, 1)), kronvi.model.gaussian_prior(3, 1.0, levels=3)
     return {
-        "fit_regression": lambda v: kronvi.fit_regression(stats, pw, pn, max_iter=v),
-        "fit_regression lbfgs": lambda v: kronvi.fit_regression(stats, pw, pn, method="lbfgs", max_iter=v),
-        "fit_regression anneal": lambda v: kronvi.fit_regression(stats, pw, pn, anneal_sweeps=v),
-        "cv_scores": lambda v: kronvi.cv_scores(folds, folds, pw, pn, max_iter=v),
-        "fit_mixture_bound": lambda v: kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, qn0), max_iter=v),
+        "fit_regression": lambda v: kronvi.fitting.fit_regression(stats, pw, pn, max_iter=v),
+        "fit_regression lbfgs": lambda v: kronvi.fitting.fit_regression(
+            stats, pw, pn, method="lbfgs", max_iter=v
+        ),
+        "fit_regression anneal": lambda v: kronvi.fitting.fit_regression(stats, pw, pn, anneal_sweeps=v),
+        "cv_scores": lambda v: kronvi.fitting.cv_scores(folds, folds, pw, pn, max_iter=v),
+        "fit_mixture_bound": lambda v: kronvi.mixtures.fit_mixture_bound(
+            stats, pw, pn, init=(q0, qn0), max_iter=v
+        ),
         "fit_bnn": lambda v: fit_bnn(bstats, bpw, pn, method="cavi", max_iter=v),
         "fit_bnn num_starts": lambda v: fit_bnn(bstats, bpw, pn, num_starts=v),
-        "gaussian_start": lambda v: kronvi.gaussian_start(stats, pw, pn, max_iter=v),
-        "fit_gaussian_mf": lambda v: kronvi.fit_gaussian_mf(
+        "gaussian_start": lambda v: kronvi.fitting.gaussian_start(stats, pw, pn, max_iter=v),
+        "fit_gaussian_mf": lambda v: kronvi.gaussian.fit_gaussian_mf(
             stats, prior_scale=1.0, noise_variance=0.5, max_iter=v
         ),
     }
@@ -180,18 +186,27 @@ def test_fits_refuse_non_integral_and_negative_counts(call, bad):
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: kronvi.regression_stats(np.full((5, 2), "a"), np.ones(5)), "`Phi` must hold real numbers"),
-        (lambda: kronvi.regression_stats(np.ones((5, 2)), np.array(["x"] * 5)), "`y` must hold real numbers"),
         (
-            lambda: kronvi.fit_standardizer(np.ones((3, 2)) * 1j),
+            lambda: kronvi.stats.regression_stats(np.full((5, 2), "a"), np.ones(5)),
+            "`Phi` must hold real numbers",
+        ),
+        (
+            lambda: kronvi.stats.regression_stats(np.ones((5, 2)), np.array(["x"] * 5)),
+            "`y` must hold real numbers",
+        ),
+        (
+            lambda: kronvi.inputs.fit_standardizer(np.ones((3, 2)) * 1j),
             "`X` must hold real numbers, got dtype complex",
         ),
         (
-            lambda: kronvi.fit_standardizer(np.array([[None, 1.0]])),
+            lambda: kronvi.inputs.fit_standardizer(np.array([[None, 1.0]])),
             "`X` must hold real numbers, got dtype object",
         ),
-        (lambda: kronvi.fit_standardizer([[1.0, 2.0], [3.0]]), "`X` must be a rectangular array of numbers"),
-        (lambda: kronvi.gaussian_prior(2, "wide"), "`scale` must hold real numbers"),
+        (
+            lambda: kronvi.inputs.fit_standardizer([[1.0, 2.0], [3.0]]),
+            "`X` must be a rectangular array of numbers",
+        ),
+        (lambda: kronvi.model.gaussian_prior(2, "wide"), "`scale` must hold real numbers"),
     ],
 )
 def test_non_numeric_arrays_get_a_named_error(call, match):
@@ -235,7 +250,7 @@ def test_errors_name_puts_the_users_argument_first():
         ValueError, match=r"^`config.width`=1e\+300 is out of range for this data: `scale` contains 1 NaN"
     ):
         with checks.errors_name("config.width", 1e300):
-            kronvi.gaussian_prior(3, jnp.inf)
+            kronvi.model.gaussian_prior(3, jnp.inf)
     with pytest.raises(ValueError, match=r"^`noise_span`=2 is out of range for this data: boom$"):
         with checks.errors_name("noise_span", 2):
             raise FloatingPointError("boom")

@@ -34,34 +34,34 @@ def test_check_output_path_names_every_problem_before_anything_is_written(tmp_pa
     ]
     for path, kw, error, message in cases:
         with pytest.raises(error, match=f"^--out .*{message}"):
-            kronvi.check_output_path(path, option="--out", **kw)
-    assert kronvi.check_output_path(existing, overwrite=True) == str(existing)
+            kronvi.files.check_output_path(path, option="--out", **kw)
+    assert kronvi.files.check_output_path(existing, overwrite=True) == str(existing)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "old.json"]  # no probe file left
 
 
 def test_write_atomic_keeps_the_old_file_when_the_write_fails(tmp_path):
     path = tmp_path / "out.bin"
-    kronvi.write_atomic(path, b"old")
+    kronvi.files.write_atomic(path, b"old")
 
     def fails(fh):
         fh.write(b"half")
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        kronvi.write_atomic(path, fails)
+        kronvi.files.write_atomic(path, fails)
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["out.bin"]
-    kronvi.write_atomic(path, lambda fh: fh.write(b"new"))
+    kronvi.files.write_atomic(path, lambda fh: fh.write(b"new"))
     assert path.read_bytes() == b"new"
 
 
 def test_write_atomic_keeps_permissions_and_new_files_follow_the_umask(tmp_path):
     old = os.umask(0o027)
     try:
-        kronvi.write_atomic(tmp_path / "new.txt", "x")
+        kronvi.files.write_atomic(tmp_path / "new.txt", "x")
         existing = tmp_path / "existing.txt"
         existing.write_text("y")
         existing.chmod(0o604)
-        kronvi.write_atomic(existing, "z")
+        kronvi.files.write_atomic(existing, "z")
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "new.txt").stat().st_mode) == 0o640  # 0o666 less the umask, as open()
@@ -86,9 +86,9 @@ def test_devices_pipes_sockets_and_links_are_refused_whatever_the_flag(tmp_path)
         for path, message in cases:
             for overwrite in (False, True):
                 with pytest.raises(ValueError, match=f"^--out .*{message}"):
-                    kronvi.check_output_path(path, option="--out", overwrite=overwrite)
+                    kronvi.files.check_output_path(path, option="--out", overwrite=overwrite)
             with pytest.raises(ValueError, match=message):
-                kronvi.write_atomic(path, "x")
+                kronvi.files.write_atomic(path, "x")
     finally:
         server.close()
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and stat.S_ISFIFO(os.lstat(fifo).st_mode)
@@ -102,25 +102,25 @@ def test_without_overwrite_of_two_racing_writers_one_wins_and_the_other_is_told(
 
     def slow(fh):  # another process creates the file while this one is still writing
         fh.write(b"second")
-        kronvi.write_atomic(path, "first", overwrite=False)
+        kronvi.files.write_atomic(path, "first", overwrite=False)
         first_done.append(True)
 
     with pytest.raises(FileExistsError):
-        kronvi.write_atomic(path, slow, overwrite=False)
+        kronvi.files.write_atomic(path, slow, overwrite=False)
     assert first_done and path.read_text() == "first" and os.listdir(tmp_path) == ["out.json"]
     with pytest.raises(FileExistsError):
-        kronvi.write_atomic(path, "third", overwrite=False)
+        kronvi.files.write_atomic(path, "third", overwrite=False)
     assert path.read_text() == "first"
-    kronvi.write_atomic(path, "fourth")
+    kronvi.files.write_atomic(path, "fourth")
     assert path.read_text() == "fourth"
 
 
 def test_the_longest_legal_file_name_can_be_written(tmp_path):
     limit = os.pathconf(tmp_path, "PC_NAME_MAX")
     path = tmp_path / ("a" * (limit - 5) + ".json")
-    assert kronvi.check_output_path(path) == str(path)
-    kronvi.write_atomic(path, "x")
-    kronvi.write_atomic(path, "y")
+    assert kronvi.files.check_output_path(path) == str(path)
+    kronvi.files.write_atomic(path, "x")
+    kronvi.files.write_atomic(path, "y")
     assert path.read_text() == "y" and os.listdir(tmp_path) == [path.name]
 
 
@@ -129,7 +129,7 @@ def test_temporaries_left_by_a_killed_writer_are_removed_at_the_next_write(tmp_p
         "import os, sys, kronvi\n"
         "def hang(fh):\n"
         "    fh.write(b'half'); fh.flush(); os._exit(9)\n"
-        "kronvi.write_atomic(sys.argv[1], hang)\n"
+        "kronvi.files.write_atomic(sys.argv[1], hang)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out.json")], env=env, timeout=120)
@@ -137,7 +137,7 @@ def test_temporaries_left_by_a_killed_writer_are_removed_at_the_next_write(tmp_p
     (left,) = os.listdir(tmp_path)
     assert left.startswith(".kronvi-") and left.endswith(".tmp")
     fresh = tmp_path / left
-    kronvi.write_atomic(tmp_path / "other.json", "x")
+    kronvi.files.write_atomic(tmp_path / "other.json", "x")
     assert fresh.exists()  # modified less than a minute ago: kept (its writer might be in another namespace)
     old = time.time() - 3600
     os.utime(fresh, (old, old))
@@ -148,7 +148,7 @@ def test_temporaries_left_by_a_killed_writer_are_removed_at_the_next_write(tmp_p
     other_host = tmp_path / f".kronvi-{host}-{2**22 + 12345}-{'0' * 12}.tmp"  # another host's: kept
     other_host.write_text("theirs")
     os.utime(other_host, (old, old))
-    kronvi.write_atomic(tmp_path / "other.json", "y")
+    kronvi.files.write_atomic(tmp_path / "other.json", "y")
     assert not fresh.exists() and alive.exists() and other_host.exists()
 
 
@@ -158,7 +158,7 @@ def test_without_hard_links_the_exclusive_create_falls_back_to_o_excl(tmp_path, 
 
     monkeypatch.setattr(os, "link", no_links)
     path = tmp_path / "out.json"
-    kronvi.write_atomic(path, "first", overwrite=False)
+    kronvi.files.write_atomic(path, "first", overwrite=False)
     assert path.read_text() == "first" and os.listdir(tmp_path) == ["out.json"]
     other = tmp_path / "other.json"
 
@@ -167,5 +167,5 @@ def test_without_hard_links_the_exclusive_create_falls_back_to_o_excl(tmp_path, 
         other.write_text("theirs")
 
     with pytest.raises(FileExistsError):
-        kronvi.write_atomic(other, racing, overwrite=False)
+        kronvi.files.write_atomic(other, racing, overwrite=False)
     assert other.read_text() == "theirs" and sorted(os.listdir(tmp_path)) == ["other.json", "out.json"]

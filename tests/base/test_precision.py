@@ -52,9 +52,9 @@ def _problem(b=6, n=40, m=5):
     rng = np.random.default_rng(0)
     Phi = jnp.asarray(rng.normal(size=(n, b)), jnp.float32)
     y = jnp.asarray(rng.normal(size=n), jnp.float32)
-    stats = kronvi.regression_stats(Phi, y)
-    pw, pn = kronvi.gaussian_prior(b, 1.0, levels=m), kronvi.noise_prior(0.5, levels=3)
-    qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    stats = kronvi.stats.regression_stats(Phi, y)
+    pw, pn = kronvi.model.gaussian_prior(b, 1.0, levels=m), kronvi.model.noise_prior(0.5, levels=3)
+    qw, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)
     return Phi, y, stats, pw, pn, qw, qn
 
 
@@ -63,66 +63,68 @@ def _entry_points():
     Phi, y, stats, pw, pn, qw, qn = _problem()
     b = Phi.shape[1]
     X = Phi[:, :2]
-    rff = kronvi.rff_init(jax.random.key(0), jnp.ones(2), b // 2)
-    _, basis = kronvi.eigenbasis(stats)
-    codes = kronvi.sample_codes(jax.random.key(1), qw, 4)
-    packed = kronvi.pack_codes(codes)
-    isamp = kronvi.integer_samples(packed, pw)
-    mix = kronvi.mixture_from_mean_field(jax.random.key(2), qw, 2)
-    mix_pw = kronvi.MixturePrior(pw.values, jnp.stack([pw.log_probs, pw.log_probs]), jnp.zeros(2))
-    gp = kronvi.GPHyperparameters(jnp.ones(2), jnp.asarray(1.0), jnp.asarray(0.1))
-    gmf = kronvi.GaussianMeanField(jnp.zeros(b), jnp.zeros(b))
-    elbo = lambda lw: kronvi.regression_elbo(stats, kronvi.MeanField(lw), qn, pw, pn)  # noqa: E731
+    rff = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(2), b // 2)
+    _, basis = kronvi.stats.eigenbasis(stats)
+    codes = kronvi.quantize.sample_codes(jax.random.key(1), qw, 4)
+    packed = kronvi.quantize.pack_codes(codes)
+    isamp = kronvi.quantize.integer_samples(packed, pw)
+    mix = kronvi.mixtures.mixture_from_mean_field(jax.random.key(2), qw, 2)
+    mix_pw = kronvi.mixtures.MixturePrior(pw.values, jnp.stack([pw.log_probs, pw.log_probs]), jnp.zeros(2))
+    gp = kronvi.inputs.GPHyperparameters(jnp.ones(2), jnp.asarray(1.0), jnp.asarray(0.1))
+    gmf = kronvi.gaussian.GaussianMeanField(jnp.zeros(b), jnp.zeros(b))
+    elbo = lambda lw: kronvi.model.regression_elbo(stats, kronvi.model.MeanField(lw), qn, pw, pn)  # noqa: E731
     return {
-        "regression_stats": (kronvi.regression_stats, (Phi, y)),
+        "regression_stats": (kronvi.stats.regression_stats, (Phi, y)),
         "regression_stats_from_inputs": (
-            lambda X_, y_: kronvi.regression_stats_from_inputs(
-                functools.partial(kronvi.rff_features, rff), X_, y_, chunk_size=16
+            lambda X_, y_: kronvi.stats.regression_stats_from_inputs(
+                functools.partial(kronvi.inputs.rff_features, rff), X_, y_, chunk_size=16
             ),
             (X, y),
         ),
-        "kfold_stats": (lambda P, t: kronvi.kfold_stats(P, t, np.arange(Phi.shape[0]) % 3), (Phi, y)),
-        "rff_features": (kronvi.rff_features, (rff, X)),
-        "eigenbasis": (kronvi.eigenbasis, (stats,)),
-        "rotate_features": (kronvi.rotate_features, (basis, Phi)),
+        "kfold_stats": (lambda P, t: kronvi.stats.kfold_stats(P, t, np.arange(Phi.shape[0]) % 3), (Phi, y)),
+        "rff_features": (kronvi.inputs.rff_features, (rff, X)),
+        "eigenbasis": (kronvi.stats.eigenbasis, (stats,)),
+        "rotate_features": (kronvi.stats.rotate_features, (basis, Phi)),
         "regression_elbo": (elbo, (qw.logits,)),
         "grad regression_elbo": (jax.grad(elbo), (qw.logits,)),
-        "predict_regression": (kronvi.predict_regression, (qw, qn, pw, pn, Phi)),
-        "predictive_log_density": (kronvi.predictive_log_density, (qw, qn, pw, pn, Phi[:3], y[:3])),
+        "predict_regression": (kronvi.model.predict_regression, (qw, qn, pw, pn, Phi)),
+        "predictive_log_density": (kronvi.model.predictive_log_density, (qw, qn, pw, pn, Phi[:3], y[:3])),
         "fit_regression cavi": (
-            lambda s: kronvi.fit_regression(s, pw, pn, max_iter=2),
+            lambda s: kronvi.fitting.fit_regression(s, pw, pn, max_iter=2),
             (stats,),
         ),
         "fit_regression lbfgs": (
-            lambda s: kronvi.fit_regression(s, pw, pn, method="optax-lbfgs", max_iter=2),
+            lambda s: kronvi.fitting.fit_regression(s, pw, pn, method="optax-lbfgs", max_iter=2),
             (stats,),
         ),
-        "gaussian_start": (kronvi.gaussian_start, (stats, pw, pn)),
-        "heldout_sq_error": (kronvi.heldout_sq_error, (qw, pw, stats)),
-        "blr_posterior": (lambda s: kronvi.blr_posterior(s, 1.0, 0.5), (stats,)),
-        "blr_log_evidence": (lambda s: kronvi.blr_log_evidence(s, 1.0, 0.5), (stats,)),
+        "gaussian_start": (kronvi.fitting.gaussian_start, (stats, pw, pn)),
+        "heldout_sq_error": (kronvi.fitting.heldout_sq_error, (qw, pw, stats)),
+        "blr_posterior": (lambda s: kronvi.gaussian.blr_posterior(s, 1.0, 0.5), (stats,)),
+        "blr_log_evidence": (lambda s: kronvi.gaussian.blr_log_evidence(s, 1.0, 0.5), (stats,)),
         "predict_blr": (
-            lambda s, P: kronvi.predict_blr(*kronvi.blr_posterior(s, 1.0, 0.5), 0.5, P),
+            lambda s, P: kronvi.gaussian.predict_blr(*kronvi.gaussian.blr_posterior(s, 1.0, 0.5), 0.5, P),
             (stats, Phi),
         ),
         "grad gaussian_mf_elbo": (
-            jax.grad(lambda m: kronvi.gaussian_mf_elbo(stats, gmf._replace(mean=m), 0.5, prior_scale=1.0)),
+            jax.grad(
+                lambda m: kronvi.gaussian.gaussian_mf_elbo(stats, gmf._replace(mean=m), 0.5, prior_scale=1.0)
+            ),
             (gmf.mean,),
         ),
-        "predict_gaussian_mf": (lambda q, P: kronvi.predict_gaussian_mf(q, 0.5, P), (gmf, Phi)),
+        "predict_gaussian_mf": (lambda q, P: kronvi.gaussian.predict_gaussian_mf(q, 0.5, P), (gmf, Phi)),
         "grad mixture_elbo_bound": (
             jax.grad(
-                lambda lg: kronvi.mixture_elbo_bound(
+                lambda lg: kronvi.mixtures.mixture_elbo_bound(
                     stats, mix._replace(logits=lg), qn, mix.log_marginals, mix_pw, pn
                 )
             ),
             (mix.logits,),
         ),
-        "predict_mixture": (kronvi.predict_mixture, (mix, qn, pw, pn, Phi)),
-        "predict_from_codes": (lambda P: kronvi.predict_from_codes(packed, pw, P), (Phi,)),
-        "integer_error_bound": (lambda P: kronvi.integer_error_bound(isamp, P), (Phi,)),
+        "predict_mixture": (kronvi.mixtures.predict_mixture, (mix, qn, pw, pn, Phi)),
+        "predict_from_codes": (lambda P: kronvi.quantize.predict_from_codes(packed, pw, P), (Phi,)),
+        "integer_error_bound": (lambda P: kronvi.quantize.integer_error_bound(isamp, P), (Phi,)),
         "grad gp_log_marginal_likelihood": (
-            jax.grad(lambda h: kronvi.gp_log_marginal_likelihood(h, X, y)),
+            jax.grad(lambda h: kronvi.inputs.gp_log_marginal_likelihood(h, X, y)),
             (gp,),
         ),
     }
@@ -194,7 +196,7 @@ def test_matmul_precision_reads_the_setting_in_effect():
 def test_compiled_functions_do_not_mix_modes():
     """A jitted kronvi function called in both modes compiles once per mode and each call gets its own."""
     Phi, y, *_ = _problem(b=5, n=33)
-    jitted = jax.jit(kronvi.regression_stats)
+    jitted = jax.jit(kronvi.stats.regression_stats)
     with jax.enable_x64(False):
         ref = jitted(Phi, y)
         assert jitted._cache_size() == 1

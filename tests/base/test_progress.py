@@ -19,7 +19,7 @@ from kronvi._base import progress as prog
 def _reparam_problem():
     X = jax.random.normal(jax.random.key(0), (60, 2))
     y = X @ jnp.array([1.0, -1.0])
-    q0 = kronvi.GaussianMeanField(jnp.zeros(2), jnp.full(2, -3.0))
+    q0 = kronvi.gaussian.GaussianMeanField(jnp.zeros(2), jnp.full(2, -3.0))
     kw = dict(init=(q0, 1.0), prior_scale=1.0, optimizer=optax.adam(0.05), num_steps=23, batch_size=10)
     return X, y, kw
 
@@ -27,7 +27,7 @@ def _reparam_problem():
 def test_callable_receives_every_kth_step_and_the_last_with_the_info_values():
     X, y, kw = _reparam_problem()
     seen = []
-    q, s2, info = kronvi.fit_gaussian_reparam(
+    q, s2, info = kronvi.gaussian.fit_gaussian_reparam(
         jax.random.key(1), X, y, progress=lambda s, t, m: seen.append((s, t, m)), progress_every=5, **kw
     )
     assert [s for s, _, _ in seen] == [5, 10, 15, 20, 23]
@@ -37,7 +37,7 @@ def test_callable_receives_every_kth_step_and_the_last_with_the_info_values():
         assert m["elbo"] == pytest.approx(float(info.steps.elbo[s - 1]), rel=1e-6)
         assert m["grad_norm"] == pytest.approx(float(info.steps.grad_norm[s - 1]), rel=1e-6)
     # the result does not depend on reporting
-    q2, s22, _ = kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, **kw)
+    q2, s22, _ = kronvi.gaussian.fit_gaussian_reparam(jax.random.key(1), X, y, **kw)
     np.testing.assert_array_equal(np.asarray(q.mean), np.asarray(q2.mean))
     assert float(s2) == float(s22)
 
@@ -53,19 +53,22 @@ def test_default_interval_reports_about_100_times():
 
 def test_mixture_sgd_and_elrg_report_their_steps():
     Phi = jax.random.normal(jax.random.key(0), (30, 2))
-    stats = kronvi.regression_stats(Phi, Phi[:, 0])
-    pw, pn = kronvi.gaussian_prior(2, 1.0, levels=5), kronvi.noise_prior(0.1)
-    qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)  # any start: no CAVI compile
-    q0 = kronvi.mixture_from_mean_field(jax.random.key(1), qw, 2)
+    stats = kronvi.stats.regression_stats(Phi, Phi[:, 0])
+    pw, pn = kronvi.model.gaussian_prior(2, 1.0, levels=5), kronvi.model.noise_prior(0.1)
+    qw, qn = (
+        kronvi.model.MeanField.from_prior(pw),
+        kronvi.model.MeanField.from_prior(pn),
+    )  # any start: no CAVI compile
+    q0 = kronvi.mixtures.mixture_from_mean_field(jax.random.key(1), qw, 2)
     seen = []
-    info = kronvi.fit_mixture_sgd(
+    info = kronvi.mixtures.fit_mixture_sgd(
         jax.random.key(2), stats, pw, pn, init=(q0, qn), optimizer=optax.adam(0.05), num_steps=7,
         num_samples=8, progress=lambda s, t, m: seen.append((s, t, m["elbo"])), progress_every=3,
     ).info  # fmt: skip
     assert [(s, t) for s, t, _ in seen] == [(3, 7), (6, 7), (7, 7)]
     assert seen[-1][2] == pytest.approx(float(info.steps.elbo[-1]), rel=1e-6)
     seen.clear()
-    kronvi.fit_elrg(
+    kronvi.gaussian.fit_elrg(
         jax.random.key(3), None, 1.0, 0.1, rank=1, objective="local-reparam", data=(Phi, Phi[:, 0]),
         optimizer=optax.adam(0.01), num_steps=4, batch_size=8, progress=lambda s, t, m: seen.append(s),
         progress_every=2,
@@ -76,7 +79,7 @@ def test_mixture_sgd_and_elrg_report_their_steps():
 def test_logistic_sgd_reports_its_steps_as_the_others_do(capsys):
     Phi = jax.random.normal(jax.random.key(0), (40, 2))
     y = (Phi[:, 0] > 0).astype(Phi.dtype)
-    prior = kronvi.gaussian_prior(2, 1.0, levels=5)
+    prior = kronvi.model.gaussian_prior(2, 1.0, levels=5)
     kw = dict(method="sgd", key=jax.random.key(1), num_steps=9, batch_size=10, init="prior")
     seen = []
     q, info = kronvi.logistic.fit_logistic(
@@ -96,7 +99,9 @@ def test_logistic_sgd_reports_its_steps_as_the_others_do(capsys):
 
 def test_default_adds_no_callback_to_the_compiled_loop():
     X, y, kw = _reparam_problem()
-    jaxpr = str(jax.make_jaxpr(lambda k: kronvi.fit_gaussian_reparam(k, X, y, **kw))(jax.random.key(0)))
+    jaxpr = str(
+        jax.make_jaxpr(lambda k: kronvi.gaussian.fit_gaussian_reparam(k, X, y, **kw))(jax.random.key(0))
+    )
     assert "callback" not in jaxpr
 
     def loop(progress_args):
@@ -135,7 +140,7 @@ def test_true_without_tqdm_on_a_terminal_redraws_one_line(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_tqdm)
     monkeypatch.setattr(sys, "stderr", _Terminal())
     X, y, kw = _reparam_problem()
-    kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
+    kronvi.gaussian.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
     err = sys.stderr.getvalue()
     steps = re.findall(r"\rREPARAM: step (\d+)/23 elbo \S+ grad_norm \S+ \(\S+s elapsed, eta \S+s\)", err)
     assert steps == ["10", "20", "23"], err
@@ -144,13 +149,13 @@ def test_true_without_tqdm_on_a_terminal_redraws_one_line(monkeypatch):
 
 def test_true_off_a_terminal_writes_plain_lines_at_a_modest_rate(monkeypatch, capsys):
     X, y, kw = _reparam_problem()
-    kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
+    kronvi.gaussian.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
     err = capsys.readouterr().err  # not a terminal: no tqdm bar, no carriage return
     assert "\r" not in err and "nan" not in err and "it/s" not in err
     # a fast fit: the first report and the last, within the 10-second spacing
     assert re.findall(r"^REPARAM: step (\d+)/23 .*\(\S+ elapsed, eta \S+\)$", err, re.M) == ["10", "23"], err
     monkeypatch.setattr(prog, "PLAIN_LINE_SECONDS", 0.0)
-    kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
+    kronvi.gaussian.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
     assert re.findall(r"^REPARAM: step (\d+)/23", capsys.readouterr().err, re.M) == ["10", "20", "23"]
 
 
@@ -191,7 +196,7 @@ def test_true_with_tqdm_draws_a_bar_on_a_terminal(monkeypatch):
 
     monkeypatch.setattr(sys, "stderr", _Terminal())
     X, y, kw = _reparam_problem()
-    kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
+    kronvi.gaussian.fit_gaussian_reparam(jax.random.key(1), X, y, progress=True, progress_every=10, **kw)
     err = sys.stderr.getvalue()
     assert "REPARAM" in err and "23/23" in err and "it/s" in err
 
@@ -201,7 +206,7 @@ def test_under_vmap_each_fold_reports_and_under_jit_it_is_a_clear_error():
     seen = []
 
     def fit(key, progress):
-        return kronvi.fit_gaussian_reparam(key, X, y, progress=progress, progress_every=10, **kw)[1]
+        return kronvi.gaussian.fit_gaussian_reparam(key, X, y, progress=progress, progress_every=10, **kw)[1]
 
     keys = jax.random.split(jax.random.key(0), 3)
     s2 = jax.vmap(lambda k: fit(k, lambda s, t, m: seen.append((s, m["elbo"]))))(keys)
@@ -214,8 +219,8 @@ def test_under_vmap_each_fold_reports_and_under_jit_it_is_a_clear_error():
 
 def test_one_compile_serves_different_callables():
     X, y, kw = _reparam_problem()
-    kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, progress=lambda *a: None, **kw)
+    kronvi.gaussian.fit_gaussian_reparam(jax.random.key(1), X, y, progress=lambda *a: None, **kw)
     with count_compiles() as compiles:
-        kronvi.fit_gaussian_reparam(jax.random.key(2), X, y, progress=lambda *a: None, **kw)
-        kronvi.fit_gaussian_reparam(jax.random.key(3), X, y, progress=True, **kw)
+        kronvi.gaussian.fit_gaussian_reparam(jax.random.key(2), X, y, progress=lambda *a: None, **kw)
+        kronvi.gaussian.fit_gaussian_reparam(jax.random.key(3), X, y, progress=True, **kw)
     assert len(compiles) == 0

@@ -74,9 +74,14 @@ def brute_force(layer_sizes, X, y, values, log_prior, q_logits, noise_vals, log_
 
 
 def kronvi_objects(values, log_prior, q_logits, noise_vals, log_prior_n, qn_logits):
-    pw = kronvi.DiscretePrior(jnp.asarray(values), jnp.asarray(log_prior))
-    pn = kronvi.DiscretePrior(jnp.asarray(noise_vals), jnp.asarray(log_prior_n))
-    return pw, pn, kronvi.MeanField(jnp.asarray(q_logits)), kronvi.MeanField(jnp.asarray(qn_logits))
+    pw = kronvi.model.DiscretePrior(jnp.asarray(values), jnp.asarray(log_prior))
+    pn = kronvi.model.DiscretePrior(jnp.asarray(noise_vals), jnp.asarray(log_prior_n))
+    return (
+        pw,
+        pn,
+        kronvi.model.MeanField(jnp.asarray(q_logits)),
+        kronvi.model.MeanField(jnp.asarray(qn_logits)),
+    )
 
 
 def test_quadratic_net_matches_loops():
@@ -138,7 +143,9 @@ def test_gradient_matches_finite_differences(layer_sizes):
 
         @jax.jit
         def f(lw, ln):
-            return bnn_elbo(stats, kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, pn)
+            return bnn_elbo(
+                stats, kronvi.model.MeanField._unchecked(lw), kronvi.model.MeanField._unchecked(ln), pw, pn
+            )
 
         check_grads(f, (jnp.asarray(q_logits), jnp.asarray(qn_logits)), order=1, modes=["rev"],
                                   eps=1e-6, atol=1e-6, rtol=1e-6)  # fmt: skip
@@ -151,7 +158,7 @@ def test_expected_rss_is_exact_at_a_point_mass():
         X, y = rng.normal(size=(10, 2)), rng.normal(size=10)
         w = rng.normal(size=num_weights(sizes))
         values = np.stack([w, w + 1.0], axis=1)
-        pw = kronvi.DiscretePrior(jnp.asarray(values), jnp.zeros(values.shape))
-        q = kronvi.MeanField(jnp.asarray(np.stack([np.zeros_like(w), np.full_like(w, -60.0)], axis=1)))
+        pw = kronvi.model.DiscretePrior(jnp.asarray(values), jnp.zeros(values.shape))
+        q = kronvi.model.MeanField(jnp.asarray(np.stack([np.zeros_like(w), np.full_like(w, -60.0)], axis=1)))
         rss = bnn_expected_rss(bnn_stats(jnp.asarray(X), jnp.asarray(y), sizes), q, pw)
         np.testing.assert_allclose(rss, np.sum((y - net_np(w, X, sizes)) ** 2), rtol=1e-10)

@@ -17,10 +17,10 @@ def test_predict_matches_enumeration(layer_sizes):
         rng = np.random.default_rng(1)
         P, m = num_weights(layer_sizes), 3
         values = np.sort(rng.normal(size=(P, m)), axis=-1)
-        pw = kronvi.DiscretePrior(jnp.asarray(values), jnp.zeros((P, m)))
-        pn = kronvi.DiscretePrior(jnp.asarray([[0.3, 1.2]]), jnp.zeros((1, 2)))
-        q = kronvi.MeanField(jnp.asarray(rng.normal(size=(P, m))))
-        qn = kronvi.MeanField(jnp.asarray([[0.2, -0.5]]))
+        pw = kronvi.model.DiscretePrior(jnp.asarray(values), jnp.zeros((P, m)))
+        pn = kronvi.model.DiscretePrior(jnp.asarray([[0.3, 1.2]]), jnp.zeros((1, 2)))
+        q = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(P, m))))
+        qn = kronvi.model.MeanField(jnp.asarray([[0.2, -0.5]]))
         Xn = rng.normal(size=(4, layer_sizes[0]))
         probs = np.asarray(q.probs)
         f1 = np.zeros(4)
@@ -42,8 +42,8 @@ def _problem(seed, dtype=np.float64, n=60, sizes=(3, 3, 1)):
     X = np.concatenate([rng.normal(size=(n, sizes[0] - 1)), np.ones((n, 1))], axis=1)
     y = (X[:, 0] + 0.5 * X[:, 1]) ** 2 - 1.0 + 0.1 * rng.normal(size=n)
     stats = bnn_stats(jnp.asarray(X, dtype), jnp.asarray(y - y.mean(), dtype), sizes)
-    pw = kronvi.gaussian_prior(num_weights(sizes), 0.7 + 0.1 * seed, levels=7, dtype=dtype)
-    pn = kronvi.noise_prior(0.1, levels=5, span=30.0, dtype=dtype)
+    pw = kronvi.model.gaussian_prior(num_weights(sizes), 0.7 + 0.1 * seed, levels=7, dtype=dtype)
+    pn = kronvi.model.noise_prior(0.1, levels=5, span=30.0, dtype=dtype)
     return stats, pw, pn, X, y - y.mean()
 
 
@@ -75,8 +75,8 @@ def test_lbfgs_stalled_on_saturated_factors_is_not_converged():
     with jax.enable_x64(True):
         stats, pw, pn, _, _ = _problem(0)
         levels = np.random.default_rng(0).integers(0, 7, size=12)
-        q0 = kronvi.MeanField(jnp.asarray(np.where(np.arange(7) == levels[:, None], 0.0, -60.0)))
-        qn0 = kronvi.MeanField.from_prior(pn)
+        q0 = kronvi.model.MeanField(jnp.asarray(np.where(np.arange(7) == levels[:, None], 0.0, -60.0)))
+        qn0 = kronvi.model.MeanField.from_prior(pn)
         _, _, info = fit_bnn(stats, pw, pn, method="optax-lbfgs", max_iter=40, init=(q0, qn0))
         assert int(info.num_iter) < 40 and float(info.grad_norm) <= 1e-6  # the gradient test alone passes
         assert not bool(info.converged)
@@ -88,10 +88,10 @@ def test_cavi_update_is_the_exact_coordinate_optimum():
     """At a CAVI fixed point no single factor can be improved (probed by random perturbations)."""
     with jax.enable_x64(True):
         stats, pw, pn, _, _ = _problem(2)
-        q0 = kronvi.MeanField(jnp.asarray(3.0 * np.random.default_rng(0).normal(size=(12, 7))))
-        qn0 = kronvi.MeanField.from_prior(pn)
+        q0 = kronvi.model.MeanField(jnp.asarray(3.0 * np.random.default_rng(0).normal(size=(12, 7))))
+        qn0 = kronvi.model.MeanField.from_prior(pn)
         q, qn, info = fit_bnn(stats, pw, pn, init=(q0, qn0), **CAVI)
-        elbo_of = jax.jit(lambda lw: bnn_elbo(stats, kronvi.MeanField._unchecked(lw), qn, pw, pn))
+        elbo_of = jax.jit(lambda lw: bnn_elbo(stats, kronvi.model.MeanField._unchecked(lw), qn, pw, pn))
         elbo = float(elbo_of(q.logits))
         # at a CAVI fixed point no single factor can be improved: probe each with random perturbations
         rng = np.random.default_rng(1)

@@ -64,19 +64,19 @@ def test_mismatched_weights_and_inputs_are_named():
     with pytest.raises(ValueError, match="`X`"):
         bnn_stats(X, y, (2, 2, 1))
     stats = bnn_stats(X, y, (3, 2, 1))  # P = 8
-    pw, pn = kronvi.gaussian_prior(7, 1.0, levels=3), kronvi.noise_prior(1.0, levels=3)
-    qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    pw, pn = kronvi.model.gaussian_prior(7, 1.0, levels=3), kronvi.model.noise_prior(1.0, levels=3)
+    qw, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)
     with pytest.raises(ValueError, match="prior_w"):
         bnn_elbo(stats, qw, qn, pw, pn)
-    pw8 = kronvi.gaussian_prior(8, 1.0, levels=3)
+    pw8 = kronvi.model.gaussian_prior(8, 1.0, levels=3)
     with pytest.raises(ValueError, match="q_w"):
         bnn_elbo(stats, qw, qn, pw8, pn)
     with pytest.raises(ValueError, match="X_new"):
-        predict_bnn(kronvi.MeanField.from_prior(pw8), qn, pw8, pn, jnp.ones((2, 2)), (3, 2, 1))
+        predict_bnn(kronvi.model.MeanField.from_prior(pw8), qn, pw8, pn, jnp.ones((2, 2)), (3, 2, 1))
     with pytest.raises(ValueError, match="prior_w"):
         predict_bnn(qw, qn, pw, pn, X, (3, 2, 1))
     with pytest.raises(TypeError, match="stats"):
-        bnn_elbo(kronvi.regression_stats(X, y), qw, qn, pw8, pn)
+        bnn_elbo(kronvi.stats.regression_stats(X, y), qw, qn, pw8, pn)
     stacked = jax.tree.map(lambda *a: jnp.stack(a), stats, stats)
     with pytest.raises(ValueError, match="vmap"):
-        bnn_elbo(stacked, kronvi.MeanField.from_prior(pw8), qn, pw8, pn)
+        bnn_elbo(stacked, kronvi.model.MeanField.from_prior(pw8), qn, pw8, pn)

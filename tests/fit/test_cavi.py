@@ -22,9 +22,9 @@ def _problem(dtype, *, n=200, b=12, seed=0, levels=7, coupling=0.0):
     Phi = rng.normal(size=(n, b)) + coupling * rng.normal(size=(n, 1))
     w = rng.normal(size=b) * (rng.uniform(size=b) < 0.5)
     y = Phi @ w + 0.5 * rng.normal(size=n)
-    stats = kronvi.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
-    prior_w = kronvi.gaussian_prior(b, 1.0, levels=levels, dtype=dtype)
-    prior_n = kronvi.noise_prior(0.3, levels=9, dtype=dtype)
+    stats = kronvi.stats.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
+    prior_w = kronvi.model.gaussian_prior(b, 1.0, levels=levels, dtype=dtype)
+    prior_n = kronvi.model.noise_prior(0.3, levels=9, dtype=dtype)
     return stats, prior_w, prior_n, Phi, y
 
 
@@ -32,14 +32,14 @@ def _sweep(block_size, jacobi, blocks=None):
     return jax.jit(functools.partial(blocked_sweep, block_size=block_size, jacobi=jacobi, blocks=blocks))
 
 
-_cavi_sweep = jax.jit(kronvi.cavi_sweep)
+_cavi_sweep = jax.jit(kronvi.fitting.cavi_sweep)
 
 
 @functools.partial(jax.jit, static_argnums=5)
 def _move_all(lw, ln, pw, pn, stats, damped=False):
     """:func:`jacobi_block_change` (or :func:`damped_jacobi_step`) with every weight in one block."""
     A = stats.PhitPhi
-    e_inv = noise_moments(kronvi.MeanField._unchecked(ln), pn)[0]
+    e_inv = noise_moments(kronvi.model.MeanField._unchecked(ln), pn)[0]
     mean, _ = grid_moments(jax.nn.softmax(lw, -1), pw.values)
     ok = jnp.ones(lw.shape[0], bool)
     step = damped_jacobi_step if damped else jacobi_block_change
@@ -66,9 +66,9 @@ def test_jacobi_block_change_is_the_exact_elbo_change():
         n, b, m = 9, 3, 3
         Phi = 0.3 * (rng.normal(size=(n, b)) + 2.0 * rng.normal(size=(n, 1)))
         y = Phi @ rng.normal(size=b) + rng.normal(size=n)
-        stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
-        pw = kronvi.gaussian_prior(b, 1.0, levels=m, dtype=np.float64)
-        pn = kronvi.noise_prior(1.0, levels=3, dtype=np.float64)
+        stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+        pw = kronvi.model.gaussian_prior(b, 1.0, levels=m, dtype=np.float64)
+        pn = kronvi.model.noise_prior(1.0, levels=3, dtype=np.float64)
         lw = jnp.asarray(rng.normal(size=(b, m)))
         ln = jnp.asarray(rng.normal(size=(1, 3)))
         new, m_new, change, coupling, rounding = _move_all(lw, ln, pw, pn, stats)
@@ -97,14 +97,14 @@ def test_damped_step_gains_at_least_its_bound_and_moves_fully_when_coupling_is_w
     with jax.enable_x64(True):
         rng = np.random.default_rng(3)
         n, b, m = 9, 3, 3
-        pw = kronvi.gaussian_prior(b, 1.0, levels=m, dtype=np.float64)
-        pn = kronvi.noise_prior(1.0, levels=3, dtype=np.float64)
+        pw = kronvi.model.gaussian_prior(b, 1.0, levels=m, dtype=np.float64)
+        pn = kronvi.model.noise_prior(1.0, levels=3, dtype=np.float64)
         ln = jnp.asarray(rng.normal(size=(1, 3)))
         base = rng.normal(size=(n, b))
         for shared, full in ((3.0, False), (0.0, True)):
             Phi = 0.3 * (base + shared * rng.normal(size=(n, 1)))
             y = Phi @ np.full(b, 0.7) + 0.3 * rng.normal(size=n)
-            stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+            stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
             lw = pw.log_probs
             _, _, change, coupling, _ = _move_all(lw, ln, pw, pn, stats)
             new, m_new, t = _move_all(lw, ln, pw, pn, stats, True)
@@ -169,14 +169,14 @@ def test_damped_sweep_stays_monotone_on_a_block_around_a_hub():
         rng = np.random.default_rng(6)
         Z = np.linalg.qr(rng.normal(size=(300, 63)))[0]
         Phi = np.concatenate([Z.sum(1, keepdims=True) / np.sqrt(63), Z], axis=1)
-        stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(Phi @ rng.normal(size=64)))
+        stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(Phi @ rng.normal(size=64)))
         blocks = coupling_blocks(stats.PhitPhi, 64)
         rows = [[j for j in row if j < 64] for row in np.asarray(blocks[0])[: int(blocks[1])]]
         A = np.asarray(stats.PhitPhi)
         assert rows == _greedy_blocks(A, 64) and len(rows) == 1
         assert max(_row_sums(A, rows)) > 7.0
-        pw = kronvi.gaussian_prior(64, 1.0, levels=7, dtype=np.float64)
-        pn = kronvi.noise_prior(0.1, levels=5, dtype=np.float64)
+        pw = kronvi.model.gaussian_prior(64, 1.0, levels=7, dtype=np.float64)
+        pn = kronvi.model.noise_prior(0.1, levels=5, dtype=np.float64)
         sweep = _sweep(64, True, blocks)
         lw, ln = pw.log_probs, pn.log_probs
         trace = [float(elbo_from_logits(lw, ln, pw, pn, stats))]
@@ -226,7 +226,7 @@ def test_jacobi_sweep_is_sequential_without_coupling_and_damped_with_it():
         # lowers the ELBO; the damped sweep (one block of all 12) still raises it.
         rng = np.random.default_rng(0)
         Phi = rng.normal(size=(200, 12)) + 3.0 * rng.normal(size=(200, 1))
-        stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(Phi @ np.full(12, 0.5)))
+        stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(Phi @ np.full(12, 0.5)))
         _, _, change, _, _ = _move_all(pw.log_probs, ln, pw, pn, stats)
         assert float(change) < 0
         out = _sweep(12, True)(lw, ln, pw, pn, stats, order)
@@ -255,12 +255,12 @@ def test_jacobi_reaches_the_sequential_fixed_point():
         for coupling in (0.0, 1.0):
             stats, pw, pn, _, _ = _problem(np.float64, n=400, b=10, coupling=coupling)
             kw = dict(max_iter=300, tol=1e-13, order="cyclic")
-            q_ref, qn_ref, info_ref = kronvi.fit_regression(stats, pw, pn, sweep="sequential", **kw)
-            q, qn, info = kronvi.fit_regression(stats, pw, pn, sweep="jacobi", **kw)
+            q_ref, qn_ref, info_ref = kronvi.fitting.fit_regression(stats, pw, pn, sweep="sequential", **kw)
+            q, qn, info = kronvi.fitting.fit_regression(stats, pw, pn, sweep="jacobi", **kw)
             assert bool(info.converged) and bool(info_ref.converged)
             np.testing.assert_allclose(q.probs, q_ref.probs, atol=1e-7)
             np.testing.assert_allclose(qn.probs, qn_ref.probs, atol=1e-7)
-            gains = kronvi.coordinate_gains(stats, q.logits, qn.logits, pw, pn)
+            gains = kronvi.fitting.coordinate_gains(stats, q.logits, qn.logits, pw, pn)
             assert float(jnp.max(gains)) < 1e-9
 
 
@@ -272,7 +272,7 @@ def test_jacobi_runs_under_jit_and_vmap_over_folds():
         pw, pn = folds[0][1], folds[0][2]
 
         def fit(st):
-            return kronvi.fit_regression(st, pw, pn, max_iter=15, order="random", sweep="jacobi")
+            return kronvi.fitting.fit_regression(st, pw, pn, max_iter=15, order="random", sweep="jacobi")
 
         q_b, qn_b, info_b = jax.jit(jax.vmap(fit))(stacked)
         for k in range(3):
@@ -287,18 +287,18 @@ def test_device_option():
     cpu = jax.devices("cpu")[0]
     home = stats.PhitPhi.devices()
     assert resolve_device(None, stats) is None
-    moved = kronvi.fit_regression(stats, pw, pn, max_iter=5, device=cpu, sweep="sequential")
+    moved = kronvi.fitting.fit_regression(stats, pw, pn, max_iter=5, device=cpu, sweep="sequential")
     assert moved[0].logits.devices() == home  # results come back to the statistics' device
     if all(d.platform == "cpu" for d in home):
-        here = kronvi.fit_regression(stats, pw, pn, max_iter=5)  # sweep "auto" on a CPU: sequential
+        here = kronvi.fitting.fit_regression(stats, pw, pn, max_iter=5)  # sweep "auto" on a CPU: sequential
         for x, y in zip(jax.tree.leaves(here), jax.tree.leaves(moved), strict=True):
             assert bool(jnp.all(x == y))
     with pytest.raises(ValueError, match="`device`"):
-        kronvi.fit_regression(stats, pw, pn, device="gpu")
+        kronvi.fitting.fit_regression(stats, pw, pn, device="gpu")
     with pytest.raises(ValueError, match="`device`"):
-        jax.jit(lambda st: kronvi.fit_regression(st, pw, pn, device=cpu))(stats)
+        jax.jit(lambda st: kronvi.fitting.fit_regression(st, pw, pn, device=cpu))(stats)
     with pytest.raises(ValueError, match="`sweep`"):
-        kronvi.fit_regression(stats, pw, pn, sweep="parallel")
+        kronvi.fitting.fit_regression(stats, pw, pn, sweep="parallel")
 
 
 def test_device_option_moves_and_returns(tmp_path):
@@ -311,16 +311,16 @@ def test_device_option_moves_and_returns(tmp_path):
         d0, d1 = jax.devices()
         rng = np.random.default_rng(0)
         Phi, y = rng.normal(size=(60, 5)).astype(np.float32), rng.normal(size=60).astype(np.float32)
-        stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
-        pw, pn = kronvi.gaussian_prior(5, 1.0, levels=5), kronvi.noise_prior(0.5)
-        ref = kronvi.fit_regression(stats, pw, pn, max_iter=5)
+        stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+        pw, pn = kronvi.model.gaussian_prior(5, 1.0, levels=5), kronvi.model.noise_prior(0.5)
+        ref = kronvi.fitting.fit_regression(stats, pw, pn, max_iter=5)
         on1 = jax.device_put((stats, pw, pn), d1)
-        out = kronvi.fit_regression(*on1, max_iter=5, device=d0)
+        out = kronvi.fitting.fit_regression(*on1, max_iter=5, device=d0)
         assert out[0].logits.devices() == {d1}, out[0].logits.devices()
         assert all(bool(jnp.all(a == b)) for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(out)))
         mesh = jax.sharding.Mesh(np.array([d0, d1]), ("d",))
         rep = jax.device_put((stats, pw, pn), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-        out = kronvi.fit_regression(*rep, max_iter=5, device=d0)
+        out = kronvi.fitting.fit_regression(*rep, max_iter=5, device=d0)
         assert out[0].logits.sharding.device_set == {d0, d1}
         assert home_sharding(np.zeros(3)) is None
         print("ok")
@@ -332,19 +332,22 @@ def test_device_option_moves_and_returns(tmp_path):
 
 def test_diagonal_sweep_is_the_sequential_sweep_on_eigenbasis_statistics(dtype):
     stats, prior_w, prior_n, _, _ = _problem(dtype, coupling=1.0)
-    rotated, _ = kronvi.eigenbasis(stats)  # diagonal PhitPhi
+    rotated, _ = kronvi.stats.eigenbasis(stats)  # diagonal PhitPhi
     rng = np.random.default_rng(3)
     lw = jnp.asarray(rng.normal(size=prior_w.values.shape), dtype)
     ln = jnp.asarray(rng.normal(size=prior_n.values.shape), dtype)
     order = jnp.asarray(rng.permutation(lw.shape[0]))
-    got = jax.jit(kronvi.diagonal_sweep)(rotated, lw, ln, prior_w, prior_n, order)
+    got = jax.jit(kronvi.fitting.diagonal_sweep)(rotated, lw, ln, prior_w, prior_n, order)
     ref = _cavi_sweep(rotated, lw, ln, prior_w, prior_n, order)
     for a, b in zip(got, ref, strict=True):
         np.testing.assert_allclose(
             jax.nn.log_softmax(a, -1), jax.nn.log_softmax(b, -1), rtol=tol(dtype), atol=10 * tol(dtype)
         )
     # a fit with it climbs monotonically to the sequential fit's optimum
-    fits = {s: kronvi.fit_regression(rotated, prior_w, prior_n, sweep=s) for s in ("diagonal", "sequential")}
+    fits = {
+        s: kronvi.fitting.fit_regression(rotated, prior_w, prior_n, sweep=s)
+        for s in ("diagonal", "sequential")
+    }
     trace = np.asarray(fits["diagonal"][2].elbo)
     assert np.all(np.diff(trace) >= -tol(dtype) * np.abs(trace[1:])), trace
     final = {s: float(f.info.final_elbo) for s, f in fits.items()}

@@ -33,16 +33,16 @@ def _data(dtype, *, n=53, d=3, seed=0):
 
 
 def _model(dtype, b, *, m=5, seed=1):
-    prior_w = kronvi.gaussian_prior(b, 1.0, levels=m, dtype=dtype)
-    prior_n = kronvi.noise_prior(0.1, levels=5, span=3.0, dtype=dtype)
+    prior_w = kronvi.model.gaussian_prior(b, 1.0, levels=m, dtype=dtype)
+    prior_n = kronvi.model.noise_prior(0.1, levels=5, span=3.0, dtype=dtype)
     rng = np.random.default_rng(seed)
-    q_w = kronvi.MeanField(jnp.asarray(rng.normal(size=(b, m)), dtype))
-    q_n = kronvi.MeanField(jnp.asarray(rng.normal(size=(1, 5)), dtype))
+    q_w = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(b, m)), dtype))
+    q_n = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(1, 5)), dtype))
     return q_w, q_n, prior_w, prior_n
 
 
 def _dense_stats(Phi, y):
-    return kronvi.RegressionStats(jnp.asarray(y.shape[0], Phi.dtype), y @ y, Phi.T @ y, Phi.T @ Phi)
+    return kronvi.stats.RegressionStats(jnp.asarray(y.shape[0], Phi.dtype), y @ y, Phi.T @ y, Phi.T @ Phi)
 
 
 @pytest.mark.parametrize("chunk_size", [None, 16])
@@ -51,7 +51,7 @@ def test_feature_stats_equal_the_statistics_of_the_features(dtype, chunk_size):
     fmap = jax.tree.map(lambda a: a.astype(dtype), rff_lengthscale_map(jax.random.key(0), 3, 6))
     theta = jnp.asarray([0.1, -0.3, 0.5], dtype)
     stats = feature_stats(theta, X, y, feature_fn=fmap, chunk_size=chunk_size)
-    ref = kronvi.regression_stats(fmap(theta, X), y)
+    ref = kronvi.stats.regression_stats(fmap(theta, X), y)
     assert stats.PhitPhi.dtype == jnp.dtype(dtype)
     for a, b in zip(stats, ref, strict=True):
         np.testing.assert_allclose(
@@ -63,7 +63,7 @@ def test_rff_lengthscale_map_reproduces_the_pipelines_features():
     key, ls = jax.random.key(3), jnp.asarray([0.7, 2.0])
     X = jax.random.normal(jax.random.key(4), (9, 2))
     fmap = rff_lengthscale_map(key, 2, 5)
-    ref = kronvi.rff_features(kronvi.rff_init(key, ls, 5), X)
+    ref = kronvi.inputs.rff_features(kronvi.inputs.rff_init(key, ls, 5), X)
     np.testing.assert_allclose(fmap(jnp.log(ls), X), ref, rtol=1e-5, atol=1e-6)
 
 
@@ -86,8 +86,8 @@ def test_feature_elbo_equals_regression_elbo_on_precomputed_statistics(dtype):
     params = mlp_init(jax.random.key(0), (3, 8, 6), dtype=dtype)
     q_w, q_n, prior_w, prior_n = _model(dtype, 6)
     value = feature_elbo(params, X, y, q_w, q_n, prior_w, prior_n, feature_fn=mlp_features, chunk_size=10)
-    stats = kronvi.regression_stats(mlp_features(params, X), y)
-    ref = kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
+    stats = kronvi.stats.regression_stats(mlp_features(params, X), y)
+    ref = kronvi.model.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
     assert value.dtype == jnp.dtype(dtype)
     np.testing.assert_allclose(value, ref, rtol=tol(dtype, x32=1e-5, x64=1e-12))
 
@@ -147,7 +147,9 @@ def test_custom_vjp_equals_autodiff_through_the_dense_features():
             return feature_elbo(p, X, y, q_w, q_n, prior_w, prior_n, feature_fn=mlp_features, chunk_size=8)
 
         def dense(p, X, y):
-            return kronvi.regression_elbo(_dense_stats(mlp_features(p, X), y), q_w, q_n, prior_w, prior_n)
+            return kronvi.model.regression_elbo(
+                _dense_stats(mlp_features(p, X), y), q_w, q_n, prior_w, prior_n
+            )
 
         got = jax.jit(jax.grad(chunked, argnums=(0, 1, 2)))(params, X, y)  # compiled: fewer dispatches
         ref = jax.jit(jax.grad(dense, argnums=(0, 1, 2)))(params, X, y)
@@ -163,12 +165,12 @@ def test_autodiff_through_compensated_regression_stats_is_exact():
         Phi = mlp_features(mlp_init(jax.random.key(6), (3, 6), dtype=jnp.float64), X)
 
         def via_stats(P):
-            return kronvi.regression_elbo(
-                kronvi.regression_stats(P, y, chunk_size=8), q_w, q_n, prior_w, prior_n
+            return kronvi.model.regression_elbo(
+                kronvi.stats.regression_stats(P, y, chunk_size=8), q_w, q_n, prior_w, prior_n
             )
 
         def dense(P):
-            return kronvi.regression_elbo(_dense_stats(P, y), q_w, q_n, prior_w, prior_n)
+            return kronvi.model.regression_elbo(_dense_stats(P, y), q_w, q_n, prior_w, prior_n)
 
         got, ref = jax.jit(jax.grad(via_stats))(Phi), jax.jit(jax.grad(dense))(Phi)
         np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
@@ -200,8 +202,8 @@ def test_learned_lengthscales_raise_the_elbo_and_grow_on_an_irrelevant_input():
     with jax.enable_x64(True):
         X, y = _data(np.float64, n=200)  # y depends on column 0 only
         fmap = jax.tree.map(lambda a: a.astype(jnp.float64), rff_lengthscale_map(jax.random.key(0), 3, 20))
-        prior_w = kronvi.gaussian_prior(40, 1.0, levels=15, dtype=jnp.float64)
-        prior_n = kronvi.noise_prior(0.01, levels=9, span=10.0, dtype=jnp.float64)
+        prior_w = kronvi.model.gaussian_prior(40, 1.0, levels=15, dtype=jnp.float64)
+        prior_n = kronvi.model.noise_prior(0.01, levels=9, span=10.0, dtype=jnp.float64)
         theta0 = jnp.zeros(3)
 
         def log_prior(t):  # a weak N(0, 3^2) prior on the log-lengthscales
@@ -227,8 +229,8 @@ def test_learned_lengthscales_raise_the_elbo_and_grow_on_an_irrelevant_input():
 def test_bad_arguments_are_named():
     X, y = _data(np.float32, n=20)
     fmap = rff_lengthscale_map(jax.random.key(0), 3, 4)
-    prior_w = kronvi.gaussian_prior(8, 1.0, levels=5)
-    prior_n = kronvi.noise_prior(0.1)
+    prior_w = kronvi.model.gaussian_prior(8, 1.0, levels=5)
+    prior_n = kronvi.model.noise_prior(0.1)
     with pytest.raises(ValueError, match="starts"):
         fit_features(jnp.zeros(3), X, y, prior_w, prior_n, feature_fn=fmap, starts=("nowhere",))
     with pytest.raises(ValueError, match="inner_sweeps"):
@@ -266,8 +268,8 @@ def test_fit_features_eigen_learns_inside_the_default_recipe():
         assert info.final_elbo == model.elbo == np.max(trace)
         # the model's ELBO is the exact ELBO of its rotated features
         Phi = predict_features(model, X, feature_fn=fmap)
-        stats = kronvi.regression_stats(Phi, y)
-        elbo = kronvi.regression_elbo(stats, model.q_w, model.q_noise, model.prior_w, model.prior_noise)
+        stats = kronvi.stats.regression_stats(Phi, y)
+        elbo = kronvi.model.regression_elbo(stats, model.q_w, model.q_noise, model.prior_w, model.prior_noise)
         np.testing.assert_allclose(float(elbo), model.elbo, rtol=1e-9)
         ls = np.exp(np.asarray(model.params))
         assert ls[1] > ls[0] and ls[2] > ls[0]

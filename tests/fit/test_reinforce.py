@@ -23,16 +23,18 @@ from kronvi._fit.reinforce import (
 def _setup(dtype, *, b=2, m=3, ms=2, seed=0):
     p = random_problem(np.random.default_rng(seed), n=6, b=b, m=m, ms=ms, dtype=dtype)
     cast = lambda x: jnp.asarray(x, dtype)  # noqa: E731
-    stats = kronvi.regression_stats(cast(p["Phi"]), cast(p["y"]))
-    prior_w = kronvi.DiscretePrior(cast(p["values"]), cast(p["log_prior"]))
-    prior_n = kronvi.DiscretePrior(cast(p["noise_vals"]), cast(p["log_prior_n"]))
-    q_w, q_n = kronvi.MeanField(cast(p["q_logits"])), kronvi.MeanField(cast(p["qn_logits"]))
+    stats = kronvi.stats.regression_stats(cast(p["Phi"]), cast(p["y"]))
+    prior_w = kronvi.model.DiscretePrior(cast(p["values"]), cast(p["log_prior"]))
+    prior_n = kronvi.model.DiscretePrior(cast(p["noise_vals"]), cast(p["log_prior_n"]))
+    q_w, q_n = kronvi.model.MeanField(cast(p["q_logits"])), kronvi.model.MeanField(cast(p["qn_logits"]))
     return p, stats, prior_w, prior_n, q_w, q_n
 
 
 def _exact_grad(q_w, q_n, prior_w, prior_n, stats):
     def elbo(lw, ln):
-        return kronvi.regression_elbo(stats, kronvi.MeanField(lw), kronvi.MeanField(ln), prior_w, prior_n)
+        return kronvi.model.regression_elbo(
+            stats, kronvi.model.MeanField(lw), kronvi.model.MeanField(ln), prior_w, prior_n
+        )
 
     return jax.grad(elbo, argnums=(0, 1))(q_w.logits, q_n.logits)
 
@@ -88,7 +90,7 @@ def test_one_draw_is_unbiased_exactly(baseline, exact_entropy):
         want_w, want_n = _exact_grad(q_w, q_n, prior_w, prior_n, stats)
         np.testing.assert_allclose(np.einsum("c,cbk->bk", weights, gw), want_w, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(np.einsum("c,cbk->bk", weights, gn), want_n, rtol=1e-10, atol=1e-10)
-        elbo = kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
+        elbo = kronvi.model.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
         assert float(weights @ est) == pytest.approx(float(elbo), rel=1e-12)
         # The estimate is random (it can fail): a single draw is far from the mean.
         assert np.max(np.abs(gw - np.asarray(want_w)[None])) > 1e-2
@@ -144,7 +146,7 @@ def test_sampled_gradient_averages_to_the_exact_gradient():
         gw, gn, est = estimate(keys)
         assert gw.dtype == np.float64
         want_w, want_n = _exact_grad(q_w, q_n, prior_w, prior_n, stats)
-        elbo = kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
+        elbo = kronvi.model.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
         for got, want in ((gw, want_w), (gn, want_n), (est, elbo)):
             got = np.asarray(got)
             se = got.std(0, ddof=1) / np.sqrt(got.shape[0])
@@ -152,7 +154,7 @@ def test_sampled_gradient_averages_to_the_exact_gradient():
 
 
 def test_sampler_draws_from_q():
-    q = kronvi.MeanField(jnp.log(jnp.array([[0.2, 0.5, 0.3], [0.9, 0.05, 0.05]])))
+    q = kronvi.model.MeanField(jnp.log(jnp.array([[0.2, 0.5, 0.3], [0.9, 0.05, 0.05]])))
     idx = np.asarray(sample_mean_field(jax.random.key(3), q, num_samples=20000))
     freq = np.stack([np.bincount(idx[:, j], minlength=3) for j in range(2)]) / 20000
     np.testing.assert_allclose(freq, np.asarray(q.probs), atol=0.015)
@@ -196,4 +198,4 @@ def test_bad_input_gets_named_errors():
     with pytest.raises(TypeError, match="`q`"):
         sample_mean_field(key, q_w.logits, num_samples=2)
     with pytest.raises(ValueError, match="q_w"):
-        reinforce_gradient(key, stats, kronvi.MeanField(jnp.zeros((3, 3))), *args[2:], num_samples=2)
+        reinforce_gradient(key, stats, kronvi.model.MeanField(jnp.zeros((3, 3))), *args[2:], num_samples=2)

@@ -22,10 +22,10 @@ def _problem(dtype, *, n=400, b=12, seed=0):
 def test_gaussian_start_matches_dense_reference(dtype):
     Phi, y = _problem(dtype)
     n, b = Phi.shape
-    stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
-    prior_w = kronvi.gaussian_prior(b, 1.5)
-    prior_n = kronvi.noise_prior(0.02, levels=9, span=10.0)
-    q_w, q_n = kronvi.gaussian_start(stats, prior_w, prior_n, max_iter=4)
+    stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+    prior_w = kronvi.model.gaussian_prior(b, 1.5)
+    prior_n = kronvi.model.noise_prior(0.02, levels=9, span=10.0)
+    q_w, q_n = kronvi.fitting.gaussian_start(stats, prior_w, prior_n, max_iter=4)
 
     # Dense float64 reference: exact coordinate ascent for the diagonal Gaussian posterior, noise clipped
     # into the grid's range, then the discrete factors and the noise factor.
@@ -67,13 +67,15 @@ def test_gaussian_start_factor_is_restricted_gaussian_for_a_gaussian_prior():
     # continuous mean-field optimum at the same noise variance.
     with jax.enable_x64(True):
         Phi, y = _problem(np.float64, n=300, b=8, seed=1)
-        stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
-        prior_w = kronvi.gaussian_prior(8, 1.0, levels=201, width=8.0)  # fine grid: variance ~ 1
-        prior_n = kronvi.noise_prior(0.05, levels=1)
-        q_w, _ = kronvi.gaussian_start(stats, prior_w, prior_n)
+        stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+        prior_w = kronvi.model.gaussian_prior(8, 1.0, levels=201, width=8.0)  # fine grid: variance ~ 1
+        prior_n = kronvi.model.noise_prior(0.05, levels=1)
+        q_w, _ = kronvi.fitting.gaussian_start(stats, prior_w, prior_n)
         p = jnp.exp(prior_w.log_probs[0])
         sd = float(jnp.sqrt(jnp.sum(p * prior_w.values[0] ** 2)))
-        gq, _, _ = kronvi.fit_gaussian_mf(stats, prior_scale=sd, noise_variance=0.05, learn_noise=False)
+        gq, _, _ = kronvi.gaussian.fit_gaussian_mf(
+            stats, prior_scale=sd, noise_variance=0.05, learn_noise=False
+        )
         V = np.asarray(prior_w.values)
         ref = -0.5 * ((V - np.asarray(gq.mean)[:, None]) / np.exp(np.asarray(gq.log_std))[:, None]) ** 2
         ref = (
@@ -90,12 +92,12 @@ def test_fit_from_gaussian_start_and_best_of_starts():
     from kronvi.pipeline import DirectConfig, Eigen, Features, fit_best_start
 
     Phi, y = _problem(np.float32, n=3000, b=40, seed=2)
-    stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
-    prior_w = kronvi.gaussian_prior(40, 1.0)
-    prior_n = kronvi.noise_prior(0.01, levels=15, span=10.0)
-    fits = {s: kronvi.fit_regression(stats, prior_w, prior_n, init=s) for s in ("prior", "gaussian")}
-    manual = kronvi.fit_regression(
-        stats, prior_w, prior_n, init=kronvi.gaussian_start(stats, prior_w, prior_n)
+    stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+    prior_w = kronvi.model.gaussian_prior(40, 1.0)
+    prior_n = kronvi.model.noise_prior(0.01, levels=15, span=10.0)
+    fits = {s: kronvi.fitting.fit_regression(stats, prior_w, prior_n, init=s) for s in ("prior", "gaussian")}
+    manual = kronvi.fitting.fit_regression(
+        stats, prior_w, prior_n, init=kronvi.fitting.gaussian_start(stats, prior_w, prior_n)
     )
     np.testing.assert_array_equal(manual[0].logits, fits["gaussian"][0].logits)
     final = {s: float(f.info.final_elbo) for s, f in fits.items()}
@@ -105,17 +107,22 @@ def test_fit_from_gaussian_start_and_best_of_starts():
     with pytest.raises(ValueError, match="starts"):
         fit_best_start(stats, prior_w, prior_n, DirectConfig(recipe=Eigen(starts=())), key=jax.random.key(0))
     with pytest.raises(TypeError, match="init"):
-        kronvi.fit_regression(stats, prior_w, prior_n, init="gauss")
+        kronvi.fitting.fit_regression(stats, prior_w, prior_n, init="gauss")
 
 
 def test_gaussian_start_checks_its_arguments():
-    stats = kronvi.regression_stats(jnp.ones((5, 3)), jnp.arange(5.0))
+    stats = kronvi.stats.regression_stats(jnp.ones((5, 3)), jnp.arange(5.0))
     with pytest.raises(ValueError, match="prior_w"):
-        kronvi.gaussian_start(stats, kronvi.gaussian_prior(4, 1.0), kronvi.noise_prior(1.0, levels=3))
+        kronvi.fitting.gaussian_start(
+            stats, kronvi.model.gaussian_prior(4, 1.0), kronvi.model.noise_prior(1.0, levels=3)
+        )
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="max_iter"):
-            kronvi.gaussian_start(
-                stats, kronvi.gaussian_prior(3, 1.0), kronvi.noise_prior(1.0, levels=3), max_iter=bad
+            kronvi.fitting.gaussian_start(
+                stats,
+                kronvi.model.gaussian_prior(3, 1.0),
+                kronvi.model.noise_prior(1.0, levels=3),
+                max_iter=bad,
             )
 
 
@@ -123,8 +130,8 @@ def test_best_start_skips_a_non_finite_fit_loudly(monkeypatch):
     import kronvi.pipeline as pipeline
 
     Phi, y = _problem(np.float32, n=200, b=8, seed=4)
-    stats = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
-    prior_w, prior_n = kronvi.gaussian_prior(8, 1.0), kronvi.noise_prior(0.01, levels=5)
+    stats = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y))
+    prior_w, prior_n = kronvi.model.gaussian_prior(8, 1.0), kronvi.model.noise_prior(0.01, levels=5)
     real = pipeline.fit_regression
 
     def broken(*args, init=None, **kw):

@@ -14,7 +14,7 @@ def _problem(dtype, n=40, b=5, seed=0):
     rng = np.random.default_rng(seed)
     Phi = rng.normal(size=(n, b))
     y = Phi @ rng.normal(size=b) + 0.5 * rng.normal(size=n)
-    return Phi, y, kronvi.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
+    return Phi, y, kronvi.stats.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
 
 
 @pytest.mark.parametrize("per_weight_scale", [False, True])
@@ -23,7 +23,7 @@ def test_posterior_matches_a_dense_solve(dtype, per_weight_scale):
     b = Phi.shape[1]
     scale = np.linspace(0.5, 2.0, b) if per_weight_scale else 1.3
     s2 = 0.4
-    mean, cov = kronvi.blr_posterior(stats, jnp.asarray(scale, dtype), s2)
+    mean, cov = kronvi.gaussian.blr_posterior(stats, jnp.asarray(scale, dtype), s2)
     A = Phi.T @ Phi / s2 + np.diag(np.broadcast_to(1.0 / np.asarray(scale) ** 2, (b,)))
     cov_ref = np.linalg.inv(A)
     mean_ref = cov_ref @ Phi.T @ y / s2
@@ -37,13 +37,13 @@ def test_log_evidence_matches_the_dense_marginal_likelihood(dtype):
     for scale, s2 in [(1.0, 0.25), (0.3, 2.0), (3.0, 0.01)]:
         K = scale**2 * Phi @ Phi.T + s2 * np.eye(len(y))
         ref = multivariate_normal(np.zeros(len(y)), K).logpdf(y)
-        got = float(kronvi.blr_log_evidence(stats, scale, s2))
+        got = float(kronvi.gaussian.blr_log_evidence(stats, scale, s2))
         assert abs(got - ref) <= 1e3 * tol(dtype) * max(1.0, abs(ref)), (scale, s2, got, ref)
 
 
 def test_evidence_noise_maximizes_the_evidence(dtype):
     Phi, y, stats = _problem(dtype, n=200, b=6, seed=1)
-    s2 = float(kronvi.blr_evidence_noise(stats, 1.0, lower=1e-3, upper=1e2))
+    s2 = float(kronvi.gaussian.blr_evidence_noise(stats, 1.0, lower=1e-3, upper=1e2))
     grid = np.exp(np.linspace(np.log(1e-3), np.log(1e2), 2001))
     K0 = Phi @ Phi.T
     ev = [multivariate_normal(np.zeros(len(y)), K0 + s * np.eye(len(y))).logpdf(y) for s in grid[::20]]
@@ -55,15 +55,15 @@ def test_evidence_noise_maximizes_the_evidence(dtype):
 
 def test_evidence_noise_stays_in_its_bracket():
     _, _, stats = _problem(np.float32, n=200, b=6, seed=1)
-    s2 = float(kronvi.blr_evidence_noise(stats, 1.0, lower=10.0, upper=20.0))
+    s2 = float(kronvi.gaussian.blr_evidence_noise(stats, 1.0, lower=10.0, upper=20.0))
     assert 10.0 <= s2 <= 10.01  # the optimum (about 0.25) lies below: the bracket's lower end
 
 
 def test_predictive_matches_dense(dtype):
     Phi, y, stats = _problem(dtype)
-    mean, cov = kronvi.blr_posterior(stats, 1.0, 0.3)
+    mean, cov = kronvi.gaussian.blr_posterior(stats, 1.0, 0.3)
     Pn = np.random.default_rng(3).normal(size=(6, Phi.shape[1]))
-    m, v = kronvi.predict_blr(mean, cov, 0.3, jnp.asarray(Pn, dtype))
+    m, v = kronvi.gaussian.predict_blr(mean, cov, 0.3, jnp.asarray(Pn, dtype))
     np.testing.assert_allclose(m, Pn @ np.asarray(mean, np.float64), rtol=1e-4, atol=1e-5)
     v_ref = np.einsum("ij,jk,ik->i", Pn, np.asarray(cov, np.float64), Pn) + 0.3
     np.testing.assert_allclose(v, v_ref, rtol=1e-4)
@@ -72,24 +72,24 @@ def test_predictive_matches_dense(dtype):
 def test_bad_inputs_name_the_argument():
     _, _, stats = _problem(np.float32)
     with pytest.raises(ValueError, match="noise_variance"):
-        kronvi.blr_posterior(stats, 1.0, -1.0)
+        kronvi.gaussian.blr_posterior(stats, 1.0, -1.0)
     with pytest.raises(ValueError, match="prior_scale"):
-        kronvi.blr_posterior(stats, jnp.ones(3), 1.0)
+        kronvi.gaussian.blr_posterior(stats, jnp.ones(3), 1.0)
     with pytest.raises(ValueError, match="lower"):
-        kronvi.blr_evidence_noise(stats, 1.0, lower=2.0, upper=1.0)
+        kronvi.gaussian.blr_evidence_noise(stats, 1.0, lower=2.0, upper=1.0)
     with pytest.raises(ValueError, match="num_steps"):
-        kronvi.blr_evidence_noise(stats, 1.0, lower=1.0, upper=2.0, num_steps=0)
+        kronvi.gaussian.blr_evidence_noise(stats, 1.0, lower=1.0, upper=2.0, num_steps=0)
     with pytest.raises(TypeError, match="stats"):
-        kronvi.blr_posterior((1.0, 2.0), 1.0, 1.0)
-    mean, cov = kronvi.blr_posterior(stats, 1.0, 1.0)
+        kronvi.gaussian.blr_posterior((1.0, 2.0), 1.0, 1.0)
+    mean, cov = kronvi.gaussian.blr_posterior(stats, 1.0, 1.0)
     with pytest.raises(ValueError, match="features"):
-        kronvi.predict_blr(mean, cov, 1.0, jnp.ones((2, 3)))
+        kronvi.gaussian.predict_blr(mean, cov, 1.0, jnp.ones((2, 3)))
 
 
 @pytest.mark.parametrize("n", [200, 4])  # more rows than features, and fewer (the dual's case)
 def test_evidence_optimum_maximizes_the_dense_evidence_over_both_variances(dtype, n):
     Phi, y, stats = _problem(dtype, n=n, b=6, seed=2)
-    rotated, basis = kronvi.eigenbasis(stats)
+    rotated, basis = kronvi.stats.eigenbasis(stats)
     sw, s2 = kronvi.gaussian.spectral_evidence_optimum(
         basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, 1.0, 1.0
     )
@@ -143,7 +143,7 @@ def test_the_newton_steps_derivatives_are_the_evidences():
 
 def test_evidence_optimum_stays_within_its_range():
     _, _, stats = _problem(np.float32, n=200, b=6, seed=1)
-    rotated, basis = kronvi.eigenbasis(stats)
+    rotated, basis = kronvi.stats.eigenbasis(stats)
     sw, s2 = kronvi.gaussian.spectral_evidence_optimum(
         basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, 1.0, 100.0, log_range=1.0
     )

@@ -15,8 +15,8 @@ def test_exact_elbo_matches_dense_reference(dtype):
     stats, Phi, y = gaussian_problem(dtype)
     rng = np.random.default_rng(1)
     mean, std = rng.normal(size=4), rng.uniform(0.1, 1.0, size=4)
-    q = kronvi.GaussianMeanField(jnp.asarray(mean, dtype), jnp.asarray(np.log(std), dtype))
-    got = kronvi.gaussian_mf_elbo(stats, q, 0.4, prior_scale=0.7)
+    q = kronvi.gaussian.GaussianMeanField(jnp.asarray(mean, dtype), jnp.asarray(np.log(std), dtype))
+    got = kronvi.gaussian.gaussian_mf_elbo(stats, q, 0.4, prior_scale=0.7)
     assert got.dtype == jnp.dtype(dtype)
     want = dense_gaussian_elbo(Phi, y, mean, std, 0.4, 0.7)
     np.testing.assert_allclose(float(got), want, rtol=tol(dtype, x32=1e-5, x64=1e-11))
@@ -35,8 +35,8 @@ def test_exact_elbo_matches_monte_carlo():
         log_q = np.sum(-0.5 * np.log(2 * np.pi * std**2) - 0.5 * ((W - mean) / std) ** 2, 1)
         f = log_lik + log_p - log_q
         mc, se = f.mean(), f.std() / np.sqrt(len(f))
-        q = kronvi.GaussianMeanField(jnp.asarray(mean), jnp.asarray(np.log(std)))
-        got = float(kronvi.gaussian_mf_elbo(stats, q, s2, prior_scale=sw))
+        q = kronvi.gaussian.GaussianMeanField(jnp.asarray(mean), jnp.asarray(np.log(std)))
+        got = float(kronvi.gaussian.gaussian_mf_elbo(stats, q, s2, prior_scale=sw))
         assert abs(got - mc) < 5 * se, (got, mc, se)
 
 
@@ -48,15 +48,17 @@ def test_elbo_gradient_matches_finite_differences():
         scale = jnp.asarray([0.5, 1.0, 2.0])
 
         def f(mean, log_std, log_s2):
-            q = kronvi.GaussianMeanField(mean, log_std)
-            return kronvi.gaussian_mf_elbo(stats, q, jnp.exp(log_s2), prior_scale=scale)
+            q = kronvi.gaussian.GaussianMeanField(mean, log_std)
+            return kronvi.gaussian.gaussian_mf_elbo(stats, q, jnp.exp(log_s2), prior_scale=scale)
 
         check_grads(jax.jit(f), (mean, log_std, jnp.asarray(-0.5)), order=2, modes=["rev"], eps=1e-4)
 
 
 def test_closed_form_fit_fixed_noise_is_the_stationary_point_and_the_posterior_mean(dtype):
     stats, Phi, y = gaussian_problem(dtype)
-    q, s2, info = kronvi.fit_gaussian_mf(stats, prior_scale=0.8, noise_variance=0.2, learn_noise=False)
+    q, s2, info = kronvi.gaussian.fit_gaussian_mf(
+        stats, prior_scale=0.8, noise_variance=0.2, learn_noise=False
+    )
     assert float(s2) == pytest.approx(0.2)
     assert int(info.num_iter) == 1 and bool(info.converged)
     # Mean equals the exact Gaussian posterior mean (float64 reference).
@@ -68,8 +70,8 @@ def test_closed_form_fit_fixed_noise_is_the_stationary_point_and_the_posterior_m
     )
     if np.dtype(dtype) == np.float64:
         g = jax.grad(
-            lambda m, ls: kronvi.gaussian_mf_elbo(
-                stats, kronvi.GaussianMeanField(m, ls), 0.2, prior_scale=0.8
+            lambda m, ls: kronvi.gaussian.gaussian_mf_elbo(
+                stats, kronvi.gaussian.GaussianMeanField(m, ls), 0.2, prior_scale=0.8
             ),
             argnums=(0, 1),
         )(q.mean, q.log_std)
@@ -78,7 +80,7 @@ def test_closed_form_fit_fixed_noise_is_the_stationary_point_and_the_posterior_m
 
 def test_closed_form_fit_learned_noise_is_monotone_and_stationary(dtype):
     stats, _, _ = gaussian_problem(dtype, n=200, noise=0.5)
-    q, s2, info = kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=5.0)
+    q, s2, info = kronvi.gaussian.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=5.0)
     trace = np.asarray(info.elbo, np.float64)
     assert np.all(np.diff(trace) >= -tol(dtype, x32=1e-5, x64=1e-11) * abs(trace[-1]))
     assert bool(info.converged)
@@ -86,7 +88,7 @@ def test_closed_form_fit_learned_noise_is_monotone_and_stationary(dtype):
     with jax.enable_x64(True):
         stats64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), stats)
         qq = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), q)
-        dlog = jax.grad(lambda t: kronvi.gaussian_mf_elbo(stats64, qq, jnp.exp(t), prior_scale=1.0))(
+        dlog = jax.grad(lambda t: kronvi.gaussian.gaussian_mf_elbo(stats64, qq, jnp.exp(t), prior_scale=1.0))(
             jnp.log(jnp.asarray(float(s2), jnp.float64))
         )
         assert abs(float(dlog)) < 1e-2 * float(stats.n) * tol(dtype, x32=1.0, x64=1e-4)
@@ -94,34 +96,36 @@ def test_closed_form_fit_learned_noise_is_monotone_and_stationary(dtype):
 
 def test_noise_bounds_clip_the_learned_noise():
     stats, _, _ = gaussian_problem(np.float32, n=200, noise=0.5)
-    _, s2, _ = kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1.0, noise_bounds=(0.5, 2.0))
+    _, s2, _ = kronvi.gaussian.fit_gaussian_mf(
+        stats, prior_scale=1.0, noise_variance=1.0, noise_bounds=(0.5, 2.0)
+    )
     assert float(s2) == pytest.approx(0.5)
 
 
 def test_contracts_jit_vmap_dtype():
     stats, _, _ = gaussian_problem(np.float32)
     folds = jax.tree.map(lambda a: jnp.stack([a, 2 * a]), stats)
-    q = kronvi.GaussianMeanField(jnp.zeros(4), jnp.zeros(4))
-    e = jax.vmap(lambda s: kronvi.gaussian_mf_elbo(s, q, 0.5, prior_scale=1.0))(folds)
+    q = kronvi.gaussian.GaussianMeanField(jnp.zeros(4), jnp.zeros(4))
+    e = jax.vmap(lambda s: kronvi.gaussian.gaussian_mf_elbo(s, q, 0.5, prior_scale=1.0))(folds)
     assert e.shape == (2,) and e.dtype == jnp.float32
-    e0 = jax.jit(lambda s: kronvi.gaussian_mf_elbo(s, q, 0.5, prior_scale=1.0))(stats)
+    e0 = jax.jit(lambda s: kronvi.gaussian.gaussian_mf_elbo(s, q, 0.5, prior_scale=1.0))(stats)
     np.testing.assert_allclose(float(e0), float(e[0]), rtol=1e-6)
-    m, v = kronvi.predict_gaussian_mf(q, 0.5, jnp.ones((3, 4)))
+    m, v = kronvi.gaussian.predict_gaussian_mf(q, 0.5, jnp.ones((3, 4)))
     assert m.shape == v.shape == (3,) and float(v[0]) == pytest.approx(4.5)
 
 
 def test_bad_inputs():
     stats, _, _ = gaussian_problem(np.float32)
-    q = kronvi.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
+    q = kronvi.gaussian.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
     with pytest.raises(ValueError, match="weights"):
-        kronvi.gaussian_mf_elbo(stats, q, 0.5, prior_scale=1.0)
-    q = kronvi.GaussianMeanField(jnp.zeros(4), jnp.zeros(4))
+        kronvi.gaussian.gaussian_mf_elbo(stats, q, 0.5, prior_scale=1.0)
+    q = kronvi.gaussian.GaussianMeanField(jnp.zeros(4), jnp.zeros(4))
     with pytest.raises(ValueError, match="positive"):
-        kronvi.gaussian_mf_elbo(stats, q, -0.5, prior_scale=1.0)
+        kronvi.gaussian.gaussian_mf_elbo(stats, q, -0.5, prior_scale=1.0)
     with pytest.raises(ValueError, match="lo < hi"):
-        kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1.0, noise_bounds=(2.0, 1.0))
+        kronvi.gaussian.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1.0, noise_bounds=(2.0, 1.0))
     with pytest.raises(TypeError, match="GradientTransformation"):
-        kronvi.gaussian_reparam_init(q, 1.0, optimizer="adam")
+        kronvi.gaussian.gaussian_reparam_init(q, 1.0, optimizer="adam")
 
 
 def test_ill_conditioned_float32_ridge_system_gets_a_jitter_not_nan():
@@ -132,13 +136,15 @@ def test_ill_conditioned_float32_ridge_system_gets_a_jitter_not_nan():
     base = rng.normal(size=(n, 3))
     Phi = base @ rng.normal(size=(3, b)) + 1e-4 * rng.normal(size=(n, b))
     y = Phi[:, 0] + 1e-3 * rng.normal(size=n)
-    stats = kronvi.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
+    stats = kronvi.stats.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
     M = stats.PhitPhi + 1e-9 * jnp.eye(b)
     assert not bool(jnp.all(jnp.isfinite(jnp.linalg.cholesky(M))))  # the plain factorization fails
-    q, _, _ = kronvi.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1e-9, learn_noise=False)
+    q, _, _ = kronvi.gaussian.fit_gaussian_mf(stats, prior_scale=1.0, noise_variance=1e-9, learn_noise=False)
     assert bool(jnp.all(jnp.isfinite(q.mean)))
     fitted = np.asarray(Phi @ np.asarray(q.mean, np.float64))
     assert np.sqrt(np.mean((fitted - y) ** 2)) < 0.05 * np.std(y)
     # The start built on it is finite too.
-    qw, qn = kronvi.gaussian_start(stats, kronvi.gaussian_prior(b, 1.0), kronvi.noise_prior(1e-8, levels=5))
+    qw, qn = kronvi.fitting.gaussian_start(
+        stats, kronvi.model.gaussian_prior(b, 1.0), kronvi.model.noise_prior(1e-8, levels=5)
+    )
     assert bool(jnp.all(jnp.isfinite(qw.logits))) and bool(jnp.all(jnp.isfinite(qn.logits)))

@@ -35,10 +35,10 @@ GOOD_MASK = "1,0\n0,1\n1,0\n0,1\n"
 
 def test_standardizer_zero_mean_unit_scale(dtype):
     X = np.random.default_rng(0).normal(3.0, 5.0, size=(50, 4))
-    st = kronvi.fit_standardizer(jnp.asarray(X, dtype))
-    assert isinstance(st, kronvi.Standardizer)
+    st = kronvi.inputs.fit_standardizer(jnp.asarray(X, dtype))
+    assert isinstance(st, kronvi.inputs.Standardizer)
     assert st.mean.dtype == jnp.dtype(dtype) and st.scale.shape == (4,)
-    Z = np.asarray(kronvi.standardize(st, jnp.asarray(X, dtype)), np.float64)
+    Z = np.asarray(kronvi.inputs.standardize(st, jnp.asarray(X, dtype)), np.float64)
     np.testing.assert_allclose(Z.mean(0), 0.0, atol=1e-5)
     np.testing.assert_allclose(Z.std(0), 1.0, rtol=1e-5)
 
@@ -49,14 +49,14 @@ def test_standardizer_of_huge_columns_is_finite_and_exact(dtype):
     scaled-down column, scaled back exactly."""
     big = 1e30 if dtype == np.float32 else 1e200
     X = np.random.default_rng(0).normal(3.0, 5.0, size=(50, 3))
-    small = kronvi.fit_standardizer(jnp.asarray(X, dtype))
+    small = kronvi.inputs.fit_standardizer(jnp.asarray(X, dtype))
     X_big = X * [1.0, big, 1.0 / big]
-    st = kronvi.fit_standardizer(jnp.asarray(X_big, dtype))
+    st = kronvi.inputs.fit_standardizer(jnp.asarray(X_big, dtype))
     np.testing.assert_allclose(
         np.asarray(st.scale, np.float64) / [1.0, big, 1.0 / big], small.scale, rtol=1e-6
     )
     np.testing.assert_allclose(np.asarray(st.mean, np.float64) / [1.0, big, 1.0 / big], small.mean, rtol=1e-6)
-    Z = np.asarray(kronvi.standardize(st, jnp.asarray(X_big, dtype)), np.float64)
+    Z = np.asarray(kronvi.inputs.standardize(st, jnp.asarray(X_big, dtype)), np.float64)
     np.testing.assert_allclose(Z.std(0), 1.0, rtol=1e-5)
     # ordinary columns: the same numbers as the unscaled formulas, to the rounding of a sum (the rows are
     # summed padded to a bucket of row counts, kronvi._base.buckets: another order of the same terms)
@@ -72,34 +72,34 @@ def test_constant_columns_get_unit_scale(dtype, value):
     rng = np.random.default_rng(1)
     X = np.column_stack([rng.normal(size=1000), np.full(1000, value), rng.normal(size=1000)])
     X = jnp.asarray(X, dtype)
-    st = kronvi.fit_standardizer(X)
+    st = kronvi.inputs.fit_standardizer(X)
     assert float(st.scale[1]) == 1.0
-    Z = np.asarray(kronvi.standardize(st, X))
+    Z = np.asarray(kronvi.inputs.standardize(st, X))
     assert np.all(np.isfinite(Z)) and np.all(np.isfinite(np.asarray(st.scale)))
     np.testing.assert_allclose(Z[:, 1], 0.0, atol=1e-6 * max(1.0, abs(value)))
     # test rows with a different constant stay finite too
-    assert np.all(np.isfinite(np.asarray(kronvi.standardize(st, X + 1.0))))
+    assert np.all(np.isfinite(np.asarray(kronvi.inputs.standardize(st, X + 1.0))))
 
 
 def test_single_row_standardizer_is_finite():
-    st = kronvi.fit_standardizer(jnp.array([[1.0, 2.0]]))
+    st = kronvi.inputs.fit_standardizer(jnp.array([[1.0, 2.0]]))
     np.testing.assert_array_equal(np.asarray(st.scale), [1.0, 1.0])
 
 
 def test_standardizer_jit_and_validation():
     X = jnp.arange(12.0).reshape(4, 3)
-    st = jax.jit(kronvi.fit_standardizer)(X)
-    np.testing.assert_allclose(jax.jit(kronvi.standardize)(st, X), kronvi.standardize(st, X))
+    st = jax.jit(kronvi.inputs.fit_standardizer)(X)
+    np.testing.assert_allclose(jax.jit(kronvi.inputs.standardize)(st, X), kronvi.inputs.standardize(st, X))
     with pytest.raises(ValueError, match="`X` must be 2-D"):
-        kronvi.fit_standardizer(jnp.ones(3))
+        kronvi.inputs.fit_standardizer(jnp.ones(3))
     with pytest.raises(ValueError, match="`X` is empty"):
-        kronvi.fit_standardizer(jnp.ones((0, 3)))
+        kronvi.inputs.fit_standardizer(jnp.ones((0, 3)))
     with pytest.raises(ValueError, match="NaN"):
-        kronvi.fit_standardizer(jnp.array([[1.0], [jnp.nan]]))
+        kronvi.inputs.fit_standardizer(jnp.array([[1.0], [jnp.nan]]))
     with pytest.raises(ValueError, match="fit on 3"):
-        kronvi.standardize(st, jnp.ones((2, 2)))
+        kronvi.inputs.standardize(st, jnp.ones((2, 2)))
     with pytest.raises(TypeError, match="Standardizer"):
-        kronvi.standardize((st.mean, st.scale), X)
+        kronvi.inputs.standardize((st.mean, st.scale), X)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -112,7 +112,7 @@ def test_load_uci_roundtrip(tmp_path):
     np.testing.assert_array_equal(X, [[1, 2], [3, 4], [5, 6], [7, 8]])
     np.testing.assert_array_equal(y, [10, 20, 30, 40])
     assert mask.shape == (4, 2) and np.issubdtype(mask.dtype, np.integer)
-    np.testing.assert_array_equal(kronvi.fold_indices(mask), [0, 1, 0, 1])
+    np.testing.assert_array_equal(kronvi.inputs.fold_indices(mask), [0, 1, 0, 1])
 
 
 @pytest.mark.parametrize(
@@ -150,11 +150,11 @@ def test_load_demo_is_yacht():
     X, y, mask = kronvi.load_demo()
     assert X.shape == (308, 6) and y.shape == (308,) and mask.shape == (308, 10)
     assert np.all(mask.sum(1) == 1)
-    folds = kronvi.fold_indices(mask)
+    folds = kronvi.inputs.fold_indices(mask)
     assert folds.shape == (308,) and set(folds.tolist()) == set(range(10))
     np.testing.assert_array_equal(mask[np.arange(308), folds], 1)
     # The fold ids plug into kfold_stats.
-    train, test = kronvi.kfold_stats(X, y, folds)
+    train, test = kronvi.stats.kfold_stats(X, y, folds)
     assert train.n.shape == (10,)
     np.testing.assert_allclose(np.asarray(train.n) + np.asarray(test.n), 308)
 
@@ -171,9 +171,9 @@ def test_load_uci_shared_yacht_matches_demo():
 @needs_shared
 def test_load_uci_shared_constant_column_standardizes():
     X, _, mask = kronvi.load_uci(SHARED_UCI / "challenger")  # has a constant input column
-    train = kronvi.fold_indices(mask) != 0
-    st = kronvi.fit_standardizer(X[train])
-    Z = np.asarray(kronvi.standardize(st, X))
+    train = kronvi.inputs.fold_indices(mask) != 0
+    st = kronvi.inputs.fit_standardizer(X[train])
+    Z = np.asarray(kronvi.inputs.standardize(st, X))
     assert np.all(np.isfinite(Z))
     assert np.any(np.asarray(st.scale) == 1.0)
 
@@ -223,11 +223,11 @@ def test_load_csv_errors(tmp_path):
 
 
 def test_fold_indices_validation():
-    np.testing.assert_array_equal(kronvi.fold_indices(np.eye(3, dtype=int)), [0, 1, 2])
+    np.testing.assert_array_equal(kronvi.inputs.fold_indices(np.eye(3, dtype=int)), [0, 1, 2])
     with pytest.raises(ValueError, match="exactly one test fold"):
-        kronvi.fold_indices([[1, 1], [0, 1]])
+        kronvi.inputs.fold_indices([[1, 1], [0, 1]])
     with pytest.raises(ValueError, match="2-D"):
-        kronvi.fold_indices([1, 0, 1])
+        kronvi.inputs.fold_indices([1, 0, 1])
 
 
 def test_load_csv_never_drops_a_data_row(tmp_path):

@@ -21,11 +21,11 @@ def _inputs(seed=0, n=25, d=3):
 
 
 def test_shapes_and_dtype(dtype):
-    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3, dtype), 7)
-    assert isinstance(params, kronvi.RandomFourierFeatures)
+    params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(3, dtype), 7)
+    assert isinstance(params, kronvi.inputs.RandomFourierFeatures)
     assert params.frequencies.shape == (3, 7)
     assert params.frequencies.dtype == jnp.dtype(dtype)
-    Phi = kronvi.rff_features(params, jnp.asarray(_inputs(), dtype))
+    Phi = kronvi.inputs.rff_features(params, jnp.asarray(_inputs(), dtype))
     assert Phi.shape == (25, 14)
     assert Phi.dtype == jnp.dtype(dtype)
     # cos^2 + sin^2: the diagonal of Phi Phi^T is k(x, x) / s2 = 1 for any draw.
@@ -34,7 +34,7 @@ def test_shapes_and_dtype(dtype):
 
 def test_frequencies_are_scaled_by_lengthscales():
     ls = jnp.array([0.5, 2.0, 10.0])
-    W = np.asarray(kronvi.rff_init(jax.random.key(1), ls, 20000).frequencies)
+    W = np.asarray(kronvi.inputs.rff_init(jax.random.key(1), ls, 20000).frequencies)
     np.testing.assert_allclose(W.std(axis=1), 1.0 / np.asarray(ls), rtol=0.03)
 
 
@@ -48,7 +48,9 @@ def test_converges_to_exact_kernel_like_one_over_sqrt_d():
     for D in Ds:
         e = []
         for seed in range(4):
-            Phi = np.asarray(kronvi.rff_features(kronvi.rff_init(jax.random.key(seed), ls, D), X), np.float64)
+            Phi = np.asarray(
+                kronvi.inputs.rff_features(kronvi.inputs.rff_init(jax.random.key(seed), ls, D), X), np.float64
+            )
             e.append(np.abs(Phi @ Phi.T - K).max())
         errs.append(np.mean(e))
     errs = np.array(errs)
@@ -66,7 +68,9 @@ def test_weight_prior_variance_scales_the_kernel():
     X = _inputs(n=6)
     ls = np.ones(3)
     s2 = 2.5
-    Phi = np.asarray(kronvi.rff_features(kronvi.rff_init(jax.random.key(0), ls, 8192), X), np.float64)
+    Phi = np.asarray(
+        kronvi.inputs.rff_features(kronvi.inputs.rff_init(jax.random.key(0), ls, 8192), X), np.float64
+    )
     np.testing.assert_allclose(s2 * Phi @ Phi.T, s2 * _se_kernel(X, ls), atol=s2 * 0.05)
 
 
@@ -74,22 +78,24 @@ def test_weight_prior_variance_scales_the_kernel():
 def test_feature_map_for_streaming_statistics(dtype, chunk_size):
     X = jnp.asarray(_inputs(n=37), dtype)
     y = jnp.asarray(np.random.default_rng(1).normal(size=37), dtype)
-    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3, dtype), 5)
-    fmap = functools.partial(kronvi.rff_features, params)
-    chunked = kronvi.regression_stats_from_inputs(fmap, X, y, chunk_size=chunk_size)
-    dense = kronvi.regression_stats(kronvi.rff_features(params, X), y)
+    params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(3, dtype), 5)
+    fmap = functools.partial(kronvi.inputs.rff_features, params)
+    chunked = kronvi.stats.regression_stats_from_inputs(fmap, X, y, chunk_size=chunk_size)
+    dense = kronvi.stats.regression_stats(kronvi.inputs.rff_features(params, X), y)
     for a, b in zip(chunked, dense, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol(dtype, x32=1e-4), atol=1e-5)
 
 
 def test_jit_vmap_grad():
-    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3), 4)
+    params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(3), 4)
     X = jnp.asarray(_inputs(n=5), jnp.float32)
-    f = jax.jit(kronvi.rff_features)
-    np.testing.assert_allclose(f(params, X), kronvi.rff_features(params, X), rtol=1e-6)
-    batched = jax.vmap(kronvi.rff_features, in_axes=(None, 0))(params, jnp.stack([X, 2 * X]))
+    f = jax.jit(kronvi.inputs.rff_features)
+    np.testing.assert_allclose(f(params, X), kronvi.inputs.rff_features(params, X), rtol=1e-6)
+    batched = jax.vmap(kronvi.inputs.rff_features, in_axes=(None, 0))(params, jnp.stack([X, 2 * X]))
     assert batched.shape == (2, 5, 8)
-    g = jax.grad(lambda W: kronvi.rff_features(kronvi.RandomFourierFeatures(W), X).sum())(params.frequencies)
+    g = jax.grad(lambda W: kronvi.inputs.rff_features(kronvi.inputs.RandomFourierFeatures(W), X).sum())(
+        params.frequencies
+    )
     assert g.shape == (3, 4) and bool(jnp.all(jnp.isfinite(g)))
 
 
@@ -107,17 +113,17 @@ def test_jit_vmap_grad():
 )
 def test_init_validation(lengthscales, num_frequencies, error, match):
     with pytest.raises(error, match=match):
-        kronvi.rff_init(jax.random.key(0), np.asarray(lengthscales), num_frequencies)
+        kronvi.inputs.rff_init(jax.random.key(0), np.asarray(lengthscales), num_frequencies)
 
 
 def test_features_validation():
-    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3), 4)
+    params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(3), 4)
     with pytest.raises(ValueError, match="`X` has 2 columns"):
-        kronvi.rff_features(params, jnp.ones((5, 2)))
+        kronvi.inputs.rff_features(params, jnp.ones((5, 2)))
     with pytest.raises(ValueError, match="`X` must be 2-D"):
-        kronvi.rff_features(params, jnp.ones(3))
+        kronvi.inputs.rff_features(params, jnp.ones(3))
     with pytest.raises(TypeError, match="params"):
-        kronvi.rff_features(params.frequencies, jnp.ones((5, 3)))
+        kronvi.inputs.rff_features(params.frequencies, jnp.ones((5, 3)))
 
 
 def test_sincos_matches_numpy_and_differentiates_exactly():
@@ -147,54 +153,56 @@ def test_structured_frequencies_estimate_the_kernel_better_than_iid(sampling):
     for s in ("iid", sampling):
         est = []
         for k in range(12):
-            params = kronvi.rff_init(jax.random.key(k), ls, 64, sampling=s)
-            Phi = np.asarray(kronvi.rff_features(params, X))
+            params = kronvi.inputs.rff_init(jax.random.key(k), ls, 64, sampling=s)
+            Phi = np.asarray(kronvi.inputs.rff_features(params, X))
             est.append(Phi @ Phi.T)
         est = np.asarray(est)
         err[s] = np.mean((est - K) ** 2)
         np.testing.assert_allclose(est.mean(0), K, atol=0.08)  # unbiased: the average is the kernel
     assert err[sampling] < 0.8 * err["iid"], err
     if sampling == "orthogonal":
-        z = np.asarray(kronvi.rff_init(jax.random.key(0), jnp.ones(4), 8, sampling=s).frequencies)
+        z = np.asarray(kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(4), 8, sampling=s).frequencies)
         G = z[:, :4].T @ z[:, :4]  # the first block: orthogonal directions
         np.testing.assert_allclose(G - np.diag(np.diag(G)), 0.0, atol=1e-5)
     with pytest.raises(ValueError, match="sampling"):
-        kronvi.rff_init(jax.random.key(0), ls, 8, sampling="sobol")
+        kronvi.inputs.rff_init(jax.random.key(0), ls, 8, sampling="sobol")
 
 
 @pytest.mark.parametrize("chunk_size", [4096, 7])  # one chunk; 4 chunks, the last one padded
 def test_feature_mean_and_offset_centre_the_features(dtype, chunk_size):
     X = jnp.asarray(_inputs(n=25), dtype)
-    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3, dtype), 6)
-    Phi = np.asarray(kronvi.rff_features(params, X), np.float64)
-    mean = kronvi.feature_mean(params, X, chunk_size=chunk_size)
+    params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(3, dtype), 6)
+    Phi = np.asarray(kronvi.inputs.rff_features(params, X), np.float64)
+    mean = kronvi.inputs.feature_mean(params, X, chunk_size=chunk_size)
     assert mean.shape == (12,) and mean.dtype == dtype
     np.testing.assert_allclose(
         mean, Phi.mean(axis=0), rtol=tol(dtype, x64=1e-12, x32=1e-5), atol=tol(dtype, x64=1e-14, x32=1e-6)
     )
     centred = params._replace(offset=mean)
     np.testing.assert_allclose(
-        kronvi.rff_features(centred, X),
+        kronvi.inputs.rff_features(centred, X),
         Phi - np.asarray(mean, np.float64),
         atol=tol(dtype, x64=1e-14, x32=1e-6),
     )
-    assert float(jnp.max(jnp.abs(kronvi.rff_features(centred, X).mean(axis=0)))) < tol(
+    assert float(jnp.max(jnp.abs(kronvi.inputs.rff_features(centred, X).mean(axis=0)))) < tol(
         dtype, x64=1e-14, x32=1e-6
     )
     # an offset is a pytree leaf: the map stays jittable and vmappable over inputs
-    f = jax.jit(jax.vmap(kronvi.rff_features, in_axes=(None, 0)))
+    f = jax.jit(jax.vmap(kronvi.inputs.rff_features, in_axes=(None, 0)))
     np.testing.assert_allclose(
-        f(centred, X[None]), kronvi.rff_features(centred, X)[None], atol=tol(dtype, x64=1e-14, x32=1e-6)
+        f(centred, X[None]),
+        kronvi.inputs.rff_features(centred, X)[None],
+        atol=tol(dtype, x64=1e-14, x32=1e-6),
     )
 
 
 def test_offset_and_feature_mean_validation():
-    params = kronvi.rff_init(jax.random.key(0), jnp.ones(3), 4)
+    params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(3), 4)
     with pytest.raises(ValueError, match="`params.offset` has 7 entries but `params` has 8 features"):
-        kronvi.rff_features(params._replace(offset=jnp.zeros(7)), jnp.ones((5, 3)))
+        kronvi.inputs.rff_features(params._replace(offset=jnp.zeros(7)), jnp.ones((5, 3)))
     with pytest.raises(ValueError, match="`params.offset` must be 1-D"):
-        kronvi.rff_features(params._replace(offset=jnp.zeros((1, 8))), jnp.ones((5, 3)))
+        kronvi.inputs.rff_features(params._replace(offset=jnp.zeros((1, 8))), jnp.ones((5, 3)))
     with pytest.raises(ValueError, match="`X` has no rows"):
-        kronvi.feature_mean(params, jnp.ones((0, 3)))
+        kronvi.inputs.feature_mean(params, jnp.ones((0, 3)))
     with pytest.raises(TypeError, match="params"):
-        kronvi.feature_mean(params.frequencies, jnp.ones((5, 3)))
+        kronvi.inputs.feature_mean(params.frequencies, jnp.ones((5, 3)))

@@ -37,7 +37,7 @@ def _gp_mean(hyper, X, y, Xt):
 
 
 def _hyper(dtype, d=3):
-    return kronvi.GPHyperparameters(
+    return kronvi.inputs.GPHyperparameters(
         jnp.asarray(np.linspace(0.5, 2.0, d), dtype), jnp.asarray(1.7, dtype), jnp.asarray(0.3, dtype)
     )
 
@@ -54,7 +54,7 @@ def _data(seed=0, n=30, d=3):
 def test_lml_matches_dense_reference(dtype):
     X, y = _data()
     hyper = _hyper(dtype)
-    got = kronvi.gp_log_marginal_likelihood(hyper, jnp.asarray(X, dtype), jnp.asarray(y, dtype))
+    got = kronvi.inputs.gp_log_marginal_likelihood(hyper, jnp.asarray(X, dtype), jnp.asarray(y, dtype))
     assert got.dtype == jnp.dtype(dtype)
     ref = _reference_lml(hyper, X, y)
     np.testing.assert_allclose(float(got), ref, rtol=tol(dtype, x32=1e-4, x64=1e-10))
@@ -73,7 +73,7 @@ def test_lml_gradient_matches_finite_differences(monkeypatch):
 
         @jax.jit
         def f(log_params, y):
-            h = kronvi.GPHyperparameters(
+            h = kronvi.inputs.GPHyperparameters(
                 jnp.exp(log_params[:3]), jnp.exp(log_params[3]), jnp.exp(log_params[4])
             )
             return _gp._lml(h, X, y)
@@ -85,7 +85,7 @@ def test_lml_gradient_matches_finite_differences(monkeypatch):
         # the closed-form VJP agrees with differentiating through the Cholesky factorization
         @jax.jit
         def through_cholesky(log_params):
-            h = kronvi.GPHyperparameters(
+            h = kronvi.inputs.GPHyperparameters(
                 jnp.exp(log_params[:3]), jnp.exp(log_params[3]), jnp.exp(log_params[4])
             )
             L = _gp._cholesky(h, X)
@@ -100,7 +100,9 @@ def test_lml_gradient_matches_finite_differences(monkeypatch):
     X32, y32 = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
 
     def f32(log_params):
-        h = kronvi.GPHyperparameters(jnp.exp(log_params[:3]), jnp.exp(log_params[3]), jnp.exp(log_params[4]))
+        h = kronvi.inputs.GPHyperparameters(
+            jnp.exp(log_params[:3]), jnp.exp(log_params[3]), jnp.exp(log_params[4])
+        )
         return _gp._lml(h, X32, y32)
 
     g32 = jax.jit(jax.grad(f32))(jnp.asarray(p, jnp.float32))
@@ -140,14 +142,16 @@ def test_float64_host_likelihood_matches_the_dense_reference_and_its_gradient():
     X, y = _data(n=30)
     theta = np.array([-0.3, 0.1, 0.5, 0.2, np.log(1e-3)])  # small noise: float32's own rounding is large
     p = np.exp(theta)
-    hyper = kronvi.GPHyperparameters(p[:3], p[3], p[4])
+    hyper = kronvi.inputs.GPHyperparameters(p[:3], p[3], p[4])
     value, grad = _gp._host_lml(theta, X, y, with_grad=True)
     np.testing.assert_allclose(value, _reference_lml(hyper, X, y), rtol=1e-12)
     with jax.enable_x64(True):
 
         def f(t):
             e = jnp.exp(t)
-            return _gp._lml(kronvi.GPHyperparameters(e[:3], e[3], e[4]), jnp.asarray(X), jnp.asarray(y))
+            return _gp._lml(
+                kronvi.inputs.GPHyperparameters(e[:3], e[3], e[4]), jnp.asarray(X), jnp.asarray(y)
+            )
 
         np.testing.assert_allclose(grad, jax.grad(f)(jnp.asarray(theta)), rtol=1e-8, atol=1e-9)
     only_value, nan = _gp._host_lml(theta, X, y, with_grad=False)
@@ -187,24 +191,28 @@ def test_float64_likelihood_reaches_the_float64_optimum_from_float32_inputs():
     y = y - y.mean()
     Xj, yj = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
     fits = {
-        prec: kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, num_starts=3, precision=prec)
+        prec: kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, num_starts=3, precision=prec)
         for prec in ("float64", "native")
     }
     scored = {}
     for prec, (_, info) in fits.items():
         starts = jax.tree.map(lambda a: np.asarray(a, np.float64), info.starts)
-        ref = [_reference_lml(kronvi.GPHyperparameters(*(a[i] for a in starts)), X, y) for i in range(3)]
+        ref = [
+            _reference_lml(kronvi.inputs.GPHyperparameters(*(a[i] for a in starts)), X, y) for i in range(3)
+        ]
         scored[prec] = np.asarray(ref)
         if prec != "native":
             np.testing.assert_allclose(info.log_marginal_likelihoods, ref, atol=2e-3)
     assert np.ptp(scored["float64"]) < 0.05  # every start at the same optimum
     assert scored["float64"].max() >= scored["native"].max() - 1e-3
     with pytest.raises(ValueError, match="precision"):
-        kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, precision="float128")
+        kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, precision="float128")
     with jax.enable_x64(True):
         X64, y64 = jnp.asarray(X), jnp.asarray(y)
         a, b = (
-            kronvi.fit_gp_hyperparameters(jax.random.key(0), X64, y64, num_starts=1, max_iter=5, precision=p)
+            kronvi.inputs.fit_gp_hyperparameters(
+                jax.random.key(0), X64, y64, num_starts=1, max_iter=5, precision=p
+            )
             for p in ("native", "float64")
         )
         for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
@@ -213,14 +221,16 @@ def test_float64_likelihood_reaches_the_float64_optimum_from_float32_inputs():
 
 def test_lml_jit_and_vmap():
     X, y = (jnp.asarray(a, jnp.float32) for a in _data())
-    hypers = kronvi.GPHyperparameters(
+    hypers = kronvi.inputs.GPHyperparameters(
         jnp.asarray([[0.5, 1.0, 2.0], [1.0, 1.0, 1.0]], jnp.float32),
         jnp.asarray([1.0, 2.0], jnp.float32),
         jnp.asarray([0.1, 0.5], jnp.float32),
     )
-    batched = jax.jit(jax.vmap(kronvi.gp_log_marginal_likelihood, in_axes=(0, None, None)))(hypers, X, y)
+    batched = jax.jit(jax.vmap(kronvi.inputs.gp_log_marginal_likelihood, in_axes=(0, None, None)))(
+        hypers, X, y
+    )
     for i in range(2):
-        single = kronvi.gp_log_marginal_likelihood(jax.tree.map(lambda a, i=i: a[i], hypers), X, y)
+        single = kronvi.inputs.gp_log_marginal_likelihood(jax.tree.map(lambda a, i=i: a[i], hypers), X, y)
         np.testing.assert_allclose(batched[i], single, rtol=1e-5)
 
 
@@ -228,15 +238,15 @@ def test_lml_validation():
     X, y = _data()
     h = _hyper(np.float32)
     with pytest.raises(ValueError, match="lengthscales` must have shape \\(3,\\)"):
-        kronvi.gp_log_marginal_likelihood(h._replace(lengthscales=jnp.ones(2)), X, y)
+        kronvi.inputs.gp_log_marginal_likelihood(h._replace(lengthscales=jnp.ones(2)), X, y)
     with pytest.raises(ValueError, match="noise_variance` must be strictly positive"):
-        kronvi.gp_log_marginal_likelihood(h._replace(noise_variance=jnp.asarray(-1.0)), X, y)
+        kronvi.inputs.gp_log_marginal_likelihood(h._replace(noise_variance=jnp.asarray(-1.0)), X, y)
     with pytest.raises(ValueError, match="signal_variance` must be a scalar"):
-        kronvi.gp_log_marginal_likelihood(h._replace(signal_variance=jnp.ones(2)), X, y)
+        kronvi.inputs.gp_log_marginal_likelihood(h._replace(signal_variance=jnp.ones(2)), X, y)
     with pytest.raises(ValueError, match="`X` has 30 rows but `y` has 29"):
-        kronvi.gp_log_marginal_likelihood(h, X, y[:-1])
+        kronvi.inputs.gp_log_marginal_likelihood(h, X, y[:-1])
     with pytest.raises(TypeError, match="GPHyperparameters"):
-        kronvi.gp_log_marginal_likelihood(tuple(h), X, y)
+        kronvi.inputs.gp_log_marginal_likelihood(tuple(h), X, y)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -260,16 +270,16 @@ def test_multistart_recovers_from_degenerate_optimum(dtype):
     Xj, yj = jnp.asarray(X, dtype), jnp.asarray(y, dtype)
     # A naive single start from a bad initialization (long lengthscales, everything noise). It is
     # repeated 4 times only so that both fits share one compilation; the copies are identical.
-    bad = kronvi.GPHyperparameters(
+    bad = kronvi.inputs.GPHyperparameters(
         jnp.full((4, 2), 100.0, dtype), jnp.full((4,), 0.01 * vy, dtype), jnp.full((4,), 0.99 * vy, dtype)
     )
-    naive, naive_info = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, init=bad)
+    naive, naive_info = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), Xj, yj, init=bad)
     assert float(naive.noise_variance) >= 0.9 * vy  # the prototype's failure: noise = var(y)
     assert bool(naive_info.degenerate) and bool(np.all(naive_info.degenerate_starts))
     naive_rmse = np.sqrt(np.mean((_gp_mean(naive, X, y, Xt) - yt) ** 2))
     assert naive_rmse >= 0.95 * yt.std()  # test RMSE = std of y
 
-    hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), Xj, yj)
+    hyper, info = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), Xj, yj)
     assert hyper.lengthscales.dtype == jnp.dtype(dtype)
     assert info.log_marginal_likelihoods.shape == (4,) and info.degenerate_starts.shape == (4,)
     assert not bool(info.degenerate)
@@ -290,8 +300,8 @@ def test_parallel_restarts_match_sequential():
     X, y, _, _ = _sine_problem()
     with jax.enable_x64(False):
         key = jax.random.key(0)
-        h_map, i_map = kronvi.fit_gp_hyperparameters(key, X, y, parallel_restarts=False)
-        h_vmap, i_vmap = kronvi.fit_gp_hyperparameters(key, X, y, parallel_restarts=True)
+        h_map, i_map = kronvi.inputs.fit_gp_hyperparameters(key, X, y, parallel_restarts=False)
+        h_vmap, i_vmap = kronvi.inputs.fit_gp_hyperparameters(key, X, y, parallel_restarts=True)
     # Batched and sequential linear algebra round differently, so a stalled float32 start may stop
     # elsewhere; the chosen optimum agrees.
     lml_map, lml_vmap = (
@@ -316,10 +326,10 @@ _SIDE_BY_SIDE = textwrap.dedent(
         kw = dict(parallel_restarts=False, restarts=restarts, screen_points=40, precision="native")
         with jax.enable_x64(False):
             _gp._start_workers = lambda num: min(num, 2)  # whatever this machine has
-            threaded = kronvi.fit_gp_hyperparameters(jax.random.key(3), X, y, **kw)
+            threaded = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(3), X, y, **kw)
             pools, calls[:] = calls[:], []
             _gp._start_workers = lambda num: 1  # the lax.map program
-            mapped = kronvi.fit_gp_hyperparameters(jax.random.key(3), X, y, **kw)
+            mapped = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(3), X, y, **kw)
             mapped_pools, calls[:] = calls[:], []
         out[restarts] = dict(
             pools=bool(pools) and all(p is not None and p._max_workers == 2 for p in pools),
@@ -358,7 +368,7 @@ def test_starts_side_by_side_under_enable_x64(monkeypatch):
     monkeypatch.setattr(_gp, "_start_workers", lambda num: 2)
     with jax.enable_x64(True):
         X64, y64 = jnp.asarray(X, jnp.float64), jnp.asarray(y, jnp.float64)
-        fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X64, y64, parallel_restarts=False, precision="native")
+        fit = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), X64, y64, parallel_restarts=False, precision="native")
     assert calls and all(p is not None for p in calls)
     assert fit.hyper.noise_variance.dtype == jnp.float64 and not bool(fit.info.degenerate)
 
@@ -390,7 +400,7 @@ def test_programs_with_host_callbacks_run_one_at_a_time(monkeypatch):
     monkeypatch.setattr(_gp, "_HOST_INVERSE_MIN_ROWS", 10)
     monkeypatch.setattr(_gp, "_start_workers", lambda num: 2)
     with jax.enable_x64(False):
-        fit = kronvi.fit_gp_hyperparameters(
+        fit = kronvi.inputs.fit_gp_hyperparameters(
             jax.random.key(0), X, y, min_noise_variance=1e-3, precision="native"
         )
     assert most[0] == 1 and fit.info.num_iterations.shape == (4,)
@@ -421,7 +431,7 @@ def _trapped_first_start(vy):
     default = _gp._default_starts(3, 2, jnp.asarray(vy, jnp.float32), jnp.float32)
     return jax.tree.map(
         lambda bad, d: jnp.concatenate([jnp.asarray(bad, jnp.float32)[None], d]),
-        kronvi.GPHyperparameters(jnp.full((2,), 100.0), 0.01 * vy, 0.99 * vy),
+        kronvi.inputs.GPHyperparameters(jnp.full((2,), 100.0), 0.01 * vy, 0.99 * vy),
         default,
     )
 
@@ -431,9 +441,9 @@ def test_subsample_is_deterministic_and_bounded():
     with jax.enable_x64(False):
         X, y = _sine_rows()
         kw = dict(num_points=50, min_noise_variance=1e-3)
-        h1, i1 = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
-        h2, i2 = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
-        h3, _ = kronvi.fit_gp_hyperparameters(jax.random.key(8), X, y, **kw)
+        h1, i1 = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
+        h2, i2 = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
+        h3, _ = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(8), X, y, **kw)
         assert int(i1.num_points) == 50
         for a, b in zip(h1, h2, strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -453,9 +463,9 @@ def test_gain_tol_ends_starts_after_two_small_gains():
     with jax.enable_x64(False):
         X, y = _sine_rows()
         kw = dict(num_points=50, min_noise_variance=1e-3, num_starts=2)
-        _, huge = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, gain_tol=1e9, **kw)
-        _, default = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
-        _, none = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, gain_tol=0.0, **kw)
+        _, huge = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, gain_tol=1e9, **kw)
+        _, default = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
+        _, none = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, gain_tol=0.0, **kw)
     np.testing.assert_array_equal(np.asarray(huge.num_iterations), 2)
     assert np.all(np.asarray(none.num_iterations) >= np.asarray(default.num_iterations))
     assert np.sum(none.num_iterations) > 4
@@ -470,33 +480,33 @@ def test_fit_validation():
     X, y = _data(n=10, d=2)
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="`y` is constant"):
-        kronvi.fit_gp_hyperparameters(key, X, np.zeros(10))
+        kronvi.inputs.fit_gp_hyperparameters(key, X, np.zeros(10))
     with pytest.raises(ValueError, match="num_points"):
-        kronvi.fit_gp_hyperparameters(key, X, y, num_points=1)
+        kronvi.inputs.fit_gp_hyperparameters(key, X, y, num_points=1)
     with pytest.raises(ValueError, match="num_starts"):
-        kronvi.fit_gp_hyperparameters(key, X, y, num_starts=0)
+        kronvi.inputs.fit_gp_hyperparameters(key, X, y, num_starts=0)
     with pytest.raises(ValueError, match="max_iter"):
-        kronvi.fit_gp_hyperparameters(key, X, y, max_iter=0)
+        kronvi.inputs.fit_gp_hyperparameters(key, X, y, max_iter=0)
     with pytest.raises(ValueError, match=r"^`gain_tol` must be a number >= 0, got -0.1$"):
-        kronvi.fit_gp_hyperparameters(key, X, y, gain_tol=-0.1)
+        kronvi.inputs.fit_gp_hyperparameters(key, X, y, gain_tol=-0.1)
     for bad in (True, "0.1", np.nan, np.ones(1)):
         with pytest.raises(ValueError, match="^`gain_tol` must be a number >= 0"):
-            kronvi.fit_gp_hyperparameters(key, X, y, gain_tol=bad)
+            kronvi.inputs.fit_gp_hyperparameters(key, X, y, gain_tol=bad)
     with pytest.raises(ValueError, match="`X` has 10 rows but `y` has 9"):
-        kronvi.fit_gp_hyperparameters(key, X, y[:9])
+        kronvi.inputs.fit_gp_hyperparameters(key, X, y[:9])
     with pytest.raises(ValueError, match="NaN"):
-        kronvi.fit_gp_hyperparameters(key, np.where(X > 1, np.nan, X), y)
+        kronvi.inputs.fit_gp_hyperparameters(key, np.where(X > 1, np.nan, X), y)
     with pytest.raises(ValueError, match="min_noise_variance"):
-        kronvi.fit_gp_hyperparameters(key, X, y, min_noise_variance=-1.0)
-    bad = kronvi.GPHyperparameters(jnp.ones((2, 3)), jnp.ones(2), jnp.ones(2))
+        kronvi.inputs.fit_gp_hyperparameters(key, X, y, min_noise_variance=-1.0)
+    bad = kronvi.inputs.GPHyperparameters(jnp.ones((2, 3)), jnp.ones(2), jnp.ones(2))
     with pytest.raises(ValueError, match="init.lengthscales` must have shape \\(num_starts, 2\\)"):
-        kronvi.fit_gp_hyperparameters(key, X, y, init=bad)
-    bad = kronvi.GPHyperparameters(jnp.ones((2, 2)), jnp.ones(3), jnp.ones(2))
+        kronvi.inputs.fit_gp_hyperparameters(key, X, y, init=bad)
+    bad = kronvi.inputs.GPHyperparameters(jnp.ones((2, 2)), jnp.ones(3), jnp.ones(2))
     with pytest.raises(ValueError, match="init.signal_variance` must have shape \\(2,\\)"):
-        kronvi.fit_gp_hyperparameters(key, X, y, init=bad)
-    bad = kronvi.GPHyperparameters(jnp.ones((2, 2)), jnp.ones(2), -jnp.ones(2))
+        kronvi.inputs.fit_gp_hyperparameters(key, X, y, init=bad)
+    bad = kronvi.inputs.GPHyperparameters(jnp.ones((2, 2)), jnp.ones(2), -jnp.ones(2))
     with pytest.raises(ValueError, match="init.noise_variance` must be strictly positive"):
-        kronvi.fit_gp_hyperparameters(key, X, y, init=bad)
+        kronvi.inputs.fit_gp_hyperparameters(key, X, y, init=bad)
 
 
 def test_choose_keeps_a_pinned_start_that_predicts_best():
@@ -515,7 +525,7 @@ def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
     with jax.enable_x64(False):
         X, y = _sine_rows()
         kw = dict(num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
-        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
+        hyper, info = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, **kw)
     screened = info.screened
     assert int(screened.num_points) == 20 and screened.num_iterations.shape == (4,)
     assert int(screened.chosen) == 0  # the screening chose the first start: only it runs on the 50 rows
@@ -524,11 +534,11 @@ def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
     assert float(hyper.noise_variance) != float(chosen.noise_variance)  # it moved on the 50 rows
     assert not bool(info.degenerate) and float(hyper.lengthscales[0]) < float(hyper.lengthscales[1])
     with pytest.raises(ValueError, match="restarts"):
-        kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="some")
+        kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="some")
     with pytest.raises(ValueError, match="screen_points"):
-        kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="screened", screen_points=1)
+        kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="screened", screen_points=1)
     with pytest.raises(ValueError, match="screen_points"):
-        kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="screened", screen_points=2.5)
+        kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, restarts="screened", screen_points=2.5)
 
 
 def test_screened_refines_the_winner_and_runs_the_first_start_from_cold():
@@ -539,7 +549,7 @@ def test_screened_refines_the_winner_and_runs_the_first_start_from_cold():
     with jax.enable_x64(False):
         init = _trapped_first_start(vy)
         kw = dict(init=init, num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
-        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y, **kw)
+        hyper, info = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), X, y, **kw)
     assert int(info.screened.chosen) != 0 and info.num_iterations.shape == (2,)
     # start 0 (second in the refinement) stayed in its trap, the refined winner did not
     assert bool(info.degenerate_starts[1]) and not bool(info.degenerate_starts[0])
@@ -554,7 +564,7 @@ def test_screened_falls_back_to_every_start_when_the_refined_one_is_degenerate()
     vy = float(y.var())
     with jax.enable_x64(False):
         init = _trapped_first_start(vy)
-        hyper, info = kronvi.fit_gp_hyperparameters(
+        hyper, info = kronvi.inputs.fit_gp_hyperparameters(
             jax.random.key(0), X, y, init=init, restarts="screened", screen_points=3
         )
     assert bool(np.all(info.screened.degenerate_starts)) and int(info.screened.chosen) == 0
@@ -581,7 +591,7 @@ def test_screened_falls_back_when_the_refined_winner_fails(precision, monkeypatc
     monkeypatch.setattr(_gp, runner, run_starts)
     with jax.enable_x64(False):
         kw = dict(num_points=50, min_noise_variance=1e-3, restarts="screened", screen_points=20)
-        _, info = kronvi.fit_gp_hyperparameters(jax.random.key(7), X, y, precision=precision, **kw)
+        _, info = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(7), X, y, precision=precision, **kw)
     assert int(info.screened.chosen) == 0  # so the refinement is the first start's, from cold
     # the first start from cold on all rows (beside the screening), the screening, then the fallback: the
     # other starts on all rows, beside the first one's result
@@ -632,11 +642,11 @@ def test_one_gp_fit_whatever_the_working_dtype(restarts):
     kw = dict(num_points=120, restarts=restarts, screen_points=60)  # a subsample, and a screening
     X32, y32 = X.astype(np.float32), y.astype(np.float32)
     with jax.enable_x64(False):
-        h32, i32 = kronvi.fit_gp_hyperparameters(jax.random.key(2), X, y, **kw)
-        g32, _ = kronvi.fit_gp_hyperparameters(jax.random.key(2), X32, y32, **kw)
+        h32, i32 = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(2), X, y, **kw)
+        g32, _ = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(2), X32, y32, **kw)
     with jax.enable_x64(True):
-        h64, i64 = kronvi.fit_gp_hyperparameters(jax.random.key(2), X, y, **kw)
-        g64, _ = kronvi.fit_gp_hyperparameters(
+        h64, i64 = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(2), X, y, **kw)
+        g64, _ = kronvi.inputs.fit_gp_hyperparameters(
             jax.random.key(2), X32.astype(np.float64), y32.astype(np.float64), **kw
         )
         assert h64.lengthscales.dtype == jnp.float64
@@ -671,7 +681,7 @@ _DEVICES = textwrap.dedent(
     import jax, numpy as np, kronvi
     X, y = (np.asarray(a, np.float64) for a in json.loads(sys.argv[1]))
     with jax.enable_x64(False):
-        hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(2), X, y, restarts="screened", precision=sys.argv[2])
+        hyper, info = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(2), X, y, restarts="screened", precision=sys.argv[2])
     print(json.dumps([jax.device_count(), [np.asarray(a, np.float64).tolist() for a in hyper]]))
     """
 )
@@ -698,9 +708,9 @@ def test_gp_fit_is_the_same_on_one_and_four_host_devices():
     out = run_python("-c", _DEVICES, json.dumps([X.tolist(), y.tolist()]), "float64", env=env)
     devices, leaves = json.loads(out.strip().splitlines()[-1])
     assert devices == 4 and jax.device_count() == 1
-    four = kronvi.GPHyperparameters(*(np.asarray(a) for a in leaves))
+    four = kronvi.inputs.GPHyperparameters(*(np.asarray(a) for a in leaves))
     with jax.enable_x64(False):
-        one, _ = kronvi.fit_gp_hyperparameters(jax.random.key(2), X, y, restarts="screened")
+        one, _ = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(2), X, y, restarts="screened")
     for a, b in zip(one, four, strict=True):
         np.testing.assert_allclose(np.asarray(a, np.float64), b, rtol=1e-6)
     _assert_same_predictions(one, four, X, y)

@@ -96,7 +96,7 @@ def test_host_rows_reach_the_xla_float64_optimum():
     for kw in (dict(num_starts=3), dict(restarts="screened", screen_points=50)):
         with jax.enable_x64(True):
             host, xla = (
-                kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y, precision=p, parallel_restarts=False, **kw)
+                kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), X, y, precision=p, parallel_restarts=False, **kw)
                 for p in ("float64", "native")
             )
         np.testing.assert_allclose(host.info.log_marginal_likelihoods, xla.info.log_marginal_likelihoods, rtol=1e-9)
@@ -113,11 +113,11 @@ def test_a_new_row_count_compiles_no_gp_program(restarts):
     X, y = _rows(n=90, d=2, seed=1)
     kw = dict(num_starts=3, restarts=restarts, screen_points=30, max_iter=30)
     with count_compiles() as first:
-        kronvi.fit_gp_hyperparameters(jax.random.key(0), X[:60], y[:60], **kw)
+        kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), X[:60], y[:60], **kw)
     assert len(first) > 0
     for n in (47, 73, 90):
         with count_compiles() as again:
-            fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X[:n], y[:n], **kw)
+            fit = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), X[:n], y[:n], **kw)
         assert len(again) == 0, (n, len(again))
         assert int(fit.info.num_points) == n
     assert _gp._held_start._cache_size() >= 1

@@ -15,8 +15,8 @@ import kronvi.logistic as kl
 
 def problem(dtype, b=3, m=4, n=9, scale=1.0, seed=0):
     k = jax.random.split(jax.random.key(seed), 3)
-    prior = kronvi.gaussian_prior(b, 1.5, levels=m, dtype=dtype)
-    q = kronvi.MeanField(jax.random.normal(k[0], (b, m), dtype))
+    prior = kronvi.model.gaussian_prior(b, 1.5, levels=m, dtype=dtype)
+    q = kronvi.model.MeanField(jax.random.normal(k[0], (b, m), dtype))
     Phi = scale * jax.random.normal(k[1], (n, b), dtype)
     y = (jax.random.uniform(k[2], (n,)) > 0.5).astype(dtype)
     return q, prior, Phi, y
@@ -98,7 +98,7 @@ def test_gradients_match_finite_differences():
         q, prior, Phi, y = problem(np.float64, n=6)
         for bd in kl.BOUNDS:
             f = jax.jit(
-                lambda lg, bd=bd: kl.logistic_elbo_bound(Phi, y, kronvi.MeanField(lg), prior, bound=bd)
+                lambda lg, bd=bd: kl.logistic_elbo_bound(Phi, y, kronvi.model.MeanField(lg), prior, bound=bd)
             )
             check_grads(f, (q.logits,), order=1, modes=["rev"], eps=1e-6, atol=1e-6, rtol=1e-6)
 

@@ -15,7 +15,7 @@ def problem(n=25, b=3, m=6, scale=1.0, prior_sd=2.0, seed=0):
     k = jax.random.split(jax.random.key(seed), 3)
     Phi = scale * jax.random.normal(k[0], (n, b), jnp.float64)
     y = (jax.random.uniform(k[1], (n,)) < 0.5).astype(jnp.float64)
-    prior = kronvi.gaussian_prior(b, prior_sd, levels=m, dtype=jnp.float64)
+    prior = kronvi.model.gaussian_prior(b, prior_sd, levels=m, dtype=jnp.float64)
     log_q = jax.nn.log_softmax(jax.random.normal(k[2], (b, m), jnp.float64), axis=-1)
     weights = jnp.ones(n, jnp.float64).at[-3:].set(jnp.array([0.0, 0.5, 2.0]))
     return log_q, prior, Phi, y, weights

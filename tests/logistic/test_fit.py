@@ -15,14 +15,14 @@ def data(dtype, n=60, b=3, seed=0):
     Phi = jax.random.normal(k[0], (n, b), dtype)
     w = jnp.array([2.0, -1.5, 0.0], dtype)[:b]
     y = (jax.random.uniform(k[1], (n,)) < jax.nn.sigmoid(Phi @ w)).astype(dtype)
-    return Phi, y, kronvi.gaussian_prior(b, 2.0, levels=7, dtype=dtype)
+    return Phi, y, kronvi.model.gaussian_prior(b, 2.0, levels=7, dtype=dtype)
 
 
 def test_lbfgs_improves_the_bound_and_predicts(dtype):
     Phi, y, prior = data(dtype)
     q, info = kl.fit_logistic(Phi, y, prior, max_iter=30)
     assert q.logits.dtype == dtype
-    start = kl.logistic_elbo_bound(Phi, y, kronvi.MeanField.from_prior(prior), prior)
+    start = kl.logistic_elbo_bound(Phi, y, kronvi.model.MeanField.from_prior(prior), prior)
     end = kl.logistic_elbo_bound(Phi, y, q, prior)
     assert float(end) > float(start)
     np.testing.assert_allclose(info.final_elbo, end, rtol=1e-4)
@@ -59,7 +59,7 @@ def test_a_fit_ending_in_nan_raises(monkeypatch):
     from kronvi.logistic import _fit
 
     Phi, y, prior = data(np.float32)
-    nan_fit = lambda logits, *a, **k: (kronvi.MeanField._unchecked(logits * jnp.nan), None)  # noqa: E731
+    nan_fit = lambda logits, *a, **k: (kronvi.model.MeanField._unchecked(logits * jnp.nan), None)  # noqa: E731
     monkeypatch.setattr(_fit, "_fit_lbfgs", nan_fit)
     with pytest.raises(
         FloatingPointError, match=r"^fit_logistic ended with non-finite logits; `Phi` reaches"
@@ -73,7 +73,7 @@ def test_sgd_improves_the_bound(dtype):
         Phi, y, prior, method="sgd", key=jax.random.key(0), batch_size=20, num_steps=60, init="prior",
         optimizer=optax.adam(0.1),
     )  # fmt: skip
-    start = kl.logistic_elbo_bound(Phi, y, kronvi.MeanField.from_prior(prior), prior)
+    start = kl.logistic_elbo_bound(Phi, y, kronvi.model.MeanField.from_prior(prior), prior)
     assert float(kl.logistic_elbo_bound(Phi, y, q, prior)) > float(start)
     assert info.elbo.shape == (61,)
 
@@ -121,9 +121,9 @@ def test_cavi_is_monotone_and_reaches_a_stationary_point(bound):
         assert np.all(np.diff(tr) >= -1e-9) and tr[-1] > tr[0]
         np.testing.assert_allclose(tr[-1], kl.logistic_elbo_bound(Phi, y, q, prior, bound=bound), rtol=1e-10)
         # a fixed point of the minorize-maximize map is stationary: the gradient over the logits vanishes
-        g = jax.grad(lambda lg: kl.logistic_elbo_bound(Phi, y, kronvi.MeanField(lg), prior, bound=bound))(
-            q.logits
-        )
+        g = jax.grad(
+            lambda lg: kl.logistic_elbo_bound(Phi, y, kronvi.model.MeanField(lg), prior, bound=bound)
+        )(q.logits)
         assert float(jnp.max(jnp.abs(g))) < 1e-3
 
 
@@ -140,7 +140,9 @@ def test_newton_start_matches_the_lbfgs_start(monkeypatch):
         lbfgs = _fit.laplace_start_logits(prior, Phi, y, w)
         np.testing.assert_allclose(jax.nn.softmax(newton), jax.nn.softmax(lbfgs), atol=1e-6)
         fits = [
-            kl.fit_logistic(Phi, y, prior, method="cavi", init=kronvi.MeanField(s), max_iter=60, tol=0.0)
+            kl.fit_logistic(
+                Phi, y, prior, method="cavi", init=kronvi.model.MeanField(s), max_iter=60, tol=0.0
+            )
             for s in (newton, lbfgs)
         ]
         np.testing.assert_allclose(fits[0][1].elbo[-1], fits[1][1].elbo[-1], rtol=1e-9)
@@ -160,7 +162,7 @@ def test_the_start_map_begins_at_the_better_of_the_prior_mean_and_the_grid_centr
         placed, _ = kl.laplace_grid_prior(Phi, y, 2.0, levels=9)
         # nearly all the prior mass on each grid's lowest level: its centre lies far out in the prior's tail
         edge = jnp.where(jnp.arange(9) == 0, 0.0, -30.0) * jnp.ones((3, 1))
-        shifted = kronvi.DiscretePrior(placed.values, jax.nn.log_softmax(edge, axis=-1))
+        shifted = kronvi.model.DiscretePrior(placed.values, jax.nn.log_softmax(edge, axis=-1))
         tol = jnp.asarray(1e-12)
         for prior, at_centre in ((placed, True), (shifted, False)):
             mu, prec, centre = _fit._prior_moments(prior)
@@ -169,7 +171,7 @@ def test_the_start_map_begins_at_the_better_of_the_prior_mean_and_the_grid_centr
             on_device = _fit._prior_moments_on_device(prior.values, prior.log_probs)
             for ours, ref in zip((mu, prec, centre), on_device, strict=True):
                 np.testing.assert_allclose(ours, ref, rtol=1e-13)
-            mean, var = kronvi.grid_moments(prior.probs, prior.values)
+            mean, var = kronvi.model.grid_moments(prior.probs, prior.values)
             np.testing.assert_allclose(mu, mean, rtol=1e-13)
             np.testing.assert_allclose(prec, 1 / var, rtol=1e-13)
             np.testing.assert_array_equal(centre, 0.5 * (prior.values.min(-1) + prior.values.max(-1)))
@@ -196,7 +198,7 @@ def test_both_start_routes_search_from_the_better_start(monkeypatch):
     w = jnp.ones(200)
     placed, _ = kl.laplace_grid_prior(Phi, y, 2.0, levels=9)
     edge = jnp.where(jnp.arange(9) == 0, 0.0, -30.0) * jnp.ones((3, 1))  # centres far out in the tail
-    shifted = kronvi.DiscretePrior(placed.values, jax.nn.log_softmax(edge, axis=-1))
+    shifted = kronvi.model.DiscretePrior(placed.values, jax.nn.log_softmax(edge, axis=-1))
     mu, prec, centre = _fit._prior_moments(placed)
     np.testing.assert_array_equal(_laplace.better_start(Phi, y, w, prec, mu, centre), centre)
     bad = np.array(centre)
@@ -226,11 +228,11 @@ def test_the_start_takes_priors_whose_moments_are_extreme(kind):
     under the suite's filter), and the fit still returns finite probabilities."""
     Phi, y, _ = data(np.float32, n=200)
     if kind == "point mass":
-        base = kronvi.gaussian_prior(3, 1.0, levels=5)
+        base = kronvi.model.gaussian_prior(3, 1.0, levels=5)
         log_probs = jnp.where(jnp.arange(5) == 2, 0.0, -200.0) * jnp.ones((3, 1))
-        prior = kronvi.DiscretePrior(base.values, log_probs)
+        prior = kronvi.model.DiscretePrior(base.values, log_probs)
     else:
-        prior = kronvi.gaussian_prior(3, 1e19, levels=5)
+        prior = kronvi.model.gaussian_prior(3, 1e19, levels=5)
     from kronvi.logistic import _fit
 
     _, prec, _ = _fit._prior_moments(prior)

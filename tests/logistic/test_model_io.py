@@ -11,8 +11,8 @@ from kronvi.quantize import DirectModel, load_model, pack_codes, predict_from_co
 
 
 def test_classifier_round_trip_and_code_probabilities(tmp_path):
-    prior = kronvi.gaussian_prior(3, 1.0, levels=15)
-    q = kronvi.MeanField(jax.random.normal(jax.random.key(0), (3, 15)))
+    prior = kronvi.model.gaussian_prior(3, 1.0, levels=15)
+    q = kronvi.model.MeanField(jax.random.normal(jax.random.key(0), (3, 15)))
     Phi = jax.random.normal(jax.random.key(1), (5, 3))
     codes = sample_codes(jax.random.key(2), q, 4000)
     model = DirectModel(prior, None, q, None, packed_codes=np.asarray(pack_codes(codes)))
@@ -27,8 +27,8 @@ def test_classifier_round_trip_and_code_probabilities(tmp_path):
 
 
 def test_half_a_noise_model_is_an_error(tmp_path):
-    prior = kronvi.gaussian_prior(3, 1.0, levels=15)
-    q = kronvi.MeanField.from_prior(prior)
-    pn = kronvi.noise_prior(1.0)
+    prior = kronvi.model.gaussian_prior(3, 1.0, levels=15)
+    q = kronvi.model.MeanField.from_prior(prior)
+    pn = kronvi.model.noise_prior(1.0)
     with pytest.raises(ValueError, match="both be None"):
         save_model(tmp_path / "bad.npz", DirectModel(prior, pn, q, None))

@@ -12,8 +12,8 @@ import kronvi.logistic as kl
 
 def problem(dtype, b=3, m=5, n=6, scale=1.0, seed=0):
     k = jax.random.split(jax.random.key(seed), 2)
-    prior = kronvi.gaussian_prior(b, 1.0, levels=m, dtype=dtype)
-    q = kronvi.MeanField(2.0 * jax.random.normal(k[0], (b, m), dtype))
+    prior = kronvi.model.gaussian_prior(b, 1.0, levels=m, dtype=dtype)
+    q = kronvi.model.MeanField(2.0 * jax.random.normal(k[0], (b, m), dtype))
     Phi = scale * jax.random.normal(k[1], (n, b), dtype)
     return q, prior, Phi
 
@@ -66,7 +66,7 @@ def test_point_mass_is_sigmoid(dtype):
     q, prior, Phi = problem(dtype)
     onehot = jnp.where(jnp.arange(5)[None, :] == jnp.array([[0], [4], [2]]), 0.0, -60.0).astype(dtype)
     w = prior.values[jnp.arange(3), jnp.array([0, 4, 2])]
-    p = kl.predict_logistic(kronvi.MeanField(onehot), prior, Phi)
+    p = kl.predict_logistic(kronvi.model.MeanField(onehot), prior, Phi)
     np.testing.assert_allclose(p, jax.nn.sigmoid(Phi @ w), atol=2e-6)
 
 
@@ -97,9 +97,11 @@ def test_even_and_uneven_grids_match_enumeration(dtype, even):
     values = centre + spread * np.linspace(-4.0, 4.0, 5)
     if not even:
         values = values + rng.uniform(-0.1, 0.1, size=values.shape)
-    prior = kronvi.DiscretePrior(jnp.asarray(values, dtype), jnp.asarray(rng.normal(size=(3, 5)), dtype))
+    prior = kronvi.model.DiscretePrior(
+        jnp.asarray(values, dtype), jnp.asarray(rng.normal(size=(3, 5)), dtype)
+    )
     assert kl._predict.is_even_grid(prior.values) == even
-    q = kronvi.MeanField(jnp.asarray(2.0 * rng.normal(size=(3, 5)), dtype))
+    q = kronvi.model.MeanField(jnp.asarray(2.0 * rng.normal(size=(3, 5)), dtype))
     Phi = jnp.asarray(rng.normal(size=(6, 3)) * 0.3, dtype)
     p = kl.predict_logistic(q, prior, Phi)
     np.testing.assert_allclose(

@@ -142,7 +142,7 @@ def test_paper_grids_and_bool_labels():
     X, y = _rings()
     config = SMALL._replace(grid="paper")
     model, info = kronvi.fit_classifier(jax.random.key(0), X, y.astype(int), config)
-    ref = kronvi.gaussian_prior(15, info.prior_scale, levels=7, width=3.0)
+    ref = kronvi.model.gaussian_prior(15, info.prior_scale, levels=7, width=3.0)
     np.testing.assert_allclose(model.prior_w.values, ref.values)
     np.testing.assert_allclose(model.prior_w.log_probs, ref.log_probs)
     assert float(np.mean((np.asarray(model.predict_proba(X)) > 0.5) == y)) > max(np.mean(y), 1 - np.mean(y))
@@ -193,7 +193,7 @@ def test_save_and_load_a_fitted_classifier(tmp_path):
     for a, b in zip(jax.tree.leaves(model), jax.tree.leaves(again), strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(again.predict_proba(X[:9]), model.predict_proba(X[:9]))
-    bad = model._replace(features=kronvi.RandomFourierFeatures(model.features.frequencies[:, :3]))
+    bad = model._replace(features=kronvi.inputs.RandomFourierFeatures(model.features.frequencies[:, :3]))
     with pytest.raises(ValueError, match="`model.prior_w` must be a DiscretePrior of 9 weights"):
         kronvi.save_model(tmp_path / "bad.npz", bad)
 

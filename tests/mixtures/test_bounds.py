@@ -27,7 +27,7 @@ from kronvi.mixtures._bounds import noise_cavi_logits
 def test_expected_loglik_matches_enumeration(dtype, seed):
     p = mixture_problem(seed)
     q, q_n, prior_w, prior_n, stats = mixture_model(p, dtype)
-    got = kronvi.mixture_expected_loglik(stats, q, q_n, prior_w, prior_n)
+    got = kronvi.mixtures.mixture_expected_loglik(stats, q, q_n, prior_w, prior_n)
     ref = ref_mixture_terms(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"])[0]
     assert got.dtype == dtype
     np.testing.assert_allclose(float(got), ref, rtol=tol(dtype, x32=1e-4))
@@ -37,14 +37,14 @@ def test_one_component_mixture_is_mean_field():
     with jax.enable_x64(True):
         p = mixture_problem(3, r=1)
         q, q_n, prior_w, prior_n, stats = mixture_model(p)
-        q_w = kronvi.MeanField(q.logits[0])
+        q_w = kronvi.model.MeanField(q.logits[0])
         np.testing.assert_allclose(
-            kronvi.mixture_expected_loglik(stats, q, q_n, prior_w, prior_n),
+            kronvi.mixtures.mixture_expected_loglik(stats, q, q_n, prior_w, prior_n),
             ref_mixture_terms(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"])[0],
             rtol=1e-12,
         )
-        m_ref, v_ref = kronvi.predict_regression(q_w, q_n, prior_w, prior_n, p["Phi"])
-        m, v = kronvi.predict_mixture(q, q_n, prior_w, prior_n, p["Phi"])
+        m_ref, v_ref = kronvi.model.predict_regression(q_w, q_n, prior_w, prior_n, p["Phi"])
+        m, v = kronvi.mixtures.predict_mixture(q, q_n, prior_w, prior_n, p["Phi"])
         np.testing.assert_allclose(m, m_ref, rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(v, v_ref, rtol=1e-12)
 
@@ -72,11 +72,13 @@ def test_bound_below_exact_elbo_for_random_centres(seed):
         centres = [rng.normal(size=(3, 3)) for _ in range(5)] + [np.asarray(q.log_marginals)]
         gaps = []
         for log_c in centres:
-            bound = float(kronvi.mixture_elbo_bound(stats, q, q_n, log_c, prior_w, prior_n))
-            literal = float(kronvi.mixture_elbo_bound(stats, q, q_n, log_c, prior_w, prior_n, rescale=False))
+            bound = float(kronvi.mixtures.mixture_elbo_bound(stats, q, q_n, log_c, prior_w, prior_n))
+            literal = float(
+                kronvi.mixtures.mixture_elbo_bound(stats, q, q_n, log_c, prior_w, prior_n, rescale=False)
+            )
             assert literal <= bound  # the rescaled form is the theorem at the best multiple of a
             # ... and is invariant to rescaling a (per-factor shifts of log a).
-            shifted = kronvi.mixture_elbo_bound(
+            shifted = kronvi.mixtures.mixture_elbo_bound(
                 stats, q, q_n, log_c + rng.normal(size=(3, 1)), prior_w, prior_n
             )
             np.testing.assert_allclose(float(shifted), bound, rtol=1e-12)
@@ -96,12 +98,12 @@ def test_bound_entropy_part_matches_tangent_inequality_by_enumeration():
         cfg = enumerate_configs(3, 3)
         log_a = log_c[np.arange(3), cfg].sum(-1)
         h_bound_ref = 1 - np.sum(qx * log_a) - np.sum(qx**2 / np.exp(log_a))
-        bound = kronvi.mixture_elbo_bound(stats, q, q_n, log_c, prior_w, prior_n, rescale=False)
+        bound = kronvi.mixtures.mixture_elbo_bound(stats, q, q_n, log_c, prior_w, prior_n, rescale=False)
         np.testing.assert_allclose(float(bound), ell + elp + noise + h_bound_ref, rtol=1e-12)
         assert h_bound_ref < h
         # rescaled form: -<q, log a> - log <q, q / a>, by enumeration too
         h_rescaled_ref = -np.sum(qx * log_a) - np.log(np.sum(qx**2 / np.exp(log_a)))
-        bound = kronvi.mixture_elbo_bound(stats, q, q_n, log_c, prior_w, prior_n)
+        bound = kronvi.mixtures.mixture_elbo_bound(stats, q, q_n, log_c, prior_w, prior_n)
         np.testing.assert_allclose(float(bound), ell + elp + noise + h_rescaled_ref, rtol=1e-12)
         assert h_bound_ref < h_rescaled_ref < h
 
@@ -111,18 +113,24 @@ def test_bound_equals_exact_elbo_for_one_component_at_q(dtype, seed):
     p = mixture_problem(seed, r=1)
     q, q_n, prior_w, prior_n, stats = mixture_model(p, dtype)
     exact = ref_mixture_elbo(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"])
-    literal = kronvi.mixture_elbo_bound(stats, q, q_n, q.log_probs[0], prior_w, prior_n, rescale=False)
+    literal = kronvi.mixtures.mixture_elbo_bound(
+        stats, q, q_n, q.log_probs[0], prior_w, prior_n, rescale=False
+    )
     np.testing.assert_allclose(float(literal), exact, rtol=tol(dtype, x32=1e-4))
-    bound = kronvi.mixture_elbo_bound(stats, q, q_n, q.log_probs[0], prior_w, prior_n)
+    bound = kronvi.mixtures.mixture_elbo_bound(stats, q, q_n, q.log_probs[0], prior_w, prior_n)
     assert bound.dtype == dtype
     np.testing.assert_allclose(float(bound), exact, rtol=tol(dtype, x32=1e-4))
-    mf = kronvi.regression_elbo(stats, kronvi.MeanField(q.logits[0]), q_n, prior_w, prior_n)
+    mf = kronvi.model.regression_elbo(stats, kronvi.model.MeanField(q.logits[0]), q_n, prior_w, prior_n)
     np.testing.assert_allclose(float(bound), float(mf), rtol=tol(dtype, x32=1e-5))
     # Any other centre is strictly worse.
-    worse = kronvi.mixture_elbo_bound(stats, q, q_n, q.log_probs[0] + 0.3 * jnp.eye(3), prior_w, prior_n)
+    worse = kronvi.mixtures.mixture_elbo_bound(
+        stats, q, q_n, q.log_probs[0] + 0.3 * jnp.eye(3), prior_w, prior_n
+    )
     assert float(worse) < float(bound) - 1e-3
     # (the literal form also needs the right scale: a = 2q is strictly worse there)
-    off = kronvi.mixture_elbo_bound(stats, q, q_n, q.log_probs[0] + 0.7, prior_w, prior_n, rescale=False)
+    off = kronvi.mixtures.mixture_elbo_bound(
+        stats, q, q_n, q.log_probs[0] + 0.7, prior_w, prior_n, rescale=False
+    )
     assert float(off) < float(literal) - 1e-3
 
 
@@ -130,17 +138,19 @@ def test_bound_log_space_survives_many_weights():
     """Many weights, distinct components: <q, q/a> ~ e^130 overflows float32; the rescaled form is finite."""
     b, m = 150, 15
     key = jax.random.key(0)
-    q = kronvi.Mixture(3.0 * jax.random.normal(key, (3, b, m)), jnp.zeros(3))
-    prior_w = kronvi.gaussian_prior(b, 1.0, levels=m)
-    prior_n = kronvi.noise_prior(1.0, levels=5)
-    stats = kronvi.RegressionStats(jnp.asarray(10.0), jnp.asarray(1.0), jnp.zeros(b), jnp.eye(b) * 0.01)
-    q_n = kronvi.MeanField.from_prior(prior_n)
-    bound, grads = jax.jit(jax.value_and_grad(kronvi.mixture_elbo_bound, argnums=(1, 3)))(
+    q = kronvi.mixtures.Mixture(3.0 * jax.random.normal(key, (3, b, m)), jnp.zeros(3))
+    prior_w = kronvi.model.gaussian_prior(b, 1.0, levels=m)
+    prior_n = kronvi.model.noise_prior(1.0, levels=5)
+    stats = kronvi.stats.RegressionStats(jnp.asarray(10.0), jnp.asarray(1.0), jnp.zeros(b), jnp.eye(b) * 0.01)
+    q_n = kronvi.model.MeanField.from_prior(prior_n)
+    bound, grads = jax.jit(jax.value_and_grad(kronvi.mixtures.mixture_elbo_bound, argnums=(1, 3)))(
         stats, q, q_n, q.log_marginals, prior_w, prior_n
     )
     assert np.isfinite(float(bound))
     assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
-    literal = kronvi.mixture_elbo_bound(stats, q, q_n, q.log_marginals, prior_w, prior_n, rescale=False)
+    literal = kronvi.mixtures.mixture_elbo_bound(
+        stats, q, q_n, q.log_marginals, prior_w, prior_n, rescale=False
+    )
     assert float(literal) == -np.inf  # documented: the literal form overflows here
 
 
@@ -152,21 +162,21 @@ def test_bound_gradients_match_finite_differences():
 
         @jax.jit
         def f(logits, wl, lc, ln):
-            return kronvi.mixture_elbo_bound(
-                stats, kronvi.Mixture._unchecked(logits, wl), kronvi.MeanField._unchecked(ln), lc,
+            return kronvi.mixtures.mixture_elbo_bound(
+                stats, kronvi.mixtures.Mixture._unchecked(logits, wl), kronvi.model.MeanField._unchecked(ln), lc,
                 prior_w, prior_n,
             )  # fmt: skip
 
         check_grads(f, (q.logits, q.weight_logits, log_c, q_n.logits), order=1, modes=["rev"], eps=1e-4)
         lit = jax.jit(
-            lambda lc: kronvi.mixture_elbo_bound(stats, q, q_n, lc, prior_w, prior_n, rescale=False)
+            lambda lc: kronvi.mixtures.mixture_elbo_bound(stats, q, q_n, lc, prior_w, prior_n, rescale=False)
         )
         check_grads(lit, (log_c,), order=1, modes=["rev"], eps=1e-4)
 
         @jax.jit
         def g(logits, wl, ln):
-            qq, qn = kronvi.Mixture._unchecked(logits, wl), kronvi.MeanField._unchecked(ln)
-            return kronvi.mixture_expected_loglik(stats, qq, qn, prior_w, prior_n)
+            qq, qn = kronvi.mixtures.Mixture._unchecked(logits, wl), kronvi.model.MeanField._unchecked(ln)
+            return kronvi.mixtures.mixture_expected_loglik(stats, qq, qn, prior_w, prior_n)
 
         check_grads(g, (q.logits, q.weight_logits, q_n.logits), order=1, modes=["fwd", "rev"], eps=1e-4)
 
@@ -177,7 +187,7 @@ def test_mixture_prior_bound_below_exact(seed, C):
         p = mixture_problem(seed, num_prior_components=C)
         q, q_n, prior_w, prior_n, stats = mixture_model(p, mixture_prior=True)
         _, exact, _, _, qx = ref_mixture_terms(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"], True)
-        got = float(kronvi.mixture_prior_bound(q, prior_w))
+        got = float(kronvi.mixtures.mixture_prior_bound(q, prior_w))
         assert got <= exact
         # It is at least the simpler Jensen bound with responsibilities beta: sum_c beta_c E_q log p_c.
         cfg = enumerate_configs(3, 3)
@@ -192,7 +202,7 @@ def test_mixture_prior_bound_below_exact(seed, C):
         ref = np.sum(alpha * logsumexp(log_softmax(p["prior_mix_logw"])[None] + e_kc, axis=1))
         np.testing.assert_allclose(got, ref, rtol=1e-12)
         # And the ELBO bound with a mixture prior stays below the exact ELBO.
-        bound = float(kronvi.mixture_elbo_bound(stats, q, q_n, q.log_marginals, prior_w, prior_n))
+        bound = float(kronvi.mixtures.mixture_elbo_bound(stats, q, q_n, q.log_marginals, prior_w, prior_n))
         assert bound < ref_mixture_elbo(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"], True)
 
 
@@ -201,11 +211,13 @@ def test_mixture_prior_bound_exact_for_one_prior_component():
         p = mixture_problem(6, num_prior_components=1)
         q, _, prior_w, _, _ = mixture_model(p, mixture_prior=True)
         exact = ref_mixture_terms(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"], True)[1]
-        np.testing.assert_allclose(float(kronvi.mixture_prior_bound(q, prior_w)), exact, rtol=1e-12)
-        q_w = kronvi.MeanField(q.logits[0])
-        dense = kronvi.DiscretePrior(prior_w.values, prior_w.log_probs[0])
+        np.testing.assert_allclose(float(kronvi.mixtures.mixture_prior_bound(q, prior_w)), exact, rtol=1e-12)
+        q_w = kronvi.model.MeanField(q.logits[0])
+        dense = kronvi.model.DiscretePrior(prior_w.values, prior_w.log_probs[0])
         np.testing.assert_allclose(
-            kronvi.mixture_prior_bound(q_w, prior_w), kronvi.mixture_prior_bound(q_w, dense), rtol=1e-12
+            kronvi.mixtures.mixture_prior_bound(q_w, prior_w),
+            kronvi.mixtures.mixture_prior_bound(q_w, dense),
+            rtol=1e-12,
         )
 
 
@@ -213,21 +225,21 @@ def test_vmap_over_folds_float32_and_no_retrace():
     p = mixture_problem(13)
     q, q_n, prior_w, prior_n, _ = mixture_model(p, np.float32)
     Phi, y = jnp.asarray(p["Phi"], jnp.float32), jnp.asarray(p["y"], jnp.float32)
-    folds = [kronvi.regression_stats(Phi[:4], y[:4]), kronvi.regression_stats(Phi[3:], y[3:])]
+    folds = [kronvi.stats.regression_stats(Phi[:4], y[:4]), kronvi.stats.regression_stats(Phi[3:], y[3:])]
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *folds)
     traces = []
 
     def objectives(s, key):
         traces.append(1)
-        bound = kronvi.mixture_elbo_bound(s, q, q_n, q.log_marginals, prior_w, prior_n)
-        est = kronvi.mixture_elbo_estimate(key, s, q, q_n, prior_w, prior_n, num_samples=4)
+        bound = kronvi.mixtures.mixture_elbo_bound(s, q, q_n, q.log_marginals, prior_w, prior_n)
+        est = kronvi.mixtures.mixture_elbo_estimate(key, s, q, q_n, prior_w, prior_n, num_samples=4)
         return bound, est
 
     f = jax.jit(jax.vmap(objectives))
     bound, est = f(stacked, jax.random.split(jax.random.key(0), 2))
     assert bound.shape == (2,) and bound.dtype == jnp.float32 and est.dtype == jnp.float32
     for k in range(2):
-        one = kronvi.mixture_elbo_bound(folds[k], q, q_n, q.log_marginals, prior_w, prior_n)
+        one = kronvi.mixtures.mixture_elbo_bound(folds[k], q, q_n, q.log_marginals, prior_w, prior_n)
         np.testing.assert_allclose(bound[k], one, rtol=1e-5)
     f(jax.tree.map(lambda x: 1.5 * x, stacked), jax.random.split(jax.random.key(1), 2))
     assert len(traces) == 1

@@ -40,8 +40,8 @@ def test_estimator_gradient_is_unbiased(mixture_prior, estimator):
 
         def grad_one(key):
             def f(logits, wl, ln):
-                qq, qn = kronvi.Mixture._unchecked(logits, wl), kronvi.MeanField._unchecked(ln)
-                return kronvi.mixture_elbo_estimate(
+                qq, qn = kronvi.mixtures.Mixture._unchecked(logits, wl), kronvi.model.MeanField._unchecked(ln)
+                return kronvi.mixtures.mixture_elbo_estimate(
                     key, stats, qq, qn, prior_w, prior_n, num_samples=2, estimator=estimator
                 )
 
@@ -77,7 +77,7 @@ def test_estimator_gradient_in_mixture_prior_parameters_is_unbiased(estimator):
 
         def grad_one(key):
             g = jax.grad(
-                lambda pw: kronvi.mixture_elbo_estimate(
+                lambda pw: kronvi.mixtures.mixture_elbo_estimate(
                     key, stats, q, q_n, pw, prior_n, num_samples=2, estimator=estimator
                 )
             )(prior_w)
@@ -100,11 +100,11 @@ def test_unbiased_value_matches_exact_elbo(estimator):
             exact = ref_mixture_elbo(p, p["mix_logits"], p["mix_wlogits"], p["qn_logits"], mixture_prior)
             key = jax.random.key(1)
             kw = dict(num_samples=50000, estimator=estimator)
-            est, se = kronvi.mixture_elbo_unbiased(key, stats, q, q_n, prior_w, prior_n, **kw)
+            est, se = kronvi.mixtures.mixture_elbo_unbiased(key, stats, q, q_n, prior_w, prior_n, **kw)
             assert abs(float(est) - exact) < 5 * float(se)
             assert 0 < float(se) < 0.05
             # The surrogate's value is the same estimate on the same draws.
-            sur = kronvi.mixture_elbo_estimate(key, stats, q, q_n, prior_w, prior_n, **kw)
+            sur = kronvi.mixtures.mixture_elbo_estimate(key, stats, q, q_n, prior_w, prior_n, **kw)
             np.testing.assert_allclose(float(sur), float(est), rtol=1e-12)
 
 
@@ -115,11 +115,11 @@ def test_unbiased_in_chunks_is_the_mean_of_the_chunk_estimates():
         p = mixture_problem(13)
         q, q_n, prior_w, prior_n, stats = mixture_model(p)
         key = jax.random.key(5)
-        est, se = kronvi.mixture_elbo_unbiased(
+        est, se = kronvi.mixtures.mixture_elbo_unbiased(
             key, stats, q, q_n, prior_w, prior_n, num_samples=4000, chunk_size=1000
         )
         parts = [
-            kronvi.mixture_elbo_unbiased(k, stats, q, q_n, prior_w, prior_n, num_samples=1000)
+            kronvi.mixtures.mixture_elbo_unbiased(k, stats, q, q_n, prior_w, prior_n, num_samples=1000)
             for k in jax.random.split(key, 4)
         ]
         np.testing.assert_allclose(float(est), np.mean([float(e) for e, _ in parts]), rtol=1e-12)
@@ -131,14 +131,14 @@ def test_unbiased_in_chunks_is_the_mean_of_the_chunk_estimates():
         # One compiled program for repeated calls with new values (a study calls it thousands of times).
         before = _unbiased_in_chunks._cache_size()
         for shift in (0.1, 0.2, 0.3):
-            q2 = kronvi.Mixture(q.logits + shift, q.weight_logits)
-            kronvi.mixture_elbo_unbiased(
+            q2 = kronvi.mixtures.Mixture(q.logits + shift, q.weight_logits)
+            kronvi.mixtures.mixture_elbo_unbiased(
                 key, stats, q2, q_n, prior_w, prior_n, num_samples=4000, chunk_size=1000
             )
         assert _unbiased_in_chunks._cache_size() == before
         for bad in (0, 1, 3000, 1.5):
             with pytest.raises(ValueError, match="chunk_size"):
-                kronvi.mixture_elbo_unbiased(
+                kronvi.mixtures.mixture_elbo_unbiased(
                     key, stats, q, q_n, prior_w, prior_n, num_samples=4000, chunk_size=bad
                 )
 
@@ -157,8 +157,8 @@ def test_score_only_gradient_is_exact_at_identical_components():
         @functools.partial(jax.jit, static_argnums=0)  # one compile per estimator, not per key
         def grads(estimator, key):
             def f(lg, wl, ln):
-                qq, qn = kronvi.Mixture._unchecked(lg, wl), kronvi.MeanField._unchecked(ln)
-                return kronvi.mixture_elbo_estimate(
+                qq, qn = kronvi.mixtures.Mixture._unchecked(lg, wl), kronvi.model.MeanField._unchecked(ln)
+                return kronvi.mixtures.mixture_elbo_estimate(
                     key, stats, qq, qn, prior_w, prior_n, num_samples=30, estimator=estimator
                 )
 
@@ -178,8 +178,8 @@ def _total_variance(estimator, q, q_n, prior_w, prior_n, stats, num_samples=40, 
 
     def g(key):
         def f(lg):
-            qq = kronvi.Mixture._unchecked(lg, q.weight_logits)
-            return kronvi.mixture_elbo_estimate(
+            qq = kronvi.mixtures.Mixture._unchecked(lg, q.weight_logits)
+            return kronvi.mixtures.mixture_elbo_estimate(
                 key, stats, qq, q_n, prior_w, prior_n, num_samples=num_samples, estimator=estimator
             )
 
@@ -195,8 +195,8 @@ def test_score_only_gradient_has_lower_variance_near_the_mean_field():
     with jax.enable_x64(True):
         p = mixture_problem(12, b=6, m=4)
         _, q_n, prior_w, prior_n, stats = mixture_model(p)
-        q = kronvi.mixture_from_mean_field(
-            jax.random.key(0), kronvi.MeanField(jnp.asarray(p["mix_logits"][0])), 4, noise_scale=0.05
+        q = kronvi.mixtures.mixture_from_mean_field(
+            jax.random.key(0), kronvi.model.MeanField(jnp.asarray(p["mix_logits"][0])), 4, noise_scale=0.05
         )
 
         score_only, pathwise = (
@@ -211,8 +211,8 @@ def test_local_gradient_has_far_lower_variance_than_stratified():
     with jax.enable_x64(True):
         p = mixture_problem(12, b=8, m=4)
         _, q_n, prior_w, prior_n, stats = mixture_model(p)
-        q = kronvi.mixture_from_mean_field(
-            jax.random.key(0), kronvi.MeanField(jnp.asarray(p["mix_logits"][0])), 4, noise_scale=0.1
+        q = kronvi.mixtures.mixture_from_mean_field(
+            jax.random.key(0), kronvi.model.MeanField(jnp.asarray(p["mix_logits"][0])), 4, noise_scale=0.1
         )
 
         local, stratified = (
@@ -225,19 +225,21 @@ def test_stratified_estimator_is_exact_for_one_component_and_has_lower_variance(
     with jax.enable_x64(True):
         p = mixture_problem(9)
         q, q_n, prior_w, prior_n, stats = mixture_model(p, mixture_prior=False)
-        one = kronvi.Mixture(q.logits[:1], q.weight_logits[:1])
-        exact = kronvi.regression_elbo(stats, kronvi.MeanField(q.logits[0]), q_n, prior_w, prior_n)
-        est, se = kronvi.mixture_elbo_unbiased(
+        one = kronvi.mixtures.Mixture(q.logits[:1], q.weight_logits[:1])
+        exact = kronvi.model.regression_elbo(
+            stats, kronvi.model.MeanField(q.logits[0]), q_n, prior_w, prior_n
+        )
+        est, se = kronvi.mixtures.mixture_elbo_unbiased(
             jax.random.key(0), stats, one, q_n, prior_w, prior_n, num_samples=8
         )
         np.testing.assert_allclose(float(est), float(exact), rtol=1e-12)
         assert float(se) == 0.0
         # Overlapping components (a perturbed mean field, as the SGD fit starts): far smaller error.
-        close = kronvi.mixture_from_mean_field(
-            jax.random.key(1), kronvi.MeanField(q.logits[0]), 3, noise_scale=0.1
+        close = kronvi.mixtures.mixture_from_mean_field(
+            jax.random.key(1), kronvi.model.MeanField(q.logits[0]), 3, noise_scale=0.1
         )
         ses = {
-            e: float(kronvi.mixture_elbo_unbiased(
+            e: float(kronvi.mixtures.mixture_elbo_unbiased(
                 jax.random.key(2), stats, close, q_n, prior_w, prior_n, num_samples=3000, estimator=e
             )[1])
             for e in ("stratified", "score")
@@ -245,6 +247,6 @@ def test_stratified_estimator_is_exact_for_one_component_and_has_lower_variance(
         assert ses["stratified"] < 0.2 * ses["score"], ses
         # inside the float64 block: the float64 arrays built above cannot be checked outside it
         with pytest.raises(ValueError, match="estimator"):
-            kronvi.mixture_elbo_estimate(
+            kronvi.mixtures.mixture_elbo_estimate(
                 jax.random.key(0), stats, q, q_n, prior_w, prior_n, num_samples=4, estimator="rb"
             )

@@ -63,9 +63,11 @@ def test_local_scores_float32_survive_peaked_and_separated_components():
         logits = rng.normal(size=(3, 6, 4))  # sites 3-5: soft, overlapping components
         logits[:, :3] = 60.0 * rng.normal(size=(1, 3, 4))  # sites 0-2: shared, peaked
         logits[2, 0] = np.roll(logits[2, 0], 1)  # component 2 another mode at site 0: separated
-        prior_w = kronvi.DiscretePrior(jnp.zeros((6, 4)), jnp.zeros((6, 4)))
-        q64 = kronvi.Mixture(jnp.asarray(logits), jnp.asarray([0.0, -1.0, 1.0]))
-        q32 = kronvi.Mixture(jnp.asarray(logits, jnp.float32), jnp.asarray([0.0, -1.0, 1.0], jnp.float32))
+        prior_w = kronvi.model.DiscretePrior(jnp.zeros((6, 4)), jnp.zeros((6, 4)))
+        q64 = kronvi.mixtures.Mixture(jnp.asarray(logits), jnp.asarray([0.0, -1.0, 1.0]))
+        q32 = kronvi.mixtures.Mixture(
+            jnp.asarray(logits, jnp.float32), jnp.asarray([0.0, -1.0, 1.0], jnp.float32)
+        )
         draws = sample_per_component(jax.random.key(0), q64.probs, 50)  # (3, 50, 6)
         got = np.asarray(local_scores(q32, prior_w, draws, batch_size=16))
         want = np.asarray(local_scores(q64, prior_w, draws, batch_size=16))
@@ -81,8 +83,8 @@ def test_local_scores_float32_survive_peaked_and_separated_components():
         soft[:, :, 0] = [[0.5], [0.0], [-0.5]]
         out = {}
         for dt in (jnp.float32, jnp.float64):
-            pw = kronvi.MixturePrior(jnp.zeros((6, 4), dt), jnp.asarray(lp, dt), jnp.zeros(2, dt))
-            qq = kronvi.Mixture(jnp.asarray(soft, dt), jnp.zeros(3, dt))
+            pw = kronvi.mixtures.MixturePrior(jnp.zeros((6, 4), dt), jnp.asarray(lp, dt), jnp.zeros(2, dt))
+            qq = kronvi.mixtures.Mixture(jnp.asarray(soft, dt), jnp.zeros(3, dt))
             draws = sample_per_component(jax.random.key(1), qq.probs.astype(jnp.float64), 40)
             out[dt] = np.asarray(local_scores(qq, pw, draws, batch_size=16))
         scale = np.max(np.abs(out[jnp.float64]))

@@ -18,7 +18,7 @@ def test_predictive_moments_match_enumeration(dtype):
     p = mixture_problem(10)
     q, q_n, prior_w, prior_n, stats = mixture_model(p, dtype)
     Phi_new = np.random.default_rng(0).normal(size=(4, 3))
-    mean, var = kronvi.predict_mixture(q, q_n, prior_w, prior_n, jnp.asarray(Phi_new, dtype))
+    mean, var = kronvi.mixtures.predict_mixture(q, q_n, prior_w, prior_n, jnp.asarray(Phi_new, dtype))
     cfg = enumerate_configs(3, 3)
     W = p["values"][np.arange(3), cfg]
     qx = np.exp(ref_mixture_log_q(p["mix_logits"], p["mix_wlogits"]))

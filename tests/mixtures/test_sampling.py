@@ -17,7 +17,7 @@ def test_sampling_matches_mixture_probabilities():
         p = mixture_problem(9)
         q = mixture_model(p)[0]
         N = 40000
-        x = kronvi.sample_mixture(jax.random.key(3), q, N)
+        x = kronvi.mixtures.sample_mixture(jax.random.key(3), q, N)
         assert x.shape == (N, 3) and x.dtype == jnp.uint8
         codes = np.ravel_multi_index(np.asarray(x, int).T, (3, 3, 3))
         freq = np.bincount(codes, minlength=27) / N

@@ -18,9 +18,9 @@ import kronvi
 def test_fit_mixture_sgd_and_noise_cavi():
     with jax.enable_x64(True):
         p, stats, prior_w, prior_n, log_z, q0 = bimodal_problem()
-        q_w, q_n, info_mf = kronvi.fit_regression(stats, prior_w, prior_n, anneal_sweeps=20)
+        q_w, q_n, info_mf = kronvi.fitting.fit_regression(stats, prior_w, prior_n, anneal_sweeps=20)
         mf = float(info_mf.final_elbo)
-        q, q_n2, _, info = kronvi.fit_mixture_sgd(
+        q, q_n2, _, info = kronvi.mixtures.fit_mixture_sgd(
             jax.random.key(0), stats, prior_w, prior_n, init=(q0, q_n), optimizer=optax.adam(0.1),
             num_steps=400, num_samples=16,
         )  # fmt: skip
@@ -40,9 +40,9 @@ def test_sgd_init_step_jit_and_gradient_noise_update():
         p = mixture_problem(12)
         q, q_n, prior_w, prior_n, stats = mixture_model(p)
         opt = optax.sgd(1e-2)
-        state = kronvi.mixture_sgd_init(q, q_n, optimizer=opt)
+        state = kronvi.mixtures.mixture_sgd_init(q, q_n, optimizer=opt)
         step = jax.jit(
-            lambda k, s: kronvi.mixture_sgd_step(
+            lambda k, s: kronvi.mixtures.mixture_sgd_step(
                 k, stats, s, prior_w, prior_n, optimizer=opt, num_samples=8, noise_update="gradient"
             )
         )
@@ -51,7 +51,7 @@ def test_sgd_init_step_jit_and_gradient_noise_update():
         # With plain SGD the update is -lr * grad(-L / n): reproduce it from the estimator.
         n = float(stats.n)
         g = jax.grad(
-            lambda qq, qn: kronvi.mixture_elbo_estimate(
+            lambda qq, qn: kronvi.mixtures.mixture_elbo_estimate(
                 jax.random.key(0), stats, qq, qn, prior_w, prior_n, num_samples=8
             ),
             argnums=(0, 1),
@@ -69,14 +69,14 @@ def test_fresh_equal_optimizers_share_one_compile():
     q, q_n, prior_w, prior_n, stats = mixture_model(p, np.float32)
 
     def fit(optimizer):
-        return kronvi.fit_mixture_sgd(
+        return kronvi.mixtures.fit_mixture_sgd(
             jax.random.key(0), stats, prior_w, prior_n, init=(q, q_n), optimizer=optimizer, num_steps=3,
             num_samples=4,
         )  # fmt: skip
 
     def step(optimizer):
-        state = kronvi.mixture_sgd_init(q, q_n, optimizer=optimizer)
-        return kronvi.mixture_sgd_step(
+        state = kronvi.mixtures.mixture_sgd_init(q, q_n, optimizer=optimizer)
+        return kronvi.mixtures.mixture_sgd_step(
             jax.random.key(1), stats, state, prior_w, prior_n, optimizer=optimizer, num_samples=4
         )
 

@@ -1,4 +1,4 @@
-"""``kronvi.predictive_log_density`` against enumeration of every weight and noise configuration."""
+"""``kronvi.model.predictive_log_density`` against enumeration of every weight and noise configuration."""
 
 import itertools
 
@@ -60,10 +60,10 @@ def problem(rng, noise, *, peaked=False):
 
 def model(qw, qn, values, svals, dtype):
     return (
-        kronvi.MeanField(jnp.log(jnp.asarray(qw, dtype))),
-        kronvi.MeanField(jnp.log(jnp.asarray(qn, dtype))[None]),
-        kronvi.DiscretePrior(jnp.asarray(values, dtype), jnp.zeros((B, M), dtype)),
-        kronvi.DiscretePrior(jnp.asarray(svals, dtype)[None], jnp.zeros((1, S), dtype)),
+        kronvi.model.MeanField(jnp.log(jnp.asarray(qw, dtype))),
+        kronvi.model.MeanField(jnp.log(jnp.asarray(qn, dtype))[None]),
+        kronvi.model.DiscretePrior(jnp.asarray(values, dtype), jnp.zeros((B, M), dtype)),
+        kronvi.model.DiscretePrior(jnp.asarray(svals, dtype)[None], jnp.zeros((1, S), dtype)),
     )
 
 
@@ -75,7 +75,7 @@ def check(args, z, dtype, *, near_upto, may_raise=False):
     q_w, q_n, pw, pn = model(*args[:4], dtype)
     Phi, y = jnp.asarray(args[4]), jnp.asarray(args[5])
     # one pass at 32 nodes (the default first pass has 8, fewer than these spiky posteriors need)
-    ld, err = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, rtol=None, num_nodes=32)
+    ld, err = kronvi.model.predictive_log_density(q_w, q_n, pw, pn, Phi, y, rtol=None, num_nodes=32)
     assert ld.dtype == jnp.dtype(dtype) and err.dtype == jnp.dtype(dtype)
     ld, err = np.asarray(ld, np.float64), np.asarray(err, np.float64)
     with np.errstate(over="ignore"):
@@ -89,7 +89,7 @@ def check(args, z, dtype, *, near_upto, may_raise=False):
     rtol = 1e-2 if dtype == np.float32 else 1e-6  # the defaults
 
     def strict(idx):
-        ld2, err2 = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi[idx], y[idx], max_nodes=256)
+        ld2, err2 = kronvi.model.predictive_log_density(q_w, q_n, pw, pn, Phi[idx], y[idx], max_nodes=256)
         ld2, err2 = np.asarray(ld2, np.float64), np.asarray(err2, np.float64)
         with np.errstate(over="ignore"):
             rel2 = np.abs(np.expm1(ld2 - ref[idx]))
@@ -139,12 +139,14 @@ def test_small_noise_in_float32_is_redone_in_float64_or_raises(scale):
     ref = enumerate_log_density(qw, qn, values, svals.astype(np.float64), Phi, y)
     q_w, q_n, pw, pn = model(qw, qn, values, svals, np.float32)
     near = np.abs(z) <= 8  # every one of these is answered to the tolerance
-    ld, err = kronvi.predictive_log_density(q_w, q_n, pw, pn, jnp.asarray(Phi[near]), jnp.asarray(y[near]))
+    ld, err = kronvi.model.predictive_log_density(
+        q_w, q_n, pw, pn, jnp.asarray(Phi[near]), jnp.asarray(y[near])
+    )
     rel = np.abs(np.expm1(np.asarray(ld, np.float64) - ref[near]))
     assert np.all(np.asarray(err) <= 1e-2) and np.all(rel <= 1e-2), np.c_[z[near], ref[near], ld, rel, err]
     if scale == 1.0:  # the far tails of this comb of spikes are below the float64 floor: an error
         with pytest.raises(FloatingPointError, match="could not be computed to `rtol`"):
-            kronvi.predictive_log_density(q_w, q_n, pw, pn, jnp.asarray(Phi), jnp.asarray(y))
+            kronvi.model.predictive_log_density(q_w, q_n, pw, pn, jnp.asarray(Phi), jnp.asarray(y))
 
 
 def test_noise_only_point_is_a_gaussian_mixture(dtype):
@@ -159,7 +161,7 @@ def test_noise_only_point_is_a_gaussian_mixture(dtype):
     rtol = 1e-4 if dtype == np.float32 else 1e-8
     near = np.abs(y) < 5
     Phi, y, ref = Phi[near], y[near], ref[near]
-    ld, err = kronvi.predictive_log_density(
+    ld, err = kronvi.model.predictive_log_density(
         q_w, q_n, pw, pn, jnp.asarray(Phi, dtype), jnp.asarray(y, dtype), rtol=rtol
     )
     rel = np.abs(np.expm1(np.asarray(ld, np.float64) - ref))
@@ -175,13 +177,13 @@ def test_under_jit_runs_one_pass_and_reports_its_bound():
     Phi, y = jnp.asarray(args[4]), jnp.asarray(args[5])
     # under jit the first pass alone: all 32 nodes with rtol=None, as eager; with rtol the nodes each point's
     # bound needs, too few for some of these spiky points, so eager refinement has something to do
-    plain = jax.jit(lambda P, t: kronvi.predictive_log_density(q_w, q_n, pw, pn, P, t, rtol=None))
-    eager = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, rtol=None)
+    plain = jax.jit(lambda P, t: kronvi.model.predictive_log_density(q_w, q_n, pw, pn, P, t, rtol=None))
+    eager = kronvi.model.predictive_log_density(q_w, q_n, pw, pn, Phi, y, rtol=None)
     np.testing.assert_allclose(plain(Phi, y)[0], eager[0], rtol=1e-5)
     near = np.abs(z) <= 8  # farther out some points are below the float32 and float64 floors here
-    jitted = jax.jit(lambda P, t: kronvi.predictive_log_density(q_w, q_n, pw, pn, P, t, rtol=1e-3))
+    jitted = jax.jit(lambda P, t: kronvi.model.predictive_log_density(q_w, q_n, pw, pn, P, t, rtol=1e-3))
     first = np.asarray(jitted(Phi[near], y[near])[1])
-    ld, err = kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi[near], y[near], rtol=1e-3)
+    ld, err = kronvi.model.predictive_log_density(q_w, q_n, pw, pn, Phi[near], y[near], rtol=1e-3)
     assert np.all(np.asarray(err) <= first * (1 + 1e-3))  # the same first pass, compiled apart
     assert np.sum(np.asarray(err) < 0.5 * first) > 0  # refinement did something
     args[4], args[5] = args[4][near], args[5][near]
@@ -211,11 +213,13 @@ def test_matches_a_dense_quadrature_at_b64(dtype):
     with jax.enable_x64(True):
         ref, ref_err = log_density_kernel(*[jnp.asarray(a, np.float64) for a in raw], num_nodes=256)
         assert np.all(np.asarray(ref_err) < 1e-9)
-    q_w = kronvi.MeanField(jnp.log(jnp.asarray(qw, dtype)))
-    q_n = kronvi.MeanField(jnp.log(jnp.asarray(qn, dtype))[None])
-    pw = kronvi.DiscretePrior(jnp.asarray(values, dtype), jnp.zeros((b, m), dtype))
-    pn = kronvi.DiscretePrior(jnp.asarray(svals, dtype)[None], jnp.zeros((1, s), dtype))
-    ld, err = kronvi.predictive_log_density(q_w, q_n, pw, pn, jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
+    q_w = kronvi.model.MeanField(jnp.log(jnp.asarray(qw, dtype)))
+    q_n = kronvi.model.MeanField(jnp.log(jnp.asarray(qn, dtype))[None])
+    pw = kronvi.model.DiscretePrior(jnp.asarray(values, dtype), jnp.zeros((b, m), dtype))
+    pn = kronvi.model.DiscretePrior(jnp.asarray(svals, dtype)[None], jnp.zeros((1, s), dtype))
+    ld, err = kronvi.model.predictive_log_density(
+        q_w, q_n, pw, pn, jnp.asarray(Phi, dtype), jnp.asarray(y, dtype)
+    )
     diff = np.abs(np.asarray(ld, np.float64) - np.asarray(ref))
     assert np.all(np.expm1(diff) <= np.asarray(err, np.float64) + 1e-9)
     assert np.all(np.asarray(err) < (1e-2 if dtype == np.float32 else 1e-6))
@@ -260,7 +264,7 @@ def test_bad_input_is_named(kwargs, message):
     call = {"Phi_new": np.ones((2, B)), "y_new": np.zeros(2)} | kwargs
     Phi, y = call.pop("Phi_new"), call.pop("y_new")
     with pytest.raises(ValueError, match=message):
-        kronvi.predictive_log_density(q_w, q_n, pw, pn, Phi, y, **call)
+        kronvi.model.predictive_log_density(q_w, q_n, pw, pn, Phi, y, **call)
 
 
 def test_traced_posterior_with_concrete_points_runs_one_pass():
@@ -271,11 +275,15 @@ def test_traced_posterior_with_concrete_points_runs_one_pass():
     Phi, y = np.asarray(args[4], np.float32), np.asarray(args[5], np.float32)
     stacked = jnp.stack([q_w.logits, 0.5 * q_w.logits])
     ld, err = jax.vmap(
-        lambda lg: kronvi.predictive_log_density(kronvi.MeanField(lg), q_n, pw, pn, Phi, y, rtol=1e-6)
+        lambda lg: kronvi.model.predictive_log_density(
+            kronvi.model.MeanField(lg), q_n, pw, pn, Phi, y, rtol=1e-6
+        )
     )(stacked)
     for k in range(2):  # the first pass of the same call, one posterior at a time
         ref = jax.jit(
-            lambda lg: kronvi.predictive_log_density(kronvi.MeanField(lg), q_n, pw, pn, Phi, y, rtol=1e-6)
+            lambda lg: kronvi.model.predictive_log_density(
+                kronvi.model.MeanField(lg), q_n, pw, pn, Phi, y, rtol=1e-6
+            )
         )(stacked[k])
         np.testing.assert_allclose(ld[k], ref[0], rtol=1e-5)
         np.testing.assert_allclose(err[k], ref[1], rtol=1e-3)

@@ -9,11 +9,13 @@ import kronvi
 
 
 def _model(p, dtype):
-    prior_w = kronvi.DiscretePrior(jnp.asarray(p["values"], dtype), jnp.asarray(p["log_prior"], dtype))
-    prior_n = kronvi.DiscretePrior(jnp.asarray(p["noise_vals"], dtype), jnp.asarray(p["log_prior_n"], dtype))
-    q_w = kronvi.MeanField(jnp.asarray(p["q_logits"], dtype))
-    q_n = kronvi.MeanField(jnp.asarray(p["qn_logits"], dtype))
-    stats = kronvi.regression_stats(jnp.asarray(p["Phi"], dtype), jnp.asarray(p["y"], dtype))
+    prior_w = kronvi.model.DiscretePrior(jnp.asarray(p["values"], dtype), jnp.asarray(p["log_prior"], dtype))
+    prior_n = kronvi.model.DiscretePrior(
+        jnp.asarray(p["noise_vals"], dtype), jnp.asarray(p["log_prior_n"], dtype)
+    )
+    q_w = kronvi.model.MeanField(jnp.asarray(p["q_logits"], dtype))
+    q_n = kronvi.model.MeanField(jnp.asarray(p["qn_logits"], dtype))
+    stats = kronvi.stats.regression_stats(jnp.asarray(p["Phi"], dtype), jnp.asarray(p["y"], dtype))
     return q_w, q_n, prior_w, prior_n, stats
 
 
@@ -34,7 +36,7 @@ def _reference(p):
 def test_elbo_matches_enumeration(dtype, seed, b, m, ms):
     p = random_problem(np.random.default_rng(seed), b=b, m=m, ms=ms)
     q_w, q_n, prior_w, prior_n, stats = _model(p, dtype)
-    elbo = kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
+    elbo = kronvi.model.regression_elbo(stats, q_w, q_n, prior_w, prior_n)
     assert elbo.dtype == jnp.dtype(dtype)
     np.testing.assert_allclose(float(elbo), _reference(p), rtol=tol(dtype, x32=1e-5, x64=1e-9))
 
@@ -53,9 +55,9 @@ def test_elbo_is_lower_bound_on_evidence():
         lj = lp - 0.5 * len(p["y"]) * np.log(2 * np.pi * s) - 0.5 * rss / s
         log_evidence = np.logaddexp.reduce(lj)
         q_w, q_n, prior_w, prior_n, stats = _model(p, np.float64)
-        assert float(kronvi.regression_elbo(stats, q_w, q_n, prior_w, prior_n)) < log_evidence
-        fitted, fn, _ = kronvi.fit_regression(stats, prior_w, prior_n, max_iter=200, tol=0.0)
-        elbo = float(kronvi.regression_elbo(stats, fitted, fn, prior_w, prior_n))
+        assert float(kronvi.model.regression_elbo(stats, q_w, q_n, prior_w, prior_n)) < log_evidence
+        fitted, fn, _ = kronvi.fitting.fit_regression(stats, prior_w, prior_n, max_iter=200, tol=0.0)
+        elbo = float(kronvi.model.regression_elbo(stats, fitted, fn, prior_w, prior_n))
         assert elbo <= log_evidence + 1e-9
 
 
@@ -67,8 +69,8 @@ def test_elbo_gradient_matches_finite_differences():
         def f(lw, ln, vals, A):
             st = stats._replace(PhitPhi=A)
             pw = prior_w._replace(values=vals)
-            return kronvi.regression_elbo(
-                st, kronvi.MeanField._unchecked(lw), kronvi.MeanField._unchecked(ln), pw, prior_n
+            return kronvi.model.regression_elbo(
+                st, kronvi.model.MeanField._unchecked(lw), kronvi.model.MeanField._unchecked(ln), pw, prior_n
             )
 
         check_grads(
@@ -97,7 +99,7 @@ def test_predictive_moments_match_enumeration(dtype):
     p = random_problem(np.random.default_rng(5), b=3, m=4, ms=3)
     Phi_new = np.random.default_rng(6).normal(size=(5, 3))
     q_w, q_n, prior_w, prior_n, _ = _model(p, dtype)
-    mean, var = kronvi.predict_regression(q_w, q_n, prior_w, prior_n, jnp.asarray(Phi_new, dtype))
+    mean, var = kronvi.model.predict_regression(q_w, q_n, prior_w, prior_n, jnp.asarray(Phi_new, dtype))
     _, _, _, ref_mean, ref_var = _enumerate_predictive(p, Phi_new)
     np.testing.assert_allclose(mean, ref_mean, rtol=tol(dtype), atol=tol(dtype))
     np.testing.assert_allclose(var, ref_var, rtol=tol(dtype))
@@ -110,4 +112,4 @@ def test_expected_sparsity_matches_enumeration(dtype):
     W = p["values"][np.arange(3), cfg]
     prob = softmax(p["q_logits"])[np.arange(3), cfg].prod(-1)
     ref = np.sum(prob * (W == 0).mean(-1))
-    np.testing.assert_allclose(float(kronvi.expected_sparsity(q_w, prior_w)), ref, rtol=tol(dtype))
+    np.testing.assert_allclose(float(kronvi.model.expected_sparsity(q_w, prior_w)), ref, rtol=tol(dtype))

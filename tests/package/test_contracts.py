@@ -12,11 +12,11 @@ def _fold(seed, dtype, b=5, n=30):
     rng = np.random.default_rng(seed)
     Phi = rng.normal(size=(n, b))
     y = Phi @ rng.normal(size=b) + 0.3 * rng.normal(size=n)
-    stats = kronvi.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
-    pw = kronvi.gaussian_prior(b, 1.0 + seed, levels=7, dtype=dtype)
-    pn = kronvi.noise_prior(0.1 * (1 + seed), levels=5, dtype=dtype)
-    q = kronvi.MeanField(jnp.asarray(rng.normal(size=(b, 7)), dtype))
-    qn = kronvi.MeanField(jnp.asarray(rng.normal(size=(1, 5)), dtype))
+    stats = kronvi.stats.regression_stats(jnp.asarray(Phi, dtype), jnp.asarray(y, dtype))
+    pw = kronvi.model.gaussian_prior(b, 1.0 + seed, levels=7, dtype=dtype)
+    pn = kronvi.model.noise_prior(0.1 * (1 + seed), levels=5, dtype=dtype)
+    q = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(b, 7)), dtype))
+    qn = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(1, 5)), dtype))
     return stats, pw, pn, q, qn, jnp.asarray(rng.normal(size=(4, b)), dtype)
 
 
@@ -25,9 +25,9 @@ def _stack(*trees):
 
 
 FUNCTIONS = {
-    "elbo": lambda st, pw, pn, q, qn, P: kronvi.regression_elbo(st, q, qn, pw, pn),
-    "predict": lambda st, pw, pn, q, qn, P: kronvi.predict_regression(q, qn, pw, pn, P),
-    "sparsity": lambda st, pw, pn, q, qn, P: kronvi.expected_sparsity(q, pw),
+    "elbo": lambda st, pw, pn, q, qn, P: kronvi.model.regression_elbo(st, q, qn, pw, pn),
+    "predict": lambda st, pw, pn, q, qn, P: kronvi.model.predict_regression(q, qn, pw, pn, P),
+    "sparsity": lambda st, pw, pn, q, qn, P: kronvi.model.expected_sparsity(q, pw),
 }
 
 
@@ -67,8 +67,8 @@ def test_grad_of_prediction_and_elbo_through_the_prior_scale():
 
     def loss(scale):
         pw2 = pw._replace(values=pw.values * scale)
-        mean, var = kronvi.predict_regression(q, qn, pw2, pn, P)
-        return kronvi.regression_elbo(st, q, qn, pw2, pn) + jnp.sum(mean) + jnp.sum(var)
+        mean, var = kronvi.model.predict_regression(q, qn, pw2, pn, P)
+        return kronvi.model.regression_elbo(st, q, qn, pw2, pn) + jnp.sum(mean) + jnp.sum(var)
 
     g = jax.grad(loss)(jnp.float32(1.0))
     eps = 1e-2

@@ -33,7 +33,7 @@ def test_no_docstring_uses_mkdocs_link_syntax():
 
 
 def test_help_of_fit_regression_names_objects_in_plain_backticks():
-    text = pydoc.render_doc(kronvi.fit_regression, renderer=pydoc.plaintext)
+    text = pydoc.render_doc(kronvi.fitting.fit_regression, renderer=pydoc.plaintext)
     assert "`RegressionStats`" in text and "`DiscretePrior`" in text and "][" not in text
 
 

@@ -12,9 +12,9 @@ def _ok(b=3):
     rng = np.random.default_rng(0)
     Phi = jnp.asarray(rng.normal(size=(10, b)), jnp.float32)
     y = jnp.asarray(rng.normal(size=10), jnp.float32)
-    pw = kronvi.gaussian_prior(b, 1.0, levels=5)
-    pn = kronvi.noise_prior(0.5, levels=3)
-    return Phi, y, pw, pn, kronvi.regression_stats(Phi, y)
+    pw = kronvi.model.gaussian_prior(b, 1.0, levels=5)
+    pn = kronvi.model.noise_prior(0.5, levels=3)
+    return Phi, y, pw, pn, kronvi.stats.regression_stats(Phi, y)
 
 
 @pytest.mark.parametrize(
@@ -31,94 +31,94 @@ def _ok(b=3):
 )
 def test_regression_stats_rejects_bad_data(Phi, y, match):
     with pytest.raises(ValueError, match=match):
-        kronvi.regression_stats(Phi, y)
+        kronvi.stats.regression_stats(Phi, y)
 
 
 def test_chunk_size_and_folds_are_validated():
     Phi, y, *_ = _ok()
     with pytest.raises(ValueError, match="chunk_size"):
-        kronvi.regression_stats(Phi, y, chunk_size=0)
+        kronvi.stats.regression_stats(Phi, y, chunk_size=0)
     with pytest.raises(ValueError, match="`folds` leaves fold"):
-        kronvi.kfold_stats(Phi, y, np.array([0, 0, 0, 2, 2, 2, 0, 0, 2, 2]))
+        kronvi.stats.kfold_stats(Phi, y, np.array([0, 0, 0, 2, 2, 2, 0, 0, 2, 2]))
     with pytest.raises(ValueError, match="`folds` must have shape"):
-        kronvi.kfold_stats(Phi, y, np.zeros(3, int))
+        kronvi.stats.kfold_stats(Phi, y, np.zeros(3, int))
 
 
 def test_priors_are_validated():
     with pytest.raises(ValueError, match="`log_probs` shape"):
-        kronvi.DiscretePrior(np.zeros((2, 3)), np.zeros((2, 4)))
+        kronvi.model.DiscretePrior(np.zeros((2, 3)), np.zeros((2, 4)))
     with pytest.raises(ValueError, match="`values` must be 2-D"):
-        kronvi.DiscretePrior(np.zeros(3), np.zeros(3))
+        kronvi.model.DiscretePrior(np.zeros(3), np.zeros(3))
     with pytest.raises(ValueError, match="`log_probs` contains"):
-        kronvi.DiscretePrior(np.zeros((1, 2)), np.array([[0.0, -np.inf]]))
+        kronvi.model.DiscretePrior(np.zeros((1, 2)), np.array([[0.0, -np.inf]]))
     with pytest.raises(ValueError, match="`scale` must be strictly positive"):
-        kronvi.gaussian_prior(3, 0.0)
+        kronvi.model.gaussian_prior(3, 0.0)
     with pytest.raises(ValueError, match="`scale` must be a scalar or shape"):
-        kronvi.gaussian_prior(3, np.ones(2))
+        kronvi.model.gaussian_prior(3, np.ones(2))
     with pytest.raises(ValueError, match="`levels`"):
-        kronvi.gaussian_prior(3, 1.0, levels=1)
+        kronvi.model.gaussian_prior(3, 1.0, levels=1)
     with pytest.raises(ValueError, match="`variance` must be strictly positive"):
-        kronvi.noise_prior(-1.0)
+        kronvi.model.noise_prior(-1.0)
     with pytest.raises(ValueError, match="`variance` contains"):
-        kronvi.noise_prior(np.nan)
+        kronvi.model.noise_prior(np.nan)
     with pytest.raises(ValueError, match="`span`"):
-        kronvi.noise_prior(1.0, span=1.0)
+        kronvi.model.noise_prior(1.0, span=1.0)
 
 
 def test_noise_prior_must_be_positive_and_one_row():
     Phi, y, pw, pn, stats = _ok()
-    q = kronvi.MeanField.from_prior(pw)
-    bad = kronvi.DiscretePrior(np.array([[-1.0, 1.0]]), np.zeros((1, 2)))
+    q = kronvi.model.MeanField.from_prior(pw)
+    bad = kronvi.model.DiscretePrior(np.array([[-1.0, 1.0]]), np.zeros((1, 2)))
     with pytest.raises(ValueError, match="noise variances"):
-        kronvi.regression_elbo(stats, q, kronvi.MeanField(np.zeros((1, 2))), pw, bad)
-    two_rows = kronvi.DiscretePrior(np.ones((2, 2)), np.zeros((2, 2)))
+        kronvi.model.regression_elbo(stats, q, kronvi.model.MeanField(np.zeros((1, 2))), pw, bad)
+    two_rows = kronvi.model.DiscretePrior(np.ones((2, 2)), np.zeros((2, 2)))
     with pytest.raises(ValueError, match=r"`prior_noise` must have shape \(1, m_sigma\)"):
-        kronvi.fit_regression(stats, pw, two_rows)
+        kronvi.fitting.fit_regression(stats, pw, two_rows)
 
 
 def test_mismatched_grids_and_logits():
     Phi, y, pw, pn, stats = _ok()
-    qn = kronvi.MeanField.from_prior(pn)
+    qn = kronvi.model.MeanField.from_prior(pn)
     with pytest.raises(ValueError, match="`q_w.logits` has shape"):
-        kronvi.regression_elbo(stats, kronvi.MeanField(np.zeros((3, 4))), qn, pw, pn)
+        kronvi.model.regression_elbo(stats, kronvi.model.MeanField(np.zeros((3, 4))), qn, pw, pn)
     with pytest.raises(ValueError, match="`q_noise.logits` has shape"):
-        kronvi.regression_elbo(
-            stats, kronvi.MeanField.from_prior(pw), kronvi.MeanField(np.zeros((1, 7))), pw, pn
+        kronvi.model.regression_elbo(
+            stats, kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField(np.zeros((1, 7))), pw, pn
         )
     with pytest.raises(ValueError, match="`prior_w` has 4 weights but the data have 3 features"):
-        kronvi.fit_regression(stats, kronvi.gaussian_prior(4, 1.0, levels=5), pn)
+        kronvi.fitting.fit_regression(stats, kronvi.model.gaussian_prior(4, 1.0, levels=5), pn)
     with pytest.raises(ValueError, match="`logits` must be 2-D"):
-        kronvi.MeanField(np.zeros(3))
+        kronvi.model.MeanField(np.zeros(3))
     with pytest.raises(ValueError, match="`logits` contains"):
-        kronvi.MeanField(np.array([[0.0, np.nan]]))
+        kronvi.model.MeanField(np.array([[0.0, np.nan]]))
     with pytest.raises(TypeError, match="`q_w` must be a MeanField"):
-        kronvi.regression_elbo(stats, pw, qn, pw, pn)
+        kronvi.model.regression_elbo(stats, pw, qn, pw, pn)
 
 
 def test_prediction_inputs_are_validated():
     Phi, y, pw, pn, stats = _ok()
-    q, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    q, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)
     with pytest.raises(ValueError, match="`Phi_new` has 2 features but the model has 3 weights"):
-        kronvi.predict_regression(q, qn, pw, pn, np.ones((4, 2)))
+        kronvi.model.predict_regression(q, qn, pw, pn, np.ones((4, 2)))
     with pytest.raises(ValueError, match="`Phi_new` contains"):
-        kronvi.predict_regression(q, qn, pw, pn, np.full((4, 3), np.inf))
+        kronvi.model.predict_regression(q, qn, pw, pn, np.full((4, 3), np.inf))
     with pytest.raises(ValueError, match="`y_new` has 3 points but `Phi_new` has 4"):
-        kronvi.predictive_log_density(q, qn, pw, pn, np.ones((4, 3)), np.ones(3))
+        kronvi.model.predictive_log_density(q, qn, pw, pn, np.ones((4, 3)), np.ones(3))
 
 
 def test_empty_statistics_are_rejected():
     Phi, y, pw, pn, stats = _ok()
-    empty = kronvi.subtract_stats(stats, stats)
-    q, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+    empty = kronvi.stats.subtract_stats(stats, stats)
+    q, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)
     with pytest.raises(ValueError, match="`stats.n` must be positive"):
-        kronvi.regression_elbo(empty, q, qn, pw, pn)
+        kronvi.model.regression_elbo(empty, q, qn, pw, pn)
 
 
 def test_statistics_with_nan_are_rejected_by_every_regression_fit():
     Phi, y, pw, pn, stats = _ok()
     bad = stats._replace(PhitPhi=stats.PhitPhi.at[0, 0].set(jnp.nan))
     for fit in (
-        lambda: kronvi.fit_regression(bad, pw, pn, init="gaussian"),
+        lambda: kronvi.fitting.fit_regression(bad, pw, pn, init="gaussian"),
         lambda: kronvi.gaussian.fit_gaussian_mf(bad, prior_scale=1.0, noise_variance=0.5),  # returned NaN
         lambda: kronvi.gaussian.fit_elrg(jax.random.key(0), bad, 1.0, 0.5, rank=1, max_iter=2),
     ):
@@ -130,10 +130,10 @@ def test_statistics_with_nan_are_rejected_by_every_regression_fit():
 def test_float32_fit_with_x64_on(init):
     with jax.enable_x64(True):
         Phi, y = np.random.default_rng(0).normal(size=(30, 3)), np.ones(30)
-        stats = kronvi.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
-        pw = kronvi.gaussian_prior(3, 1.0, dtype=jnp.float32)
-        pn = kronvi.noise_prior(0.5, dtype=jnp.float32)
-        q_w, q_n, info = kronvi.fit_regression(stats, pw, pn, init=init)
+        stats = kronvi.stats.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
+        pw = kronvi.model.gaussian_prior(3, 1.0, dtype=jnp.float32)
+        pn = kronvi.model.noise_prior(0.5, dtype=jnp.float32)
+        q_w, q_n, info = kronvi.fitting.fit_regression(stats, pw, pn, init=init)
         assert q_w.logits.dtype == q_n.logits.dtype == jnp.float32
         assert np.isfinite(float(info.final_elbo))
 
@@ -141,21 +141,21 @@ def test_float32_fit_with_x64_on(init):
 def test_mixed_dtypes_and_float16_are_rejected_by_fits():
     with jax.enable_x64(True):
         Phi, y = np.random.default_rng(0).normal(size=(30, 3)), np.ones(30)
-        s32 = kronvi.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
-        pw64, pn64 = kronvi.gaussian_prior(3, 1.0), kronvi.noise_prior(0.5)
-        pw32 = kronvi.gaussian_prior(3, 1.0, dtype=jnp.float32)
+        s32 = kronvi.stats.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
+        pw64, pn64 = kronvi.model.gaussian_prior(3, 1.0), kronvi.model.noise_prior(0.5)
+        pw32 = kronvi.model.gaussian_prior(3, 1.0, dtype=jnp.float32)
         with pytest.raises(TypeError, match="dtypes differ: `stats` float32, `prior_w` float64"):
-            kronvi.fit_regression(s32, pw64, pn64)
+            kronvi.fitting.fit_regression(s32, pw64, pn64)
         with pytest.raises(TypeError, match="`prior_w` float32, `prior_noise` float64"):
-            kronvi.fit_regression(s32, pw32, pn64, init="gaussian")
+            kronvi.fitting.fit_regression(s32, pw32, pn64, init="gaussian")
         with pytest.raises(TypeError, match="`prior_noise` float64"):
-            kronvi.gaussian_start(s32, pw32, pn64)
-    s16 = kronvi.regression_stats(jnp.asarray(Phi, jnp.float16), jnp.asarray(y, jnp.float16))
-    pw16 = kronvi.gaussian_prior(3, 1.0, dtype=jnp.float16)
-    pn16 = kronvi.noise_prior(0.5, dtype=jnp.float16)
+            kronvi.fitting.gaussian_start(s32, pw32, pn64)
+    s16 = kronvi.stats.regression_stats(jnp.asarray(Phi, jnp.float16), jnp.asarray(y, jnp.float16))
+    pw16 = kronvi.model.gaussian_prior(3, 1.0, dtype=jnp.float16)
+    pn16 = kronvi.model.noise_prior(0.5, dtype=jnp.float16)
     for init in ("prior", "gaussian"):
         with pytest.raises(TypeError, match="`stats` are float16: fits run in float32 or float64"):
-            kronvi.fit_regression(s16, pw16, pn16, init=init)
+            kronvi.fitting.fit_regression(s16, pw16, pn16, init=init)
 
 
 @pytest.mark.parametrize(

@@ -22,48 +22,52 @@ def _data(seed, n=24, b=3):
 
 
 def _stats(Phi, y):
-    return kronvi.regression_stats(Phi, y)
+    return kronvi.stats.regression_stats(Phi, y)
 
 
 def _priors(b=3):
-    return kronvi.gaussian_prior(b, 1.0, levels=5), kronvi.noise_prior(0.1, levels=5)
+    return kronvi.model.gaussian_prior(b, 1.0, levels=5), kronvi.model.noise_prior(0.1, levels=5)
 
 
 def _mixture_start(dtype):
     pn = _priors()[1]
-    return kronvi.Mixture(jnp.zeros((2, 3, 5), dtype), jnp.zeros(2, dtype)), kronvi.MeanField.from_prior(pn)
+    return kronvi.mixtures.Mixture(
+        jnp.zeros((2, 3, 5), dtype), jnp.zeros(2, dtype)
+    ), kronvi.model.MeanField.from_prior(pn)
 
 
 # name: (fit(Phi, y) -> result, result type, optimizer, its max_iter / num_steps: the trace has one more entry)
 FITS = {
     "fit_regression cavi": (
-        lambda Phi, y: kronvi.fit_regression(_stats(Phi, y), *_priors(), max_iter=30),
-        kronvi.RegressionFit,
+        lambda Phi, y: kronvi.fitting.fit_regression(_stats(Phi, y), *_priors(), max_iter=30),
+        kronvi.fitting.RegressionFit,
         "cavi",
         30,
     ),
     "fit_regression lbfgs": (
-        lambda Phi, y: kronvi.fit_regression(_stats(Phi, y), *_priors(), method="lbfgs", max_iter=30),
-        kronvi.RegressionFit,
+        lambda Phi, y: kronvi.fitting.fit_regression(_stats(Phi, y), *_priors(), method="lbfgs", max_iter=30),
+        kronvi.fitting.RegressionFit,
         "lbfgs",
         30,
     ),
     "fit_regression optax-lbfgs": (
-        lambda Phi, y: kronvi.fit_regression(_stats(Phi, y), *_priors(), method="optax-lbfgs", max_iter=30),
-        kronvi.RegressionFit,
+        lambda Phi, y: kronvi.fitting.fit_regression(
+            _stats(Phi, y), *_priors(), method="optax-lbfgs", max_iter=30
+        ),
+        kronvi.fitting.RegressionFit,
         "optax-lbfgs",
         30,
     ),
     "fit_mixture_bound": (
-        lambda Phi, y: kronvi.fit_mixture_bound(
+        lambda Phi, y: kronvi.mixtures.fit_mixture_bound(
             _stats(Phi, y), *_priors(), init=_mixture_start(Phi.dtype), max_iter=4
         ),
-        kronvi.MixtureFit,
+        kronvi.mixtures.MixtureFit,
         "lbfgs",
         4,
     ),
     "fit_mixture_sgd": (
-        lambda Phi, y: kronvi.fit_mixture_sgd(
+        lambda Phi, y: kronvi.mixtures.fit_mixture_sgd(
             jax.random.key(0),
             _stats(Phi, y),
             *_priors(),
@@ -72,19 +76,19 @@ FITS = {
             num_steps=3,
             num_samples=4,
         ),
-        kronvi.MixtureFit,
+        kronvi.mixtures.MixtureFit,
         "sgd",
         3,
     ),
     "fit_logistic": (
         lambda Phi, y: fit_logistic(Phi, (y > 0).astype(Phi.dtype), _priors()[0], max_iter=4),
-        kronvi.LogisticFit,
+        kronvi.logistic.LogisticFit,
         "optax-lbfgs",
         4,
     ),
     "fit_logistic lbfgs": (
         lambda Phi, y: fit_logistic(Phi, (y > 0).astype(Phi.dtype), _priors()[0], method="lbfgs", max_iter=4),
-        kronvi.LogisticFit,
+        kronvi.logistic.LogisticFit,
         "lbfgs",
         4,
     ),
@@ -98,41 +102,43 @@ FITS = {
             num_steps=3,
             batch_size=8,
         ),
-        kronvi.LogisticFit,
+        kronvi.logistic.LogisticFit,
         "sgd",
         3,
     ),
     "fit_gaussian_mf": (
-        lambda Phi, y: kronvi.fit_gaussian_mf(
+        lambda Phi, y: kronvi.gaussian.fit_gaussian_mf(
             _stats(Phi, y), prior_scale=1.0, noise_variance=0.5, max_iter=4
         ),
-        kronvi.GaussianFit,
+        kronvi.gaussian.GaussianFit,
         "cavi",
         4,
     ),
     "fit_gaussian_reparam": (
-        lambda Phi, y: kronvi.fit_gaussian_reparam(
+        lambda Phi, y: kronvi.gaussian.fit_gaussian_reparam(
             jax.random.key(0),
             Phi,
             y,
-            init=(kronvi.GaussianMeanField(jnp.zeros(3), jnp.zeros(3)), 1.0),
+            init=(kronvi.gaussian.GaussianMeanField(jnp.zeros(3), jnp.zeros(3)), 1.0),
             prior_scale=1.0,
             optimizer=optax.adam(0.1),
             num_steps=3,
             batch_size=5,
         ),
-        kronvi.GaussianFit,
+        kronvi.gaussian.GaussianFit,
         "sgd",
         3,
     ),
     "fit_elrg": (
-        lambda Phi, y: kronvi.fit_elrg(jax.random.key(0), _stats(Phi, y), 1.0, 0.5, rank=1, max_iter=4),
-        kronvi.ELRGFit,
+        lambda Phi, y: kronvi.gaussian.fit_elrg(
+            jax.random.key(0), _stats(Phi, y), 1.0, 0.5, rank=1, max_iter=4
+        ),
+        kronvi.gaussian.ELRGFit,
         "optax-lbfgs",
         4,
     ),
     "fit_elrg local-reparam": (
-        lambda Phi, y: kronvi.fit_elrg(
+        lambda Phi, y: kronvi.gaussian.fit_elrg(
             jax.random.key(0),
             None,
             1.0,
@@ -144,16 +150,16 @@ FITS = {
             num_steps=3,
             batch_size=5,
         ),
-        kronvi.ELRGFit,
+        kronvi.gaussian.ELRGFit,
         "sgd",
         3,
     ),
 }
 # quadratic networks: the layer sizes ride on the statistics' shapes, concrete under `jit` too
 FITS["fit_bnn"] = (
-    lambda Phi, y: fit_bnn(bnn_stats(Phi, y, (3, 2, 1)), kronvi.gaussian_prior(8, 1.0, levels=3), _priors()[1],
+    lambda Phi, y: fit_bnn(bnn_stats(Phi, y, (3, 2, 1)), kronvi.model.gaussian_prior(8, 1.0, levels=3), _priors()[1],
                            max_iter=4),
-    kronvi.BNNFit, "cavi", 4,
+    kronvi.bnn.BNNFit, "cavi", 4,
 )  # fmt: skip
 
 
@@ -205,9 +211,16 @@ def test_other_results_have_named_fields():
     fmap = kronvi.feature_learning.rff_lengthscale_map(jax.random.key(0), 3, 4)
     with jax.enable_x64(False):
         X32, y32 = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
-        pw, pn = kronvi.gaussian_prior(8, 1.0, levels=5), kronvi.noise_prior(0.1)
-        fit = kronvi.fit_features(jnp.zeros(3), X32, y32, pw, pn, feature_fn=fmap, max_iter=1, param_iter=2)
-    assert type(fit) is kronvi.FeatureFit and fit._fields == ("params", "q_w", "q_noise", "info")
+        pw, pn = kronvi.model.gaussian_prior(8, 1.0, levels=5), kronvi.model.noise_prior(0.1)
+        fit = kronvi.feature_learning.fit_features(
+            jnp.zeros(3), X32, y32, pw, pn, feature_fn=fmap, max_iter=1, param_iter=2
+        )
+    assert type(fit) is kronvi.feature_learning.FeatureFit and fit._fields == (
+        "params",
+        "q_w",
+        "q_noise",
+        "info",
+    )
     assert fit.info._fields[:5] == COMMON and fit.info.optimizer == "optax-lbfgs"
     assert fit.info.final_elbo == fit.info.elbo[fit.info.num_iter]
     assert kronvi.pipeline.DirectFit._fields == ("model", "timings", "info")
@@ -221,16 +234,16 @@ def test_mixture_init_in_the_old_order_warns_and_still_works():
         stats = _stats(*_data(0))
         pw, pn = _priors()
         q, q_n = _mixture_start(jnp.float64)
-        new = kronvi.fit_mixture_bound(stats, pw, pn, init=(q, q_n, q.log_marginals), max_iter=4)
+        new = kronvi.mixtures.fit_mixture_bound(stats, pw, pn, init=(q, q_n, q.log_marginals), max_iter=4)
         with pytest.warns(DeprecationWarning, match=r"\(q, q_noise, log_center\)"):
-            old = kronvi.fit_mixture_bound(stats, pw, pn, init=(q, q.log_marginals, q_n), max_iter=4)
+            old = kronvi.mixtures.fit_mixture_bound(stats, pw, pn, init=(q, q.log_marginals, q_n), max_iter=4)
     np.testing.assert_array_equal(old.log_center, new.log_center)
 
 
 def test_the_gp_fit_is_a_named_result():
     X = np.random.default_rng(0).normal(size=(30, 2))
     y = np.sin(X[:, 0])
-    fit = kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y, num_starts=1, max_iter=5)
-    assert isinstance(fit, kronvi.GPFit) and fit._fields == ("hyper", "info")
+    fit = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), X, y, num_starts=1, max_iter=5)
+    assert isinstance(fit, kronvi.inputs.GPFit) and fit._fields == ("hyper", "info")
     hyper, info = fit  # unpacks as the pair it was
-    assert isinstance(hyper, kronvi.GPHyperparameters) and isinstance(info, kronvi.GPFitInfo)
+    assert isinstance(hyper, kronvi.inputs.GPHyperparameters) and isinstance(info, kronvi.inputs.GPFitInfo)

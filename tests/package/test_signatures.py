@@ -10,18 +10,16 @@ import optax
 import pytest
 
 import kronvi
-import kronvi.bnn
-import kronvi.feature_learning
-import kronvi.gaussian
-import kronvi.logistic
-import kronvi.mixtures
-import kronvi.pipeline
-import kronvi.quantize
 from kronvi._solvers.info import OPTIMIZERS
 
 P = inspect.Parameter
 MODULES = [
     kronvi,
+    kronvi.inputs,
+    kronvi.stats,
+    kronvi.model,
+    kronvi.fitting,
+    kronvi.files,
     kronvi.bnn,
     kronvi.feature_learning,
     kronvi.gaussian,
@@ -177,11 +175,11 @@ def problem():
     b, m, n = 3, 5, 20
     Phi = jnp.asarray(rng.normal(size=(n, b)), jnp.float32)
     y = Phi @ jnp.asarray([1.0, -1.0, 0.0], jnp.float32) + 0.1 * jnp.asarray(rng.normal(size=n), jnp.float32)
-    stats = kronvi.regression_stats(Phi, y)
-    pw, pn = kronvi.gaussian_prior(b, 1.0, levels=m), kronvi.noise_prior(0.1, levels=4)
-    qw = kronvi.MeanField(jnp.asarray(rng.normal(size=(b, m)), jnp.float32))
-    qn = kronvi.MeanField.from_prior(pn)
-    mix = kronvi.Mixture(jnp.asarray(rng.normal(size=(2, b, m)), jnp.float32), jnp.zeros(2))
+    stats = kronvi.stats.regression_stats(Phi, y)
+    pw, pn = kronvi.model.gaussian_prior(b, 1.0, levels=m), kronvi.model.noise_prior(0.1, levels=4)
+    qw = kronvi.model.MeanField(jnp.asarray(rng.normal(size=(b, m)), jnp.float32))
+    qn = kronvi.model.MeanField.from_prior(pn)
+    mix = kronvi.mixtures.Mixture(jnp.asarray(rng.normal(size=(2, b, m)), jnp.float32), jnp.zeros(2))
     labels = (y > 0).astype(jnp.float32)
     return dict(Phi=Phi, y=y, labels=labels, stats=stats, pw=pw, pn=pn, qw=qw, qn=qn, mix=mix, b=b)
 
@@ -194,15 +192,15 @@ def _reordered_calls(p):
     )
     lc = mix.log_marginals
     bstats = kronvi.bnn.bnn_stats(Phi[:, :2], p["y"], (2, 1, 1))
-    bpw = kronvi.gaussian_prior(3, 1.0, levels=3)
-    bqw = kronvi.MeanField.from_prior(bpw)
+    bpw = kronvi.model.gaussian_prior(3, 1.0, levels=3)
+    bqw = kronvi.model.MeanField.from_prior(bpw)
     opt = optax.sgd(0.01)
-    mstate = kronvi.mixture_sgd_init(mix, qn, optimizer=opt)
-    gq = kronvi.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
-    rstate = kronvi.gaussian_reparam_init(gq, 1.0, optimizer=opt)
-    eq = kronvi.ELRG(jnp.zeros(3), jnp.zeros(3), jnp.ones((3, 1)))
+    mstate = kronvi.mixtures.mixture_sgd_init(mix, qn, optimizer=opt)
+    gq = kronvi.gaussian.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
+    rstate = kronvi.gaussian.gaussian_reparam_init(gq, 1.0, optimizer=opt)
+    eq = kronvi.gaussian.ELRG(jnp.zeros(3), jnp.zeros(3), jnp.ones((3, 1)))
     fmap = kronvi.feature_learning.rff_lengthscale_map(jax.random.key(1), 3, 2)  # 4 features
-    fq, fpw = kronvi.MeanField(jnp.zeros((4, 5))), kronvi.gaussian_prior(4, 1.0, levels=5)
+    fq, fpw = kronvi.model.MeanField(jnp.zeros((4, 5))), kronvi.model.gaussian_prior(4, 1.0, levels=5)
     order = jnp.arange(3)
     idx_w, idx_n = jnp.zeros((2, 3), jnp.int32), jnp.zeros(2, jnp.int32)
     return {
@@ -287,11 +285,11 @@ def test_the_old_argument_order_warns_and_gives_the_same_result(problem, name):
 def test_renamed_keywords_warn_and_give_the_same_result(problem):
     p = problem
     bstats = kronvi.bnn.bnn_stats(p["Phi"][:, :2], p["y"], (2, 1, 1))
-    bpw = kronvi.gaussian_prior(3, 1.0, levels=3)
+    bpw = kronvi.model.gaussian_prior(3, 1.0, levels=3)
     start = kronvi.bnn.bnn_init(jax.random.key(0), bpw, p["pn"])
     fmap = kronvi.feature_learning.rff_lengthscale_map(jax.random.key(1), 3, 2)
     # 15 levels of weights and noise, as fit_features_eigen's grids: its inner fit reuses fit_features's programs
-    fpw, fpn = kronvi.gaussian_prior(4, 1.0, levels=15), kronvi.noise_prior(0.1, levels=15)
+    fpw, fpn = kronvi.model.gaussian_prior(4, 1.0, levels=15), kronvi.model.noise_prior(0.1, levels=15)
     X3 = p["Phi"]
     calls = [
         (kronvi.bnn.fit_bnn, (bstats, bpw, p["pn"]), {"q_init": start, "max_iter": 2}, {"init": start, "max_iter": 2}),
@@ -300,17 +298,17 @@ def test_renamed_keywords_warn_and_give_the_same_result(problem):
             {"q_init": "prior", "max_iter": 2}, {"init": "prior", "max_iter": 2},
         ),
         (
-            kronvi.fit_features, (jnp.zeros(3), X3, p["y"], fpw, fpn),
+            kronvi.feature_learning.fit_features, (jnp.zeros(3), X3, p["y"], fpw, fpn),
             {"feature_fn": fmap, "max_rounds": 0, "backend": "lbfgs"},
             {"feature_fn": fmap, "max_iter": 0, "method": "lbfgs"},
         ),
         (
-            kronvi.fit_features_eigen, (jnp.zeros(3), X3, p["y"]),
+            kronvi.feature_learning.fit_features_eigen, (jnp.zeros(3), X3, p["y"]),
             {"feature_fn": fmap, "prior_scale": 1.0, "noise_variance": 0.1, "rounds": 0},
             {"feature_fn": fmap, "prior_scale": 1.0, "noise_variance": 0.1, "max_iter": 0},
         ),
         (
-            kronvi.fit_gp_hyperparameters, (jax.random.key(2), X3, p["y"] - jnp.mean(p["y"])),
+            kronvi.inputs.fit_gp_hyperparameters, (jax.random.key(2), X3, p["y"] - jnp.mean(p["y"])),
             {"num_restarts": 1, "max_iter": 3}, {"num_starts": 1, "max_iter": 3},
         ),
     ]  # fmt: skip

@@ -7,7 +7,13 @@ import pytest
 
 MODULES = [
     "kronvi",
+    "kronvi.inputs",
+    "kronvi.stats",
+    "kronvi.model",
+    "kronvi.fitting",
+    "kronvi.files",
     "kronvi.bnn",
+    "kronvi.cv",
     "kronvi.feature_learning",
     "kronvi.gaussian",
     "kronvi.logistic",

@@ -37,7 +37,7 @@ def affine_prior(rng, b, m, dtype, *, zero=True):
     z = rng.integers(0, m, size=b)
     base = np.zeros(b) if zero else rng.normal(size=b)
     values = base[:, None] + step[:, None] * (np.arange(m)[None, :] - z[:, None])
-    return kronvi.DiscretePrior(values.astype(dtype), rng.normal(size=(b, m)).astype(dtype))
+    return kronvi.model.DiscretePrior(values.astype(dtype), rng.normal(size=(b, m)).astype(dtype))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -49,14 +49,14 @@ def test_sample_frequencies_match_mean_field(precision):
     rng = np.random.default_rng(0)
     b, m, S = 4, 5, 40_000
     logits = rng.normal(size=(b, m)) * 1.5
-    q = kronvi.MeanField(logits.astype(precision))
-    codes = kronvi.sample_codes(jax.random.key(1), q, S)
+    q = kronvi.model.MeanField(logits.astype(precision))
+    codes = kronvi.quantize.sample_codes(jax.random.key(1), q, S)
     assert codes.shape == (S, b) and codes.dtype == jnp.uint8
     freq = np.stack([np.bincount(np.asarray(codes[:, j]), minlength=m) for j in range(b)]) / S
     p = np.asarray(q.probs, np.float64)
     assert np.all(np.abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / S) + 1e-12)
     # Deterministic in the key, and weights drawn independently: pairwise joint = product of marginals.
-    assert np.array_equal(codes, kronvi.sample_codes(jax.random.key(1), q, S))
+    assert np.array_equal(codes, kronvi.quantize.sample_codes(jax.random.key(1), q, S))
     joint = (
         np.histogram2d(np.asarray(codes[:, 0]), np.asarray(codes[:, 1]), bins=[np.arange(m + 1)] * 2)[0] / S
     )
@@ -65,11 +65,11 @@ def test_sample_frequencies_match_mean_field(precision):
 
 
 def test_sample_frequencies_match_mixture(precision):
-    Mixture = kronvi.Mixture
+    Mixture = kronvi.mixtures.Mixture
     rng = np.random.default_rng(1)
     r, b, m, S = 3, 2, 3, 20_000
     q = Mixture(rng.normal(size=(r, b, m)) * 2, rng.normal(size=r))
-    codes = np.asarray(kronvi.sample_codes(jax.random.key(2), q, S))
+    codes = np.asarray(kronvi.quantize.sample_codes(jax.random.key(2), q, S))
     assert codes.shape == (S, b) and codes.dtype == np.uint8
     # Dense joint law sum_k alpha_k q_k1 (x) q_k2 over the m**2 configurations (correlated across weights).
     probs, alpha = np.asarray(q.probs, np.float64), np.asarray(q.weights, np.float64)
@@ -79,15 +79,15 @@ def test_sample_frequencies_match_mixture(precision):
 
 
 def test_sample_codes_errors():
-    q = kronvi.MeanField(jnp.zeros((2, 3)))
+    q = kronvi.model.MeanField(jnp.zeros((2, 3)))
     with pytest.raises(TypeError, match="`q` must be a variational family"):
-        kronvi.sample_codes(jax.random.key(0), jnp.zeros((2, 3)), 5)
+        kronvi.quantize.sample_codes(jax.random.key(0), jnp.zeros((2, 3)), 5)
     for bad in (0, 2.5, 3.0, True, "3"):  # one integer rule everywhere (kronvi._base.checks.check_int)
         with pytest.raises(ValueError, match="`num_samples` must be an int >= 1"):
-            kronvi.sample_codes(jax.random.key(0), q, bad)
-    assert kronvi.sample_codes(jax.random.key(0), q, np.int64(2)).shape == (2, 2)
+            kronvi.quantize.sample_codes(jax.random.key(0), q, bad)
+    assert kronvi.quantize.sample_codes(jax.random.key(0), q, np.int64(2)).shape == (2, 2)
     with pytest.raises(ValueError, match="m <= 256"):
-        kronvi.sample_codes(jax.random.key(0), kronvi.MeanField(jnp.zeros((1, 257))), 2)
+        kronvi.quantize.sample_codes(jax.random.key(0), kronvi.model.MeanField(jnp.zeros((1, 257))), 2)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -114,43 +114,45 @@ def reference_pack(codes, bits):
 def test_pack_unpack_round_trip(bits, b):
     rng = np.random.default_rng(bits * 100 + b)
     codes = rng.integers(0, 2**bits, size=(5, b)).astype(np.uint8)
-    packed = kronvi.pack_codes(codes, bits=bits)
+    packed = kronvi.quantize.pack_codes(codes, bits=bits)
     assert packed.dtype == jnp.uint8 and packed.shape == (5, -(-b * bits // 8))
     np.testing.assert_array_equal(packed, reference_pack(codes, bits))
-    back = kronvi.unpack_codes(packed, b, bits=bits)
+    back = kronvi.quantize.unpack_codes(packed, b, bits=bits)
     assert back.dtype == jnp.uint8
     np.testing.assert_array_equal(back, codes)
     # Any integer dtype, leading batch axes, and under jit.
-    np.testing.assert_array_equal(kronvi.pack_codes(codes.astype(np.int32), bits=bits), packed)
+    np.testing.assert_array_equal(kronvi.quantize.pack_codes(codes.astype(np.int32), bits=bits), packed)
     batched = np.stack([codes, codes[::-1]])
     np.testing.assert_array_equal(
-        kronvi.unpack_codes(kronvi.pack_codes(batched, bits=bits), b, bits=bits), batched
+        kronvi.quantize.unpack_codes(kronvi.quantize.pack_codes(batched, bits=bits), b, bits=bits), batched
     )
-    jitted = jax.jit(lambda c: kronvi.unpack_codes(kronvi.pack_codes(c, bits=bits), b, bits=bits))
+    jitted = jax.jit(
+        lambda c: kronvi.quantize.unpack_codes(kronvi.quantize.pack_codes(c, bits=bits), b, bits=bits)
+    )
     np.testing.assert_array_equal(jitted(jnp.asarray(codes)), codes)
 
 
 def test_pack_two_codes_per_byte_at_4_bits():
     codes = np.array([[3, 12, 7]])
-    assert kronvi.pack_codes(codes).tolist() == [[3 | (12 << 4), 7]]
+    assert kronvi.quantize.pack_codes(codes).tolist() == [[3 | (12 << 4), 7]]
 
 
 def test_pack_unpack_errors():
     with pytest.raises(ValueError, match=r"`codes` must lie in \[0, 15\]"):
-        kronvi.pack_codes(np.array([[16]]))
+        kronvi.quantize.pack_codes(np.array([[16]]))
     with pytest.raises(ValueError, match=r"`codes` must lie in \[0, 3\]"):
-        kronvi.pack_codes(np.array([[-1, 2]]), bits=2)
+        kronvi.quantize.pack_codes(np.array([[-1, 2]]), bits=2)
     with pytest.raises(TypeError, match="`codes` must be an integer array"):
-        kronvi.pack_codes(np.array([[1.0]]))
+        kronvi.quantize.pack_codes(np.array([[1.0]]))
     for bad in (3, 16, True, 4.0):
         with pytest.raises(ValueError, match="`bits` must be one of"):
-            kronvi.pack_codes(np.array([[1]]), bits=bad)
+            kronvi.quantize.pack_codes(np.array([[1]]), bits=bad)
     with pytest.raises(ValueError, match="num_weights >= 1"):
-        kronvi.pack_codes(np.zeros((2, 0), int))
+        kronvi.quantize.pack_codes(np.zeros((2, 0), int))
     with pytest.raises(ValueError, match="`packed` has 2 bytes per row but 5 codes of 4 bits need 3"):
-        kronvi.unpack_codes(np.zeros((1, 2), np.uint8), 5)
+        kronvi.quantize.unpack_codes(np.zeros((1, 2), np.uint8), 5)
     with pytest.raises(TypeError, match="`packed` must be a uint8 array"):
-        kronvi.unpack_codes(np.zeros((1, 3), np.int32), 5)
+        kronvi.quantize.unpack_codes(np.zeros((1, 3), np.int32), 5)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -168,29 +170,29 @@ def dense_reference(Phi, prior, codes):
 def test_float_prediction_is_phi_times_gathered_values(precision, bits, m):
     rng = np.random.default_rng(bits)
     b, S, N = 37, 6, 11
-    prior = kronvi.DiscretePrior(rng.normal(size=(b, m)).astype(precision), np.zeros((b, m), precision))
+    prior = kronvi.model.DiscretePrior(rng.normal(size=(b, m)).astype(precision), np.zeros((b, m), precision))
     codes = rng.integers(0, m, size=(S, b))
     Phi = rng.normal(size=(N, b)).astype(precision)
-    packed = kronvi.pack_codes(codes, bits=bits)
-    pred = kronvi.predict_from_codes(packed, prior, Phi)
+    packed = kronvi.quantize.pack_codes(codes, bits=bits)
+    pred = kronvi.quantize.predict_from_codes(packed, prior, Phi)
     ref, _ = dense_reference(Phi, prior, codes)
     assert pred.shape == (N, S) and pred.dtype == precision
     np.testing.assert_allclose(pred, ref, rtol=0, atol=8 * b * eps(precision) * np.abs(ref).max())
-    np.testing.assert_array_equal(pred, kronvi.predict_from_codes(packed, prior, Phi, bits=bits))
-    jitted = jax.jit(lambda p, P: kronvi.predict_from_codes(p, prior, P))
+    np.testing.assert_array_equal(pred, kronvi.quantize.predict_from_codes(packed, prior, Phi, bits=bits))
+    jitted = jax.jit(lambda p, P: kronvi.quantize.predict_from_codes(p, prior, P))
     np.testing.assert_allclose(jitted(packed, Phi), pred, rtol=1e-6 if precision == np.float32 else 1e-13)
 
 
 def test_sample_mean_converges_to_exact_predictive_mean():
     rng = np.random.default_rng(3)
     b, N, S = 20, 7, 4_000
-    prior = kronvi.gaussian_prior(b, 0.7)
-    q = kronvi.MeanField(rng.normal(size=(b, 15)) * 2)
+    prior = kronvi.model.gaussian_prior(b, 0.7)
+    q = kronvi.model.MeanField(rng.normal(size=(b, 15)) * 2)
     Phi = rng.normal(size=(N, b)).astype(np.float32)
-    packed = kronvi.pack_codes(kronvi.sample_codes(jax.random.key(0), q, S))
-    preds = kronvi.predict_from_codes(packed, prior, Phi)
-    pn = kronvi.noise_prior(1.0, levels=3)
-    mean, _ = kronvi.predict_regression(q, kronvi.MeanField.from_prior(pn), prior, pn, Phi)
+    packed = kronvi.quantize.pack_codes(kronvi.quantize.sample_codes(jax.random.key(0), q, S))
+    preds = kronvi.quantize.predict_from_codes(packed, prior, Phi)
+    pn = kronvi.model.noise_prior(1.0, levels=3)
+    mean, _ = kronvi.model.predict_regression(q, kronvi.model.MeanField.from_prior(pn), prior, pn, Phi)
     p, v = np.asarray(q.probs, np.float64), np.asarray(prior.values, np.float64)
     var_w = (p * v**2).sum(1) - (p * v).sum(1) ** 2
     se = np.sqrt(Phi.astype(np.float64) ** 2 @ var_w / S)
@@ -198,28 +200,28 @@ def test_sample_mean_converges_to_exact_predictive_mean():
 
 
 def test_float_prediction_errors():
-    prior = kronvi.gaussian_prior(5, 1.0)
-    packed = kronvi.pack_codes(np.zeros((2, 5), int))
+    prior = kronvi.model.gaussian_prior(5, 1.0)
+    packed = kronvi.quantize.pack_codes(np.zeros((2, 5), int))
     Phi = np.zeros((3, 5))
     with pytest.raises(TypeError, match="`prior_w` must be a DiscretePrior"):
-        kronvi.predict_from_codes(packed, np.zeros((5, 15)), Phi)
+        kronvi.quantize.predict_from_codes(packed, np.zeros((5, 15)), Phi)
     with pytest.raises(ValueError, match="`Phi_new` has 4 features but the model has 5 weights"):
-        kronvi.predict_from_codes(packed, prior, np.zeros((3, 4)))
+        kronvi.quantize.predict_from_codes(packed, prior, np.zeros((3, 4)))
     with pytest.raises(ValueError, match="`Phi_new` contains 3 NaN"):
-        kronvi.predict_from_codes(packed, prior, np.where(np.eye(3, 5) > 0, np.nan, 0.0))
+        kronvi.quantize.predict_from_codes(packed, prior, np.where(np.eye(3, 5) > 0, np.nan, 0.0))
     with pytest.raises(TypeError, match="`packed` must be a uint8 array"):
-        kronvi.predict_from_codes(np.zeros((2, 3), np.int8), prior, Phi)
+        kronvi.quantize.predict_from_codes(np.zeros((2, 3), np.int8), prior, Phi)
     with pytest.raises(ValueError, match="matches no bit width"):
-        kronvi.predict_from_codes(np.zeros((2, 4), np.uint8), prior, Phi)
-    small = kronvi.gaussian_prior(5, 1.0, levels=3)
+        kronvi.quantize.predict_from_codes(np.zeros((2, 4), np.uint8), prior, Phi)
+    small = kronvi.model.gaussian_prior(5, 1.0, levels=3)
     with pytest.raises(ValueError, match="holds code 14 but `prior_w` has only 3 levels"):
-        kronvi.predict_from_codes(kronvi.pack_codes(np.full((1, 5), 14)), small, Phi)
+        kronvi.quantize.predict_from_codes(kronvi.quantize.pack_codes(np.full((1, 5), 14)), small, Phi)
     with pytest.raises(ValueError, match="ambiguous"):  # 2 weights with 3 levels: 2 or 4 bits, both 1 byte
-        kronvi.predict_from_codes(
-            np.zeros((1, 1), np.uint8), kronvi.gaussian_prior(2, 1.0, levels=3), Phi[:, :2]
+        kronvi.quantize.predict_from_codes(
+            np.zeros((1, 1), np.uint8), kronvi.model.gaussian_prior(2, 1.0, levels=3), Phi[:, :2]
         )
     with pytest.raises(ValueError, match="cannot hold the 15 grid levels"):
-        kronvi.predict_from_codes(packed, prior, Phi, bits=2)
+        kronvi.quantize.predict_from_codes(packed, prior, Phi, bits=2)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -235,13 +237,13 @@ def test_integer_prediction_within_bound(precision, zero):
     zero_level = np.argmin(np.abs(np.asarray(prior.values, np.float64)), axis=1)
     codes = np.where(rng.random((S, b)) < 0.5, zero_level[None, :], rng.integers(0, m, size=(S, b)))
     Phi = (rng.normal(size=(N, b)) * rng.uniform(0.1, 3.0, size=(N, 1))).astype(precision)
-    packed = kronvi.pack_codes(codes)
-    isamp = kronvi.integer_samples(packed, prior)
-    pred = kronvi.predict_integer(isamp, Phi)
+    packed = kronvi.quantize.pack_codes(codes)
+    isamp = kronvi.quantize.integer_samples(packed, prior)
+    pred = kronvi.quantize.predict_integer(isamp, Phi)
     assert pred.shape == (N, S) and pred.dtype == precision
-    np.testing.assert_array_equal(pred, kronvi.predict_from_codes(packed, prior, Phi, integer=True))
+    np.testing.assert_array_equal(pred, kronvi.quantize.predict_from_codes(packed, prior, Phi, integer=True))
     ref, W = dense_reference(Phi, prior, codes)
-    bound = np.asarray(kronvi.integer_error_bound(isamp, Phi), np.float64)
+    bound = np.asarray(kronvi.quantize.integer_error_bound(isamp, Phi), np.float64)
     values = np.asarray(prior.values, np.float64)
     step = (values[:, -1] - values[:, 0]) / (m - 1)
     stepd = (codes - zero_level) * step[None, :]
@@ -264,7 +266,7 @@ def test_integer_path_is_the_stated_int8_formula():
         prior = affine_prior(rng, b, m, np.float64, zero=False)
         codes = rng.integers(0, m, size=(S, b))
         Phi = rng.normal(size=(N, b)) * 10
-        isamp = kronvi.integer_samples(kronvi.pack_codes(codes), prior, prune=False)
+        isamp = kronvi.quantize.integer_samples(kronvi.quantize.pack_codes(codes), prior, prune=False)
         values = np.asarray(prior.values)
         z = np.argmin(np.abs(values), axis=1)
         step = (values[:, -1] - values[:, 0]) / (m - 1)
@@ -278,7 +280,7 @@ def test_integer_path_is_the_stated_int8_formula():
         acc = q @ d.T - zp[:, None].astype(np.int64) * d.sum(1)[None, :]
         assert np.abs(q).max() == 128 or np.abs(q).max() == 127  # the full int8 range is used
         ref = s[:, None] * acc + (Phi @ base)[:, None]
-        np.testing.assert_allclose(kronvi.predict_integer(isamp, Phi), ref, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(kronvi.quantize.predict_integer(isamp, Phi), ref, rtol=1e-12, atol=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -317,26 +319,33 @@ def test_integer_kernel_widens_to_int32_off_cpu(platform, operands):
 def test_pruning_changes_speed_not_results():
     rng = np.random.default_rng(6)
     b, m, S, N = 80, 15, 10, 12
-    prior = kronvi.gaussian_prior(b, 0.5)
+    prior = kronvi.model.gaussian_prior(b, 0.5)
     codes = np.full((S, b), 7)
     live = rng.random(b) < 0.25  # 75% of weights are zero in every sample
     codes[:, live] = rng.integers(0, m, size=(S, int(live.sum())))
     Phi = rng.normal(size=(N, b)).astype(np.float32)
-    packed = kronvi.pack_codes(codes)
-    pruned, full = kronvi.integer_samples(packed, prior), kronvi.integer_samples(packed, prior, prune=False)
+    packed = kronvi.quantize.pack_codes(codes)
+    pruned, full = (
+        kronvi.quantize.integer_samples(packed, prior),
+        kronvi.quantize.integer_samples(packed, prior, prune=False),
+    )
     assert full.deltas.shape == (S, b) and pruned.deltas.shape[1] == int((codes != 7).any(0).sum())
     assert pruned.deltas.dtype == jnp.int8 and pruned.base.shape == (0,)  # 0 is a level: no float offset
-    np.testing.assert_array_equal(kronvi.predict_integer(pruned, Phi), kronvi.predict_integer(full, Phi))
+    np.testing.assert_array_equal(
+        kronvi.quantize.predict_integer(pruned, Phi), kronvi.quantize.predict_integer(full, Phi)
+    )
     # Features of the kept weights only (a deployment computes just those): same predictions.
     kept = Phi[:, np.asarray(pruned.index)]
-    np.testing.assert_array_equal(kronvi.predict_integer(pruned, kept), kronvi.predict_integer(full, Phi))
     np.testing.assert_array_equal(
-        kronvi.integer_error_bound(pruned, Phi), kronvi.integer_error_bound(full, Phi)
+        kronvi.quantize.predict_integer(pruned, kept), kronvi.quantize.predict_integer(full, Phi)
+    )
+    np.testing.assert_array_equal(
+        kronvi.quantize.integer_error_bound(pruned, Phi), kronvi.quantize.integer_error_bound(full, Phi)
     )
     # All weights at zero: predictions are exactly zero, nothing is kept.
-    none = kronvi.integer_samples(kronvi.pack_codes(np.full((S, b), 7)), prior)
+    none = kronvi.quantize.integer_samples(kronvi.quantize.pack_codes(np.full((S, b), 7)), prior)
     assert none.index.shape == (0,)
-    np.testing.assert_array_equal(kronvi.predict_integer(none, Phi), np.zeros((N, S)))
+    np.testing.assert_array_equal(kronvi.quantize.predict_integer(none, Phi), np.zeros((N, S)))
 
 
 def test_integer_path_jit_and_wide_grids():
@@ -345,41 +354,45 @@ def test_integer_path_jit_and_wide_grids():
     prior = affine_prior(rng, b, m, np.float32)
     codes = rng.integers(0, m, size=(S, b))
     Phi = rng.normal(size=(N, b)).astype(np.float32)
-    isamp = kronvi.integer_samples(kronvi.pack_codes(codes, bits=8), prior)
+    isamp = kronvi.quantize.integer_samples(kronvi.quantize.pack_codes(codes, bits=8), prior)
     assert isamp.deltas.dtype == jnp.int16
-    pred = jax.jit(kronvi.predict_integer)(isamp, Phi)
+    pred = jax.jit(kronvi.quantize.predict_integer)(isamp, Phi)
     ref, W = dense_reference(Phi, prior, codes)
     stepd = (codes - np.argmin(np.abs(np.asarray(prior.values)), 1)) * np.asarray(isamp.step)[None]
     slack = rounding_slack(np.float32, Phi, W, stepd)
     assert np.all(
-        np.abs(np.asarray(pred) - ref) <= np.asarray(kronvi.integer_error_bound(isamp, Phi)) + slack
+        np.abs(np.asarray(pred) - ref) <= np.asarray(kronvi.quantize.integer_error_bound(isamp, Phi)) + slack
     )
 
 
 def test_integer_path_errors():
     rng = np.random.default_rng(8)
     values = np.sort(rng.normal(size=(4, 15)), axis=1)
-    uneven = kronvi.DiscretePrior(values, np.zeros((4, 15)))
-    packed = kronvi.pack_codes(np.zeros((2, 4), int))
+    uneven = kronvi.model.DiscretePrior(values, np.zeros((4, 15)))
+    packed = kronvi.quantize.pack_codes(np.zeros((2, 4), int))
     with pytest.raises(ValueError, match="not evenly spaced.*use integer=False"):
-        kronvi.predict_from_codes(packed, uneven, np.zeros((3, 4)), integer=True)
-    kronvi.predict_from_codes(packed, uneven, np.zeros((3, 4)))  # the float path takes any grid
+        kronvi.quantize.predict_from_codes(packed, uneven, np.zeros((3, 4)), integer=True)
+    kronvi.quantize.predict_from_codes(packed, uneven, np.zeros((3, 4)))  # the float path takes any grid
     b = 34_000  # 255 * 255 * b >= 2**31: the int32 accumulator could overflow
-    wide = kronvi.DiscretePrior(
+    wide = kronvi.model.DiscretePrior(
         np.tile(np.arange(256.0, dtype=np.float32) - 255, (b, 1)), np.zeros((b, 256), np.float32)
     )
     codes = np.zeros((1, b), int)  # zero level 255: offsets of -255
     with pytest.raises(ValueError, match="overflow int32"):
-        kronvi.integer_samples(kronvi.pack_codes(codes, bits=8), wide)
-    isamp = kronvi.integer_samples(packed, kronvi.gaussian_prior(4, 1.0))
+        kronvi.quantize.integer_samples(kronvi.quantize.pack_codes(codes, bits=8), wide)
+    isamp = kronvi.quantize.integer_samples(packed, kronvi.model.gaussian_prior(4, 1.0))
     with pytest.raises(ValueError, match="`Phi_new` has 3 features but the model has 4 weights"):
-        kronvi.predict_integer(isamp, np.zeros((2, 3)))
-    grid = kronvi.DiscretePrior(np.tile(np.arange(15.0) + 0.5, (4, 1)), np.zeros((4, 15)))  # no zero level
-    shifted = kronvi.integer_samples(kronvi.pack_codes(np.array([[1, 1, 0, 0]])), grid)
+        kronvi.quantize.predict_integer(isamp, np.zeros((2, 3)))
+    grid = kronvi.model.DiscretePrior(
+        np.tile(np.arange(15.0) + 0.5, (4, 1)), np.zeros((4, 15))
+    )  # no zero level
+    shifted = kronvi.quantize.integer_samples(kronvi.quantize.pack_codes(np.array([[1, 1, 0, 0]])), grid)
     assert shifted.index.tolist() == [0, 1] and shifted.base.shape == (4,)
     with pytest.raises(ValueError, match="must have all b features: some grids have a nonzero zero level"):
-        kronvi.predict_integer(shifted, np.zeros((2, 2)))
+        kronvi.quantize.predict_integer(shifted, np.zeros((2, 2)))
     with pytest.raises(TypeError, match="`isamples` must be IntegerSamples"):
-        kronvi.predict_integer(tuple(isamp), np.zeros((2, 4)))
+        kronvi.quantize.predict_integer(tuple(isamp), np.zeros((2, 4)))
     with pytest.raises(TypeError, match="int8 or int16"):
-        kronvi.integer_error_bound(isamp._replace(deltas=isamp.deltas.astype(jnp.float32)), np.zeros((2, 4)))
+        kronvi.quantize.integer_error_bound(
+            isamp._replace(deltas=isamp.deltas.astype(jnp.float32)), np.zeros((2, 4))
+        )

@@ -34,10 +34,10 @@ class Scaler(NamedTuple):  # a NamedTuple kronvi does not know
 
 def make_model(dtype, *, b=6, m=15, S=5, features=None, q_w=None):
     rng = np.random.default_rng(0)
-    prior_w = kronvi.gaussian_prior(b, 0.8, levels=m, dtype=dtype)
-    prior_noise = kronvi.noise_prior(0.3, levels=5, dtype=dtype)
-    q_w = kronvi.MeanField(rng.normal(size=(b, m)).astype(dtype)) if q_w is None else q_w
-    q_noise = kronvi.MeanField(rng.normal(size=(1, 5)).astype(dtype))
+    prior_w = kronvi.model.gaussian_prior(b, 0.8, levels=m, dtype=dtype)
+    prior_noise = kronvi.model.noise_prior(0.3, levels=5, dtype=dtype)
+    q_w = kronvi.model.MeanField(rng.normal(size=(b, m)).astype(dtype)) if q_w is None else q_w
+    q_noise = kronvi.model.MeanField(rng.normal(size=(1, 5)).astype(dtype))
     codes = rng.integers(0, m, size=(S, b))
     return kronvi.DirectModel(
         prior_w,
@@ -46,7 +46,7 @@ def make_model(dtype, *, b=6, m=15, S=5, features=None, q_w=None):
         q_noise,
         features=features,
         y_offset=jnp.asarray(1.25, dtype),
-        packed_codes=kronvi.pack_codes(codes),
+        packed_codes=kronvi.quantize.pack_codes(codes),
         bits=4,
     )
 
@@ -75,14 +75,14 @@ def test_round_trip_predicts_identically(precision, tmp_path):
     Phi = np.random.default_rng(2).normal(size=(4, 6)).astype(precision)
 
     def moments(md):
-        return kronvi.predict_regression(md.q_w, md.q_noise, md.prior_w, md.prior_noise, Phi)
+        return kronvi.model.predict_regression(md.q_w, md.q_noise, md.prior_w, md.prior_noise, Phi)
 
     for x, y in zip(moments(model), moments(loaded), strict=True):
         np.testing.assert_array_equal(x, y)
     for integer in (False, True):
         np.testing.assert_array_equal(
-            kronvi.predict_from_codes(model.packed_codes, model.prior_w, Phi, integer=integer),
-            kronvi.predict_from_codes(loaded.packed_codes, loaded.prior_w, Phi, integer=integer),
+            kronvi.quantize.predict_from_codes(model.packed_codes, model.prior_w, Phi, integer=integer),
+            kronvi.quantize.predict_from_codes(loaded.packed_codes, loaded.prior_w, Phi, integer=integer),
         )
     # Uncompressed files read back the same.
     kronvi.save_model(tmp_path / "raw.npz", model, compress=False)
@@ -93,20 +93,20 @@ def test_round_trip_of_generic_feature_pytrees(tmp_path):
     features = {
         "scaler": Scaler(np.arange(3.0), np.ones(3, np.float32)),
         "stack": [jnp.ones((2, 2)), (None, 3, 2.5, True)],
-        "isamples": kronvi.integer_samples(
-            kronvi.pack_codes(np.full((2, 3), 7)), kronvi.gaussian_prior(3, 1.0)
+        "isamples": kronvi.quantize.integer_samples(
+            kronvi.quantize.pack_codes(np.full((2, 3), 7)), kronvi.model.gaussian_prior(3, 1.0)
         ),
     }
-    features["rff"] = kronvi.RandomFourierFeatures(jnp.ones((2, 4)))
+    features["rff"] = kronvi.inputs.RandomFourierFeatures(jnp.ones((2, 4)))
     model = make_model(np.float32, features=features)._replace(packed_codes=None, y_offset=-0.5)
     kronvi.save_model(tmp_path / "m.npz", model)
     loaded = kronvi.load_model(tmp_path / "m.npz")
     f = loaded.features
-    assert isinstance(f["isamples"], kronvi.IntegerSamples)  # kronvi classes come back as themselves
+    assert isinstance(f["isamples"], kronvi.quantize.IntegerSamples)  # kronvi classes come back as themselves
     assert type(f["scaler"]).__name__ == "Scaler" and f["scaler"]._fields == ("mean", "scale")
     assert isinstance(f["scaler"].mean, np.ndarray)  # NumPy leaves stay NumPy
     assert f["stack"][1] == (None, 3, 2.5, True) and isinstance(f["stack"], list)
-    assert isinstance(f["rff"], kronvi.RandomFourierFeatures)
+    assert isinstance(f["rff"], kronvi.inputs.RandomFourierFeatures)
     assert loaded.packed_codes is None and loaded.y_offset == -0.5
     # A foreign NamedTuple comes back as a namedtuple with the same name, fields and leaves.
     assert_same_tree(
@@ -116,7 +116,7 @@ def test_round_trip_of_generic_feature_pytrees(tmp_path):
 
 
 def test_round_trip_mixture_posterior(tmp_path):
-    Mixture = kronvi.Mixture
+    Mixture = kronvi.mixtures.Mixture
     rng = np.random.default_rng(3)
     q = Mixture(rng.normal(size=(3, 6, 15)).astype(np.float32), rng.normal(size=3).astype(np.float32))
     model = make_model(np.float32, q_w=q)
@@ -162,7 +162,7 @@ def test_a_whole_pipeline_model_round_trips_and_predicts_identically(basis, tmp_
     Phi, Phi_loaded = (kronvi.pipeline.fold_features(m, X_test) for m in (model, loaded))
     np.testing.assert_array_equal(Phi, Phi_loaded)
     y = jnp.linspace(-2.0, 2.0, Phi.shape[0])
-    for fn in (kronvi.predict_regression, lambda *a: kronvi.predictive_log_density(*a, y)):
+    for fn in (kronvi.model.predict_regression, lambda *a: kronvi.model.predictive_log_density(*a, y)):
         for x, z in zip(
             fn(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi),
             fn(loaded.q_w, loaded.q_noise, loaded.prior_w, loaded.prior_noise, Phi_loaded),
@@ -179,9 +179,9 @@ def test_a_pipeline_model_file_is_checked_as_a_whole(tmp_path):
     cases = [
         (model._replace(basis=model.basis._replace(vectors=model.basis.vectors[:, :-1])), r"basis.vectors` has shape"),
         (model._replace(standardizer=model.standardizer._replace(mean=model.standardizer.mean[:2])), "standardizer.mean"),
-        (model._replace(basis=None, features=kronvi.RandomFourierFeatures(model.features.frequencies[:, :-1])),
+        (model._replace(basis=None, features=kronvi.inputs.RandomFourierFeatures(model.features.frequencies[:, :-1])),
          f"has {b} weights but the features \\({b - 2}\\)"),
-        (model._replace(q_w=kronvi.MeanField(model.q_w.logits[:-1])), "q_w.logits"),
+        (model._replace(q_w=kronvi.model.MeanField(model.q_w.logits[:-1])), "q_w.logits"),
         (model._replace(hyper=tuple(model.hyper)), "must be a GPHyperparameters"),
     ]  # fmt: skip
     for bad, match in cases:
@@ -481,16 +481,18 @@ def test_save_rejects_bad_models(tmp_path):
     with pytest.raises(TypeError, match="`model` must be a DirectModel"):
         kronvi.save_model(path, tuple(model))
     with pytest.raises(ValueError, match="`model.q_w.logits` has shape"):
-        kronvi.save_model(path, model._replace(q_w=kronvi.MeanField(jnp.zeros((6, 5)))))
+        kronvi.save_model(path, model._replace(q_w=kronvi.model.MeanField(jnp.zeros((6, 5)))))
     with pytest.raises(ValueError, match="`model.q_noise` must be a MeanField of shape"):
-        kronvi.save_model(path, model._replace(q_noise=kronvi.MeanField(jnp.zeros((1, 3)))))
+        kronvi.save_model(path, model._replace(q_noise=kronvi.model.MeanField(jnp.zeros((1, 3)))))
     with pytest.raises(ValueError, match="bytes per sample but 6 weights at 4 bits need 3"):
-        kronvi.save_model(path, model._replace(packed_codes=kronvi.pack_codes(np.zeros((2, 6), int), bits=8)))
+        kronvi.save_model(
+            path, model._replace(packed_codes=kronvi.quantize.pack_codes(np.zeros((2, 6), int), bits=8))
+        )
     with pytest.raises(ValueError, match="`model.bits`=2 cannot hold the 15 levels"):
         kronvi.save_model(path, model._replace(bits=2))
     with pytest.raises(ValueError, match="holds codes >= the 3 levels"):
         small = make_model(np.float32, m=3)
-        kronvi.save_model(path, small._replace(packed_codes=kronvi.pack_codes(np.full((1, 6), 9))))
+        kronvi.save_model(path, small._replace(packed_codes=kronvi.quantize.pack_codes(np.full((1, 6), 9))))
     with pytest.raises(ValueError, match="`model.y_offset` must be a finite real scalar"):
         kronvi.save_model(path, model._replace(y_offset=np.zeros(2)))
     with pytest.raises(TypeError, match="cannot save `features.f` of type str"):
@@ -522,8 +524,8 @@ def test_files_written_by_version_1_still_load(name):
     path = pathlib.Path(__file__).parents[1] / "data" / name
     model = kronvi.load_model(path)
     assert isinstance(model, kronvi.DirectModel)
-    assert isinstance(model.prior_w, kronvi.DiscretePrior)
-    expected = kronvi.Mixture if "mixture" in name else kronvi.MeanField
+    assert isinstance(model.prior_w, kronvi.model.DiscretePrior)
+    expected = kronvi.mixtures.Mixture if "mixture" in name else kronvi.model.MeanField
     assert isinstance(model.q_w, expected)
     # Saving again writes the public class paths, and the round trip is exact.
     header = json.dumps(kronvi.quantize._io._encode(model, "", {}))
@@ -536,13 +538,17 @@ def test_a_pipeline_model_saved_as_a_direct_model_still_loads_and_predicts():
     model = kronvi.load_model(pathlib.Path(__file__).parents[1] / "data" / "pipeline_model_v1.npz")
     X, _, _ = kronvi.load_demo()
     f = model.features
-    assert isinstance(f["standardizer"], kronvi.Standardizer) and isinstance(f["basis"], kronvi.Eigenbasis)
-    Xs = kronvi.standardize(f["standardizer"], jnp.asarray(X[[12, 16, 26]], jnp.float32))
-    Phi = kronvi.rotate_features(f["basis"], kronvi.rff_features(f["rff"], Xs))
-    mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    assert isinstance(f["standardizer"], kronvi.inputs.Standardizer) and isinstance(
+        f["basis"], kronvi.stats.Eigenbasis
+    )
+    Xs = kronvi.inputs.standardize(f["standardizer"], jnp.asarray(X[[12, 16, 26]], jnp.float32))
+    Phi = kronvi.stats.rotate_features(f["basis"], kronvi.inputs.rff_features(f["rff"], Xs))
+    mean, var = kronvi.model.predict_regression(
+        model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi
+    )
     np.testing.assert_allclose(mean, [1.626542091369629, -1.954939603805542, 1.6127287149429321], rtol=1e-5)
     np.testing.assert_allclose(var, [0.12371628731489182, 0.12427255511283875, 0.1217116042971611], rtol=1e-5)
-    codes = kronvi.unpack_codes(model.packed_codes, 8, bits=4)
+    codes = kronvi.quantize.unpack_codes(model.packed_codes, 8, bits=4)
     assert np.asarray(codes).tolist() == [
         [7, 7, 7, 7, 8, 7, 9, 8], [7, 7, 6, 7, 8, 8, 8, 8], [8, 5, 8, 5, 7, 5, 6, 8]
     ]  # fmt: skip

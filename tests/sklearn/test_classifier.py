@@ -72,7 +72,7 @@ def test_the_defaults_are_the_recipe_and_pickle_small():
     np.testing.assert_array_equal(again.predict_proba(X[:5]), clf.predict_proba(X[:5]))
     # the paper's grids: even, on +-3 prior sds, through `grid`
     paper = clone(clf).set_params(grid="paper", n_frequencies=10).fit(X, y)
-    ref = kronvi.gaussian_prior(23, paper.prior_scale_[0], levels=15, width=3.0)
+    ref = kronvi.model.gaussian_prior(23, paper.prior_scale_[0], levels=15, width=3.0)
     np.testing.assert_allclose(paper.prior_w_[0].values, ref.values)
 
 

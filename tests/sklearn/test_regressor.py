@@ -115,7 +115,7 @@ def test_partial_fit_without_initialize_fixes_the_map_on_the_first_chunk_and_cen
     with jax.enable_x64(True):
         fm = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), est.model_.features._replace(offset=None))
         Xs = (X - std0) / np.asarray(est.model_.standardizer.scale)
-        Phi = kronvi.rff_features(fm, jnp.asarray(Xs))
+        Phi = kronvi.inputs.rff_features(fm, jnp.asarray(Xs))
         np.testing.assert_allclose(
             np.asarray(est.model_.features.offset), np.asarray(Phi.mean(axis=0)), rtol=1e-5, atol=1e-6
         )
@@ -129,7 +129,9 @@ def test_predict_matches_predict_regression():
     model = est.model_
     Xt = X[:9] + 0.3
     Phi = kronvi.pipeline.fold_features(model, Xt)
-    mean, var = kronvi.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
+    mean, var = kronvi.model.predict_regression(
+        model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi
+    )
     mean = mean + kronvi.pipeline.support_shift(model.support, Phi)  # rows beyond the training rows' reach
     m, s = est.predict(Xt, return_std=True)
     np.testing.assert_allclose(m, np.asarray(mean) * est.y_scale_ + est.y_offset_, rtol=1e-6)
@@ -202,10 +204,10 @@ def test_default_lengthscales_are_the_gp_estimate_per_input():
     ls = np.asarray(est.model_.hyper.lengthscales)
     assert ls[0] < 3.0 and min(ls[1], ls[2]) > 100.0
     assert est.score(X, y) > 0.9
-    # the same GP fit as kronvi.fit_gp_hyperparameters on the standardized, scaled rows (same key)
+    # the same GP fit as kronvi.inputs.fit_gp_hyperparameters on the standardized, scaled rows (same key)
     k_gp = jax.random.split(jax.random.key(0), 3)[0]
     Xs = jnp.asarray((X - X.mean(axis=0)) / X.std(axis=0), jnp.float32)
-    ref, _ = kronvi.fit_gp_hyperparameters(
+    ref, _ = kronvi.inputs.fit_gp_hyperparameters(
         k_gp, Xs, jnp.asarray((y - y.mean()) / est.y_scale_, jnp.float32), num_points=60, num_starts=1
     )
     np.testing.assert_allclose(ls[0], float(ref.lengthscales[0]), rtol=0.02)
@@ -275,7 +277,7 @@ def test_auto_prior_scale_maximizes_the_evidence_with_the_noise():
     with jax.enable_x64(True):
         f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
         args = (f64(fold.basis.eigenvalues), f64(fold.stats.Phity), f64(fold.stats.yty), f64(fold.stats.n))
-        sw, s2 = kronvi.spectral_evidence_optimum(*args, 1.0, 1.0)  # from another start
+        sw, s2 = kronvi.gaussian.spectral_evidence_optimum(*args, 1.0, 1.0)  # from another start
         np.testing.assert_allclose(float(fold.prior_scale), float(sw), rtol=1e-3)
         np.testing.assert_allclose(float(fold.noise_variance), float(s2), rtol=1e-3)
         best = kronvi.gaussian.spectral_log_evidence(*args, sw, s2)

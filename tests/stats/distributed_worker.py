@@ -32,8 +32,8 @@ def _feature_map(dtype):
 
     import kronvi
 
-    params = kronvi.rff_init(jax.random.key(0), jnp.ones(D, dtype), 4)
-    return functools.partial(kronvi.rff_features, params)
+    params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(D, dtype), 4)
+    return functools.partial(kronvi.inputs.rff_features, params)
 
 
 def _garbage_padding(a, rows):
@@ -75,21 +75,21 @@ def devices(out):
                 if case.startswith("k"):  # rows over k devices; with 4, several chunks per shard
                     mesh = Mesh(np.array(devs[: int(case[1])]), ("rows",))
                     chunk = 128 if case == "k4" else None
-                    s = kronvi.regression_stats(
+                    s = kronvi.stats.regression_stats(
                         put(Phi, mesh, P("rows")), put(y, mesh, P("rows")), chunk_size=chunk
                     )
                 elif case.startswith("mesh2d"):  # rows over both axes of a 2x2 mesh, or over one (replicated)
                     mesh = Mesh(np.array(devs).reshape(2, 2), ("a", "b"))
                     spec = ("a", "b") if case == "mesh2d-ab" else "a"
-                    s = kronvi.regression_stats(put(Phi, mesh, P(spec)), put(y, mesh, P(spec)))
+                    s = kronvi.stats.regression_stats(put(Phi, mesh, P(spec)), put(y, mesh, P(spec)))
                 else:  # 1000 rows on 3 devices: padded to 1002 with NaN rows and a mask
                     mesh = Mesh(np.array(devs[:3]), ("rows",))
                     Pp, yp, Xp = (put(_garbage_padding(a[:1000], 2), mesh, P("rows")) for a in (Phi, y, X))
                     mask = put(np.arange(1002) < 1000, mesh, P("rows"))
                     if case == "uneven":
-                        s = kronvi.regression_stats(Pp, yp, mask=mask)
+                        s = kronvi.stats.regression_stats(Pp, yp, mask=mask)
                     else:
-                        s = kronvi.regression_stats_from_inputs(
+                        s = kronvi.stats.regression_stats_from_inputs(
                             _feature_map(dtype), Xp, yp, mask=mask, chunk_size=100
                         )
                 save(f"{dtype}/{case}", s, mesh)
@@ -100,7 +100,7 @@ def devices(out):
         Phi, y, _ = data("float32")
         Phi[5, 1] = np.nan
         try:
-            kronvi.regression_stats(put(Phi, mesh, P("rows")), put(y, mesh, P("rows")))
+            kronvi.stats.regression_stats(put(Phi, mesh, P("rows")), put(y, mesh, P("rows")))
             results["nan/message"] = np.array("no error")
         except ValueError as e:
             results["nan/message"] = np.array(str(e))
@@ -110,7 +110,7 @@ def devices(out):
     with jax.enable_x64(False):
         mesh = Mesh(np.array(devs), ("rows",))
         y = np.array([2.0**23, 2.0**23, 0.5, 0.5, -(2.0**23), -(2.0**23), 0.25, 0.25], np.float32)
-        s = kronvi.regression_stats(
+        s = kronvi.stats.regression_stats(
             put(np.ones((8, 1), np.float32), mesh, P("rows")), put(y, mesh, P("rows"))
         )
         results["cancel/Phity"] = np.asarray(s.Phity)
@@ -142,9 +142,9 @@ def process(i, port, out):
             local_mask = np.arange(600) < 600 - pad
             Pg, yg, Xg, mg = (jax.make_array_from_process_local_data(rows, a) for a in (*local, local_mask))
             assert not Pg.is_fully_addressable and Pg.shape == (1200, B)
-            computed = {"stats": kronvi.regression_stats(Pg, yg, mask=mg)}
+            computed = {"stats": kronvi.stats.regression_stats(Pg, yg, mask=mg)}
             if dtype == "float32":  # each case compiles once (~0.7 s): features in one precision
-                computed["features"] = kronvi.regression_stats_from_inputs(
+                computed["features"] = kronvi.stats.regression_stats_from_inputs(
                     _feature_map(dtype), Xg, yg, mask=mg
                 )
             for key, stats in computed.items():

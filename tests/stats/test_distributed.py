@@ -72,11 +72,13 @@ def test_sharded_stats_on_1_to_4_devices_equal_single_device(four_devices, dtype
     res = four_devices
     Phi, y = res[f"{dtype}/Phi"], res[f"{dtype}/y"]
     ref, scale = _reference(Phi, y)
-    single = _single_device(dtype, kronvi.regression_stats, Phi, y)
+    single = _single_device(dtype, kronvi.stats.regression_stats, Phi, y)
     _assert_close(single, ref, scale, dtype, "one device")
     with jax.enable_x64(dtype == "float64"):  # a one-device mesh, in this process
         mesh = Mesh(np.array(jax.devices()[:1]), ("rows",))
-        one = kronvi.regression_stats(*(jax.device_put(a, NamedSharding(mesh, P("rows"))) for a in (Phi, y)))
+        one = kronvi.stats.regression_stats(
+            *(jax.device_put(a, NamedSharding(mesh, P("rows"))) for a in (Phi, y))
+        )
     results = {"k1": {f: np.asarray(v) for f, v in zip(one._fields, one, strict=True)}}
     keys = [k for k in ("k2", "k4", "mesh2d-ab", "mesh2d-a") if f"{dtype}/{k}/n" in res]
     assert len(keys) >= 2
@@ -99,8 +101,8 @@ def test_sharded_stats_from_inputs_with_padding(four_devices, dtype):
     res = four_devices
     X, y = res[f"{dtype}/X"], res[f"{dtype}/y"]
     with jax.enable_x64(dtype == "float64"):
-        params = kronvi.rff_init(jax.random.key(0), jnp.ones(X.shape[1], dtype), 4)
-        F = np.asarray(kronvi.rff_features(params, jnp.asarray(X)))
+        params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(X.shape[1], dtype), 4)
+        F = np.asarray(kronvi.inputs.rff_features(params, jnp.asarray(X)))
     ref, scale = _reference(F, y, slice(0, 1000))
     assert res[f"{dtype}/uneven-features/replicated"]
     _assert_close(
@@ -151,8 +153,8 @@ def test_two_processes_get_the_single_process_statistics(tmp_path):
         Phi, y, X = (got[0][f"{dtype}/{name}"] for name in ("Phi", "y", "X"))
         ref, scale = _reference(Phi, y)
         with jax.enable_x64(dtype == "float64"):
-            params = kronvi.rff_init(jax.random.key(0), jnp.ones(X.shape[1], dtype), 4)
-            F = np.asarray(kronvi.rff_features(params, jnp.asarray(X)))
+            params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(X.shape[1], dtype), 4)
+            F = np.asarray(kronvi.inputs.rff_features(params, jnp.asarray(X)))
         fref, fscale = _reference(F, y)
         for g in got:
             _assert_close(_case(g, f"{dtype}/stats"), ref, scale, dtype, "2 processes")
@@ -173,7 +175,7 @@ def test_mask_on_one_device_drops_rows(dtype):
     Phi, y = rng.normal(size=(30, 3)).astype(dtype), rng.normal(size=30).astype(dtype)
     keep = rng.random(30) < 0.6
     Phi[~keep] = np.nan  # masked rows may hold anything
-    s = kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y), mask=jnp.asarray(keep), chunk_size=7)
+    s = kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y), mask=jnp.asarray(keep), chunk_size=7)
     ref, scale = _reference(Phi, y, keep)
     _assert_close(
         {f: np.asarray(v) for f, v in zip(s._fields, s, strict=True)},
@@ -183,12 +185,14 @@ def test_mask_on_one_device_drops_rows(dtype):
         "mask",
     )
     # inside jit too (the mask is traced)
-    t = jax.jit(lambda P, t, m: kronvi.regression_stats(P, t, mask=m))(jnp.asarray(Phi), jnp.asarray(y), keep)
+    t = jax.jit(lambda P, t, m: kronvi.stats.regression_stats(P, t, mask=m))(
+        jnp.asarray(Phi), jnp.asarray(y), keep
+    )
     np.testing.assert_allclose(t.PhitPhi, s.PhitPhi, rtol=tol(dtype))
 
 
 def test_bad_mask_names_the_argument():
     with pytest.raises(ValueError, match=r"`mask` must have shape \(4,\)"):
-        kronvi.regression_stats(jnp.ones((4, 2)), jnp.ones(4), mask=np.ones(3, bool))
+        kronvi.stats.regression_stats(jnp.ones((4, 2)), jnp.ones(4), mask=np.ones(3, bool))
     with pytest.raises(TypeError, match="`mask` must hold booleans"):
-        kronvi.regression_stats(jnp.ones((4, 2)), jnp.ones(4), mask=np.array(["a"] * 4))
+        kronvi.stats.regression_stats(jnp.ones((4, 2)), jnp.ones(4), mask=np.array(["a"] * 4))

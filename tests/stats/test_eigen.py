@@ -14,9 +14,9 @@ def test_rotated_stats_equal_the_stats_of_rotated_features(dtype):
     rng = np.random.default_rng(0)
     Phi = jnp.asarray(rng.normal(size=(60, 4)), dtype)
     y = jnp.asarray(rng.normal(size=60), dtype)
-    stats = kronvi.regression_stats(Phi, y)
-    rotated, basis = kronvi.eigenbasis(stats)
-    direct = kronvi.regression_stats(kronvi.rotate_features(basis, Phi), y)
+    stats = kronvi.stats.regression_stats(Phi, y)
+    rotated, basis = kronvi.stats.eigenbasis(stats)
+    direct = kronvi.stats.regression_stats(kronvi.stats.rotate_features(basis, Phi), y)
     atol = 1e-9 if dtype == np.float64 else 2e-4
     for a, b in zip(rotated, direct, strict=True):
         np.testing.assert_allclose(a, b, atol=atol * 60, rtol=atol)
@@ -29,12 +29,12 @@ def test_rotation_leaves_the_exact_posterior_predictive_unchanged(dtype):
     rng = np.random.default_rng(1)
     Phi = jnp.asarray(rng.normal(size=(50, 5)), dtype)
     y = jnp.asarray(rng.normal(size=50), dtype)
-    stats = kronvi.regression_stats(Phi, y)
-    rotated, basis = kronvi.eigenbasis(stats)
+    stats = kronvi.stats.regression_stats(Phi, y)
+    rotated, basis = kronvi.stats.eigenbasis(stats)
     Pn = jnp.asarray(rng.normal(size=(7, 5)), dtype)
-    m1, v1 = kronvi.predict_blr(*kronvi.blr_posterior(stats, 1.0, 0.5), 0.5, Pn)
-    m2, v2 = kronvi.predict_blr(
-        *kronvi.blr_posterior(rotated, 1.0, 0.5), 0.5, kronvi.rotate_features(basis, Pn)
+    m1, v1 = kronvi.gaussian.predict_blr(*kronvi.gaussian.blr_posterior(stats, 1.0, 0.5), 0.5, Pn)
+    m2, v2 = kronvi.gaussian.predict_blr(
+        *kronvi.gaussian.blr_posterior(rotated, 1.0, 0.5), 0.5, kronvi.stats.rotate_features(basis, Pn)
     )
     rtol = 1e-9 if dtype == np.float64 else 2e-4
     np.testing.assert_allclose(m1, m2, rtol=rtol, atol=rtol)
@@ -42,20 +42,20 @@ def test_rotation_leaves_the_exact_posterior_predictive_unchanged(dtype):
 
 
 def test_rotate_features_checks_its_arguments():
-    stats = kronvi.regression_stats(jnp.eye(3), jnp.ones(3))
-    _, basis = kronvi.eigenbasis(stats)
+    stats = kronvi.stats.regression_stats(jnp.eye(3), jnp.ones(3))
+    _, basis = kronvi.stats.eigenbasis(stats)
     with pytest.raises(ValueError, match="Phi"):
-        kronvi.rotate_features(basis, jnp.ones((2, 4)))
+        kronvi.stats.rotate_features(basis, jnp.ones((2, 4)))
     with pytest.raises(TypeError, match="basis"):
-        kronvi.rotate_features(jnp.eye(3), jnp.ones((2, 3)))
+        kronvi.stats.rotate_features(jnp.eye(3), jnp.ones((2, 3)))
 
 
 def _rff_problem(n, num_frequencies, seed=0):
     rng = np.random.default_rng(seed)
     X = jnp.asarray(rng.normal(size=(n, 3)))
     y = jnp.sin(X[:, 0]) + 0.1 * jnp.asarray(rng.normal(size=n))
-    params = kronvi.rff_init(jax.random.key(seed), jnp.ones(3), num_frequencies)
-    return X, y, functools.partial(kronvi.rff_features, params)
+    params = kronvi.inputs.rff_init(jax.random.key(seed), jnp.ones(3), num_frequencies)
+    return X, y, functools.partial(kronvi.inputs.rff_features, params)
 
 
 @pytest.mark.parametrize("n", [12, 40])  # the dual (n < b = 24) and the primal route
@@ -63,9 +63,9 @@ def test_eigenbasis_from_inputs_is_the_eigendecomposition_of_the_dense_statistic
     with jax.enable_x64(True):
         X, y, fmap = _rff_problem(n, 12)
         Phi, yy = np.asarray(fmap(X)), np.asarray(y)
-        rotated, basis = kronvi.eigenbasis_from_inputs(fmap, X, y)
+        rotated, basis = kronvi.stats.eigenbasis_from_inputs(fmap, X, y)
         host = (rotated, basis)
-        traced = jax.jit(lambda X, y: kronvi.eigenbasis_from_inputs(fmap, X, y))(X, y)  # the XLA route
+        traced = jax.jit(lambda X, y: kronvi.stats.eigenbasis_from_inputs(fmap, X, y))(X, y)  # the XLA route
     b = Phi.shape[1]
     A = Phi.T @ Phi
     lam_ref = np.linalg.eigvalsh(A)
@@ -80,7 +80,7 @@ def test_eigenbasis_from_inputs_is_the_eigendecomposition_of_the_dense_statistic
         )
         np.testing.assert_allclose(np.asarray(rotated.PhitPhi), np.diag(lam), atol=0)
         assert float(rotated.n) == n and abs(float(rotated.yty) - yy @ yy) < 1e-9 * (yy @ yy)
-        assert np.all(np.diff(lam) >= 0)  # ascending, as kronvi.eigenbasis
+        assert np.all(np.diff(lam) >= 0)  # ascending, as kronvi.stats.eigenbasis
 
 
 def test_dual_null_space_in_float32_from_float64_inputs():
@@ -91,7 +91,7 @@ def test_dual_null_space_in_float32_from_float64_inputs():
 
     with jax.enable_x64(True):
         X, y, fmap = _rff_problem(30, 40)  # n = 30 < b = 80
-        ref_stats, ref = kronvi.eigenbasis_from_inputs(fmap, X, y)
+        ref_stats, ref = kronvi.stats.eigenbasis_from_inputs(fmap, X, y)
         stats, basis = eigenbasis_for_dtype(fmap, X, y, chunk_size=None, null_dtype=jnp.float32)
         Phi = np.asarray(fmap(X))
     assert basis.vectors.dtype == jnp.float32 and basis.eigenvalues.dtype == jnp.float64
@@ -107,11 +107,11 @@ def test_dual_null_space_in_float32_from_float64_inputs():
 
 def test_eigenbasis_from_inputs_keeps_the_working_dtype_and_checks_inputs():
     X, y, fmap = _rff_problem(10, 8)
-    rotated, basis = kronvi.eigenbasis_from_inputs(
+    rotated, basis = kronvi.stats.eigenbasis_from_inputs(
         fmap, jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
     )
     assert rotated.PhitPhi.dtype == basis.vectors.dtype == jnp.float32
     with pytest.raises(ValueError, match="`X` has 10 rows but `y` has 9"):
-        kronvi.eigenbasis_from_inputs(fmap, X, y[:9])
+        kronvi.stats.eigenbasis_from_inputs(fmap, X, y[:9])
     with pytest.raises(ValueError, match="`X`"):
-        kronvi.eigenbasis_from_inputs(fmap, X.at[0, 0].set(jnp.nan), y)
+        kronvi.stats.eigenbasis_from_inputs(fmap, X.at[0, 0].set(jnp.nan), y)

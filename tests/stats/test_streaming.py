@@ -25,10 +25,10 @@ def _assert_stats_close(a, b, r):
 def test_streaming_equals_one_shot(dtype):
     rng = np.random.default_rng(0)
     Phi, y = rng.normal(size=(100, 4)).astype(dtype), rng.normal(size=100).astype(dtype)
-    s = kronvi.regression_stats_from_chunks(_blocks(Phi, y, [40, 40, 20]), chunk_size=8)
+    s = kronvi.stats.regression_stats_from_chunks(_blocks(Phi, y, [40, 40, 20]), chunk_size=8)
     assert s.PhitPhi.dtype == np.dtype(dtype)
     r = tol(dtype, x32=1e-5, x64=1e-12)
-    _assert_stats_close(s, kronvi.regression_stats(jnp.asarray(Phi), jnp.asarray(y)), r)
+    _assert_stats_close(s, kronvi.stats.regression_stats(jnp.asarray(Phi), jnp.asarray(y)), r)
     P64, y64 = Phi.astype(np.float64), y.astype(np.float64)
     _assert_stats_close(s, (100.0, y64 @ y64, P64.T @ y64, P64.T @ P64), r)
     # blocks with a row mask (padding), and raw inputs through a feature map
@@ -36,11 +36,13 @@ def test_streaming_equals_one_shot(dtype):
         (np.pad(Phi[i : i + 50], ((0, 14), (0, 0))), np.pad(y[i : i + 50], (0, 14)), np.arange(64) < 50)
         for i in (0, 50)
     )
-    _assert_stats_close(kronvi.regression_stats_from_chunks(padded), s, r)
-    params = kronvi.rff_init(jax.random.key(0), jnp.ones(4, dtype), 3)
-    fmap = functools.partial(kronvi.rff_features, params)
-    f = kronvi.regression_stats_from_chunks(_blocks(Phi, y, [50, 50]), feature_map=fmap)
-    _assert_stats_close(f, kronvi.regression_stats_from_inputs(fmap, jnp.asarray(Phi), jnp.asarray(y)), r)
+    _assert_stats_close(kronvi.stats.regression_stats_from_chunks(padded), s, r)
+    params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(4, dtype), 3)
+    fmap = functools.partial(kronvi.inputs.rff_features, params)
+    f = kronvi.stats.regression_stats_from_chunks(_blocks(Phi, y, [50, 50]), feature_map=fmap)
+    _assert_stats_close(
+        f, kronvi.stats.regression_stats_from_inputs(fmap, jnp.asarray(Phi), jnp.asarray(y)), r
+    )
 
 
 def test_streaming_from_a_memory_mapped_file(dtype, tmp_path):
@@ -55,8 +57,8 @@ def test_streaming_from_a_memory_mapped_file(dtype, tmp_path):
             block = np.asarray(data[start : start + rows])
             yield block[:, :3], block[:, 3]
 
-    s = kronvi.regression_stats_from_chunks(read())
-    ref = kronvi.regression_stats(jnp.asarray(table[:, :3]), jnp.asarray(table[:, 3]))
+    s = kronvi.stats.regression_stats_from_chunks(read())
+    ref = kronvi.stats.regression_stats(jnp.asarray(table[:, :3]), jnp.asarray(table[:, 3]))
     _assert_stats_close(s, ref, tol(dtype, x32=1e-5, x64=1e-12))
 
 
@@ -70,9 +72,9 @@ def test_streaming_keeps_compensated_accuracy_across_blocks():
     y = rng.normal(size=n).astype(np.float32)
     y[:size] = 4096.0
     with jax.enable_x64(False):
-        s = kronvi.regression_stats_from_chunks(_blocks(Phi, y, [size] * 300))
-        parts = [kronvi.regression_stats(P, t) for P, t in _blocks(Phi, y, [size] * 300)]
-        plain = functools.reduce(kronvi.merge_stats, parts)
+        s = kronvi.stats.regression_stats_from_chunks(_blocks(Phi, y, [size] * 300))
+        parts = [kronvi.stats.regression_stats(P, t) for P, t in _blocks(Phi, y, [size] * 300)]
+        plain = functools.reduce(kronvi.stats.merge_stats, parts)
     exact = y.astype(np.float64) @ y.astype(np.float64)
     spacing = float(np.spacing(np.float32(exact)))
     err, plain_err = abs(float(s.yty) - exact), abs(float(plain.yty) - exact)
@@ -82,8 +84,8 @@ def test_streaming_keeps_compensated_accuracy_across_blocks():
 
 def test_streaming_errors_name_the_argument():
     with pytest.raises(ValueError, match="`chunks` yielded no blocks"):
-        kronvi.regression_stats_from_chunks(iter([]))
+        kronvi.stats.regression_stats_from_chunks(iter([]))
     with pytest.raises(ValueError, match=r"`chunks` must yield \(X, y\).*block 1 is a ndarray"):
-        kronvi.regression_stats_from_chunks([(np.ones((2, 2)), np.ones(2)), np.ones(3)])
+        kronvi.stats.regression_stats_from_chunks([(np.ones((2, 2)), np.ones(2)), np.ones(3)])
     with pytest.raises(ValueError, match="`Phi` contains"):
-        kronvi.regression_stats_from_chunks([(np.full((2, 2), np.nan), np.ones(2))])
+        kronvi.stats.regression_stats_from_chunks([(np.full((2, 2), np.nan), np.ones(2))])

@@ -157,15 +157,15 @@ def check_output_path(
       >>> import os, tempfile, kronvi
       >>> folder = tempfile.mkdtemp()
       >>> out = os.path.join(folder, "out.json")
-      >>> kronvi.check_output_path(out, option="--json") == out
+      >>> kronvi.files.check_output_path(out, option="--json") == out
       True
       >>> try:  # the folder is resolved as the operating system will: `missing` does not exist
-      ...     kronvi.check_output_path(os.path.join(folder, "missing", "..", "out.json"), option="--json")
+      ...     kronvi.files.check_output_path(os.path.join(folder, "missing", "..", "out.json"), option="--json")
       ... except FileNotFoundError as e:
       ...     print(str(e).endswith("no such folder " + repr(os.path.join(folder, "missing", ".."))))
       True
       >>> try:  # a device is never replaced, even with overwrite=True
-      ...     kronvi.check_output_path("/dev/null", overwrite=True)
+      ...     kronvi.files.check_output_path("/dev/null", overwrite=True)
       ... except ValueError as e:
       ...     print(e)
       `path` '/dev/null' is a device: kronvi writes only regular files; give a file name
@@ -248,11 +248,11 @@ def write_atomic(
     Example:
       >>> import pathlib, tempfile, kronvi
       >>> path = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
-      >>> kronvi.write_atomic(path, "hello\n", overwrite=False)
+      >>> kronvi.files.write_atomic(path, "hello\n", overwrite=False)
       >>> path.read_text()
       'hello\n'
       >>> try:
-      ...     kronvi.write_atomic(path, "again\n", overwrite=False)
+      ...     kronvi.files.write_atomic(path, "again\n", overwrite=False)
       ... except FileExistsError:
       ...     print(path.read_text().strip())
       hello

@@ -16,7 +16,7 @@ Example:
   >>> from kronvi._base.precision import matmul_precision
   >>> matmul_precision()
   Precision.HIGHEST
-  >>> with jax.default_matmul_precision("tensorfloat32"):  # e.g. kronvi.regression_stats(Phi, y) in TF32
+  >>> with jax.default_matmul_precision("tensorfloat32"):  # e.g. kronvi.stats.regression_stats(Phi, y) in TF32
   ...     print(matmul_precision())
   None
 

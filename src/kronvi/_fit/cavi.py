@@ -289,7 +289,7 @@ def diagonal_sweep(
     temperature: ArrayLike = 1.0,
 ) -> tuple[jax.Array, jax.Array]:
     r"""One coordinate-ascent sweep when $\Phi^\top\Phi$ is diagonal (statistics in an eigenbasis,
-    `kronvi.eigenbasis`): given the noise the weights do not interact, so every weight's
+    `kronvi.stats.eigenbasis`): given the noise the weights do not interact, so every weight's
     coordinate optimum $\log q_j(v) = \log p_j(v) + E[\sigma^{-2}](v c_j - \tfrac12 A_{jj} v^2)$ is
     computed at once, in $O(bm)$, and equals what a sequential sweep in any `order` gives; then the
     noise. The off-diagonal entries of `stats.PhitPhi` are not read: on other statistics this is not a

@@ -268,8 +268,8 @@ def feature_elbo(
       >>> from kronvi.feature_learning import feature_elbo, rff_lengthscale_map
       >>> fmap = rff_lengthscale_map(jax.random.key(0), 1, 4)
       >>> X = jnp.linspace(-2, 2, 30)[:, None]; y = jnp.sin(2 * X[:, 0])
-      >>> pw, pn = kronvi.gaussian_prior(8, 1.0, levels=5), kronvi.noise_prior(0.1)
-      >>> qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
+      >>> pw, pn = kronvi.model.gaussian_prior(8, 1.0, levels=5), kronvi.model.noise_prior(0.1)
+      >>> qw, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)
       >>> g = jax.grad(feature_elbo)(jnp.zeros(1), X, y, qw, qn, pw, pn, feature_fn=fmap)
       >>> g.shape, bool(jnp.all(jnp.isfinite(g)))
       ((1,), True)
@@ -349,7 +349,7 @@ def fit_features(
       >>> fmap = rff_lengthscale_map(jax.random.key(0), 1, 10)
       >>> X = jnp.linspace(-3, 3, 100)[:, None]
       >>> y = jnp.sin(3 * X[:, 0]) + 0.1 * jax.random.normal(jax.random.key(1), (100,))
-      >>> pw, pn = kronvi.gaussian_prior(20, 1.0, levels=15), kronvi.noise_prior(0.01, levels=7, span=10.0)
+      >>> pw, pn = kronvi.model.gaussian_prior(20, 1.0, levels=15), kronvi.model.noise_prior(0.01, levels=7, span=10.0)
       >>> theta, q_w, q_n, info = fit_features(jnp.log(jnp.ones(1) * 3.0), X, y, pw, pn,
       ...                                      feature_fn=fmap, max_iter=2, param_iter=10)
       >>> bool(info.objective[-1] >= info.objective[0]), float(jnp.exp(theta[0])) < 3.0

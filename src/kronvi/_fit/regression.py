@@ -79,7 +79,7 @@ def fit_regression(
       prior_noise: `DiscretePrior` `(1, m_sigma)`.
       method: one of `"cavi"`, `"lbfgs"`, `"optax-lbfgs"`.
       init: where to start: `"prior"` (default, also `None`), `"gaussian"` (the exact optimum of
-        the continuous mean-field problem, `kronvi.gaussian_start`) or a tuple `(q_w, q_noise)`.
+        the continuous mean-field problem, `kronvi.fitting.gaussian_start`) or a tuple `(q_w, q_noise)`.
       max_iter: sweeps (CAVI, default 100) or iterations (L-BFGS, default 1000).
       tol: stop when the ELBO gains less than `tol * n` nats in a sweep (CAVI, default 1e-7) or when
         the gradient norm of $-\mathcal{L}/n$ falls below `tol` (L-BFGS, default 1e-6).

@@ -90,9 +90,9 @@ def regression_log_joint(
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> stats = kronvi.regression_stats(jnp.eye(2), jnp.array([1.0, 0.0]))
-      >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(1.0, levels=1)
-      >>> kronvi.regression_log_joint(stats, jnp.zeros((1, 2), int), jnp.zeros(1, int), pw, pn).shape
+      >>> stats = kronvi.stats.regression_stats(jnp.eye(2), jnp.array([1.0, 0.0]))
+      >>> pw, pn = kronvi.model.gaussian_prior(2, 1.0, levels=3), kronvi.model.noise_prior(1.0, levels=1)
+      >>> kronvi.fitting.regression_log_joint(stats, jnp.zeros((1, 2), int), jnp.zeros(1, int), pw, pn).shape
       (1,)
     """
     check_weight_prior(prior_w)
@@ -258,7 +258,7 @@ def sample_mean_field(key: jax.Array, q: MeanField, *, num_samples: int) -> jax.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> kronvi.sample_mean_field(jax.random.key(0), kronvi.MeanField(jnp.zeros((4, 3))), num_samples=5).shape
+      >>> kronvi.fitting.sample_mean_field(jax.random.key(0), kronvi.model.MeanField(jnp.zeros((4, 3))), num_samples=5).shape
       (5, 4)
     """
     if not isinstance(q, MeanField):
@@ -295,7 +295,7 @@ def reinforce_gradient(
     $$ \hat g = \frac1S \sum_{s=1}^S \big(f(x_s) - c_s\big)\,\nabla_\ell \log q(x_s), \qquad
        E[\hat g] = \nabla_\ell \mathcal{L}, $$
 
-    the gradient of `kronvi.regression_elbo` in `(q_w.logits, q_noise.logits)`.
+    the gradient of `kronvi.model.regression_elbo` in `(q_w.logits, q_noise.logits)`.
     Cost $O(S b^2)$ from the statistics, whatever `n` is. Jittable (`num_samples` static).
 
     Args:
@@ -319,10 +319,10 @@ def reinforce_gradient(
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (30, 3)); y = Phi @ jnp.array([1., 0., -1.])
-      >>> stats = kronvi.regression_stats(Phi, y)
-      >>> pw, pn = kronvi.gaussian_prior(3, 1.0, levels=3), kronvi.noise_prior(0.1, levels=3)
-      >>> (gw, gn), info = kronvi.reinforce_gradient(jax.random.key(1), stats, kronvi.MeanField.from_prior(pw),
-      ...     kronvi.MeanField.from_prior(pn), pw, pn, num_samples=8, baseline="leave-one-out")
+      >>> stats = kronvi.stats.regression_stats(Phi, y)
+      >>> pw, pn = kronvi.model.gaussian_prior(3, 1.0, levels=3), kronvi.model.noise_prior(0.1, levels=3)
+      >>> (gw, gn), info = kronvi.fitting.reinforce_gradient(jax.random.key(1), stats, kronvi.model.MeanField.from_prior(pw),
+      ...     kronvi.model.MeanField.from_prior(pn), pw, pn, num_samples=8, baseline="leave-one-out")
       >>> gw.shape, gn.shape
       ((3, 3), (1, 3))
     """

@@ -2,7 +2,7 @@ r"""Choosing among priors by K-fold cross-validation computed from sufficient st
 
 The held-out squared error of the posterior-mean predictor needs only the held-out rows' statistics:
 $\|y - \Phi\bar w\|^2 = y^\top y - 2\bar w^\top\Phi^\top y + \bar w^\top\Phi^\top\Phi\,\bar w$. With
-fold statistics from one pass (`kronvi.kfold_stats`, `kronvi.kfold_stats_from_inputs`), a
+fold statistics from one pass (`kronvi.stats.kfold_stats`, `kronvi.stats.kfold_stats_from_inputs`), a
 K-fold cross-validation score is K fits on `total - fold_k` (vmapped) and K such evaluations: no
 second pass over the data.
 
@@ -61,10 +61,10 @@ def heldout_sq_error(q_w: MeanField, prior_w: DiscretePrior, stats: RegressionSt
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> prior_w = kronvi.gaussian_prior(2, 1.0, levels=3)  # grid {-3, 0, 3}
-      >>> q_w = kronvi.MeanField(jnp.log(jnp.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]) + 1e-30))
-      >>> stats = kronvi.regression_stats(jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.array([2.0, -3.0]))
-      >>> round(float(kronvi.heldout_sq_error(q_w, prior_w, stats)), 4)  # (2 - 3)^2 + (-3 + 3)^2
+      >>> prior_w = kronvi.model.gaussian_prior(2, 1.0, levels=3)  # grid {-3, 0, 3}
+      >>> q_w = kronvi.model.MeanField(jnp.log(jnp.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]) + 1e-30))
+      >>> stats = kronvi.stats.regression_stats(jnp.array([[1.0, 0.0], [0.0, 1.0]]), jnp.array([2.0, -3.0]))
+      >>> round(float(kronvi.fitting.heldout_sq_error(q_w, prior_w, stats)), 4)  # (2 - 3)^2 + (-3 + 3)^2
       1.0
     """
     _check_heldout(q_w, prior_w, stats)
@@ -84,7 +84,7 @@ def _check_heldout(q_w, prior_w, stats):
     if stats.PhitPhi.ndim != 2:
         raise ValueError(
             f"`stats` must be one data set's statistics (PhitPhi of shape (b, b)), got {stats.PhitPhi.shape}; "
-            "for stacked folds use kronvi.cv_scores"
+            "for stacked folds use kronvi.fitting.cv_scores"
         )
     if stats.Phity.shape[-1] != prior_w.values.shape[-2]:
         raise ValueError(
@@ -137,14 +137,14 @@ def cv_scores(
 
     Args:
       train_stats: `RegressionStats` stacked on a leading fold axis `(K, ...)` (e.g. the first
-        output of `kronvi.kfold_stats`).
+        output of `kronvi.stats.kfold_stats`).
       test_stats: the held-out statistics, stacked the same way.
       prior_w: `DiscretePrior` `(b, m)`, shared by the folds.
       prior_noise: `DiscretePrior` `(1, m_sigma)`, shared by the folds.
-      init: passed to `kronvi.fit_regression` (default `"gaussian"`: CAVI from
-        `kronvi.gaussian_start`).
-      method: passed to `kronvi.fit_regression` (default `"cavi"`).
-      max_iter: passed to `kronvi.fit_regression`.
+      init: passed to `kronvi.fitting.fit_regression` (default `"gaussian"`: CAVI from
+        `kronvi.fitting.gaussian_start`).
+      method: passed to `kronvi.fitting.fit_regression` (default `"cavi"`).
+      max_iter: passed to `kronvi.fitting.fit_regression`.
 
     Returns:
       `HeldoutScores` of `(K,)` arrays, one entry per held-out fold.

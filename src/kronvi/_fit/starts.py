@@ -43,11 +43,11 @@ def gaussian_start_logits(prior_w, prior_noise, stats, max_iter):
 def gaussian_start(
     stats: RegressionStats, prior_w: DiscretePrior, prior_noise: DiscretePrior, *, max_iter: int = 3
 ) -> tuple[MeanField, MeanField]:
-    r"""A starting point `(q_w, q_noise)` for `kronvi.fit_regression` from the continuous problem.
+    r"""A starting point `(q_w, q_noise)` for `kronvi.fitting.fit_regression` from the continuous problem.
 
     Fits the diagonal Gaussian posterior $\prod_j N(\mu_j, s_j^2)$ under the prior
     $N(0, v_j)$, where $v_j$ is the variance of weight `j`'s discrete prior, with the noise
-    variance learned inside the range of the noise grid (`kronvi.fit_gaussian_mf`, exact, `max_iter`
+    variance learned inside the range of the noise grid (`kronvi.gaussian.fit_gaussian_mf`, exact, `max_iter`
     alternating updates: a start needs no more, CAVI refines the noise). Then each
     discrete factor is set to its exact coordinate optimum with every other weight at its Gaussian mean:
     $\log q_j(v) = \log p_j(v) + (v h_j - \tfrac12 (\Phi^\top\Phi)_{jj} v^2)/\sigma^2$,
@@ -62,16 +62,16 @@ def gaussian_start(
       max_iter: updates of the continuous problem (each one Cholesky factorization of a `b x b` matrix).
 
     Returns:
-      `(q_w, q_noise)`, two `MeanField`, to pass as `init` to `kronvi.fit_regression`.
+      `(q_w, q_noise)`, two `MeanField`, to pass as `init` to `kronvi.fitting.fit_regression`.
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (500, 4))
       >>> y = Phi @ jnp.array([1., 0., -1., 0.5]) + 0.1 * jax.random.normal(jax.random.key(1), (500,))
-      >>> stats = kronvi.regression_stats(Phi, y)
-      >>> prior_w, prior_n = kronvi.gaussian_prior(4, 1.0), kronvi.noise_prior(0.01, levels=5, span=10.0)
-      >>> q_w, q_n = kronvi.gaussian_start(stats, prior_w, prior_n)
-      >>> q_w, q_n, info = kronvi.fit_regression(stats, prior_w, prior_n, init=(q_w, q_n))
+      >>> stats = kronvi.stats.regression_stats(Phi, y)
+      >>> prior_w, prior_n = kronvi.model.gaussian_prior(4, 1.0), kronvi.model.noise_prior(0.01, levels=5, span=10.0)
+      >>> q_w, q_n = kronvi.fitting.gaussian_start(stats, prior_w, prior_n)
+      >>> q_w, q_n, info = kronvi.fitting.fit_regression(stats, prior_w, prior_n, init=(q_w, q_n))
       >>> [round(float(v), 2) for v in (q_w.probs * prior_w.values).sum(-1)]
       [0.86, 0.0, -0.86, 0.43]
     """

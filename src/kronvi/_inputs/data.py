@@ -61,10 +61,10 @@ def fit_standardizer(X: ArrayLike) -> Standardizer:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> st = kronvi.fit_standardizer(jnp.array([[1.0, 5.0], [3.0, 5.0]]))
+      >>> st = kronvi.inputs.fit_standardizer(jnp.array([[1.0, 5.0], [3.0, 5.0]]))
       >>> st.mean.tolist(), st.scale.tolist()
       ([2.0, 5.0], [1.0, 1.0])
-      >>> kronvi.standardize(st, jnp.array([[3.0, 5.0]])).tolist()
+      >>> kronvi.inputs.standardize(st, jnp.array([[3.0, 5.0]])).tolist()
       [[1.0, 0.0]]
     """
     X = as_float_array(X, "X")
@@ -497,11 +497,11 @@ def fold_indices(test_mask: ArrayLike) -> np.ndarray:
 
     Returns:
       `(n,)` int64 NumPy array of fold ids in `[0, K)`, the `folds` argument of
-      `kronvi.kfold_stats`.
+      `kronvi.stats.kfold_stats`.
 
     Example:
       >>> import kronvi
-      >>> kronvi.fold_indices([[0, 1], [1, 0], [0, 1]]).tolist()
+      >>> kronvi.inputs.fold_indices([[0, 1], [1, 0], [0, 1]]).tolist()
       [1, 0, 1]
     """
     mask = np.asarray(test_mask)

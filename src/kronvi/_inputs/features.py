@@ -40,7 +40,7 @@ class RandomFourierFeatures(NamedTuple):
         $z_{dj} \sim N(0, 1)$.
       offset: `None` (`rff_init`), or `(2 D,)` subtracted from every row of features: the training
         rows' mean in `kronvi.pipeline`'s eigenbasis recipe, where it plays the part of an intercept
-        without a prior (`kronvi.feature_mean`).
+        without a prior (`kronvi.inputs.feature_mean`).
     """
 
     frequencies: jax.Array
@@ -80,7 +80,7 @@ def rff_init(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> params = kronvi.rff_init(jax.random.key(0), jnp.ones(3), 50)
+      >>> params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(3), 50)
       >>> params.frequencies.shape
       (3, 50)
     """
@@ -164,7 +164,7 @@ def rff_features(params: RandomFourierFeatures, X: ArrayLike) -> jax.Array:
     r"""Evaluates the random Fourier features $D^{-1/2}[\cos(XW), \sin(XW)]$.
 
     Pure and jittable; pass `functools.partial(rff_features, params)` as the `feature_map` of
-    `kronvi.regression_stats_from_inputs` to build statistics chunk by
+    `kronvi.stats.regression_stats_from_inputs` to build statistics chunk by
     chunk.
 
     Args:
@@ -181,12 +181,12 @@ def rff_features(params: RandomFourierFeatures, X: ArrayLike) -> jax.Array:
 
     Example:
       >>> import functools, jax, jax.numpy as jnp, kronvi
-      >>> params = kronvi.rff_init(jax.random.key(0), jnp.ones(2), 8)
-      >>> Phi = kronvi.rff_features(params, jnp.zeros((4, 2)))
+      >>> params = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(2), 8)
+      >>> Phi = kronvi.inputs.rff_features(params, jnp.zeros((4, 2)))
       >>> Phi.shape, round(float(Phi[0] @ Phi[0]), 6)  # phi(x).phi(x) = k(x, x) / s2 = 1
       ((4, 16), 1.0)
-      >>> fmap = functools.partial(kronvi.rff_features, params)
-      >>> kronvi.regression_stats_from_inputs(fmap, jnp.zeros((4, 2)), jnp.ones(4)).PhitPhi.shape
+      >>> fmap = functools.partial(kronvi.inputs.rff_features, params)
+      >>> kronvi.stats.regression_stats_from_inputs(fmap, jnp.zeros((4, 2)), jnp.ones(4)).PhitPhi.shape
       (16, 16)
     """
     if not isinstance(params, RandomFourierFeatures):
@@ -236,9 +236,9 @@ def feature_mean(params: RandomFourierFeatures, X: ArrayLike, *, chunk_size: int
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> X = jax.random.normal(jax.random.key(0), (10, 2))
-      >>> params = kronvi.rff_init(jax.random.key(1), jnp.ones(2), 4)
-      >>> centred = params._replace(offset=kronvi.feature_mean(params, X))
-      >>> bool(jnp.allclose(kronvi.rff_features(centred, X).mean(axis=0), 0.0, atol=1e-6))
+      >>> params = kronvi.inputs.rff_init(jax.random.key(1), jnp.ones(2), 4)
+      >>> centred = params._replace(offset=kronvi.inputs.feature_mean(params, X))
+      >>> bool(jnp.allclose(kronvi.inputs.rff_features(centred, X).mean(axis=0), 0.0, atol=1e-6))
       True
     """
     if not isinstance(params, RandomFourierFeatures):

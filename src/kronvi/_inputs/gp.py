@@ -333,9 +333,9 @@ def gp_log_marginal_likelihood(hyper: GPHyperparameters, X: ArrayLike, y: ArrayL
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> h = kronvi.GPHyperparameters(jnp.ones(1), jnp.asarray(1.0), jnp.asarray(1.0))
+      >>> h = kronvi.inputs.GPHyperparameters(jnp.ones(1), jnp.asarray(1.0), jnp.asarray(1.0))
       >>> # one point: y ~ N(0, s2 + noise) = N(0, 2)
-      >>> round(float(kronvi.gp_log_marginal_likelihood(h, jnp.zeros((1, 1)), jnp.zeros(1))), 4)
+      >>> round(float(kronvi.inputs.gp_log_marginal_likelihood(h, jnp.zeros((1, 1)), jnp.zeros(1))), 4)
       -1.2655
     """
     X, y = _validate_xy(X, y)
@@ -474,7 +474,7 @@ def fit_gp_hyperparameters(
     interpolate do this); when the chosen start is pinned and an unpinned, non-degenerate start has a
     leave-one-out error at least as small, the best such start is returned instead.
 
-    Inputs are expected standardized (`kronvi.fit_standardizer`) and `y` centred.
+    Inputs are expected standardized (`kronvi.inputs.fit_standardizer`) and `y` centred.
 
     Args:
       key: PRNG key for the subsample.
@@ -540,7 +540,7 @@ def fit_gp_hyperparameters(
       >>> import jax, jax.numpy as jnp, kronvi
       >>> X = jnp.linspace(-2, 2, 40)[:, None]
       >>> y = jnp.sin(2 * X[:, 0]) + 0.1 * jax.random.normal(jax.random.key(1), (40,))
-      >>> hyper, info = kronvi.fit_gp_hyperparameters(jax.random.key(0), X, y - y.mean())
+      >>> hyper, info = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), X, y - y.mean())
       >>> bool(hyper.noise_variance < 0.1 * jnp.var(y)), bool(info.degenerate)
       (True, False)
     """

@@ -22,7 +22,7 @@ __all__ = [
 
 
 def fit_standardizer_host(X: np.ndarray) -> Standardizer:
-    """`kronvi.fit_standardizer`'s rule (moments of each column scaled by a power of two, scale 1 for
+    """`kronvi.inputs.fit_standardizer`'s rule (moments of each column scaled by a power of two, scale 1 for
     constant columns) on float64 NumPy inputs `(n, d)`. Float64 NumPy arrays."""
     X = np.asarray(X, np.float64)
     top = np.max(np.abs(X), axis=0)

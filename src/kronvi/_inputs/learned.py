@@ -51,10 +51,10 @@ def rff_lengthscale_features(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> unit = kronvi.rff_init(jax.random.key(0), jnp.ones(2), 4)
+      >>> unit = kronvi.inputs.rff_init(jax.random.key(0), jnp.ones(2), 4)
       >>> X = jnp.ones((3, 2))
       >>> Phi = rff_lengthscale_features(unit, jnp.log(jnp.array([0.5, 2.0])), X)
-      >>> ref = kronvi.rff_features(kronvi.rff_init(jax.random.key(0), jnp.array([0.5, 2.0]), 4), X)
+      >>> ref = kronvi.inputs.rff_features(kronvi.inputs.rff_init(jax.random.key(0), jnp.array([0.5, 2.0]), 4), X)
       >>> bool(jnp.allclose(Phi, ref))
       True
     """

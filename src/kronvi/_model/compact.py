@@ -1,7 +1,7 @@
 r"""A compact form of an eigenbasis posterior: its exact mean, the directions the data determine, and one
 shared variance for the rest.
 
-In the eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`, $\Phi^\top\Phi = V\Lambda
+In the eigenbasis of $\Phi^\top\Phi$ (`kronvi.stats.eigenbasis`, $\Phi^\top\Phi = V\Lambda
 V^\top$, $u = V^\top w$) a mean-field posterior $q(u) = \prod_i q_i(u_i)$ predicts with mean
 $\phi^\top V\bar u$ and variance $\sum_i (\phi^\top v_i)^2 s_i + E[\sigma^2]$, $s_i = \mathrm{Var}_q(u_i)$: it
 needs the whole `b x b` rotation. `compact_posterior` keeps
@@ -36,8 +36,8 @@ the centred factors, and `J = 8` copies of $\|P_C\phi\|$ whose weights take disc
 from `width` down to `width / 2` sds, scaled so that their variances add to $\bar s$ (incommensurate grids, so
 that the complement's part of the predictive distribution is close to a Gaussian, as the many factors of the
 full model make it, rather than a lattice of atoms).
-`kronvi.predict_regression`, `kronvi.predictive_log_density`,
-`kronvi.sample_codes` and the integer path take it as it is.
+`kronvi.model.predict_regression`, `kronvi.model.predictive_log_density`,
+`kronvi.quantize.sample_codes` and the integer path take it as it is.
 Why this form: `docs/decisions/default-recipe.md#the-compact-recipe`.
 """
 
@@ -114,8 +114,8 @@ def compact_features(basis: CompactBasis, Phi: ArrayLike) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> basis = kronvi.CompactBasis(jnp.array([1.0, 0.0]), jnp.array([[1.0], [0.0]]), jnp.array([2.0]))
-      >>> kronvi.compact_features(basis, jnp.array([[3.0, 4.0]])).tolist()  # r = |(0, 4)| = 4
+      >>> basis = kronvi.model.CompactBasis(jnp.array([1.0, 0.0]), jnp.array([[1.0], [0.0]]), jnp.array([2.0]))
+      >>> kronvi.model.compact_features(basis, jnp.array([[3.0, 4.0]])).tolist()  # r = |(0, 4)| = 4
       [[3.0, 3.0, 8.0]]
     """
     if not isinstance(basis, CompactBasis):
@@ -175,7 +175,7 @@ def complement_split(
     Example:
       >>> import numpy as np, kronvi
       >>> lam = np.array([0.0, 0.0, 1.0, 50.0]); s = np.array([1.0, 1.0, 0.999, 0.02])
-      >>> keep, s_bar = kronvi.complement_split(lam, s, 10, 0.1, tol=0.01)
+      >>> keep, s_bar = kronvi.model.complement_split(lam, s, 10, 0.1, tol=0.01)
       >>> keep.tolist(), float(s_bar)  # the null space and the barely moved direction share s = 1
       ([False, False, False, True], 1.0)
     """
@@ -266,10 +266,10 @@ def compact_posterior(
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (3, 6)); y = Phi[:, 0]  # n = 3 < b = 6: a null space
-      >>> stats, basis = kronvi.eigenbasis(kronvi.regression_stats(Phi, y))
-      >>> prior = kronvi.gaussian_prior(6, 1.0)
-      >>> q = kronvi.fit_regression(stats, prior, kronvi.noise_prior(0.1, levels=1), sweep="diagonal")[0]
-      >>> cb, prior_c, q_c = kronvi.compact_posterior(basis, q, prior, 3, 0.1, tol=0.01, width=3.0)
+      >>> stats, basis = kronvi.stats.eigenbasis(kronvi.stats.regression_stats(Phi, y))
+      >>> prior = kronvi.model.gaussian_prior(6, 1.0)
+      >>> q = kronvi.fitting.fit_regression(stats, prior, kronvi.model.noise_prior(0.1, levels=1), sweep="diagonal")[0]
+      >>> cb, prior_c, q_c = kronvi.model.compact_posterior(basis, q, prior, 3, 0.1, tol=0.01, width=3.0)
       >>> cb.vectors.shape, prior_c.values.shape  # 3 of 6 directions kept, 1 + 3 + 8 weights
       ((6, 3), (12, 15))
     """

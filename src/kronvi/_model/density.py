@@ -531,10 +531,10 @@ def predictive_log_density(
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> prior_w = kronvi.gaussian_prior(2, 1.0, levels=3)
-      >>> prior_n = kronvi.noise_prior(0.5, levels=1)
-      >>> q_w, q_n = kronvi.MeanField(prior_w.log_probs), kronvi.MeanField(prior_n.log_probs)
-      >>> ld, err = kronvi.predictive_log_density(
+      >>> prior_w = kronvi.model.gaussian_prior(2, 1.0, levels=3)
+      >>> prior_n = kronvi.model.noise_prior(0.5, levels=1)
+      >>> q_w, q_n = kronvi.model.MeanField(prior_w.log_probs), kronvi.model.MeanField(prior_n.log_probs)
+      >>> ld, err = kronvi.model.predictive_log_density(
       ...     q_w, q_n, prior_w, prior_n, jnp.zeros((1, 2)), jnp.zeros(1))
       >>> round(float(ld[0]), 4), bool(err[0] < 1e-3)  # N(0, 0.5) at 0: -0.5 log(pi)
       (-0.5724, True)

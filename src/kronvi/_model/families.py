@@ -27,7 +27,7 @@ class MeanField:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> q = kronvi.MeanField(jnp.zeros((2, 4)))
+      >>> q = kronvi.model.MeanField(jnp.zeros((2, 4)))
       >>> q.probs.sum(-1).tolist()
       [1.0, 1.0]
     """

@@ -43,7 +43,7 @@ class DiscretePrior:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> p = kronvi.DiscretePrior(jnp.array([[-1.0, 0.0, 1.0]]), jnp.zeros((1, 3)))
+      >>> p = kronvi.model.DiscretePrior(jnp.array([[-1.0, 0.0, 1.0]]), jnp.zeros((1, 3)))
       >>> [round(float(x), 3) for x in p.probs[0]]
       [0.333, 0.333, 0.333]
     """
@@ -112,7 +112,7 @@ def gaussian_prior(
 
     Example:
       >>> import kronvi
-      >>> p = kronvi.gaussian_prior(4, 0.5, levels=5, width=2.0)
+      >>> p = kronvi.model.gaussian_prior(4, 0.5, levels=5, width=2.0)
       >>> p.values[0].tolist()
       [-1.0, -0.5, 0.0, 0.5, 1.0]
     """
@@ -162,7 +162,7 @@ def noise_prior(
 
     Example:
       >>> import kronvi
-      >>> [round(float(v), 4) for v in kronvi.noise_prior(1.0, levels=3, span=100.0).values[0]]
+      >>> [round(float(v), 4) for v in kronvi.model.noise_prior(1.0, levels=3, span=100.0).values[0]]
       [0.01, 1.0, 100.0]
     """
     variance = _as_dtype(as_float_array(variance, "variance"), dtype)

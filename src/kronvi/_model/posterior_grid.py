@@ -4,7 +4,7 @@ A fixed grid (e.g. 15 levels on $\pm3\sigma_w$) is coarse wherever the data dete
 better than the prior does: the posterior sd $\sigma/\sqrt{\lambda_j}$ can be a thousandth of
 $\sigma_w$, and the mean field can only snap to the nearest level. `posterior_grid_prior`
 keeps the prior density $N(0, \sigma_w^2)$ but evaluates it on `levels` points spanning
-`center_j ± width * spread_j`. In the eigenbasis of $\Phi^\top\Phi$ (`kronvi.eigenbasis`)
+`center_j ± width * spread_j`. In the eigenbasis of $\Phi^\top\Phi$ (`kronvi.stats.eigenbasis`)
 with the exact per-coordinate posterior as `center` and `spread`, the discrete mean-field posterior
 is the exact Gaussian posterior quantized to `levels` points per coordinate.
 """
@@ -43,11 +43,11 @@ def posterior_grid_prior(
       width: half-width of each grid in units of `spread`.
 
     Returns:
-      `kronvi.DiscretePrior` `(b, levels)` with `log_probs` $\propto -v^2/(2\sigma_w^2)$.
+      `kronvi.model.DiscretePrior` `(b, levels)` with `log_probs` $\propto -v^2/(2\sigma_w^2)$.
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> p = kronvi.posterior_grid_prior(jnp.array([1.0]), jnp.array([0.1]), 1.0, levels=3, width=2.0)
+      >>> p = kronvi.model.posterior_grid_prior(jnp.array([1.0]), jnp.array([0.1]), 1.0, levels=3, width=2.0)
       >>> [round(float(v), 2) for v in p.values[0]]
       [0.8, 1.0, 1.2]
     """

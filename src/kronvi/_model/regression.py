@@ -125,10 +125,10 @@ def regression_elbo(
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.array([1., 0., -1.])
-      >>> stats = kronvi.regression_stats(Phi, y)
-      >>> pw, pn = kronvi.gaussian_prior(3, 1.0, levels=5), kronvi.noise_prior(0.1)
-      >>> elbo = kronvi.regression_elbo(stats, kronvi.MeanField.from_prior(pw),
-      ...                               kronvi.MeanField.from_prior(pn), pw, pn)
+      >>> stats = kronvi.stats.regression_stats(Phi, y)
+      >>> pw, pn = kronvi.model.gaussian_prior(3, 1.0, levels=5), kronvi.model.noise_prior(0.1)
+      >>> elbo = kronvi.model.regression_elbo(stats, kronvi.model.MeanField.from_prior(pw),
+      ...                               kronvi.model.MeanField.from_prior(pn), pw, pn)
       >>> bool(jnp.isfinite(elbo))
       True
     """

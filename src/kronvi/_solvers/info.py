@@ -40,9 +40,9 @@ class FitInfo(NamedTuple):
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> stats = kronvi.regression_stats(jnp.eye(3), jnp.ones(3))
-      >>> pw, pn = kronvi.gaussian_prior(3, 1.0, levels=5), kronvi.noise_prior(0.1)
-      >>> info = kronvi.fit_regression(stats, pw, pn).info
+      >>> stats = kronvi.stats.regression_stats(jnp.eye(3), jnp.ones(3))
+      >>> pw, pn = kronvi.model.gaussian_prior(3, 1.0, levels=5), kronvi.model.noise_prior(0.1)
+      >>> info = kronvi.fitting.fit_regression(stats, pw, pn).info
       >>> info.optimizer, bool(info.final_elbo == info.elbo[info.num_iter])
       ('cavi', True)
       >>> jax.tree.leaves(info)[0] is info.elbo  # `optimizer` is not a leaf

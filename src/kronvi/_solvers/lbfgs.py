@@ -63,7 +63,7 @@ def minimize_lbfgs(
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> x, info = kronvi.minimize_lbfgs(lambda x: jnp.sum((x - 2.0) ** 2), jnp.zeros(3), max_iter=50, tol=1e-6)
+      >>> x, info = kronvi.fitting.minimize_lbfgs(lambda x: jnp.sum((x - 2.0) ** 2), jnp.zeros(3), max_iter=50, tol=1e-6)
       >>> [round(float(v), 4) for v in x], bool(info.converged)
       ([2.0, 2.0, 2.0], True)
     """

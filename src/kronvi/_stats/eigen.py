@@ -38,17 +38,17 @@ def eigenbasis(stats: RegressionStats) -> tuple[RegressionStats, Eigenbasis]:
     r"""Rotates the statistics to the eigenbasis of $\Phi^\top\Phi$.
 
     Args:
-      stats: `kronvi.RegressionStats` with `b` features.
+      stats: `kronvi.stats.RegressionStats` with `b` features.
 
     Returns:
-      `(rotated, basis)`: `kronvi.RegressionStats` with diagonal `PhitPhi` (the statistics of
+      `(rotated, basis)`: `kronvi.stats.RegressionStats` with diagonal `PhitPhi` (the statistics of
       the features $\Phi V$), and the `Eigenbasis` (use `rotate_features` on new
       features).
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (100, 3)); y = Phi @ jnp.ones(3)
-      >>> rotated, basis = kronvi.eigenbasis(kronvi.regression_stats(Phi, y))
+      >>> rotated, basis = kronvi.stats.eigenbasis(kronvi.stats.regression_stats(Phi, y))
       >>> bool(jnp.allclose(rotated.PhitPhi, jnp.diag(basis.eigenvalues), atol=1e-3))
       True
     """
@@ -133,8 +133,8 @@ def eigenbasis_from_inputs(
     Example:
       >>> import functools, jax, jax.numpy as jnp, kronvi
       >>> X = jax.random.normal(jax.random.key(0), (5, 2)); y = X[:, 0]
-      >>> params = kronvi.rff_init(jax.random.key(1), jnp.ones(2), 4)  # b = 8 > n = 5: the dual
-      >>> rotated, basis = kronvi.eigenbasis_from_inputs(functools.partial(kronvi.rff_features, params), X, y)
+      >>> params = kronvi.inputs.rff_init(jax.random.key(1), jnp.ones(2), 4)  # b = 8 > n = 5: the dual
+      >>> rotated, basis = kronvi.stats.eigenbasis_from_inputs(functools.partial(kronvi.inputs.rff_features, params), X, y)
       >>> int(jnp.sum(basis.eigenvalues > 1e-6))  # rank n
       5
     """

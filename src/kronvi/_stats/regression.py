@@ -175,7 +175,7 @@ def regression_stats(
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> s = kronvi.regression_stats(jnp.ones((5, 2)), jnp.arange(5.0))
+      >>> s = kronvi.stats.regression_stats(jnp.ones((5, 2)), jnp.arange(5.0))
       >>> float(s.n), float(s.yty), s.Phity.tolist()
       (5.0, 30.0, [10.0, 10.0])
     """

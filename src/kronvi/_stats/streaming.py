@@ -52,7 +52,7 @@ def regression_stats_from_chunks(
       ...     for start in range(0, data.shape[0], rows):
       ...         block = np.asarray(data[start : start + rows])  # only these rows in memory
       ...         yield block[:, :2], block[:, 2]
-      >>> s = kronvi.regression_stats_from_chunks(blocks(path))
+      >>> s = kronvi.stats.regression_stats_from_chunks(blocks(path))
       >>> float(s.n), s.Phity.tolist()
       (8.0, [1428.0, 1528.0])
     """

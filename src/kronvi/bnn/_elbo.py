@@ -264,15 +264,15 @@ def bnn_elbo(
        \Big(y^\top y - 2\sum_i y_i E f(x_i) + \sum_i E f(x_i)^2\Big) + E_q[\log p] + H[q]. $$
 
     One hidden layer costs $O(h d^4 + P \bar m)$; deeper networks use the monomial expansion
-    (exponential in the depth). Conventions as in `kronvi.regression_elbo` (the
+    (exponential in the depth). Conventions as in `kronvi.model.regression_elbo` (the
     $-\frac n2 \log 2\pi$ constant included).
 
     Args:
       stats: `BNNStats` from `bnn_stats` (they carry `layer_sizes`).
-      q_w: `kronvi.MeanField` over the `P` weights in `quadratic_net` order, logits `(P, m)`.
-      q_noise: `kronvi.MeanField` over the noise variance, logits `(1, m_sigma)`.
-      prior_w: `kronvi.DiscretePrior` `(P, m)`.
-      prior_noise: `kronvi.DiscretePrior` `(1, m_sigma)` over positive variances.
+      q_w: `kronvi.model.MeanField` over the `P` weights in `quadratic_net` order, logits `(P, m)`.
+      q_noise: `kronvi.model.MeanField` over the noise variance, logits `(1, m_sigma)`.
+      prior_w: `kronvi.model.DiscretePrior` `(P, m)`.
+      prior_noise: `kronvi.model.DiscretePrior` `(1, m_sigma)` over positive variances.
 
     Returns:
       The ELBO, a scalar.
@@ -288,8 +288,8 @@ def bnn_elbo(
       >>> from kronvi.bnn import bnn_elbo, bnn_stats
       >>> X = jax.random.normal(jax.random.key(0), (20, 2)); y = X[:, 0] ** 2
       >>> stats = bnn_stats(X, y, (2, 2, 1))
-      >>> pw, pn = kronvi.gaussian_prior(6, 1.0, levels=5), kronvi.noise_prior(0.1)
-      >>> elbo = bnn_elbo(stats, kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn), pw, pn)
+      >>> pw, pn = kronvi.model.gaussian_prior(6, 1.0, levels=5), kronvi.model.noise_prior(0.1)
+      >>> elbo = bnn_elbo(stats, kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn), pw, pn)
       >>> bool(jnp.isfinite(elbo))
       True
     """

@@ -2,7 +2,7 @@ r"""Fitting the DIRECT quadratic network and predicting with it.
 
 Two optimizers on the exact ELBO of `kronvi.bnn._elbo`:
 
-* L-BFGS on the softmax logits with exact gradients (`kronvi.minimize_lbfgs`);
+* L-BFGS on the softmax logits with exact gradients (`kronvi.fitting.minimize_lbfgs`);
 * exact coordinate ascent. Under the mean field the expected log-likelihood is *multilinear* in the
   factors $q_1, \dots, q_P$ (each monomial's expectation is a product of one moment per weight), so
   as a function of one factor the ELBO is $\langle q_p, c_p + \log p_p\rangle + H[q_p] + \text{const}$
@@ -53,9 +53,9 @@ class BNNFit(NamedTuple):
     """The result of `fit_bnn`.
 
     Attributes:
-      q_w: `kronvi.MeanField` `(P, m)` over the weights, in
+      q_w: `kronvi.model.MeanField` `(P, m)` over the weights, in
         `quadratic_net` order.
-      q_noise: `kronvi.MeanField` `(1, m_sigma)` over the noise variance.
+      q_noise: `kronvi.model.MeanField` `(1, m_sigma)` over the noise variance.
       info: `kronvi.FitInfo`.
     """
 
@@ -72,12 +72,12 @@ def bnn_init(
 
     Args:
       key: PRNG key.
-      prior_w: `kronvi.DiscretePrior` `(P, m)`.
-      prior_noise: `kronvi.DiscretePrior` `(1, m_sigma)`.
+      prior_w: `kronvi.model.DiscretePrior` `(P, m)`.
+      prior_noise: `kronvi.model.DiscretePrior` `(1, m_sigma)`.
       scale: standard deviation of the logit perturbation.
 
     Returns:
-      `(q_w, q_noise)`, two `kronvi.MeanField`.
+      `(q_w, q_noise)`, two `kronvi.model.MeanField`.
     """
     noise = jax.random.normal(key, prior_w.log_probs.shape, prior_w.log_probs.dtype)
     return (
@@ -104,8 +104,8 @@ def fit_bnn(
 
     Args:
       stats: `BNNStats` (they carry `layer_sizes`).
-      prior_w: `kronvi.DiscretePrior` `(P, m)` over the weights in `quadratic_net` order.
-      prior_noise: `kronvi.DiscretePrior` `(1, m_sigma)`.
+      prior_w: `kronvi.model.DiscretePrior` `(P, m)` over the weights in `quadratic_net` order.
+      prior_noise: `kronvi.model.DiscretePrior` `(1, m_sigma)`.
       method: `"cavi"` (default; exact coordinate ascent, one gradient per weight per sweep; the ELBO
         never decreases), `"lbfgs"` (`jaxopt.LBFGS` on $-\mathcal L/n$ over the logits, exact
         gradients) or `"optax-lbfgs"` (the same with `optax.lbfgs`). L-BFGS on softmax logits stalls
@@ -135,7 +135,7 @@ def fit_bnn(
       >>> X = jax.random.normal(jax.random.key(0), (50, 2)); y = X[:, 0] ** 2 - 1.0
       >>> X1 = jnp.concatenate([X, jnp.ones((50, 1))], axis=1)
       >>> stats = bnn_stats(X1, y, (3, 2, 1))
-      >>> pw, pn = kronvi.gaussian_prior(8, 1.0, levels=7), kronvi.noise_prior(0.1)
+      >>> pw, pn = kronvi.model.gaussian_prior(8, 1.0, levels=7), kronvi.model.noise_prior(0.1)
       >>> q_w, q_n, info = fit_bnn(stats, pw, pn)
       >>> round(float(info.final_elbo)), bool(info.converged)
       (-78, True)
@@ -262,11 +262,11 @@ def predict_bnn(
     $g_j = E[(W_j\cdot x)^2]$), for deeper networks by the monomial expansion at each point.
 
     Args:
-      q_w: `kronvi.MeanField` over the `P` weights, logits `(P, m)`, as in
+      q_w: `kronvi.model.MeanField` over the `P` weights, logits `(P, m)`, as in
         `bnn_elbo`.
-      q_noise: `kronvi.MeanField` over the noise variance, logits `(1, m_sigma)`.
-      prior_w: `kronvi.DiscretePrior` `(P, m)`.
-      prior_noise: `kronvi.DiscretePrior` `(1, m_sigma)` over positive variances.
+      q_noise: `kronvi.model.MeanField` over the noise variance, logits `(1, m_sigma)`.
+      prior_w: `kronvi.model.DiscretePrior` `(P, m)`.
+      prior_noise: `kronvi.model.DiscretePrior` `(1, m_sigma)` over positive variances.
       X_new: test inputs `(num_points, d)`.
       layer_sizes: `(d, h_1, ..., h_L, 1)`, Python ints (static under `jit`).
 

@@ -9,7 +9,7 @@ $$ n,\quad y^\top y,\quad p = \sum_i y_i\, z_i \in \mathbb{R}^{D},\quad
 
 the paper's $y^\top y$, $\mathbf p$ and $\mathbf V$, here indexed by input monomials
 instead of expanded hidden units. They are the regression statistics of the features `z`, so they are
-accumulated by the same chunked, compensated pass (`kronvi.regression_stats_from_inputs`) and are
+accumulated by the same chunked, compensated pass (`kronvi.stats.regression_stats_from_inputs`) and are
 additive over rows (`merge_bnn_stats`). Their size depends on `d` and the depth only:
 $d^2$ and $d^4$ entries for one hidden layer.
 """
@@ -106,7 +106,7 @@ def bnn_stats(
 
     $z_i = x_i^{\otimes 2^L}$ for `L = len(layer_sizes) - 2` hidden layers; rows are processed in
     chunks inside `lax.scan` with compensated sums (the pass of
-    `kronvi.regression_stats_from_inputs`), so the `n x D` matrix of `z` never exists. The
+    `kronvi.stats.regression_stats_from_inputs`), so the `n x D` matrix of `z` never exists. The
     cost is $O(n D^2)$ once; the ELBO afterwards never touches the data. Centre `y`.
 
     Args:

@@ -62,7 +62,7 @@ def blr_posterior(
     $\Sigma = (\Phi^\top\Phi/\sigma^2 + \sigma_w^{-2} I)^{-1}$, $\mu = \Sigma\Phi^\top y/\sigma^2$.
 
     Args:
-      stats: `kronvi.RegressionStats` with `b` features.
+      stats: `kronvi.stats.RegressionStats` with `b` features.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)` array (one prior sd per weight).
       noise_variance: $\sigma^2$, a positive scalar.
 
@@ -73,7 +73,7 @@ def blr_posterior(
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (200, 3))
       >>> y = Phi @ jnp.array([1.0, -2.0, 0.5]) + 0.1 * jax.random.normal(jax.random.key(1), (200,))
-      >>> mean, cov = kronvi.blr_posterior(kronvi.regression_stats(Phi, y), 1.0, 0.01)
+      >>> mean, cov = kronvi.gaussian.blr_posterior(kronvi.stats.regression_stats(Phi, y), 1.0, 0.01)
       >>> [round(float(m), 1) for m in mean]
       [1.0, -2.0, 0.5]
     """
@@ -94,7 +94,7 @@ def blr_log_evidence(stats: RegressionStats, prior_scale: ArrayLike, noise_varia
     r"""Exact log marginal likelihood $\log p(y) = \log N(y;\ 0,\ \Phi D\Phi^\top + \sigma^2 I)$.
 
     Args:
-      stats: `kronvi.RegressionStats`.
+      stats: `kronvi.stats.RegressionStats`.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)` array.
       noise_variance: $\sigma^2$, a positive scalar.
 
@@ -104,8 +104,8 @@ def blr_log_evidence(stats: RegressionStats, prior_scale: ArrayLike, noise_varia
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.ones(3)
-      >>> stats = kronvi.regression_stats(Phi, y)
-      >>> [round(float(kronvi.blr_log_evidence(stats, 1.0, s2)), 1) for s2 in (0.1, 1.0)]
+      >>> stats = kronvi.stats.regression_stats(Phi, y)
+      >>> [round(float(kronvi.gaussian.blr_log_evidence(stats, 1.0, s2)), 1) for s2 in (0.1, 1.0)]
       [1.0, -53.2]
     """
     scale, s2 = _check(stats, prior_scale, noise_variance)
@@ -137,7 +137,7 @@ def blr_evidence_noise(
     the evidence is unimodal in practice but not provably, so the bracket should be a plausible range.
 
     Args:
-      stats: `kronvi.RegressionStats`.
+      stats: `kronvi.stats.RegressionStats`.
       prior_scale: $\sigma_w$, a positive scalar.
       lower: the lower end of the bracket, a positive scalar below `upper`.
       upper: the upper end of the bracket, a positive scalar above `lower`.
@@ -150,7 +150,7 @@ def blr_evidence_noise(
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (2000, 3))
       >>> y = Phi @ jnp.array([1.0, -2.0, 0.5]) + 0.3 * jax.random.normal(jax.random.key(1), (2000,))
-      >>> s2 = kronvi.blr_evidence_noise(kronvi.regression_stats(Phi, y), 1.0, lower=1e-3, upper=10.0)
+      >>> s2 = kronvi.gaussian.blr_evidence_noise(kronvi.stats.regression_stats(Phi, y), 1.0, lower=1e-3, upper=10.0)
       >>> round(float(s2), 2)
       0.09
     """
@@ -214,7 +214,7 @@ def _evidence_noise(stats, scale, lo, hi, num_steps):
 def spectral_evidence_noise(eigenvalues, c, yty, n, prior_scale, lower, upper, *, num_steps: int = 60):
     r"""The golden-section search of `blr_evidence_noise` on an eigendecomposition already at hand:
     `eigenvalues` of $\Phi^\top\Phi$ and `c` $= V^\top\Phi^\top y$ (e.g. the `Phity` of
-    `kronvi.eigenbasis`'s rotated statistics). Unchecked: validate with `blr_evidence_noise`'s
+    `kronvi.stats.eigenbasis`'s rotated statistics). Unchecked: validate with `blr_evidence_noise`'s
     rules first."""
 
     def f(t):
@@ -275,7 +275,7 @@ def spectral_evidence_optimum(
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (2000, 3))
       >>> w = jnp.array([1.0, -2.0, 0.5]); y = Phi @ w + 0.3 * jax.random.normal(jax.random.key(1), (2000,))
-      >>> rotated, basis = kronvi.eigenbasis(kronvi.regression_stats(Phi, y))
+      >>> rotated, basis = kronvi.stats.eigenbasis(kronvi.stats.regression_stats(Phi, y))
       >>> sw, s2 = kronvi.gaussian.spectral_evidence_optimum(
       ...     basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, 1.0, 1.0)
       >>> round(float(s2), 2), round(float(sw), 1)  # noise 0.3^2; |w| / sqrt(3) = 1.3

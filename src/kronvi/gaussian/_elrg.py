@@ -83,7 +83,7 @@ class ELRG:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> q = kronvi.ELRG(jnp.zeros(3), jnp.zeros(3), jnp.ones((3, 1)))
+      >>> q = kronvi.gaussian.ELRG(jnp.zeros(3), jnp.zeros(3), jnp.ones((3, 1)))
       >>> q.rank, q.covariance().tolist()
       (1, [[2.0, 1.0, 1.0], [1.0, 2.0, 1.0], [1.0, 1.0, 2.0]])
     """
@@ -218,8 +218,8 @@ def elrg_kl(q: ELRG, prior_scale: ArrayLike) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> q = kronvi.ELRG(jnp.zeros(2), jnp.zeros(2), jnp.zeros((2, 1)))  # N(0, I)
-      >>> float(kronvi.elrg_kl(q, 1.0))
+      >>> q = kronvi.gaussian.ELRG(jnp.zeros(2), jnp.zeros(2), jnp.zeros((2, 1)))  # N(0, I)
+      >>> float(kronvi.gaussian.elrg_kl(q, 1.0))
       0.0
     """
     check_elrg(q)
@@ -240,10 +240,10 @@ def elrg_elbo(
     $$
 
     $O(b^2 r)$ whatever `n` is; $\log p(y) - \mathcal{L} = \mathrm{KL}(q\,\|\,p(w\mid y))$,
-    the KL to the exact posterior (`kronvi.blr_log_evidence`).
+    the KL to the exact posterior (`kronvi.gaussian.blr_log_evidence`).
 
     Args:
-      stats: `kronvi.RegressionStats` with `b` features.
+      stats: `kronvi.stats.RegressionStats` with `b` features.
       q: `ELRG` with `b` weights.
       noise_variance: $\sigma^2$, a positive scalar.
       prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
@@ -254,9 +254,9 @@ def elrg_elbo(
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.array([1., 0., -1.])
-      >>> stats = kronvi.regression_stats(Phi, y)
-      >>> q = kronvi.ELRG(jnp.zeros(3), jnp.zeros(3), jnp.zeros((3, 1)))
-      >>> bool(kronvi.elrg_elbo(stats, q, 0.1, prior_scale=1.0) <= kronvi.blr_log_evidence(stats, 1.0, 0.1))
+      >>> stats = kronvi.stats.regression_stats(Phi, y)
+      >>> q = kronvi.gaussian.ELRG(jnp.zeros(3), jnp.zeros(3), jnp.zeros((3, 1)))
+      >>> bool(kronvi.gaussian.elrg_elbo(stats, q, 0.1, prior_scale=1.0) <= kronvi.gaussian.blr_log_evidence(stats, 1.0, 0.1))
       True
     """
     b = check_stats(stats)
@@ -338,8 +338,8 @@ def predict_elrg(q: ELRG, noise_variance: ArrayLike, Phi_new: ArrayLike) -> tupl
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> q = kronvi.ELRG(jnp.zeros(2), jnp.zeros(()), jnp.ones((2, 1)))
-      >>> m, v = kronvi.predict_elrg(q, 0.5, jnp.array([[1.0, 1.0]]))
+      >>> q = kronvi.gaussian.ELRG(jnp.zeros(2), jnp.zeros(()), jnp.ones((2, 1)))
+      >>> m, v = kronvi.gaussian.predict_elrg(q, 0.5, jnp.array([[1.0, 1.0]]))
       >>> float(m[0]), float(v[0])  # 1 + 1 (diagonal) + 4 (low rank) + 0.5
       (0.0, 6.5)
     """
@@ -448,7 +448,7 @@ def fit_elrg(
 
     The noise variance $\sigma^2$ is fixed. Two objectives:
 
-    - `"exact"`: L-BFGS (`kronvi.minimize_lbfgs`) on the closed-form ELBO `elrg_elbo` from
+    - `"exact"`: L-BFGS (`kronvi.fitting.minimize_lbfgs`) on the closed-form ELBO `elrg_elbo` from
       the statistics, with exact gradients; $O(b^2 r)$ per evaluation whatever `n` is. Without
       `init` it starts with the mean at its exact optimum, which is the same for every Gaussian family
       under this objective (the exact posterior mean: one Cholesky factorization), the diagonal at the
@@ -462,7 +462,7 @@ def fit_elrg(
 
     Args:
       key: PRNG key (the starting factors; the minibatches and draws of `"local-reparam"`).
-      stats: `kronvi.RegressionStats` of the training data (`None` allowed for
+      stats: `kronvi.stats.RegressionStats` of the training data (`None` allowed for
         `"local-reparam"`).
       prior_scale: $\sigma_w$, a positive scalar or `(b,)`.
       noise_variance: $\sigma^2$, a positive scalar (not learned).
@@ -484,7 +484,7 @@ def fit_elrg(
       num_samples: `"local-reparam"`: draws per row, an int >= 1.
       progress: `"local-reparam"`: `None` (default: no reporting, nothing added to the compiled loop),
         `True` (a tqdm bar, or lines on stderr without tqdm) or a callable `(step, total, metrics)`
-        receiving the fields of `kronvi.ReparamInfo` as floats; see `kronvi/_base/progress.py`.
+        receiving the fields of `kronvi.gaussian.ReparamInfo` as floats; see `kronvi/_base/progress.py`.
         Ignored by `"exact"` (one L-BFGS call).
       progress_every: report every this many steps and at the last (default: about 100 reports).
 
@@ -493,7 +493,7 @@ def fit_elrg(
       `kronvi.FitInfo`. For `"exact"` (`optimizer="optax-lbfgs"`) its `elbo` is the
       exact ELBO trace; for `"local-reparam"` (`optimizer="sgd"`) it holds `(num_steps + 1,)` minibatch
       estimates (each step's at the parameters before it, then one at the returned parameters) and
-      `steps` the `kronvi.ReparamInfo` of the steps.
+      `steps` the `kronvi.gaussian.ReparamInfo` of the steps.
 
     References:
       Tomczak et al. (2020), section 3 (Lemmas 1 and 2, ELRG-VI and ELRG-D-VI).
@@ -502,11 +502,11 @@ def fit_elrg(
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (100, 4))
       >>> y = Phi @ jnp.array([1., -1., 0.5, 0.]) + 0.3 * jax.random.normal(jax.random.key(1), (100,))
-      >>> stats = kronvi.regression_stats(Phi, y)
-      >>> q, info = kronvi.fit_elrg(jax.random.key(2), stats, 1.0, 0.09, rank=2)
+      >>> stats = kronvi.stats.regression_stats(Phi, y)
+      >>> q, info = kronvi.gaussian.fit_elrg(jax.random.key(2), stats, 1.0, 0.09, rank=2)
       >>> q.factors.shape, q.mean.dtype, bool(info.final_elbo > info.elbo[0])
       ((4, 2), dtype('float32'), True)
-      >>> gap = kronvi.blr_log_evidence(stats, 1.0, 0.09) - kronvi.elrg_elbo(stats, q, 0.09, prior_scale=1.0)
+      >>> gap = kronvi.gaussian.blr_log_evidence(stats, 1.0, 0.09) - kronvi.gaussian.elrg_elbo(stats, q, 0.09, prior_scale=1.0)
       >>> bool(-0.01 < gap < 0.1)  # KL(q || exact posterior), nats, up to float32 rounding
       True
     """

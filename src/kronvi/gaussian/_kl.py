@@ -63,7 +63,7 @@ def gaussian_kl(q_mean: ArrayLike, q_cov: ArrayLike, p_mean: ArrayLike, p_cov: A
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> round(float(kronvi.gaussian_kl(jnp.zeros(2), jnp.eye(2), jnp.ones(2), 2.0 * jnp.eye(2))), 4)
+      >>> round(float(kronvi.gaussian.gaussian_kl(jnp.zeros(2), jnp.eye(2), jnp.ones(2), 2.0 * jnp.eye(2))), 4)
       0.6931
     """
     q_mean, q_cov = _check_gaussian(q_mean, q_cov, "q_mean", "q_cov")

@@ -183,9 +183,9 @@ def gaussian_mf_elbo(
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (50, 3)); y = Phi @ jnp.array([1., 0., -1.])
-      >>> stats = kronvi.regression_stats(Phi, y)
-      >>> q = kronvi.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
-      >>> bool(jnp.isfinite(kronvi.gaussian_mf_elbo(stats, q, 0.1, prior_scale=1.0)))
+      >>> stats = kronvi.stats.regression_stats(Phi, y)
+      >>> q = kronvi.gaussian.GaussianMeanField(jnp.zeros(3), jnp.zeros(3))
+      >>> bool(jnp.isfinite(kronvi.gaussian.gaussian_mf_elbo(stats, q, 0.1, prior_scale=1.0)))
       True
     """
     b = check_stats(stats)
@@ -244,7 +244,7 @@ def fit_gaussian_mf(
       >>> import jax, jax.numpy as jnp, kronvi
       >>> Phi = jax.random.normal(jax.random.key(0), (200, 3))
       >>> y = Phi @ jnp.array([1., 0., -1.]) + 0.3 * jax.random.normal(jax.random.key(1), (200,))
-      >>> q, s2, info = kronvi.fit_gaussian_mf(kronvi.regression_stats(Phi, y), prior_scale=1.0,
+      >>> q, s2, info = kronvi.gaussian.fit_gaussian_mf(kronvi.stats.regression_stats(Phi, y), prior_scale=1.0,
       ...                                      noise_variance=1.0)
       >>> [round(float(v), 1) for v in q.mean], bool(0.05 < s2 < 0.15), bool(info.converged)
       ([1.0, 0.0, -1.0], True, True)

@@ -278,7 +278,7 @@ def fit_gaussian_reparam(
       prior_scale: $\sigma_w$, scalar or `(b,)`.
       optimizer: an `optax.GradientTransformation`, e.g. `optax.adam(1e-2)`.
       num_steps: number of steps (the paper: 1000 for `n < 3000`, else 10000).
-      feature_map: optional pure `(B, d) -> (B, b)` map (e.g. `functools.partial(kronvi.rff_features,
+      feature_map: optional pure `(B, d) -> (B, b)` map (e.g. `functools.partial(kronvi.inputs.rff_features,
         params)`); its bound arrays are traced, so another fold's map does not recompile.
       batch_size: minibatch size $B$ (the paper: 100).
       num_samples: Monte Carlo samples per step (the paper: 10).
@@ -303,8 +303,8 @@ def fit_gaussian_reparam(
     Example:
       >>> import jax, jax.numpy as jnp, optax, kronvi
       >>> X = jax.random.normal(jax.random.key(0), (500, 2)); y = X @ jnp.array([1.0, -1.0])
-      >>> q0 = kronvi.GaussianMeanField(jnp.zeros(2), jnp.full(2, -3.0))
-      >>> q, s2, info = kronvi.fit_gaussian_reparam(jax.random.key(1), X, y, init=(q0, 1.0),
+      >>> q0 = kronvi.gaussian.GaussianMeanField(jnp.zeros(2), jnp.full(2, -3.0))
+      >>> q, s2, info = kronvi.gaussian.fit_gaussian_reparam(jax.random.key(1), X, y, init=(q0, 1.0),
       ...     prior_scale=1.0, optimizer=optax.adam(0.05), num_steps=500)
       >>> [round(float(v), 1) for v in q.mean]
       [1.0, -1.0]

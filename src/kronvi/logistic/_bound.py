@@ -306,8 +306,8 @@ def logistic_loglik_bound(
     Args:
       Phi: `(n, b)` features, in the dtype of `prior_w`.
       y: `(n,)` labels in $\{0, 1\}$ (bool, int or float).
-      q_w: `kronvi.MeanField` over the weights, logits `(b, m)`.
-      prior_w: `kronvi.DiscretePrior` `(b, m)`: the weights' grids.
+      q_w: `kronvi.model.MeanField` over the weights, logits `(b, m)`.
+      prior_w: `kronvi.model.DiscretePrior` `(b, m)`: the weights' grids.
       bound: `"tilted"` (default, the tightest), `"jensen"` or `"theorem2"` (the paper's).
       chunk_size: rows per chunk (default: about 2**20 numbers per chunk).
 
@@ -323,8 +323,8 @@ def logistic_loglik_bound(
 
     Example:
       >>> import jax.numpy as jnp, kronvi.logistic as kl, kronvi
-      >>> prior = kronvi.gaussian_prior(2, 1.0, levels=5)
-      >>> q = kronvi.MeanField.from_prior(prior)
+      >>> prior = kronvi.model.gaussian_prior(2, 1.0, levels=5)
+      >>> q = kronvi.model.MeanField.from_prior(prior)
       >>> Phi, y = jnp.array([[1.0, 0.0], [0.0, -1.0]]), jnp.array([1, 0])
       >>> lb = kl.logistic_loglik_bound(Phi, y, q, prior)
       >>> bool(lb <= 2 * jnp.log(0.5)) and bool(lb > kl.logistic_loglik_bound(Phi, y, q, prior, bound="theorem2"))

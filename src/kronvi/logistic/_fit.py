@@ -1,7 +1,7 @@
 r"""Fitting mean-field DIRECT logistic regression by maximizing a lower bound on its ELBO.
 
 `"optax-lbfgs"` and `"lbfgs"`: L-BFGS (`optax.lbfgs`, `jaxopt.LBFGS`) on the exact gradient of the
-full-data bound (`kronvi.minimize_lbfgs`).
+full-data bound (`kronvi.fitting.minimize_lbfgs`).
 `"sgd"`: any optax optimizer on unbiased minibatch estimates of it, for large `n`. Both are pure
 (`lax.while_loop`/`lax.scan`), run under `jit` and `vmap` (e.g. CV folds stacked on a leading axis)
 and return a `LogisticFit` `(q_w, info)`.
@@ -50,7 +50,7 @@ class LogisticFit(NamedTuple):
     """The result of `fit_logistic`.
 
     Attributes:
-      q_w: `kronvi.MeanField` `(b, m)` over the weights.
+      q_w: `kronvi.model.MeanField` `(b, m)` over the weights.
       info: `kronvi.FitInfo`; its `elbo` trace holds the bound on the ELBO that the fit
         maximizes.
     """
@@ -219,7 +219,7 @@ def fit_logistic(
     logits of $q_j = \mathrm{softmax}(\ell_j)$.
 
     Methods:
-      `"optax-lbfgs"` (default): L-BFGS (`kronvi.minimize_lbfgs`, `optax.lbfgs`) on
+      `"optax-lbfgs"` (default): L-BFGS (`kronvi.fitting.minimize_lbfgs`, `optax.lbfgs`) on
       the exact gradient of $-\mathcal{L}/n$ over all rows; $O(nbm)$ per evaluation. `"lbfgs"`: the
       same with `jaxopt.LBFGS`, as in the other fits.
       `"sgd"`: `num_steps` steps of `optimizer` on unbiased minibatch estimates
@@ -233,12 +233,12 @@ def fit_logistic(
     Args:
       Phi: `(n, b)` features, in the dtype of `prior_w`.
       y: `(n,)` labels in $\{0, 1\}$.
-      prior_w: `kronvi.DiscretePrior` `(b, m)`.
+      prior_w: `kronvi.model.DiscretePrior` `(b, m)`.
       method: `"optax-lbfgs"`, `"lbfgs"`, `"sgd"` or `"cavi"`.
       bound: `"tilted"` (default), `"jensen"` or `"theorem2"` (`logistic_loglik_bound`).
       init: where to start: `"laplace"` (default, also `None`; `laplace_start_logits`, the
         mean-field Gaussian at the MAP of the Gaussian-prior model with the grids' moments: damped
-        Newton up to 512 weights, L-BFGS above), `"prior"`, or a `kronvi.MeanField`.
+        Newton up to 512 weights, L-BFGS above), `"prior"`, or a `kronvi.model.MeanField`.
       max_iter: L-BFGS iterations (default 100) or CAVI sweeps (default 30).
       tol: L-BFGS gradient-norm tolerance on $-\mathcal{L}/n$ (default 1e-6); CAVI stops when a
         sweep gains less than `tol * n` nats (default 1e-7).
@@ -259,7 +259,7 @@ def fit_logistic(
 
     Returns:
       `LogisticFit` `(q_w, info)`: the fitted
-      `kronvi.MeanField` and a `kronvi.FitInfo` whose `elbo` trace holds
+      `kronvi.model.MeanField` and a `kronvi.FitInfo` whose `elbo` trace holds
       the bound (L-BFGS: best so far; SGD: each step's minibatch estimate at the logits before it, then one
       at the returned logits).
 
@@ -272,7 +272,7 @@ def fit_logistic(
       >>> import jax, jax.numpy as jnp, kronvi, kronvi.logistic as kl
       >>> Phi = jax.random.normal(jax.random.key(0), (200, 3))
       >>> y = (Phi @ jnp.array([2.0, -1.0, 0.0]) > 0).astype(jnp.float32)
-      >>> prior = kronvi.gaussian_prior(3, 2.0, levels=9)
+      >>> prior = kronvi.model.gaussian_prior(3, 2.0, levels=9)
       >>> q, info = kl.fit_logistic(Phi, y, prior, max_iter=50)
       >>> p = kl.predict_logistic(q, prior, Phi)
       >>> bool(jnp.mean((p > 0.5) == (y == 1)) > 0.9)

@@ -3,7 +3,7 @@ r"""Grids placed on the Laplace approximation to the logistic posterior (the acc
 A fixed grid (15 levels on $\pm 3\sigma_w$) is too coarse once many rows determine the weights far
 more finely than the prior does: the posterior sds can be a fraction of the grid's spacing and the MAP
 can lie beyond its edge (`docs/decisions/classifier.md#grids-placed-by-a-laplace-approximation`). As on the regression
-side (`kronvi.posterior_grid_prior`), the prior density
+side (`kronvi.model.posterior_grid_prior`), the prior density
 $N(0, \sigma_w^2)$ is kept but evaluated on levels placed where the posterior lies. Logistic regression
 has no exact Gaussian posterior, so the grid is centred on the MAP $\hat w$ of the Gaussian-prior model and
 scaled by the Laplace marginal sds $\sqrt{(H^{-1})_{jj}}$, found by damped Newton in
@@ -185,7 +185,7 @@ def laplace_grid_prior(
     $H = \Phi^\top\mathrm{diag}(\text{weights}_i\,\sigma_i(1-\sigma_i))\Phi + \mathrm{diag}(\sigma_w^{-2})$
     the Hessian at $\hat w$ (the Laplace marginal sds). The prior's log-probabilities are
     $-v^2/(2\sigma_{w,j}^2)$ at those levels, normalized
-    (`kronvi.posterior_grid_prior`). The MAP comes from damped Newton
+    (`kronvi.model.posterior_grid_prior`). The MAP comes from damped Newton
     (eigendecomposition of $H$, a backtracking line search), $O(nb^2 + b^3)$ per iteration, from
     `init` (or $w = 0$, whichever has the lower objective); the objective is strictly convex, so it
     converges from any start, and quadratically near the MAP.
@@ -208,7 +208,7 @@ def laplace_grid_prior(
         scale (`info.mean`) saves iterations.
 
     Returns:
-      `(prior_w, info)`: a `kronvi.DiscretePrior` `(b, levels)` in `Phi`'s dtype
+      `(prior_w, info)`: a `kronvi.model.DiscretePrior` `(b, levels)` in `Phi`'s dtype
       and a `LaplaceInfo` (the MAP, the sds, the Laplace log evidence,
       the iterations, whether it converged).
 

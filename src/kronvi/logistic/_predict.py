@@ -237,8 +237,8 @@ def predict_logistic(
     $O(N b m)$ per point.
 
     Args:
-      q_w: `kronvi.MeanField` `(b, m)`.
-      prior_w: `kronvi.DiscretePrior` `(b, m)`.
+      q_w: `kronvi.model.MeanField` `(b, m)`.
+      prior_w: `kronvi.model.DiscretePrior` `(b, m)`.
       Phi_new: `(N, b)` test features, in the dtype of `prior_w`.
       num_nodes: quadrature nodes. Default: for concrete inputs, enough for an error below 1e-7
         (float32) or 1e-13 (float64) at every point (`nodes_for`, from the exact
@@ -256,8 +256,8 @@ def predict_logistic(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi, kronvi.logistic as kl
-      >>> prior = kronvi.gaussian_prior(1, 1.0, levels=3)   # levels -3, 0, 3
-      >>> q = kronvi.MeanField(jnp.log(jnp.array([[0.2, 0.3, 0.5]])))
+      >>> prior = kronvi.model.gaussian_prior(1, 1.0, levels=3)   # levels -3, 0, 3
+      >>> q = kronvi.model.MeanField(jnp.log(jnp.array([[0.2, 0.3, 0.5]])))
       >>> p = kl.predict_logistic(q, prior, jnp.array([[1.0]]))
       >>> exact = 0.2 * jax.nn.sigmoid(-3.0) + 0.3 * 0.5 + 0.5 * jax.nn.sigmoid(3.0)
       >>> round(float(p[0]), 5) == round(float(exact), 5)

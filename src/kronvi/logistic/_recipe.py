@@ -13,7 +13,7 @@ and the classification study (`experiments/classification.py`, method `direct-lo
    evidence of the Gaussian-prior logistic model (`laplace_grid_prior`'s `log_evidence`);
 5. the grids: `"laplace"` (default) the prior $N(0, \sigma_w^2)$ on levels placed on the Laplace posterior
    (MAP $\pm$ `width` Laplace sds, `laplace_grid_prior`), or `"paper"`, the paper's even grids on
-   $\pm$ `width` prior sds with a zero level (`kronvi.gaussian_prior`);
+   $\pm$ `width` prior sds with a zero level (`kronvi.model.gaussian_prior`);
 6. with the Laplace grids, the weights rotated to the eigenbasis of the Laplace Hessian at the MAP
    (`basis="eigen"`, default): the prior $N(0, \sigma_w^2 I)$ is the same in any orthonormal basis, and in
    this one the Laplace posterior is independent across weights, so a mean-field posterior loses far less of
@@ -97,14 +97,14 @@ class FittedClassifier(NamedTuple):
     r"""A fitted classifier from `fit_classifier`: everything `predict_proba` needs, a pytree of arrays.
 
     Attributes:
-      standardizer: `kronvi.Standardizer` `(d,)` of the raw inputs (float64 NumPy arrays: inputs are
+      standardizer: `kronvi.inputs.Standardizer` `(d,)` of the raw inputs (float64 NumPy arrays: inputs are
         standardized in float64, then cast to the model's dtype).
-      features: `kronvi.RandomFourierFeatures` `(d, D)`, the frequencies $W = Z / \ell$.
+      features: `kronvi.inputs.RandomFourierFeatures` `(d, D)`, the frequencies $W = Z / \ell$.
       lengthscale: `()` the median-heuristic lengthscale $\ell$, in standardized input units.
       prior_scale: `()` the chosen prior sd $\sigma_w$.
-      prior_w: `kronvi.DiscretePrior` `(b, m)` over the weights of $\phi(x) = [D^{-1/2}\cos(xW),
+      prior_w: `kronvi.model.DiscretePrior` `(b, m)` over the weights of $\phi(x) = [D^{-1/2}\cos(xW),
         D^{-1/2}\sin(xW), x/\sqrt d, 1]$, `b = 2D + d + 1`.
-      q_w: `kronvi.MeanField` `(b, m)`, the fitted posterior.
+      q_w: `kronvi.model.MeanField` `(b, m)`, the fitted posterior.
       rotation: `(b, b)` orthonormal $V$: the weights belong to the features $\phi(x)^\top V$
         (`ClassifierConfig.basis="eigen"`); `None`: to $\phi(x)$ (models saved before it load so).
     """
@@ -258,7 +258,7 @@ def _check_key(key):
 
 
 def standardizer_of(X) -> Standardizer:
-    """`kronvi.fit_standardizer`'s rule in NumPy float64 (moments of each column scaled by a power of two,
+    """`kronvi.inputs.fit_standardizer`'s rule in NumPy float64 (moments of each column scaled by a power of two,
     scale 1 for a constant column), so that data of every shape compile nothing."""
     unit = np.ldexp(1.0, np.frexp(np.max(np.abs(X), axis=0))[1])
     Z = X / unit

@@ -106,11 +106,11 @@ def mixture_expected_loglik(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.regression_stats(Phi, Phi[:, 0])
-      >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(0.1)
-      >>> q = kronvi.Mixture.from_mean_field(kronvi.MeanField.from_prior(pw))
-      >>> qn = kronvi.MeanField.from_prior(pn)
-      >>> bool(jnp.isfinite(kronvi.mixture_expected_loglik(stats, q, qn, pw, pn)))
+      >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.stats.regression_stats(Phi, Phi[:, 0])
+      >>> pw, pn = kronvi.model.gaussian_prior(2, 1.0, levels=3), kronvi.model.noise_prior(0.1)
+      >>> q = kronvi.mixtures.Mixture.from_mean_field(kronvi.model.MeanField.from_prior(pw))
+      >>> qn = kronvi.model.MeanField.from_prior(pn)
+      >>> bool(jnp.isfinite(kronvi.mixtures.mixture_expected_loglik(stats, q, qn, pw, pn)))
       True
     """
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)
@@ -150,9 +150,9 @@ def mixture_prior_bound(q: Mixture, prior: DiscretePrior | MixturePrior) -> jax.
     Example:
       >>> import jax.numpy as jnp, kronvi
       >>> grid = jnp.array([[-1.0, 0.0, 1.0]])
-      >>> p = kronvi.MixturePrior(grid, jnp.log(jnp.array([[[0.1, 0.8, 0.1]], [[0.3, 0.4, 0.3]]])),
+      >>> p = kronvi.mixtures.MixturePrior(grid, jnp.log(jnp.array([[[0.1, 0.8, 0.1]], [[0.3, 0.4, 0.3]]])),
       ...                         jnp.zeros(2))
-      >>> round(float(kronvi.mixture_prior_bound(kronvi.MeanField(jnp.zeros((1, 3))), p)), 4)
+      >>> round(float(kronvi.mixtures.mixture_prior_bound(kronvi.model.MeanField(jnp.zeros((1, 3))), p)), 4)
       -1.3277
     """
     if isinstance(q, MeanField):
@@ -253,12 +253,12 @@ def mixture_elbo_bound(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.regression_stats(Phi, Phi[:, 0])
-      >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(0.1)
-      >>> qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)
-      >>> q = kronvi.Mixture.from_mean_field(qw)
-      >>> bound = kronvi.mixture_elbo_bound(stats, q, qn, q.log_marginals, pw, pn)
-      >>> bool(jnp.allclose(bound, kronvi.regression_elbo(stats, qw, qn, pw, pn)))
+      >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.stats.regression_stats(Phi, Phi[:, 0])
+      >>> pw, pn = kronvi.model.gaussian_prior(2, 1.0, levels=3), kronvi.model.noise_prior(0.1)
+      >>> qw, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)
+      >>> q = kronvi.mixtures.Mixture.from_mean_field(qw)
+      >>> bound = kronvi.mixtures.mixture_elbo_bound(stats, q, qn, q.log_marginals, pw, pn)
+      >>> bool(jnp.allclose(bound, kronvi.model.regression_elbo(stats, qw, qn, pw, pn)))
       True
     """
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)

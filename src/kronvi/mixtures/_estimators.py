@@ -273,11 +273,11 @@ def mixture_elbo_estimate(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.regression_stats(Phi, Phi[:, 0])
-      >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(0.1)
-      >>> q = kronvi.Mixture(jnp.zeros((2, 2, 3)), jnp.zeros(2))
-      >>> g = jax.grad(kronvi.mixture_elbo_estimate, argnums=2)(
-      ...     jax.random.key(1), stats, q, kronvi.MeanField.from_prior(pn), pw, pn, num_samples=8)
+      >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.stats.regression_stats(Phi, Phi[:, 0])
+      >>> pw, pn = kronvi.model.gaussian_prior(2, 1.0, levels=3), kronvi.model.noise_prior(0.1)
+      >>> q = kronvi.mixtures.Mixture(jnp.zeros((2, 2, 3)), jnp.zeros(2))
+      >>> g = jax.grad(kronvi.mixtures.mixture_elbo_estimate, argnums=2)(
+      ...     jax.random.key(1), stats, q, kronvi.model.MeanField.from_prior(pn), pw, pn, num_samples=8)
       >>> g.logits.shape
       (2, 2, 3)
     """
@@ -337,12 +337,12 @@ def mixture_elbo_unbiased(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.regression_stats(Phi, Phi[:, 0])
-      >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=3), kronvi.noise_prior(0.1)
-      >>> qw, qn = kronvi.MeanField(jnp.zeros((2, 3))), kronvi.MeanField.from_prior(pn)  # uniform q_w
-      >>> est, se = kronvi.mixture_elbo_unbiased(jax.random.key(1), stats, kronvi.Mixture.from_mean_field(qw),
+      >>> Phi = jax.random.normal(jax.random.key(0), (20, 2)); stats = kronvi.stats.regression_stats(Phi, Phi[:, 0])
+      >>> pw, pn = kronvi.model.gaussian_prior(2, 1.0, levels=3), kronvi.model.noise_prior(0.1)
+      >>> qw, qn = kronvi.model.MeanField(jnp.zeros((2, 3))), kronvi.model.MeanField.from_prior(pn)  # uniform q_w
+      >>> est, se = kronvi.mixtures.mixture_elbo_unbiased(jax.random.key(1), stats, kronvi.mixtures.Mixture.from_mean_field(qw),
       ...                                        qn, pw, pn, num_samples=100)
-      >>> bool(jnp.abs(est - kronvi.regression_elbo(stats, qw, qn, pw, pn)) < 1e-3)  # log q is constant
+      >>> bool(jnp.abs(est - kronvi.model.regression_elbo(stats, qw, qn, pw, pn)) < 1e-3)  # log q is constant
       True
     """
     check_mixture_args(q, q_noise, prior_w, prior_noise, stats)

@@ -36,7 +36,7 @@ class Mixture:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> q = kronvi.Mixture(jnp.zeros((2, 3, 4)), jnp.array([0.0, jnp.log(3.0)]))
+      >>> q = kronvi.mixtures.Mixture(jnp.zeros((2, 3, 4)), jnp.array([0.0, jnp.log(3.0)]))
       >>> [round(float(a), 3) for a in q.weights], q.marginals.sum(-1).tolist()
       ([0.25, 0.75], [1.0, 1.0, 1.0])
     """
@@ -119,7 +119,7 @@ class MixturePrior:
     Example:
       >>> import jax.numpy as jnp, kronvi
       >>> grid = jnp.array([[-1.0, 0.0, 1.0]])
-      >>> p = kronvi.MixturePrior(grid, jnp.log(jnp.array([[[0.1, 0.8, 0.1]], [[0.3, 0.4, 0.3]]])),
+      >>> p = kronvi.mixtures.MixturePrior(grid, jnp.log(jnp.array([[[0.1, 0.8, 0.1]], [[0.3, 0.4, 0.3]]])),
       ...                         jnp.zeros(2))
       >>> p.weights.tolist(), p.num_components
       ([0.5, 0.5], 2)
@@ -273,7 +273,7 @@ def mixture_from_mean_field(
 
     Args:
       key: PRNG key.
-      q_w: `MeanField` `(b, m)`, e.g. from `kronvi.fit_regression`.
+      q_w: `MeanField` `(b, m)`, e.g. from `kronvi.fitting.fit_regression`.
       num_components: `r >= 1`.
       noise_scale: standard deviation of the logit perturbation, `>= 0`.
       smoothing: weight $\epsilon \in [0, 1]$ of the uniform distribution mixed into each factor.
@@ -283,7 +283,7 @@ def mixture_from_mean_field(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> q = kronvi.mixture_from_mean_field(jax.random.key(0), kronvi.MeanField(jnp.zeros((3, 4))), 5)
+      >>> q = kronvi.mixtures.mixture_from_mean_field(jax.random.key(0), kronvi.model.MeanField(jnp.zeros((3, 4))), 5)
       >>> q.logits.shape, [round(float(a), 3) for a in q.weights]
       ((5, 3, 4), [0.2, 0.2, 0.2, 0.2, 0.2])
     """

@@ -53,7 +53,7 @@ def fit_mixture_bound(
     weight logits, `log_center` and the noise logits, with gradients from `jax.grad`; the bound is
     `mixture_elbo_bound`, so the final value is a certified lower bound on the ELBO (and on
     $\log p(y)$). Start from a mean-field fit: `mixture_from_mean_field` of
-    `kronvi.fit_regression`'s `q_w`.
+    `kronvi.fitting.fit_regression`'s `q_w`.
 
     Args:
       stats: `RegressionStats`.
@@ -77,13 +77,13 @@ def fit_mixture_bound(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> Phi = jax.random.normal(jax.random.key(0), (30, 2)); stats = kronvi.regression_stats(Phi, Phi[:, 0])
-      >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=5), kronvi.noise_prior(0.1)
-      >>> qw, qn = kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn)  # a poor start
-      >>> q0 = kronvi.mixture_from_mean_field(jax.random.key(1), qw, 2, noise_scale=0.1)
-      >>> q, qn2, log_c, info = kronvi.fit_mixture_bound(stats, pw, pn, init=(q0, qn), max_iter=50)
-      >>> start = kronvi.mixture_elbo_bound(stats, q0, qn, q0.log_marginals, pw, pn)
-      >>> end = kronvi.mixture_elbo_bound(stats, q, qn2, log_c, pw, pn)
+      >>> Phi = jax.random.normal(jax.random.key(0), (30, 2)); stats = kronvi.stats.regression_stats(Phi, Phi[:, 0])
+      >>> pw, pn = kronvi.model.gaussian_prior(2, 1.0, levels=5), kronvi.model.noise_prior(0.1)
+      >>> qw, qn = kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn)  # a poor start
+      >>> q0 = kronvi.mixtures.mixture_from_mean_field(jax.random.key(1), qw, 2, noise_scale=0.1)
+      >>> q, qn2, log_c, info = kronvi.mixtures.fit_mixture_bound(stats, pw, pn, init=(q0, qn), max_iter=50)
+      >>> start = kronvi.mixtures.mixture_elbo_bound(stats, q0, qn, q0.log_marginals, pw, pn)
+      >>> end = kronvi.mixtures.mixture_elbo_bound(stats, q, qn2, log_c, pw, pn)
       >>> round(float(start)), round(float(end)), bool(jnp.allclose(end, info.final_elbo))
       (-959, -24, True)
       >>> bool(jnp.all(jnp.diff(info.iterate_elbo) >= -1e-4))  # every iterate's bound, not the best so far

@@ -39,9 +39,9 @@ def predict_mixture(
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> pw, pn = kronvi.gaussian_prior(1, 1.0, levels=3, width=1.0), kronvi.noise_prior(1.0, levels=1)
-      >>> q = kronvi.Mixture(jnp.log(jnp.array([[[1.0, 1e-9, 1e-9]], [[1e-9, 1e-9, 1.0]]])), jnp.zeros(2))
-      >>> m, v = kronvi.predict_mixture(q, kronvi.MeanField.from_prior(pn), pw, pn, jnp.ones((1, 1)))
+      >>> pw, pn = kronvi.model.gaussian_prior(1, 1.0, levels=3, width=1.0), kronvi.model.noise_prior(1.0, levels=1)
+      >>> q = kronvi.mixtures.Mixture(jnp.log(jnp.array([[[1.0, 1e-9, 1e-9]], [[1e-9, 1e-9, 1.0]]])), jnp.zeros(2))
+      >>> m, v = kronvi.mixtures.predict_mixture(q, kronvi.model.MeanField.from_prior(pn), pw, pn, jnp.ones((1, 1)))
       >>> [round(float(m[0]), 6), round(float(v[0]), 6)]
       [0.0, 2.0]
     """

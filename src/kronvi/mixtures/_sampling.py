@@ -54,8 +54,8 @@ def sample_mixture(key: jax.Array, q: Mixture, num_samples: int) -> jax.Array:
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> q = kronvi.Mixture(jnp.array([[[9.0, 0.0]], [[0.0, 9.0]]]), jnp.zeros(2))
-      >>> x = kronvi.sample_mixture(jax.random.key(0), q, 1000)
+      >>> q = kronvi.mixtures.Mixture(jnp.array([[[9.0, 0.0]], [[0.0, 9.0]]]), jnp.zeros(2))
+      >>> x = kronvi.mixtures.sample_mixture(jax.random.key(0), q, 1000)
       >>> x.shape, x.dtype, bool(0.4 < x.mean() < 0.6)
       ((1000, 1), dtype('uint8'), True)
     """

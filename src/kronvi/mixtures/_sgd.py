@@ -153,8 +153,8 @@ def mixture_sgd_init(
 
     Example:
       >>> import jax.numpy as jnp, optax, kronvi
-      >>> q = kronvi.Mixture(jnp.zeros((2, 3, 4)), jnp.zeros(2))
-      >>> state = kronvi.mixture_sgd_init(q, kronvi.MeanField(jnp.zeros((1, 5))), optimizer=optax.adam(0.1))
+      >>> q = kronvi.mixtures.Mixture(jnp.zeros((2, 3, 4)), jnp.zeros(2))
+      >>> state = kronvi.mixtures.mixture_sgd_init(q, kronvi.model.MeanField(jnp.zeros((1, 5))), optimizer=optax.adam(0.1))
       >>> state.opt_state[0].mu[0].shape
       (2, 3, 4)
     """
@@ -268,11 +268,11 @@ def fit_mixture_sgd(
 
     Example:
       >>> import jax, jax.numpy as jnp, optax, kronvi
-      >>> Phi = jax.random.normal(jax.random.key(0), (30, 2)); stats = kronvi.regression_stats(Phi, Phi[:, 0])
-      >>> pw, pn = kronvi.gaussian_prior(2, 1.0, levels=5), kronvi.noise_prior(0.1)
-      >>> qw, qn, _ = kronvi.fit_regression(stats, pw, pn)
-      >>> q0 = kronvi.mixture_from_mean_field(jax.random.key(1), qw, 2)
-      >>> fit = kronvi.fit_mixture_sgd(jax.random.key(2), stats, pw, pn, init=(q0, qn),
+      >>> Phi = jax.random.normal(jax.random.key(0), (30, 2)); stats = kronvi.stats.regression_stats(Phi, Phi[:, 0])
+      >>> pw, pn = kronvi.model.gaussian_prior(2, 1.0, levels=5), kronvi.model.noise_prior(0.1)
+      >>> qw, qn, _ = kronvi.fitting.fit_regression(stats, pw, pn)
+      >>> q0 = kronvi.mixtures.mixture_from_mean_field(jax.random.key(1), qw, 2)
+      >>> fit = kronvi.mixtures.fit_mixture_sgd(jax.random.key(2), stats, pw, pn, init=(q0, qn),
       ...                              optimizer=optax.adam(0.05), num_steps=20, num_samples=16)
       >>> fit.info.elbo.shape, fit.info.steps.elbo_stderr.shape, fit.info.optimizer
       ((21,), (20,), 'sgd')

@@ -112,7 +112,7 @@ def sample_codes(key: jax.Array, q: MeanField | Mixture, num_samples: int) -> ja
 
     Args:
       key: A `jax.random` key.
-      q: A `kronvi.MeanField` with logits `(b, m)` (or a `kronvi.Mixture` with logits
+      q: A `kronvi.model.MeanField` with logits `(b, m)` (or a `kronvi.mixtures.Mixture` with logits
           `(r, b, m)`), `m <= 256`.
       num_samples: `S >= 1`, the number of samples (a Python int).
 
@@ -124,8 +124,8 @@ def sample_codes(key: jax.Array, q: MeanField | Mixture, num_samples: int) -> ja
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> q = kronvi.MeanField(jnp.log(jnp.array([[0.9, 0.1], [0.5, 0.5]])))
-      >>> codes = kronvi.sample_codes(jax.random.key(0), q, 4000)
+      >>> q = kronvi.model.MeanField(jnp.log(jnp.array([[0.9, 0.1], [0.5, 0.5]])))
+      >>> codes = kronvi.quantize.sample_codes(jax.random.key(0), q, 4000)
       >>> codes.shape, codes.dtype, [round(float(f), 1) for f in codes.mean(0)]
       ((4000, 2), dtype('uint8'), [0.1, 0.5])
     """
@@ -164,7 +164,7 @@ def pack_codes(codes: ArrayLike, *, bits: int = 4) -> jax.Array:
     Args:
       codes: `(..., b)` integer array with `0 <= codes < 2**bits` (e.g. `(S, b)` from
           `sample_codes`).
-      bits: Bits per code, one of 1, 2, 4, 8 (4 holds the 15-level grids of `kronvi.gaussian_prior`).
+      bits: Bits per code, one of 1, 2, 4, 8 (4 holds the 15-level grids of `kronvi.model.gaussian_prior`).
 
     Returns:
       jax.Array: `(..., ceil(b * bits / 8))` `uint8`.
@@ -174,9 +174,9 @@ def pack_codes(codes: ArrayLike, *, bits: int = 4) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> kronvi.pack_codes(jnp.array([[1, 2, 15]]), bits=4).tolist()  # 0x21, 0x0f
+      >>> kronvi.quantize.pack_codes(jnp.array([[1, 2, 15]]), bits=4).tolist()  # 0x21, 0x0f
       [[33, 15]]
-      >>> kronvi.unpack_codes(kronvi.pack_codes(jnp.array([[1, 2, 15]])), 3).tolist()
+      >>> kronvi.quantize.unpack_codes(kronvi.quantize.pack_codes(jnp.array([[1, 2, 15]])), 3).tolist()
       [[1, 2, 15]]
     """
     bits = check_bits(bits)
@@ -234,7 +234,7 @@ def unpack_codes(packed: ArrayLike, num_weights: int, *, bits: int = 4) -> jax.A
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> kronvi.unpack_codes(jnp.array([[0b11100100]], jnp.uint8), 4, bits=2).tolist()
+      >>> kronvi.quantize.unpack_codes(jnp.array([[0b11100100]], jnp.uint8), 4, bits=2).tolist()
       [[0, 1, 2, 3]]
     """
     bits = check_bits(bits)
@@ -340,14 +340,14 @@ def predict_from_codes(
 
     Args:
       packed: `(S, ceil(b * bits / 8))` `uint8` packed codes (`pack_codes`).
-      prior_w: The `kronvi.DiscretePrior` `(b, m)` whose grid the codes index.
+      prior_w: The `kronvi.model.DiscretePrior` `(b, m)` whose grid the codes index.
       Phi_new: `(N, b)` test features.
       integer: Use the integer path.
       bits: Bits per code; by default inferred from the width of `packed` (an error when ambiguous).
 
     Returns:
       jax.Array: `(N, S)` predictions (no noise, no `y` offset). Their mean over samples estimates the
-          predictive mean of `kronvi.predict_regression` with standard error
+          predictive mean of `kronvi.model.predict_regression` with standard error
           $\sqrt{\mathrm{Var}_q(\Phi^*_i w)/S}$.
 
     References:
@@ -355,12 +355,12 @@ def predict_from_codes(
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> prior = kronvi.gaussian_prior(3, 1.0, levels=5, width=2.0)   # levels -2, -1, 0, 1, 2
-      >>> packed = kronvi.pack_codes(jnp.array([[4, 2, 0], [2, 2, 2]]))
+      >>> prior = kronvi.model.gaussian_prior(3, 1.0, levels=5, width=2.0)   # levels -2, -1, 0, 1, 2
+      >>> packed = kronvi.quantize.pack_codes(jnp.array([[4, 2, 0], [2, 2, 2]]))
       >>> Phi = jnp.array([[1.0, 5.0, 0.5]])
-      >>> kronvi.predict_from_codes(packed, prior, Phi).tolist()        # 1*2 + 5*0 + 0.5*(-2), 0
+      >>> kronvi.quantize.predict_from_codes(packed, prior, Phi).tolist()        # 1*2 + 5*0 + 0.5*(-2), 0
       [[1.0, 0.0]]
-      >>> kronvi.predict_from_codes(packed, prior, Phi, integer=True).round(2).tolist()
+      >>> kronvi.quantize.predict_from_codes(packed, prior, Phi, integer=True).round(2).tolist()
       [[1.0, 0.0]]
     """
     if integer:
@@ -396,7 +396,7 @@ class IntegerSamples(NamedTuple):
       base_index: `(k_0,)` int32 positions of the weights whose zero level is not zero (usually none).
       base: `(k_0,)` their zero-level values $\beta_j$.
       residual: `(b,)` largest deviation $\max_k |v_{jk} - \beta_j - \delta_j (k - z_j)|$ of each grid
-          from its affine form (rounding-level for `kronvi.gaussian_prior`).
+          from its affine form (rounding-level for `kronvi.model.gaussian_prior`).
     """
 
     deltas: jax.Array
@@ -414,7 +414,7 @@ def _affine_grid(prior_w: DiscretePrior):
     and $\beta_j = v_{j z_j}$, replaced by 0 when $|v_{j z_j}| \le 10^{-5}\max_k |v_{jk}|$.
 
     Args:
-      prior_w: A concrete `kronvi.DiscretePrior` `(b, m)`.
+      prior_w: A concrete `kronvi.model.DiscretePrior` `(b, m)`.
 
     Returns:
       tuple of numpy.ndarray: `(zero, step, base, residual)`: `(b,)` int zero levels, `(b,)` steps
@@ -462,7 +462,7 @@ def integer_samples(
 
     Args:
       packed: `(S, ceil(b * bits / 8))` `uint8` packed codes.
-      prior_w: The `kronvi.DiscretePrior` `(b, m)` of the codes, with evenly spaced grids.
+      prior_w: The `kronvi.model.DiscretePrior` `(b, m)` of the codes, with evenly spaced grids.
       bits: Bits per code; inferred from `packed` by default.
       prune: Drop the weights that are zero in every sample.
 
@@ -475,8 +475,8 @@ def integer_samples(
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> prior = kronvi.gaussian_prior(4, 1.0, levels=5, width=2.0)
-      >>> isamp = kronvi.integer_samples(kronvi.pack_codes(jnp.array([[2, 3, 2, 0], [2, 1, 2, 2]])), prior)
+      >>> prior = kronvi.model.gaussian_prior(4, 1.0, levels=5, width=2.0)
+      >>> isamp = kronvi.quantize.integer_samples(kronvi.quantize.pack_codes(jnp.array([[2, 3, 2, 0], [2, 1, 2, 2]])), prior)
       >>> isamp.index.tolist(), isamp.deltas.tolist()
       ([1, 3], [[1, -2], [-1, 0]])
     """
@@ -557,12 +557,12 @@ def predict_integer(isamples: IntegerSamples, Phi_new: ArrayLike) -> jax.Array:
 
     Example:
       >>> import jax.numpy as jnp, kronvi
-      >>> prior = kronvi.gaussian_prior(3, 1.0, levels=5, width=2.0)
-      >>> isamp = kronvi.integer_samples(kronvi.pack_codes(jnp.array([[4, 2, 0]])), prior)
+      >>> prior = kronvi.model.gaussian_prior(3, 1.0, levels=5, width=2.0)
+      >>> isamp = kronvi.quantize.integer_samples(kronvi.quantize.pack_codes(jnp.array([[4, 2, 0]])), prior)
       >>> Phi = jnp.array([[1.0, 5.0, 0.5]])
-      >>> kronvi.predict_integer(isamp, Phi).round(2).tolist()
+      >>> kronvi.quantize.predict_integer(isamp, Phi).round(2).tolist()
       [[1.0]]
-      >>> kronvi.predict_integer(isamp, Phi[:, isamp.index]).round(2).tolist()  # kept features only
+      >>> kronvi.quantize.predict_integer(isamp, Phi[:, isamp.index]).round(2).tolist()  # kept features only
       [[1.0]]
     """
     kept, full = _kept_features(isamples, Phi_new)
@@ -689,13 +689,13 @@ def integer_error_bound(isamples: IntegerSamples, Phi_new: ArrayLike) -> jax.Arr
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
-      >>> prior = kronvi.gaussian_prior(50, 1.0)
+      >>> prior = kronvi.model.gaussian_prior(50, 1.0)
       >>> codes = jax.random.randint(jax.random.key(0), (8, 50), 0, 15)
-      >>> isamp = kronvi.integer_samples(kronvi.pack_codes(codes), prior)
+      >>> isamp = kronvi.quantize.integer_samples(kronvi.quantize.pack_codes(codes), prior)
       >>> Phi = jax.random.normal(jax.random.key(1), (20, 50))
-      >>> exact = kronvi.predict_from_codes(kronvi.pack_codes(codes), prior, Phi)
-      >>> err = jnp.abs(kronvi.predict_integer(isamp, Phi) - exact)
-      >>> bool(jnp.all(err <= kronvi.integer_error_bound(isamp, Phi) + 1e-4))
+      >>> exact = kronvi.quantize.predict_from_codes(kronvi.quantize.pack_codes(codes), prior, Phi)
+      >>> err = jnp.abs(kronvi.quantize.predict_integer(isamp, Phi) - exact)
+      >>> bool(jnp.all(err <= kronvi.quantize.integer_error_bound(isamp, Phi) + 1e-4))
       True
     """
     b = _check_integer_samples(isamples)

@@ -65,21 +65,21 @@ class DirectModel(NamedTuple):
     Attributes
     ----------
     prior_w
-        `kronvi.DiscretePrior` `(b, m)`, the weight grids.
+        `kronvi.model.DiscretePrior` `(b, m)`, the weight grids.
     prior_noise
-        `kronvi.DiscretePrior` `(1, m_sigma)`, the noise-variance grid (`None`: a classifier).
+        `kronvi.model.DiscretePrior` `(1, m_sigma)`, the noise-variance grid (`None`: a classifier).
     q_w
-        Posterior over the weights: `kronvi.MeanField` `(b, m)` or `kronvi.Mixture`
+        Posterior over the weights: `kronvi.model.MeanField` `(b, m)` or `kronvi.mixtures.Mixture`
         `(r, b, m)`.
     q_noise
-        `kronvi.MeanField` `(1, m_sigma)`, posterior over the noise variance (`None`: a classifier).
+        `kronvi.model.MeanField` `(1, m_sigma)`, posterior over the noise variance (`None`: a classifier).
     features
         The feature map's parameters: `None` or any pytree of arrays built from dicts (string keys),
         lists, tuples and `NamedTuple` s (e.g. `(Standardizer, RandomFourierFeatures)`).
     y_offset
         Scalar added to $\Phi^* w$ to predict `y` (the training mean of `y`).
     packed_codes
-        `None` or `(S, ceil(b * bits / 8))` `uint8` posterior samples from `kronvi.pack_codes`.
+        `None` or `(S, ceil(b * bits / 8))` `uint8` posterior samples from `kronvi.quantize.pack_codes`.
     bits
         Bits per code of `packed_codes`, one of 1, 2, 4, 8.
     """
@@ -311,25 +311,30 @@ def _is_kronvi_pytree(x) -> bool:
     return cls.__module__.startswith("kronvi.") and isinstance(getattr(cls, "_fields", None), tuple)
 
 
-# The registry: the kronvi classes a model file may name, by the public path `save_model` writes.
+# The registry: the kronvi classes a model file may name, by the path `save_model` writes ("kronvi:Name" for
+# the classes that were top-level names when the format was fixed), and the public module each is read from.
 # `load_model` resolves a name only through this table; it never imports a module a file names.
-_MODEL_CLASSES = (
-    "kronvi:DirectModel", "kronvi:DiscretePrior", "kronvi:MeanField", "kronvi:Mixture", "kronvi:MixturePrior",
-    "kronvi:IntegerSamples", "kronvi:Standardizer", "kronvi:RandomFourierFeatures", "kronvi:GPHyperparameters",
-    "kronvi:Eigenbasis", "kronvi:RegressionStats", "kronvi:EigenFeatureModel", "kronvi:GaussianMeanField",
-    "kronvi:ELRG", "kronvi:BNNStats", "kronvi.pipeline:FittedDirect", "kronvi:CompactBasis",
-    "kronvi:FittedClassifier", "kronvi.pipeline:SupportBound",
-)  # fmt: skip
+_MODEL_CLASSES = {
+    "kronvi:DirectModel": "kronvi.quantize", "kronvi:DiscretePrior": "kronvi.model",
+    "kronvi:MeanField": "kronvi.model", "kronvi:Mixture": "kronvi.mixtures", "kronvi:MixturePrior": "kronvi.mixtures",
+    "kronvi:IntegerSamples": "kronvi.quantize", "kronvi:Standardizer": "kronvi.inputs",
+    "kronvi:RandomFourierFeatures": "kronvi.inputs", "kronvi:GPHyperparameters": "kronvi.inputs",
+    "kronvi:Eigenbasis": "kronvi.stats", "kronvi:RegressionStats": "kronvi.stats",
+    "kronvi:EigenFeatureModel": "kronvi.feature_learning", "kronvi:GaussianMeanField": "kronvi.gaussian",
+    "kronvi:ELRG": "kronvi.gaussian", "kronvi:BNNStats": "kronvi.bnn",
+    "kronvi.pipeline:FittedDirect": "kronvi.pipeline",
+    "kronvi:CompactBasis": "kronvi.model", "kronvi:FittedClassifier": "kronvi.logistic",
+    "kronvi.pipeline:SupportBound": "kronvi.pipeline",
+}  # fmt: skip
 
 
 @functools.cache
 def _registry() -> dict[str, type]:
     """`{"kronvi:Name": class}` for the names of `_MODEL_CLASSES` (fixed module names only)."""
-    out = {}
-    for name in _MODEL_CLASSES:
-        module, _, qualname = name.partition(":")
-        out[name] = getattr(importlib.import_module(module), qualname)
-    return out
+    return {
+        name: getattr(importlib.import_module(module), name.partition(":")[2])
+        for name, module in _MODEL_CLASSES.items()
+    }
 
 
 def _class_name(cls, path: str) -> str:
@@ -491,17 +496,17 @@ def save_model(path: str | os.PathLike[str], model: Any, *, compress: bool = Tru
         model is made before writing: NaN or infinite values in the grids or posteriors, for one).
     ValueError
         If `path` is a symbolic link, a device (`/dev/null`), a named pipe or a socket: only regular
-        files are written, a link is never written through (see `kronvi.check_output_path`).
+        files are written, a link is never written through (see `kronvi.files.check_output_path`).
     FileNotFoundError, IsADirectoryError, PermissionError
         If the folder of `path` does not exist, `path` is a folder, or the folder cannot take a file
         (checked before anything is written; an existing file is replaced atomically and keeps its
-        permission bits, see `kronvi.write_atomic`).
+        permission bits, see `kronvi.files.write_atomic`).
 
     Examples
     --------
     >>> import os, tempfile, jax.numpy as jnp, kronvi
-    >>> pw, pn = kronvi.gaussian_prior(3, 1.0), kronvi.noise_prior(0.1)
-    >>> model = kronvi.DirectModel(pw, pn, kronvi.MeanField.from_prior(pw), kronvi.MeanField.from_prior(pn))
+    >>> pw, pn = kronvi.model.gaussian_prior(3, 1.0), kronvi.model.noise_prior(0.1)
+    >>> model = kronvi.DirectModel(pw, pn, kronvi.model.MeanField.from_prior(pw), kronvi.model.MeanField.from_prior(pn))
     >>> path = os.path.join(tempfile.mkdtemp(), "model.npz")
     >>> kronvi.save_model(path, model)
     >>> bool(jnp.all(kronvi.load_model(path).q_w.logits == model.q_w.logits))
