@@ -44,7 +44,7 @@ def gp_step(X, y, key, precision):
     gp = DirectConfig().gp
     t = time.perf_counter()
     with jax.enable_x64(True):
-        fit = kronvi.fit_gp_hyperparameters(
+        fit = kronvi.inputs.fit_gp_hyperparameters(
             key, X, y, num_points=gp.points, num_starts=gp.restarts, restarts=gp.restart_rule,
             screen_points=gp.screen_points, degenerate_margin=gp.degenerate_margin, gain_tol=gp.gain_tol,
             precision=precision,
@@ -139,7 +139,7 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     if args.table:
-        kronvi.write_atomic(args.table, table(records))
+        kronvi.files.write_atomic(args.table, table(records))
         print(table(records))
         return 0
     if not args.datasets:
