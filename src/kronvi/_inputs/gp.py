@@ -456,7 +456,7 @@ def fit_gp_hyperparameters(
     * signal variance in $[10^{-4}, 10^{2}] \cdot \operatorname{var}(y)$;
     * noise variance in $[\sigma^2_{\min}, 10\,\operatorname{var}(y)]$.
 
-    The starts run in parallel under `vmap` (on accelerators; see `parallel_restarts`). Start `i`
+    The starts run in parallel under `vmap` on accelerators and in turn on a CPU (`parallel_restarts`). Start `i`
     has lengthscales $\sqrt d \cdot (1, 0.3, 3, 0.1, 1, 0.3, 3, 10)_i$, noise variance
     $(0.1, 0.01, 0.1, 0.01, 0.5, 0.3, 0.3, 0.1)_i \operatorname{var}(y)$ and signal variance
     $\operatorname{var}(y)$ minus the noise (cycling for more than 8 starts).
@@ -510,11 +510,15 @@ def fit_gp_hyperparameters(
         screening. Why both the winner and the first start: `docs/decisions/gp-step.md#screened-starts`.
       screen_points: rows of the screening run of `restarts="screened"`.
       parallel_restarts: run the starts in parallel with `vmap` (`True`) or as one program per start
-        (`False`): side by side from host threads, one per core, when the inputs are concrete; one
-        after another with `lax.map` inside `jit` or on one core (with concrete inputs the two give
-        the same results to the bit). Default: `vmap` on GPU/TPU, separate programs on CPU, where a
-        `vmap`-batched Cholesky gains nothing over sequential calls and, with few cores, can deadlock
-        XLA's CPU thread pool (batched LAPACK kernels waiting on each other's pool tasks).
+        (`False`). With `False`, concrete inputs on a CPU and `precision="float64"`, the rows stay in
+        host memory and one program, whose shapes do not depend on the rows, runs each start in turn
+        with its likelihood computed on the host: a new row count compiles nothing
+        (`docs/decisions/gp-step.md#the-gp-programs-see-no-rows`). With `"native"`, the starts run side
+        by side from host threads, one per core, when the inputs are concrete; one after another with
+        `lax.map` inside `jit` or on one core (with concrete inputs the two give the same results to the
+        bit). Default: `vmap` on GPU/TPU, separate programs on CPU, where a `vmap`-batched Cholesky gains
+        nothing over sequential calls and, with few cores, can deadlock XLA's CPU thread pool (batched
+        LAPACK kernels waiting on each other's pool tasks).
       precision: `"float64"` (default): the whole fit in float64, whatever the dtype of `X`: for concrete
         inputs of a narrower dtype, the subsample, the optimizer, the likelihood, the bounds and the choice
         of start run under a `jax.enable_x64` context (thread-local: JAX's global configuration does not
