@@ -28,7 +28,8 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.buckets import pad_rows, row_bucket, to_device
+from .._base.buckets import pad_rows, row_bucket
+from .._base.buckets import to_device as _to_device
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -660,12 +661,14 @@ def _fit(
             # No program sees the rows: one program per input width serves every row count.
             X, y = (np.asarray(fetch(a), np.float64) for a in (X, y))
             rows = _hold(stack, X, y, min_noise)
-            first = _first(starts) if screened_rows else None
+            first = _rows_of(starts, slice(0, 1)) if screened_rows else None
             screen_rows = _hold(stack, X[:screen], y[:screen], min_noise) if screened_rows else None
             run = functools.partial(
                 _run_held, max_iter=int(max_iter), tol=_scalar(tol, dtype), gain_tol=_scalar(gain_tol, dtype)
             )
-            summarize = functools.partial(_summarize_held, min_noise=min_noise, margin=margin)
+            summarize = functools.partial(
+                _summarize_held, min_noise=min_noise, margin=margin, size=starts.noise_variance.shape[0]
+            )
         else:
             # Fewer rows than `num_points`: padded to a bucket (rows of weight 0 that add nothing to the
             # likelihood), so that another row count in the bucket reuses the compiled programs.
@@ -709,10 +712,8 @@ def _search(run, summarize, rows, screen_rows, starts, first):
     hyper, info = summarize(rows, _concat([r() for r in refined]))
     # the refined winner failed numerically, or the choice is degenerate or pinned at the noise bound
     failed = _failed(info)
-    if is_concrete(failed) and bool(fetch(failed)):  # every start on all rows (the first is done)
-        rest = (
-            [run(rows, jax.tree.map(lambda a: a[1:], starts))] if starts.noise_variance.shape[0] > 1 else []
-        )
+    if is_concrete(failed) and bool(failed):  # every start on all rows (the first is done)
+        rest = [run(rows, _rows_of(starts, slice(1, None)))] if starts.noise_variance.shape[0] > 1 else []
         hyper, info = summarize(rows, _concat([r() for r in [cold, *rest]]))
     return hyper, info._replace(screened=screened)
 
@@ -778,12 +779,6 @@ def _held_start(rows: _Held, start, max_iter, tol, gain_tol):
     return _start_result(u, info, bounds, handle_loo_mse(_log_params(u, bounds), rows.handle))
 
 
-@jax.jit
-def _first(starts):
-    """`starts[:1]`, in one program."""
-    return jax.tree.map(lambda a: a[:1], starts)
-
-
 def _whole_fit_in_float64(precision, X, arguments) -> bool:
     """Whether `precision` runs the whole fit of `X` in float64 under `jax.enable_x64`: `"float64"`, inputs
     of a narrower dtype, and nothing traced among `arguments` (inside `jit` the likelihood alone is
@@ -835,18 +830,46 @@ def _heads(starts, X, y, w, screen):
     return jax.tree.map(lambda a: a[:1], starts), (X[:screen], y[:screen], w[:screen])
 
 
-@jax.jit
 def _failed(info):
-    """The refined winner failed numerically, or the choice is degenerate or pinned at the noise bound."""
+    """The refined winner failed numerically, or the choice is degenerate or pinned at the noise bound: by
+    NumPy for a concrete `info` (no program to compile), else in one program."""
+    if _concrete(info):
+        lmls, chosen, degenerate, pinned = fetch(
+            (info.log_marginal_likelihoods, info.chosen, info.degenerate, info.noise_at_bound)
+        )
+        return not np.isfinite(lmls[0]) or bool(degenerate) or bool(pinned[int(chosen)])
+    return _failed_traced(info)
+
+
+@jax.jit
+def _failed_traced(info):
     return (
         ~jnp.isfinite(info.log_marginal_likelihoods[0]) | info.degenerate | info.noise_at_bound[info.chosen]
     )
 
 
-@jax.jit
 def _pick(starts, i):
-    """Start `i` of `starts`, keeping the leading axis, in one program."""
+    """Start `i` of `starts`, keeping the leading axis: by NumPy when concrete, else in one program."""
+    if _concrete(starts, i):
+        i = int(fetch(i))
+        return jax.tree.map(lambda a: to_device(a[i : i + 1]), fetch(starts))
+    return _pick_traced(starts, i)
+
+
+@jax.jit
+def _pick_traced(starts, i):
     return jax.tree.map(lambda a: a[i][None], starts)
+
+
+def _rows_of(starts, rows: slice):
+    """`starts[rows]` (a slice of the leading axis): by NumPy when concrete, else traced."""
+    if _concrete(starts):
+        return jax.tree.map(lambda a: to_device(a[rows]), fetch(starts))
+    return jax.tree.map(lambda a: a[rows], starts)
+
+
+def _concrete(*trees) -> bool:
+    return all(is_concrete(a) for a in jax.tree.leaves(trees))
 
 
 def _stall_rtol(dtype):
@@ -911,8 +934,12 @@ def _stack(trees):
 
 
 def _concat(raws):
-    """`_run_starts` results of several calls, as one."""
-    return raws[0] if len(raws) == 1 else jax.tree.map(lambda *a: jnp.concatenate(a), *raws)
+    """`_run_starts` results of several calls, as one (by NumPy when concrete: no program per shape)."""
+    if len(raws) == 1:
+        return raws[0]
+    if _concrete(raws):
+        return jax.tree.map(lambda *a: to_device(np.concatenate(a)), *fetch(raws))
+    return jax.tree.map(lambda *a: jnp.concatenate(a), *raws)
 
 
 def _weighted_moments(a, w):
@@ -990,9 +1017,34 @@ def _summarize(rows, results, min_noise, margin):
     return _summary(results, var_y, ls_lo, ls_hi, active, min_noise, margin, jnp.sum(w))
 
 
+def _summarize_held(rows: _Held, results, *, min_noise, margin, size):
+    """`_summarize` of starts on rows held on the host. Fewer than `size` results (the refinement of a
+    screening) are padded to `size` with failed starts (a likelihood of `-inf`, degenerate), which the
+    choice never takes, and cut back after it: one program for every number of starts."""
+    results = fetch(results)
+    k = results[1].shape[0]
+    if k < size:  # (hyper, lml, iterations, converged, gradient norm, loo) of failed starts
+        hypers, *rest = results
+        hypers = jax.tree.map(lambda a: np.concatenate([a, np.repeat(a[:1], size - k, axis=0)]), hypers)
+        fills = (-np.inf, 0, False, np.inf, np.inf)
+        rest = [np.concatenate([a, np.full(size - k, f, a.dtype)]) for a, f in zip(rest, fills, strict=True)]
+        results = (hypers, *rest)
+    hyper, info = _summarize_held_jit(rows, to_device(results), min_noise, margin)
+    if k < size:
+        per_start = ("log_marginal_likelihoods", "degenerate_starts", "starts", "loo_mse", "num_iterations",
+                     "converged", "grad_norms", "noise_at_bound")  # fmt: skip
+        cut = {f: jax.tree.map(lambda a: to_device(a[:k]), fetch(getattr(info, f))) for f in per_start}
+        info = info._replace(**cut)
+    return hyper, info
+
+
+def to_device(tree):
+    """Every leaf of `tree` on JAX's default device (`_base.buckets.to_device`)."""
+    return jax.tree.map(_to_device, tree)
+
+
 @jax.jit
-def _summarize_held(rows: _Held, results, min_noise, margin):
-    """`_summarize` of starts on rows held on the host."""
+def _summarize_held_jit(rows: _Held, results, min_noise, margin):
     return _summary(results, rows.var_y, rows.ls_lo, rows.ls_hi, rows.active, min_noise, margin, rows.m)
 
 
