@@ -19,6 +19,21 @@ Usage:
 
 `--datasets all` runs them smallest first; `--out` is appended to, and a (dataset, fold) already there
 is skipped, so an interrupted run resumes.
+
+`--lml` asks, where the two GP steps differ, which found the better optimum: it runs the GP step alone
+(`kronvi.fit_gp_hyperparameters` with the default `GPOptions`, as `fit_direct` calls it, on the float64
+standardized rows) with `precision="native"` (old) and `"float64"` (new), and evaluates the log marginal
+likelihood of both chosen hyperparameters, and of every start's optimum, in float64 with one NumPy evaluator
+on the rows the GP step fits on (its subsample of at most 1,000 training rows, drawn with the GP step's key;
+for the screening, its first 300). A third fit is the reference: every start on the whole subsample in
+float64 run to the gradient-norm test (`restarts="all"`, `gain_tol=0`, `max_iter=1000`), the best optimum
+the four starts reach. `--rmse-from` adds each dataset's RMSE change from the main study's records.
+
+  python experiments/gp_precision.py --lml --data-dir ../shared/data/uci \\
+      --datasets bike,parkinsons,gas,autos,concreteslump,energy,stock,pendulum,sml,pumadyn32nm \\
+      --out experiments/results/gp_precision_lml.jsonl
+  python experiments/gp_precision.py --lml --out experiments/results/gp_precision_lml.jsonl \\
+      --table experiments/results/gp_precision_lml.md
 """
 
 from __future__ import annotations
@@ -110,7 +125,9 @@ def run_one(data_dir, name, fold):
     hypers = {}
     for label, precision in (("old", "native"), ("new", "float64")):
         t = time.perf_counter()
-        model, timings, info = fit_direct(key, Xtr, ytr, DirectConfig(gp=kronvi.GPOptions(precision=precision)))
+        model, timings, info = fit_direct(
+            key, Xtr, ytr, DirectConfig(gp=kronvi.GPOptions(precision=precision))
+        )
         pred = kronvi.predict(model, Xte)
         rec[f"rmse_{label}"] = float(np.sqrt(np.mean((np.asarray(pred.mean, np.float64) - yte) ** 2)))
         rec[f"gp_seconds_{label}"] = round(timings.init_seconds, 2)
@@ -129,6 +146,189 @@ def run_one(data_dir, name, fold):
     rec["dtype_max_rel"] = max(float(np.max(np.abs(a / b - 1))) for a, b in zip(h32, h64, strict=True))
     rec["rmse_change_pct"] = 100 * (rec["rmse_new"] / rec["rmse_old"] - 1)
     return rec
+
+
+GP = kronvi.GPOptions()  # the default GP step
+# The reference fit of --lml: every start on the whole subsample, run to the gradient-norm test
+REFERENCE = {"restarts": "all", "gain_tol": 0.0, "max_iter": 1000}
+
+
+def gp_step_rows(X, y):
+    """The float64 rows `fit_direct` hands the GP step: each input centred and scaled by its standard deviation
+    (computed, as `kronvi.fit_standardizer` does, on the column divided by a power of two), the targets centred."""
+    unit = np.ldexp(1.0, np.frexp(np.where(np.abs(X).max(0) > 0, np.abs(X).max(0), 1.0))[1])
+    Z = X / unit
+    mean = Z.mean(0)
+    sd = np.sqrt(((Z - mean) ** 2).mean(0))
+    scale = np.where(sd > 100 * np.finfo(np.float64).eps * np.abs(mean), sd * unit, 1.0)
+    yc = y - y.mean()
+    if not 2.0**-16 <= np.std(yc) <= 2.0**16:  # the recipe would fit y in another unit
+        raise SystemExit("--lml: targets whose standard deviation is outside [2^-16, 2^16] are not supported")
+    return (X - mean * unit) / scale, yc
+
+
+def lml64(hyper, X, y) -> float:
+    """The GP log marginal likelihood in float64 (NumPy): the one evaluator of every --lml column."""
+    A = X / np.asarray(hyper.lengthscales, np.float64)
+    sq = (A * A).sum(1)
+    K = float(hyper.signal_variance) * np.exp(-0.5 * np.maximum(sq[:, None] + sq[None, :] - 2 * A @ A.T, 0.0))
+    K = 0.5 * (K + K.T) + float(hyper.noise_variance) * np.eye(len(y))
+    try:
+        L = np.linalg.cholesky(K)
+    except np.linalg.LinAlgError:
+        return -np.inf
+    alpha = np.linalg.solve(L.T, np.linalg.solve(L, y))
+    return float(-0.5 * y @ alpha - np.log(np.diagonal(L)).sum() - 0.5 * len(y) * np.log(2 * np.pi))
+
+
+def gp_subsample(key, n):
+    """The GP step's rows (`fit_gp_hyperparameters` draws them with its key), and whether a float32 and a
+    float64 fit draw the same ones."""
+    m = min(n, GP.points)
+    idx = np.arange(n) if m == n else np.asarray(jax.random.choice(key, n, (m,), replace=False))
+    with jax.enable_x64(True):
+        idx64 = np.arange(n) if m == n else np.asarray(jax.random.choice(key, n, (m,), replace=False))
+    return idx64, bool(np.array_equal(idx, idx64))
+
+
+def start_ids(info):
+    """The start behind each entry of `info`'s per-start arrays: every start without a screening or when
+    the screening fell back to all of them; else the screened winner and start 0 (or start 0 alone)."""
+    count = len(np.asarray(info.log_marginal_likelihoods))
+    if info.screened is None or count not in (1, 2):
+        return list(range(count))
+    return [0] if count == 1 else [int(info.screened.chosen), 0]
+
+
+def per_start(info, X, y, ids):
+    """Every start's optimum in `info`: its start, the float64 likelihood on `(X, y)`, the fit's own value,
+    its L-BFGS iterations, whether the gradient-norm test stopped it, and its noise variance over var(y)."""
+    var_y = float(np.var(y))
+    out = []
+    for i, s in enumerate(ids):
+        hyper = jax.tree.map(lambda a, i=i: np.asarray(a, np.float64)[i], info.starts)
+        out.append({
+            "start": s, "lml64": round(lml64(hyper, X, y), 3),
+            "lml_fit": round(float(np.asarray(info.log_marginal_likelihoods)[i]), 3),
+            "iters": int(np.asarray(info.num_iterations)[i]), "converged": bool(np.asarray(info.converged)[i]),
+            "noise_rel": float(hyper.noise_variance) / var_y,
+        })  # fmt: skip
+    return out
+
+
+def lml_one(data_dir, name, fold):
+    """The --lml record of one dataset and fold."""
+    X, y, mask = kronvi.load_uci(data_dir / name)
+    test = mask[:, fold] == 1
+    Xs, yc = gp_step_rows(np.asarray(X[~test], np.float64), np.asarray(y[~test], np.float64))
+    k_gp = jax.random.split(jax.random.key(fold), 3)[0]  # fit_direct's key of the GP step
+    idx, same_rows = gp_subsample(k_gp, len(yc))
+    Xg, yg = Xs[idx], yc[idx]
+    rec = {"dataset": name, "fold": fold, "n": len(yc), "d": int(X.shape[1]), "gp_rows": len(idx),
+           "same_rows": same_rows, "screened": len(idx) > GP.screen_points}  # fmt: skip
+    options = {"num_points": GP.points, "num_starts": GP.restarts, "restarts": GP.restart_rule,
+               "screen_points": GP.screen_points, "degenerate_margin": GP.degenerate_margin,
+               "gain_tol": GP.gain_tol}  # fmt: skip
+    runs = (("old", {"precision": "native"}), ("new", {"precision": "float64"}),
+            ("ref", {"precision": "float64", **REFERENCE}))  # fmt: skip
+    for label, changes in runs:
+        t = time.perf_counter()
+        fit = kronvi.fit_gp_hyperparameters(k_gp, Xs, yc, **{**options, **changes})
+        rec[f"seconds_{label}"] = round(time.perf_counter() - t, 2)
+        hyper = jax.tree.map(lambda a: np.asarray(a, np.float64), fit.hyper)
+        ids = start_ids(fit.info) if label != "ref" else list(range(GP.restarts))
+        rec[f"lml_{label}"] = lml64(hyper, Xg, yg)
+        rec[f"start_{label}"] = ids[int(fit.info.chosen)]
+        rec[f"noise_rel_{label}"] = float(hyper.noise_variance) / float(np.var(yg))
+        rec[f"lengthscales_{label}"] = [round(float(v), 4) for v in hyper.lengthscales]
+        rec[f"signal_{label}"] = float(hyper.signal_variance)
+        rec[f"starts_{label}"] = per_start(fit.info, Xg, yg, ids)
+        screened = fit.info.screened
+        if screened is not None:
+            rows = slice(0, GP.screen_points)
+            rec[f"screen_chosen_{label}"] = int(screened.chosen)
+            rec[f"screen_{label}"] = per_start(screened, Xg[rows], yg[rows], list(range(GP.restarts)))
+        if label == "new":  # the evaluator against the library's, under x64
+            with jax.enable_x64(True):
+                lib = kronvi.gp_log_marginal_likelihood(kronvi.GPHyperparameters(*hyper), Xg, yg)
+            rec["evaluator_gap"] = abs(float(lib) - rec["lml_new"])
+    rec["lml_change"] = rec["lml_new"] - rec["lml_old"]
+    return rec
+
+
+def lml_table(records, rmse_from=None) -> str:
+    main = {}  # the main study's records: the RMSE change, and the hyperparameters fit_direct's GP step chose
+    if rmse_from is not None and pathlib.Path(rmse_from).exists():
+        for line in pathlib.Path(rmse_from).read_text().splitlines():
+            r = json.loads(line)
+            main[(r["dataset"], r["fold"])] = r
+    change = {k: r["rmse_change_pct"] for k, r in main.items()}
+
+    def reproduced(r):
+        """This GP step chose the main study's hyperparameters, old and new."""
+        m = main.get((r["dataset"], r["fold"]))
+        return m is not None and all(
+            np.isclose(r[f"signal_{label}"], m[f"signal_{label}"], rtol=1e-6)
+            and np.allclose(r[f"lengthscales_{label}"], m[f"lengthscales_{label}"], rtol=1e-6, atol=1e-4)
+            for label in ("old", "new")
+        )
+
+    def starts(r, label):
+        return ", ".join(f"{s['start']}: {s['lml64']:.1f}" for s in r[f"starts_{label}"])
+
+    def screen(r, label):
+        if f"screen_{label}" not in r:
+            return "–"
+        return (
+            ", ".join(f"{s['lml64']:.1f}" for s in r[f"screen_{label}"]) + f" → {r[f'screen_chosen_{label}']}"
+        )
+
+    out = [
+        "# Which GP step found the better optimum: log marginal likelihoods, float64 against float32 (issue 47)",
+        "",
+        "Command: `python experiments/gp_precision.py --lml --data-dir ../shared/data/uci --datasets "
+        f"{','.join(r['dataset'] for r in records)} --folds 0 --out experiments/results/gp_precision_lml.jsonl`, "
+        "then `python experiments/gp_precision.py --lml --out experiments/results/gp_precision_lml.jsonl --table "
+        "experiments/results/gp_precision_lml.md`.",
+        "",
+        "The GP step of the default recipe (`kronvi.GPOptions()`: 4 starts screened on 300 rows, the winner and "
+        'start 0 refined on at most 1,000) with `precision="native"` (old: float32) and the default `"float64"` '
+        "(new), on the float64 standardized training rows of fold 0. Every likelihood below is evaluated in "
+        "float64 by one NumPy evaluator on the GP step's rows (its subsample; screening: its first 300 rows). "
+        "LML old / new: of the chosen hyperparameters; Δ = new − old (positive: the float64 step found the "
+        "higher optimum). ref: every start on the whole subsample in float64 run to the gradient-norm test "
+        f'(`restarts="all"`, `gain_tol=0`, `max_iter={REFERENCE["max_iter"]}`), the start the same rule chooses. '
+        "start: the start returned; noise: its noise variance over var(y). Screened: the four starts' optima on "
+        "the 300 screening rows → the start the screening chose. RMSE change: new against old, from "
+        "`gp_precision.md`.",
+        "",
+        "| dataset | n | RMSE change | LML old | LML new | Δ new − old | LML ref | ref − new | start old / new / ref "
+        "| noise old / new | screened old | screened new | refined old | refined new | ref starts |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        rc = change.get((r["dataset"], r["fold"]))
+        out.append(
+            f"| {r['dataset']} | {r['n']} | {'–' if rc is None else f'{rc:+.1f}%'} | {r['lml_old']:.1f} | "
+            f"{r['lml_new']:.1f} | {r['lml_change']:+.1f} | {r['lml_ref']:.1f} | {r['lml_ref'] - r['lml_new']:+.1f} | "
+            f"{r['start_old']} / {r['start_new']} / {r['start_ref']} | {r['noise_rel_old']:.1e} / "
+            f"{r['noise_rel_new']:.1e} | {screen(r, 'old')} | {screen(r, 'new')} | {starts(r, 'old')} | "
+            f"{starts(r, 'new')} | {starts(r, 'ref')} |"
+        )
+    higher = [r["dataset"] for r in records if r["lml_change"] > 0]
+    lower = [r["dataset"] for r in records if r["lml_change"] <= 0]
+    short = [r["dataset"] for r in records if r["lml_ref"] - r["lml_new"] > 1]
+    gap = max((r["evaluator_gap"] for r in records), default=0.0)
+    out += [
+        "",
+        f"{len(records)} datasets; the float64 step's optimum is higher on {len(higher)} "
+        f"({', '.join(higher) or 'none'}) and lower or equal on {len(lower)} ({', '.join(lower) or 'none'}); "
+        f"it is more than 1 nat below the reference on {len(short)} ({', '.join(short) or 'none'}). "
+        f"Same subsample in both precisions: {sum(r['same_rows'] for r in records)} of {len(records)}; the "
+        f"hyperparameters of the main study's fits reproduced: {sum(map(reproduced, records))} of {len(records)}; "
+        f"the NumPy evaluator and `kronvi.gp_log_marginal_likelihood` under x64 agree within {gap:.1g} nats.",
+    ]
+    return "\n".join(out) + "\n"
 
 
 def table(records) -> str:
@@ -177,12 +377,19 @@ def main(argv=None):
     p.add_argument("--folds", default="0", help="comma-separated fold indices")
     p.add_argument("--out", required=True, help="JSON lines, appended to (resumes)")
     p.add_argument("--table", help="write the markdown table of every record in --out here, and stop")
+    p.add_argument("--lml", action="store_true", help="compare the two GP steps' log marginal likelihoods")
+    p.add_argument(
+        "--rmse-from",
+        default="experiments/results/gp_precision.jsonl",
+        help="--lml --table: RMSE changes from here",
+    )
     args = p.parse_args(argv)
     out = pathlib.Path(args.out)
     records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     if args.table:
-        kronvi.write_atomic(args.table, table(records))
-        print(table(records))
+        text = lml_table(records, args.rmse_from) if args.lml else table(records)
+        kronvi.write_atomic(args.table, text)
+        print(text)
         return 0
     if not args.datasets:
         p.error("--datasets is required unless --table is given")
@@ -191,7 +398,7 @@ def main(argv=None):
         for fold in map(int, args.folds.split(",")):
             if (name, fold) in done:
                 continue
-            rec = run_one(args.data_dir, name, fold)
+            rec = (lml_one if args.lml else run_one)(args.data_dir, name, fold)
             with out.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(json.dumps(rec), flush=True)
