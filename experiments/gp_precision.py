@@ -193,11 +193,25 @@ def gp_subsample(key, n):
 
 def start_ids(info):
     """The start behind each entry of `info`'s per-start arrays: every start without a screening or when
-    the screening fell back to all of them; else the screened winner and start 0 (or start 0 alone)."""
+    the screening fell back to all of them; else the screened winner and start 0 (or start 0 alone), or,
+    for a GP step that refines a runner-up when start 0 wins, start 0 and the best other screened start
+    (the first within 0.5 nats of the best, as the GP step breaks ties; degenerate starts not told apart)."""
     count = len(np.asarray(info.log_marginal_likelihoods))
     if info.screened is None or count not in (1, 2):
         return list(range(count))
-    return [0] if count == 1 else [int(info.screened.chosen), 0]
+    winner = int(info.screened.chosen)
+    if count == 1:
+        return [0]
+    others = np.asarray(info.screened.log_marginal_likelihoods, np.float64)[1:]
+    return [winner, 0] if winner else [0, 1 + int(np.argmax(others >= others.max() - 0.5))]
+
+
+def gp_arguments(gp):
+    """`kronvi.fit_gp_hyperparameters`'s arguments of the GP step `gp` (`kronvi.GPOptions`), as `fit_direct`
+    passes them."""
+    return {"num_points": gp.points, "num_starts": gp.restarts, "restarts": gp.restart_rule,
+            "screen_points": gp.screen_points, "degenerate_margin": gp.degenerate_margin,
+            "precision": gp.precision, "gain_tol": gp.gain_tol}  # fmt: skip
 
 
 def per_start(info, X, y, ids):
@@ -216,27 +230,28 @@ def per_start(info, X, y, ids):
     return out
 
 
-def lml_one(data_dir, name, fold):
-    """The --lml record of one dataset and fold."""
+def lml_one(data_dir, name, fold, proposal=None):
+    """The --lml record of one dataset and fold; with `proposal` (`GPOptions` fields), the GP step with
+    those options instead ("prop"), and the test RMSE of the default recipe with that GP step."""
     X, y, mask = kronvi.load_uci(data_dir / name)
     test = mask[:, fold] == 1
-    Xs, yc = gp_step_rows(np.asarray(X[~test], np.float64), np.asarray(y[~test], np.float64))
+    Xtr, ytr = np.asarray(X[~test], np.float64), np.asarray(y[~test], np.float64)
+    Xs, yc = gp_step_rows(Xtr, ytr)
     k_gp = jax.random.split(jax.random.key(fold), 3)[0]  # fit_direct's key of the GP step
     idx, same_rows = gp_subsample(k_gp, len(yc))
     Xg, yg = Xs[idx], yc[idx]
     rec = {"dataset": name, "fold": fold, "n": len(yc), "d": int(X.shape[1]), "gp_rows": len(idx),
            "same_rows": same_rows, "screened": len(idx) > GP.screen_points}  # fmt: skip
-    options = {"num_points": GP.points, "num_starts": GP.restarts, "restarts": GP.restart_rule,
-               "screen_points": GP.screen_points, "degenerate_margin": GP.degenerate_margin,
-               "gain_tol": GP.gain_tol}  # fmt: skip
-    runs = (("old", {"precision": "native"}), ("new", {"precision": "float64"}),
-            ("ref", {"precision": "float64", **REFERENCE}))  # fmt: skip
+    runs = (("old", {"precision": "native"}), ("new", {}), ("ref", REFERENCE))
+    if proposal is not None:
+        runs = (("prop", gp_arguments(kronvi.GPOptions(**proposal))),)
+        rec["proposal"] = proposal
     for label, changes in runs:
         t = time.perf_counter()
-        fit = kronvi.fit_gp_hyperparameters(k_gp, Xs, yc, **{**options, **changes})
+        fit = kronvi.fit_gp_hyperparameters(k_gp, Xs, yc, **{**gp_arguments(GP), **changes})
         rec[f"seconds_{label}"] = round(time.perf_counter() - t, 2)
         hyper = jax.tree.map(lambda a: np.asarray(a, np.float64), fit.hyper)
-        ids = start_ids(fit.info) if label != "ref" else list(range(GP.restarts))
+        ids = start_ids(fit.info)
         rec[f"lml_{label}"] = lml64(hyper, Xg, yg)
         rec[f"start_{label}"] = ids[int(fit.info.chosen)]
         rec[f"noise_rel_{label}"] = float(hyper.noise_variance) / float(np.var(yg))
@@ -252,6 +267,13 @@ def lml_one(data_dir, name, fold):
             with jax.enable_x64(True):
                 lib = kronvi.gp_log_marginal_likelihood(kronvi.GPHyperparameters(*hyper), Xg, yg)
             rec["evaluator_gap"] = abs(float(lib) - rec["lml_new"])
+    if proposal is not None:
+        model = fit_direct(
+            jax.random.key(fold), Xtr, ytr, DirectConfig(gp=kronvi.GPOptions(**proposal))
+        ).model
+        mean = np.asarray(kronvi.predict(model, X[test]).mean, np.float64)
+        rec["rmse_prop"] = float(np.sqrt(np.mean((mean - y[test]) ** 2)))
+        return rec
     rec["lml_change"] = rec["lml_new"] - rec["lml_old"]
     return rec
 
@@ -300,7 +322,7 @@ def lml_table(records, rmse_from=None) -> str:
         f'(`restarts="all"`, `gain_tol=0`, `max_iter={REFERENCE["max_iter"]}`), the start the same rule chooses. '
         "start: the start returned; noise: its noise variance over var(y). Screened: the four starts' optima on "
         "the 300 screening rows → the start the screening chose. RMSE change: new against old, from "
-        "`gp_precision.md`.",
+        f"`{pathlib.Path(rmse_from or '').name}`.",
         "",
         "| dataset | n | RMSE change | LML old | LML new | Δ new − old | LML ref | ref − new | start old / new / ref "
         "| noise old / new | screened old | screened new | refined old | refined new | ref starts |",
@@ -331,13 +353,78 @@ def lml_table(records, rmse_from=None) -> str:
     return "\n".join(out) + "\n"
 
 
-def table(records) -> str:
+def read_records(path):
+    """The JSON-lines records of `path` by (dataset, fold); none when it does not exist."""
+    path = pathlib.Path(path)
+    lines = path.read_text().splitlines() if path.exists() else []
+    return {(r["dataset"], r["fold"]): r for r in map(json.loads, lines)}
+
+
+def proposal_table(records, lml_from, rmse_from, out_path, md_path) -> str:
+    """The table of `--lml --proposal` records beside the --lml records (`lml_from`: old, new, ref) and the
+    main study's RMSEs (`rmse_from`)."""
+    lml, main = read_records(lml_from), read_records(rmse_from)
+    proposal = json.dumps(records[0]["proposal"]) if records else "{}"
+    out = [
+        "# A proposed GP step against the old and new ones (issue 47)",
+        "",
+        f"Command: `python experiments/gp_precision.py --lml --proposal '{proposal}' --data-dir ../shared/data/uci "
+        f"--datasets {','.join(r['dataset'] for r in records)} --folds 0 --out {out_path}`, then the same "
+        f"with `--out {out_path} --table {md_path} --rmse-from {rmse_from}`; at the commit that proposes the "
+        "change to `src/kronvi/_inputs/gp.py`.",
+        "",
+        f"prop: the default recipe with `GPOptions(**{proposal})` at that commit. LML: float64 log marginal "
+        "likelihood of the chosen hyperparameters on the GP step's rows (one NumPy evaluator); old, new and ref "
+        f"(every start converged) from `{pathlib.Path(lml_from).name}`, RMSE old and new (fold 0, the default "
+        f"recipe with the old and new GP steps) from `{pathlib.Path(rmse_from).name}`.",
+        "",
+        "| dataset | LML old | LML new | LML prop | prop − old | prop − new | ref − prop | start prop | RMSE old | "
+        "RMSE new | RMSE prop | prop vs old | prop vs new | GP s prop |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = []
+    for r in records:
+        key = (r["dataset"], r["fold"])
+        if key not in lml or key not in main:
+            continue
+        a, m = lml[key], main[key]
+        rows.append((r, a, m))
+        out.append(
+            f"| {r['dataset']} | {a['lml_old']:.1f} | {a['lml_new']:.1f} | {r['lml_prop']:.1f} | "
+            f"{r['lml_prop'] - a['lml_old']:+.1f} | {r['lml_prop'] - a['lml_new']:+.1f} | "
+            f"{a['lml_ref'] - r['lml_prop']:+.1f} | {r['start_prop']} | {m['rmse_old']:.4g} | {m['rmse_new']:.4g} | "
+            f"{r['rmse_prop']:.4g} | {100 * (r['rmse_prop'] / m['rmse_old'] - 1):+.1f}% | "
+            f"{100 * (r['rmse_prop'] / m['rmse_new'] - 1):+.1f}% | {r['seconds_prop']:.1f} |"
+        )
+    below = [r["dataset"] for r, a, _ in rows if r["lml_prop"] < max(a["lml_old"], a["lml_new"]) - 0.5]
+    short = [r["dataset"] for r, a, _ in rows if a["lml_ref"] - r["lml_prop"] > 1]
+    within = [r["dataset"] for r, _, m in rows if abs(r["rmse_prop"] / m["rmse_old"] - 1) <= 0.01]
+
+    def gmean(ratios):
+        return float(np.exp(np.mean(np.log(ratios)))) if ratios else 1.0
+
+    out += [
+        "",
+        f"{len(rows)} datasets; the proposal's optimum is more than 0.5 nats below the better of old and new on "
+        f"{len(below)} ({', '.join(below) or 'none'}) and more than 1 nat below the reference on {len(short)} "
+        f"({', '.join(short) or 'none'}); its RMSE is within 1% of the old one on {len(within)} "
+        f"({', '.join(within) or 'none'}); geometric-mean RMSE ratio prop/old "
+        f"{gmean([r['rmse_prop'] / m['rmse_old'] for r, _, m in rows]):.4f}, new/old "
+        f"{gmean([m['rmse_new'] / m['rmse_old'] for _, _, m in rows]):.4f}, prop/new "
+        f"{gmean([r['rmse_prop'] / m['rmse_new'] for r, _, m in rows]):.4f}.",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def table(records, out_path="experiments/results/gp_precision.jsonl", md_path=None) -> str:
+    everything = len(records) >= 28
+    names = "all" if everything else ",".join(r["dataset"] for r in records)
+    md_path = md_path or str(pathlib.Path(out_path).with_suffix(".md"))
     out = [
         "# The GP step in float64 against float32 (issue 47, item 4)",
         "",
-        "Command: `python experiments/gp_precision.py --data-dir ../shared/data/uci --datasets all --folds 0 "
-        "--out experiments/results/gp_precision.jsonl`, then `python experiments/gp_precision.py --out "
-        "experiments/results/gp_precision.jsonl --table experiments/results/gp_precision.md`.",
+        f"Command: `python experiments/gp_precision.py --data-dir ../shared/data/uci --datasets {names} --folds 0 "
+        f"--out {out_path}`, then `python experiments/gp_precision.py --out {out_path} --table {md_path}`.",
         "",
         'Default recipe, float32 working dtype. old: `gp_precision="native"` (the GP in float32); new: the '
         'default `"float64"`. GP Δmean / Δvar: largest change of the exact GP predictive mean (in sds of '
@@ -378,6 +465,12 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="JSON lines, appended to (resumes)")
     p.add_argument("--table", help="write the markdown table of every record in --out here, and stop")
     p.add_argument("--lml", action="store_true", help="compare the two GP steps' log marginal likelihoods")
+    p.add_argument("--proposal", type=json.loads, help="--lml: GPOptions fields (JSON) of a proposed GP step")
+    p.add_argument(
+        "--lml-from",
+        default="experiments/results/gp_precision_lml.jsonl",
+        help="--lml --proposal --table: the old, new and reference likelihoods from here",
+    )
     p.add_argument(
         "--rmse-from",
         default="experiments/results/gp_precision.jsonl",
@@ -387,7 +480,10 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     if args.table:
-        text = lml_table(records, args.rmse_from) if args.lml else table(records)
+        if args.proposal is not None:
+            text = proposal_table(records, args.lml_from, args.rmse_from, args.out, args.table)
+        else:
+            text = lml_table(records, args.rmse_from) if args.lml else table(records, args.out, args.table)
         kronvi.write_atomic(args.table, text)
         print(text)
         return 0
@@ -398,7 +494,10 @@ def main(argv=None):
         for fold in map(int, args.folds.split(",")):
             if (name, fold) in done:
                 continue
-            rec = (lml_one if args.lml else run_one)(args.data_dir, name, fold)
+            if args.lml:
+                rec = lml_one(args.data_dir, name, fold, args.proposal)
+            else:
+                rec = run_one(args.data_dir, name, fold)
             with out.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(json.dumps(rec), flush=True)

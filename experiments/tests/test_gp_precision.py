@@ -82,3 +82,25 @@ def test_a_tiny_lml_run_resumes_and_renders_its_table(tmp_path):
     assert gp_precision.main(["--lml", "--out", str(out), "--table", str(table), "--rmse-from", "none"]) == 0
     text = table.read_text()
     assert "| tiny | 32 | – |" in text and "1 datasets" in text
+
+
+def test_a_tiny_proposal_run_renders_beside_the_lml_and_main_records(tmp_path):
+    write_sine_folds(tmp_path / "uci" / "tiny", n=40)
+    common = ["--data-dir", str(tmp_path / "uci"), "--datasets", "tiny"]
+    main, lml, prop = (tmp_path / f"{name}.jsonl" for name in ("main", "lml", "prop"))
+    assert gp_precision.main([*common, "--out", str(main)]) == 0
+    assert gp_precision.main(["--lml", *common, "--out", str(lml)]) == 0
+    proposal = ["--lml", "--proposal", '{"gain_tol": 0.0}']
+    assert gp_precision.main([*proposal, *common, "--out", str(prop)]) == 0
+    (rec,) = [json.loads(line) for line in prop.read_text().splitlines()]
+    assert rec["proposal"] == {"gain_tol": 0.0} and rec["rmse_prop"] > 0 and "lml_old" not in rec
+    assert all(s["converged"] for s in rec["starts_prop"])  # gain_tol=0: the gradient-norm test stops them
+    (ref,) = [json.loads(line) for line in lml.read_text().splitlines()]
+    assert (
+        abs(rec["lml_prop"] - ref["lml_ref"]) < 1e-3
+    )  # converged from the same starts: the reference's optimum
+    table = tmp_path / "prop.md"
+    args = ["--out", str(prop), "--table", str(table), "--lml-from", str(lml), "--rmse-from", str(main)]
+    assert gp_precision.main([*proposal, *args]) == 0
+    text = table.read_text()
+    assert "| tiny | " in text and "1 datasets" in text and '`GPOptions(**{"gain_tol": 0.0})`' in text
