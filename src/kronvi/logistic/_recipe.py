@@ -52,7 +52,16 @@ from .._solvers.info import FitInfo
 from ._bound import log_mgf
 from ._fit import fit_logistic
 from ._laplace import LaplaceInfo, laplace_grid_prior
-from ._predict import MAX_NODES, nodes_for, predict_logistic, predict_rows
+from ._predict import (
+    MAX_NODES,
+    _even_coefficients,
+    _log_cosh,
+    even_log_cosh,
+    is_even_grid,
+    predict_logistic,
+    predict_rows,
+    row_nodes,
+)
 
 GRIDS = ("laplace", "paper")
 BASES = ("eigen", "features")
@@ -557,13 +566,17 @@ def _bucket(rows: int) -> int:
     return min(size, PREDICT_CHUNK)
 
 
-@jax.jit
-def _design_log_cosh(features, rotation, log_q, values, Xs):
-    r"""The features `(r, b)` and each row's $\log E_q\cosh(\phi^\top w)$ `(r,)`."""
+@functools.partial(jax.jit, static_argnums=(5,))
+def _design_log_cosh(features, rotation, log_q, values, Xs, even):
+    r"""The features `(r, b)`, each row's $\log E_q\cosh(\phi^\top w)$ `(r,)` and `(r,)` whether it must
+    be recomputed by `log_mgf` (`even_log_cosh`'s flag; `log_mgf` already for grids that are not even)."""
     Phi = _rotated(_design(features, Xs), rotation)
+    if even:
+        log_cosh, flag = even_log_cosh(_even_coefficients(log_q, values), Phi)
+        return Phi, log_cosh, flag
     one = jnp.ones((Phi.shape[0], 1), Phi.dtype)
     L = log_mgf(log_q, values, Phi, jnp.concatenate([one, -one], axis=1))
-    return Phi, jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0)
+    return Phi, jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0), jnp.zeros(Phi.shape[0], bool)
 
 
 def _chunk_proba(model, Xc):
@@ -572,12 +585,19 @@ def _chunk_proba(model, Xc):
     predicted with it; rows beyond the node cap go through `predict_logistic`'s own refinement."""
     rows = Xc.shape[0]
     dtype = Xc.dtype
-    Phi, log_cosh = _design_log_cosh(
-        model.features, model.rotation, model.q_w.log_probs, model.prior_w.values, jnp.asarray(pad_rows(Xc, _bucket(rows)))
-    )
-    log_cosh = np.asarray(log_cosh)[:rows]
-    Phi = np.asarray(Phi)[:rows]
-    nodes = np.array([nodes_for(v, dtype, cap=2**62, half_steps=True) for v in log_cosh])
+    even = is_even_grid(model.prior_w.values)
+    Phi, log_cosh, flag = jax.device_get(
+        _design_log_cosh(
+            model.features, model.rotation, model.q_w.log_probs, model.prior_w.values,
+            jnp.asarray(pad_rows(Xc, _bucket(rows))), even,
+        )
+    )  # fmt: skip
+    Phi, log_cosh, flag = Phi[:rows], np.array(log_cosh[:rows]), flag[:rows]
+    if np.any(flag):  # sums that may have underflowed: those rows' log E cosh by log_mgf
+        idx = np.flatnonzero(flag)
+        exact = _log_cosh(model.q_w.log_probs, model.prior_w.values, jnp.asarray(pad_rows(Phi[idx], _bucket(idx.size))))
+        log_cosh[idx] = jax.device_get(exact)[: idx.size]
+    nodes = row_nodes(log_cosh, dtype)
     p = np.empty(rows, dtype)
     big = nodes > MAX_NODES  # beyond the cap: predict_logistic's own refinement (and warning)
     if np.any(big):
@@ -585,5 +605,5 @@ def _chunk_proba(model, Xc):
         p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, jnp.asarray(Phi[idx])))
     idx = np.flatnonzero(~big)
     order = idx[np.argsort(nodes[idx], kind="stable")]  # rows of like node counts share blocks
-    p[order] = predict_rows(model.q_w, model.prior_w, Phi[order], nodes[order])
+    p[order] = predict_rows(model.q_w, model.prior_w, Phi[order], nodes[order], log_cosh=log_cosh[order])
     return p
