@@ -177,18 +177,21 @@ def predict_rows(q_w: MeanField, prior_w: DiscretePrior, Phi, nodes, *, log_cosh
         log_cosh = _log_cosh(q_w.log_probs, prior_w.values, jnp.asarray(Phi))
     log_cosh = np.asarray(jax.device_get(log_cosh), np.float64)
     h = _host_step(log_cosh, nodes).astype(dtype)
-    coefs = _even_coefficients(q_w.log_probs, prior_w.values)
-    phase = (Phi.astype(np.float64) @ np.asarray(jax.device_get(coefs.base), np.float64)).astype(dtype)
-    coefs, Phi = _lane_padded(coefs, Phi)
+    coefs = host_coefficients(q_w, prior_w, lanes=_WEIGHT_LANES)
+    b = Phi.shape[1]
+    Phi = np.concatenate([Phi, np.zeros((n, coefs.delta.size - b), dtype)], axis=1)  # the weights added
+    phase = (Phi.astype(np.float64) @ coefs.base.astype(np.float64)).astype(dtype)
     items = -(-nodes // _ITEM_NODES)  # (n,)
     item_row = np.repeat(np.arange(n), items)
     first = np.cumsum(items) - items  # each row's first item
     k0 = ((np.arange(item_row.size) - first[item_row]) * _ITEM_NODES).astype(np.int32)
     count = np.minimum(nodes[item_row] - k0, _ITEM_NODES).astype(np.int32)
     cum = np.concatenate([[0], np.cumsum(items)])
+    width = max(_WINDOW_ITEMS, 1 << int(items.max() - 1).bit_length())  # a row beyond the cap: a wider program
+    width = -(-width // _TILE_ITEMS) * _TILE_ITEMS
     windows, start = [], 0
-    while start < n:  # windows of whole rows: at most _WINDOW_ROWS rows and _WINDOW_ITEMS items
-        stop = min(start + _WINDOW_ROWS, int(np.searchsorted(cum, cum[start] + _WINDOW_ITEMS, "right")) - 1)
+    while start < n:  # windows of whole rows: at most _WINDOW_ROWS rows and `width` items
+        stop = min(start + _WINDOW_ROWS, int(np.searchsorted(cum, cum[start] + width, "right")) - 1)
         stop = max(stop, start + 1)
         lo, hi = cum[start], cum[stop]
         pad = _WINDOW_ROWS - (stop - start)
@@ -197,9 +200,9 @@ def predict_rows(q_w: MeanField, prior_w: DiscretePrior, Phi, nodes, *, log_cosh
             jnp.asarray(np.concatenate([Phi[start:stop], np.zeros((pad, Phi.shape[1]), dtype)])),
             jnp.asarray(np.concatenate([h[start:stop], np.ones(pad, dtype)])),
             jnp.asarray(np.concatenate([phase[start:stop], np.zeros(pad, dtype)])),
-            jnp.asarray(_padded(item_row[lo:hi] - start, _WINDOW_ITEMS)),
-            jnp.asarray(_padded(k0[lo:hi], _WINDOW_ITEMS)),
-            jnp.asarray(_padded(count[lo:hi], _WINDOW_ITEMS)),
+            jnp.asarray(_padded(item_row[lo:hi] - start, width)),
+            jnp.asarray(_padded(k0[lo:hi], width)),
+            jnp.asarray(_padded(count[lo:hi], width)),
             jnp.asarray(hi - lo, np.int32),
         )  # dispatched without waiting: the windows may run side by side
         windows.append((out, hi - lo))
@@ -212,23 +215,6 @@ def predict_rows(q_w: MeanField, prior_w: DiscretePrior, Phi, nodes, *, log_cosh
 
 def _padded(a, size):
     return np.concatenate([a, np.zeros(size - a.size, a.dtype)]).astype(np.int32)
-
-
-def _lane_padded(coefs, Phi):
-    """`coefs` and `Phi` with weights added up to a multiple of `_WEIGHT_LANES`, each a point mass at 0
-    with features 0: a factor exactly 1, and whole vectors of weights for the compiled loops."""
-    b = Phi.shape[1]
-    extra = -b % _WEIGHT_LANES
-    if not extra:
-        return coefs, Phi
-    one = jnp.zeros((extra, coefs.even.shape[1]), coefs.even.dtype).at[:, 0].set(1.0)
-    pad = lambda a, value: jnp.concatenate([a, jnp.full((extra, *a.shape[1:]), value, a.dtype)])  # noqa: E731
-    coefs = coefs._replace(
-        delta=pad(coefs.delta, 1.0), base=pad(coefs.base, 0.0), even=jnp.concatenate([coefs.even, one]),
-        odd=pad(coefs.odd, 0.0), centre=pad(coefs.centre, 0.0), scaled=pad(coefs.scaled, 0.0),
-        log_scale=pad(coefs.log_scale, 0.0), slack=pad(coefs.slack, 0.0),
-    )  # fmt: skip
-    return coefs, np.concatenate([Phi, np.zeros((Phi.shape[0], extra), Phi.dtype)], axis=1)
 
 
 def _host_step(log_cosh, nodes):
@@ -279,28 +265,44 @@ class EvenCoefficients(NamedTuple):
     slack: jax.Array
 
 
-@jax.jit
-def _even_coefficients(log_q, values) -> EvenCoefficients:
+def _even_coefficients(log_q, values, xp=jnp) -> EvenCoefficients:
+    """`EvenCoefficients` of the grid `values` and log-probabilities `log_q` `(b, m)`, with `xp` `jnp`
+    (traced or on the device) or `np` (concrete host arrays: `host_coefficients`)."""
     m = values.shape[-1]
-    if m == 1:
-        values = jnp.concatenate([values - 1.0, values, values + 1.0], axis=1)  # probability 0 either side
-        log_q = jnp.pad(log_q, ((0, 0), (1, 1)), constant_values=-jnp.inf)
+    if m == 1:  # levels of probability 0 either side
+        values = xp.concatenate([values - 1.0, values, values + 1.0], axis=1)
+        log_q = xp.pad(log_q, ((0, 0), (1, 1)), constant_values=-np.inf)
         m = 3
     delta = (values[:, -1] - values[:, 0]) / (m - 1)
     if m % 2 == 0:  # a level of probability 0 on top: the centre is a level
-        values = jnp.concatenate([values, values[:, -1:] + delta[:, None]], axis=1)
-        log_q = jnp.pad(log_q, ((0, 0), (0, 1)), constant_values=-jnp.inf)
+        values = xp.concatenate([values, values[:, -1:] + delta[:, None]], axis=1)
+        log_q = xp.pad(log_q, ((0, 0), (0, 1)), constant_values=-np.inf)
         m += 1
-    q = jnp.exp(log_q)
+    q = xp.exp(log_q)
     c = (m - 1) // 2
-    line = values[:, c : c + 1] + (jnp.arange(m, dtype=values.dtype) - c) * delta[:, None]
-    base = values[:, c] + jnp.sum(q * (values - line), axis=1)
-    zero = jnp.zeros_like(q[:, c])
-    even = jnp.stack([q[:, c]] + [q[:, c + k] + q[:, c - k] for k in range(1, c + 1)], axis=1)
-    odd = jnp.stack([zero] + [q[:, c + k] - q[:, c - k] for k in range(1, c + 1)], axis=1)
-    top = jnp.max(log_q, axis=1)
-    slack = jnp.max(jnp.abs(values - line), axis=1)
-    return EvenCoefficients(delta, base, even, odd, values[:, c], jnp.exp(log_q - top[:, None]), top, slack)
+    line = values[:, c : c + 1] + (xp.arange(m) - c) * delta[:, None]
+    base = values[:, c] + xp.sum(q * (values - line), axis=1)
+    zero = xp.zeros_like(q[:, c])
+    even = xp.stack([q[:, c]] + [q[:, c + k] + q[:, c - k] for k in range(1, c + 1)], axis=1)
+    odd = xp.stack([zero] + [q[:, c + k] - q[:, c - k] for k in range(1, c + 1)], axis=1)
+    top = xp.max(log_q, axis=1)
+    slack = xp.max(xp.abs(values - line), axis=1)
+    return EvenCoefficients(delta, base, even, odd, values[:, c], xp.exp(log_q - top[:, None]), top, slack)
+
+
+def host_coefficients(q_w: MeanField, prior_w: DiscretePrior, *, lanes: int = 1) -> EvenCoefficients:
+    """`EvenCoefficients` of a concrete even grid, computed in float64 NumPy and returned in the grid's
+    dtype, with weights added up to a multiple of `lanes`: each a point mass at 0 (a factor exactly 1
+    for features 0)."""
+    log_q, values = (np.asarray(a, np.float64) for a in jax.device_get((q_w.log_probs, prior_w.values)))
+    coefs = _even_coefficients(log_q, values, xp=np)
+    extra = -values.shape[0] % lanes
+    if extra:
+        fill = {f: np.zeros((extra, *a.shape[1:])) for f, a in coefs._asdict().items()}
+        fill["delta"][:] = 1.0
+        fill["even"][:, 0] = 1.0
+        coefs = EvenCoefficients(*(np.concatenate([a, fill[f]]) for f, a in coefs._asdict().items()))
+    return EvenCoefficients(*(a.astype(prior_w.values.dtype) for a in coefs))
 
 
 def even_log_cosh(coefs: EvenCoefficients, Phi):
@@ -309,7 +311,8 @@ def even_log_cosh(coefs: EvenCoefficients, Phi):
     $E e^{\pm x w} = e^{\pm x v_c + c a} \sum_k q_k \rho^{\cdot}$, two Horner sums in $\rho \le 1$
     (the levels in either order), one exponential per weight instead of $2m$; the rounding of the levels
     adds at most $|x|\max_k|\epsilon_k|$ (added: an upper bound, as the error bound needs). A sum below
-    $2^{-60}$ (float32) or $2^{-900}$ (float64) may have lost terms to underflow: its row is flagged."""
+    $2^{-90}$ (float32) or $2^{-900}$ (float64) may have lost terms to underflow (below the smallest
+    normal number, $2^{-126}$ or $2^{-1022}$): its row is flagged."""
     x = Phi
     u = x * coefs.delta  # (r, b)
     a = jnp.abs(u)
@@ -321,7 +324,7 @@ def even_log_cosh(coefs: EvenCoefficients, Phi):
     for k in range(1, m):  # up = sum_k q_k rho^(m-1-k), down = sum_k q_k rho^k
         up = up * rho + q[:, k]
         down = down * rho + q[:, m - 1 - k]
-    tiny = 2.0**-900 if x.dtype == jnp.float64 else 2.0**-60
+    tiny = 2.0**-900 if x.dtype == jnp.float64 else 2.0**-90
     flag = jnp.any((up < tiny) | (down < tiny), axis=1)
     common = c * a + coefs.log_scale + jnp.abs(x) * coefs.slack
     lu, ld = jnp.log(up), jnp.log(down)

@@ -54,9 +54,9 @@ from ._fit import fit_logistic
 from ._laplace import LaplaceInfo, laplace_grid_prior
 from ._predict import (
     MAX_NODES,
-    _even_coefficients,
     _log_cosh,
     even_log_cosh,
+    host_coefficients,
     is_even_grid,
     predict_logistic,
     predict_rows,
@@ -566,13 +566,14 @@ def _bucket(rows: int) -> int:
     return min(size, PREDICT_CHUNK)
 
 
-@functools.partial(jax.jit, static_argnums=(5,))
-def _design_log_cosh(features, rotation, log_q, values, Xs, even):
+@jax.jit
+def _design_log_cosh(features, rotation, log_q, values, coefs, Xs):
     r"""The features `(r, b)`, each row's $\log E_q\cosh(\phi^\top w)$ `(r,)` and `(r,)` whether it must
-    be recomputed by `log_mgf` (`even_log_cosh`'s flag; `log_mgf` already for grids that are not even)."""
+    be recomputed by `log_mgf`: `even_log_cosh` with `coefs` (`host_coefficients`) on an even grid;
+    `log_mgf` itself when `coefs` is `None`."""
     Phi = _rotated(_design(features, Xs), rotation)
-    if even:
-        log_cosh, flag = even_log_cosh(_even_coefficients(log_q, values), Phi)
+    if coefs is not None:
+        log_cosh, flag = even_log_cosh(coefs, Phi)
         return Phi, log_cosh, flag
     one = jnp.ones((Phi.shape[0], 1), Phi.dtype)
     L = log_mgf(log_q, values, Phi, jnp.concatenate([one, -one], axis=1))
@@ -585,11 +586,11 @@ def _chunk_proba(model, Xc):
     predicted with it; rows beyond the node cap go through `predict_logistic`'s own refinement."""
     rows = Xc.shape[0]
     dtype = Xc.dtype
-    even = is_even_grid(model.prior_w.values)
+    coefs = host_coefficients(model.q_w, model.prior_w) if is_even_grid(model.prior_w.values) else None
     Phi, log_cosh, flag = jax.device_get(
         _design_log_cosh(
-            model.features, model.rotation, model.q_w.log_probs, model.prior_w.values,
-            jnp.asarray(pad_rows(Xc, _bucket(rows))), even,
+            model.features, model.rotation, model.q_w.log_probs, model.prior_w.values, coefs,
+            jnp.asarray(pad_rows(Xc, _bucket(rows))),
         )
     )  # fmt: skip
     Phi, log_cosh, flag = Phi[:rows], np.array(log_cosh[:rows]), flag[:rows]
