@@ -110,7 +110,7 @@ def test_even_and_uneven_grids_match_enumeration(dtype, even):
 def _rows(q, prior, Phi):
     """`predict_rows` with each row's own nodes (`row_nodes`), the bound of those nodes, and the nodes."""
     P = kl._predict
-    log_cosh = np.asarray(P._log_cosh(q.log_probs, prior.values, Phi))
+    log_cosh = np.asarray(P.mgf_log_cosh(q.log_probs, prior.values, Phi))
     nodes = P.row_nodes(log_cosh, Phi.dtype)
     bound = np.asarray(P._step_and_error(jnp.asarray(log_cosh), jnp.asarray(nodes, Phi.dtype))[1])
     return P.predict_rows(q, prior, np.asarray(Phi), nodes, log_cosh=log_cosh), bound, nodes
@@ -149,7 +149,7 @@ def test_a_rows_probability_does_not_depend_on_its_batch(monkeypatch):
     """The same bits for a row alone, in a batch, and in a batch cut into several programs (windows)."""
     q, prior, Phi = problem(np.float32, n=12, scale=3.0)
     P = kl._predict
-    log_cosh = np.asarray(P._log_cosh(q.log_probs, prior.values, Phi))
+    log_cosh = np.asarray(P.mgf_log_cosh(q.log_probs, prior.values, Phi))
     nodes = P.row_nodes(log_cosh, np.float32)
     whole = P.predict_rows(q, prior, np.asarray(Phi), nodes, log_cosh=log_cosh)
     for i in (0, 5, 11):
@@ -165,7 +165,7 @@ def test_even_log_cosh_is_log_mgf(dtype):
     P = kl._predict
     for levels, scale in [(5, 1.0), (4, 10.0), (15, 0.3), (5, 30.0)]:
         q, prior, Phi = problem(dtype, m=levels, scale=scale, n=8)
-        exact = np.asarray(P._log_cosh(q.log_probs, prior.values, Phi), np.float64)
+        exact = np.asarray(P.mgf_log_cosh(q.log_probs, prior.values, Phi), np.float64)
         fast, flag = (np.asarray(a) for a in P.even_log_cosh(P.host_coefficients(q, prior), Phi))
         assert not np.any(flag)
         tol = 1e-5 if dtype == np.float32 else 1e-12

@@ -174,7 +174,7 @@ def predict_rows(q_w: MeanField, prior_w: DiscretePrior, Phi, nodes, *, log_cosh
         return _uneven_rows(q_w, prior_w, Phi, nodes)
     dtype = Phi.dtype
     if log_cosh is None:
-        log_cosh = _log_cosh(q_w.log_probs, prior_w.values, jnp.asarray(Phi))
+        log_cosh = mgf_log_cosh(q_w.log_probs, prior_w.values, jnp.asarray(Phi))
     log_cosh = np.asarray(jax.device_get(log_cosh), np.float64)
     h = _host_step(log_cosh, nodes).astype(dtype)
     coefs = host_coefficients(q_w, prior_w, lanes=_WEIGHT_LANES)
@@ -255,14 +255,14 @@ class EvenCoefficients(NamedTuple):
       slack: `(b,)` $\max_k |\epsilon_{jk}|$.
     """
 
-    delta: jax.Array
-    base: jax.Array
-    even: jax.Array
-    odd: jax.Array
-    centre: jax.Array
-    scaled: jax.Array
-    log_scale: jax.Array
-    slack: jax.Array
+    delta: jax.Array | np.ndarray
+    base: jax.Array | np.ndarray
+    even: jax.Array | np.ndarray
+    odd: jax.Array | np.ndarray
+    centre: jax.Array | np.ndarray
+    scaled: jax.Array | np.ndarray
+    log_scale: jax.Array | np.ndarray
+    slack: jax.Array | np.ndarray
 
 
 def _even_coefficients(log_q, values, xp=jnp) -> EvenCoefficients:
@@ -423,7 +423,7 @@ def _item_sums(coefs, Phi, h, phase, item_row, k0, count, num_items):
 
 
 @jax.jit
-def _log_cosh(log_q, values, Phi):
+def mgf_log_cosh(log_q, values, Phi):
     r"""Each row's $\log E_q\cosh Z$ `(r,)` (`log_mgf` of $\pm 1$)."""
     one = jnp.ones((Phi.shape[0], 1), Phi.dtype)
     L = log_mgf(log_q, values, Phi, jnp.concatenate([one, -one], axis=1))

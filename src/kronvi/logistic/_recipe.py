@@ -54,10 +54,10 @@ from ._fit import fit_logistic
 from ._laplace import LaplaceInfo, laplace_grid_prior
 from ._predict import (
     MAX_NODES,
-    _log_cosh,
     even_log_cosh,
     host_coefficients,
     is_even_grid,
+    mgf_log_cosh,
     predict_logistic,
     predict_rows,
     row_nodes,
@@ -596,7 +596,7 @@ def _chunk_proba(model, Xc):
     Phi, log_cosh, flag = Phi[:rows], np.array(log_cosh[:rows]), flag[:rows]
     if np.any(flag):  # sums that may have underflowed: those rows' log E cosh by log_mgf
         idx = np.flatnonzero(flag)
-        exact = _log_cosh(model.q_w.log_probs, model.prior_w.values, jnp.asarray(pad_rows(Phi[idx], _bucket(idx.size))))
+        exact = mgf_log_cosh(model.q_w.log_probs, model.prior_w.values, jnp.asarray(pad_rows(Phi[idx], _bucket(idx.size))))
         log_cosh[idx] = jax.device_get(exact)[: idx.size]
     nodes = row_nodes(log_cosh, dtype)
     p = np.empty(rows, dtype)
