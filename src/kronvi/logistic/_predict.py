@@ -38,6 +38,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
+from .._base.buckets import pad_rows
 from .._base.checks import check_int, fetch, is_concrete, reduce_on_device
 from .._model.families import MeanField, check_family
 from .._model.grids import DiscretePrior
@@ -194,16 +195,15 @@ def predict_rows(q_w: MeanField, prior_w: DiscretePrior, Phi, nodes, *, log_cosh
         stop = min(start + _WINDOW_ROWS, int(np.searchsorted(cum, cum[start] + width, "right")) - 1)
         stop = max(stop, start + 1)
         lo, hi = cum[start], cum[stop]
-        pad = _WINDOW_ROWS - (stop - start)
-        out = _item_sums(
+        out = _item_sums(  # NumPy arguments: jit's own transfer, no eager device_put per array
             coefs,
-            jnp.asarray(np.concatenate([Phi[start:stop], np.zeros((pad, Phi.shape[1]), dtype)])),
-            jnp.asarray(np.concatenate([h[start:stop], np.ones(pad, dtype)])),
-            jnp.asarray(np.concatenate([phase[start:stop], np.zeros(pad, dtype)])),
-            jnp.asarray(_padded(item_row[lo:hi] - start, width)),
-            jnp.asarray(_padded(k0[lo:hi], width)),
-            jnp.asarray(_padded(count[lo:hi], width)),
-            jnp.asarray(hi - lo, np.int32),
+            pad_rows(Phi[start:stop], _WINDOW_ROWS),
+            pad_rows(h[start:stop], _WINDOW_ROWS, 1),
+            pad_rows(phase[start:stop], _WINDOW_ROWS),
+            _padded(item_row[lo:hi] - start, width),
+            _padded(k0[lo:hi], width),
+            _padded(count[lo:hi], width),
+            np.int32(hi - lo),
         )  # dispatched without waiting: the windows may run side by side
         windows.append((out, hi - lo))
         start = stop
@@ -214,7 +214,7 @@ def predict_rows(q_w: MeanField, prior_w: DiscretePrior, Phi, nodes, *, log_cosh
 
 
 def _padded(a, size):
-    return np.concatenate([a, np.zeros(size - a.size, a.dtype)]).astype(np.int32)
+    return pad_rows(a.astype(np.int32), size)
 
 
 def _host_step(log_cosh, nodes):

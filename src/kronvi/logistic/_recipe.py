@@ -590,7 +590,7 @@ def _chunk_proba(model, Xc):
     Phi, log_cosh, flag = jax.device_get(
         _design_log_cosh(
             model.features, model.rotation, model.q_w.log_probs, model.prior_w.values, coefs,
-            jnp.asarray(pad_rows(Xc, _bucket(rows))),
+            pad_rows(Xc, _bucket(rows)),
         )
     )  # fmt: skip
     Phi, log_cosh, flag = Phi[:rows], np.array(log_cosh[:rows]), flag[:rows]
