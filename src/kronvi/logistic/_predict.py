@@ -22,6 +22,16 @@ $2^{14}$ of them: at any margin, including the large-margin limit (the $q$-mass 
 With more configurations the capped quadrature is returned with its bound and a warning; its step then
 resolves $Z$ relative to its range, so it approaches the $q$-mass of the sign as the margins grow
 (`docs/decisions/classifier.md#exact-prediction`), but its bound cannot show it.
+
+On an even grid (every grid kronvi builds) each factor is evaluated in the centred form of
+`_even_grid_cf`: with $v_{jk} = v_{jc} + (k - c)\delta_j + \epsilon_{jk}$, the factor is
+$e^{itx\bar v_j}\sum_k q_{jk}\omega^{k-c}$, $\omega = e^{itx\delta_j}$, $\bar v_j = v_{jc} + \sum_k
+q_{jk}\epsilon_{jk}$: the levels' rounding $\epsilon$ (at most 4 machine epsilons of the largest level,
+`is_even_grid`) enters through its $q$-mean, which moves $Z$ by at most
+$\sum_j |x_j| \max_k|\epsilon_{jk} - \bar\epsilon_j|$, a rounding of the levels themselves. The sums
+over levels run by Clenshaw's recurrence (Reinsch's form), the factors are multiplied as complex
+numbers, and `predict_rows` gives every row its own node count (`row_nodes`) in items of `_ITEM_NODES`
+nodes (`docs/decisions/classifier.md#fast-exact-predict_proba`).
 """
 
 from __future__ import annotations

@@ -510,10 +510,9 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
     `X` `(N, d)`: exact, `predict_logistic` on the model's features.
 
     Concrete inputs are standardized in float64 and predicted in chunks of at most `PREDICT_CHUNK` rows,
-    every row with the quadrature nodes its own margin needs for an error below 1e-7 (float32) or 1e-13
-    (float64) (`predict_logistic`'s rule, applied per row), through one compiled program of 64 rows
-    whatever the number of rows and their node counts: a row's probability does not depend on the rows
-    predicted with it. Under `jit` the chunks run in `lax.map` with `predict_logistic`'s default nodes for
+    every row with the fewest quadrature nodes whose bound, from its own margin, is within 1e-7 (float32)
+    or 1e-13 (float64) (`row_nodes`), through one compiled program whatever the number of rows and their
+    node counts (`predict_rows`): a row's probability does not depend on the rows predicted with it. Under `jit` the chunks run in `lax.map` with `predict_logistic`'s default nodes for
     traced inputs, whose error is larger on rows of very large margins (3e-4 on the rows of a separable
     set below; `predict_logistic(..., with_error_bound=True)` bounds it per row).
 
@@ -582,7 +581,7 @@ def _design_log_cosh(features, rotation, log_q, values, coefs, Xs):
 
 def _chunk_proba(model, Xc):
     """Probabilities of the standardized rows `Xc` (at most `PREDICT_CHUNK`): every row with the quadrature
-    nodes its own margin needs (`nodes_for`), so that a row's probability does not depend on the rows
+    nodes its own margin needs (`row_nodes`), so that a row's probability does not depend on the rows
     predicted with it; rows beyond the node cap go through `predict_logistic`'s own refinement."""
     rows = Xc.shape[0]
     dtype = Xc.dtype
