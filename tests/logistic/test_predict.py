@@ -188,3 +188,15 @@ def test_sincos_quarter_reduces_and_matches_numpy(dtype):
     tol = 4 * eps * (1.0 + np.abs(np.asarray(alpha, np.float64)))  # the argument's own rounding
     np.testing.assert_array_less(np.abs(s - np.sin(r)), tol)
     np.testing.assert_array_less(np.abs(c - np.cos(r)), tol)
+
+
+def test_row_nodes_meet_the_target_and_grow_with_the_margin(dtype):
+    P = kl._predict
+    log_cosh = np.array([0.0, 0.5, 10.0, 1e3, 1e6, 1e300, np.inf])
+    nodes = P.row_nodes(log_cosh, dtype)
+    assert nodes.dtype == np.int64 and np.all(np.diff(nodes) >= 0) and nodes[0] >= 1 and nodes[-1] == 2**62
+    bound = P._host_bound(log_cosh[:4], nodes[:4])
+    assert np.all(bound <= P.target_error(dtype))
+    assert np.all(P._host_bound(log_cosh[:4], nodes[:4] - 1) > P.target_error(dtype))  # the fewest
+    device = np.asarray(P._step_and_error(jnp.asarray(log_cosh[:4], dtype), jnp.asarray(nodes[:4], dtype))[1])
+    np.testing.assert_allclose(device, bound, rtol=1e-3)

@@ -105,18 +105,23 @@ def row_nodes(log_cosh, dtype) -> np.ndarray:
     r"""Per row, the fewest nodes whose bound (`_step_and_error`, from the row's own
     $\log E\cosh Z$, `(n,)` NumPy) is at most `target_error(dtype)`: from
     $N \ge E (E + a) / (2\pi^2)$ with $E = \log(1.15 / \text{target})$ (the balanced bound is about
-    $1.14 e^{-E}$), then one more node for each row still above (`int64`, no cap)."""
+    $1.14 e^{-E}$), then one node more (or fewer) for each row above (or still within) it (`int64`, at most $2^{62}$)."""
     target = target_error(dtype)
     lc = np.minimum(np.maximum(np.asarray(log_cosh, np.float64), 0.0), 1e300)
     E = math.log(1.15 / target)
-    nodes = np.ceil(E * (E + lc + math.log(2.0)) / (2.0 * math.pi**2)).astype(np.int64)
-    nodes = np.maximum(nodes, 1)
+    need = np.ceil(E * (E + lc + math.log(2.0)) / (2.0 * math.pi**2))
+    nodes = np.clip(need, 1.0, 2.0**62).astype(np.int64)
     for _ in range(8):
         above = _host_bound(lc, nodes) > target
         if not np.any(above):
             break
         nodes = nodes + above
-    return nodes
+    for _ in range(8):  # and one fewer for each row whose bound allows it
+        fewer = (nodes > 1) & (nodes <= 2**62) & (_host_bound(lc, nodes - 1) <= target)
+        if not np.any(fewer):
+            break
+        nodes = nodes - fewer
+    return np.minimum(nodes, 2**62)
 
 
 def _host_bound(log_cosh, nodes):
