@@ -239,3 +239,20 @@ def test_a_prior_scale_beyond_the_dtype_is_named(scale):
     X, y = _rings()
     with pytest.raises(ValueError, match=r"config\.prior_scales` holds"):
         kronvi.fit_classifier(jax.random.key(0), X, y, SMALL._replace(prior_scales=(1.0, scale)))
+
+
+def test_rows_whose_horner_sums_may_underflow_take_log_mgf(monkeypatch):
+    """Rows of large margins, whose Horner sums for log E cosh Z fall below 2^-90 (float32), get it from
+    `log_mgf` instead, and their probabilities are `predict_logistic`'s."""
+    X, y = _rings()
+    model = kronvi.fit_classifier(jax.random.key(4), X, y, SMALL._replace(prior_scales=(30.0,))).model
+    calls = []
+    exact = _recipe.mgf_log_cosh
+    monkeypatch.setattr(_recipe, "mgf_log_cosh", lambda *a: calls.append(a[2].shape) or exact(*a))
+    far = X[:5] * 3.0
+    p = np.asarray(model.predict_proba(far))
+    assert calls
+    Phi = np.asarray(model.design(far))
+    for i in range(5):
+        expected = kl.predict_logistic(model.q_w, model.prior_w, jnp.asarray(Phi[i : i + 1]))
+        np.testing.assert_allclose(p[i : i + 1], expected, atol=2e-5)

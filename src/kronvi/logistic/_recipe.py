@@ -52,7 +52,16 @@ from .._solvers.info import FitInfo
 from ._bound import log_mgf
 from ._fit import fit_logistic
 from ._laplace import LaplaceInfo, laplace_grid_prior
-from ._predict import MAX_NODES, nodes_for, predict_logistic, predict_rows
+from ._predict import (
+    MAX_NODES,
+    even_log_cosh,
+    host_coefficients,
+    is_even_grid,
+    mgf_log_cosh,
+    predict_logistic,
+    predict_rows,
+    row_nodes,
+)
 
 GRIDS = ("laplace", "paper")
 BASES = ("eigen", "features")
@@ -501,10 +510,9 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
     `X` `(N, d)`: exact, `predict_logistic` on the model's features.
 
     Concrete inputs are standardized in float64 and predicted in chunks of at most `PREDICT_CHUNK` rows,
-    every row with the quadrature nodes its own margin needs for an error below 1e-7 (float32) or 1e-13
-    (float64) (`predict_logistic`'s rule, applied per row), through one compiled program of 64 rows
-    whatever the number of rows and their node counts: a row's probability does not depend on the rows
-    predicted with it. Under `jit` the chunks run in `lax.map` with `predict_logistic`'s default nodes for
+    every row with the fewest quadrature nodes whose bound, from its own margin, is within 1e-7 (float32)
+    or 1e-13 (float64) (`row_nodes`), through one compiled program whatever the number of rows and their
+    node counts (`predict_rows`): a row's probability does not depend on the rows predicted with it. Under `jit` the chunks run in `lax.map` with `predict_logistic`'s default nodes for
     traced inputs, whose error is larger on rows of very large margins (3e-4 on the rows of a separable
     set below; `predict_logistic(..., with_error_bound=True)` bounds it per row).
 
@@ -558,26 +566,38 @@ def _bucket(rows: int) -> int:
 
 
 @jax.jit
-def _design_log_cosh(features, rotation, log_q, values, Xs):
-    r"""The features `(r, b)` and each row's $\log E_q\cosh(\phi^\top w)$ `(r,)`."""
+def _design_log_cosh(features, rotation, log_q, values, coefs, Xs):
+    r"""The features `(r, b)`, each row's $\log E_q\cosh(\phi^\top w)$ `(r,)` and `(r,)` whether it must
+    be recomputed by `log_mgf`: `even_log_cosh` with `coefs` (`host_coefficients`) on an even grid;
+    `log_mgf` itself when `coefs` is `None`."""
     Phi = _rotated(_design(features, Xs), rotation)
+    if coefs is not None:
+        log_cosh, flag = even_log_cosh(coefs, Phi)
+        return Phi, log_cosh, flag
     one = jnp.ones((Phi.shape[0], 1), Phi.dtype)
     L = log_mgf(log_q, values, Phi, jnp.concatenate([one, -one], axis=1))
-    return Phi, jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0)
+    return Phi, jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0), jnp.zeros(Phi.shape[0], bool)
 
 
 def _chunk_proba(model, Xc):
     """Probabilities of the standardized rows `Xc` (at most `PREDICT_CHUNK`): every row with the quadrature
-    nodes its own margin needs (`nodes_for`), so that a row's probability does not depend on the rows
+    nodes its own margin needs (`row_nodes`), so that a row's probability does not depend on the rows
     predicted with it; rows beyond the node cap go through `predict_logistic`'s own refinement."""
     rows = Xc.shape[0]
     dtype = Xc.dtype
-    Phi, log_cosh = _design_log_cosh(
-        model.features, model.rotation, model.q_w.log_probs, model.prior_w.values, jnp.asarray(pad_rows(Xc, _bucket(rows)))
-    )
-    log_cosh = np.asarray(log_cosh)[:rows]
-    Phi = np.asarray(Phi)[:rows]
-    nodes = np.array([nodes_for(v, dtype, cap=2**62, half_steps=True) for v in log_cosh])
+    coefs = host_coefficients(model.q_w, model.prior_w) if is_even_grid(model.prior_w.values) else None
+    Phi, log_cosh, flag = jax.device_get(
+        _design_log_cosh(
+            model.features, model.rotation, model.q_w.log_probs, model.prior_w.values, coefs,
+            pad_rows(Xc, _bucket(rows)),
+        )
+    )  # fmt: skip
+    Phi, log_cosh, flag = Phi[:rows], np.array(log_cosh[:rows]), flag[:rows]
+    if np.any(flag):  # sums that may have underflowed: those rows' log E cosh by log_mgf
+        idx = np.flatnonzero(flag)
+        exact = mgf_log_cosh(model.q_w.log_probs, model.prior_w.values, jnp.asarray(pad_rows(Phi[idx], _bucket(idx.size))))
+        log_cosh[idx] = jax.device_get(exact)[: idx.size]
+    nodes = row_nodes(log_cosh, dtype)
     p = np.empty(rows, dtype)
     big = nodes > MAX_NODES  # beyond the cap: predict_logistic's own refinement (and warning)
     if np.any(big):
@@ -585,5 +605,5 @@ def _chunk_proba(model, Xc):
         p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, jnp.asarray(Phi[idx])))
     idx = np.flatnonzero(~big)
     order = idx[np.argsort(nodes[idx], kind="stable")]  # rows of like node counts share blocks
-    p[order] = predict_rows(model.q_w, model.prior_w, Phi[order], nodes[order])
+    p[order] = predict_rows(model.q_w, model.prior_w, Phi[order], nodes[order], log_cosh=log_cosh[order])
     return p
