@@ -137,13 +137,13 @@ def test_rows_on_off_centre_and_single_level_grids(dtype):
     single level (a point mass: the sigmoid), against every configuration."""
     rng = np.random.default_rng(3)
     values = rng.normal(size=(3, 1)) * 30.0 + rng.uniform(0.2, 1.0, size=(3, 1)) * np.linspace(-4.0, 4.0, 7)
-    prior = kronvi.DiscretePrior(jnp.asarray(values, dtype), jnp.zeros((3, 7), dtype))
-    q = kronvi.MeanField(jnp.asarray(2.0 * rng.normal(size=(3, 7)), dtype))
+    prior = kronvi.model.DiscretePrior(jnp.asarray(values, dtype), jnp.zeros((3, 7), dtype))
+    q = kronvi.model.MeanField(jnp.asarray(2.0 * rng.normal(size=(3, 7)), dtype))
     Phi = jnp.asarray(rng.normal(size=(6, 3)) * 0.1, dtype)
     p = _rows(q, prior, Phi)[0]
     np.testing.assert_allclose(p, predictive(q.probs, prior.values, Phi), atol=4e-6 if dtype == np.float32 else 1e-11)
-    point = kronvi.DiscretePrior(jnp.asarray(values[:, :1], dtype), jnp.zeros((3, 1), dtype))
-    p = _rows(kronvi.MeanField(jnp.zeros((3, 1), dtype)), point, Phi)[0]
+    point = kronvi.model.DiscretePrior(jnp.asarray(values[:, :1], dtype), jnp.zeros((3, 1), dtype))
+    p = _rows(kronvi.model.MeanField(jnp.zeros((3, 1), dtype)), point, Phi)[0]
     np.testing.assert_allclose(p, jax.nn.sigmoid(np.asarray(Phi, np.float64) @ values[:, 0]), atol=2e-6 if dtype == np.float32 else 1e-11)
 
 
@@ -175,7 +175,7 @@ def test_even_log_cosh_is_log_mgf(dtype):
         assert np.all(fast >= exact - tol * np.maximum(1.0, np.abs(exact)))
     q, prior, Phi = problem(dtype, scale=1.0)
     small = -80.0 if dtype == np.float32 else -700.0  # the top levels' mass below 2^-90 (2^-900)
-    q = kronvi.MeanField(q.logits.at[:, -2:].set(small))
+    q = kronvi.model.MeanField(q.logits.at[:, -2:].set(small))
     flag = np.asarray(P.even_log_cosh(P.host_coefficients(q, prior), Phi * 1e3)[1])
     assert np.all(flag)
 
