@@ -60,7 +60,7 @@ _TIE_NATS = 0.5
 # From this many rows a float32 likelihood gradient on a CPU inverts K with LAPACK's potri in the host
 # (_cholesky_inverse); below, in XLA.
 _HOST_INVERSE_MIN_ROWS = 400
-# Held while a GP program that calls back into Python runs on a worker thread (_run_starts).
+# Held while a GP program that calls back into Python runs (_run_starts' workers, _run_held).
 _HOST_CALLBACKS = threading.Lock()
 # Where fit_gp_hyperparameters computes the likelihood (its `precision`).
 PRECISIONS = ("native", "float64")
