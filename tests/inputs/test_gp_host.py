@@ -37,14 +37,12 @@ def _dense_lml(theta, X, y):
 def _brute_loo(theta, X, y):
     """Leave-one-out squared errors by refitting the GP posterior mean without each row in turn."""
     K = _dense_K(theta, X)
-    noise = np.exp(theta[-1])
     errors = []
     for i in range(len(y)):
         keep = np.arange(len(y)) != i
         k_i = K[i, keep]  # the noise is on the diagonal only
         mean = k_i @ np.linalg.solve(K[np.ix_(keep, keep)], y[keep])
         errors.append((y[i] - mean) ** 2)
-    assert noise > 0
     return float(np.mean(errors))
 
 

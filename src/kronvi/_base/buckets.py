@@ -80,7 +80,7 @@ def on_row_bucket(program, n: int, rows: tuple, *args, steps: int = 2):
 
 
 def to_device(a):
-    """A NumPy array on JAX's default device (its dtype canonicalized as `jnp.asarray` would: float64 becomes
-    float32 unless x64 is on), compiling nothing: `jnp.asarray` of a NumPy array compiles a copy program per
-    shape."""
-    return jax.device_put(np.asarray(a))
+    """A NumPy array, or every leaf of a pytree of them, on JAX's default device (its dtype canonicalized as
+    `jnp.asarray` would: float64 becomes float32 unless x64 is on), compiling nothing: `jnp.asarray` of a
+    NumPy array compiles a copy program per shape."""
+    return jax.tree.map(lambda leaf: jax.device_put(np.asarray(leaf)), a)

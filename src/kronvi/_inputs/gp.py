@@ -28,8 +28,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.buckets import pad_rows, row_bucket
-from .._base.buckets import to_device as _to_device
+from .._base.buckets import pad_rows, row_bucket, to_device
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -649,7 +648,6 @@ def _fit(
         if isinstance(X, np.ndarray):  # float64 rows of a fit in float64 (fit_gp_hyperparameters)
             idx = fetch(idx)
         X, y = X[idx], y[idx]
-    X, y = (to_device(a) if isinstance(a, np.ndarray) else a for a in (X, y))
     if parallel_restarts is None:
         parallel_restarts = jax.default_backend() != "cpu"
     parallel = bool(parallel_restarts)
@@ -661,7 +659,7 @@ def _fit(
             # No program sees the rows: one program per input width serves every row count.
             X, y = (np.asarray(fetch(a), np.float64) for a in (X, y))
             rows = _hold(stack, X, y, min_noise)
-            first = _rows_of(starts, slice(0, 1)) if screened_rows else None
+            first = _pick(starts, 0) if screened_rows else None
             screen_rows = _hold(stack, X[:screen], y[:screen], min_noise) if screened_rows else None
             run = functools.partial(
                 _run_held, max_iter=int(max_iter), tol=_scalar(tol, dtype), gain_tol=_scalar(gain_tol, dtype)
@@ -1036,11 +1034,6 @@ def _summarize_held(rows: _Held, results, *, min_noise, margin, size):
         cut = {f: jax.tree.map(lambda a: to_device(a[:k]), fetch(getattr(info, f))) for f in per_start}
         info = info._replace(**cut)
     return hyper, info
-
-
-def to_device(tree):
-    """Every leaf of `tree` on JAX's default device (`_base.buckets.to_device`)."""
-    return jax.tree.map(_to_device, tree)
 
 
 @jax.jit
