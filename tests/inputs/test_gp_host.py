@@ -122,3 +122,24 @@ def test_a_new_row_count_compiles_no_gp_program(restarts):
         assert len(again) == 0, (n, len(again))
         assert int(fit.info.num_points) == n
     assert _gp._held_start._cache_size() >= 1
+
+
+def test_host_scales_equal_the_xla_bounds():
+    """The box and reference scales computed by NumPy for rows held on the host equal `_bounds` of the same
+    rows in XLA (float64), with an inactive (constant) input among them."""
+    X, y = _rows(n=50, d=4, seed=2)
+    X[:, 2] = 3.0  # constant: not active, left out of the reference scale
+    min_noise = 1e-6 * np.var(y)
+    with jax.enable_x64(True):  # as the GP step calls it: its device arrays stay float64
+        lo, hi, var_y, ls_lo, ls_hi, active = gp_host.host_scales(
+            X, y, min_noise, _gp._LENGTHSCALE_BOUNDS, _gp._SIGNAL_BOUNDS, _gp._NOISE_UPPER
+        )
+        assert lo.dtype == jnp.float64
+        w = jnp.ones(50)
+        bounds, ref_lo, ref_hi, ref_active = _gp._bounds(jnp.asarray(X), jnp.asarray(y), w, jnp.asarray(min_noise))
+        np.testing.assert_allclose(lo, bounds.lo, rtol=1e-13)
+        np.testing.assert_allclose(hi, bounds.hi, rtol=1e-13)
+        np.testing.assert_allclose([ls_lo, ls_hi], [ref_lo, ref_hi], rtol=1e-13)
+        np.testing.assert_allclose(var_y, _gp._weighted_moments(jnp.asarray(y), w)[1], rtol=1e-13)
+    np.testing.assert_array_equal(active, ref_active)
+    assert not bool(active[2]) and bool(active[0])
