@@ -15,7 +15,8 @@ from helpers import count_compiles, tol
 
 import kronvi
 from kronvi import pipeline
-from kronvi._base.buckets import on_row_bucket, pad_rows, row_bucket
+from kronvi._base import buckets
+from kronvi._base.buckets import choice_rows, on_row_bucket, pad_rows, row_bucket
 
 
 @pytest.mark.parametrize("steps", [1, 2, 4])
@@ -48,6 +49,7 @@ def _unpadded(monkeypatch):
         monkeypatch.setattr(f"{module}.row_bucket", lambda n, **_: int(n))
     for module in ("kronvi._inputs.features", "kronvi._stats.regression"):
         monkeypatch.setattr(f"{module}.feature_rows", lambda n, cap=None: int(n))
+        monkeypatch.setattr(f"{module}.feature_block", lambda n: int(n))
     jax.clear_caches()
 
 
@@ -132,3 +134,75 @@ def test_a_new_row_count_within_a_fifth_compiles_nothing():
         with count_compiles() as again:
             fit_and_predict(n)
         assert len(again) == 0, (n, len(again))
+
+
+def test_row_counts_above_1024_compile_nothing():
+    """Above 1,024 rows the GP fits a subsample (`choice_rows`: no program per row count) and the features run
+    in blocks of 1,024 rows: fits at 1,030 and 1,300 rows after one at 1,000 compile no program, and the
+    blocks give the features' mean and statistics of all rows at once."""
+    X, y = _data(1300)
+    config = pipeline.DirectConfig(
+        num_frequencies=16, gp=pipeline.GPOptions(points=60, restarts=2, screen_points=20)
+    )
+    pipeline.fit_direct(jax.random.key(0), X[:1000], y[:1000], config)
+    for n in (1030, 1300):
+        with count_compiles() as again:
+            model = pipeline.fit_direct(jax.random.key(0), X[:n], y[:n], config).model
+        assert len(again) == 0, (n, len(again))
+    with jax.enable_x64(True):
+        feats = model.features
+        Xs = np.asarray(kronvi.inputs.standardize(model.standardizer, X), np.float64)
+        feats64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), feats._replace(offset=None))
+        F = np.asarray(kronvi.inputs.rff_features(feats64, Xs))
+        np.testing.assert_allclose(
+            kronvi.inputs.feature_mean(feats64, Xs), F.mean(axis=0), rtol=1e-12, atol=1e-14
+        )
+        stats = kronvi.stats.regression_stats_from_inputs(
+            functools.partial(kronvi.inputs.rff_features, feats64),
+            Xs,
+            np.asarray(y, np.float64),
+            chunk_size=4096,
+        )
+        np.testing.assert_allclose(stats.PhitPhi, F.T @ F, rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.parametrize("n", [3, 999, 1000, 1001, 1625, 1626, 2049, 9000])
+def test_choice_rows_are_jax_random_choice(n):
+    """The rows and their order equal `jax.random.choice` without replacement, in one round of sorting (up to
+    1,625 rows) and in two, for typed and raw keys."""
+    for key in (jax.random.key(n), jax.random.PRNGKey(n + 1)):
+        m = min(n, 1000)
+        np.testing.assert_array_equal(choice_rows(key, n, m), jax.random.choice(key, n, (m,), replace=False))
+
+
+def test_choice_rows_ties_and_traced_keys_take_jax_random_choice(monkeypatch):
+    """Where two rows' bits tie, XLA's unstable sort orders them: `choice_rows` returns `jax.random.choice`'s
+    draw (forced here by a hash whose bits all tie), as it does for a traced key."""
+    key = jax.random.key(3)
+    want = np.asarray(jax.random.choice(key, 50, (20,), replace=False))
+    monkeypatch.setattr(buckets, "_threefry2x32", lambda k, x1, x2: (np.zeros_like(x1), np.zeros_like(x2)))
+    np.testing.assert_array_equal(choice_rows(key, 50, 20), want)
+    monkeypatch.undo()
+    got = jax.jit(lambda k: jnp.sum(choice_rows(k, 50, 20)))(key)
+    assert int(got) == int(want.sum())
+
+
+def test_threefry_is_jax_random_bits():
+    """The hash's splits and bits are `jax.random.split` and `jax.random.bits` of the same key."""
+    key = jax.random.key(11)
+    words = buckets._threefry_key(key)
+    a, b = buckets._threefry2x32(words, np.zeros(2, np.uint32), np.arange(2, dtype=np.uint32))
+    np.testing.assert_array_equal(np.stack([a, b], axis=1), jax.random.key_data(jax.random.split(key)))
+    bits = np.bitwise_xor(
+        *buckets._threefry2x32(words, np.zeros(9, np.uint32), np.arange(9, dtype=np.uint32))
+    )
+    np.testing.assert_array_equal(bits, jax.random.bits(key, (9,), jnp.uint32))
+
+
+def test_choice_rows_compile_nothing_for_a_new_row_count():
+    key = jax.random.key(1)
+    choice_rows(key, 1100, 1000)
+    with count_compiles() as again:
+        for n in (1030, 1250, 2048):
+            choice_rows(key, n, 1000)
+    assert len(again) == 0

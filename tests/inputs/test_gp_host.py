@@ -31,7 +31,11 @@ def _dense_K(theta, X):
 def _dense_lml(theta, X, y):
     K = _dense_K(theta, X)
     c = scipy.linalg.cho_factor(K, lower=True)
-    return -0.5 * y @ scipy.linalg.cho_solve(c, y) - np.log(np.diag(c[0])).sum() - 0.5 * len(y) * np.log(2 * np.pi)
+    return (
+        -0.5 * y @ scipy.linalg.cho_solve(c, y)
+        - np.log(np.diag(c[0])).sum()
+        - 0.5 * len(y) * np.log(2 * np.pi)
+    )
 
 
 def _brute_loo(theta, X, y):
@@ -94,10 +98,14 @@ def test_host_rows_reach_the_xla_float64_optimum():
     for kw in (dict(num_starts=3), dict(restarts="screened", screen_points=50)):
         with jax.enable_x64(True):
             host, xla = (
-                kronvi.inputs.fit_gp_hyperparameters(jax.random.key(0), X, y, precision=p, parallel_restarts=False, **kw)
+                kronvi.inputs.fit_gp_hyperparameters(
+                    jax.random.key(0), X, y, precision=p, parallel_restarts=False, **kw
+                )
                 for p in ("float64", "native")
             )
-        np.testing.assert_allclose(host.info.log_marginal_likelihoods, xla.info.log_marginal_likelihoods, rtol=1e-9)
+        np.testing.assert_allclose(
+            host.info.log_marginal_likelihoods, xla.info.log_marginal_likelihoods, rtol=1e-9
+        )
         for a, b in zip(jax.tree.leaves(host.hyper), jax.tree.leaves(xla.hyper), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6)
         assert int(host.info.chosen) == int(xla.info.chosen)
@@ -124,6 +132,26 @@ def test_a_new_row_count_compiles_no_gp_program(restarts):
     assert _gp._held_start._cache_size() >= 1
 
 
+def test_a_subsample_at_a_new_row_count_compiles_nothing(monkeypatch):
+    """Above `num_points` rows the GP fits a subsample: the rows `jax.random.choice` draws, found from the bits
+    of a power of two of rows, so 70, 81 and 95 rows after 64 compile nothing, and each fit is the one of
+    `jax.random.choice`'s rows."""
+    X, y = _rows(n=95, d=2, seed=3)
+    kw = dict(num_starts=2, num_points=40, max_iter=20)
+    kronvi.inputs.fit_gp_hyperparameters(jax.random.key(5), X[:64], y[:64], **kw)
+    fits = {}
+    for n in (70, 81, 95):
+        with count_compiles() as again:
+            fits[n] = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(5), X[:n], y[:n], **kw)
+        assert len(again) == 0, (n, len(again))
+    monkeypatch.setattr(
+        _gp, "choice_rows", lambda key, n, m: np.asarray(jax.random.choice(key, n, (m,), replace=False))
+    )
+    for n, fit in fits.items():
+        want = kronvi.inputs.fit_gp_hyperparameters(jax.random.key(5), X[:n], y[:n], **kw)
+        np.testing.assert_array_equal(fit.info.log_marginal_likelihoods, want.info.log_marginal_likelihoods)
+
+
 def test_host_scales_equal_the_xla_bounds():
     """The box and reference scales computed by NumPy for rows held on the host equal `_bounds` of the same
     rows in XLA (float64), with an inactive (constant) input among them."""
@@ -136,7 +164,9 @@ def test_host_scales_equal_the_xla_bounds():
         )
         assert lo.dtype == jnp.float64
         w = jnp.ones(50)
-        bounds, ref_lo, ref_hi, ref_active = _gp._bounds(jnp.asarray(X), jnp.asarray(y), w, jnp.asarray(min_noise))
+        bounds, ref_lo, ref_hi, ref_active = _gp._bounds(
+            jnp.asarray(X), jnp.asarray(y), w, jnp.asarray(min_noise)
+        )
         np.testing.assert_allclose(lo, bounds.lo, rtol=1e-13)
         np.testing.assert_allclose(hi, bounds.hi, rtol=1e-13)
         np.testing.assert_allclose([ls_lo, ls_hi], [ref_lo, ref_hi], rtol=1e-13)

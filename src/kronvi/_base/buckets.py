@@ -54,6 +54,93 @@ def feature_rows(n: int, cap: int | None = None) -> int:
     return size if cap is None else max(min(size, int(cap)), int(n))
 
 
+def choice_rows(key, n: int, m: int) -> np.ndarray | jax.Array:
+    """The rows `jax.random.choice(key, n, (m,), replace=False)` draws, in its order, as a NumPy array computed
+    in NumPy (a traced `key`: `jax.random.choice` itself): no program per `n`.
+
+    `jax.random.choice` without replacement is the first `m` of `jax.random.permutation(key, n)`, which sorts
+    `arange(n)` by 32 random bits per row, in `ceil(3 log n / log(2^32 - 1))` rounds, splitting a key off
+    each time. With JAX's default threefry and `jax_threefry_partitionable` (the default), a split and the
+    bits of row `i` are Threefry-2x32 of the key at counters `(0, i)` (the bits: the two output words' xor),
+    which `_threefry2x32` computes here; rows are sorted stably. XLA's sort is not stable: where two rows'
+    bits tie (probability about `n**2 / 2**33`), or with another generator, it is `jax.random.choice`'s draw.
+
+    Example:
+      >>> import jax, numpy as np
+      >>> from kronvi._base.buckets import choice_rows
+      >>> key = jax.random.key(0)
+      >>> bool(np.array_equal(choice_rows(key, 1100, 1000), jax.random.choice(key, 1100, (1000,), replace=False)))
+      True
+    """
+    if not is_concrete(key):
+        return jax.random.choice(key, n, (m,), replace=False)
+    words = _threefry_key(key)
+    if words is None:
+        return np.asarray(jax.random.choice(key, n, (m,), replace=False))
+    rounds = int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))
+    rows, counters = np.arange(n), np.arange(n, dtype=np.uint32)
+    for _ in range(rounds):
+        a, b = _threefry2x32(words, np.zeros(2, np.uint32), np.arange(2, dtype=np.uint32))
+        words, subkey = (a[0], b[0]), (a[1], b[1])
+        bits = np.bitwise_xor(*_threefry2x32(subkey, np.zeros(n, np.uint32), counters))
+        order = np.argsort(bits, kind="stable")
+        if np.any(bits[order[1:]] == bits[order[:-1]]):  # a tie: XLA's unstable sort decides
+            return np.asarray(jax.random.choice(key, n, (m,), replace=False))
+        rows = rows[order]
+    return rows[:m]
+
+
+def _threefry_key(key):
+    """The two uint32 words of a threefry key (typed or raw) under partitionable threefry, else `None`."""
+    if not jax.config.jax_threefry_partitionable:
+        return None
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if "threefry" not in str(jax.random.key_impl(key)):
+            return None
+        data = np.asarray(jax.random.key_data(key))
+    else:
+        if jax.config.jax_default_prng_impl != "threefry2x32":
+            return None
+        data = np.asarray(key)
+    if data.shape != (2,) or data.dtype != np.uint32:
+        return None
+    return data[0], data[1]
+
+
+def _threefry2x32(key, x1, x2):
+    """Threefry-2x32 (20 rounds; Salmon et al. 2011, as `jax.random`'s) of counters `(x1, x2)` (uint32
+    arrays) under the key's two words; uint32 arithmetic wraps as the hash needs."""
+    k1, k2 = np.uint32(key[0]), np.uint32(key[1])
+    ks = (k1, k2, k1 ^ k2 ^ np.uint32(0x1BD11BDA))
+    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+    x1, x2 = x1 + ks[0], x2 + ks[1]
+    for i in range(5):
+        for r in rotations[i % 2]:
+            x1 = x1 + x2
+            x2 = ((x2 << np.uint32(r)) | (x2 >> np.uint32(32 - r))) ^ x1
+        x1, x2 = x1 + ks[(i + 1) % 3], x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x1, x2
+
+
+# Above FEATURE_ROWS rows, a features program runs on blocks of FEATURE_ROWS rows times a power of two,
+# at most this many blocks.
+_MAX_FEATURE_BLOCKS = 64
+
+
+def feature_block(n: int) -> int:
+    """The rows of each block in which a features program of a fit runs over `n > FEATURE_ROWS` rows (the last
+    block padded): `FEATURE_ROWS` times the smallest power of two that covers `n` in at most 64 blocks. A new
+    row count reuses the program of its block size, one size per 64-fold range of rows.
+
+    Example:
+      >>> from kronvi._base.buckets import feature_block
+      >>> [feature_block(n) for n in (1030, 65_536, 65_537, 1_000_000)]
+      [1024, 1024, 2048, 16384]
+    """
+    blocks = -(-int(n) // (FEATURE_ROWS * _MAX_FEATURE_BLOCKS))
+    return FEATURE_ROWS << max(0, (blocks - 1).bit_length())
+
+
 def pad_rows(a, size: int, value=0):
     """NumPy `a` with its first axis padded to `size` rows of `value` (no copy when it has them already)."""
     a = np.asarray(a)

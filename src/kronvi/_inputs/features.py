@@ -27,7 +27,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.buckets import feature_rows, on_row_bucket, pad_rows, to_device
+from .._base.buckets import FEATURE_ROWS, feature_block, feature_rows, on_row_bucket, pad_rows, to_device
 from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, host_arrays
 from .._base.precision import matmul
 
@@ -254,16 +254,26 @@ def feature_mean_unchecked(params: RandomFourierFeatures, X: jax.Array, *, chunk
     """`feature_mean` of checked arguments (`X` a float `(n, d)` array with rows), for the library's own
     callers."""
     n = X.shape[0]
+    params = params._replace(offset=None)
     views = host_arrays(X)
-    # rows of weight 0 up to a bucket: one program up to 1,024 rows, one per bucket above
-    if views is not None:
-        size = feature_rows(n)
-        weights = np.zeros(size, views[0].dtype)
-        weights[:n] = 1
-        rows, w = to_device(pad_rows(views[0], size)), to_device(weights)
-    else:
-        size, rows, w = n, X, jnp.ones(n, X.dtype)
-    return _feature_mean(params._replace(offset=None), rows, w, int(min(chunk_size, size)))
+    if views is None:
+        return _feature_mean(params, X, jnp.ones(n, X.dtype), int(min(chunk_size, n)))
+    # rows of weight 0 up to a bucket (1,024 rows), or blocks of `feature_block(n)` rows whose means are
+    # averaged here: one program up to 1,024 rows and one per block size above, whatever the row count
+    size = feature_rows(n) if n <= FEATURE_ROWS else feature_block(n)
+
+    def block_mean(start):
+        part = views[0][start : start + size]
+        weights = np.zeros(size, part.dtype)
+        weights[: part.shape[0]] = 1
+        rows, w = to_device(pad_rows(part, size)), to_device(weights)
+        return _feature_mean(params, rows, w, int(min(chunk_size, size))), part.shape[0]
+
+    if n <= size:
+        return block_mean(0)[0]
+    means = [block_mean(start) for start in range(0, n, size)]
+    total = sum(np.asarray(mean, np.float64) * rows for mean, rows in means)
+    return to_device((total / n).astype(means[0][0].dtype))
 
 
 @functools.partial(jax.jit, static_argnums=3)

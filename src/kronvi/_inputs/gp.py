@@ -28,7 +28,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.buckets import pad_rows, row_bucket, to_device
+from .._base.buckets import choice_rows, pad_rows, row_bucket, to_device
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -644,10 +644,18 @@ def _fit(
 
     m = min(n, num_points)
     if m < n:
-        idx = jax.random.choice(key, n, (m,), replace=False)
-        if isinstance(X, np.ndarray):  # float64 rows of a fit in float64 (fit_gp_hyperparameters)
-            idx = fetch(idx)
-        X, y = X[idx], y[idx]
+        views = host_arrays(X, y) if _concrete(X, y) else None
+        if views is not None:  # jax.random.choice's rows, taken on the host: no program per row count
+            picked = choice_rows(key, n, m)
+            X, y = (
+                v[picked] if isinstance(a, np.ndarray) else to_device(v[picked])
+                for a, v in zip((X, y), views, strict=True)
+            )
+        else:
+            idx = jax.random.choice(key, n, (m,), replace=False)
+            if isinstance(X, np.ndarray):  # float64 rows of a fit in float64 (fit_gp_hyperparameters)
+                idx = fetch(idx)
+            X, y = X[idx], y[idx]
     if parallel_restarts is None:
         parallel_restarts = jax.default_backend() != "cpu"
     parallel = bool(parallel_restarts)

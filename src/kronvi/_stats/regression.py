@@ -18,7 +18,7 @@ from jax import lax
 from jax.typing import ArrayLike
 from scipy.linalg.blas import dsyrk
 
-from .._base.buckets import feature_rows, pad_rows
+from .._base.buckets import FEATURE_ROWS, feature_block, feature_rows, pad_rows
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -248,12 +248,22 @@ def _feature_chunk(feature_map, x):
 
 
 def host_features(feature_map, x, chunk_size=None):
-    """`feature_map(x)` as a NumPy array, `x` (NumPy, at most `chunk_size` rows) padded with zero rows to
-    `feature_rows(rows, chunk_size)` rows: one program for every row count up to 1,024 and one per bucket
-    above; the features of each row are its own."""
+    """`feature_map(x)` as a NumPy array, `x` NumPy with at most `chunk_size` rows: a whole chunk at once, up
+    to 1,024 rows padded with zero rows to `feature_rows(rows, chunk_size)`, other row counts in blocks of
+    `feature_block(rows)` rows (the last padded). One program for every row count up to 1,024 and one per
+    block size above, whatever the row count; the features of each row are its own."""
     rows = x.shape[0]
-    size = feature_rows(rows, chunk_size)
-    return np.asarray(jax.device_get(_feature_chunk(feature_map, pad_rows(x, size))))[:rows]
+    if rows == chunk_size or rows <= FEATURE_ROWS:
+        size = feature_rows(rows, chunk_size)
+        return np.asarray(jax.device_get(_feature_chunk(feature_map, pad_rows(x, size))))[:rows]
+    block, out = feature_block(rows), None
+    for start in range(0, rows, block):
+        part = x[start : start + block]
+        F = np.asarray(jax.device_get(_feature_chunk(feature_map, pad_rows(part, block))))
+        if out is None:
+            out = np.empty((rows, F.shape[1]), F.dtype)
+        out[start : start + part.shape[0]] = F[: part.shape[0]]
+    return out
 
 
 def _host_stats(feature_map, X, y, chunk_size):
