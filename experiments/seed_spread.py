@@ -241,18 +241,21 @@ def report(path) -> None:
             folds = [k for k in sorted({k for k, _ in table}) if all((k, s) in table for s in seeds)]
             per_seed = [np.mean([table[k, s]["rmse"] for k in folds]) for s in seeds]
             secs = np.mean([table[k, s]["seconds"] for k in folds for s in seeds])
+            med = np.median([table[k, s]["seconds"] for k in folds for s in seeds])  # the compiling fit aside
             versus = ""
             base = {(r["fold"], r["seed"]): r for r in rows if r["variant"] == "default"}
             pairs = [(k, s) for k in folds for s in seeds]
             if v != "default" and all(p in base for p in pairs):  # the default on the same folds and seeds
                 ratio = np.mean([table[p]["rmse"] for p in pairs]) / np.mean([base[p]["rmse"] for p in pairs])
                 slower = secs / np.mean([base[p]["seconds"] for p in pairs])
+                by_median = med / np.median([base[p]["seconds"] for p in pairs])
                 versus = (
-                    f"; mean RMSE {100 * (ratio - 1):+.1f}% and {slower:.1f}x the seconds of the default's"
+                    f"; mean RMSE {100 * (ratio - 1):+.1f}% and {slower:.1f}x the seconds of the default's,"
+                    f" {by_median:.1f}x by medians"
                 )
             print(
                 spread_line(f"{v}, {len(folds)}-fold mean", per_seed)
-                + f"  {secs:.1f} s a fit ({len(seeds)} seeds{versus})"
+                + f"  {secs:.1f} s a fit, median {med:.1f} s ({len(seeds)} seeds{versus})"
             )
             if 0 in folds:
                 print(spread_line(f"{v}, fold 0", [table[0, s]["rmse"] for s in seeds]))
