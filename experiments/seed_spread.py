@@ -98,10 +98,11 @@ def _sq_dist(A, B):
     return np.maximum(np.sum(A**2, 1)[:, None] + np.sum(B**2, 1)[None, :] - 2.0 * A @ B.T, 0.0)
 
 
-def exact_gp_means(fold: pipeline.PreparedFold, X_train, y_train, X_test) -> dict[str, np.ndarray]:
+def exact_gp_means(fold: pipeline.PreparedFold, X_train, y_train, X_test) -> dict:
     """Exact GP predictive means of the test rows in the targets' units, with `fold`'s GP hyperparameters
     ("exact-gp") and with the signal and noise variances at the centred kernel's evidence maximizer
-    ("exact-gp-ev"); dense float64 (the b -> infinity limit of the default's centred features)."""
+    ("exact-gp-ev", those variances: "evidence_optimum"); dense float64 (the b -> infinity limit of the
+    default's centred features)."""
     mean = np.asarray(fold.standardizer.mean, np.float64)
     scale = np.asarray(fold.standardizer.scale, np.float64)
     ell = np.asarray(fold.hyper.lengthscales, np.float64)
@@ -135,7 +136,12 @@ def exact_gp_means(fold: pipeline.PreparedFold, X_train, y_train, X_test) -> dic
         method="Nelder-Mead",
         options=dict(xatol=1e-6, fatol=1e-9, maxiter=2000),
     )
-    return {"exact-gp": predict(s2, n2), "exact-gp-ev": predict(*np.exp(opt.x))}
+    s2_ev, n2_ev = np.exp(opt.x)
+    return {
+        "exact-gp": predict(s2, n2),
+        "exact-gp-ev": predict(s2_ev, n2_ev),
+        "evidence_optimum": (s2_ev, n2_ev),
+    }
 
 
 def read_jsonl(path) -> list[dict]:
