@@ -1,0 +1,41 @@
+"""experiments/peers_rmse_time.py: its NLPD formula against scipy's normal density, and a smoke run on a tiny
+synthetic dataset (kronvi, BayesianRidge and, with GPJax installed, the SVGP): every record is appended, a
+resumed run adds none, and the table and the figure are rendered from the file."""
+
+import importlib.util
+
+import numpy as np
+import peers_rmse_time
+from scipy.stats import norm
+from study_folds import write_sine_folds
+
+
+def test_gaussian_nlpd_matches_scipy():
+    rng = np.random.default_rng(0)
+    y, mean, var = rng.normal(size=50), rng.normal(size=50), rng.uniform(0.1, 3.0, size=50)
+    expected = -np.mean(norm.logpdf(y, loc=mean, scale=np.sqrt(var)))
+    assert np.isclose(peers_rmse_time.gaussian_nlpd(y, mean, var), expected, rtol=1e-12)
+
+
+def test_peers_rmse_time_smoke(tmp_path):
+    write_sine_folds(tmp_path / "data" / "tiny", n=60, d=2)
+    out = tmp_path / "peers.jsonl"
+    has_gpjax = importlib.util.find_spec("gpjax") is not None
+    methods = "kronvi,bayesian-ridge" + (",svgp" if has_gpjax else "")
+    args = ["--data-dir", str(tmp_path / "data"), "--datasets", "tiny", "--folds", "1", "--methods", methods,
+            "--sizes", "8", "--svgp-max-steps", "500", "--out", str(out), "--resume"]  # fmt: skip
+    assert peers_rmse_time.main(args) == 0
+    records = peers_rmse_time.read_records(out)
+    expected = {"kronvi b=2000", "kronvi b=8", "BayesianRidge"} | ({"SVGP"} if has_gpjax else set())
+    assert {r["method"] for r in records} == expected
+    assert all(np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"]) and r["fit"] > 0 for r in records)
+    if has_gpjax:
+        (svgp,) = [r for r in records if r["method"] == "SVGP"]
+        assert svgp["steps"] == 500 and len(svgp["trace"]) == 1
+        # the final natural step lands on the optimal q(u): the full-batch ELBO cannot fall
+        assert svgp["full_elbo_after"] >= svgp["full_elbo_before"] - 1e-6
+    assert peers_rmse_time.main(args) == 0  # resumed: nothing left to run
+    assert len(peers_rmse_time.read_records(out)) == len(records)
+    table, png = tmp_path / "peers.md", tmp_path / "peers.png"
+    assert peers_rmse_time.main(["--out", str(out), "--table", str(table), "--plot", str(png)]) == 0
+    assert "| tiny | kronvi b=2000 | 1 |" in table.read_text() and png.stat().st_size > 1000
