@@ -13,9 +13,10 @@ For fold 0 of each dataset (the shared UCI folds; yacht ships with kronvi):
 - **sklearn GP**: `GaussianProcessRegressor` with an ARD squared-exponential kernel plus white noise on
   the standardized inputs (n <= 5000 only; one timed fit, its default single optimizer start).
 - **SVGP** (`--peers`, needs GPJax: the `peers` extra): GPJax's sparse variational GP, 1024 inducing points
-  (a random subset of the standardized training rows), ARD RBF kernel, Gaussian likelihood, the minibatch ELBO
-  (512 rows) maximized by Adam(0.01) in float32 until the per-row ELBO of a chunk of 500 steps gains less than
-  0.002 nats (at least 1500, at most `--svgp-max-steps` steps), then one full-batch natural-gradient step of
+  (a random subset of the standardized training rows), ARD RBF kernel and noise started at an exact GP's on
+  1,000 random rows, Gaussian likelihood, the minibatch ELBO (512 rows) maximized by Adam(0.01) in float32
+  until the per-row ELBO of a chunk of 250 steps gains less than 0.002 nats (at least 500, at most
+  `--svgp-max-steps` steps), then one full-batch natural-gradient step of
   size 1 in float64 (the optimal q(u) for a Gaussian likelihood) and float64 predictions; once per dataset.
 - **exact GP** (`--peers`, GPJax): exact GP regression (ARD RBF, float64) on a random subset of at most
   `--exact-gp-rows` (10,000) training rows, its hyperparameters by L-BFGS-B on 3,000 of them; once per
@@ -222,13 +223,15 @@ def _predict_chunks(predict, Xte, chunk=500):
 
 
 def run_svgp(
-    Xtr, ytr, Xte, yte, *, num_inducing=1024, batch_size=512, learning_rate=0.01, chunk_steps=500,
-    min_steps=1500, max_steps=4000, tol=2e-3, key=0,
+    Xtr, ytr, Xte, yte, *, num_inducing=1024, batch_size=512, learning_rate=0.01, chunk_steps=250,
+    min_steps=500, max_steps=2000, tol=2e-3, init_rows=1000, key=0, log=None,
 ):  # fmt: skip
     """GPJax's sparse variational GP (Hensman et al. 2013): an ARD RBF kernel, a Gaussian likelihood and a
     whitened variational Gaussian over `num_inducing` inducing inputs, a random subset of the standardized
-    training rows; the ELBO on minibatches of `batch_size` rows (`gpjax.objectives.elbo`) maximized by
-    `optax.adam(learning_rate)` over the kernel, the noise, the inducing inputs and q(u), in float32.
+    training rows; the kernel and the noise start at an exact GP's (`_exact_gp_hyper`) on `init_rows` random
+    rows (0: lengthscales 1, variance 1, noise sd 0.5); the ELBO on minibatches of `batch_size` rows
+    (`gpjax.objectives.elbo`) is maximized by `optax.adam(learning_rate)` over the kernel, the noise, the
+    inducing inputs and q(u), in float32. `log`: `None` or a function of one line, called after each chunk.
 
     Training runs in chunks of `chunk_steps` steps and stops at the first chunk, past `min_steps`, whose mean
     per-row negative ELBO is within `tol` nats of the previous chunk's (a plateau), or at `max_steps`. Then one
@@ -242,10 +245,31 @@ def run_svgp(
     with warnings.catch_warnings():  # GPJax's Dataset warns that float32 may be unstable: it is float32 on purpose
         warnings.filterwarnings("ignore", message=".*is not of type float64", category=UserWarning)
         return _svgp(Xtr, ytr, Xte, yte, num_inducing, batch_size, learning_rate, chunk_steps, min_steps, max_steps,
-                     tol, key)  # fmt: skip
+                     tol, init_rows, key, log)  # fmt: skip
 
 
-def _svgp(Xtr, ytr, Xte, yte, num_inducing, batch_size, learning_rate, chunk_steps, min_steps, max_steps, tol, key):
+def _exact_gp_hyper(X, y, max_iters):
+    """GPJax's exact GP (ARD RBF, Gaussian likelihood, zero mean, float64) with its kernel and noise at a
+    maximum of the log marginal likelihood of `(X, y)` (`gpjax.fit_scipy`, L-BFGS-B); call under
+    `jax.enable_x64`."""
+    import gpjax as gpx
+
+    prior = gpx.gps.Prior(
+        mean_function=gpx.mean_functions.Zero(),
+        kernel=gpx.kernels.RBF(lengthscale=jnp.ones(X.shape[1]), variance=1.0),
+    )
+    posterior = prior * gpx.likelihoods.Gaussian(obs_stddev=jnp.asarray(0.5))
+    posterior, _ = gpx.fit_scipy(
+        model=posterior, objective=lambda m, data: -gpx.objectives.conjugate_mll(m, data),
+        train_data=gpx.Dataset(X=jnp.asarray(X), y=jnp.asarray(y)[:, None]), max_iters=max_iters, verbose=False,
+    )  # fmt: skip
+    return posterior
+
+
+def _svgp(
+    Xtr, ytr, Xte, yte, num_inducing, batch_size, learning_rate, chunk_steps, min_steps, max_steps, tol, init_rows,
+    key, log,
+):  # fmt: skip
     import equinox as eqx
     import gpjax as gpx
     import optax as ox
@@ -257,9 +281,18 @@ def _svgp(Xtr, ytr, Xte, yte, num_inducing, batch_size, learning_rate, chunk_ste
     data = gpx.Dataset(X=jnp.asarray(Xs, jnp.float32), y=jnp.asarray((ytr - ym) / ys, jnp.float32)[:, None])
     rng = np.random.default_rng(key)
     Z = jnp.asarray(Xs[rng.choice(n, min(num_inducing, n), replace=False)], jnp.float32)
-    kernel = gpx.kernels.RBF(lengthscale=jnp.ones(d, jnp.float32), variance=jnp.asarray(1.0, jnp.float32))
+    lengthscale, variance, noise_sd = np.ones(d), 1.0, 0.5
+    if init_rows:  # the kernel and noise start at an exact GP's on a random subset (float64)
+        rows = rng.choice(n, min(init_rows, n), replace=False)
+        with jax.enable_x64(True):
+            start = _exact_gp_hyper(Xs[rows], (ytr[rows] - ym) / ys, max_iters=200)
+            lengthscale, variance, noise_sd = (
+                np.asarray(gpx.parameters.val(p), np.float64)
+                for p in (start.prior.kernel.lengthscale, start.prior.kernel.variance, start.likelihood.obs_stddev)
+            )
+    kernel = gpx.kernels.RBF(lengthscale=jnp.asarray(lengthscale, jnp.float32), variance=jnp.asarray(variance, jnp.float32))
     prior = gpx.gps.Prior(mean_function=gpx.mean_functions.Zero(), kernel=kernel, jitter=1e-4)
-    likelihood = gpx.likelihoods.Gaussian(obs_stddev=jnp.asarray(0.5, jnp.float32))
+    likelihood = gpx.likelihoods.Gaussian(obs_stddev=jnp.asarray(noise_sd, jnp.float32))
     q = gpx.variational_families.WhitenedVariationalGaussian(model=prior * likelihood, inducing_inputs=Z)
     optim = ox.adam(learning_rate)
 
@@ -284,6 +317,9 @@ def _svgp(Xtr, ytr, Xte, yte, num_inducing, batch_size, learning_rate, chunk_ste
         (q, opt_state), values = train(q, opt_state, keys[steps : steps + chunk_steps])
         steps += chunk_steps
         trace.append(float(np.mean(np.asarray(values))))
+        if log:
+            log(f"SVGP step {steps}: mean per-row ELBO of the last {chunk_steps} steps {-trace[-1]:.4f}, "
+                f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
         if not np.isfinite(trace[-1]):
             raise FloatingPointError(f"SVGP ELBO not finite after {steps} steps (trace {trace})")
         if steps >= min_steps and len(trace) > 1 and trace[-2] - trace[-1] < tol:
@@ -305,7 +341,7 @@ def _svgp(Xtr, ytr, Xte, yte, num_inducing, batch_size, learning_rate, chunk_ste
     return dict(
         fit=fit_s, rmse=float(np.sqrt(np.mean((mean - yte) ** 2))), nlpd=gaussian_nlpd(yte, mean, var),
         steps=steps, trace=trace, full_elbo_before=-before, full_elbo_after=-after, noise_sd=noise**0.5 * ys,
-        num_inducing=int(Z.shape[0]),
+        num_inducing=int(Z.shape[0]), init_rows=int(min(init_rows, n)), chunk_steps=chunk_steps,
     )  # fmt: skip
 
 
@@ -322,16 +358,7 @@ def run_exact_gp(Xtr, ytr, Xte, yte, *, max_rows=10_000, fit_rows=3000, max_iter
     rows = np.random.default_rng(key).permutation(len(Xs))[:max_rows]
     with jax.enable_x64(True):
         X, y = jnp.asarray(Xs[rows]), jnp.asarray((ytr[rows] - ym) / ys)[:, None]
-        d = X.shape[1]
-        prior = gpx.gps.Prior(
-            mean_function=gpx.mean_functions.Zero(), kernel=gpx.kernels.RBF(lengthscale=jnp.ones(d), variance=1.0)
-        )
-        posterior = prior * gpx.likelihoods.Gaussian(obs_stddev=jnp.asarray(0.5))
-        sub = gpx.Dataset(X=X[:fit_rows], y=y[:fit_rows])
-        posterior, _ = gpx.fit_scipy(
-            model=posterior, objective=lambda m, data: -gpx.objectives.conjugate_mll(m, data), train_data=sub,
-            max_iters=max_iters, verbose=False,
-        )  # fmt: skip
+        posterior = _exact_gp_hyper(X[:fit_rows], y[:fit_rows, 0], max_iters)
         train = gpx.Dataset(X=X, y=y)
         conditioned = posterior.condition(train)  # one Cholesky factor of the subset's Gram matrix
         mean, var_f = _predict_chunks(lambda t: conditioned(t, covariance="diagonal"), jnp.asarray(Xts), chunk=1000)
@@ -439,7 +466,7 @@ def main(argv=None):
     ap.add_argument("--gp-max-rows", type=int, default=5000)
     ap.add_argument("--peers", default="svgp,exact-gp", help="GPJax peers, once per dataset ('' skips them)")
     ap.add_argument("--svgp-inducing", type=int, default=1024)
-    ap.add_argument("--svgp-max-steps", type=int, default=4000)
+    ap.add_argument("--svgp-max-steps", type=int, default=2000)
     ap.add_argument("--exact-gp-rows", type=int, default=10_000, help="the exact GP's random training subset")
     ap.add_argument(
         "--classifiers", default="anes96_vote,breastcancer_wdbc,digits_parity,fair_affairs,kin40k_median",

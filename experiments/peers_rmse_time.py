@@ -11,9 +11,10 @@ of every dataset first, so a partial run covers every dataset):
 - `BayesianRidge`: scikit-learn's `BayesianRidge()` on the default recipe's features (float64), the seconds
   of its fit only.
 - `SVGP`: GPJax's sparse variational GP, 1024 inducing points (`benchmarks/bench_vs_peers.py`'s `run_svgp`:
-  ARD RBF, minibatch ELBO with Adam until a plateau, then the optimal q(u) in one full-batch natural step).
-- `exact GP`: GPJax's exact GP on a random 10,000-row subset (`run_exact_gp`: hyperparameters by L-BFGS on
-  3,000 of them), only with `--methods` naming `exact-gp`.
+  ARD RBF, the kernel and noise started at an exact GP's on 1,000 random rows, minibatch ELBO with Adam until
+  a plateau or `--svgp-max-steps`, then the optimal q(u) in one full-batch natural step).
+- `exact GP`: GPJax's exact GP on a random subset of `--exact-rows` (10,000) rows (`run_exact_gp`:
+  hyperparameters by L-BFGS-B on `--exact-fit-rows` of them), only with `--methods` naming `exact-gp`.
 
 Every result is appended to `--out` (JSONL) as soon as it exists; `--resume` skips the (dataset, fold,
 method) records already there. `--table` and `--plot` render whatever the file holds. Seconds are wall
@@ -63,7 +64,11 @@ def read_records(path) -> list[dict]:
     p = pathlib.Path(path)
     if not p.exists():
         return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    first = {}  # runs over overlapping lists may both write a record: the first one counts
+    for r in records:
+        first.setdefault((r["dataset"], r["fold"], r["method"]), r)
+    return list(first.values())
 
 
 def append(path, record) -> None:
@@ -115,7 +120,9 @@ def parse(argv=None):
     ap.add_argument("--folds", type=int, default=3, help="the first K published folds")
     ap.add_argument("--methods", default="kronvi,bayesian-ridge,svgp", help=f"comma list of {METHODS}")
     ap.add_argument("--sizes", default="2000,4000,8000", help="kronvi's feature budgets b (even)")
-    ap.add_argument("--svgp-max-steps", type=int, default=4000)
+    ap.add_argument("--svgp-max-steps", type=int, default=2000)
+    ap.add_argument("--exact-rows", type=int, default=10_000, help="the exact GP's random training subset")
+    ap.add_argument("--exact-fit-rows", type=int, default=3000, help="of which its hyperparameters see the first")
     ap.add_argument("--out", required=True, help="the JSONL results file (appended to)")
     ap.add_argument("--resume", action="store_true", help="skip the records already in --out")
     ap.add_argument("--table", default=None, help="render --out as a markdown table here (no runs)")
@@ -184,11 +191,13 @@ def main(argv=None):
                     load0 = load_average()
             if "svgp" in methods and (name, k, "SVGP") not in done:
                 load0 = load_average()
-                res = peers.run_svgp(Xtr, ytr, Xte, yte, max_steps=args.svgp_max_steps, key=k)
+                res = peers.run_svgp(Xtr, ytr, Xte, yte, max_steps=args.svgp_max_steps, key=k,
+                                     log=lambda m: print(f"  [{name} fold {k}] {m}", flush=True))  # noqa: B023  # fmt: skip
                 record("SVGP", res, load0)
             if "exact-gp" in methods and (name, k, "exact GP") not in done:
                 load0 = load_average()
-                record("exact GP", peers.run_exact_gp(Xtr, ytr, Xte, yte, key=k), load0)
+                res = peers.run_exact_gp(Xtr, ytr, Xte, yte, max_rows=args.exact_rows, fit_rows=args.exact_fit_rows, key=k)
+                record("exact GP", res, load0)
     return 0
 
 
@@ -196,11 +205,21 @@ def method_order(m: str):
     return (0, int(m.split("=")[1])) if m.startswith("kronvi b=") else (1, m)
 
 
+def common_folds(records) -> dict:
+    """`{dataset: sorted folds on which every method run on that dataset has a record}`."""
+    folds: dict = {}
+    for r in records:
+        folds.setdefault(r["dataset"], {}).setdefault(r["method"], set()).add(r["fold"])
+    return {d: sorted(set.intersection(*ms.values())) for d, ms in folds.items()}
+
+
 def summary(records):
-    """`{dataset: {method: (folds, mean RMSE, mean NLPD, median seconds)}}`."""
+    """`{dataset: {method: (folds, mean RMSE, mean NLPD, median seconds)}}` over each dataset's common folds."""
+    common = common_folds(records)
     out: dict = {}
     for r in records:
-        out.setdefault(r["dataset"], {}).setdefault(r["method"], []).append(r)
+        if r["fold"] in common[r["dataset"]]:
+            out.setdefault(r["dataset"], {}).setdefault(r["method"], []).append(r)
     return {
         d: {
             m: (len(rs), statistics.mean(r["rmse"] for r in rs), statistics.mean(r["nlpd"] for r in rs),
@@ -209,6 +228,18 @@ def summary(records):
         }
         for d, ms in out.items()
     }  # fmt: skip
+
+
+def against_default(records):
+    """`(dataset, peer, [(default record, peer record) per fold both ran])` for every peer of the default recipe."""
+    by = {(r["dataset"], r["fold"], r["method"]): r for r in records}
+    default = {(r["dataset"], r["fold"]): r for r in records if r.get("default")}
+    peers = sorted({r["method"] for r in records if not r["method"].startswith("kronvi")})
+    for d in dict.fromkeys(r["dataset"] for r in records):
+        for peer in peers:
+            pairs = [(default[d, f], by[d, f, peer]) for (d_, f) in default if d_ == d and (d, f, peer) in by]
+            if pairs:
+                yield d, peer, pairs
 
 
 def render(records, path) -> str:
@@ -221,28 +252,42 @@ def render(records, path) -> str:
         "included). Seconds: wall seconds of the fit on this machine (2 cores shared with other jobs; "
         "the load averages are in every record), XLA compilation included.",
         "",
-        "Per dataset, over the folds run: mean test RMSE, mean NLPD, median fit seconds.",
+        "Per dataset, over the folds every method ran there (listed): mean test RMSE, mean NLPD, median fit "
+        "seconds. The figure plots these (every other fold is a faint dot).",
         "",
-        "| dataset | method | folds | RMSE | NLPD | fit seconds |",
-        "|---|---|---:|---:|---:|---:|",
+        "| dataset | folds | method | RMSE | NLPD | fit seconds |",
+        "|---|---|---|---:|---:|---:|",
     ]
+    common = common_folds(records)
+    default = {(r["dataset"], r["method"]) for r in records if r.get("default")}
     for d, ms in summary(records).items():
-        for m, (nf, rmse, nlpd, sec) in ms.items():
-            lines.append(f"| {d} | {m} | {nf} | {rmse:.4f} | {nlpd:.3f} | {sec:.1f} |")
+        for m, (_, rmse, nlpd, sec) in ms.items():
+            label = m + " (default)" * ((d, m) in default)
+            lines.append(f"| {d} | {', '.join(map(str, common[d]))} | {label} | {rmse:.4f} | {nlpd:.3f} | {sec:.1f} |")
     lines += ["", "Every fold:", "", "| dataset | fold | method | RMSE | NLPD | fit seconds | load before / after |",
               "|---|---:|---|---:|---:|---:|---|"]  # fmt: skip
     for r in sorted(records, key=lambda r: (r["dataset"], r["fold"], method_order(r["method"]))):
         lines.append(f"| {r['dataset']} | {r['fold']} | {r['method']} | {r['rmse']:.4f} | {r['nlpd']:.3f} | "
                      f"{r['fit']:.1f} | {r['load_before']:.2f} / {r['load_after']:.2f} |")  # fmt: skip
+    lines += ["", "The default recipe against each peer, on the folds both ran: mean per-fold RMSE ratio (kronvi / "
+              "peer), mean NLPD difference (kronvi - peer; negative: kronvi better) and the median fit-seconds ratio "
+              "(issue 49's bar: RMSE at most 0.8x the SVGP's, NLPD no worse).", "",
+              "| dataset | peer | folds | RMSE ratio | NLPD difference | seconds ratio |", "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+    for d, peer, pairs in against_default(records):
+        lines.append(f"| {d} | {peer} | {len(pairs)} | {statistics.mean(a['rmse'] / b['rmse'] for a, b in pairs):.3f} | "
+                     f"{statistics.mean(a['nlpd'] - b['nlpd'] for a, b in pairs):+.3f} | "
+                     f"{statistics.median(a['fit'] / b['fit'] for a, b in pairs):.2f} |")  # fmt: skip
     svgp = [r for r in records if r["method"] == "SVGP"]
     if svgp:
-        lines += ["", "SVGP convergence: Adam steps, the mean per-row ELBO of each chunk of 500 minibatch steps "
-                  "(standardized targets), and the full-batch per-row ELBO before and after the final optimal "
-                  "q(u) step.", "", "| dataset | fold | steps | ELBO per chunk | full-batch ELBO before / after |",
-                  "|---|---:|---:|---|---|"]  # fmt: skip
+        lines += ["", "SVGP convergence: Adam steps, the mean per-row ELBO of each chunk of minibatch steps "
+                  "(standardized targets; the kernel and noise started at an exact GP's on a random subset of rows), "
+                  "and the full-batch per-row ELBO before and after the final optimal q(u) step.", "",
+                  "| dataset | fold | steps (chunk) | start subset | ELBO per chunk | full-batch ELBO before / after |",
+                  "|---|---:|---:|---:|---|---|"]  # fmt: skip
         for r in sorted(svgp, key=lambda r: (r["dataset"], r["fold"])):
             trace = ", ".join(f"{-v:.4f}" for v in r["trace"])
-            lines.append(f"| {r['dataset']} | {r['fold']} | {r['steps']} | {trace} | "
+            lines.append(f"| {r['dataset']} | {r['fold']} | {r['steps']} ({r.get('chunk_steps', 500)}) | "
+                         f"{r.get('init_rows', 0)} | {trace} | "
                          f"{r['full_elbo_before']:.4f} / {r['full_elbo_after']:.4f} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
@@ -254,10 +299,12 @@ def plot(records, path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r["dataset"] for r in records))
+    common = common_folds(records)
     fig, axes = plt.subplots(2, len(names), figsize=(4 * len(names), 7), squeeze=False)
     styles = {"BayesianRidge": ("s", "tab:orange"), "SVGP": ("^", "tab:green"), "exact GP": ("D", "tab:red")}
     for j, name in enumerate(names):
-        rs = [r for r in records if r["dataset"] == name]
+        every = [r for r in records if r["dataset"] == name]
+        rs = [r for r in every if r["fold"] in common[name]]
         for i, metric in enumerate(("rmse", "nlpd")):
             ax = axes[i, j]
             kr = sorted({r["method"] for r in rs if r["method"].startswith("kronvi")}, key=method_order)
@@ -266,24 +313,29 @@ def plot(records, path) -> None:
             if pts:
                 ax.plot(*zip(*pts, strict=True), "o-", color="tab:blue", label="kronvi b=" + "/".join(m[9:] for m in kr))
                 for m, (x, yv) in zip(kr, pts, strict=True):
-                    ax.annotate(m[9:], (x, yv), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                    is_default = any(r.get("default") for r in rs if r["method"] == m)
+                    ax.annotate(m[9:] + " (default)" * is_default, (x, yv), textcoords="offset points",
+                                xytext=(4, 4), fontsize=7)  # fmt: skip
             for m, (marker, color) in styles.items():
                 sel = [r for r in rs if r["method"] == m]
                 if sel:
                     ax.plot(statistics.median(r["fit"] for r in sel), statistics.mean(r[metric] for r in sel),
                             marker, color=color, label=m)  # fmt: skip
-            for r in rs:  # every fold, faint
+            for r in every:  # every fold, faint
                 color = "tab:blue" if r["method"].startswith("kronvi") else styles.get(r["method"], ("", "k"))[1]
                 ax.plot(r["fit"], r[metric], ".", color=color, alpha=0.3)
             ax.set_xscale("log")
             ax.set_xlabel("fit seconds (log scale)")
             ax.set_ylabel(f"test {metric.upper()}")
-            folds = len({r["fold"] for r in rs})
-            ax.set_title(f"{name} ({folds} fold{'s' * (folds > 1)})")
-            if i == 0 and j == 0:
-                ax.legend(fontsize=7)
-    fig.suptitle("Mean over folds (large markers) and each fold (dots): lower left is better")
-    fig.tight_layout()
+            ax.set_title(f"{name} (markers: fold{'s' * (len(common[name]) > 1)} {', '.join(map(str, common[name]))})")
+    handles = {}
+    for ax in axes.flat:  # one legend for the figure: every method that appears in any panel
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label.split(" b=")[0], h)
+    fig.legend(handles.values(), [k + " (at each b; labels: b)" * (k == "kronvi") for k in handles],
+               loc="lower center", ncol=len(handles), fontsize=8)  # fmt: skip
+    fig.suptitle("Mean over the folds every method ran (markers) and every fold (dots); lower left is better")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
 
 
