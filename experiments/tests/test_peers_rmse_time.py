@@ -1,11 +1,14 @@
 """experiments/peers_rmse_time.py: its NLPD formula against scipy's normal density, and a smoke run on a tiny
 synthetic dataset (kronvi, BayesianRidge and, with GPJax installed, the SVGP): every record is appended, a
-resumed run adds none, and the table and the figure are rendered from the file."""
+resumed run adds none, and the table and the figure are rendered from the file; and the SVGP's final q(u) step
+against the exact GP it must equal when every training row is an inducing input."""
 
 import importlib.util
+import sys
 
 import numpy as np
 import peers_rmse_time
+import pytest
 from scipy.stats import norm
 from study_folds import write_sine_folds
 
@@ -39,3 +42,36 @@ def test_peers_rmse_time_smoke(tmp_path):
     table, png = tmp_path / "peers.md", tmp_path / "peers.png"
     assert peers_rmse_time.main(["--out", str(out), "--table", str(table), "--plot", str(png)]) == 0
     assert "| tiny | 0 | kronvi b=2000 |" in table.read_text() and png.stat().st_size > 1000
+
+
+def test_svgp_optimal_q_matches_the_exact_gp():
+    """With every training row an inducing input, the SVGP's optimal q(u) (`_optimal_q`, the full-batch natural
+    step) predicts as the exact GP with the same kernel and noise: the reference for the SVGP rows' moments."""
+    pytest.importorskip("gpjax", reason="the SVGP rows need the optional `peers` extra (GPJax)")
+    import gpjax as gpx
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, str(peers_rmse_time.BENCHMARKS))
+    import bench_vs_peers
+
+    rng = np.random.default_rng(0)
+    X, Xt = rng.normal(size=(30, 2)), rng.normal(size=(7, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=30)
+    with jax.enable_x64(True):
+        kernel = gpx.kernels.RBF(lengthscale=jnp.asarray([0.7, 1.3]), variance=jnp.asarray(1.5))
+        prior = gpx.gps.Prior(mean_function=gpx.mean_functions.Zero(), kernel=kernel, jitter=1e-10)
+        posterior = prior * gpx.likelihoods.Gaussian(obs_stddev=jnp.asarray(0.2))
+        q = gpx.variational_families.WhitenedVariationalGaussian(model=posterior, inducing_inputs=jnp.asarray(X))
+
+        def loss(model, batch):
+            return -gpx.objectives.elbo(model, batch)
+
+        q, before, after = bench_vs_peers._optimal_q(q, X, y, loss)
+        svgp = q.condition(None)(jnp.asarray(Xt), covariance="diagonal")
+        exact = posterior.condition(gpx.Dataset(X=jnp.asarray(X), y=jnp.asarray(y)[:, None]))(
+            jnp.asarray(Xt), covariance="diagonal"
+        )
+        assert after <= before
+        np.testing.assert_allclose(np.asarray(svgp.mean), np.asarray(exact.mean), atol=1e-6)
+        np.testing.assert_allclose(np.asarray(svgp.variance), np.asarray(exact.variance), atol=1e-6)
