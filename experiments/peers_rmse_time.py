@@ -135,6 +135,7 @@ def parse(argv=None):
     ap.add_argument("--methods", default="kronvi,bayesian-ridge,svgp", help=f"comma list of {METHODS}")
     ap.add_argument("--sizes", default="2000,4000,8000", help="kronvi's feature budgets b (even)")
     ap.add_argument("--svgp-max-steps", type=int, default=2000)
+    ap.add_argument("--svgp-init-rows", type=int, default=1000, help="the SVGP's starting exact GP's rows (0: none)")
     ap.add_argument("--exact-rows", type=int, default=10_000, help="the exact GP's random training subset")
     ap.add_argument("--exact-fit-rows", type=int, default=3000, help="of which its hyperparameters see the first")
     ap.add_argument("--out", required=True, help="the JSONL results file (appended to)")
@@ -205,7 +206,7 @@ def main(argv=None):
                     load0 = load_average()
             if "svgp" in methods and (name, k, "SVGP") not in done:
                 load0 = load_average()
-                res = peers.run_svgp(Xtr, ytr, Xte, yte, max_steps=args.svgp_max_steps, key=k,
+                res = peers.run_svgp(Xtr, ytr, Xte, yte, max_steps=args.svgp_max_steps, init_rows=args.svgp_init_rows, key=k,
                                      log=lambda m: print(f"  [{name} fold {k}] {m}", flush=True))  # noqa: B023  # fmt: skip
                 record("SVGP", res, load0)
             if "exact-gp" in methods and (name, k, "exact GP") not in done:
