@@ -295,8 +295,9 @@ def render(records, path) -> str:
     svgp = [r for r in records if r["method"] == "SVGP"]
     if svgp:
         lines += ["", "SVGP convergence: Adam steps, the mean per-row ELBO of each chunk of minibatch steps "
-                  "(standardized targets; the kernel and noise started at an exact GP's on a random subset of rows), "
-                  "and the full-batch per-row ELBO before and after the final optimal q(u) step.", "",
+                  "(standardized targets; q(u) started at its optimum where the run says so), the rows of the exact GP "
+                  "whose kernel and noise the SVGP started at (0: lengthscales 1, variance 1, noise sd 0.5), and the "
+                  "full-batch per-row ELBO before and after the final optimal q(u) step.", "",
                   "| dataset | fold | steps (chunk) | start subset | ELBO per chunk | full-batch ELBO before / after |",
                   "|---|---:|---:|---:|---|---|"]  # fmt: skip
         for r in sorted(svgp, key=lambda r: (r["dataset"], r["fold"])):
