@@ -12,6 +12,16 @@ For fold 0 of each dataset (the shared UCI folds; yacht ships with kronvi):
   `return_std`.
 - **sklearn GP**: `GaussianProcessRegressor` with an ARD squared-exponential kernel plus white noise on
   the standardized inputs (n <= 5000 only; one timed fit, its default single optimizer start).
+- **SVGP** (`--peers`, needs GPJax: the `peers` extra): GPJax's sparse variational GP, 1024 inducing points
+  (a random subset of the standardized training rows), ARD RBF kernel and noise started at an exact GP's on
+  1,000 random rows, Gaussian likelihood, the minibatch ELBO (512 rows) maximized by Adam(0.01) in float32
+  until the per-row ELBO of a chunk of 250 steps gains less than 0.002 nats (at least 500, at most
+  `--svgp-max-steps` steps), then one full-batch natural-gradient step of
+  size 1 in float64 (the optimal q(u) for a Gaussian likelihood) and float64 predictions; once per dataset.
+- **exact GP** (`--peers`, GPJax): exact GP regression (ARD RBF, float64) on a random subset of at most
+  `--exact-gp-rows` (10,000) training rows, its hyperparameters by L-BFGS-B on 3,000 of them; once per
+  dataset. (The sklearn GP row stays at n <= 5000: its optimizer's repeated O(n^3) fits are too slow beyond.)
+  Without GPJax both rows print one line saying they are skipped.
 - **NumPyro SVI**: Bayesian linear regression on the same features (w ~ N(0, sw^2), sw and the noise sd
   HalfNormal(1) on the standardized targets), mean-field normal guide (`AutoNormal`), Adam(0.01),
   `--svi-steps` steps on minibatches of 512 rows.
@@ -27,6 +37,7 @@ and compares the rate of its statistics pass with the float32 GEMM rate measured
 the peers cannot hold its `2e6 x 2000` feature matrix (32 GB in float64) and are not run there.
 
 Run: python benchmarks/bench_vs_peers.py [--repeats 3] [--datasets yacht,concrete,energy,kin40k,protein]
+[--peers svgp,exact-gp]
 [--classifiers anes96_vote,breastcancer_wdbc,digits_parity,fair_affairs,kin40k_median]
 """
 
@@ -40,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -180,6 +192,203 @@ def run_numpyro(F, Ftest, ytr, yte, steps, key=0):
     )
 
 
+def gpjax_missing():
+    """`None` when GPJax imports, else the line to print: the SVGP and exact GP rows need the `peers` extra."""
+    try:
+        import gpjax  # noqa: F401
+    except ImportError as e:
+        return f"skipped: gpjax is not importable ({e}); pip install 'kronvi[peers]' for the SVGP and exact GP rows"
+    return None
+
+
+def _standardize(Xtr, ytr, Xte):
+    mu, sd = Xtr.mean(0), Xtr.std(0)
+    sd = np.where(sd == 0, 1.0, sd)
+    return (Xtr - mu) / sd, (Xte - mu) / sd, float(ytr.mean()), float(ytr.std())
+
+
+def _to_float64(tree):
+    """Every floating leaf of an equinox module (a GPJax model) as float64; call under `jax.enable_x64`."""
+    return jax.tree.map(lambda a: a.astype(jnp.float64) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+
+
+def _predict_chunks(predict, Xte, chunk=500):
+    """Marginal means and variances of a GPJax predictive, `chunk` test rows at a time (no N x N matrix)."""
+    means, variances = [], []
+    for i in range(0, len(Xte), chunk):
+        dist = predict(Xte[i : i + chunk])
+        means.append(np.asarray(dist.mean, np.float64))
+        variances.append(np.asarray(dist.variance, np.float64))
+    return np.concatenate(means), np.concatenate(variances)
+
+
+def run_svgp(
+    Xtr, ytr, Xte, yte, *, num_inducing=1024, batch_size=512, learning_rate=0.01, chunk_steps=250,
+    min_steps=500, max_steps=2000, tol=2e-3, init_rows=1000, start_optimal=True, key=0, log=None,
+):  # fmt: skip
+    """GPJax's sparse variational GP (Hensman et al. 2013): an ARD RBF kernel, a Gaussian likelihood and a
+    whitened variational Gaussian over `num_inducing` inducing inputs, a random subset of the standardized
+    training rows; the kernel and the noise start at an exact GP's (`_exact_gp_hyper`) on `init_rows` random
+    rows (0: lengthscales 1, variance 1, noise sd 0.5), and with `start_optimal` q(u) starts at its optimum
+    for them (the full-batch natural step below); the ELBO on minibatches of `batch_size` rows
+    (`gpjax.objectives.elbo`) is maximized by `optax.adam(learning_rate)` over the kernel, the noise, the
+    inducing inputs and q(u), in float32. `log`: `None` or a function of one line, called after each chunk.
+
+    Training runs in chunks of `chunk_steps` steps and stops at the first chunk, past `min_steps`, whose mean
+    per-row negative ELBO is within `tol` nats of the previous chunk's (a plateau), or at `max_steps`. Then one
+    full-batch natural-gradient step of size 1 in float64 (`gpjax.fit_natgrads`; for a Gaussian likelihood it
+    lands on the optimal q(u) for the trained kernel and inducing inputs) and float64 predictions: the mean
+    and the variance of a new target (the noise included), in the targets' units.
+
+    Returns the seconds of all of it (`fit`), test RMSE and NLPD, the steps, the per-chunk trace of the
+    per-row negative ELBO, and the full-batch per-row negative ELBO before and after the q(u) step.
+    """
+    with warnings.catch_warnings():  # GPJax's Dataset warns that float32 may be unstable: it is float32 on purpose
+        warnings.filterwarnings("ignore", message=".*is not of type float64", category=UserWarning)
+        return _svgp(Xtr, ytr, Xte, yte, num_inducing, batch_size, learning_rate, chunk_steps, min_steps, max_steps,
+                     tol, init_rows, start_optimal, key, log)  # fmt: skip
+
+
+def _exact_gp_hyper(X, y, max_iters):
+    """GPJax's exact GP (ARD RBF, Gaussian likelihood, zero mean, float64) with its kernel and noise at a
+    maximum of the log marginal likelihood of `(X, y)` (`gpjax.fit_scipy`, L-BFGS-B); call under
+    `jax.enable_x64`."""
+    import gpjax as gpx
+
+    prior = gpx.gps.Prior(
+        mean_function=gpx.mean_functions.Zero(),
+        kernel=gpx.kernels.RBF(lengthscale=jnp.ones(X.shape[1]), variance=1.0),
+    )
+    posterior = prior * gpx.likelihoods.Gaussian(obs_stddev=jnp.asarray(0.5))
+    posterior, _ = gpx.fit_scipy(
+        model=posterior, objective=lambda m, data: -gpx.objectives.conjugate_mll(m, data),
+        train_data=gpx.Dataset(X=jnp.asarray(X), y=jnp.asarray(y)[:, None]), max_iters=max_iters, verbose=False,
+    )  # fmt: skip
+    return posterior
+
+
+def _optimal_q(q, X, y, loss):
+    """`(q with the optimal q(u), loss before, loss after)`: one full-batch natural-gradient step of size 1 on
+    `(X, y)` in float64 (`gpjax.fit_natgrads`; exact for a Gaussian likelihood); call under `jax.enable_x64`."""
+    import gpjax as gpx
+    import optax as ox
+
+    q64 = _to_float64(q)
+    full = gpx.Dataset(X=jnp.asarray(X), y=jnp.asarray(y)[:, None])
+    before = float(loss(q64, full))
+    q64, _ = gpx.fit_natgrads(
+        model=q64, objective=loss, train_data=full, optim=ox.set_to_zero(), natgrad_lr=1.0, num_iters=1,
+        batch_size=-1, verbose=False,
+    )  # fmt: skip
+    return q64, before, float(loss(q64, full))
+
+
+def _svgp(
+    Xtr, ytr, Xte, yte, num_inducing, batch_size, learning_rate, chunk_steps, min_steps, max_steps, tol, init_rows,
+    start_optimal, key, log,
+):  # fmt: skip
+    import equinox as eqx
+    import gpjax as gpx
+    import optax as ox
+    from gpjax.fit import get_batch
+
+    t0 = time.perf_counter()
+    Xs, Xts, ym, ys = _standardize(Xtr, ytr, Xte)
+    n, d = Xs.shape
+    data = gpx.Dataset(X=jnp.asarray(Xs, jnp.float32), y=jnp.asarray((ytr - ym) / ys, jnp.float32)[:, None])
+    rng = np.random.default_rng(key)
+    Z = jnp.asarray(Xs[rng.choice(n, min(num_inducing, n), replace=False)], jnp.float32)
+    lengthscale, variance, noise_sd = np.ones(d), 1.0, 0.5
+    if init_rows:  # the kernel and noise start at an exact GP's on a random subset (float64)
+        rows = rng.choice(n, min(init_rows, n), replace=False)
+        with jax.enable_x64(True):
+            start = _exact_gp_hyper(Xs[rows], (ytr[rows] - ym) / ys, max_iters=200)
+            lengthscale, variance, noise_sd = (
+                np.asarray(gpx.parameters.val(p), np.float64)
+                for p in (start.prior.kernel.lengthscale, start.prior.kernel.variance, start.likelihood.obs_stddev)
+            )
+    kernel = gpx.kernels.RBF(lengthscale=jnp.asarray(lengthscale, jnp.float32), variance=jnp.asarray(variance, jnp.float32))
+    prior = gpx.gps.Prior(mean_function=gpx.mean_functions.Zero(), kernel=kernel, jitter=1e-4)
+    likelihood = gpx.likelihoods.Gaussian(obs_stddev=jnp.asarray(noise_sd, jnp.float32))
+    q = gpx.variational_families.WhitenedVariationalGaussian(model=prior * likelihood, inducing_inputs=Z)
+    optim = ox.adam(learning_rate)
+
+    def loss(model, batch):
+        return -gpx.objectives.elbo(model, batch) / n
+
+    @eqx.filter_jit
+    def train(model, opt_state, keys):
+        def step(carry, k):
+            model, opt_state = carry
+            value, grads = eqx.filter_value_and_grad(loss)(model, get_batch(data, batch_size, k))
+            updates, opt_state = optim.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+            return (eqx.apply_updates(model, updates), opt_state), value
+
+        return jax.lax.scan(step, (model, opt_state), keys)
+
+    if start_optimal:  # q(u) starts at its optimum for the starting kernel and inducing inputs
+        with jax.enable_x64(True):
+            q64, _, start_elbo = _optimal_q(q, Xs, (ytr - ym) / ys, loss)
+            q = jax.tree.map(lambda a: a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a, q64)
+        if log:
+            log(f"SVGP start: full-batch per-row ELBO {-start_elbo:.4f} at the optimal q(u), "
+                f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+    opt_state = optim.init(eqx.filter(q, eqx.is_array))
+    keys = jax.random.split(jax.random.key(key), max_steps)
+    trace: list[float] = []
+    steps = 0
+    while steps < max_steps:
+        (q, opt_state), values = train(q, opt_state, keys[steps : steps + chunk_steps])
+        steps += chunk_steps
+        trace.append(float(np.mean(np.asarray(values))))
+        if log:
+            log(f"SVGP step {steps}: mean per-row ELBO of the last {chunk_steps} steps {-trace[-1]:.4f}, "
+                f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+        if not np.isfinite(trace[-1]):
+            raise FloatingPointError(f"SVGP ELBO not finite after {steps} steps (trace {trace})")
+        if steps >= min_steps and len(trace) > 1 and trace[-2] - trace[-1] < tol:
+            break
+    with jax.enable_x64(True):
+        q64, before, after = _optimal_q(q, Xs, (ytr - ym) / ys, loss)
+        conditioned = q64.condition(None)
+        mean, var_f = _predict_chunks(lambda t: conditioned(t, covariance="diagonal"), jnp.asarray(Xts))
+        noise = float(np.asarray(gpx.parameters.val(q64.model.likelihood.obs_stddev))) ** 2
+    fit_s = time.perf_counter() - t0
+    mean, var = mean * ys + ym, (var_f + noise) * ys**2
+    return dict(
+        fit=fit_s, rmse=float(np.sqrt(np.mean((mean - yte) ** 2))), nlpd=gaussian_nlpd(yte, mean, var),
+        steps=steps, trace=trace, full_elbo_before=-before, full_elbo_after=-after, noise_sd=noise**0.5 * ys,
+        num_inducing=int(Z.shape[0]), init_rows=int(min(init_rows, n)), chunk_steps=chunk_steps,
+        start_optimal=bool(start_optimal),
+    )  # fmt: skip
+
+
+def run_exact_gp(Xtr, ytr, Xte, yte, *, max_rows=10_000, fit_rows=3000, max_iters=200, key=0):
+    """GPJax's exact GP regression (ARD RBF kernel, Gaussian likelihood, standardized inputs and targets, in
+    float64) on a random subset of at most `max_rows` training rows: the kernel and noise maximize the log
+    marginal likelihood (`gpjax.fit_scipy`, L-BFGS-B, at most `max_iters` iterations) of the first `fit_rows`
+    of that subset, then the predictive conditions on the whole subset. Returns seconds, RMSE and NLPD (a new
+    target's variance, the noise included) in the targets' units, and the rows used."""
+    import gpjax as gpx
+
+    t0 = time.perf_counter()
+    Xs, Xts, ym, ys = _standardize(Xtr, ytr, Xte)
+    rows = np.random.default_rng(key).permutation(len(Xs))[:max_rows]
+    with jax.enable_x64(True):
+        X, y = jnp.asarray(Xs[rows]), jnp.asarray((ytr[rows] - ym) / ys)[:, None]
+        posterior = _exact_gp_hyper(X[:fit_rows], y[:fit_rows, 0], max_iters)
+        train = gpx.Dataset(X=X, y=y)
+        conditioned = posterior.condition(train)  # one Cholesky factor of the subset's Gram matrix
+        mean, var_f = _predict_chunks(lambda t: conditioned(t, covariance="diagonal"), jnp.asarray(Xts), chunk=1000)
+        noise = float(np.asarray(gpx.parameters.val(posterior.likelihood.obs_stddev))) ** 2
+    fit_s = time.perf_counter() - t0
+    mean, var = mean * ys + ym, (var_f + noise) * ys**2
+    return dict(
+        fit=fit_s, rmse=float(np.sqrt(np.mean((mean - yte) ** 2))), nlpd=gaussian_nlpd(yte, mean, var),
+        rows=len(rows), fit_rows=min(fit_rows, len(rows)),
+    )  # fmt: skip
+
+
 def gemm_rate():
     """The machine's float32 GEMM rate (GFLOP/s): the faster of the host BLAS and XLA, best of 5."""
     rng = np.random.default_rng(0)
@@ -273,6 +482,10 @@ def main(argv=None):
     ap.add_argument("--svi-steps", type=int, default=5000)
     ap.add_argument("--synthetic-rows", type=int, default=2_000_000, help="0: skip the synthetic set")
     ap.add_argument("--gp-max-rows", type=int, default=5000)
+    ap.add_argument("--peers", default="svgp,exact-gp", help="GPJax peers, once per dataset ('' skips them)")
+    ap.add_argument("--svgp-inducing", type=int, default=1024)
+    ap.add_argument("--svgp-max-steps", type=int, default=2000)
+    ap.add_argument("--exact-gp-rows", type=int, default=10_000, help="the exact GP's random training subset")
     ap.add_argument(
         "--classifiers", default="anes96_vote,breastcancer_wdbc,digits_parity,fair_affairs,kin40k_median",
         help="binary datasets for the classifier rows ('' skips them)",
@@ -290,6 +503,12 @@ def main(argv=None):
 
     print(machine())
     print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; {load_average()}")
+    peers = [p for p in args.peers.split(",") if p]
+    if any(p not in ("svgp", "exact-gp") for p in peers):
+        ap.error(f"--peers must name svgp and/or exact-gp, got {args.peers!r}")
+    if peers and gpjax_missing():
+        print(f"SVGP and exact GP rows: {gpjax_missing()}", flush=True)
+        peers = []
     rows = []
     for name in [d for d in args.datasets.split(",") if d]:
         Xtr, ytr, Xte, yte = load(name, args.data_dir)
@@ -319,8 +538,18 @@ def main(argv=None):
         gp = run_sklearn_gp(Xtr, ytr, Xte, yte) if len(Xtr) <= args.gp_max_rows else None
         if gp:
             print(f"  sklearn GP: fit {gp['fit']:.2f} s, RMSE {gp['rmse']:.4g}", flush=True)
+        svgp = exact = None
+        if "svgp" in peers:
+            svgp = run_svgp(Xtr, ytr, Xte, yte, num_inducing=args.svgp_inducing, max_steps=args.svgp_max_steps)
+            print(f"  SVGP ({svgp['num_inducing']} inducing points, {svgp['steps']} steps): fit {svgp['fit']:.1f} s, "
+                  f"RMSE {svgp['rmse']:.4g}, NLPD {svgp['nlpd']:.3f}; per-row ELBO per {svgp['chunk_steps']} steps "
+                  f"{[round(-v, 4) for v in svgp['trace']]}", flush=True)  # fmt: skip
+        if "exact-gp" in peers:
+            exact = run_exact_gp(Xtr, ytr, Xte, yte, max_rows=args.exact_gp_rows)
+            print(f"  exact GP (GPJax, {exact['rows']} rows): fit {exact['fit']:.1f} s, RMSE {exact['rmse']:.4g}, "
+                  f"NLPD {exact['nlpd']:.3f}", flush=True)  # fmt: skip
         med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in runs.items()}
-        rows.append(dict(name=name, n=len(Xtr), first=first, gp=gp, **med))
+        rows.append(dict(name=name, n=len(Xtr), first=first, gp=gp, svgp=svgp, exact=exact, **med))
 
     print("\n## Fit seconds (warm medians) and test accuracy, fold 0\n")
     print(
@@ -335,14 +564,18 @@ def main(argv=None):
               f"{fmt(r['gp']['fit'] if r['gp'] else None)} | {k['fit'] / br['fit']:.2f} |")  # fmt: skip
     print(
         "\n| dataset | kronvi RMSE / NLPD | BayesianRidge RMSE / NLPD | NumPyro SVI RMSE / NLPD | sklearn GP RMSE / NLPD "
+        "| SVGP RMSE / NLPD (fit s) | exact GP, GPJax RMSE / NLPD (fit s) "
         "| kronvi / BayesianRidge RMSE | kronvi - BayesianRidge NLPD |"
     )
-    print("|---|---|---|---|---|---:|---:|")
+    print("|---|---|---|---|---|---|---|---:|---:|")
     for r in rows:
-        k, br, sv, gp = r["kronvi"], r["BayesianRidge"], r["NumPyro SVI"], r["gp"]
-        g = f"{gp['rmse']:.4g} / {gp['nlpd']:.3f}" if gp else "—"
+        k, br, sv = r["kronvi"], r["BayesianRidge"], r["NumPyro SVI"]
+        g, svgp, exact = (
+            "—" if x is None else f"{x['rmse']:.4g} / {x['nlpd']:.3f}" + (f" ({fmt(x['fit'])})" if i else "")
+            for i, x in enumerate((r["gp"], r["svgp"], r["exact"]))
+        )
         print(f"| {r['name']} | {k['rmse']:.4g} / {k['nlpd']:.3f} | {br['rmse']:.4g} / {br['nlpd']:.3f} | "
-              f"{sv['rmse']:.4g} / {sv['nlpd']:.3f} | {g} | {k['rmse'] / br['rmse']:.3f} | "
+              f"{sv['rmse']:.4g} / {sv['nlpd']:.3f} | {g} | {svgp} | {exact} | {k['rmse'] / br['rmse']:.3f} | "
               f"{k['nlpd'] - br['nlpd']:+.3f} |")  # fmt: skip
 
     if args.gp_float64:
