@@ -48,8 +48,8 @@ def _unpadded(monkeypatch):
     for module in ("kronvi._base.buckets", "kronvi._inputs.gp", "kronvi._inputs.data"):
         monkeypatch.setattr(f"{module}.row_bucket", lambda n, **_: int(n))
     for module in ("kronvi._inputs.features", "kronvi._stats.regression"):
-        monkeypatch.setattr(f"{module}.feature_rows", lambda n, cap=None: int(n))
         monkeypatch.setattr(f"{module}.feature_block", lambda n: int(n))
+    monkeypatch.setattr("kronvi._stats.regression.feature_rows", lambda n, cap=None: int(n))
     jax.clear_caches()
 
 

@@ -72,11 +72,19 @@ def choice_rows(key, n: int, m: int) -> np.ndarray | jax.Array:
       >>> bool(np.array_equal(choice_rows(key, 1100, 1000), jax.random.choice(key, 1100, (1000,), replace=False)))
       True
     """
-    if not is_concrete(key):
-        return jax.random.choice(key, n, (m,), replace=False)
+    rows = _threefry_permutation(key, n) if is_concrete(key) else None
+    if rows is not None:
+        return rows[:m]
+    draw = jax.random.choice(key, n, (m,), replace=False)
+    return np.asarray(draw) if is_concrete(key) else draw
+
+
+def _threefry_permutation(key, n: int) -> np.ndarray | None:
+    """`jax.random.permutation(key, n)` of a concrete threefry key in NumPy; `None` for another generator or
+    where two rows' bits tie (XLA's unstable sort decides their order)."""
     words = _threefry_key(key)
     if words is None:
-        return np.asarray(jax.random.choice(key, n, (m,), replace=False))
+        return None
     rounds = int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))
     rows, counters = np.arange(n), np.arange(n, dtype=np.uint32)
     for _ in range(rounds):
@@ -84,10 +92,10 @@ def choice_rows(key, n: int, m: int) -> np.ndarray | jax.Array:
         words, subkey = (a[0], b[0]), (a[1], b[1])
         bits = np.bitwise_xor(*_threefry2x32(subkey, np.zeros(n, np.uint32), counters))
         order = np.argsort(bits, kind="stable")
-        if np.any(bits[order[1:]] == bits[order[:-1]]):  # a tie: XLA's unstable sort decides
-            return np.asarray(jax.random.choice(key, n, (m,), replace=False))
+        if np.any(bits[order[1:]] == bits[order[:-1]]):
+            return None
         rows = rows[order]
-    return rows[:m]
+    return rows
 
 
 def _threefry_key(key):
@@ -128,14 +136,15 @@ _MAX_FEATURE_BLOCKS = 64
 
 
 def feature_block(n: int) -> int:
-    """The rows of each block in which a features program of a fit runs over `n > FEATURE_ROWS` rows (the last
-    block padded): `FEATURE_ROWS` times the smallest power of two that covers `n` in at most 64 blocks. A new
-    row count reuses the program of its block size, one size per 64-fold range of rows.
+    """The rows of each block in which a features program of a fit runs over `n` rows (the last block padded):
+    `FEATURE_ROWS` times the smallest power of two that covers `n` in at most 64 blocks (`FEATURE_ROWS`, one
+    block, up to that many rows). A new row count reuses the program of its block size, one size per 64-fold
+    range of rows.
 
     Example:
       >>> from kronvi._base.buckets import feature_block
-      >>> [feature_block(n) for n in (1030, 65_536, 65_537, 1_000_000)]
-      [1024, 1024, 2048, 16384]
+      >>> [feature_block(n) for n in (10, 1030, 65_536, 65_537, 1_000_000)]
+      [1024, 1024, 1024, 2048, 16384]
     """
     blocks = -(-int(n) // (FEATURE_ROWS * _MAX_FEATURE_BLOCKS))
     return FEATURE_ROWS << max(0, (blocks - 1).bit_length())

@@ -27,7 +27,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.buckets import FEATURE_ROWS, feature_block, feature_rows, on_row_bucket, pad_rows, to_device
+from .._base.buckets import feature_block, on_row_bucket, pad_rows, to_device
 from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, host_arrays
 from .._base.precision import matmul
 
@@ -258,9 +258,9 @@ def feature_mean_unchecked(params: RandomFourierFeatures, X: jax.Array, *, chunk
     views = host_arrays(X)
     if views is None:
         return _feature_mean(params, X, jnp.ones(n, X.dtype), int(min(chunk_size, n)))
-    # rows of weight 0 up to a bucket (1,024 rows), or blocks of `feature_block(n)` rows whose means are
-    # averaged here: one program up to 1,024 rows and one per block size above, whatever the row count
-    size = feature_rows(n) if n <= FEATURE_ROWS else feature_block(n)
+    # blocks of `feature_block(n)` rows (one up to 1,024 rows), the last padded with rows of weight 0, their
+    # means averaged here: one program per block size, whatever the row count
+    size = feature_block(n)
 
     def block_mean(start):
         part = views[0][start : start + size]

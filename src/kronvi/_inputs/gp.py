@@ -644,7 +644,7 @@ def _fit(
 
     m = min(n, num_points)
     if m < n:
-        views = host_arrays(X, y) if _concrete(X, y) else None
+        views = host_arrays(X, y) if _concrete(key) else None
         if views is not None:  # jax.random.choice's rows, taken on the host: no program per row count
             picked = choice_rows(key, n, m)
             X, y = (
