@@ -234,10 +234,11 @@ def test_a_csv_named_without_csv_is_read_as_a_csv(csv_path, tmp_path, fake_fold,
 def test_json_records_the_settings_that_made_it(csv_path, tmp_path, fake_fold):
     out = tmp_path / "out.json"
     argv = [str(csv_path), "--folds", "3", "--max-folds", "2", "--seed", "7", "--levels", "7"]
-    argv += ["--num-features", "20", "--basis", "features", "--json", str(out)]
+    argv += ["--num-features", "20", "--basis", "features", "--kernel", "matern52", "--json", str(out)]
     assert cli.main(["fit", *argv]) == 0
     settings = json.loads(out.read_text())["settings"]
     want = {"source": str(csv_path), "basis": "features", "b": 20, "levels": 7, "seed": 7, "folds": 3}
+    assert settings["kernel"] == "matern52" and settings["config"]["kernel"] == "matern52"
     assert {k: settings[k] for k in want} == want
     assert settings["folds_run"] == 2 and settings["max_folds"] == 2 and settings["method"] == "cavi"
     assert settings["config"]["num_frequencies"] == 10 and settings["config"]["noise_cv"] == [10.0, 3.0, 1.0]

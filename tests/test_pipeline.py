@@ -303,3 +303,79 @@ def test_the_old_flat_fields_build_the_same_config_with_a_deprecation_warning():
         pipeline.DirectConfig(recipe=pipeline.Eigen(), width=3.0)
     with pytest.raises(TypeError, match="unexpected keyword"):
         pipeline.DirectConfig(wdith=3.0)
+
+
+def test_the_auto_kernel_is_the_best_evidence_of_the_features():
+    """`kernel="auto"`: the fold prepared with every kernel (the same GP rows and feature key), the one whose
+    features have the largest exact log evidence kept: the fit is the one of that kernel named outright (the
+    same features and predictions), `DirectInfo.kernel` names it, and each evidence is the dense float64
+    log density of the targets under the fold's Bayesian linear model. Where "auto" cannot choose (the
+    features recipe, hyperparameters given, a stream) is a named error, and so is an unknown kernel."""
+    import jax
+    import scipy.stats
+
+    from kronvi import pipeline
+    from kronvi._inputs.features import KERNELS
+
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, size=(120, 2))
+    y = np.abs(X[:, 0]) + 0.3 * np.sign(X[:, 1]) + 0.05 * rng.normal(size=120)  # kinks: rough, not smooth
+    gp = pipeline.GPOptions(restarts=2, points=120)
+    auto = pipeline.DirectConfig(num_frequencies=32, gp=gp, kernel="auto")
+    fit = pipeline.fit_direct(jax.random.key(1), X[:100], y[:100], auto)
+    evidence = {}
+    for k in KERNELS:
+        fold = pipeline.prepare_fold(jax.random.key(1), X[:100], y[:100], auto._replace(kernel=k))
+        assert fold.kernel == k
+        Phi = np.asarray(pipeline.fold_features(fold, X[:100]), np.float64)  # centred features
+        yc = (y[:100] - y[:100].mean()) / fold.y_scale
+        cov = float(fold.prior_scale) ** 2 * Phi @ Phi.T + float(fold.noise_variance) * np.eye(100)
+        dense = scipy.stats.multivariate_normal(np.zeros(100), cov).logpdf(yc)
+        np.testing.assert_allclose(fold.log_evidence, dense, rtol=1e-4)
+        evidence[k] = fold.log_evidence
+    assert fit.info.kernel == max(evidence, key=evidence.get), evidence
+    assert len(set(np.round(list(evidence.values()), 3))) == 3  # three different feature maps
+    named = pipeline.fit_direct(jax.random.key(1), X[:100], y[:100], auto._replace(kernel=fit.info.kernel))
+    np.testing.assert_array_equal(named.model.features.frequencies, fit.model.features.frequencies)
+    np.testing.assert_array_equal(named.model.predict(X[100:]).mean, fit.model.predict(X[100:]).mean)
+    assert named.info.kernel == fit.info.kernel
+    assert fit.timings.init_seconds > named.timings.init_seconds  # three GP steps' time
+    assert auto.as_flat_dict()["kernel"] == "auto" and "kernel" not in pipeline.DirectConfig().as_flat_dict()
+    with pytest.raises(ValueError, match="`config.kernel` must be one of"):
+        pipeline.fit_direct(jax.random.key(1), X, y, auto._replace(kernel="matern12"))
+    with pytest.raises(ValueError, match="basis='features'"):
+        pipeline.fit_direct(jax.random.key(1), X, y, auto._replace(recipe=pipeline.Features()))
+    with pytest.raises(ValueError, match="streamed fit"):
+        pipeline.stream_init(jax.random.key(1), X, y, auto)
+    fold = pipeline.prepare_fold(jax.random.key(1), X[:100], y[:100], auto._replace(kernel="rbf"))
+    with pytest.raises(ValueError, match="`gp` gives hyperparameters without their kernel"):
+        pipeline.prepare_fold(jax.random.key(1), X[:100], y[:100], auto, gp=(fold.hyper, fold.gp_info))
+
+
+def test_the_evidence_optimum_is_restarted_from_the_edge_of_its_box():
+    """A GP noise variance pinned far below the evidence's (1e-9 of it here) stops the Newton search on the edge
+    of its box (each log variance within 12 of its start): `_evidence_optimum` starts it again from there and
+    reaches the optimum of the same search started near it, concrete and traced; a start inside the box
+    returns the first search's result as it is."""
+    import jax
+    import jax.numpy as jnp
+
+    from kronvi import pipeline
+    from kronvi.gaussian import spectral_evidence_optimum, spectral_log_evidence
+
+    rng = np.random.default_rng(0)
+    Phi = rng.normal(size=(400, 12))
+    y = Phi @ rng.normal(size=12) + 0.5 * rng.normal(size=400)
+    with jax.enable_x64(True):
+        lam, V = np.linalg.eigh(Phi.T @ Phi)
+        c, yty = V.T @ Phi.T @ y, float(y @ y)
+        near = spectral_evidence_optimum(lam, c, yty, 400.0, 1.0, 0.3)
+        once = spectral_evidence_optimum(lam, c, yty, 400.0, 1.0, 2.5e-10)
+        assert abs(np.log(float(once[1]) / 2.5e-10) - 12.0) < 1e-3  # stopped on the edge
+        for fn in (pipeline._evidence_optimum, jax.jit(pipeline._evidence_optimum)):
+            got = fn(jnp.asarray(lam), jnp.asarray(c), yty, 400.0, jnp.asarray(1.0), jnp.asarray(2.5e-10))
+            np.testing.assert_allclose([float(v) for v in got], [float(v) for v in near], rtol=1e-6)
+        evidence = [float(spectral_log_evidence(lam, c, yty, 400.0, *r)) for r in (once, near)]
+        assert evidence[1] > evidence[0] + 100  # the edge was far from the optimum
+        inside = pipeline._evidence_optimum(lam, c, yty, 400.0, jnp.asarray(1.0), jnp.asarray(0.3))
+        assert [float(v) for v in inside] == [float(v) for v in near]

@@ -28,6 +28,7 @@ from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
 from .cv import parse_noise_cv, run_fold, summarize
 from .pipeline import (
     BASES,
+    KERNEL_CHOICES,
     RECIPES,
     DirectConfig,
     Features,
@@ -123,6 +124,14 @@ def _parsers():
         help="--basis features only: noise grids s2 x [1/span, span] to choose from per fold by inner 5-fold "
         "cross-validation on the training rows (1 = noise fixed at the GP estimate s2); 'none' = the paper's "
         "single grid, span 10; default 10,3,1",
+    )
+    f.add_argument(
+        "--kernel",
+        choices=KERNEL_CHOICES,
+        default="rbf",
+        help="the kernel of the random features: 'rbf' (squared exponential), 'matern52', 'matern32', or "
+        "'auto': each fold prepared with all three and the features of the largest exact evidence kept "
+        "(three preparations' time; --basis eigen or compact) (kronvi.pipeline.DirectConfig.kernel)",
     )
     f.add_argument("--seed", type=int, default=0, help="random seed of the features and of a CSV's folds")
     f.add_argument(
@@ -315,6 +324,7 @@ def _settings(args, config, num_folds: int, folds_run: int) -> dict:
             "shipped" if args.source is None else "folder" if os.path.isdir(args.source) else "csv"
         ),
         "basis": args.basis,
+        "kernel": args.kernel,
         "b": args.num_features,
         "density_rows": args.density_rows,
         "save": None if args.save is None else os.path.abspath(args.save),
@@ -380,6 +390,7 @@ def _fit(args):
         levels=args.levels,
         method=args.method,
         max_noise_recentres=args.noise_recentres,
+        kernel=args.kernel,
     )
     print(
         f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={b}, "

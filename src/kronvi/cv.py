@@ -47,6 +47,7 @@ class FoldResult(NamedTuple):
     noise_span: float  # the noise grid used: s2 x [1/span, span]; 1 = fixed at the GP estimate
     density_seconds: float = 0.0  # the exact test density (`predict_seconds`: the mean and variance)
     nlpd_rows: int = 0  # the test rows the NLPD averages (0: not computed, NaN)
+    kernel: str = "rbf"  # the kernel of the features (`DirectConfig.kernel`, or the one "auto" chose)
 
 
 class FoldRun(NamedTuple):
@@ -131,6 +132,7 @@ def run_fold(
         noise_span=float(info.noise_span),
         density_seconds=t2 - t1,
         nlpd_rows=int(rows.size),
+        kernel=info.kernel,
         **timings._asdict(),
     )
     if isinstance(report, StageLine):
@@ -139,9 +141,11 @@ def run_fold(
 
 
 def summarize(results: list[FoldResult]) -> dict:
-    """Mean and standard deviation over folds of every numeric field."""
+    """Mean and standard deviation over folds of every numeric field (not `kernel`)."""
     out = {}
     for field in FoldResult._fields:
+        if field == "kernel":
+            continue
         vals = np.asarray([getattr(r, field) for r in results], dtype=float)
         out[f"{field}_mean"] = float(np.mean(vals))
         out[f"{field}_sd"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0

@@ -73,6 +73,7 @@ from ._fit.regression import METHODS, RegressionFit, fit_regression, fit_regress
 from ._fit.select import CRITERIA, HeldoutScores, select_prior
 from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import (
+    KERNELS,
     SAMPLINGS,
     RandomFourierFeatures,
     feature_mean_unchecked,
@@ -109,7 +110,7 @@ from ._stats.regression import (
     merge_stats,
     regression_stats_from_inputs,
 )
-from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum
+from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum, spectral_log_evidence
 
 __all__ = [
     "BASES",
@@ -415,6 +416,11 @@ class _DirectConfigFields(NamedTuple):
     chunk_size: int
     max_noise_recentres: int
     lengthscale: float | None
+    kernel: str
+
+
+# `DirectConfig.kernel`: a family of `KERNELS`, or the GP step's choice among them by the evidence
+KERNEL_CHOICES = (*KERNELS, "auto")
 
 
 class DirectConfig(_DirectConfigFields):
@@ -450,6 +456,11 @@ class DirectConfig(_DirectConfigFields):
       lengthscale: `None` (default): the kernel's lengthscales, signal and noise variances come from the
         GP step (`gp`); a positive number: one lengthscale for every standardized input, the signal variance
         of the (scaled) targets and a tenth of it as the noise guess, and no GP is fitted.
+      kernel: the stationary ARD kernel of the features and the GP step: `"rbf"` (squared exponential,
+        default), `"matern52"`, `"matern32"` (`kronvi.inputs.rff_init(kernel=...)`), or `"auto"` (the eigen
+        and compact recipes): the fold is prepared with each of the three (the same GP rows and feature
+        draws) and the one whose features have the largest exact log evidence is fitted (`DirectInfo.kernel`
+        says which; three preparations' time; `docs/decisions/default-recipe.md#the-kernel-family`).
 
     Example:
       >>> import kronvi
@@ -458,7 +469,7 @@ class DirectConfig(_DirectConfigFields):
         gp=GPOptions(points=1000, restarts=4, restart_rule='screened', screen_points=300,
         degenerate_margin=2.0, precision='float64', gain_tol=0.1), num_frequencies=None,
         frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
-        max_noise_recentres=0, lengthscale=None)
+        max_noise_recentres=0, lengthscale=None, kernel='rbf')
       >>> kronvi.DirectConfig(recipe=kronvi.Features(noise_cv=())).basis
       'features'
     """
@@ -479,12 +490,13 @@ class DirectConfig(_DirectConfigFields):
         chunk_size: int = 2048,
         max_noise_recentres: int = 0,
         lengthscale: float | None = None,
+        kernel: str = "rbf",
         **legacy: Any,
     ) -> DirectConfig:
         recipe, gp = _from_legacy(recipe, gp, legacy, stacklevel=3)
         return super().__new__(
             cls, recipe, gp, num_frequencies, frequency_sampling, levels, noise_levels, method, max_iter,
-            chunk_size, max_noise_recentres, lengthscale,
+            chunk_size, max_noise_recentres, lengthscale, kernel,
         )  # fmt: skip
 
     def __reduce__(self):
@@ -492,11 +504,14 @@ class DirectConfig(_DirectConfigFields):
 
     def as_flat_dict(self) -> dict[str, Any]:
         """Every setting under its old flat name (`basis`, `width`, ..., `gp_points`, ...), in the old order:
-        a record of the config in plain values (for JSON), as `DirectConfig(basis=...)._asdict()` was."""
+        a record of the config in plain values (for JSON), as `DirectConfig(basis=...)._asdict()` was; then
+        `kernel` where it is not the default `"rbf"` (so that a record of the default reads as before)."""
         flat: dict[str, Any] = {"basis": self.basis}
         for name in _FLAT_ORDER[1:]:
             value = getattr(self, name)
             flat[name] = list(value) if isinstance(value, tuple) else value
+        if self.kernel != "rbf":
+            flat["kernel"] = self.kernel
         return flat
 
     def _replace(self, **changes: Any) -> DirectConfig:
@@ -769,6 +784,7 @@ class DirectInfo(NamedTuple):
     noise_recentres: int  # how many times the noise grid was recentred (`config.max_noise_recentres`)
     noise_span: float  # the noise grid used: s2 x [1/span, span]; 1 = fixed at the GP estimate
     cv_scores: object = None  # the inner-fold scores of every span with `config.noise_cv`, else None
+    kernel: str = "rbf"  # the kernel of the features: `config.kernel`, or the one "auto" chose
 
     @property
     def elbo(self):
@@ -839,6 +855,10 @@ class PreparedFold(NamedTuple):
     # The prior sd of the weights: the evidence maximizer ("eigen") or the GP's signal sd ("features").
     prior_scale: jax.Array | None = None
     y_scale: Any = 1.0  # the unit of `y`: the training targets are `(y_raw - y_offset) / y_scale`
+    kernel: str = "rbf"  # the kernel of `features` and `hyper` (`config.kernel`, or its choice for "auto")
+    # The eigen and compact recipes: the exact log evidence of the features at `prior_scale` and
+    # `noise_variance` (in the units of `y`), which `config.kernel="auto"` compares; else None.
+    log_evidence: Any = None
 
 
 def _block(x):
@@ -938,6 +958,13 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         raise ValueError(
             f"`config.frequency_sampling` must be one of {SAMPLINGS}, got {config.frequency_sampling!r}"
         )
+    if config.kernel not in KERNEL_CHOICES:
+        raise ValueError(f"`config.kernel` must be one of {KERNEL_CHOICES}, got {config.kernel!r}")
+    if config.kernel == "auto" and config.basis == "features":
+        raise ValueError(
+            "`config.kernel='auto'` compares the kernels by the evidence that the eigen and compact recipes "
+            "compute: with basis='features' name the kernel (e.g. kernel='rbf')"
+        )
     if config.gp_restart_rule not in ("all", "screened"):
         raise ValueError(
             f"`config.gp_restart_rule` must be 'all' or 'screened', got {config.gp_restart_rule!r}"
@@ -1017,6 +1044,8 @@ def prepare_fold(
 
 def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) -> PreparedFold:
     """`prepare_fold` with a checked, resolved `config` and `progress` a callable or None."""
+    if config.kernel == "auto":
+        return _prepare_best_kernel(key, X, y, config, dtype=dtype, gp=gp, progress=progress)
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     t0 = time.perf_counter()
     check_fit_memory(np.shape(X)[0], config, dtype=dtype)
@@ -1037,19 +1066,21 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
         # the GP sees the float64 rows, whatever the working dtype (gp_precision="float64")
         gp_rows = standardize_host(std, X64, np.float64), (y64 - y_offset) / y_scale
     _stage(progress, "gp", 0, Xs.shape[0])
-    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows)
+    hyper, gp_info, kernel = _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows)
     del gp_rows
     t1 = time.perf_counter()
     _stage(progress, "statistics", 0, Xs.shape[0])
     num_frequencies = _num_frequencies(config, Xs.shape[0])
-    feats = _draw_features(k_rff, hyper, num_frequencies, config, fitted=gp is None and gp_info is not None)
+    feats = _draw_features(
+        k_rff, hyper, num_frequencies, config, fitted=gp is None and gp_info is not None, kernel=kernel
+    )
     fmap = functools.partial(rff_features_unchecked, feats)
     cv_stats = None
     prior_scale = jnp.sqrt(hyper.signal_variance)
-    basis = None
+    basis, evidence = None, None
     if config.basis != "features":
         feats = _centred(feats, Xs, config)
-        stats, basis, prior_w, prior_scale, s2 = _eigen_setup(
+        stats, basis, prior_w, prior_scale, s2, evidence = _eigen_setup(
             feats, Xs, yc, prior_scale, hyper.noise_variance, config, progress
         )
     else:
@@ -1065,7 +1096,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     t2 = time.perf_counter()
     return PreparedFold(
         std, y_offset, Xs, yc, hyper, gp_info, feats, stats, cv_stats, prior_w, k_fit, t1 - t0, t2 - t1,
-        basis, s2, prior_scale, y_scale,
+        basis, s2, prior_scale, y_scale, kernel, evidence,
     )  # fmt: skip
 
 
@@ -1087,11 +1118,11 @@ def check_fit_memory(
     )  # fmt: skip
 
 
-def _draw_features(key, hyper, num_frequencies, config, *, fitted: bool) -> RandomFourierFeatures:
-    """`rff_init` of `hyper`'s lengthscales; unchecked when the GP step of this call `fitted` them (inside
-    its bounds), checked when they come from the caller (`gp=`) or `config.lengthscale`."""
+def _draw_features(key, hyper, num_frequencies, config, *, fitted: bool, kernel: str) -> RandomFourierFeatures:
+    """`rff_init` of `hyper`'s lengthscales for `kernel`; unchecked when the GP step of this call `fitted` them
+    (inside its bounds), checked when they come from the caller (`gp=`) or `config.lengthscale`."""
     draw = rff_init_unchecked if fitted else rff_init
-    return draw(key, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling)
+    return draw(key, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling, kernel=kernel)
 
 
 def _features_grid(b: int, prior_scale, config: DirectConfig) -> DiscretePrior:
@@ -1110,8 +1141,9 @@ def _host_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
-    """`(hyper, gp_info)`: the GP step's (or `gp`'s), or those of `config.lengthscale` (`gp_info` None).
-    `gp_rows`: the GP step's `(X, y)` if not `(Xs, yc)` (their float64 values)."""
+    """`(hyper, gp_info, kernel)`: the GP step's for `config.kernel` (or `gp`'s), or those of
+    `config.lengthscale` (`gp_info` None). `gp_rows`: the GP step's `(X, y)` if not `(Xs, yc)` (their
+    float64 values)."""
     if config.lengthscale is not None:
         hyper, gp_info = _fixed_hyperparameters(config.lengthscale, Xs, yc), None
     elif gp is None:
@@ -1119,10 +1151,36 @@ def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
             k_gp, *(gp_rows or (Xs, yc)), num_points=config.gp_points, num_starts=config.gp_restarts,
             degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
             screen_points=config.gp_screen_points, precision=config.gp_precision, gain_tol=config.gp_gain_tol,
+            kernel=config.kernel,
         )  # fmt: skip
     else:
         hyper, gp_info = gp
-    return _block(hyper), gp_info
+    return _block(hyper), gp_info, config.kernel
+
+
+def _prepare_best_kernel(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> PreparedFold:
+    """`config.kernel="auto"`: the fold prepared with each kernel of `KERNELS` (the same key: the same GP
+    subsample and feature draws), and the one whose features have the largest exact log evidence kept
+    (`PreparedFold.log_evidence`, the squared exponential on a tie); its seconds are all three's."""
+    if gp is not None:
+        raise ValueError(
+            "`gp` gives hyperparameters without their kernel, which `config.kernel='auto'` would choose: "
+            "name the kernel they belong to in `config.kernel`"
+        )
+    if _traced((X, y)):
+        raise ValueError(
+            "`config.kernel='auto'` compares the kernels' evidence on the host: it needs concrete rows, not "
+            "traced ones (inside `jit` or `vmap`, name the kernel)"
+        )
+    best, seconds = None, [0.0, 0.0]
+    for kernel in KERNELS:
+        fold = _prepare_fold(key, X, y, config._replace(kernel=kernel), dtype=dtype, gp=None, progress=progress)
+        seconds = [seconds[0] + fold.init_seconds, seconds[1] + fold.stats_seconds]
+        if best is None or fold.log_evidence > best.log_evidence:
+            best = fold
+        del fold
+    assert best is not None
+    return best._replace(init_seconds=seconds[0], stats_seconds=seconds[1])
 
 
 def _fixed_hyperparameters(lengthscale, Xs, yc) -> GPHyperparameters:
@@ -1270,17 +1328,51 @@ def _stats_in_blocks(fmap, X, y, *, chunk_size, progress):
 
 
 def _eigen_grids(stats, basis, scale64, noise64, config, dtype):
-    """The second half of `_eigen_setup`, from float64 rotated statistics and basis (inside `enable_x64`)."""
-    scale, s2 = spectral_evidence_optimum(
-        basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale64, noise64
-    )
+    """The second half of `_eigen_setup`, from float64 rotated statistics and basis (inside `enable_x64`); then
+    the log evidence at the optimum (float64; traced inside `jit`)."""
+    scale, s2 = _evidence_optimum(basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale64, noise64)
+    evidence = spectral_log_evidence(basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale, s2)
     center, sd = _posterior_moments(basis.eigenvalues, stats.Phity, scale, s2)
     with errors_name("config.width", config.width):
         prior_w = posterior_grid(center, sd, scale, levels=config.levels, width=float(config.width))
     stats, basis, scale, s2, values, log_probs = _cast(
         (stats, basis, scale, s2, prior_w.values, prior_w.log_probs), dtype
     )
-    return stats, basis, DiscretePrior._unchecked(values, _normalized(log_probs)), scale, s2
+    prior_w = DiscretePrior._unchecked(values, _normalized(log_probs))
+    return stats, basis, prior_w, scale, s2, (evidence if _traced(evidence) else float(evidence))
+
+
+# `spectral_evidence_optimum`'s box: each log variance within this of its start (its default `log_range`)
+_EVIDENCE_LOG_RANGE = 12.0
+
+
+def _evidence_optimum(eigenvalues, c, yty, n, scale, noise, *, restarts: int = 3):
+    """`spectral_evidence_optimum` from the GP's `(scale, noise)`, started again from where it stopped while it
+    stops on the edge of its box (a log variance `_EVIDENCE_LOG_RANGE` from its start), at most `restarts`
+    times in all. A GP noise variance pinned at its lower bound ($10^{-6}$ of the targets' variance, when
+    the GP interpolates its 1,000 rows) can lie more than $e^{12}$ below the noise the evidence of every row
+    wants (`docs/decisions/default-recipe.md#the-kernel-family`). Where the first run ends inside its box
+    (every fit before this rule), its result is returned as it is."""
+    start = (scale, noise)
+    result = spectral_evidence_optimum(eigenvalues, c, yty, n, scale, noise)
+    active = _on_edge(result, start)
+    current = result
+    for _ in range(restarts - 1):
+        if not _traced(active) and not bool(active):
+            break
+        following = spectral_evidence_optimum(eigenvalues, c, yty, n, *current)
+        result = tuple(jnp.where(active, f, r) for f, r in zip(following, result, strict=True))
+        active = active & _on_edge(following, current)
+        current = following
+    return result
+
+
+def _on_edge(result, start):
+    """Whether `spectral_evidence_optimum` stopped on the edge of its box around `start` (both `(scale, noise)`)."""
+    moved = jnp.maximum(
+        jnp.abs(2.0 * jnp.log(result[0] / start[0])), jnp.abs(jnp.log(result[1] / start[1]))
+    )
+    return moved > _EVIDENCE_LOG_RANGE - 1e-3
 
 
 @jax.jit
@@ -1414,7 +1506,7 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
         fit_seconds=t4 - t3,
     )
     direct_info = DirectInfo(
-        fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv
+        fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv, kernel=fold.kernel
     )
     return DirectFit(model, timings, direct_info)
 
@@ -1709,6 +1801,7 @@ class StreamState(NamedTuple):
         carries the row count, the sum of every feature and of the targets), or `None` before any rows.
       init_seconds: the seconds of `stream_init`.
       stats_seconds: the seconds of every `stream_update`.
+      kernel: the kernel of `features` (`config.kernel`, or the one `"auto"` chose).
     """
 
     standardizer: Standardizer
@@ -1721,6 +1814,7 @@ class StreamState(NamedTuple):
     stats: RegressionStats | None
     init_seconds: float
     stats_seconds: float
+    kernel: str = "rbf"
 
 
 def stream_init(
@@ -1743,6 +1837,11 @@ def stream_init(
     config = _check_config(config)
     if config.noise_cv:
         raise ValueError("`config.noise_cv` is not supported by a streamed fit: set noise_cv=()")
+    if config.kernel == "auto":
+        raise ValueError(
+            "`config.kernel='auto'` is not supported by a streamed fit (its features are drawn before the rows "
+            "that would choose them): name the kernel, e.g. the one `fit_direct` chose on a sample (`info.kernel`)"
+        )
     t0 = time.perf_counter()
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     X64, y64 = _host_xy(X, y)
@@ -1752,13 +1851,13 @@ def stream_init(
     shift, unit = target_moments(y64)
     with np.errstate(over="ignore"):
         yc = to_device(((y64 - shift) / unit).astype(dtype))
-    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, None)
+    hyper, gp_info, kernel = _hyperparameters(k_gp, Xs, yc, config, None)
     feats = _draw_features(
-        k_rff, hyper, _num_frequencies(config, X64.shape[0]), config, fitted=gp_info is not None
+        k_rff, hyper, _num_frequencies(config, X64.shape[0]), config, fitted=gp_info is not None, kernel=kernel
     )
     _block(feats)
     return StreamState(
-        std, feats, hyper, gp_info, float(shift), unit, k_fit, None, time.perf_counter() - t0, 0.0
+        std, feats, hyper, gp_info, float(shift), unit, k_fit, None, time.perf_counter() - t0, 0.0, kernel
     )
 
 
@@ -1837,11 +1936,11 @@ def stream_prepare(stream: StreamState, config: DirectConfig | None = None) -> P
         scale64, noise64 = _cast((np.sqrt(signal), noise), jnp.float64)
         if config.basis != "features":
             rotated, basis = eigenbasis(stats64)
-            stats, basis, prior_w, prior_scale, s2 = _eigen_grids(
+            stats, basis, prior_w, prior_scale, s2, evidence = _eigen_grids(
                 rotated, basis, scale64, noise64, config, dtype
             )
         else:
-            basis = None
+            basis, evidence = None, None
             stats, prior_scale, s2 = _cast((stats64, scale64, noise64), dtype)
     if config.basis == "features":
         prior_w = _features_grid(PhitPhi.shape[0], prior_scale, config)
@@ -1849,7 +1948,7 @@ def stream_prepare(stream: StreamState, config: DirectConfig | None = None) -> P
     return PreparedFold(  # X and y are not kept by a stream
         stream.standardizer, y_offset, None, None, hyper, stream.gp_info, feats, stats, None,  # type: ignore[arg-type]
         prior_w, stream.key, stream.init_seconds, stream.stats_seconds + time.perf_counter() - t0, basis, s2,
-        prior_scale, y_scale,
+        prior_scale, y_scale, stream.kernel, evidence,
     )  # fmt: skip
 
 

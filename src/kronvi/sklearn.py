@@ -62,6 +62,7 @@ from .logistic import predict_proba as classifier_proba
 from .logistic._recipe import check_config as check_classifier_config
 from .pipeline import (
     BASES,
+    KERNEL_CHOICES,
     RECIPES,
     DirectConfig,
     GPOptions,
@@ -151,6 +152,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       max_iter: iterations of the fit (default: the method's).
       gp_points: the most rows the GP hyperparameters are fitted on, >= 2.
       gp_restarts: starts of the GP hyperparameter fit, >= 1.
+      kernel: `"rbf"` (squared exponential, default), `"matern52"`, `"matern32"`, or `"auto"` (the three
+        compared by the features' exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.kernel`).
       compact_tol: `"compact"` only: its variance budget (`DirectConfig.compact_tol`).
       chunk_size: rows per block of the statistics.
       dtype: `"float32"` (default) or `"float64"`, the working precision.
@@ -201,6 +204,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         max_iter: int | None = None,
         gp_points: int = 1000,
         gp_restarts: int = 4,
+        kernel: str = "rbf",
         compact_tol: float = 0.1,
         chunk_size: int = 2048,
         dtype: str = "float32",
@@ -218,6 +222,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         self.max_iter = max_iter
         self.gp_points = gp_points
         self.gp_restarts = gp_restarts
+        self.kernel = kernel
         self.compact_tol = compact_tol
         self.chunk_size = chunk_size
         self.dtype = dtype
@@ -230,6 +235,12 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         _check_choice(self.basis, "basis", BASES)
         _check_choice(self.method, "method", _METHODS)
         _check_choice(self.dtype, "dtype", _DTYPES)
+        _check_choice(self.kernel, "kernel", KERNEL_CHOICES)
+        if self.kernel == "auto" and (stream or self.basis == "features"):
+            raise ValueError(
+                "`kernel` 'auto' compares the kernels by the evidence of the 'eigen' and 'compact' bases' `fit`: "
+                "with `basis='features'` or `partial_fit`, name the kernel"
+            )
         _check_positive(self.lengthscale, "lengthscale", allow=("gp",))
         if self.n_frequencies is not None:
             check_int(self.n_frequencies, "n_frequencies", 1)
@@ -263,7 +274,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             recipe=recipe, gp=GPOptions(points=self.gp_points, restarts=self.gp_restarts),
             num_frequencies=self.n_frequencies, levels=self.levels, noise_levels=self.noise_levels,
             method=self.method, max_iter=self.max_iter, chunk_size=self.chunk_size,
-            lengthscale=None if self.lengthscale == "gp" else float(self.lengthscale),
+            lengthscale=None if self.lengthscale == "gp" else float(self.lengthscale), kernel=self.kernel,
         )  # fmt: skip
 
     def _jax_dtype(self):

@@ -714,3 +714,41 @@ def test_gp_fit_is_the_same_on_one_and_four_host_devices():
     for a, b in zip(one, four, strict=True):
         np.testing.assert_allclose(np.asarray(a, np.float64), b, rtol=1e-6)
     _assert_same_predictions(one, four, X, y)
+
+
+def test_a_matern_kernel_on_every_path_of_the_gp_step():
+    """`kernel="matern32"` reaches every likelihood of the GP step: the float64 host likelihood called from a
+    float32 program (`_lml64`, under `jit` and `vmap`) equals the host's own value and gradient, and a fit inside
+    `jit` (traced rows: that path), the default fit (rows on the host) and the float64 fit in XLA (`"native"`)
+    reach the same likelihood (the traced fit from float32 rows within its 0.1-nat stopping rule), which is not
+    the squared exponential's."""
+    X, y = _data(n=40)
+    theta = np.array([-0.3, 0.1, 0.5, 0.2, np.log(1e-2)])
+    X32, y32 = jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32)
+    value_and_grad = jax.value_and_grad(lambda t: _gp._lml64(t, X32, y32, None, "matern32"))
+    ts = jnp.asarray(np.stack([theta, theta - 0.2]), jnp.float32)
+    vs, gs = jax.jit(jax.vmap(value_and_grad))(ts)
+    for i in range(2):
+        ref = _gp._host_lml(
+            np.asarray(ts[i], np.float64), np.asarray(X32, np.float64), np.asarray(y32, np.float64), True,
+            kernel="matern32",
+        )  # fmt: skip
+        np.testing.assert_allclose(vs[i], ref[0], rtol=1e-7)
+        np.testing.assert_allclose(gs[i], ref[1], rtol=1e-6, atol=1e-6)
+    kw = dict(num_starts=2, parallel_restarts=False)
+    key = jax.random.key(0)
+    with jax.enable_x64(True):
+        host = kronvi.inputs.fit_gp_hyperparameters(key, X, y, kernel="matern32", **kw)
+        xla = kronvi.inputs.fit_gp_hyperparameters(key, X, y, kernel="matern32", precision="native", **kw)
+        rbf = kronvi.inputs.fit_gp_hyperparameters(key, X, y, **kw)
+    traced = jax.jit(lambda X, y: kronvi.inputs.fit_gp_hyperparameters(key, X, y, kernel="matern32", **kw))(
+        X32, y32
+    )
+
+    def chosen(fit):
+        return float(np.asarray(fit.info.log_marginal_likelihoods)[int(fit.info.chosen)])
+
+    best = chosen(host)
+    np.testing.assert_allclose(chosen(xla), best, rtol=1e-9)
+    np.testing.assert_allclose(chosen(traced), best, atol=0.1)  # float32 rows; starts end on gains < 0.1 nats
+    assert abs(chosen(rbf) - best) > 0.1

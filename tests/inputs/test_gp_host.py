@@ -6,11 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
+import scipy.special
 from helpers import count_compiles
 
 import kronvi
 from kronvi._inputs import gp as _gp
 from kronvi._inputs import gp_host
+from kronvi._inputs.features import KERNELS
 
 
 def _rows(n=40, d=3, seed=0):
@@ -20,16 +22,24 @@ def _rows(n=40, d=3, seed=0):
     return X, y - y.mean()
 
 
-def _dense_K(theta, X):
+def _dense_K(theta, X, kernel="rbf"):
+    r"""The kernel matrix with the noise, from the general forms: the squared exponential, and Matern-nu's
+    Bessel-function form $2^{1-\nu}/\Gamma(\nu)\,(\sqrt{2\nu} r)^\nu K_\nu(\sqrt{2\nu} r)$ (1 at r = 0)."""
     d = X.shape[1]
     p = np.exp(theta)
     A = X / p[:d]
-    d2 = ((A[:, None, :] - A[None, :, :]) ** 2).sum(-1)
-    return p[d] * np.exp(-0.5 * d2) + p[d + 1] * np.eye(len(X))
+    r = np.sqrt(((A[:, None, :] - A[None, :, :]) ** 2).sum(-1))
+    if kernel == "rbf":
+        k = np.exp(-0.5 * r**2)
+    else:
+        nu = {"matern52": 2.5, "matern32": 1.5}[kernel]
+        z = np.where(r > 0, np.sqrt(2 * nu) * r, 1.0)
+        k = np.where(r > 0, 2 ** (1 - nu) / scipy.special.gamma(nu) * z**nu * scipy.special.kv(nu, z), 1.0)
+    return p[d] * k + p[d + 1] * np.eye(len(X))
 
 
-def _dense_lml(theta, X, y):
-    K = _dense_K(theta, X)
+def _dense_lml(theta, X, y, kernel="rbf"):
+    K = _dense_K(theta, X, kernel)
     c = scipy.linalg.cho_factor(K, lower=True)
     return (
         -0.5 * y @ scipy.linalg.cho_solve(c, y)
@@ -38,9 +48,9 @@ def _dense_lml(theta, X, y):
     )
 
 
-def _brute_loo(theta, X, y):
+def _brute_loo(theta, X, y, kernel="rbf"):
     """Leave-one-out squared errors by refitting the GP posterior mean without each row in turn."""
-    K = _dense_K(theta, X)
+    K = _dense_K(theta, X, kernel)
     errors = []
     for i in range(len(y)):
         keep = np.arange(len(y)) != i
@@ -53,16 +63,32 @@ def _brute_loo(theta, X, y):
 THETA = np.log(np.array([0.7, 1.3, 4.0, 0.9, 0.02]))
 
 
-def test_host_likelihood_and_loo_against_dense_references():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_host_likelihood_and_loo_against_dense_references(kernel):
+    """Each kernel's host likelihood, gradient and leave-one-out error against the dense Bessel-function
+    forms and central differences, with two equal rows (distance 0, where a Matern kernel's square root
+    has no derivative); and the same likelihood and gradient in XLA (`gp_log_marginal_likelihood`)."""
     X, y = _rows()
-    value, grad = gp_host.host_lml(THETA, X, y, with_grad=True)
-    np.testing.assert_allclose(value, _dense_lml(THETA, X, y), rtol=1e-12)
+    X[7] = X[3]
+    value, grad = gp_host.host_lml(THETA, X, y, with_grad=True, kernel=kernel)
+    np.testing.assert_allclose(value, _dense_lml(THETA, X, y, kernel), rtol=1e-12)
     fd = [
-        (_dense_lml(THETA + h, X, y) - _dense_lml(THETA - h, X, y)) / (2 * 1e-6)
+        (_dense_lml(THETA + h, X, y, kernel) - _dense_lml(THETA - h, X, y, kernel)) / (2 * 1e-6)
         for h in 1e-6 * np.eye(len(THETA))
     ]
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(gp_host.host_loo_mse(THETA, X, y), _brute_loo(THETA, X, y), rtol=1e-9)
+    np.testing.assert_allclose(
+        gp_host.host_loo_mse(THETA, X, y, kernel), _brute_loo(THETA, X, y, kernel), rtol=1e-9
+    )
+
+    def xla(theta):
+        hyper = kronvi.inputs.GPHyperparameters(jnp.exp(theta[:3]), jnp.exp(theta[3]), jnp.exp(theta[4]))
+        return kronvi.inputs.gp_log_marginal_likelihood(hyper, X, y, kernel=kernel)
+
+    with jax.enable_x64(True):
+        xla_value, xla_grad = jax.value_and_grad(xla)(jnp.asarray(THETA))
+    np.testing.assert_allclose(xla_value, value, rtol=1e-12)
+    np.testing.assert_allclose(xla_grad, grad, rtol=1e-9, atol=1e-9)
     # a failed factorization (a NaN parameter) is NaN, never a number
     bad = THETA.copy()
     bad[0] = np.nan
@@ -93,9 +119,9 @@ def test_handle_carries_float64_through_a_program_and_its_gradient():
 def test_host_rows_reach_the_xla_float64_optimum():
     """The default (`precision="float64"`: rows on the host) and the likelihood in XLA (`"native"` on float64
     inputs) run the same L-BFGS on the same float64 likelihood: the same hyperparameters to rounding, with
-    every start and with the screened ones."""
+    every start and with the screened ones, and with a Matern kernel."""
     X, y = _rows(n=120)
-    for kw in (dict(num_starts=3), dict(restarts="screened", screen_points=50)):
+    for kw in (dict(num_starts=3), dict(restarts="screened", screen_points=50), dict(num_starts=2, kernel="matern32")):
         with jax.enable_x64(True):
             host, xla = (
                 kronvi.inputs.fit_gp_hyperparameters(

@@ -63,16 +63,19 @@ def test_pipeline_grid_search_and_clone():
 
 def test_fit_is_fit_direct_with_the_same_key():
     """The estimator is an adapter: `random_state=k` fits what `kronvi.fit_direct(jax.random.key(k), ...)`
-    fits, for every recipe."""
+    fits, for every recipe and kernel."""
     X, y = _data(160)
-    for basis in ("eigen", "compact", "features"):
-        est = DirectRegressor(basis=basis, **SMALL).fit(X, y)
+    for basis, kernel in (("eigen", "rbf"), ("compact", "auto"), ("features", "matern32")):
+        est = DirectRegressor(basis=basis, kernel=kernel, **SMALL).fit(X, y)
+        assert est.config_.kernel == kernel and est.fit_info_.kernel in ("rbf", "matern52", "matern32")
         model = kronvi.fit_direct(jax.random.key(0), X, y, est.config_).model
         ref = model.predict(X[:9] + 0.3)
         m, s = est.predict(X[:9] + 0.3, return_std=True)
         np.testing.assert_allclose(m, ref.mean, rtol=1e-12)
         np.testing.assert_allclose(s, np.sqrt(ref.variance), rtol=1e-12)
-    assert est.config_ == kronvi.DirectConfig(recipe=kronvi.Features(), num_frequencies=10, lengthscale=10.0)
+    assert est.config_ == kronvi.DirectConfig(
+        recipe=kronvi.Features(), num_frequencies=10, lengthscale=10.0, kernel="matern32"
+    )
 
 
 @pytest.mark.parametrize("basis", ["eigen", "compact"])
@@ -161,7 +164,8 @@ def test_float64_and_bad_parameters():
         (dict(basis="x"), "basis"), (dict(lengthscale=-1.0), "lengthscale"),
         (dict(n_frequencies=0), "n_frequencies"), (dict(noise_span=0.5), "noise_span"), (dict(levels=1), "levels"),
         (dict(starts="middle"), "starts"), (dict(dtype="int8"), "dtype"), (dict(compact_tol=-1.0), "compact_tol"),
-        (dict(random_state=-1), "random_state"),
+        (dict(random_state=-1), "random_state"), (dict(kernel="laplace"), "kernel"),
+        (dict(kernel="auto", basis="features"), "kernel"),
     ]:  # fmt: skip
         with pytest.raises(ValueError, match=f"`{name}`"):
             DirectRegressor(**params).fit(X, y)

@@ -1,4 +1,4 @@
-r"""Random Fourier features for the squared-exponential ARD kernel.
+r"""Random Fourier features for the squared-exponential and Matérn ARD kernels.
 
 The kernel $k(x, x') = s^2 \exp\!\big(-\tfrac12 \sum_d (x_d - x'_d)^2 / \ell_d^2\big)$ is, by
 Bochner's theorem, $s^2\,\mathbb{E}_{\omega}[\cos(\omega^\top (x - x'))]$ with
@@ -12,6 +12,10 @@ $$
 gives $\phi(x)^\top\phi(x') = D^{-1}\sum_j \cos(\omega_j^\top (x - x')) \to k(x, x') / s^2$. The signal
 variance $s^2$ is *not* in the features: it is the variance of the weight prior, so that
 $\Phi w$ with $w \sim N(0, s^2 I)$ has covariance $\approx s^2 k_{\text{unit}}$.
+
+A Matérn kernel of smoothness $\nu$ (`KERNELS`: 3/2, 5/2) has a multivariate Student-t spectral density
+with $2\nu$ degrees of freedom: $\omega = z \sqrt{2\nu / u} / \ell$ with $z \sim N(0, I)$ and
+$u \sim \chi^2_{2\nu}$, one $u$ per frequency (Rasmussen & Williams 2006, eq. 4.15).
 """
 
 from __future__ import annotations
@@ -48,12 +52,21 @@ class RandomFourierFeatures(NamedTuple):
 
 
 SAMPLINGS = ("iid", "orthogonal", "halton")
+# The stationary ARD kernels of the features and the GP step: the squared exponential, Matérn 5/2 and 3/2.
+KERNELS = ("rbf", "matern52", "matern32")
+# The Matérn kernels' smoothness nu (their frequencies' Student-t has 2 nu degrees of freedom)
+MATERN_NU = {"matern52": 2.5, "matern32": 1.5}
 
 
 def rff_init(
-    key: jax.Array, lengthscales: ArrayLike, num_frequencies: int, *, sampling: str = "iid"
+    key: jax.Array,
+    lengthscales: ArrayLike,
+    num_frequencies: int,
+    *,
+    sampling: str = "iid",
+    kernel: str = "rbf",
 ) -> RandomFourierFeatures:
-    r"""Draws the frequencies of a random Fourier feature map for a squared-exponential ARD kernel.
+    r"""Draws the frequencies of a random Fourier feature map for a stationary ARD kernel.
 
     Every sampling draws standard-normal directions $z_j$ (columns) and scales input `d` by $1/\ell_d$;
     each $z_j$ is marginally $N(0, I)$, so every map is an unbiased estimate of the kernel:
@@ -69,6 +82,9 @@ def rff_init(
       lengthscales: `(d,)` positive, finite lengthscales $\ell_d$, one per input column.
       num_frequencies: $D$, the number of frequencies; the map has `2 * D` features.
       sampling: `"iid"`, `"orthogonal"` or `"halton"`.
+      kernel: `"rbf"` (squared exponential, default), `"matern52"` or `"matern32"`: each Matérn
+        frequency is the direction above times $\sqrt{2\nu / u}$, $u \sim \chi^2_{2\nu}$ drawn from
+        `key` (Student-t frequencies; the directions' sampling applies to $z$ only).
 
     Returns:
       RandomFourierFeatures: Frequencies `(d, D)` in the dtype of `lengthscales`.
@@ -100,22 +116,37 @@ def rff_init(
         raise ValueError(f"`num_frequencies` must be >= 1, got {D}")
     if sampling not in SAMPLINGS:
         raise ValueError(f"`sampling` must be one of {SAMPLINGS}, got {sampling!r}")
-    return rff_init_unchecked(key, lengthscales, D, sampling=sampling)
+    check_kernel(kernel)
+    return rff_init_unchecked(key, lengthscales, D, sampling=sampling, kernel=kernel)
+
+
+def check_kernel(kernel, name: str = "kernel") -> str:
+    """`kernel` if it is one of `KERNELS`, else a `ValueError` naming `name`."""
+    if not isinstance(kernel, str) or kernel not in KERNELS:
+        raise ValueError(f"`{name}` must be one of {KERNELS}, got {kernel!r}")
+    return kernel
 
 
 def rff_init_unchecked(
-    key: jax.Array, lengthscales: jax.Array, num_frequencies: int, *, sampling: str
+    key: jax.Array, lengthscales: jax.Array, num_frequencies: int, *, sampling: str, kernel: str = "rbf"
 ) -> RandomFourierFeatures:
     """`rff_init` of checked arguments (positive finite `(d,)` float `lengthscales`, an int >= 1, a known
-    `sampling`), for the library's own callers."""
+    `sampling` and `kernel`), for the library's own callers. The squared exponential's draws are the
+    directions of `key` itself (as before the Matérn kernels existed); a Matérn kernel's directions and
+    scales come from two keys split from it."""
     D = num_frequencies
     d, dtype = lengthscales.shape[0], lengthscales.dtype
+    k_dir, k_len = (key, None) if kernel == "rbf" else tuple(jax.random.split(key))
     if sampling == "iid":
-        z = jax.random.normal(key, (d, D), dtype=dtype)
+        z = jax.random.normal(k_dir, (d, D), dtype=dtype)
     elif sampling == "orthogonal":
-        z = _orthogonal_directions(key, d, D, dtype)
+        z = _orthogonal_directions(k_dir, d, D, dtype)
     else:
-        z = _halton_directions(key, d, D, dtype)
+        z = _halton_directions(k_dir, d, D, dtype)
+    if kernel != "rbf":
+        nu = MATERN_NU[kernel]
+        u = 2.0 * jax.random.gamma(k_len, nu, (D,), dtype=dtype)  # chi^2 with 2 nu dof
+        z = z * jnp.sqrt(2.0 * nu / u)
     return RandomFourierFeatures(z / lengthscales[:, None])
 
 

@@ -46,6 +46,7 @@ from .._base.deprecation import renamed_arguments
 from .._base.precision import dot, matmul
 from .._base.threads import run_single_threaded, single_blas_thread
 from .._solvers.lbfgs import minimize_lbfgs
+from .features import MATERN_NU, check_kernel
 from .gp_host import HostRows, handle_lml, handle_loo_mse, host_scales
 from .gp_host import host_lml as _host_lml
 
@@ -140,8 +141,21 @@ def _sq_dists(X1, X2, lengthscales):
     return jnp.maximum(d2, 0.0)
 
 
-def _kernel(hyper, X1, X2):
-    return hyper.signal_variance * jnp.exp(-0.5 * _sq_dists(X1, X2, hyper.lengthscales))
+def _kernel(hyper, X1, X2, kernel="rbf"):
+    return hyper.signal_variance * unit_kernel(_sq_dists(X1, X2, hyper.lengthscales), kernel)
+
+
+def unit_kernel(d2, kernel="rbf"):
+    r"""The kernel of signal variance 1 at squared scaled distances `d2` ($|x - x'|^2$ over the lengthscales):
+    $e^{-d^2/2}$ (`"rbf"`), $(1 + r + r^2/3)e^{-r}$ with $r = \sqrt{5 d^2}$ (`"matern52"`), $(1 + r)e^{-r}$ with
+    $r = \sqrt{3 d^2}$ (`"matern32"`); differentiable at $d^2 = 0$ (the square root's gradient is masked
+    there, where a Matérn kernel's derivative in $d^2$ is finite and $d^2$'s in the inputs is zero)."""
+    if kernel == "rbf":
+        return jnp.exp(-0.5 * d2)
+    positive = d2 > 0
+    r = jnp.where(positive, jnp.sqrt(jnp.where(positive, (2.0 * MATERN_NU[kernel]) * d2, 1.0)), 0.0)
+    poly = 1.0 + r + r * r / 3.0 if kernel == "matern52" else 1.0 + r
+    return poly * jnp.exp(-r)
 
 
 @jax.custom_vjp
@@ -217,11 +231,11 @@ def _potri(L):
 _gaussian_log_density.defvjp(_gaussian_log_density_fwd, _gaussian_log_density_bwd)
 
 
-def _lml(hyper, X, y, w=None):
+def _lml(hyper, X, y, w=None, kernel="rbf"):
     """The log marginal likelihood; with row weights `w` (1: a row, 0: padding, whose `y` is 0), of the rows
     of weight 1 only: padding rows get unit variance and no covariance, so they add nothing."""
     n = X.shape[0]
-    K = _kernel(hyper, X, X)
+    K = _kernel(hyper, X, X, kernel)
     if w is None:
         K = 0.5 * (K + K.T) + hyper.noise_variance * jnp.eye(n, dtype=X.dtype)
         count = n
@@ -231,9 +245,9 @@ def _lml(hyper, X, y, w=None):
     return _gaussian_log_density(K, y) - 0.5 * count * jnp.log(jnp.asarray(2 * math.pi, X.dtype))
 
 
-def _cholesky(hyper, X, w=None):
+def _cholesky(hyper, X, w=None, kernel="rbf"):
     """The Cholesky factor of the kernel matrix of `_lml` (with row weights `w`)."""
-    K = _kernel(hyper, X, X)
+    K = _kernel(hyper, X, X, kernel)
     if w is None:
         K = 0.5 * (K + K.T) + hyper.noise_variance * jnp.eye(X.shape[0], dtype=X.dtype)
     else:
@@ -241,31 +255,31 @@ def _cholesky(hyper, X, w=None):
     return jnp.linalg.cholesky(K)
 
 
-def _host_call(theta, X, y, w, with_grad):
+def _host_call(theta, X, y, w, with_grad, kernel):
     """`_host_lml` (`gp_host.host_lml`) through `jax.pure_callback`: `(value, gradient)` in the dtype of `X`."""
     out = jax.ShapeDtypeStruct((), X.dtype), jax.ShapeDtypeStruct(theta.shape, X.dtype)
-    host = functools.partial(_host_lml, with_grad=with_grad)
+    host = functools.partial(_host_lml, with_grad=with_grad, kernel=kernel)
     return jax.pure_callback(host, out, theta, X, y, w=w, vmap_method="sequential")
 
 
-def _lml64(theta, X, y, w=None):
+def _lml64(theta, X, y, w=None, kernel="rbf"):
     """`_lml64_weighted` with every row of weight 1 unless `w` says otherwise."""
-    return _lml64_weighted(theta, X, y, jnp.ones(X.shape[0], X.dtype) if w is None else w)
+    return _lml64_weighted(theta, X, y, jnp.ones(X.shape[0], X.dtype) if w is None else w, kernel)
 
 
-@jax.custom_vjp
-def _lml64_weighted(theta, X, y, w):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _lml64_weighted(theta, X, y, w, kernel):
     """The log marginal likelihood at the log-parameters `theta` of the rows of weight 1 (`_host_lml`:
-    float64, on the host); differentiable in `theta` only."""
-    return _host_call(theta, X, y, w, with_grad=False)[0]
+    float64, on the host) with `kernel`; differentiable in `theta` only."""
+    return _host_call(theta, X, y, w, with_grad=False, kernel=kernel)[0]
 
 
-def _lml64_fwd(theta, X, y, w):
-    value, grad = _host_call(theta, X, y, w, with_grad=True)
+def _lml64_fwd(theta, X, y, w, kernel):
+    value, grad = _host_call(theta, X, y, w, with_grad=True, kernel=kernel)
     return value, (grad, X, y, w)
 
 
-def _lml64_bwd(res, g):
+def _lml64_bwd(kernel, res, g):
     grad, X, y, w = res
     return g * grad, jnp.zeros_like(X), jnp.zeros_like(y), jnp.zeros_like(w)
 
@@ -273,11 +287,11 @@ def _lml64_bwd(res, g):
 _lml64_weighted.defvjp(_lml64_fwd, _lml64_bwd)
 
 
-def _loo_mse(hyper, X, y, w):
+def _loo_mse(hyper, X, y, w, kernel="rbf"):
     r"""Leave-one-out mean squared error of the GP posterior mean, $\operatorname{mean}_i
     (\alpha_i / [K_y^{-1}]_{ii})^2$ (Rasmussen & Williams 2006, eq. 5.12), over the rows of weight 1
     (padding rows have $\alpha_i = 0$)."""
-    L = _cholesky(hyper, X, w)
+    L = _cholesky(hyper, X, w, kernel)
     Linv = jax.scipy.linalg.solve_triangular(L, jnp.eye(X.shape[0], dtype=X.dtype), lower=True)
     alpha = matmul(Linv.T, matmul(Linv, y))
     return jnp.sum((alpha / jnp.sum(Linv**2, axis=0)) ** 2) / jnp.sum(w)
@@ -309,7 +323,9 @@ def _validate_xy(X: ArrayLike, y: ArrayLike) -> tuple[jax.Array, jax.Array]:
     return X.astype(dtype), y.astype(dtype)
 
 
-def gp_log_marginal_likelihood(hyper: GPHyperparameters, X: ArrayLike, y: ArrayLike) -> jax.Array:
+def gp_log_marginal_likelihood(
+    hyper: GPHyperparameters, X: ArrayLike, y: ArrayLike, *, kernel: str = "rbf"
+) -> jax.Array:
     r"""Exact log marginal likelihood of a zero-mean GP regression model.
 
     $$
@@ -324,6 +340,8 @@ def gp_log_marginal_likelihood(hyper: GPHyperparameters, X: ArrayLike, y: ArrayL
       hyper: `GPHyperparameters` with `lengthscales` of shape `(d,)`.
       X: inputs `(n, d)`.
       y: targets `(n,)` (centred: the GP has zero mean).
+      kernel: `"rbf"` (the squared exponential of `GPHyperparameters`, default), `"matern52"` or
+        `"matern32"` (Matérn 5/2 and 3/2 of the same scaled distance).
 
     Returns:
       A scalar in the promoted dtype of `X` and `y`.
@@ -338,10 +356,11 @@ def gp_log_marginal_likelihood(hyper: GPHyperparameters, X: ArrayLike, y: ArrayL
       >>> round(float(kronvi.inputs.gp_log_marginal_likelihood(h, jnp.zeros((1, 1)), jnp.zeros(1))), 4)
       -1.2655
     """
+    check_kernel(kernel)
     X, y = _validate_xy(X, y)
     _check_hyper(hyper, X.shape[1])
     hyper = jax.tree.map(lambda a: jnp.asarray(a, X.dtype), hyper)
-    return _lml(hyper, X, y)
+    return _lml(hyper, X, y, kernel=kernel)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -442,6 +461,7 @@ def fit_gp_hyperparameters(
     restarts: str = "all",
     screen_points: int = 300,
     precision: str = "float64",
+    kernel: str = "rbf",
 ) -> GPFit:
     r"""GP hyperparameters by maximizing the exact marginal likelihood from several starts.
 
@@ -532,6 +552,9 @@ def fit_gp_hyperparameters(
         its rounding (which also changes with XLA's CPU kernels, e.g. with four host devices) moves where
         a start stops on a flat likelihood
         (`docs/decisions/gp-step.md#the-gp-step-in-float64-whatever-the-working-dtype`).
+      kernel: the kernel family whose hyperparameters are fitted: `"rbf"` (squared exponential, default),
+        `"matern52"` or `"matern32"` (`gp_log_marginal_likelihood(kernel=...)`). The likelihoods of two
+        families on the same `key` and rows compare their evidence (`kronvi.DirectConfig(kernel="auto")`).
 
     Returns:
       `GPFit` `(hyper, info)`: the chosen `GPHyperparameters` and a `GPFitInfo`.
@@ -568,6 +591,7 @@ def fit_gp_hyperparameters(
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be {' or '.join(map(repr, PRECISIONS))}, got {precision!r}")
     screen = check_int(screen_points, "screen_points", minimum=2)
+    check_kernel(kernel)
     in_float64 = _whole_fit_in_float64(precision, X, (key, X, y, init, min_noise_variance))
     out_dtype = X.dtype
     with contextlib.ExitStack() as scope:
@@ -580,6 +604,7 @@ def fit_gp_hyperparameters(
             key, X, y, num_points=num_points, num_starts=num_starts, max_iter=max_iter, tol=tol,
             gain_tol=gain_tol, min_noise_variance=min_noise_variance, degenerate_margin=degenerate_margin,
             init=init, parallel_restarts=parallel_restarts, restarts=restarts, screen=screen, precision=precision,
+            kernel=kernel,
         )  # fmt: skip
         if in_float64:
             fit = fetch(fit)
@@ -603,6 +628,7 @@ def _fit(
     restarts,
     screen,
     precision,
+    kernel="rbf",
 ) -> GPFit:
     """`fit_gp_hyperparameters` after its checks, in the dtype of `X` (float64 NumPy rows: in float64)."""
     n, d = X.shape
@@ -666,9 +692,9 @@ def _fit(
         if _rows_on_host(concrete, parallel, precision, dtype):
             # No program sees the rows: one program per input width serves every row count.
             X, y = (np.asarray(fetch(a), np.float64) for a in (X, y))
-            rows = _hold(stack, X, y, min_noise)
+            rows = _hold(stack, X, y, min_noise, kernel)
             first = _pick(starts, 0) if screened_rows else None
-            screen_rows = _hold(stack, X[:screen], y[:screen], min_noise) if screened_rows else None
+            screen_rows = _hold(stack, X[:screen], y[:screen], min_noise, kernel) if screened_rows else None
             run = functools.partial(
                 _run_held, max_iter=int(max_iter), tol=_scalar(tol, dtype), gain_tol=_scalar(gain_tol, dtype)
             )
@@ -687,7 +713,7 @@ def _fit(
                 pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(workers))
             run = functools.partial(
                 _run_starts, pool=pool, min_noise=min_noise, max_iter=int(max_iter), tol=_scalar(tol, dtype),
-                gain_tol=_scalar(gain_tol, dtype), parallel=parallel, precision=precision,
+                gain_tol=_scalar(gain_tol, dtype), parallel=parallel, precision=precision, kernel=kernel,
             )  # fmt: skip
             summarize = functools.partial(_summarize, min_noise=min_noise, margin=margin)
         hyper, info = _search(run, summarize, rows, screen_rows, starts, first)
@@ -746,9 +772,9 @@ class _Held(NamedTuple):
     active: jax.Array
 
 
-def _hold(stack, X, y, min_noise) -> _Held:
-    """`X`, `y` (float64 NumPy) held on the host until `stack` closes."""
-    rows = stack.enter_context(HostRows(X, y))
+def _hold(stack, X, y, min_noise, kernel="rbf") -> _Held:
+    """`X`, `y` (float64 NumPy) held on the host, with their `kernel`, until `stack` closes."""
+    rows = stack.enter_context(HostRows(X, y, kernel))
     scales = host_scales(
         rows.X, rows.y, float(fetch(min_noise)), _LENGTHSCALE_BOUNDS, _SIGNAL_BOUNDS, _NOISE_UPPER
     )
@@ -889,7 +915,7 @@ def _start_workers(num_starts):
     return min(int(num_starts), cores)
 
 
-def _run_starts(rows, starts, *, pool, min_noise, max_iter, tol, gain_tol, parallel, precision):
+def _run_starts(rows, starts, *, pool, min_noise, max_iter, tol, gain_tol, parallel, precision, kernel="rbf"):
     """Start every start of `starts` on `rows` `(X, y, w)` (row weights `w`); returns a function that returns
     their `_run_start` results, stacked along a leading axis.
 
@@ -903,15 +929,16 @@ def _run_starts(rows, starts, *, pool, min_noise, max_iter, tol, gain_tol, paral
     X, y, w = rows
     if pool is None:
         raw = run_single_threaded(
-            _fit_starts, X, y, w, starts, min_noise, max_iter, tol, gain_tol, parallel, precision
+            _fit_starts, X, y, w, starts, min_noise, max_iter, tol, gain_tol, parallel, precision, kernel
         )
         return lambda: raw
     each = _unstack(starts)
     # Traced and compiled here, not in the workers: JAX's configuration contexts (`jax.enable_x64`, say)
     # belong to the thread that enters them.
     one = _start_fit.lower(
-        X, y, w, each[0], min_noise, max_iter=max_iter, tol=tol, gain_tol=gain_tol, precision=precision
-    ).compile()
+        X, y, w, each[0], min_noise, max_iter=max_iter, tol=tol, gain_tol=gain_tol, precision=precision,
+        kernel=kernel,
+    ).compile()  # fmt: skip
     # A host callback (`potri`, the float64 likelihood) hands its operands to Python through XLA's CPU
     # thread pool, from a thread of that pool: two programs in callbacks at once can hold every pool
     # thread and wait on each other, a deadlock on a machine with few cores. Such programs run one at a time.
@@ -983,7 +1010,7 @@ def _bounds(X, y, w, min_noise):
     return _Bounds(lo, hi), ls_lo, ls_hi, active
 
 
-def _run_start(X, y, w, start, min_noise, max_iter, tol, gain_tol, precision):
+def _run_start(X, y, w, start, min_noise, max_iter, tol, gain_tol, precision, kernel="rbf"):
     """One start: L-BFGS from `start`, then its leave-one-out error on the same rows (of weight `w` = 1)."""
     m = jnp.sum(w)
     dtype = X.dtype
@@ -991,15 +1018,15 @@ def _run_start(X, y, w, start, min_noise, max_iter, tol, gain_tol, precision):
 
     def loss(u):
         if _likelihood_on_host(precision, dtype):
-            return -_lml64(_log_params(u, bounds), X, y, w) / m
-        return -_lml(_unpack(u, bounds), X, y, w) / m
+            return -_lml64(_log_params(u, bounds), X, y, w, kernel) / m
+        return -_lml(_unpack(u, bounds), X, y, w, kernel) / m
 
     # Stops at a stall too (no decrease beyond rounding, or two gains under gain_tol in a row).
     u, info = minimize_lbfgs(
         loss, _pack(start, bounds), m, max_iter=max_iter, tol=tol, stall_rtol=_stall_rtol(dtype),
         stall_atol=gain_tol / m,
     )  # fmt: skip
-    return _start_result(u, info, bounds, _loo_mse(_unpack(u, bounds), X, y, w))
+    return _start_result(u, info, bounds, _loo_mse(_unpack(u, bounds), X, y, w, kernel))
 
 
 def _start_result(u, info, bounds, loo):
@@ -1010,7 +1037,7 @@ def _start_result(u, info, bounds, loo):
     return _unpack(u, bounds), lml, info.num_iter, info.converged, info.grad_norm, loo
 
 
-_start_fit = jax.jit(_run_start, static_argnames=("max_iter", "precision"))
+_start_fit = jax.jit(_run_start, static_argnames=("max_iter", "precision", "kernel"))
 
 
 @jax.jit
@@ -1072,12 +1099,12 @@ def _summary(results, var_y, ls_lo, ls_hi, active, min_noise, margin, num_points
     return hyper, info
 
 
-@functools.partial(jax.jit, static_argnums=(5, 8, 9))
-def _fit_starts(X, y, w, starts, min_noise, max_iter, tol, gain_tol, parallel, precision):
+@functools.partial(jax.jit, static_argnums=(5, 8, 9, 10))
+def _fit_starts(X, y, w, starts, min_noise, max_iter, tol, gain_tol, parallel, precision, kernel):
     """`_run_start` of every start, in one program."""
 
     def judged(start):
-        return _run_start(X, y, w, start, min_noise, max_iter, tol, gain_tol, precision)
+        return _run_start(X, y, w, start, min_noise, max_iter, tol, gain_tol, precision, kernel)
 
     # vmap batches the starts' Cholesky factorizations into one LAPACK call per step; lax.map runs the
     # starts one after another (see `parallel_restarts`).

@@ -23,23 +23,25 @@ from jax import lax
 
 from .._base.buckets import to_device
 
-_ROWS: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # the rows of the fits in progress, by handle
+_ROWS: dict[int, tuple[np.ndarray, np.ndarray, str]] = {}  # the rows of the fits in progress, by handle
 _ROWS_LOCK = threading.Lock()
 _HANDLES = itertools.count(1)
 
 
 class HostRows:
-    """A context manager that holds float64 rows `(X, y)` on the host under an integer `handle` while a
-    program uses them (`with HostRows(X, y) as rows: ... rows.handle ...`); the rows are dropped on exit."""
+    """A context manager that holds float64 rows `(X, y)` and the name of their kernel (`KERNELS`) on the
+    host under an integer `handle` while a program uses them (`with HostRows(X, y) as rows: ...
+    rows.handle ...`); the rows are dropped on exit."""
 
-    def __init__(self, X, y):
+    def __init__(self, X, y, kernel: str = "rbf"):
         self.X = np.ascontiguousarray(X, np.float64)
         self.y = np.ascontiguousarray(y, np.float64)
+        self.kernel = kernel
         self.handle = next(_HANDLES)
 
     def __enter__(self):
         with _ROWS_LOCK:
-            _ROWS[self.handle] = (self.X, self.y)
+            _ROWS[self.handle] = (self.X, self.y, self.kernel)
         return self
 
     def __exit__(self, *exc):
@@ -48,14 +50,16 @@ class HostRows:
         return False
 
 
-def _rows(handle) -> tuple[np.ndarray, np.ndarray]:
+def _rows(handle) -> tuple[np.ndarray, np.ndarray, str]:
     with _ROWS_LOCK:
         return _ROWS[int(handle)]
 
 
-def _factor(theta, X):
-    """`(A, Kf, L)` at the log-parameters `theta`: the centred inputs over the lengthscales, the kernel
-    without the noise, and the lower Cholesky factor of the kernel with it (`None` when it fails)."""
+def _factor(theta, X, kernel="rbf"):
+    r"""`(A, Kf, Kg, L)` at the log-parameters `theta`: the centred inputs over the lengthscales, the kernel
+    without the noise, $-2\,\partial K_f / \partial d^2$ ($d^2$ the squared scaled distance; `Kf` itself
+    for the squared exponential) and the lower Cholesky factor of the kernel with the noise (`None` when it
+    fails)."""
     from scipy.linalg import lapack
 
     n, d = X.shape
@@ -67,12 +71,23 @@ def _factor(theta, X):
     Kf -= half_sq[:, None]
     Kf -= half_sq[None, :]
     np.minimum(Kf, 0.0, out=Kf)
-    np.exp(Kf, out=Kf)
-    Kf *= s2
+    if kernel == "rbf":
+        np.exp(Kf, out=Kf)
+        Kf *= s2
+        Kg = Kf
+    else:  # Matern: r = sqrt(2 nu d2); 5/2: (1 + r + r^2/3) e^-r, 3/2: (1 + r) e^-r
+        r = np.sqrt(-2.0 * (5.0 if kernel == "matern52" else 3.0) * Kf, out=Kf)
+        e = np.exp(-r)
+        if kernel == "matern52":
+            Kg = (5.0 / 3.0 * s2) * (1.0 + r) * e
+            Kf = s2 * (1.0 + r + r * r / 3.0) * e
+        else:
+            Kg = (3.0 * s2) * e
+            Kf = s2 * (1.0 + r) * e
     C = np.array(Kf, order="F")  # Fortran order: LAPACK factors it in place
     C.flat[:: n + 1] += noise
     L, info = lapack.dpotrf(C, lower=1, clean=0, overwrite_a=1)  # reads and writes the lower triangle
-    return A, Kf, (L if info == 0 else None)
+    return A, Kf, Kg, (L if info == 0 else None)
 
 
 def _inverse(L):
@@ -85,15 +100,17 @@ def _inverse(L):
     return K_inv
 
 
-def host_lml(theta, X, y, with_grad, w=None):
+def host_lml(theta, X, y, with_grad, w=None, kernel="rbf"):
     r"""`(value, gradient)` of the log marginal likelihood in $\theta = (\log\ell_1, \dots, \log\ell_d,
     \log s^2, \log\sigma^2)$, computed in float64 with NumPy and LAPACK whatever the dtype of `X`, and
     returned in that dtype (the gradient is NaN when `with_grad` is false or the factorization fails).
-    With row weights `w`, of the rows of weight 1 only (the rest is padding).
+    With row weights `w`, of the rows of weight 1 only (the rest is padding). `kernel`: one of `KERNELS`.
 
-    With $W = \tfrac12(\alpha\alpha^\top - K^{-1})$ and $G = W \circ K_f$ ($K_f$ the kernel without the
-    noise): $\partial/\partial\log s^2 = \sum_{ij} G_{ij}$, $\partial/\partial\log\sigma^2 = \sigma^2
-    \operatorname{tr} W$ and, with $a = x / \ell$, $\partial/\partial\log\ell_k = \sum_{ij} G_{ij}(a_{ik} -
+    With $W = \tfrac12(\alpha\alpha^\top - K^{-1})$, $K_f$ the kernel without the noise and $K_g =
+    -2\,\partial K_f/\partial d^2$ ($d^2_{ij} = |a_i - a_j|^2$, $a = x / \ell$; $K_g = K_f$ for the squared
+    exponential, $3 s^2 e^{-r}$ for Matérn 3/2, $\tfrac53 s^2 (1 + r) e^{-r}$ for Matérn 5/2):
+    $\partial/\partial\log s^2 = \sum_{ij} (W \circ K_f)_{ij}$, $\partial/\partial\log\sigma^2 = \sigma^2
+    \operatorname{tr} W$ and, with $G = W \circ K_g$, $\partial/\partial\log\ell_k = \sum_{ij} G_{ij}(a_{ik} -
     a_{jk})^2 = 2\sum_i a_{ik}^2 (G1)_i - 2\sum_i a_{ik}(Ga)_{ik}$ ($G$ is symmetric): one product of
     $G$ with the $n \times d$ inputs instead of $d$ matrices of squared differences.
     """
@@ -106,7 +123,7 @@ def host_lml(theta, X, y, with_grad, w=None):
     theta, X, y = (np.asarray(a, np.float64) for a in (theta, X, y))
     n, d = X.shape
     grad = np.full(d + 2, np.nan)
-    A, Kf, L = _factor(theta, X)
+    A, Kf, Kg, L = _factor(theta, X, kernel)
     if L is None:
         return np.asarray(np.nan, dtype), grad.astype(dtype)
     alpha, _ = lapack.dpotrs(L, y, lower=1)
@@ -116,21 +133,22 @@ def host_lml(theta, X, y, with_grad, w=None):
         np.subtract(np.outer(alpha, alpha), W, out=W)
         W *= 0.5
         trace = np.trace(W)
-        W *= Kf  # G
+        signal = None if Kg is Kf else np.einsum("ij,ij->", W, Kf)
+        W *= Kg  # G
         r = W.sum(axis=1)
         grad[:d] = 2.0 * ((A * A).T @ r) - 2.0 * np.einsum("ij,ij->j", A, W @ A)
-        grad[d], grad[d + 1] = r.sum(), np.exp(theta[d + 1]) * trace
+        grad[d], grad[d + 1] = (r.sum() if signal is None else signal), np.exp(theta[d + 1]) * trace
     return np.asarray(value, dtype), grad.astype(dtype)
 
 
-def host_loo_mse(theta, X, y):
+def host_loo_mse(theta, X, y, kernel="rbf"):
     r"""Leave-one-out mean squared error of the GP posterior mean at `theta`, $\operatorname{mean}_i
     (\alpha_i / [K_y^{-1}]_{ii})^2$ (Rasmussen & Williams 2006, eq. 5.12), in float64 (NaN when the
     factorization fails)."""
     from scipy.linalg import lapack
 
     theta, X, y = (np.asarray(a, np.float64) for a in (theta, X, y))
-    _, _, L = _factor(theta, X)
+    *_, L = _factor(theta, X, kernel)
     if L is None:
         return np.float64(np.nan)
     alpha, _ = lapack.dpotrs(L, y, lower=1)
@@ -160,8 +178,8 @@ def _host_bits(a) -> np.ndarray:
 
 
 def _by_handle(theta_bits, handle, *, with_grad):
-    X, y = _rows(handle)
-    value, grad = host_lml(_host_float64(theta_bits), X, y, with_grad)
+    X, y, kernel = _rows(handle)
+    value, grad = host_lml(_host_float64(theta_bits), X, y, with_grad, kernel=kernel)
     return _host_bits(value), _host_bits(grad)
 
 
@@ -197,7 +215,8 @@ def handle_loo_mse(theta, handle):
     """`host_loo_mse` of the rows registered under `handle` (float64 `theta`, traced)."""
 
     def host(theta_bits, handle):
-        return _host_bits(host_loo_mse(_host_float64(theta_bits), *_rows(handle)))
+        X, y, kernel = _rows(handle)
+        return _host_bits(host_loo_mse(_host_float64(theta_bits), X, y, kernel))
 
     out = jax.ShapeDtypeStruct((2,), jnp.uint32)
     return _unbits(
