@@ -17,8 +17,10 @@ of every dataset first, so a partial run covers every dataset):
   hyperparameters by L-BFGS-B on `--exact-fit-rows` of them), only with `--methods` naming `exact-gp`.
 
 Every result is appended to `--out` (JSONL) as soon as it exists; `--resume` skips the (dataset, fold,
-method) records already there. `--table` and `--plot` render whatever the file holds. Seconds are wall
-seconds on this machine with the load average recorded beside each; they include XLA compilation.
+method) records already there (kronvi then fits only the missing budgets, the default recipe only when its
+record or BayesianRidge's is missing, every one on the GP step of the first it fits, whose seconds include it).
+`--table` and `--plot` render whatever the file holds. Seconds are wall seconds on this machine with the load
+average recorded beside each; they include XLA compilation.
 
 Usage:
   python experiments/peers_rmse_time.py --data-dir ../shared/data/uci --datasets kin40k,protein,elevators,bike \
@@ -95,9 +97,17 @@ def write_record(out, base, method, res, load0, **extra) -> None:
           f"{res['fit']:.1f} s (load {load0:.2f} -> {rec['load_after']:.2f})", flush=True)  # fmt: skip
 
 
-def run_kronvi(Xtr, ytr, Xte, yte, sizes):
-    """The default recipe end to end, then each other budget in `sizes` on its GP step; yields
-    `(b, record, model)`."""
+def kronvi_budgets(default_b, sizes, done_budgets, need_default) -> list[int]:
+    """The budgets `run_kronvi` fits, in order: the default `default_b` first when `need_default` (its record or
+    the BayesianRidge on its features is missing), then each of `sizes` not in `done_budgets`."""
+    rest = [b for b in dict.fromkeys(sizes) if b != default_b and b not in done_budgets]
+    return [default_b] * need_default + rest
+
+
+def run_kronvi(Xtr, ytr, Xte, yte, budgets):
+    """Each budget in `budgets` (the default recipe's `DirectConfig()` for the default b, else
+    `DirectConfig(num_frequencies=b // 2)`), every one on the GP step of the first; yields
+    `(b, record, model)`. The first budget's seconds include the GP step; the others' add its seconds."""
     import jax
 
     import kronvi
@@ -106,14 +116,15 @@ def run_kronvi(Xtr, ytr, Xte, yte, sizes):
     n = len(Xtr)
     default_b = 2 * kronvi.pipeline.default_num_frequencies(n)
     gp, gp_seconds = None, None
-    for b in [default_b] + [s for s in sizes if s != default_b]:
+    for b in budgets:
         config = DirectConfig() if b == default_b else DirectConfig(num_frequencies=b // 2)
         t0 = time.perf_counter()
         fold = prepare_fold(jax.random.key(0), Xtr, ytr, config, gp=gp)
         model, timings, _ = fit_prepared(fold, config)
         jax.block_until_ready(model.q_w.logits)
         own = time.perf_counter() - t0
-        if gp is None:
+        first = gp is None
+        if first:
             gp, gp_seconds = (fold.hyper, fold.gp_info), timings.init_seconds
         pred = kronvi.pipeline.predict(model, Xte)
         try:
@@ -121,7 +132,7 @@ def run_kronvi(Xtr, ytr, Xte, yte, sizes):
         except kronvi.DensityToleranceError as e:  # far-tail points: the best values, counted in the record
             ld, loose = np.asarray(e.log_density, np.float64), len(e.failed)
         yield b, dict(
-            fit=own if b == default_b else own + gp_seconds, gp_seconds=gp_seconds, default=b == default_b,
+            fit=own if first else own + gp_seconds, gp_seconds=gp_seconds, default=b == default_b,
             density_points_over_rtol=loose,
             rmse=float(np.sqrt(np.mean((np.asarray(pred.mean, np.float64) - yte) ** 2))), nlpd=float(-ld.mean()),
         ), model  # fmt: skip
@@ -189,12 +200,14 @@ def main(argv=None):
             record = functools.partial(write_record, args.out, base)
 
             default_b = 2 * kronvi.pipeline.default_num_frequencies(len(Xtr))
-            kr = ("kronvi" in methods and (name, k, f"kronvi b={default_b}") not in done) or (
+            done_budgets = {int(m[9:]) for d, f, m in done if (d, f) == (name, k) and m.startswith("kronvi b=")}
+            need_default = ("kronvi" in methods and default_b not in done_budgets) or (
                 "bayesian-ridge" in methods and (name, k, "BayesianRidge") not in done
             )
-            if kr:
+            budgets = kronvi_budgets(default_b, sizes if "kronvi" in methods else [], done_budgets, need_default)
+            if budgets:
                 load0 = load_average()
-                for b, res, model in run_kronvi(Xtr, ytr, Xte, yte, sizes):
+                for b, res, model in run_kronvi(Xtr, ytr, Xte, yte, budgets):
                     if "kronvi" in methods and (name, k, f"kronvi b={b}") not in done:
                         record(f"kronvi b={b}", res, load0, b=b)
                     if res["default"] and "bayesian-ridge" in methods and (name, k, "BayesianRidge") not in done:
