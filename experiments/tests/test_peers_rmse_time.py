@@ -28,6 +28,16 @@ def test_kronvi_budgets_fits_only_the_missing_ones():
     assert peers_rmse_time.kronvi_budgets(4000, [4000], set(), False) == []
 
 
+def test_common_folds_leave_the_exact_gp_out():
+    recs = [dict(dataset="a", fold=f, method=m, rmse=1.0 + f, nlpd=0.0, fit=1.0) for f in range(3)
+            for m in ("kronvi b=8", "SVGP")] + [dict(dataset="a", fold=0, method="exact GP", rmse=0.5, nlpd=0.0, fit=2.0)]  # fmt: skip
+    assert peers_rmse_time.common_folds(recs) == {"a": [0, 1, 2]}
+    assert peers_rmse_time.summary(recs)["a"]["exact GP"] == ([0], 0.5, 0.0, 2.0)
+    assert peers_rmse_time.summary(recs)["a"]["SVGP"] == ([0, 1, 2], 2.0, 0.0, 1.0)
+    only = [r for r in recs if r["method"] == "exact GP"]
+    assert peers_rmse_time.common_folds(only) == {"a": [0]}
+
+
 def test_peers_rmse_time_smoke(tmp_path):
     write_sine_folds(tmp_path / "data" / "tiny", n=60, d=2)
     out = tmp_path / "peers.jsonl"
