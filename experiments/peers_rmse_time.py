@@ -378,7 +378,8 @@ def plot(records, path) -> None:
             handles.setdefault(label.split(" b=")[0], h)
     fig.legend(handles.values(), [k + " (at each b; labels: b)" * (k == "kronvi") for k in handles],
                loc="lower center", ncol=len(handles), fontsize=8)  # fmt: skip
-    fig.suptitle("Mean over the folds every method ran (markers) and every fold (dots); lower left is better")
+    fig.suptitle("Mean over the folds every method ran (markers; the exact GP over those of them it ran) and every "
+                 "fold (dots); lower left is better")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
 
