@@ -1,9 +1,11 @@
 """experiments/peers_rmse_time.py: its NLPD formula against scipy's normal density, and a smoke run on a tiny
 synthetic dataset (kronvi, BayesianRidge and, with GPJax installed, the SVGP): every record is appended, a
-resumed run adds none, and the table and the figure are rendered from the file; and the SVGP's final q(u) step
-against the exact GP it must equal when every training row is an inducing input."""
+resumed run adds none (given a new budget, it fits that one only), and the table and the figure are rendered
+from the file; and the SVGP's final q(u) step against the exact GP it must equal when every training row is an
+inducing input."""
 
 import importlib.util
+import json
 import sys
 
 import numpy as np
@@ -18,6 +20,22 @@ def test_gaussian_nlpd_matches_scipy():
     y, mean, var = rng.normal(size=50), rng.normal(size=50), rng.uniform(0.1, 3.0, size=50)
     expected = -np.mean(norm.logpdf(y, loc=mean, scale=np.sqrt(var)))
     assert np.isclose(peers_rmse_time.gaussian_nlpd(y, mean, var), expected, rtol=1e-12)
+
+
+def test_kronvi_budgets_fits_only_the_missing_ones():
+    assert peers_rmse_time.kronvi_budgets(2000, [1000, 2000, 8000], set(), True) == [2000, 1000, 8000]
+    assert peers_rmse_time.kronvi_budgets(2000, [1000, 8000, 1000], {1000}, False) == [8000]
+    assert peers_rmse_time.kronvi_budgets(4000, [4000], set(), False) == []
+
+
+def test_common_folds_leave_the_exact_gp_out():
+    recs = [dict(dataset="a", fold=f, method=m, rmse=1.0 + f, nlpd=0.0, fit=1.0) for f in range(3)
+            for m in ("kronvi b=8", "SVGP")] + [dict(dataset="a", fold=0, method="exact GP", rmse=0.5, nlpd=0.0, fit=2.0)]  # fmt: skip
+    assert peers_rmse_time.common_folds(recs) == {"a": [0, 1, 2]}
+    assert peers_rmse_time.summary(recs)["a"]["exact GP"] == ([0], 0.5, 0.0, 2.0)
+    assert peers_rmse_time.summary(recs)["a"]["SVGP"] == ([0, 1, 2], 2.0, 0.0, 1.0)
+    only = [r for r in recs if r["method"] == "exact GP"]
+    assert peers_rmse_time.common_folds(only) == {"a": [0]}
 
 
 def test_peers_rmse_time_smoke(tmp_path):
@@ -39,6 +57,13 @@ def test_peers_rmse_time_smoke(tmp_path):
         assert svgp["full_elbo_after"] >= svgp["full_elbo_before"] - 1e-6
     assert peers_rmse_time.main(args) == 0  # resumed: nothing left to run
     assert len(peers_rmse_time.read_records(out)) == len(records)
+    lines = out.read_text().count("\n")
+    more = ["--data-dir", str(tmp_path / "data"), "--datasets", "tiny", "--folds", "1", "--methods", "kronvi",
+            "--sizes", "4,8", "--out", str(out), "--resume"]  # fmt: skip
+    assert peers_rmse_time.main(more) == 0  # a new budget: that one only, the default not refitted
+    new = [json.loads(line) for line in out.read_text().splitlines()[lines:]]
+    assert [r["method"] for r in new] == ["kronvi b=4"] and not new[0]["default"]
+    assert new[0]["fit"] >= new[0]["gp_seconds"]  # the first budget fitted carries the GP step's seconds
     table, png = tmp_path / "peers.md", tmp_path / "peers.png"
     assert peers_rmse_time.main(["--out", str(out), "--table", str(table), "--plot", str(png)]) == 0
     assert "| tiny | 0 | kronvi b=2000 |" in table.read_text() and png.stat().st_size > 1000
