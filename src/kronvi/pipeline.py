@@ -1066,13 +1066,13 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
         # the GP sees the float64 rows, whatever the working dtype (gp_precision="float64")
         gp_rows = standardize_host(std, X64, np.float64), (y64 - y_offset) / y_scale
     _stage(progress, "gp", 0, Xs.shape[0])
-    hyper, gp_info, kernel = _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows)
+    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows)
     del gp_rows
     t1 = time.perf_counter()
     _stage(progress, "statistics", 0, Xs.shape[0])
     num_frequencies = _num_frequencies(config, Xs.shape[0])
     feats = _draw_features(
-        k_rff, hyper, num_frequencies, config, fitted=gp is None and gp_info is not None, kernel=kernel
+        k_rff, hyper, num_frequencies, config, fitted=gp is None and gp_info is not None, kernel=config.kernel
     )
     fmap = functools.partial(rff_features_unchecked, feats)
     cv_stats = None
@@ -1096,7 +1096,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     t2 = time.perf_counter()
     return PreparedFold(
         std, y_offset, Xs, yc, hyper, gp_info, feats, stats, cv_stats, prior_w, k_fit, t1 - t0, t2 - t1,
-        basis, s2, prior_scale, y_scale, kernel, evidence,
+        basis, s2, prior_scale, y_scale, config.kernel, evidence,
     )  # fmt: skip
 
 
@@ -1141,9 +1141,8 @@ def _host_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
-    """`(hyper, gp_info, kernel)`: the GP step's for `config.kernel` (or `gp`'s), or those of
-    `config.lengthscale` (`gp_info` None). `gp_rows`: the GP step's `(X, y)` if not `(Xs, yc)` (their
-    float64 values)."""
+    """`(hyper, gp_info)`: the GP step's for `config.kernel` (or `gp`'s), or those of `config.lengthscale`
+    (`gp_info` None). `gp_rows`: the GP step's `(X, y)` if not `(Xs, yc)` (their float64 values)."""
     if config.lengthscale is not None:
         hyper, gp_info = _fixed_hyperparameters(config.lengthscale, Xs, yc), None
     elif gp is None:
@@ -1155,7 +1154,7 @@ def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
         )  # fmt: skip
     else:
         hyper, gp_info = gp
-    return _block(hyper), gp_info, config.kernel
+    return _block(hyper), gp_info
 
 
 def _prepare_best_kernel(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> PreparedFold:
@@ -1342,7 +1341,7 @@ def _eigen_grids(stats, basis, scale64, noise64, config, dtype):
     return stats, basis, prior_w, scale, s2, (evidence if _traced(evidence) else float(evidence))
 
 
-# `spectral_evidence_optimum`'s box: each log variance within this of its start (its default `log_range`)
+# `spectral_evidence_optimum`'s box, passed to it: each log variance within this of its start
 _EVIDENCE_LOG_RANGE = 12.0
 
 
@@ -1354,13 +1353,14 @@ def _evidence_optimum(eigenvalues, c, yty, n, scale, noise, *, restarts: int = 3
     wants (`docs/decisions/default-recipe.md#the-kernel-family`). Where the first run ends inside its box
     (every fit before this rule), its result is returned as it is."""
     start = (scale, noise)
-    result = spectral_evidence_optimum(eigenvalues, c, yty, n, scale, noise)
+    search = functools.partial(spectral_evidence_optimum, log_range=_EVIDENCE_LOG_RANGE)
+    result = search(eigenvalues, c, yty, n, scale, noise)
     active = _on_edge(result, start)
     current = result
     for _ in range(restarts - 1):
         if not _traced(active) and not bool(active):
             break
-        following = spectral_evidence_optimum(eigenvalues, c, yty, n, *current)
+        following = search(eigenvalues, c, yty, n, *current)
         result = tuple(jnp.where(active, f, r) for f, r in zip(following, result, strict=True))
         active = active & _on_edge(following, current)
         current = following
@@ -1851,13 +1851,14 @@ def stream_init(
     shift, unit = target_moments(y64)
     with np.errstate(over="ignore"):
         yc = to_device(((y64 - shift) / unit).astype(dtype))
-    hyper, gp_info, kernel = _hyperparameters(k_gp, Xs, yc, config, None)
+    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, None)
     feats = _draw_features(
-        k_rff, hyper, _num_frequencies(config, X64.shape[0]), config, fitted=gp_info is not None, kernel=kernel
-    )
+        k_rff, hyper, _num_frequencies(config, X64.shape[0]), config, fitted=gp_info is not None,
+        kernel=config.kernel,
+    )  # fmt: skip
     _block(feats)
     return StreamState(
-        std, feats, hyper, gp_info, float(shift), unit, k_fit, None, time.perf_counter() - t0, 0.0, kernel
+        std, feats, hyper, gp_info, float(shift), unit, k_fit, None, time.perf_counter() - t0, 0.0, config.kernel
     )
 
 

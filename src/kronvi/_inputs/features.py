@@ -120,11 +120,10 @@ def rff_init(
     return rff_init_unchecked(key, lengthscales, D, sampling=sampling, kernel=kernel)
 
 
-def check_kernel(kernel, name: str = "kernel") -> str:
-    """`kernel` if it is one of `KERNELS`, else a `ValueError` naming `name`."""
+def check_kernel(kernel) -> None:
+    """A `ValueError` naming `kernel` unless it is one of `KERNELS`."""
     if not isinstance(kernel, str) or kernel not in KERNELS:
-        raise ValueError(f"`{name}` must be one of {KERNELS}, got {kernel!r}")
-    return kernel
+        raise ValueError(f"`kernel` must be one of {KERNELS}, got {kernel!r}")
 
 
 def rff_init_unchecked(

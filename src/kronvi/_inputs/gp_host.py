@@ -22,6 +22,7 @@ import numpy as np
 from jax import lax
 
 from .._base.buckets import to_device
+from .features import MATERN_NU
 
 _ROWS: dict[int, tuple[np.ndarray, np.ndarray, str]] = {}  # the rows of the fits in progress, by handle
 _ROWS_LOCK = threading.Lock()
@@ -76,7 +77,7 @@ def _factor(theta, X, kernel="rbf"):
         Kf *= s2
         Kg = Kf
     else:  # Matern: r = sqrt(2 nu d2); 5/2: (1 + r + r^2/3) e^-r, 3/2: (1 + r) e^-r
-        r = np.sqrt(-2.0 * (5.0 if kernel == "matern52" else 3.0) * Kf, out=Kf)
+        r = np.sqrt(-4.0 * MATERN_NU[kernel] * Kf, out=Kf)  # Kf holds -d2 / 2
         e = np.exp(-r)
         if kernel == "matern52":
             Kg = (5.0 / 3.0 * s2) * (1.0 + r) * e
