@@ -25,7 +25,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import statistics
@@ -74,19 +73,6 @@ def run_kernel(X, y, test, kernel, key, num_features=None):
     )
 
 
-def load_records(path: pathlib.Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def append(path: pathlib.Path, rec: dict) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def main(argv=None):
     ap = study_cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default="../shared/data/uci")
@@ -100,19 +86,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     out = pathlib.Path(args.out)
     if args.table:
-        recs = load_records(out)
-        if not recs:
-            ap.error(f"--out {args.out} holds no records")
-        text = render(recs)
-        kronvi.files.write_atomic(args.table, text)
-        print(text)
-        return 0
-    names = [d for d in args.datasets.split(",") if d]
-    if not names:
-        ap.error("--datasets must name at least one dataset")
-    missing = [d for d in names if not (pathlib.Path(args.data_dir) / d).is_dir()]
-    if missing:
-        ap.error(f"no dataset folder {missing} in --data-dir {args.data_dir}")
+        return study_cli.write_table(ap, out, args.table, render)
+    names = study_cli.dataset_names(ap, args.data_dir, args.datasets)
     kernels = [k for k in args.kernels.split(",") if k]
     if not kernels or any(k not in KERNELS for k in kernels):
         ap.error(f"--kernels must be a comma list of {KERNELS}, got {args.kernels!r}")
@@ -131,7 +106,7 @@ def main(argv=None):
         for k in range(min(args.folds, np.shape(mask)[1])):
             test = np.asarray(mask)[:, k].astype(bool)
             for kernel in kernels:
-                done = {(r["dataset"], r["fold"], r["kernel"]) for r in load_records(out)}
+                done = {(r["dataset"], r["fold"], r["kernel"]) for r in study_cli.read_jsonl(out)}
                 if (name, k, kernel) in done:
                     continue
                 rec = dict(dataset=name, fold=k, kernel=kernel, n=int((~test).sum()), d=int(X.shape[1]))
@@ -139,7 +114,7 @@ def main(argv=None):
                     run_kernel(X, y, test, kernel, jax.random.fold_in(jax.random.key(0), k), args.num_features)
                 )
                 rec["load"] = os.getloadavg()[0]
-                append(out, rec)
+                study_cli.append_jsonl(out, rec)
                 print(f"[{name} fold {k}] {kernel}: RMSE {rec['rmse']:.4f} NLPD {rec['nlpd']:.3f} log evidence "
                       f"{rec['log_evidence']:.1f} GP LML {rec['gp_lml']:.1f}; {rec['prepare_seconds']:.1f} + "
                       f"{rec['fit_seconds']:.1f} s; load {rec['load']:.2f}; elapsed "

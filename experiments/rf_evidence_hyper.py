@@ -36,7 +36,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import sys
@@ -154,17 +153,6 @@ def fit_and_score(X, y, test, config, gp=None):
     )  # fmt: skip
 
 
-def load_records(path):
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def append(path, rec):
-    with open(path, "a") as f:
-        f.write(json.dumps(rec) + "\n")
-
-
 def variant_name(rows, b_opt):
     return f"rfev m={rows} b_opt={b_opt}"
 
@@ -183,20 +171,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     out = pathlib.Path(args.out)
     if args.table:
-        recs = load_records(out)
-        if not recs:
-            ap.error(f"--out {args.out} holds no records")
-        kronvi.files.write_atomic(args.table, render(recs))
-        print(render(recs))
-        return 0
+        return study_cli.write_table(ap, out, args.table, render)
     if args.b_opt < 2 or args.b_opt % 2:
         ap.error(f"--b-opt must be an even number >= 2, got {args.b_opt}")
-    names = [d for d in args.datasets.split(",") if d]
-    if not names:
-        ap.error("--datasets must name at least one dataset")
-    missing = [d for d in names if not (pathlib.Path(args.data_dir) / d).is_dir()]
-    if missing:
-        ap.error(f"no dataset folder {missing} in --data-dir {args.data_dir}")
+    names = study_cli.dataset_names(ap, args.data_dir, args.datasets)
     folds = [int(k) for k in args.folds.split(",")]
     rows = [int(m) for m in args.rows.split(",")]
     if out.exists() and not args.resume:
@@ -209,7 +187,7 @@ def main(argv=None):
         X, y, mask = kronvi.load_uci(pathlib.Path(args.data_dir) / name)
         for k in folds:
             variants = [variant_name(m, args.b_opt) for m in rows]
-            records = load_records(out)  # another run may have added to it since
+            records = study_cli.read_jsonl(out)  # another run may have added to it since
             done = {(r["dataset"], r["fold"], r["variant"]) for r in records}
             if all((name, k, v) in done for v in variants):
                 continue
@@ -224,7 +202,7 @@ def main(argv=None):
                            signal_variance=float(fold.hyper.signal_variance),
                            noise_variance=float(fold.hyper.noise_variance), total_seconds=rec["seconds"],
                            load=os.getloadavg()[0])  # fmt: skip
-                append(out, rec)
+                study_cli.append_jsonl(out, rec)
                 print(f"[{name} fold {k}] default: sRMSE {rec['srmse']:.4f} NLPD {rec['nlpd']:.3f} "
                       f"{rec['seconds']:.1f} s (GP {rec['gp_seconds']:.1f} s); load {rec['load']:.2f}; "
                       f"elapsed {time.perf_counter() - t_start:.0f} s", flush=True)  # fmt: skip
@@ -244,7 +222,7 @@ def main(argv=None):
                 rec2.update(base, variant=v, **ref)
                 rec2["total_seconds"] = rec["gp_seconds"] + ref["refine_seconds"] + rec2["seconds"]
                 rec2["load"] = os.getloadavg()[0]
-                append(out, rec2)
+                study_cli.append_jsonl(out, rec2)
                 print(f"[{name} fold {k}] {v}: sRMSE {rec2['srmse']:.4f} NLPD {rec2['nlpd']:.3f} "
                       f"{rec2['total_seconds']:.1f} s (refine {ref['refine_seconds']:.1f} s, {ref['iterations']} it, "
                       f"{ref['evaluations']} ev; evidence/row {ref['evidence_start']:.4f} -> "

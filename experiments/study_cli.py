@@ -6,8 +6,10 @@ Not a study: imported by them (``import study_cli``; a script's own folder is on
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import pathlib
 import sys
 
 import kronvi
@@ -84,6 +86,45 @@ def check_outputs(outputs, *, inputs=(), overwrite=False, exists_hint="pass --ov
         if real in seen:
             raise ValueError(f"{option} {str(path)!r} is the {seen[real]} file too")
         seen[real] = option
+
+
+def read_jsonl(path) -> list[dict]:
+    """The records of a JSON-lines file, one per non-empty line (none when the file does not exist)."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def append_jsonl(path, record: dict) -> None:
+    """Appends ``record`` as one line and flushes it to disk (a stopped run keeps every record written)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_table(parser, out, table, render) -> int:
+    """``--table``: ``render(records)`` of the JSON-lines file ``out`` written to ``table`` (atomically) and
+    printed; a usage error when ``out`` holds no records. Returns the exit status 0."""
+    records = read_jsonl(out)
+    if not records:
+        parser.error(f"--out {out} holds no records")
+    text = render(records)
+    kronvi.files.write_atomic(table, text)
+    print(text)
+    return 0
+
+
+def dataset_names(parser, data_dir, datasets: str) -> list[str]:
+    """The comma list ``--datasets``, each a folder of ``--data-dir``; else a usage error naming the option."""
+    names = [d for d in datasets.split(",") if d]
+    if not names:
+        parser.error("--datasets must name at least one dataset")
+    missing = [d for d in names if not (pathlib.Path(data_dir) / d).is_dir()]
+    if missing:
+        parser.error(f"no dataset folder {missing} in --data-dir {data_dir}")
+    return names
 
 
 def add_cache_option(parser) -> None:

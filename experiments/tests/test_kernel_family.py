@@ -34,3 +34,24 @@ def test_smoke_run_resumes_renders_and_auto_is_the_librarys_choice(tmp_path):
     text = table.read_text()
     assert "| tiny | 0 | 48 |" in text and text.count("| chosen |") == 1
     assert "| tiny | 1 |" in text  # the per-dataset summary over its one fold
+
+
+def test_bad_datasets_and_an_empty_out_are_one_line_usage_errors(tmp_path, capsys):
+    """`study_cli.dataset_names` and `study_cli.write_table`, as every study using them reports: exit 2, one
+    line naming the option, nothing written."""
+    import pytest
+
+    write_sine_folds(tmp_path / "data" / "tiny", n=30, d=2)
+    out = tmp_path / "r.jsonl"
+    for argv, message in [
+        (["--datasets", ""], "--datasets must name at least one dataset"),
+        (["--datasets", "tiny,absent"], "no dataset folder ['absent'] in --data-dir"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            kernel_family.main(["--data-dir", str(tmp_path / "data"), "--out", str(out), *argv])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    out.write_text("\n")
+    with pytest.raises(SystemExit) as e:
+        kernel_family.main(["--out", str(out), "--table", str(tmp_path / "r.md")])
+    assert e.value.code == 2 and "holds no records" in capsys.readouterr().err
+    assert not (tmp_path / "r.md").exists()
