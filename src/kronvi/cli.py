@@ -28,6 +28,7 @@ from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
 from .cv import parse_noise_cv, run_fold, summarize
 from .pipeline import (
     BASES,
+    FEATURE_MAP_CHOICES,
     KERNEL_CHOICES,
     RECIPES,
     DirectConfig,
@@ -132,6 +133,14 @@ def _parsers():
         help="the kernel of the random features: 'rbf' (squared exponential), 'matern52', 'matern32', or "
         "'auto': each fold prepared with all three and the features of the largest exact evidence kept "
         "(three preparations' time; --basis eigen or compact) (kronvi.pipeline.DirectConfig.kernel)",
+    )
+    f.add_argument(
+        "--feature-map",
+        choices=FEATURE_MAP_CHOICES,
+        default="fourier",
+        help="'fourier' (random Fourier features), 'nystrom' (Nyström features on b landmarks among the "
+        "training rows) or 'auto' (the map of the larger exact evidence; --basis eigen or compact) "
+        "(kronvi.pipeline.DirectConfig.feature_map)",
     )
     f.add_argument("--seed", type=int, default=0, help="random seed of the features and of a CSV's folds")
     f.add_argument(
@@ -325,6 +334,7 @@ def _settings(args, config, num_folds: int, folds_run: int) -> dict:
         ),
         "basis": args.basis,
         "kernel": args.kernel,
+        "feature_map": args.feature_map,
         "b": args.num_features,
         "density_rows": args.density_rows,
         "save": None if args.save is None else os.path.abspath(args.save),
@@ -391,6 +401,7 @@ def _fit(args):
         method=args.method,
         max_noise_recentres=args.noise_recentres,
         kernel=args.kernel,
+        feature_map=args.feature_map,
     )
     print(
         f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={b}, "

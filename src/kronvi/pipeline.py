@@ -75,8 +75,13 @@ from ._inputs.data import Standardizer, fit_standardizer, standardize
 from ._inputs.features import (
     KERNELS,
     SAMPLINGS,
+    NystromFeatures,
     RandomFourierFeatures,
+    feature_dtype,
+    feature_map_unchecked,
     feature_mean_unchecked,
+    num_features,
+    nystrom_init,
     rff_features_unchecked,
     rff_init,
     rff_init_unchecked,
@@ -417,8 +422,13 @@ class _DirectConfigFields(NamedTuple):
     max_noise_recentres: int
     lengthscale: float | None
     kernel: str
+    feature_map: str
 
 
+# `DirectConfig.feature_map`: random Fourier features or Nyström features on landmarks among the training rows
+FEATURE_MAPS = ("fourier", "nystrom")
+# `DirectConfig.feature_map`: a map of `FEATURE_MAPS`, or the one of the larger evidence ("auto")
+FEATURE_MAP_CHOICES = (*FEATURE_MAPS, "auto")
 # `DirectConfig.kernel`: a family of `KERNELS`, or the GP step's choice among them by the evidence
 KERNEL_CHOICES = (*KERNELS, "auto")
 
@@ -461,6 +471,14 @@ class DirectConfig(_DirectConfigFields):
         and compact recipes): the fold is prepared with each of the three (the same GP rows and feature
         draws) and the one whose features have the largest exact log evidence is fitted (`DirectInfo.kernel`
         says which; three preparations' time; `docs/decisions/default-recipe.md#the-kernel-family`).
+      feature_map: `"fourier"` (default): random Fourier features (`kronvi.inputs.rff_init`); `"nystrom"`:
+        Nyström features on `2 num_frequencies` landmarks drawn from the training rows (all of them when there
+        are fewer; `kronvi.inputs.nystrom_init`), more accurate per feature where the rows are many and
+        returning to the mean away from them (`docs/decisions/default-recipe.md#nystrom-features`); or
+        `"auto"` (the eigen and compact recipes): the fold prepared with both and the features of the larger
+        exact log evidence fitted, as `kernel="auto"` (with it, every kernel and map; `DirectInfo.feature_map`
+        says which). Not with a streamed fit. Predictions compute Nyström features in float64; under `jit` or
+        `vmap` they are computed in the model's dtype, which can cost a float32 model digits (fit in float64).
 
     Example:
       >>> import kronvi
@@ -469,7 +487,7 @@ class DirectConfig(_DirectConfigFields):
         gp=GPOptions(points=1000, restarts=4, restart_rule='screened', screen_points=300,
         degenerate_margin=2.0, precision='float64', gain_tol=0.1), num_frequencies=None,
         frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
-        max_noise_recentres=0, lengthscale=None, kernel='rbf')
+        max_noise_recentres=0, lengthscale=None, kernel='rbf', feature_map='fourier')
       >>> kronvi.DirectConfig(recipe=kronvi.Features(noise_cv=())).basis
       'features'
     """
@@ -491,12 +509,13 @@ class DirectConfig(_DirectConfigFields):
         max_noise_recentres: int = 0,
         lengthscale: float | None = None,
         kernel: str = "rbf",
+        feature_map: str = "fourier",
         **legacy: Any,
     ) -> DirectConfig:
         recipe, gp = _from_legacy(recipe, gp, legacy, stacklevel=3)
         return super().__new__(
             cls, recipe, gp, num_frequencies, frequency_sampling, levels, noise_levels, method, max_iter,
-            chunk_size, max_noise_recentres, lengthscale, kernel,
+            chunk_size, max_noise_recentres, lengthscale, kernel, feature_map,
         )  # fmt: skip
 
     def __reduce__(self):
@@ -505,13 +524,16 @@ class DirectConfig(_DirectConfigFields):
     def as_flat_dict(self) -> dict[str, Any]:
         """Every setting under its old flat name (`basis`, `width`, ..., `gp_points`, ...), in the old order:
         a record of the config in plain values (for JSON), as `DirectConfig(basis=...)._asdict()` was; then
-        `kernel` where it is not the default `"rbf"` (so that a record of the default reads as before)."""
+        `kernel` and `feature_map` where they are not the defaults (so that a record of the default reads as
+        before)."""
         flat: dict[str, Any] = {"basis": self.basis}
         for name in _FLAT_ORDER[1:]:
             value = getattr(self, name)
             flat[name] = list(value) if isinstance(value, tuple) else value
         if self.kernel != "rbf":
             flat["kernel"] = self.kernel
+        if self.feature_map != "fourier":
+            flat["feature_map"] = self.feature_map
         return flat
 
     def _replace(self, **changes: Any) -> DirectConfig:
@@ -715,8 +737,8 @@ class FittedDirect(NamedTuple):
     Attributes:
       standardizer: `Standardizer` of the training inputs (float64 NumPy arrays when they were concrete:
         new inputs are standardized in float64, then cast to the working dtype).
-      features: `RandomFourierFeatures`, the feature map of the standardized inputs (with `basis`, its
-        `offset` centres the features on the training rows: an intercept outside the prior).
+      features: `RandomFourierFeatures` (or `NystromFeatures`, `DirectConfig.feature_map`), the feature map of
+        the standardized inputs (with `basis`, its `offset` centres the features on the training rows: an intercept outside the prior).
       y_offset: `()` the training targets' mean (a float64 NumPy scalar for concrete targets).
       prior_w: `DiscretePrior` `(b, m)` over the weights (in the eigenbasis when `basis` is set).
       prior_noise: `DiscretePrior` `(1, m_sigma)` over the noise variance.
@@ -736,7 +758,7 @@ class FittedDirect(NamedTuple):
     """
 
     standardizer: Standardizer
-    features: RandomFourierFeatures
+    features: RandomFourierFeatures | NystromFeatures
     y_offset: jax.Array
     prior_w: DiscretePrior
     prior_noise: DiscretePrior
@@ -785,6 +807,7 @@ class DirectInfo(NamedTuple):
     noise_span: float  # the noise grid used: s2 x [1/span, span]; 1 = fixed at the GP estimate
     cv_scores: object = None  # the inner-fold scores of every span with `config.noise_cv`, else None
     kernel: str = "rbf"  # the kernel of the features: `config.kernel`, or the one "auto" chose
+    feature_map: str = "fourier"  # the map of the features: `config.feature_map`, or the one "auto" chose
 
     @property
     def elbo(self):
@@ -841,7 +864,7 @@ class PreparedFold(NamedTuple):
     y: jax.Array  # centred training targets `(n,)`
     hyper: GPHyperparameters
     gp_info: GPFitInfo
-    features: RandomFourierFeatures
+    features: RandomFourierFeatures | NystromFeatures
     # Training statistics of the `b = 2 * num_frequencies` features the weights belong to (rotated
     # to `basis` for "eigen").
     stats: RegressionStats
@@ -960,6 +983,13 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         )
     if config.kernel not in KERNEL_CHOICES:
         raise ValueError(f"`config.kernel` must be one of {KERNEL_CHOICES}, got {config.kernel!r}")
+    if config.feature_map not in FEATURE_MAP_CHOICES:
+        raise ValueError(f"`config.feature_map` must be one of {FEATURE_MAP_CHOICES}, got {config.feature_map!r}")
+    if config.feature_map == "auto" and config.basis == "features":
+        raise ValueError(
+            "`config.feature_map='auto'` compares the maps by the evidence that the eigen and compact recipes "
+            "compute: with basis='features' name the map (e.g. feature_map='fourier')"
+        )
     if config.kernel == "auto" and config.basis == "features":
         raise ValueError(
             "`config.kernel='auto'` compares the kernels by the evidence that the eigen and compact recipes "
@@ -1044,7 +1074,7 @@ def prepare_fold(
 
 def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) -> PreparedFold:
     """`prepare_fold` with a checked, resolved `config` and `progress` a callable or None."""
-    if config.kernel == "auto":
+    if config.kernel == "auto" or config.feature_map == "auto":
         return _prepare_best_kernel(key, X, y, config, dtype=dtype, gp=gp, progress=progress)
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     t0 = time.perf_counter()
@@ -1072,9 +1102,10 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     _stage(progress, "statistics", 0, Xs.shape[0])
     num_frequencies = _num_frequencies(config, Xs.shape[0])
     feats = _draw_features(
-        k_rff, hyper, num_frequencies, config, fitted=gp is None and gp_info is not None, kernel=config.kernel
-    )
-    fmap = functools.partial(rff_features_unchecked, feats)
+        k_rff, hyper, num_frequencies, config, fitted=gp is None and gp_info is not None, kernel=config.kernel,
+        X=Xs,
+    )  # fmt: skip
+    fmap = functools.partial(feature_map_unchecked, feats)
     cv_stats = None
     prior_scale = jnp.sqrt(hyper.signal_variance)
     basis, evidence = None, None
@@ -1091,7 +1122,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
         else:
             stats = _stats_in_blocks(fmap, Xs, yc, chunk_size=config.chunk_size, progress=progress)
         s2 = hyper.noise_variance
-        prior_w = _features_grid(2 * num_frequencies, prior_scale, config)
+        prior_w = _features_grid(num_features(feats), prior_scale, config)
     _block((stats, prior_w))
     t2 = time.perf_counter()
     return PreparedFold(
@@ -1118,9 +1149,21 @@ def check_fit_memory(
     )  # fmt: skip
 
 
-def _draw_features(key, hyper, num_frequencies, config, *, fitted: bool, kernel: str) -> RandomFourierFeatures:
+def _draw_features(
+    key, hyper, num_frequencies, config, *, fitted: bool, kernel: str, X=None
+) -> RandomFourierFeatures | NystromFeatures:
     """`rff_init` of `hyper`'s lengthscales for `kernel`; unchecked when the GP step of this call `fitted` them
-    (inside its bounds), checked when they come from the caller (`gp=`) or `config.lengthscale`."""
+    (inside its bounds), checked when they come from the caller (`gp=`) or `config.lengthscale`. With
+    `config.feature_map="nystrom"`, `nystrom_init` on `2 num_frequencies` of the standardized rows `X` (all of
+    them when there are fewer)."""
+    if config.feature_map == "nystrom":
+        if X is None or _traced(X):
+            raise ValueError(
+                "`config.feature_map='nystrom'` draws its landmarks from the training rows on the host: it needs "
+                "concrete rows (not traced ones, nor a stream); use feature_map='fourier' there"
+            )
+        n = X.shape[0]
+        return nystrom_init(key, np.asarray(X), hyper.lengthscales, min(2 * num_frequencies, n), kernel=kernel)
     draw = rff_init_unchecked if fitted else rff_init
     return draw(key, hyper.lengthscales, num_frequencies, sampling=config.frequency_sampling, kernel=kernel)
 
@@ -1158,26 +1201,36 @@ def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
 
 
 def _prepare_best_kernel(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> PreparedFold:
-    """`config.kernel="auto"`: the fold prepared with each kernel of `KERNELS` (the same key: the same GP
-    subsample and feature draws), and the one whose features have the largest exact log evidence kept
-    (`PreparedFold.log_evidence`, the squared exponential on a tie); its seconds are all three's."""
-    if gp is not None:
+    """`config.kernel="auto"` and/or `config.feature_map="auto"`: the fold prepared with each kernel of
+    `KERNELS` and/or each map of `FEATURE_MAPS` (the same key: the same GP subsample and feature draws; one GP
+    step per kernel), and the one whose features have the largest exact log evidence kept
+    (`PreparedFold.log_evidence`; the squared exponential and Fourier features on a tie); its seconds are all
+    the preparations'."""
+    if gp is not None and config.kernel == "auto":
         raise ValueError(
             "`gp` gives hyperparameters without their kernel, which `config.kernel='auto'` would choose: "
             "name the kernel they belong to in `config.kernel`"
         )
     if _traced((X, y)):
         raise ValueError(
-            "`config.kernel='auto'` compares the kernels' evidence on the host: it needs concrete rows, not "
-            "traced ones (inside `jit` or `vmap`, name the kernel)"
+            "`config.kernel='auto'` and `config.feature_map='auto'` compare the evidence on the host: they need "
+            "concrete rows, not traced ones (inside `jit` or `vmap`, name the kernel and the map)"
         )
+    kernels = KERNELS if config.kernel == "auto" else (config.kernel,)
+    maps = FEATURE_MAPS if config.feature_map == "auto" else (config.feature_map,)
     best, seconds = None, [0.0, 0.0]
-    for kernel in KERNELS:
-        fold = _prepare_fold(key, X, y, config._replace(kernel=kernel), dtype=dtype, gp=None, progress=progress)
-        seconds = [seconds[0] + fold.init_seconds, seconds[1] + fold.stats_seconds]
-        if best is None or fold.log_evidence > best.log_evidence:
-            best = fold
-        del fold
+    for kernel in kernels:
+        hyper = gp
+        for feature_map in maps:
+            fold = _prepare_fold(
+                key, X, y, config._replace(kernel=kernel, feature_map=feature_map), dtype=dtype, gp=hyper,
+                progress=progress,
+            )  # fmt: skip
+            hyper = hyper or (fold.hyper, fold.gp_info)  # the same GP step for the other map
+            seconds = [seconds[0] + fold.init_seconds, seconds[1] + fold.stats_seconds]
+            if best is None or fold.log_evidence > best.log_evidence:
+                best = fold
+            del fold
     assert best is not None
     return best._replace(init_seconds=seconds[0], stats_seconds=seconds[1])
 
@@ -1214,7 +1267,7 @@ def _centred(feats, X, config):
     in float64 and kept in the working dtype: every later use (statistics, predictions, saved models)
     subtracts the same vector, so the model has an unshrunk intercept, as `BayesianRidge`'s
     (`docs/decisions/default-recipe.md#an-intercept-outside-the-prior`)."""
-    dtype = feats.frequencies.dtype
+    dtype = feature_dtype(feats)
     with jax.enable_x64(True):
         mean = feature_mean_unchecked(*_cast((feats, X), jnp.float64), chunk_size=config.chunk_size or 4096)
         return feats._replace(offset=_cast(mean, dtype))
@@ -1250,8 +1303,8 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config, progress=None):
     dtype = X.dtype
     with jax.enable_x64(True):
         feats64, X64, y64, scale64, noise64 = _cast((feats, X, y, prior_scale, gp_noise), jnp.float64)
-        fmap = functools.partial(rff_features_unchecked, feats64)
-        if progress is not None and X.shape[0] >= 2 * feats.frequencies.shape[-1]:  # the primal route
+        fmap = functools.partial(feature_map_unchecked, feats64)
+        if progress is not None and X.shape[0] >= num_features(feats):  # the primal route
             stats = _stats_in_blocks(fmap, X64, y64, chunk_size=config.chunk_size, progress=progress)
             _stage(progress, "eigen", X.shape[0], X.shape[0])
             stats, basis = eigenbasis(stats)
@@ -1506,7 +1559,8 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
         fit_seconds=t4 - t3,
     )
     direct_info = DirectInfo(
-        fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv, kernel=fold.kernel
+        fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv, kernel=fold.kernel,
+        feature_map="nystrom" if isinstance(fold.features, NystromFeatures) else "fourier",
     )
     return DirectFit(model, timings, direct_info)
 
@@ -1547,12 +1601,15 @@ def fold_features(fitted: PreparedFold | FittedDirect, X: ArrayLike) -> jax.Arra
     Either way they are what `model.q_w` and `model.prior_w` belong to, for `kronvi.model.predict_regression` and
     the other prediction functions (which predict the targets in the units of the fit:
     `(y - model.y_offset) / model.y_scale`; `kronvi.predict` returns the targets' own units)."""
-    return _features_of(fitted, _standardized(fitted, X))
+    if _traced((fitted, X)):
+        return _features_of(fitted, _standardized(fitted, X))
+    return _concrete_features(fitted, _standardized(fitted, X, host64=True))
 
 
-def _standardized(fitted, X, name: str = "X") -> jax.Array:
-    """`X` standardized as the training rows were, in the model's dtype: in float64 on the host when concrete."""
-    dtype = fitted.features.frequencies.dtype
+def _standardized(fitted, X, name: str = "X", *, host64: bool = False) -> Any:
+    """`X` standardized as the training rows were, in the model's dtype: in float64 on the host when concrete.
+    `host64`: concrete rows are returned in host memory (NumPy, the model's dtype: `_concrete_features`)."""
+    dtype = feature_dtype(fitted.features)
     if _traced((fitted, X)):
         st = fitted.standardizer
         return ((jnp.asarray(X, dtype) - st.mean) / st.scale).astype(dtype)
@@ -1564,12 +1621,28 @@ def _standardized(fitted, X, name: str = "X") -> jax.Array:
             f"`{name}` must have shape (num_points, {d}): {d} columns, as the training inputs; got {X.shape}"
         )
     check_finite(X, name)
-    return to_device(standardize_host(fitted.standardizer, X, dtype, name))
+    Xs = standardize_host(fitted.standardizer, X, dtype, name)
+    return Xs if host64 else to_device(Xs)
+
+
+def _concrete_features(fitted, Xs):
+    """The features that `fitted.q_w` belongs to of standardized rows `Xs` in host memory (`_standardized(...,
+    host64=True)`, in the model's dtype, as the training rows were), in the model's dtype. Nyström features and
+    their rotation are computed from them in float64 and then rounded, as the training statistics were: in the
+    model's dtype the landmarks' whitening, whose norm reaches the jitter's -1/2 power, would cancel away the
+    features' leading digits (`docs/decisions/default-recipe.md#nystrom-features`)."""
+    dtype = feature_dtype(fitted.features)
+    if not isinstance(fitted.features, NystromFeatures):
+        return _features_of(fitted, to_device(np.asarray(Xs).astype(dtype)))
+    with jax.enable_x64(True):
+        feats, basis = _cast((fitted.features, fitted.basis), jnp.float64)
+        Phi = _features_of(fitted._replace(features=feats, basis=basis), to_device(np.asarray(Xs, np.float64)))
+        return _cast(Phi, dtype)
 
 
 def _features_of(fitted, Xs):
     """The features of standardized inputs `Xs` (checked by `_standardized`) that `fitted.q_w` belongs to."""
-    Phi = rff_features_unchecked(fitted.features, Xs)
+    Phi = feature_map_unchecked(fitted.features, Xs)
     if isinstance(fitted.basis, CompactBasis):
         return compact_features(fitted.basis, Phi)
     return Phi if fitted.basis is None else rotate_features(fitted.basis, Phi)
@@ -1585,7 +1658,7 @@ def _check_model(model) -> None:
 class _Parts(NamedTuple):
     """What prediction needs of a `FittedDirect` on standardized inputs (no float64 host arrays)."""
 
-    features: RandomFourierFeatures
+    features: RandomFourierFeatures | NystromFeatures
     basis: Any
     prior_w: DiscretePrior
     prior_noise: DiscretePrior
@@ -1603,7 +1676,12 @@ def _parts(model: FittedDirect) -> _Parts:
 @jax.jit
 def _moments_of(parts: _Parts, Xs):
     """Predictive mean and variance, in the units of the fit, of standardized inputs."""
-    Phi = _features_of(parts, Xs)
+    return _moments_from(parts, _features_of(parts, Xs))
+
+
+@jax.jit
+def _moments_from(parts: _Parts, Phi):
+    """Predictive mean and variance, in the units of the fit, of the features `Phi` the weights belong to."""
     mean, var = predict_regression(parts.q_w, parts.q_noise, parts.prior_w, parts.prior_noise, Phi)
     return mean + support_shift(parts.support, Phi), var
 
@@ -1646,14 +1724,16 @@ def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Pre
         Xs = _standardized(model, X)
         mean, var = _chunked(functools.partial(_moments_of, _parts(model)), Xs, chunk_size)
         return Prediction(model.y_offset + model.y_scale * mean, model.y_scale**2 * var)
-    Xh = np.asarray(_standardized(model, X))
+    Xh = np.asarray(_standardized(model, X, host64=True))
     parts = _parts(model)
     means, variances = [], []
     for start in range(0, Xh.shape[0], chunk_size):
         rows = Xh[start : start + chunk_size]
-        m, v = _moments_of(
-            parts, to_device(pad_rows(rows, min(max(32, row_bucket(rows.shape[0], steps=1)), chunk_size)))
-        )
+        padded = pad_rows(rows, min(max(32, row_bucket(rows.shape[0], steps=1)), chunk_size))
+        if isinstance(model.features, NystromFeatures):
+            m, v = _moments_from(parts, _concrete_features(model, padded))
+        else:
+            m, v = _moments_of(parts, to_device(padded))
         means.append(np.asarray(m, np.float64)[: rows.shape[0]])
         variances.append(np.asarray(v, np.float64)[: rows.shape[0]])
     mean = np.concatenate(means) if means else np.zeros(0)
@@ -1713,16 +1793,15 @@ def log_density(
     shift = np.log(float(model.y_scale))
     check_numeric(y, "y")
     y64 = np.asarray(y, np.float64)
-    Xs = _standardized(model, X)
+    Xs = _standardized(model, X, host64=True)
     if y64.shape != (Xs.shape[0],):
         raise ValueError(f"`y` must have shape ({Xs.shape[0]},) as the rows of `X`, got {y64.shape}")
     check_finite(y64, "y")
-    dtype = Xs.dtype
+    dtype = feature_dtype(model.features)
     yc = ((y64 - np.float64(model.y_offset)) / float(model.y_scale)).astype(dtype)
-    parts = _parts(model)
     out, errors, failed = [], [], []
     for start in range(0, Xs.shape[0], chunk_size):
-        Phi = _features_of(parts, Xs[start : start + chunk_size])
+        Phi = _concrete_features(model, Xs[start : start + chunk_size])
         y_chunk = jnp.asarray(yc[start : start + chunk_size]) - support_shift(model.support, Phi)
         try:
             ld, err = predictive_log_density(
@@ -1842,6 +1921,11 @@ def stream_init(
             "`config.kernel='auto'` is not supported by a streamed fit (its features are drawn before the rows "
             "that would choose them): name the kernel, e.g. the one `fit_direct` chose on a sample (`info.kernel`)"
         )
+    if config.feature_map != "fourier":
+        raise ValueError(
+            "`config.feature_map` must be 'fourier' for a streamed fit (Nyström landmarks are training rows, "
+            f"which a stream has not seen yet), got {config.feature_map!r}"
+        )
     t0 = time.perf_counter()
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
     X64, y64 = _host_xy(X, y)
@@ -1856,6 +1940,7 @@ def stream_init(
         k_rff, hyper, _num_frequencies(config, X64.shape[0]), config, fitted=gp_info is not None,
         kernel=config.kernel,
     )  # fmt: skip
+    assert isinstance(feats, RandomFourierFeatures)  # config.feature_map is "fourier" (checked above)
     _block(feats)
     return StreamState(
         std, feats, hyper, gp_info, float(shift), unit, k_fit, None, time.perf_counter() - t0, 0.0, config.kernel

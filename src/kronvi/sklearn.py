@@ -62,6 +62,7 @@ from .logistic import predict_proba as classifier_proba
 from .logistic._recipe import check_config as check_classifier_config
 from .pipeline import (
     BASES,
+    FEATURE_MAP_CHOICES,
     KERNEL_CHOICES,
     RECIPES,
     DirectConfig,
@@ -154,6 +155,9 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       gp_restarts: starts of the GP hyperparameter fit, >= 1.
       kernel: `"rbf"` (squared exponential, default), `"matern52"`, `"matern32"`, or `"auto"` (the three
         compared by the features' exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.kernel`).
+      feature_map: `"fourier"` (random Fourier features, default), `"nystrom"` (Nyström features on
+        `2 n_frequencies` landmarks among the training rows; not with `partial_fit`) or `"auto"` (the map of the
+        larger exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.feature_map`).
       compact_tol: `"compact"` only: its variance budget (`DirectConfig.compact_tol`).
       chunk_size: rows per block of the statistics.
       dtype: `"float32"` (default) or `"float64"`, the working precision.
@@ -205,6 +209,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         gp_points: int = 1000,
         gp_restarts: int = 4,
         kernel: str = "rbf",
+        feature_map: str = "fourier",
         compact_tol: float = 0.1,
         chunk_size: int = 2048,
         dtype: str = "float32",
@@ -223,6 +228,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         self.gp_points = gp_points
         self.gp_restarts = gp_restarts
         self.kernel = kernel
+        self.feature_map = feature_map
         self.compact_tol = compact_tol
         self.chunk_size = chunk_size
         self.dtype = dtype
@@ -236,6 +242,16 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         _check_choice(self.method, "method", _METHODS)
         _check_choice(self.dtype, "dtype", _DTYPES)
         _check_choice(self.kernel, "kernel", KERNEL_CHOICES)
+        _check_choice(self.feature_map, "feature_map", FEATURE_MAP_CHOICES)
+        if self.feature_map != "fourier" and stream:
+            raise ValueError(
+                f"`feature_map` {self.feature_map!r} draws its landmarks from the rows of `fit`: not with `partial_fit`"
+            )
+        if self.feature_map == "auto" and self.basis == "features":
+            raise ValueError(
+                "`feature_map` 'auto' compares the maps by the evidence of the 'eigen' and 'compact' bases' `fit`: "
+                "with `basis='features'`, name the map"
+            )
         if self.kernel == "auto" and (stream or self.basis == "features"):
             raise ValueError(
                 "`kernel` 'auto' compares the kernels by the evidence of the 'eigen' and 'compact' bases' `fit`: "
@@ -275,6 +291,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             num_frequencies=self.n_frequencies, levels=self.levels, noise_levels=self.noise_levels,
             method=self.method, max_iter=self.max_iter, chunk_size=self.chunk_size,
             lengthscale=None if self.lengthscale == "gp" else float(self.lengthscale), kernel=self.kernel,
+            feature_map=self.feature_map,
         )  # fmt: skip
 
     def _jax_dtype(self):

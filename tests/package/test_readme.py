@@ -19,6 +19,7 @@ import pathlib
 import re
 import socket
 import sys
+import unicodedata
 from decimal import Decimal
 
 import numpy as np
@@ -278,8 +279,9 @@ def test_ten_fold_counts_are_the_committed_files():
 
 
 def _slug(heading: str) -> str:
-    """The anchor mkdocs gives a heading (Python-Markdown's toc slugify)."""
-    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    """The anchor mkdocs gives a heading (Python-Markdown's toc slugify: accents dropped, then the rest)."""
+    ascii_only = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", ascii_only.strip().lower())
     return re.sub(r"[-\s]+", "-", text).strip("-")
 
 
@@ -320,3 +322,4 @@ def test_slug_matches_mkdocs():
         == "the-suites-xla-flags-and-a-full-optimization-run"
     )
     assert _slug("One L-BFGS driver") == "one-l-bfgs-driver"
+    assert _slug("Nyström features") == "nystrom-features"

@@ -495,8 +495,8 @@ def test_save_rejects_bad_models(tmp_path):
         kronvi.save_model(path, small._replace(packed_codes=kronvi.quantize.pack_codes(np.full((1, 6), 9))))
     with pytest.raises(ValueError, match="`model.y_offset` must be a finite real scalar"):
         kronvi.save_model(path, model._replace(y_offset=np.zeros(2)))
-    with pytest.raises(TypeError, match="cannot save `features.f` of type str"):
-        kronvi.save_model(path, model._replace(features={"f": "a string"}))
+    with pytest.raises(TypeError, match="cannot save `features.f` of type bytes"):
+        kronvi.save_model(path, model._replace(features={"f": b"bytes"}))
     with pytest.raises(TypeError, match="dict keys must be strings"):
         kronvi.save_model(path, model._replace(features={1: np.zeros(2)}))
     with pytest.raises(TypeError, match="dtype complex64"):

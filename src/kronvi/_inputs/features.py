@@ -1,4 +1,4 @@
-r"""Random Fourier features for the squared-exponential and Matérn ARD kernels.
+r"""Random Fourier and Nyström features for the squared-exponential and Matérn ARD kernels.
 
 The kernel $k(x, x') = s^2 \exp\!\big(-\tfrac12 \sum_d (x_d - x'_d)^2 / \ell_d^2\big)$ is, by
 Bochner's theorem, $s^2\,\mathbb{E}_{\omega}[\cos(\omega^\top (x - x'))]$ with
@@ -16,6 +16,9 @@ $\Phi w$ with $w \sim N(0, s^2 I)$ has covariance $\approx s^2 k_{\text{unit}}$.
 A Matérn kernel of smoothness $\nu$ (`KERNELS`: 3/2, 5/2) has a multivariate Student-t spectral density
 with $2\nu$ degrees of freedom: $\omega = z \sqrt{2\nu / u} / \ell$ with $z \sim N(0, I)$ and
 $u \sim \chi^2_{2\nu}$, one $u$ per frequency (Rasmussen & Williams 2006, eq. 4.15).
+
+Nyström features (`nystrom_init`, `nystrom_features`, below) approximate the same kernels from landmarks
+among the training inputs instead of random frequencies.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.buckets import feature_block, on_row_bucket, pad_rows, to_device
+from .._base.buckets import choice_rows, feature_block, on_row_bucket, pad_rows, to_device
 from .._base.checks import as_float_array, check_finite, check_ndim, check_positive, host_arrays
 from .._base.precision import matmul
 
@@ -255,9 +258,11 @@ def _rff(X, W, offset):
     return Phi if offset is None else Phi - offset.astype(dtype)
 
 
-def feature_mean(params: RandomFourierFeatures, X: ArrayLike, *, chunk_size: int = 4096) -> jax.Array:
-    r"""The mean over the rows of `X` of `rff_features(params, X)`, `(2 D,)`, `chunk_size` rows at a
-    time (the features of all rows are never held at once).
+def feature_mean(
+    params: RandomFourierFeatures | NystromFeatures, X: ArrayLike, *, chunk_size: int = 4096
+) -> jax.Array:
+    r"""The mean over the rows of `X` of `rff_features(params, X)`, `(2 D,)` (or of `nystrom_features`,
+    `(M,)`), `chunk_size` rows at a time (the features of all rows are never held at once).
 
     `params._replace(offset=feature_mean(params, X))` centres the features on these rows: a linear
     model on them has an intercept (the targets' mean, for centred targets) that its prior does not
@@ -271,8 +276,8 @@ def feature_mean(params: RandomFourierFeatures, X: ArrayLike, *, chunk_size: int
       >>> bool(jnp.allclose(kronvi.inputs.rff_features(centred, X).mean(axis=0), 0.0, atol=1e-6))
       True
     """
-    if not isinstance(params, RandomFourierFeatures):
-        raise TypeError(f"`params` must be RandomFourierFeatures, got {type(params).__name__}")
+    if not isinstance(params, RandomFourierFeatures | NystromFeatures):
+        raise TypeError(f"`params` must be RandomFourierFeatures or NystromFeatures, got {type(params).__name__}")
     X = as_float_array(X, "X")
     check_ndim(X, 2, "X", "(num_points, num_inputs)")
     if X.shape[0] < 1:
@@ -280,7 +285,7 @@ def feature_mean(params: RandomFourierFeatures, X: ArrayLike, *, chunk_size: int
     return feature_mean_unchecked(params, X, chunk_size=chunk_size)
 
 
-def feature_mean_unchecked(params: RandomFourierFeatures, X: jax.Array, *, chunk_size: int) -> jax.Array:
+def feature_mean_unchecked(params: RandomFourierFeatures | NystromFeatures, X: jax.Array, *, chunk_size: int) -> jax.Array:
     """`feature_mean` of checked arguments (`X` a float `(n, d)` array with rows), for the library's own
     callers."""
     n = X.shape[0]
@@ -313,11 +318,16 @@ def _feature_mean(params, X, w, chunk):
     n, d = X.shape
     num_full = n // chunk
     n_full = num_full * chunk
-    dtype = jnp.result_type(X, params.frequencies)
-    total = jnp.zeros(2 * params.frequencies.shape[1], dtype)
+    if isinstance(params, RandomFourierFeatures):
+        dtype = jnp.result_type(X, params.frequencies)
+        fmap = lambda x: _rff(x, params.frequencies, None)  # noqa: E731
+    else:  # NystromFeatures
+        dtype = jnp.result_type(X, params.whiten)
+        fmap = lambda x: _nystrom(x, params)  # noqa: E731
+    total = jnp.zeros(jax.eval_shape(fmap, jax.ShapeDtypeStruct((1, d), X.dtype)).shape[1], dtype)
 
     def chunk_sum(x, ww):
-        return matmul(ww.astype(dtype), _rff(x, params.frequencies, None))
+        return matmul(ww.astype(dtype), fmap(x))
 
     if num_full:
         chunks = X[:n_full].reshape(num_full, chunk, d), w[:n_full].reshape(num_full, chunk)
@@ -365,3 +375,192 @@ def _sincos_jvp(primals, tangents):
     (x,), (t,) = primals, tangents
     s, c = sincos(x)
     return (s, c), (c * t, -s * t)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Nyström features
+#
+# Nyström features: a kernel's feature map from landmarks among the training inputs.
+#
+# With landmarks $Z$ (`M` training inputs) and the unit-variance kernel $k$ of `KERNELS`, the features
+# $\phi(x) = L^{-1} k(Z, x)$, $L L^\top = K_{ZZ} + \epsilon I$, give $\phi(x)^\top\phi(x') = k(x, Z)(K_{ZZ} +
+# \epsilon I)^{-1}k(Z, x')$: the Nyström approximation of $k$, exact on the landmarks (up to $\epsilon$). A
+# linear model on them is the subset-of-regressors GP. Unlike random Fourier features they are fitted to
+# where the data lie, and they fade to zero away from every landmark, so predictions there return to the
+# mean, as a stationary GP's do (`docs/decisions/default-recipe.md#nystrom-features`).
+
+NYSTROM_JITTER = 1e-6  # added to the landmarks' unit-variance kernel matrix before its Cholesky factor
+
+
+class NystromFeatures(NamedTuple):
+    r"""A fixed Nyström feature map; `b = M` features (`nystrom_init`).
+
+    Attributes:
+      landmarks: `(M, d)` the landmark inputs divided by the lengthscales.
+      inv_lengthscales: `(d,)` $1 / \ell$, by which inputs are scaled before the kernel.
+      whiten: `(M, M)` the lower-triangular $L^{-1}$, $L L^\top = K_{ZZ} + \epsilon I$.
+      offset: `None`, or `(M,)` subtracted from every row of features (`kronvi.inputs.feature_mean`).
+      kernel: one of `KERNELS` (static: not an array of the pytree).
+    """
+
+    landmarks: jax.Array
+    inv_lengthscales: jax.Array
+    whiten: jax.Array
+    offset: jax.Array | None = None
+    kernel: str = "rbf"
+
+
+jax.tree_util.register_pytree_node(
+    NystromFeatures,
+    lambda f: ((f.landmarks, f.inv_lengthscales, f.whiten, f.offset), f.kernel),
+    lambda kernel, leaves: NystromFeatures(*leaves, kernel=kernel),
+)
+
+
+def nystrom_init(
+    key: jax.Array,
+    X: ArrayLike,
+    lengthscales: ArrayLike,
+    num_landmarks: int,
+    *,
+    kernel: str = "rbf",
+    jitter: float = NYSTROM_JITTER,
+) -> NystromFeatures:
+    r"""Draws `num_landmarks` distinct rows of `X` as landmarks and factors their kernel matrix.
+
+    The factor is computed in float64 on the host whatever the dtype; the result is in the dtype of
+    `lengthscales`.
+
+    Args:
+      key: `jax.random` key choosing the rows (`jax.random.choice` without replacement).
+      X: `(n, d)` inputs, concrete (the landmarks are some of these rows).
+      lengthscales: `(d,)` positive lengthscales of the kernel.
+      num_landmarks: `M`, at most `n`.
+      kernel: `"rbf"`, `"matern52"` or `"matern32"` (`KERNELS`).
+      jitter: $\epsilon$, added to the diagonal of the unit-variance $K_{ZZ}$.
+
+    Returns:
+      `NystromFeatures` with `b = num_landmarks` features.
+
+    Raises:
+      ValueError: naming the argument: `X` not 2-D, empty or not finite; `lengthscales` not `(d,)` or not
+        positive; `num_landmarks` not in `[1, n]`; `kernel` unknown; `jitter` not positive.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, kronvi
+      >>> X = jax.random.normal(jax.random.key(0), (50, 2))
+      >>> params = kronvi.inputs.nystrom_init(jax.random.key(1), X, jnp.ones(2), 20)
+      >>> Phi = kronvi.inputs.nystrom_features(params, X)
+      >>> Phi.shape, bool(jnp.all(jnp.sum(Phi**2, axis=1) <= 1.0 + 1e-5))  # phi(x).phi(x) <= k(x, x) = 1
+      ((50, 20), True)
+    """
+    check_kernel(kernel)
+    if isinstance(X, jax.core.Tracer) or isinstance(lengthscales, jax.core.Tracer):
+        raise ValueError("`X` and `lengthscales` must be concrete: the landmarks are drawn on the host")
+    ls = as_float_array(lengthscales, "lengthscales")
+    dtype = ls.dtype
+    X = np.asarray(X, np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"`X` must be 2-D (num_points, num_inputs), got shape {X.shape}")
+    n, d = X.shape
+    if n == 0:
+        raise ValueError("`X` is empty (no rows)")
+    if not np.all(np.isfinite(X)):
+        raise ValueError(f"`X` holds {int(np.sum(~np.isfinite(X)))} NaN or infinite value(s)")
+    check_ndim(ls, 1, "lengthscales", "(num_inputs,)")
+    if ls.shape[0] != d:
+        raise ValueError(f"`lengthscales` has {ls.shape[0]} entries but `X` has {d} columns")
+    check_finite(ls, "lengthscales")
+    check_positive(ls, "lengthscales")
+    if isinstance(num_landmarks, bool) or not isinstance(num_landmarks, int | np.integer) or not 1 <= num_landmarks <= n:
+        raise ValueError(f"`num_landmarks` must be an int in [1, {n}] (the rows of `X`), got {num_landmarks!r}")
+    if not (isinstance(jitter, int | float) and not isinstance(jitter, bool) and jitter > 0 and np.isfinite(jitter)):
+        raise ValueError(f"`jitter` must be a finite positive number, got {jitter!r}")
+    inv = 1.0 / np.asarray(ls, np.float64)
+    rows = np.sort(np.asarray(choice_rows(key, n, int(num_landmarks))))
+    Z = X[rows] * inv
+    return NystromFeatures(
+        to_device(Z.astype(dtype)), to_device(inv.astype(dtype)), to_device(_whitener(Z, kernel, jitter).astype(dtype)),
+        None, kernel,
+    )  # fmt: skip
+
+
+def _whitener(Z: np.ndarray, kernel: str, jitter: float) -> np.ndarray:
+    """$L^{-1}$ (float64) for the scaled landmarks `Z`: LAPACK's Cholesky factor and triangular inverse."""
+    from scipy.linalg import lapack
+
+    K = _host_kernel(Z, Z, kernel)
+    K[np.diag_indices_from(K)] += jitter
+    L, info = lapack.dpotrf(K, lower=1, clean=1)
+    if info != 0:  # not positive definite after the jitter: duplicated landmarks beyond its reach
+        raise ValueError(f"the landmarks' kernel matrix is singular (LAPACK info {info}); raise `jitter`")
+    W, info = lapack.dtrtri(L, lower=1)
+    return np.tril(W)
+
+
+def _host_kernel(A: np.ndarray, B: np.ndarray, kernel: str) -> np.ndarray:
+    d2 = np.maximum(np.sum(A * A, 1)[:, None] + np.sum(B * B, 1)[None, :] - 2.0 * A @ B.T, 0.0)
+    return np.asarray(_unit_kernel(np, d2, kernel))
+
+
+def _unit_kernel(xp, d2, kernel: str):
+    """The unit-variance kernel at squared scaled distances `d2` in the array module `xp`
+    (`kronvi._inputs.gp.unit_kernel`'s forms; no gradient is taken through the features' distances)."""
+    if kernel == "rbf":
+        return xp.exp(-0.5 * d2)
+    r = xp.sqrt((2.0 * MATERN_NU[kernel]) * d2)
+    poly = 1.0 + r + r * r / 3.0 if kernel == "matern52" else 1.0 + r
+    return poly * xp.exp(-r)
+
+
+def nystrom_features(params: NystromFeatures, X: ArrayLike) -> jax.Array:
+    r"""Evaluates the Nyström features $L^{-1}k(Z, x)$ of `nystrom_init` (minus `params.offset`).
+
+    Args:
+      params: `NystromFeatures`.
+      X: `(n, d)` inputs.
+
+    Returns:
+      `(n, M)` features with $\Phi\Phi^\top \approx K / s^2$, in the promoted dtype of `X` and `params`.
+    """
+    if not isinstance(params, NystromFeatures):
+        raise TypeError(f"`params` must be NystromFeatures, got {type(params).__name__}")
+    X = as_float_array(X, "X")
+    check_ndim(X, 2, "X", "(num_points, num_inputs)")
+    if X.shape[1] != params.landmarks.shape[1]:
+        raise ValueError(f"`X` has {X.shape[1]} columns but `params` was drawn for {params.landmarks.shape[1]} inputs")
+    return nystrom_features_unchecked(params, X)
+
+
+def nystrom_features_unchecked(params: NystromFeatures, X: jax.Array) -> jax.Array:
+    """`nystrom_features` of checked arguments, for the library's own feature maps."""
+    return on_row_bucket(_nystrom, X.shape[0], (X,), params)
+
+
+@jax.jit
+def _nystrom(X, params):
+    dtype = jnp.result_type(X, params.whiten)
+    A = X.astype(dtype) * params.inv_lengthscales.astype(dtype)
+    Z = params.landmarks.astype(dtype)
+    d2 = jnp.sum(A * A, 1)[:, None] + jnp.sum(Z * Z, 1)[None, :] - 2.0 * matmul(A, Z.T)
+    K = _unit_kernel(jnp, jnp.maximum(d2, 0.0), params.kernel)
+    Phi = matmul(K, params.whiten.astype(dtype).T)
+    return Phi if params.offset is None else Phi - params.offset.astype(dtype)
+
+
+
+def feature_map_unchecked(feats, X: jax.Array) -> jax.Array:
+    """The features of checked inputs `X` under either map: `RandomFourierFeatures` or `NystromFeatures`."""
+    if isinstance(feats, NystromFeatures):
+        return nystrom_features_unchecked(feats, X)
+    return rff_features_unchecked(feats, X)
+
+
+def feature_dtype(feats):
+    """The dtype of a feature map's arrays."""
+    return (feats.whiten if isinstance(feats, NystromFeatures) else feats.frequencies).dtype
+
+
+def num_features(feats) -> int:
+    """`b`: the features of a map (`M` landmarks, or `2 D` for `D` frequencies)."""
+    return int(feats.landmarks.shape[0] if isinstance(feats, NystromFeatures) else 2 * feats.frequencies.shape[-1])

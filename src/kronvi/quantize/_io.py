@@ -193,20 +193,12 @@ def check_fitted(model) -> None:
     fitted: Any = _registry()["kronvi.pipeline:FittedDirect"]  # a class: `model` is one of its instances
     if not isinstance(model, fitted):
         raise TypeError(f"`model` must be a FittedDirect, got {type(model).__name__}")
-    for field, cls in [
-        ("standardizer", Standardizer),
-        ("features", RandomFourierFeatures),
-        ("hyper", GPHyperparameters),
-    ]:
+    for field, cls in [("standardizer", Standardizer), ("hyper", GPHyperparameters)]:
         if not isinstance(getattr(model, field), cls):
             raise TypeError(
                 f"`model.{field}` must be a {cls.__name__}, got {type(getattr(model, field)).__name__}"
             )
-    freq = model.features.frequencies
-    _finite_array(freq, "model.features.frequencies")
-    if freq.ndim != 2:
-        raise ValueError(f"`model.features.frequencies` must have shape (d, D), got {tuple(freq.shape)}")
-    d, b = freq.shape[0], 2 * freq.shape[1]
+    d, b = _feature_map_shape(model.features)
     _finite_array(model.standardizer.mean, "model.standardizer.mean", (d,))
     _finite_array(model.standardizer.scale, "model.standardizer.scale", (d,))
     if not np.all(np.asarray(model.standardizer.scale) > 0):
@@ -229,6 +221,35 @@ def check_fitted(model) -> None:
     check_model(
         DirectModel(model.prior_w, model.prior_noise, model.q_w, model.q_noise, y_offset=model.y_offset)
     )
+
+
+def _feature_map_shape(features: Any) -> tuple[int, int]:
+    """`(d, b)` of a model's `RandomFourierFeatures` or `NystromFeatures`, checked (finite, consistent shapes)."""
+    nystrom: Any = _registry()["kronvi:NystromFeatures"]
+    if isinstance(features, RandomFourierFeatures):
+        freq = features.frequencies
+        _finite_array(freq, "model.features.frequencies")
+        if freq.ndim != 2:
+            raise ValueError(f"`model.features.frequencies` must have shape (d, D), got {tuple(freq.shape)}")
+        d, b = freq.shape[0], 2 * freq.shape[1]
+    elif isinstance(features, nystrom):
+        Z = features.landmarks
+        _finite_array(Z, "model.features.landmarks")
+        if Z.ndim != 2:
+            raise ValueError(f"`model.features.landmarks` must have shape (M, d), got {tuple(Z.shape)}")
+        b, d = Z.shape
+        _finite_array(features.inv_lengthscales, "model.features.inv_lengthscales", (d,))
+        _finite_array(features.whiten, "model.features.whiten", (b, b))
+        if features.kernel not in ("rbf", "matern52", "matern32"):
+            raise ValueError(f"`model.features.kernel` must name a kernel, got {features.kernel!r}")
+    else:
+        raise TypeError(
+            "`model.features` must be a RandomFourierFeatures or NystromFeatures, got "
+            f"{type(features).__name__}"
+        )
+    if features.offset is not None:
+        _finite_array(features.offset, "model.features.offset", (b,))
+    return d, b
 
 
 def _check_support(support: Any, width: int) -> None:
@@ -324,7 +345,7 @@ _MODEL_CLASSES = {
     "kronvi:ELRG": "kronvi.gaussian", "kronvi:BNNStats": "kronvi.bnn",
     "kronvi.pipeline:FittedDirect": "kronvi.pipeline",
     "kronvi:CompactBasis": "kronvi.model", "kronvi:FittedClassifier": "kronvi.logistic",
-    "kronvi.pipeline:SupportBound": "kronvi.pipeline",
+    "kronvi.pipeline:SupportBound": "kronvi.pipeline", "kronvi:NystromFeatures": "kronvi.inputs",
 }  # fmt: skip
 
 
@@ -350,7 +371,7 @@ def _class_name(cls, path: str) -> str:
 def _encode(node, path: str, arrays: dict):
     if node is None:
         return {"t": "none"}
-    if isinstance(node, (bool, int, float)) and not isinstance(node, np.generic):
+    if isinstance(node, (bool, int, float, str)) and not isinstance(node, np.generic):
         return {"t": "py", "type": type(node).__name__, "value": node}
     if isinstance(node, (jax.Array, np.ndarray, np.generic)):
         arr = np.asarray(node)
@@ -413,7 +434,7 @@ def _decode(node, path: str, arrays, specs: dict):
     if t == "none":
         return None
     if t == "py":
-        kinds = {"bool": bool, "int": int, "float": float}
+        kinds = {"bool": bool, "int": int, "float": float, "str": str}
         value = node.get("value")
         if node.get("type") not in kinds or type(value) is not kinds[node["type"]]:
             raise ValueError(f"malformed scalar at `{path}` in the header")

@@ -1,0 +1,186 @@
+"""Nyström features against random Fourier features (issue 49, items 0 and 3): the default recipe with
+`DirectConfig(feature_map="nystrom")` beside the default `"fourier"`, at the same b, on the same folds.
+
+For each of the first `--folds` published folds of each dataset, the default recipe (b = 2000 features below
+20,000 training rows and 4000 above, or `--num-features`) is prepared and fitted once per feature map with the
+same key, so the GP step sees the same rows and fits the same hyperparameters; the features are `b` random
+Fourier features (`b / 2` frequencies) or `b` Nyström features on `b` landmarks drawn from the training rows.
+Per map: the test RMSE (`kronvi.predict`), also over the training targets' standard deviation (the unit of
+issue 49's bars: kin40k <= 0.105, protein <= 0.58), the NLPD (`kronvi.log_density`, the exact predictive
+density of every test row; a far-tail point whose value misses the density's tolerance keeps its best value,
+counted in `density_below_tolerance`), the features' exact log evidence and the seconds of `prepare_fold` and
+`fit_prepared`. Every record holds the 1-minute load average.
+
+Usage:
+  python experiments/nystrom_features.py --data-dir ../shared/data/uci --datasets kin40k,protein,elevators,bike \\
+      --folds 3 --out experiments/results/nystrom_features.jsonl --resume
+  python experiments/nystrom_features.py --out experiments/results/nystrom_features.jsonl \\
+      --table experiments/results/nystrom_features.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import study_cli  # noqa: E402
+
+import kronvi  # noqa: E402
+from kronvi.pipeline import DirectConfig, fit_prepared, prepare_fold  # noqa: E402
+
+MAPS = ("fourier", "nystrom")
+
+
+def run_map(X, y, test, feature_map, key, num_features=None):
+    """One feature map on one fold: the record's measured fields."""
+    config = DirectConfig(
+        feature_map=feature_map, num_frequencies=None if num_features is None else num_features // 2
+    )
+    t0 = time.perf_counter()
+    fold = prepare_fold(key, X[~test], y[~test], config)
+    t1 = time.perf_counter()
+    model = fit_prepared(fold, config).model
+    t2 = time.perf_counter()
+    mean = np.asarray(model.predict(X[test]).mean, np.float64)
+    try:
+        log_dens, below = model.log_density(X[test], y[test]), 0
+    except kronvi.model.DensityToleranceError as e:  # a far-tail point: its best value, counted (as run_fold)
+        log_dens, below = e.log_density, int(np.size(e.failed))
+    rmse = float(np.sqrt(np.mean((mean - y[test]) ** 2)))
+    return dict(
+        rmse=rmse,
+        rmse_std=rmse / float(np.std(y[~test])),
+        nlpd=-float(np.mean(np.asarray(log_dens, np.float64))),
+        density_below_tolerance=below,
+        log_evidence=float(fold.log_evidence),
+        b=int(model.prior_w.values.shape[0]),
+        prepare_seconds=t1 - t0,
+        fit_seconds=t2 - t1,
+    )
+
+
+def main(argv=None):
+    ap = study_cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default="../shared/data/uci")
+    ap.add_argument("--datasets", default="")
+    ap.add_argument("--folds", type=int, default=3, help="the first K published folds")
+    ap.add_argument("--maps", default=",".join(MAPS), help=f"comma list of {MAPS}")
+    ap.add_argument("--num-features", type=int, default=None, help="b (even; default: the recipe's)")
+    ap.add_argument("--out", required=True, help="JSON-lines records, appended")
+    ap.add_argument("--resume", action="store_true", help="skip (dataset, fold, map, b) already in --out")
+    ap.add_argument("--table", default=None, help="render the markdown table from --out and stop")
+    args = ap.parse_args(argv)
+    out = pathlib.Path(args.out)
+    if args.table:
+        return study_cli.write_table(ap, out, args.table, render)
+    names = study_cli.dataset_names(ap, args.data_dir, args.datasets)
+    maps = [m for m in args.maps.split(",") if m]
+    if not maps or any(m not in MAPS for m in maps):
+        ap.error(f"--maps must be a comma list of {MAPS}, got {args.maps!r}")
+    if args.num_features is not None and (args.num_features < 2 or args.num_features % 2):
+        ap.error(f"--num-features must be an even number >= 2, got {args.num_features}")
+    if args.folds < 1:
+        ap.error(f"--folds must be >= 1, got {args.folds}")
+    if out.exists() and not args.resume:
+        ap.error(f"--out {args.out} exists: pass --resume to add to it")
+    print(f"# Nyström features: jax {jax.__version__}, {os.cpu_count()} cores; {names} x {args.folds} folds x "
+          f"{maps}", flush=True)  # fmt: skip
+    t_start = time.perf_counter()
+    for name in names:
+        X, y, mask = kronvi.load_uci(pathlib.Path(args.data_dir) / name)
+        X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
+        for k in range(min(args.folds, np.shape(mask)[1])):
+            test = np.asarray(mask)[:, k].astype(bool)
+            for feature_map in maps:
+                done = {(r["dataset"], r["fold"], r["feature_map"], r["requested_b"]) for r in study_cli.read_jsonl(out)}
+                if (name, k, feature_map, args.num_features) in done:
+                    continue
+                rec = dict(
+                    dataset=name, fold=k, feature_map=feature_map, requested_b=args.num_features,
+                    n=int((~test).sum()), d=int(X.shape[1]),
+                )  # fmt: skip
+                rec.update(
+                    run_map(X, y, test, feature_map, jax.random.fold_in(jax.random.key(0), k), args.num_features)
+                )
+                rec["load"] = os.getloadavg()[0]
+                study_cli.append_jsonl(out, rec)
+                print(f"[{name} fold {k}] {feature_map} b={rec['b']}: RMSE {rec['rmse']:.4f} ({rec['rmse_std']:.4f} "
+                      f"sd) NLPD {rec['nlpd']:.3f} log evidence {rec['log_evidence']:.1f}; "
+                      f"{rec['prepare_seconds']:.1f} + {rec['fit_seconds']:.1f} s; load {rec['load']:.2f}; elapsed "
+                      f"{time.perf_counter() - t_start:.0f} s", flush=True)  # fmt: skip
+    return 0
+
+
+def paired(records):
+    """`{(dataset, fold, requested_b): {map: record}}` of the folds both maps ran on (the first record of each)."""
+    by = {}
+    for r in records:
+        by.setdefault((r["dataset"], r["fold"], r["requested_b"]), {}).setdefault(r["feature_map"], r)
+    return {key: runs for key, runs in by.items() if all(m in runs for m in MAPS)}
+
+
+def render(records) -> str:
+    pairs = paired(records)
+    lines = [
+        "# Nyström features against random Fourier features, at the same b",
+        "",
+        "Rendered from `experiments/results/nystrom_features.jsonl` by `python experiments/nystrom_features.py --out "
+        "experiments/results/nystrom_features.jsonl --table experiments/results/nystrom_features.md` (the run's "
+        "commands are in `experiments/README.md`). The default recipe per feature map "
+        "(`DirectConfig(feature_map=...)`), the same key per fold (the same GP step); RMSE and NLPD in the "
+        "targets' units, RMSE/sd over the training targets' sd (NLPD: the exact predictive density of every test "
+        "row); log evidence: the features' exact log evidence; seconds: `prepare_fold` + `fit_prepared` on this "
+        "machine's 2 cores, shared with other jobs (load in the records).",
+        "",
+        "| dataset | fold | n | b | feature map | RMSE | RMSE/sd | NLPD | log evidence | seconds | load |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (name, k, _), runs in sorted(pairs.items(), key=lambda kv: (kv[0][0], kv[0][2] or 0, kv[0][1])):
+        for m in MAPS:
+            r = runs[m]
+            lines.append(
+                f"| {name} | {k} | {r['n']} | {r['b']} | {m} | {r['rmse']:.4f} | {r['rmse_std']:.4f} | "
+                f"{r['nlpd']:.3f} | {r['log_evidence']:.1f} | {r['prepare_seconds'] + r['fit_seconds']:.1f} | "
+                f"{r['load']:.1f} |"
+            )
+    lines += [
+        "",
+        "Per dataset and b, over its folds: mean RMSE (targets' units) and RMSE/sd of each map, the mean per-fold "
+        "RMSE ratio and NLPD difference of Nyström against Fourier, and the median per-fold ratio of their seconds.",
+        "",
+        "| dataset | b | folds | Fourier RMSE | Nyström RMSE | Fourier RMSE/sd | Nyström RMSE/sd | RMSE ratio | "
+        "NLPD difference | seconds ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    groups = sorted({(name, runs["fourier"]["b"]) for (name, _, _), runs in pairs.items()})
+    for name, b in groups:
+        rs = [runs for (n, _, _), runs in sorted(pairs.items()) if n == name and runs["fourier"]["b"] == b]
+        ratio = statistics.mean(r["nystrom"]["rmse"] / r["fourier"]["rmse"] for r in rs)
+        diff = statistics.mean(r["nystrom"]["nlpd"] - r["fourier"]["nlpd"] for r in rs)
+        secs = statistics.median(
+            (r["nystrom"]["prepare_seconds"] + r["nystrom"]["fit_seconds"])
+            / (r["fourier"]["prepare_seconds"] + r["fourier"]["fit_seconds"])
+            for r in rs
+        )
+        lines.append(
+            f"| {name} | {b} | {len(rs)} | {statistics.mean(r['fourier']['rmse'] for r in rs):.4f} | "
+            f"{statistics.mean(r['nystrom']['rmse'] for r in rs):.4f} | "
+            f"{statistics.mean(r['fourier']['rmse_std'] for r in rs):.4f} | "
+            f"{statistics.mean(r['nystrom']['rmse_std'] for r in rs):.4f} | "
+            f"{ratio:.3f} | {diff:+.3f} | {secs:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    study_cli.run(main)

@@ -1,0 +1,265 @@
+"""Nyström features: the dense kernel algebra, the landmarks, and the pipeline's fits and doors with them."""
+
+import functools
+import json
+
+import numpy as np
+import pytest
+from helpers import run_python, subprocess_env
+
+
+def _dense_kernel(A, B, kernel):
+    """Unit-variance kernel of scaled inputs, densely in float64, from distances (not squared distances)."""
+    r = np.sqrt(((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
+    if kernel == "rbf":
+        return np.exp(-0.5 * r**2)
+    if kernel == "matern52":
+        s = np.sqrt(5.0) * r
+        return (1 + s + s**2 / 3) * np.exp(-s)
+    s = np.sqrt(3.0) * r
+    return (1 + s) * np.exp(-s)
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "matern52", "matern32"])
+def test_features_give_the_nystrom_kernel_and_are_exact_on_the_landmarks(kernel):
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    ls = np.array([0.7, 1.5, 3.0])
+    with jax.enable_x64(True):
+        params = kronvi.inputs.nystrom_init(jax.random.key(1), X, jnp.asarray(ls), 25, kernel=kernel)
+        Phi = np.asarray(kronvi.inputs.nystrom_features(params, jnp.asarray(X)))
+    Z = np.asarray(params.landmarks) * ls  # the landmark rows in the inputs' units
+    rows = [int(np.flatnonzero(np.all(np.isclose(X, z), axis=1))[0]) for z in Z]
+    assert len(set(rows)) == 25  # distinct rows of X
+    K_xz = _dense_kernel(X / ls, X[rows] / ls, kernel)
+    K_zz = _dense_kernel(X[rows] / ls, X[rows] / ls, kernel) + kronvi._inputs.features.NYSTROM_JITTER * np.eye(25)
+    np.testing.assert_allclose(Phi @ Phi.T, K_xz @ np.linalg.solve(K_zz, K_xz.T), atol=1e-9)
+    # on the landmarks the approximation is the kernel itself (up to the jitter)
+    np.testing.assert_allclose((Phi @ Phi.T)[np.ix_(rows, rows)], K_zz - 1e-6 * np.eye(25), atol=1e-5)
+    # elsewhere it is below the kernel: phi(x).phi(x) <= k(x, x) = 1
+    assert np.all(np.sum(Phi**2, axis=1) <= 1 + 1e-9)
+    # and a different kernel gives different features: the test can fail
+    other = "rbf" if kernel != "rbf" else "matern32"
+    assert np.max(np.abs(K_xz - _dense_kernel(X / ls, X[rows] / ls, other))) > 0.05
+
+
+def test_landmarks_are_drawn_by_the_key_and_every_row_when_as_many():
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+
+    X = np.random.default_rng(0).normal(size=(40, 2))
+    a, b, c = (kronvi.inputs.nystrom_init(jax.random.key(k), X, jnp.ones(2), 10) for k in (0, 0, 1))
+    assert np.array_equal(np.asarray(a.landmarks), np.asarray(b.landmarks))
+    assert not np.array_equal(np.asarray(a.landmarks), np.asarray(c.landmarks))
+    full = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 40)
+    np.testing.assert_allclose(np.sort(np.asarray(full.landmarks), axis=0), np.sort(X, axis=0).astype(np.float32))
+    # jit and vmap see a pytree of arrays (the kernel is static)
+    f = jax.jit(kronvi.inputs.nystrom_features)
+    np.testing.assert_allclose(f(a, X), kronvi.inputs.nystrom_features(a, X), rtol=1e-6, atol=1e-6)
+    stacked = jax.vmap(lambda x: kronvi.inputs.nystrom_features(a, x[None])[0])(jnp.asarray(X, jnp.float32))
+    np.testing.assert_allclose(stacked, f(a, X), rtol=1e-5, atol=1e-6)
+
+
+def test_feature_mean_of_nystrom_features():
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+
+    X = np.random.default_rng(0).normal(size=(3000, 2))
+    params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 30)
+    mean = kronvi.inputs.feature_mean(params, jnp.asarray(X, jnp.float32), chunk_size=256)
+    ref = np.asarray(kronvi.inputs.nystrom_features(params, X)).mean(axis=0)
+    np.testing.assert_allclose(mean, ref, rtol=1e-4, atol=1e-6)
+    centred = params._replace(offset=mean)
+    assert np.max(np.abs(np.asarray(kronvi.inputs.nystrom_features(centred, X)).mean(axis=0))) < 1e-5
+
+
+def test_nystrom_init_errors_name_the_argument():
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+
+    X = np.zeros((5, 2)) + np.arange(5)[:, None]
+    init = functools.partial(kronvi.inputs.nystrom_init, jax.random.key(0))
+    with pytest.raises(ValueError, match="num_landmarks"):
+        init(X, jnp.ones(2), 6)
+    with pytest.raises(ValueError, match="kernel"):
+        init(X, jnp.ones(2), 3, kernel="laplace")
+    with pytest.raises(ValueError, match="lengthscales"):
+        init(X, jnp.ones(3), 3)
+    with pytest.raises(ValueError, match="lengthscales"):
+        init(X, -jnp.ones(2), 3)
+    with pytest.raises(ValueError, match="`X`"):
+        init(np.full((5, 2), np.nan), jnp.ones(2), 3)
+    with pytest.raises(ValueError, match="concrete"):
+        jax.jit(lambda x: init(x, jnp.ones(2), 3).landmarks)(jnp.asarray(X))
+    with pytest.raises(ValueError, match="`X` has 3 columns"):
+        kronvi.inputs.nystrom_features(init(X, jnp.ones(2), 3), np.zeros((2, 3)))
+
+
+def _fit(X, y, **config):
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+    from kronvi import pipeline
+
+    with jax.enable_x64(True):
+        one = functools.partial(jnp.asarray, dtype=jnp.float64)
+        gp = (kronvi.inputs.GPHyperparameters(one([0.5, 1.0]), one(1.0), one(0.01)), None)  # no GP fit
+        cfg = pipeline.DirectConfig(num_frequencies=20, feature_map="nystrom", **config)
+        fold = pipeline.prepare_fold(jax.random.key(0), X, y, cfg, dtype=jnp.float64, gp=gp)
+        return fold, pipeline.fit_prepared(fold, cfg).model
+
+
+def test_the_eigen_recipe_on_nystrom_features_is_bayesian_linear_regression_on_them():
+    """The fit's predictive mean is exact BLR with an intercept on the dense Nyström features (40 landmarks
+    among the 120 rows), at the fold's prior scale and noise, in float64; and it returns to the training
+    targets' mean far from every row, where random Fourier features do not."""
+    import jax
+
+    import kronvi
+    from kronvi import pipeline
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(150, 2))
+    y = 3.0 + np.sin(2 * X[:, 0]) + X[:, 1] + 0.1 * rng.normal(size=150)
+    n = 120
+    fold, model = _fit(X[:n], y[:n])
+    assert isinstance(model.features, kronvi.inputs.NystromFeatures) and model.prior_w.values.shape[0] == 40
+    with jax.enable_x64(True):
+        mean = np.asarray(pipeline.predict(model, X[n:]).mean)
+        far = np.asarray(pipeline.predict(model, X[n:] + 30.0).mean)
+        s2 = float(kronvi.model.noise_moments(model.q_noise, model.prior_noise)[2]) * float(model.y_scale) ** 2
+    Xs = (X - np.asarray(model.standardizer.mean)) / np.asarray(model.standardizer.scale)
+    inv = np.asarray(model.features.inv_lengthscales)
+    Z = np.asarray(model.features.landmarks) / inv
+    K_zz = _dense_kernel(Z * inv, Z * inv, "rbf") + 1e-6 * np.eye(len(Z))
+    L = np.linalg.cholesky(K_zz)
+    F, Ft = (np.linalg.solve(L, _dense_kernel(A * inv, Z * inv, "rbf").T).T for A in (Xs[:n], Xs[n:]))
+    sw2 = (float(fold.prior_scale) * float(model.y_scale)) ** 2
+    Fc, yc = F - F.mean(axis=0), y[:n] - y[:n].mean()
+    w = np.linalg.solve(Fc.T @ Fc / s2 + np.eye(F.shape[1]) / sw2, Fc.T @ yc / s2)
+    ref = y[:n].mean() + (Ft - F.mean(axis=0)) @ w
+    err = np.max(np.abs(mean - ref))
+    assert err < 0.02 * y.std()  # 15 levels a weight, not a Gaussian: close, not equal
+    assert err < 0.2 * np.max(np.abs(ref - ref.mean()))  # the test can fail
+    # far from the rows the features vanish: the prediction is the mean of the features' intercept
+    assert np.ptp(far) < 1e-6 * y.std()
+    np.testing.assert_allclose(far, y[:n].mean() - F.mean(axis=0) @ w, atol=0.02 * y.std())
+    assert np.max(np.abs(far - y[:n].mean())) < 0.5 * y.std()
+
+
+def test_nystrom_models_through_every_door(tmp_path):
+    """The same seed gives the same Nyström model from `fit_direct`, `DirectRegressor` and `kronvi fit --save`;
+    it saves and loads whole; the options that cannot draw landmarks say so."""
+    import jax
+
+    import kronvi
+    from kronvi import pipeline
+    from kronvi.sklearn import DirectRegressor
+
+    X, y, mask = kronvi.load_demo()
+    X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
+    test = np.asarray(mask)[:, 0].astype(bool)
+    config = pipeline.DirectConfig(num_frequencies=60, feature_map="nystrom")
+    model = pipeline.fit_direct(jax.random.key(3), X[~test], y[~test], config).model
+    mean = np.asarray(pipeline.predict(model, X[test]).mean)
+    est = DirectRegressor(n_frequencies=60, feature_map="nystrom", random_state=3).fit(X[~test], y[~test])
+    np.testing.assert_allclose(est.predict(X[test]), mean, rtol=1e-5, atol=1e-5 * y.std())
+    path = tmp_path / "m.npz"
+    kronvi.save_model(path, model)
+    loaded = kronvi.load_model(path)
+    assert isinstance(loaded.features, kronvi.inputs.NystromFeatures)
+    np.testing.assert_array_equal(np.asarray(pipeline.predict(loaded, X[test]).mean), mean)
+    with pytest.raises(ValueError, match="feature_map"):
+        pipeline.stream_init(jax.random.key(0), X, y, config)
+    with pytest.raises(ValueError, match="feature_map"):
+        DirectRegressor(feature_map="nystrom").partial_fit(X, y)
+    with pytest.raises(ValueError, match="config.feature_map"):
+        pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(feature_map="random"))
+    assert pipeline.DirectConfig(feature_map="nystrom").as_flat_dict()["feature_map"] == "nystrom"
+    assert "feature_map" not in pipeline.DirectConfig().as_flat_dict()
+
+
+def test_the_command_line_fits_and_saves_nystrom_features(tmp_path):
+    import kronvi
+
+    X, y, mask = kronvi.load_demo()
+    csv = tmp_path / "d.csv"
+    np.savetxt(csv, np.column_stack([X, y]), delimiter=",", header=",".join(["a"] * X.shape[1] + ["y"]), comments="")
+    out, model = tmp_path / "fit.json", tmp_path / "m.npz"
+    run_python(
+        "-m", "kronvi", "fit", str(csv), "--feature-map", "nystrom", "--num-features", "100", "--max-folds", "1",
+        "--json", str(out), "--save", str(model), env=subprocess_env(),
+    )  # fmt: skip
+    record = json.loads(out.read_text())
+    assert record["settings"]["feature_map"] == "nystrom"
+    assert isinstance(kronvi.load_model(model).features, kronvi.inputs.NystromFeatures)
+
+
+def test_the_auto_map_fits_the_features_of_the_larger_evidence():
+    import jax
+
+    from kronvi import pipeline
+
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-2, 2, size=(400, 2))
+    y = np.sin(3 * X[:, 0]) * np.cos(2 * X[:, 1]) + 0.05 * rng.normal(size=400)
+    base = pipeline.DirectConfig(num_frequencies=60, gp=pipeline.GPOptions(restarts=1))
+    folds = {m: pipeline.prepare_fold(jax.random.key(0), X, y, base._replace(feature_map=m)) for m in ("fourier", "nystrom")}
+    evidence = {m: float(f.log_evidence) for m, f in folds.items()}
+    assert abs(evidence["fourier"] - evidence["nystrom"]) > 1.0  # a real choice: the test can fail
+    best = max(evidence, key=evidence.get)
+    auto = pipeline.fit_direct(jax.random.key(0), X, y, base._replace(feature_map="auto"))
+    assert auto.info.feature_map == best
+    chosen = pipeline.fit_direct(jax.random.key(0), X, y, base._replace(feature_map=best))
+    np.testing.assert_array_equal(
+        np.asarray(auto.model.predict(X[:20]).mean), np.asarray(chosen.model.predict(X[:20]).mean)
+    )
+    with pytest.raises(ValueError, match="feature_map='auto'"):
+        pipeline.fit_direct(jax.random.key(0), X, y, pipeline.DirectConfig(recipe=pipeline.Features(), feature_map="auto"))
+
+
+def test_a_float32_model_computes_nystrom_features_in_float64():
+    """Repeated rows make the landmarks' kernel matrix singular but for the jitter, and its whitening as large as
+    the jitter's -1/2 power (1000): features computed in float32 lose their leading digits to cancellation.
+    `fold_features`, `predict` and `log_density` compute them (and their rotation) in float64."""
+    import jax
+    import jax.numpy as jnp
+
+    from kronvi import pipeline
+
+    rng = np.random.default_rng(3)
+    X = np.repeat(rng.uniform(-2, 2, size=(150, 2)), 4, axis=0)
+    y = np.sin(2 * X[:, 0]) + X[:, 1] ** 2 + 0.01 * rng.normal(size=600)
+    config = pipeline.DirectConfig(num_frequencies=150, feature_map="nystrom")
+    model = pipeline.fit_direct(jax.random.key(0), X, y, config).model
+    f = model.features
+    assert np.linalg.norm(np.asarray(f.whiten, np.float64), 2) > 300  # ill-conditioned: the case at hand
+    Xt = rng.uniform(-2, 2, size=(50, 2))
+    # the standardized rows in the model's dtype, as the training rows' statistics saw them
+    Xs = ((Xt - np.asarray(model.standardizer.mean)) / np.asarray(model.standardizer.scale)).astype(np.float32)
+    A, Z = Xs.astype(np.float64) * np.asarray(f.inv_lengthscales, np.float64), np.asarray(f.landmarks, np.float64)
+    K = np.exp(-0.5 * ((A[:, None, :] - Z[None, :, :]) ** 2).sum(-1))
+    ref = (K @ np.asarray(f.whiten, np.float64).T - np.asarray(f.offset, np.float64)) @ np.asarray(
+        model.basis.vectors, np.float64
+    )
+    assert np.asarray(pipeline.fold_features(model, Xt)).dtype == np.float32
+    got = np.asarray(pipeline.fold_features(model, Xt), np.float64)
+    naive = np.asarray(jax.jit(pipeline.fold_features)(model, jnp.asarray(Xt, jnp.float32)), np.float64)
+    err, naive_err = np.max(np.abs(got - ref)), np.max(np.abs(naive - ref))
+    assert err < 1e-6 * np.max(np.abs(ref)) + 1e-7
+    assert naive_err > 100 * err  # traced (float32) features lose digits: the test can fail
+    mean = np.asarray(pipeline.predict(model, Xt).mean)
+    np.testing.assert_allclose(mean, np.sin(2 * Xt[:, 0]) + Xt[:, 1] ** 2, atol=0.1)
+    assert np.all(np.isfinite(pipeline.log_density(model, Xt, np.sin(2 * Xt[:, 0]) + Xt[:, 1] ** 2)))
