@@ -405,7 +405,8 @@ def _fit(args):
     )
     print(
         f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={b}, "
-        f"{args.levels}-level grid, basis={args.basis}, method={args.method}, {K} folds, "
+        + ("" if args.feature_map == "fourier" else f"feature map {args.feature_map} (b at most the training rows), ")
+        + f"{args.levels}-level grid, basis={args.basis}, method={args.method}, {K} folds, "
         f"jax on {jax.devices()[0].platform}"
     )
     header = (

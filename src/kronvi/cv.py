@@ -48,6 +48,7 @@ class FoldResult(NamedTuple):
     density_seconds: float = 0.0  # the exact test density (`predict_seconds`: the mean and variance)
     nlpd_rows: int = 0  # the test rows the NLPD averages (0: not computed, NaN)
     kernel: str = "rbf"  # the kernel of the features (`DirectConfig.kernel`, or the one "auto" chose)
+    feature_map: str = "fourier"  # the map of the features (`DirectConfig.feature_map`, or the one "auto" chose)
 
 
 class FoldRun(NamedTuple):
@@ -133,6 +134,7 @@ def run_fold(
         density_seconds=t2 - t1,
         nlpd_rows=int(rows.size),
         kernel=info.kernel,
+        feature_map=info.feature_map,
         **timings._asdict(),
     )
     if isinstance(report, StageLine):
@@ -141,10 +143,10 @@ def run_fold(
 
 
 def summarize(results: list[FoldResult]) -> dict:
-    """Mean and standard deviation over folds of every numeric field (not `kernel`)."""
+    """Mean and standard deviation over folds of every numeric field (not `kernel`, `feature_map`)."""
     out = {}
     for field in FoldResult._fields:
-        if field == "kernel":
+        if field in ("kernel", "feature_map"):
             continue
         vals = np.asarray([getattr(r, field) for r in results], dtype=float)
         out[f"{field}_mean"] = float(np.mean(vals))

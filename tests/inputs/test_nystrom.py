@@ -204,6 +204,7 @@ def test_the_command_line_fits_and_saves_nystrom_features(tmp_path):
     )  # fmt: skip
     record = json.loads(out.read_text())
     assert record["settings"]["feature_map"] == "nystrom"
+    assert [fold["feature_map"] for fold in record["folds"]] == ["nystrom"]
     assert isinstance(kronvi.load_model(model).features, kronvi.inputs.NystromFeatures)
 
 
