@@ -181,6 +181,12 @@ def test_nystrom_models_through_every_door(tmp_path):
     loaded = kronvi.load_model(path)
     assert isinstance(loaded.features, kronvi.inputs.NystromFeatures)
     np.testing.assert_array_equal(np.asarray(pipeline.predict(loaded, X[test]).mean), mean)
+    bad = model._replace(features=model.features._replace(whiten=model.features.whiten.at[0, 0].set(np.nan)))
+    with pytest.raises(ValueError, match="model.features.whiten"):
+        kronvi.save_model(tmp_path / "bad.npz", bad)
+    with pytest.raises(ValueError, match="model.features.inv_lengthscales"):
+        kronvi.save_model(tmp_path / "bad.npz", model._replace(features=model.features._replace(inv_lengthscales=np.ones(2))))
+    assert not (tmp_path / "bad.npz").exists()
     with pytest.raises(ValueError, match="feature_map"):
         pipeline.stream_init(jax.random.key(0), X, y, config)
     with pytest.raises(ValueError, match="feature_map"):
@@ -247,6 +253,10 @@ def test_a_float32_model_computes_nystrom_features_in_float64():
     model = pipeline.fit_direct(jax.random.key(0), X, y, config).model
     f = model.features
     assert np.linalg.norm(np.asarray(f.whiten, np.float64), 2) > 300  # ill-conditioned: the case at hand
+    # the stored (float32) landmarks are the ones whitened: L^-1 (K_ZZ + jitter) L^-T = I to float32 rounding
+    W, Z = np.asarray(f.whiten, np.float64), np.asarray(f.landmarks, np.float64)
+    K_zz = np.exp(-0.5 * ((Z[:, None, :] - Z[None, :, :]) ** 2).sum(-1)) + 1e-6 * np.eye(len(Z))
+    assert np.max(np.abs(W @ K_zz @ W.T - np.eye(len(Z)))) < 1e-3
     Xt = rng.uniform(-2, 2, size=(50, 2))
     # the standardized rows in the model's dtype, as the training rows' statistics saw them
     Xs = ((Xt - np.asarray(model.standardizer.mean)) / np.asarray(model.standardizer.scale)).astype(np.float32)
@@ -264,3 +274,22 @@ def test_a_float32_model_computes_nystrom_features_in_float64():
     mean = np.asarray(pipeline.predict(model, Xt).mean)
     np.testing.assert_allclose(mean, np.sin(2 * Xt[:, 0]) + Xt[:, 1] ** 2, atol=0.1)
     assert np.all(np.isfinite(pipeline.log_density(model, Xt, np.sin(2 * Xt[:, 0]) + Xt[:, 1] ** 2)))
+
+
+def test_the_stored_float32_landmarks_are_the_ones_whitened():
+    """Near-repeated landmarks (rows 1e-6 apart, a short lengthscale) leave the whitening as large as the
+    jitter allows; rounding the landmarks to float32 after factoring their float64 values would break
+    $L^{-1}(K_{ZZ} + \\epsilon I)L^{-\\top} = I$ for the stored ones. `nystrom_init` factors the stored ones."""
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+
+    rng = np.random.default_rng(4)
+    base = rng.uniform(28, 32, size=(60, 2))  # far from 0: float32 rounds the scaled inputs by ~6e-5
+    X = np.repeat(base, 4, axis=0) + 1e-6 * rng.normal(size=(240, 2))
+    params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.asarray([0.05, 0.05], jnp.float32), 200)
+    W, Z = np.asarray(params.whiten, np.float64), np.asarray(params.landmarks, np.float64)
+    assert np.linalg.norm(W, 2) > 300  # ill-conditioned: the case at hand
+    K_zz = np.exp(-0.5 * ((Z[:, None, :] - Z[None, :, :]) ** 2).sum(-1)) + 1e-6 * np.eye(len(Z))
+    assert np.max(np.abs(W @ K_zz @ W.T - np.eye(len(Z)))) < 1e-3

@@ -478,10 +478,12 @@ def nystrom_init(
         raise ValueError(f"`jitter` must be a finite positive number, got {jitter!r}")
     inv = 1.0 / np.asarray(ls, np.float64)
     rows = np.sort(np.asarray(choice_rows(key, n, int(num_landmarks))))
-    Z = X[rows] * inv
+    # the landmarks as stored (in `dtype`) are the ones factored: where they nearly repeat, the factor of their
+    # unrounded values would not whiten the stored ones
+    Z = (X[rows] * inv).astype(dtype)
     return NystromFeatures(
-        to_device(Z.astype(dtype)), to_device(inv.astype(dtype)), to_device(_whitener(Z, kernel, jitter).astype(dtype)),
-        None, kernel,
+        to_device(Z), to_device(inv.astype(dtype)),
+        to_device(_whitener(Z.astype(np.float64), kernel, jitter).astype(dtype)), None, kernel,
     )  # fmt: skip
 
 
