@@ -39,8 +39,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import study_cli  # noqa: E402
 
-import kronvi  # noqa: E402
-from kronvi.pipeline import DirectConfig, fit_prepared, prepare_fold  # noqa: E402
+from kronvi.pipeline import DirectConfig  # noqa: E402
 
 KERNELS = ("rbf", "matern52", "matern32")
 
@@ -48,77 +47,39 @@ KERNELS = ("rbf", "matern52", "matern32")
 def run_kernel(X, y, test, kernel, key, num_features=None):
     """One kernel on one fold (b = `num_features`, default the recipe's): the record's measured fields."""
     config = DirectConfig(kernel=kernel, num_frequencies=None if num_features is None else num_features // 2)
-    t0 = time.perf_counter()
-    fold = prepare_fold(key, X[~test], y[~test], config)
-    t1 = time.perf_counter()
-    model = fit_prepared(fold, config).model
-    t2 = time.perf_counter()
-    mean = np.asarray(model.predict(X[test]).mean, np.float64)
-    try:
-        log_dens, below = model.log_density(X[test], y[test]), 0
-    except kronvi.model.DensityToleranceError as e:  # a far-tail point: its best value, counted (as run_fold)
-        log_dens, below = e.log_density, int(np.size(e.failed))
-    nlpd = -float(np.mean(np.asarray(log_dens, np.float64)))
+    fold, _, fields = study_cli.fit_and_score(X, y, test, config, key)
     info = fold.gp_info
     return dict(
-        rmse=float(np.sqrt(np.mean((mean - y[test]) ** 2))),
-        nlpd=nlpd,
-        density_below_tolerance=below,
+        fields,
         gp_lml=float(np.asarray(info.log_marginal_likelihoods)[int(info.chosen)]),
-        log_evidence=float(fold.log_evidence),
         b=int(2 * fold.features.frequencies.shape[1]),
-        prepare_seconds=t1 - t0,
-        fit_seconds=t2 - t1,
         lengthscales=[float(v) for v in np.asarray(fold.hyper.lengthscales)],
     )
 
 
 def main(argv=None):
     ap = study_cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", default="../shared/data/uci")
-    ap.add_argument("--datasets", default="")
-    ap.add_argument("--folds", type=int, default=3, help="the first K published folds")
-    ap.add_argument("--kernels", default=",".join(KERNELS), help=f"comma list of {KERNELS}")
-    ap.add_argument("--num-features", type=int, default=None, help="b (even; default: the recipe's)")
-    ap.add_argument("--out", required=True, help="JSON-lines records, appended")
-    ap.add_argument("--resume", action="store_true", help="skip (dataset, fold, kernel) already in --out")
-    ap.add_argument("--table", default=None, help="render the markdown table from --out and stop")
+    study_cli.add_fold_options(ap, "kernels", KERNELS, "(dataset, fold, kernel)")
     args = ap.parse_args(argv)
-    out = pathlib.Path(args.out)
     if args.table:
-        return study_cli.write_table(ap, out, args.table, render)
-    names = study_cli.dataset_names(ap, args.data_dir, args.datasets)
-    kernels = [k for k in args.kernels.split(",") if k]
-    if not kernels or any(k not in KERNELS for k in kernels):
-        ap.error(f"--kernels must be a comma list of {KERNELS}, got {args.kernels!r}")
-    if args.num_features is not None and (args.num_features < 2 or args.num_features % 2):
-        ap.error(f"--num-features must be an even number >= 2, got {args.num_features}")
-    if args.folds < 1:
-        ap.error(f"--folds must be >= 1, got {args.folds}")
-    if out.exists() and not args.resume:
-        ap.error(f"--out {args.out} exists: pass --resume to add to it")
+        return study_cli.write_table(ap, pathlib.Path(args.out), args.table, render)
+    out, names, kernels = study_cli.fold_options(ap, args, "kernels", KERNELS)
     print(f"# kernel family: jax {jax.__version__}, {os.cpu_count()} cores; {names} x {args.folds} folds x "
           f"{kernels}", flush=True)  # fmt: skip
     t_start = time.perf_counter()
-    for name in names:
-        X, y, mask = kronvi.load_uci(pathlib.Path(args.data_dir) / name)
-        X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
-        for k in range(min(args.folds, np.shape(mask)[1])):
-            test = np.asarray(mask)[:, k].astype(bool)
-            for kernel in kernels:
-                done = {(r["dataset"], r["fold"], r["kernel"]) for r in study_cli.read_jsonl(out)}
-                if (name, k, kernel) in done:
-                    continue
-                rec = dict(dataset=name, fold=k, kernel=kernel, n=int((~test).sum()), d=int(X.shape[1]))
-                rec.update(
-                    run_kernel(X, y, test, kernel, jax.random.fold_in(jax.random.key(0), k), args.num_features)
-                )
-                rec["load"] = os.getloadavg()[0]
-                study_cli.append_jsonl(out, rec)
-                print(f"[{name} fold {k}] {kernel}: RMSE {rec['rmse']:.4f} NLPD {rec['nlpd']:.3f} log evidence "
-                      f"{rec['log_evidence']:.1f} GP LML {rec['gp_lml']:.1f}; {rec['prepare_seconds']:.1f} + "
-                      f"{rec['fit_seconds']:.1f} s; load {rec['load']:.2f}; elapsed "
-                      f"{time.perf_counter() - t_start:.0f} s", flush=True)  # fmt: skip
+    for name, k, X, y, test in study_cli.published_folds(args.data_dir, names, args.folds):
+        for kernel in kernels:
+            done = {(r["dataset"], r["fold"], r["kernel"]) for r in study_cli.read_jsonl(out)}
+            if (name, k, kernel) in done:
+                continue
+            rec = dict(dataset=name, fold=k, kernel=kernel, n=int((~test).sum()), d=int(X.shape[1]))
+            rec.update(run_kernel(X, y, test, kernel, jax.random.fold_in(jax.random.key(0), k), args.num_features))
+            rec["load"] = os.getloadavg()[0]
+            study_cli.append_jsonl(out, rec)
+            print(f"[{name} fold {k}] {kernel}: RMSE {rec['rmse']:.4f} NLPD {rec['nlpd']:.3f} log evidence "
+                  f"{rec['log_evidence']:.1f} GP LML {rec['gp_lml']:.1f}; {rec['prepare_seconds']:.1f} + "
+                  f"{rec['fit_seconds']:.1f} s; load {rec['load']:.2f}; elapsed "
+                  f"{time.perf_counter() - t_start:.0f} s", flush=True)  # fmt: skip
     return 0
 
 

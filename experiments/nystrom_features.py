@@ -35,8 +35,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import study_cli  # noqa: E402
 
-import kronvi  # noqa: E402
-from kronvi.pipeline import DirectConfig, fit_prepared, prepare_fold  # noqa: E402
+from kronvi.pipeline import DirectConfig  # noqa: E402
 
 MAPS = ("fourier", "nystrom")
 
@@ -46,78 +45,40 @@ def run_map(X, y, test, feature_map, key, num_features=None):
     config = DirectConfig(
         feature_map=feature_map, num_frequencies=None if num_features is None else num_features // 2
     )
-    t0 = time.perf_counter()
-    fold = prepare_fold(key, X[~test], y[~test], config)
-    t1 = time.perf_counter()
-    model = fit_prepared(fold, config).model
-    t2 = time.perf_counter()
-    mean = np.asarray(model.predict(X[test]).mean, np.float64)
-    try:
-        log_dens, below = model.log_density(X[test], y[test]), 0
-    except kronvi.model.DensityToleranceError as e:  # a far-tail point: its best value, counted (as run_fold)
-        log_dens, below = e.log_density, int(np.size(e.failed))
-    rmse = float(np.sqrt(np.mean((mean - y[test]) ** 2)))
+    _, model, fields = study_cli.fit_and_score(X, y, test, config, key)
     return dict(
-        rmse=rmse,
-        rmse_std=rmse / float(np.std(y[~test])),
-        nlpd=-float(np.mean(np.asarray(log_dens, np.float64))),
-        density_below_tolerance=below,
-        log_evidence=float(fold.log_evidence),
-        b=int(model.prior_w.values.shape[0]),
-        prepare_seconds=t1 - t0,
-        fit_seconds=t2 - t1,
+        fields, rmse_std=fields["rmse"] / float(np.std(y[~test])), b=int(model.prior_w.values.shape[0])
     )
 
 
 def main(argv=None):
     ap = study_cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", default="../shared/data/uci")
-    ap.add_argument("--datasets", default="")
-    ap.add_argument("--folds", type=int, default=3, help="the first K published folds")
-    ap.add_argument("--maps", default=",".join(MAPS), help=f"comma list of {MAPS}")
-    ap.add_argument("--num-features", type=int, default=None, help="b (even; default: the recipe's)")
-    ap.add_argument("--out", required=True, help="JSON-lines records, appended")
-    ap.add_argument("--resume", action="store_true", help="skip (dataset, fold, map, b) already in --out")
-    ap.add_argument("--table", default=None, help="render the markdown table from --out and stop")
+    study_cli.add_fold_options(ap, "maps", MAPS, "(dataset, fold, map, b)")
     args = ap.parse_args(argv)
-    out = pathlib.Path(args.out)
     if args.table:
-        return study_cli.write_table(ap, out, args.table, render)
-    names = study_cli.dataset_names(ap, args.data_dir, args.datasets)
-    maps = [m for m in args.maps.split(",") if m]
-    if not maps or any(m not in MAPS for m in maps):
-        ap.error(f"--maps must be a comma list of {MAPS}, got {args.maps!r}")
-    if args.num_features is not None and (args.num_features < 2 or args.num_features % 2):
-        ap.error(f"--num-features must be an even number >= 2, got {args.num_features}")
-    if args.folds < 1:
-        ap.error(f"--folds must be >= 1, got {args.folds}")
-    if out.exists() and not args.resume:
-        ap.error(f"--out {args.out} exists: pass --resume to add to it")
+        return study_cli.write_table(ap, pathlib.Path(args.out), args.table, render)
+    out, names, maps = study_cli.fold_options(ap, args, "maps", MAPS)
     print(f"# Nyström features: jax {jax.__version__}, {os.cpu_count()} cores; {names} x {args.folds} folds x "
           f"{maps}", flush=True)  # fmt: skip
     t_start = time.perf_counter()
-    for name in names:
-        X, y, mask = kronvi.load_uci(pathlib.Path(args.data_dir) / name)
-        X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
-        for k in range(min(args.folds, np.shape(mask)[1])):
-            test = np.asarray(mask)[:, k].astype(bool)
-            for feature_map in maps:
-                done = {(r["dataset"], r["fold"], r["feature_map"], r["requested_b"]) for r in study_cli.read_jsonl(out)}
-                if (name, k, feature_map, args.num_features) in done:
-                    continue
-                rec = dict(
-                    dataset=name, fold=k, feature_map=feature_map, requested_b=args.num_features,
-                    n=int((~test).sum()), d=int(X.shape[1]),
-                )  # fmt: skip
-                rec.update(
-                    run_map(X, y, test, feature_map, jax.random.fold_in(jax.random.key(0), k), args.num_features)
-                )
-                rec["load"] = os.getloadavg()[0]
-                study_cli.append_jsonl(out, rec)
-                print(f"[{name} fold {k}] {feature_map} b={rec['b']}: RMSE {rec['rmse']:.4f} ({rec['rmse_std']:.4f} "
-                      f"sd) NLPD {rec['nlpd']:.3f} log evidence {rec['log_evidence']:.1f}; "
-                      f"{rec['prepare_seconds']:.1f} + {rec['fit_seconds']:.1f} s; load {rec['load']:.2f}; elapsed "
-                      f"{time.perf_counter() - t_start:.0f} s", flush=True)  # fmt: skip
+    for name, k, X, y, test in study_cli.published_folds(args.data_dir, names, args.folds):
+        for feature_map in maps:
+            done = {(r["dataset"], r["fold"], r["feature_map"], r["requested_b"]) for r in study_cli.read_jsonl(out)}
+            if (name, k, feature_map, args.num_features) in done:
+                continue
+            rec = dict(
+                dataset=name, fold=k, feature_map=feature_map, requested_b=args.num_features,
+                n=int((~test).sum()), d=int(X.shape[1]),
+            )  # fmt: skip
+            rec.update(
+                run_map(X, y, test, feature_map, jax.random.fold_in(jax.random.key(0), k), args.num_features)
+            )
+            rec["load"] = os.getloadavg()[0]
+            study_cli.append_jsonl(out, rec)
+            print(f"[{name} fold {k}] {feature_map} b={rec['b']}: RMSE {rec['rmse']:.4f} ({rec['rmse_std']:.4f} "
+                  f"sd) NLPD {rec['nlpd']:.3f} log evidence {rec['log_evidence']:.1f}; "
+                  f"{rec['prepare_seconds']:.1f} + {rec['fit_seconds']:.1f} s; load {rec['load']:.2f}; elapsed "
+                  f"{time.perf_counter() - t_start:.0f} s", flush=True)  # fmt: skip
     return 0
 
 

@@ -11,6 +11,9 @@ import math
 import os
 import pathlib
 import sys
+import time
+
+import numpy as np
 
 import kronvi
 
@@ -125,6 +128,75 @@ def dataset_names(parser, data_dir, datasets: str) -> list[str]:
     if missing:
         parser.error(f"no dataset folder {missing} in --data-dir {data_dir}")
     return names
+
+
+def add_fold_options(parser, variants: str, choices, resume_key: str) -> None:
+    """The options of a study that fits variants of the default recipe on published folds: ``--data-dir``,
+    ``--datasets``, ``--folds``, ``--<variants>`` (a comma list of ``choices``), ``--num-features``, ``--out``,
+    ``--resume`` (skipping the ``resume_key`` records already in ``--out``) and ``--table``."""
+    parser.add_argument("--data-dir", default="../shared/data/uci")
+    parser.add_argument("--datasets", default="")
+    parser.add_argument("--folds", type=int, default=3, help="the first K published folds")
+    parser.add_argument(f"--{variants}", default=",".join(choices), help=f"comma list of {tuple(choices)}")
+    parser.add_argument("--num-features", type=int, default=None, help="b (even; default: the recipe's)")
+    parser.add_argument("--out", required=True, help="JSON-lines records, appended")
+    parser.add_argument("--resume", action="store_true", help=f"skip {resume_key} already in --out")
+    parser.add_argument("--table", default=None, help="render the markdown table from --out and stop")
+
+
+def fold_options(parser, args, variants: str, choices) -> tuple[pathlib.Path, list[str], list[str]]:
+    """``(out, dataset names, chosen variants)`` of ``add_fold_options``' options, checked (one-line usage errors
+    naming the option)."""
+    names = dataset_names(parser, args.data_dir, args.datasets)
+    text = getattr(args, variants)
+    chosen = [v for v in text.split(",") if v]
+    if not chosen or any(v not in choices for v in chosen):
+        parser.error(f"--{variants} must be a comma list of {tuple(choices)}, got {text!r}")
+    if args.num_features is not None and (args.num_features < 2 or args.num_features % 2):
+        parser.error(f"--num-features must be an even number >= 2, got {args.num_features}")
+    if args.folds < 1:
+        parser.error(f"--folds must be >= 1, got {args.folds}")
+    out = pathlib.Path(args.out)
+    if out.exists() and not args.resume:
+        parser.error(f"--out {args.out} exists: pass --resume to add to it")
+    return out, names, chosen
+
+
+def published_folds(data_dir, names, folds: int):
+    """``(name, k, X, y, test)`` of the first ``folds`` published folds of each dataset (float64 rows, ``test`` the
+    fold's boolean test mask)."""
+    for name in names:
+        X, y, mask = kronvi.load_uci(pathlib.Path(data_dir) / name)
+        X, y, mask = np.asarray(X, np.float64), np.asarray(y, np.float64), np.asarray(mask)
+        for k in range(min(folds, mask.shape[1])):
+            yield name, k, X, y, mask[:, k].astype(bool)
+
+
+def fit_and_score(X, y, test, config, key):
+    """``(fold, model, fields)``: ``prepare_fold`` and ``fit_prepared`` of the training rows with ``config``, and the
+    test RMSE (``model.predict``), NLPD (``model.log_density``, the exact density of every test row; a far-tail point
+    whose value misses the density's tolerance keeps its best value, counted in ``density_below_tolerance``, as
+    ``kronvi fit`` does), the features' exact log evidence and the seconds of the two stages."""
+    from kronvi.pipeline import fit_prepared, prepare_fold
+
+    t0 = time.perf_counter()
+    fold = prepare_fold(key, X[~test], y[~test], config)
+    t1 = time.perf_counter()
+    model = fit_prepared(fold, config).model
+    t2 = time.perf_counter()
+    mean = np.asarray(model.predict(X[test]).mean, np.float64)
+    try:
+        log_dens, below = model.log_density(X[test], y[test]), 0
+    except kronvi.model.DensityToleranceError as e:
+        log_dens, below = e.log_density, int(np.size(e.failed))
+    return fold, model, dict(
+        rmse=float(np.sqrt(np.mean((mean - y[test]) ** 2))),
+        nlpd=-float(np.mean(np.asarray(log_dens, np.float64))),
+        density_below_tolerance=below,
+        log_evidence=float(fold.log_evidence),
+        prepare_seconds=t1 - t0,
+        fit_seconds=t2 - t1,
+    )
 
 
 def add_cache_option(parser) -> None:
