@@ -1603,12 +1603,12 @@ def fold_features(fitted: PreparedFold | FittedDirect, X: ArrayLike) -> jax.Arra
     `(y - model.y_offset) / model.y_scale`; `kronvi.predict` returns the targets' own units)."""
     if _traced((fitted, X)):
         return _features_of(fitted, _standardized(fitted, X))
-    return _concrete_features(fitted, _standardized(fitted, X, host64=True))
+    return _concrete_features(fitted, _standardized(fitted, X, on_host=True))
 
 
-def _standardized(fitted, X, name: str = "X", *, host64: bool = False) -> Any:
+def _standardized(fitted, X, name: str = "X", *, on_host: bool = False) -> Any:
     """`X` standardized as the training rows were, in the model's dtype: in float64 on the host when concrete.
-    `host64`: concrete rows are returned in host memory (NumPy, the model's dtype: `_concrete_features`)."""
+    `on_host`: concrete rows are returned in host memory (NumPy, the model's dtype: `_concrete_features`)."""
     dtype = feature_dtype(fitted.features)
     if _traced((fitted, X)):
         st = fitted.standardizer
@@ -1622,18 +1622,18 @@ def _standardized(fitted, X, name: str = "X", *, host64: bool = False) -> Any:
         )
     check_finite(X, name)
     Xs = standardize_host(fitted.standardizer, X, dtype, name)
-    return Xs if host64 else to_device(Xs)
+    return Xs if on_host else to_device(Xs)
 
 
 def _concrete_features(fitted, Xs):
     """The features that `fitted.q_w` belongs to of standardized rows `Xs` in host memory (`_standardized(...,
-    host64=True)`, in the model's dtype, as the training rows were), in the model's dtype. Nyström features and
+    on_host=True)`, in the model's dtype, as the training rows were), in the model's dtype. Nyström features and
     their rotation are computed from them in float64 and then rounded, as the training statistics were: in the
     model's dtype the landmarks' whitening, whose norm reaches the jitter's -1/2 power, would cancel away the
     features' leading digits (`docs/decisions/default-recipe.md#nystrom-features`)."""
     dtype = feature_dtype(fitted.features)
     if not isinstance(fitted.features, NystromFeatures):
-        return _features_of(fitted, to_device(np.asarray(Xs).astype(dtype)))
+        return _features_of(fitted, to_device(Xs))
     with jax.enable_x64(True):
         feats, basis = _cast((fitted.features, fitted.basis), jnp.float64)
         Phi = _features_of(fitted._replace(features=feats, basis=basis), to_device(np.asarray(Xs, np.float64)))
@@ -1724,7 +1724,7 @@ def predict(model: FittedDirect, X: ArrayLike, *, chunk_size: int = 4096) -> Pre
         Xs = _standardized(model, X)
         mean, var = _chunked(functools.partial(_moments_of, _parts(model)), Xs, chunk_size)
         return Prediction(model.y_offset + model.y_scale * mean, model.y_scale**2 * var)
-    Xh = np.asarray(_standardized(model, X, host64=True))
+    Xh = np.asarray(_standardized(model, X, on_host=True))
     parts = _parts(model)
     means, variances = [], []
     for start in range(0, Xh.shape[0], chunk_size):
@@ -1793,7 +1793,7 @@ def log_density(
     shift = np.log(float(model.y_scale))
     check_numeric(y, "y")
     y64 = np.asarray(y, np.float64)
-    Xs = _standardized(model, X, host64=True)
+    Xs = _standardized(model, X, on_host=True)
     if y64.shape != (Xs.shape[0],):
         raise ValueError(f"`y` must have shape ({Xs.shape[0]},) as the rows of `X`, got {y64.shape}")
     check_finite(y64, "y")
