@@ -80,6 +80,14 @@ def test_feature_mean_of_nystrom_features():
     np.testing.assert_allclose(mean, ref, rtol=1e-4, atol=1e-6)
     centred = params._replace(offset=mean)
     assert np.max(np.abs(np.asarray(kronvi.inputs.nystrom_features(centred, X)).mean(axis=0))) < 1e-5
+    # in float64 the kernel rows' mean is whitened once (not every row): the same mean to rounding
+    with jax.enable_x64(True):
+        p64 = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 30, jitter=1e-10)
+        assert float(np.linalg.norm(np.asarray(p64.whiten), 2)) > 300  # close landmarks: the test can fail
+        mean64 = kronvi.inputs.feature_mean(p64, jnp.asarray(X), chunk_size=256)
+        assert mean64.dtype == jnp.float64
+        ref64 = np.asarray(kronvi.inputs.nystrom_features(p64, jnp.asarray(X))).mean(axis=0)
+    np.testing.assert_allclose(np.asarray(mean64), ref64, rtol=1e-9, atol=1e-9)
 
 
 def test_nystrom_init_errors_name_the_argument():
@@ -293,3 +301,31 @@ def test_the_stored_float32_landmarks_are_the_ones_whitened():
     assert np.linalg.norm(W, 2) > 300  # ill-conditioned: the case at hand
     K_zz = np.exp(-0.5 * ((Z[:, None, :] - Z[None, :, :]) ** 2).sum(-1)) + 1e-6 * np.eye(len(Z))
     assert np.max(np.abs(W @ K_zz @ W.T - np.eye(len(Z)))) < 1e-3
+
+
+def test_the_host_whitened_statistics_are_those_of_the_features():
+    """The statistics pass of float64 Nyström features whitens the kernel rows by a triangular product in the
+    host BLAS: the same statistics as the features' own pass, to rounding; a wrong whitening is seen."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+    from kronvi._inputs.features import nystrom_kernel_unchecked
+    from kronvi._stats.regression import host_whitened_stats
+
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(700, 3)), rng.normal(size=700)
+    with jax.enable_x64(True):
+        params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(3, jnp.float64), 50)
+        params = params._replace(offset=kronvi.inputs.feature_mean(params, jnp.asarray(X)))
+        ref = kronvi.stats.regression_stats_from_inputs(
+            functools.partial(kronvi.inputs.nystrom_features, params), jnp.asarray(X), jnp.asarray(y), chunk_size=256
+        )
+        kernel = functools.partial(nystrom_kernel_unchecked, params._replace(offset=None))
+        got = host_whitened_stats(kernel, params.whiten, params.offset, X, y, chunk_size=256)
+        wrong = host_whitened_stats(kernel, params.whiten.T, params.offset, X, y, chunk_size=None)
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-9)
+    assert np.max(np.abs(np.asarray(wrong.PhitPhi) - np.asarray(ref.PhitPhi))) > 1.0

@@ -324,6 +324,9 @@ def _feature_mean(params, X, w, chunk):
     else:  # NystromFeatures
         dtype = jnp.result_type(X, params.whiten)
         fmap = lambda x: _nystrom(x, params)  # noqa: E731
+        if dtype == jnp.float64:  # the mean of the kernel rows, whitened once, not every row
+            fmap = lambda x: _landmark_kernel(x, params)  # noqa: E731
+    whiten_mean = isinstance(params, NystromFeatures) and dtype == jnp.float64
     total = jnp.zeros(jax.eval_shape(fmap, jax.ShapeDtypeStruct((1, d), X.dtype)).shape[1], dtype)
 
     def chunk_sum(x, ww):
@@ -334,7 +337,10 @@ def _feature_mean(params, X, w, chunk):
         total, _ = lax.scan(lambda t, xw: (t + chunk_sum(*xw), None), total, chunks)
     if n_full < n:
         total = total + chunk_sum(X[n_full:], w[n_full:])
-    return total / jnp.sum(w).astype(dtype)
+    mean = total / jnp.sum(w).astype(dtype)
+    # (in float32 the whitening, of norm up to 1000, would amplify the mean's rounding: there every row is
+    # whitened, as the features are)
+    return matmul(params.whiten.astype(dtype), mean) if whiten_mean else mean
 
 
 # pi/2 in three parts (as fdlibm's): k * _PIO2[0] is exact for |k| < 2**20, so the reduction of |x| < 1.6e6
@@ -542,12 +548,28 @@ def nystrom_features_unchecked(params: NystromFeatures, X: jax.Array) -> jax.Arr
 @jax.jit
 def _nystrom(X, params):
     dtype = jnp.result_type(X, params.whiten)
+    Phi = matmul(_landmark_kernel(X, params), params.whiten.astype(dtype).T)
+    return Phi if params.offset is None else Phi - params.offset.astype(dtype)
+
+
+def nystrom_kernel_unchecked(params: NystromFeatures, X: jax.Array) -> jax.Array:
+    """The unit-variance kernel rows $k(Z, x)$ of checked inputs, `(n, M)`: `nystrom_features` before the
+    whitening and the offset."""
+    return on_row_bucket(_landmark_kernel_jit, X.shape[0], (X,), params)
+
+
+@jax.jit
+def _landmark_kernel_jit(X, params):
+    return _landmark_kernel(X, params)
+
+
+def _landmark_kernel(X, params):
+    """The unit-variance kernel between the rows of `X` and the landmarks, `(n, M)`, before the whitening."""
+    dtype = jnp.result_type(X, params.whiten)
     A = X.astype(dtype) * params.inv_lengthscales.astype(dtype)
     Z = params.landmarks.astype(dtype)
     d2 = jnp.sum(A * A, 1)[:, None] + jnp.sum(Z * Z, 1)[None, :] - 2.0 * matmul(A, Z.T)
-    K = _unit_kernel(jnp, jnp.maximum(d2, 0.0), params.kernel)
-    Phi = matmul(K, params.whiten.astype(dtype).T)
-    return Phi if params.offset is None else Phi - params.offset.astype(dtype)
+    return _unit_kernel(jnp, jnp.maximum(d2, 0.0), params.kernel)
 
 
 

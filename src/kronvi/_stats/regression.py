@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
-from scipy.linalg.blas import dsyrk
+from scipy.linalg.blas import dsyrk, dtrmm
 
 from .._base.buckets import FEATURE_ROWS, feature_block, feature_rows, pad_rows
 from .._base.checks import (
@@ -266,7 +266,22 @@ def host_features(feature_map, x, chunk_size=None):
     return out
 
 
-def _host_stats(feature_map, X, y, chunk_size):
+def host_whitened_stats(kernel_map, whiten, offset, X, y, *, chunk_size: int | None) -> RegressionStats:
+    r"""`regression_stats_from_inputs` of the features $W k(x) - \mu$ for concrete float64 `X` and `y` in host
+    memory, `whiten` $W$ a lower-triangular float64 `(b, b)` matrix (Nyström features: $L^{-1}$) and `offset`
+    $\mu$ `(b,)`: the rows `kernel_map(x)` `(c, b)` from XLA, the triangular product ($cb^2$ multiply-adds,
+    half a general product's) and the rank-k update in the host BLAS."""
+    n = X.shape[0]
+    chunk_size = int(chunk_size or -(-n // max(1, -(-n // 4096))))
+    post = np.asfortranarray(np.asarray(whiten, np.float64)), np.asarray(offset, np.float64)
+    stats = _host_stats(as_traced_callable(kernel_map), X, y, chunk_size, post=post)
+    bad = _nonfinite(stats)
+    if bad:
+        raise ValueError(f"statistics overflowed in float64: {', '.join(bad)} not finite")
+    return stats
+
+
+def _host_stats(feature_map, X, y, chunk_size, *, post=None):
     r"""The statistics with the products in the host BLAS (NumPy), the features from `feature_map` in
     chunks. XLA's CPU matrix product runs at a fraction of the BLAS rate in float64
     (`docs/decisions/gp-step.md#the-statistics-pass`), and $\Phi^\top\Phi$ as
@@ -285,6 +300,9 @@ def _host_stats(feature_map, X, y, chunk_size):
             # a chunk shorter than `chunk_size` (the last) is padded to a bucket of row counts and its
             # features cut back: one program per bucket, not one per remainder
             F = x if identity else host_features(feature_map, x, chunk_size)
+            if post is not None:  # F W^T - offset, W lower triangular (`host_whitened_stats`)
+                F = dtrmm(1.0, post[0], F, side=1, lower=1, trans_a=1)
+                F -= post[1]
             if A is None:  # Fortran order: `dsyrk` updates it in place
                 A, B = np.zeros((F.shape[1],) * 2, order="F"), np.zeros(F.shape[1])
             if F.dtype == np.float64:  # the upper triangle, added in place: no b x b temporary per chunk
