@@ -21,6 +21,7 @@ import numpy as np
 
 from . import __version__
 from ._base.cache import enable_compilation_cache
+from ._base.checks import check_positive_number
 from ._base.files import check_output_path, write_atomic
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine, format_eta
@@ -28,7 +29,9 @@ from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
 from .cv import parse_noise_cv, run_fold, summarize
 from .pipeline import (
     BASES,
+    FEATURE_GAIN,
     FEATURE_MAP_CHOICES,
+    GROWTH_START_FREQUENCIES,
     KERNEL_CHOICES,
     RECIPES,
     DirectConfig,
@@ -141,6 +144,16 @@ def _parsers():
         help="'fourier' (random Fourier features), 'nystrom' (Nyström features on b landmarks among the "
         "training rows) or 'auto' (the map of the larger exact evidence; --basis eigen or compact) "
         "(kronvi.pipeline.DirectConfig.feature_map)",
+    )
+    f.add_argument(
+        "--feature-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="b chosen per fold by the data and the machine: from --num-features (default 1000) b doubles while "
+        f"the exact evidence rises by at least {FEATURE_GAIN:g} nats per training row and the next doubling is predicted to "
+        "end within SECONDS of feature work, or grows as far as they allow (--basis eigen or compact) "
+        "(kronvi.pipeline.DirectConfig.feature_budget)",
     )
     f.add_argument("--seed", type=int, default=0, help="random seed of the features and of a CSV's folds")
     f.add_argument(
@@ -335,6 +348,7 @@ def _settings(args, config, num_folds: int, folds_run: int) -> dict:
         "basis": args.basis,
         "kernel": args.kernel,
         "feature_map": args.feature_map,
+        "feature_budget": args.feature_budget,
         "b": args.num_features,
         "density_rows": args.density_rows,
         "save": None if args.save is None else os.path.abspath(args.save),
@@ -388,7 +402,15 @@ def _fit(args):
         name = args.source
     folds = fold_indices(mask)
     K = mask.shape[1] if args.max_folds is None else min(args.max_folds, mask.shape[1])
-    b = args.num_features or 2 * default_num_frequencies(int(np.sum(folds != 0)))
+    if args.feature_budget is not None:
+        check_positive_number(args.feature_budget, "--feature-budget")
+        if args.basis == "features":
+            raise ValueError(
+                "--feature-budget grows b by the exact evidence of --basis eigen or compact, not --basis features "
+                "(set --num-features there)"
+            )
+    start_b = 2 * GROWTH_START_FREQUENCIES if args.feature_budget is not None else None
+    b = args.num_features or start_b or 2 * default_num_frequencies(int(np.sum(folds != 0)))
     check_memory(
         regression_fit_bytes(len(y), b, dtype="float32"),
         what=f"a fit with b = {b} features on {len(y)} rows",
@@ -402,17 +424,19 @@ def _fit(args):
         max_noise_recentres=args.noise_recentres,
         kernel=args.kernel,
         feature_map=args.feature_map,
+        feature_budget=args.feature_budget,
     )
     print(
         f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={b}, "
         + ("" if args.feature_map == "fourier" else f"feature map {args.feature_map} (b at most the training rows), ")
+        + ("" if args.feature_budget is None else f"b growing within {args.feature_budget:g} s a fold, ")
         + f"{args.levels}-level grid, basis={args.basis}, method={args.method}, {K} folds, "
         f"jax on {jax.devices()[0].platform}"
     )
     header = (
         f"{'fold':>4} {'n_train':>7} {'RMSE':>9} {'NLPD':>8} {'sparsity%':>9} {'init s':>7} "
         f"{'stats s':>7} {'cv s':>6} {'span':>5} {'fit s':>7} {'iters':>5}"
-    )
+    ) + ("" if args.feature_budget is None else f" {'b':>6}")
     results, lines = [], []
     start = time.perf_counter()
     key = jax.random.key(args.seed)
@@ -435,7 +459,7 @@ def _fit(args):
                 f"{k:>4} {int(tr.sum()):>7} {res.rmse:>9.4f} {res.nlpd:>8.3f} {res.sparsity_pct:>9.1f} "
                 f"{res.init_seconds:>7.2f} {res.stats_seconds:>7.2f} {res.select_seconds:>6.2f} "
                 f"{res.noise_span:>5g} {res.fit_seconds:>7.2f} "
-                f"{res.num_iter:>5}"
+                f"{res.num_iter:>5}" + ("" if args.feature_budget is None else f" {res.num_features:>6}")
             )
             status.show(_fold_status(k + 1, K, start, f"fold {k}: RMSE {res.rmse:.3f}"), final=k + 1 == K)
     except (KeyboardInterrupt, _Terminated) as e:

@@ -20,6 +20,7 @@ from jax.typing import ArrayLike
 
 from ._base.checks import check_int
 from ._base.progress import StageLine
+from ._inputs.features import num_features
 from ._model.density import DensityToleranceError
 from ._model.regression import noise_moments
 from .pipeline import DirectConfig, FittedDirect, fit_direct, log_density, predict
@@ -49,6 +50,7 @@ class FoldResult(NamedTuple):
     nlpd_rows: int = 0  # the test rows the NLPD averages (0: not computed, NaN)
     kernel: str = "rbf"  # the kernel of the features (`DirectConfig.kernel`, or the one "auto" chose)
     feature_map: str = "fourier"  # the map of the features (`DirectConfig.feature_map`, or the one "auto" chose)
+    num_features: int = 0  # b, the model's features (`DirectConfig.num_frequencies`, or the feature budget's choice)
 
 
 class FoldRun(NamedTuple):
@@ -135,6 +137,7 @@ def run_fold(
         nlpd_rows=int(rows.size),
         kernel=info.kernel,
         feature_map=info.feature_map,
+        num_features=num_features(model.features),
         **timings._asdict(),
     )
     if isinstance(report, StageLine):

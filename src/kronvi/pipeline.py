@@ -62,11 +62,12 @@ from ._base.checks import (
     check_ints,
     check_nonnegative_number,
     check_numeric,
+    check_positive_number,
     check_training_rows,
     errors_name,
     host_arrays,
 )
-from ._base.memory import check_memory, regression_fit_bytes
+from ._base.memory import MemoryLimitError, check_memory, regression_fit_bytes
 from ._base.precision import matmul
 from ._base.progress import StageLine
 from ._fit.regression import METHODS, RegressionFit, fit_regression, fit_regression_unchecked
@@ -131,6 +132,9 @@ __all__ = [
     "DirectConfig",
     "LARGE_DATA_ROWS",
     "default_num_frequencies",
+    "FeatureStep",
+    "FEATURE_GAIN",
+    "GROWTH_START_FREQUENCIES",
     "FittedDirect",
     "SupportBound",
     "support_shift",
@@ -425,7 +429,14 @@ class _DirectConfigFields(NamedTuple):
     lengthscale: float | None
     kernel: str
     feature_map: str
+    feature_budget: float | None
+    feature_gain: float
 
+
+# `DirectConfig.feature_budget`: b starts from this many frequencies (b = 1000) unless `num_frequencies` is set
+GROWTH_START_FREQUENCIES = 500
+# `DirectConfig.feature_gain`'s default: nats of log evidence per training row a doubling of b must add
+FEATURE_GAIN = 0.002
 
 # `DirectConfig.feature_map`: random Fourier features or Nyström features on landmarks among the training rows
 FEATURE_MAPS = ("fourier", "nystrom")
@@ -481,6 +492,16 @@ class DirectConfig(_DirectConfigFields):
         exact log evidence fitted, as `kernel="auto"` (with it, every kernel and map; `DirectInfo.feature_map`
         says which). Not with a streamed fit. Predictions compute Nyström features in float64; under `jit` or
         `vmap` they are computed in the model's dtype, which can cost a float32 model digits (fit in float64).
+      feature_budget: `None` (default): b is fixed (`num_frequencies`); seconds (the eigen and compact
+        recipes): b is chosen by the data and the machine: from `2 num_frequencies` (by
+        default `GROWTH_START_FREQUENCIES`, b = 1000) it doubles while the exact log evidence rises by at
+        least `feature_gain` nats per training row a doubling and the next doubling is predicted to end
+        within `feature_budget` seconds of feature work (the features, statistics and eigenbasis of every b
+        tried; the GP step not counted; where a doubling would not fit, a last step grows b as far as the
+        budget is predicted to allow) and to fit in memory. `DirectInfo.feature_steps` lists every b tried
+        (`docs/decisions/default-recipe.md#a-feature-budget-chosen-by-the-data`).
+      feature_gain: with `feature_budget`: the least rise of the log evidence per training row that a
+        doubling of b must bring for the next one to be tried (default `FEATURE_GAIN`).
 
     Example:
       >>> import kronvi
@@ -489,7 +510,8 @@ class DirectConfig(_DirectConfigFields):
         gp=GPOptions(points=1000, restarts=4, restart_rule='screened', screen_points=300,
         degenerate_margin=2.0, precision='float64', gain_tol=0.1), num_frequencies=None,
         frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
-        max_noise_recentres=0, lengthscale=None, kernel='rbf', feature_map='fourier')
+        max_noise_recentres=0, lengthscale=None, kernel='rbf', feature_map='fourier', feature_budget=None,
+        feature_gain=0.002)
       >>> kronvi.DirectConfig(recipe=kronvi.Features(noise_cv=())).basis
       'features'
     """
@@ -512,12 +534,14 @@ class DirectConfig(_DirectConfigFields):
         lengthscale: float | None = None,
         kernel: str = "rbf",
         feature_map: str = "fourier",
+        feature_budget: float | None = None,
+        feature_gain: float = FEATURE_GAIN,
         **legacy: Any,
     ) -> DirectConfig:
         recipe, gp = _from_legacy(recipe, gp, legacy, stacklevel=3)
         return super().__new__(
             cls, recipe, gp, num_frequencies, frequency_sampling, levels, noise_levels, method, max_iter,
-            chunk_size, max_noise_recentres, lengthscale, kernel, feature_map,
+            chunk_size, max_noise_recentres, lengthscale, kernel, feature_map, feature_budget, feature_gain,
         )  # fmt: skip
 
     def __reduce__(self):
@@ -526,8 +550,8 @@ class DirectConfig(_DirectConfigFields):
     def as_flat_dict(self) -> dict[str, Any]:
         """Every setting under its old flat name (`basis`, `width`, ..., `gp_points`, ...), in the old order:
         a record of the config in plain values (for JSON), as `DirectConfig(basis=...)._asdict()` was; then
-        `kernel` and `feature_map` where they are not the defaults (so that a record of the default reads as
-        before)."""
+        `kernel`, `feature_map`, `feature_budget` and `feature_gain` where they are not the defaults (so that a
+        record of the default reads as before)."""
         flat: dict[str, Any] = {"basis": self.basis}
         for name in _FLAT_ORDER[1:]:
             value = getattr(self, name)
@@ -536,6 +560,10 @@ class DirectConfig(_DirectConfigFields):
             flat["kernel"] = self.kernel
         if self.feature_map != "fourier":
             flat["feature_map"] = self.feature_map
+        if self.feature_budget is not None:
+            flat["feature_budget"] = self.feature_budget
+        if self.feature_gain != FEATURE_GAIN:
+            flat["feature_gain"] = self.feature_gain
         return flat
 
     def _replace(self, **changes: Any) -> DirectConfig:
@@ -662,9 +690,11 @@ def default_num_frequencies(num_rows: int) -> int:
 
 
 def _num_frequencies(config, num_rows: int) -> int:
-    return (
-        default_num_frequencies(num_rows) if config.num_frequencies is None else int(config.num_frequencies)
-    )
+    """`config.num_frequencies`; unset, `GROWTH_START_FREQUENCIES` when b grows (`config.feature_budget`), else
+    `default_num_frequencies(num_rows)`."""
+    if config.num_frequencies is not None:
+        return int(config.num_frequencies)
+    return GROWTH_START_FREQUENCIES if config.feature_budget is not None else default_num_frequencies(num_rows)
 
 
 class Prediction(NamedTuple):
@@ -810,6 +840,8 @@ class DirectInfo(NamedTuple):
     cv_scores: object = None  # the inner-fold scores of every span with `config.noise_cv`, else None
     kernel: str = "rbf"  # the kernel of the features: `config.kernel`, or the one "auto" chose
     feature_map: str = "fourier"  # the map of the features: `config.feature_map`, or the one "auto" chose
+    # `config.feature_budget`: every number of features tried, in order; else ()
+    feature_steps: tuple[FeatureStep, ...] = ()
 
     @property
     def elbo(self):
@@ -857,6 +889,16 @@ class RecentredFit(NamedTuple):
     num_recentres: int
 
 
+class FeatureStep(NamedTuple):
+    """One number of features that `DirectConfig.feature_budget` tried (`DirectInfo.feature_steps`)."""
+
+    num_features: int  # b
+    # the exact log evidence of the b features at their evidence-optimal prior scale and noise variance, in
+    # the standardized targets' units (`PreparedFold.log_evidence`)
+    log_evidence: float
+    seconds: float  # its features, statistics and eigenbasis (and, at the first b, the choices of "auto")
+
+
 class PreparedFold(NamedTuple):
     """A training set prepared for fitting (`prepare_fold`): everything before the noise grid's choice."""
 
@@ -884,6 +926,8 @@ class PreparedFold(NamedTuple):
     # The eigen and compact recipes: the exact log evidence of the features at `prior_scale` and
     # `noise_variance` (in the units of `y`), which `config.kernel="auto"` compares; else None.
     log_evidence: Any = None
+    # `config.feature_budget`: every b tried, in order (the kept one has the largest evidence); else ()
+    feature_steps: tuple[FeatureStep, ...] = ()
 
 
 def _block(x):
@@ -992,6 +1036,16 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
             "`config.feature_map='auto'` compares the maps by the evidence that the eigen and compact recipes "
             "compute: with basis='features' name the map (e.g. feature_map='fourier')"
         )
+    if config.feature_budget is not None:
+        check_positive_number(config.feature_budget, "config.feature_budget")
+        if config.basis == "features":
+            raise ValueError(
+                "`config.feature_budget` grows b by the exact evidence that the eigen and compact recipes compute: "
+                "with basis='features' set `num_frequencies` (and feature_budget=None)"
+            )
+    gain = config.feature_gain
+    if isinstance(gain, bool) or not isinstance(gain, numbers.Real) or not 0 <= float(gain) < np.inf:
+        raise ValueError(f"`config.feature_gain` must be a finite number >= 0, got {gain!r}")
     if config.kernel == "auto" and config.basis == "features":
         raise ValueError(
             "`config.kernel='auto'` compares the kernels by the evidence that the eigen and compact recipes "
@@ -1076,6 +1130,8 @@ def prepare_fold(
 
 def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) -> PreparedFold:
     """`prepare_fold` with a checked, resolved `config` and `progress` a callable or None."""
+    if config.feature_budget is not None:
+        return _prepare_grown(key, X, y, config, dtype=dtype, gp=gp, progress=progress)
     if config.kernel == "auto" or config.feature_map == "auto":
         return _prepare_best_kernel(key, X, y, config, dtype=dtype, gp=gp, progress=progress)
     k_gp, k_rff, k_fit = jax.random.split(key, 3)
@@ -1235,6 +1291,80 @@ def _prepare_best_kernel(key, X, y, config: DirectConfig, *, dtype, gp, progress
             del fold
     assert best is not None
     return best._replace(init_seconds=seconds[0], stats_seconds=seconds[1])
+
+
+def _map_name(features) -> str:
+    return "nystrom" if isinstance(features, NystromFeatures) else "fourier"
+
+
+def _prepare_grown(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> PreparedFold:
+    """`config.feature_budget`: the fold prepared at `2 num_frequencies` features (`_num_frequencies`; with
+    `kernel`/`feature_map` "auto" choosing there), then again with more (the same GP step, kernel, map and
+    key: b doubled, or as the last step the largest growth predicted to fit the budget,
+    `_next_num_frequencies`) while the last step raised the exact log evidence by at least
+    `config.feature_gain` nats per row and doubling of b, and the next fits in memory. Nyström features stop
+    at every training row a landmark. Keeps the fold of the largest evidence; its seconds are all the b's."""
+    if _traced((X, y)):
+        raise ValueError(
+            "`config.feature_budget` compares the evidence of several b on the host: it needs concrete rows, not "
+            "traced ones (inside `jit` or `vmap`, set `num_frequencies` and feature_budget=None)"
+        )
+    n = int(np.shape(X)[0])
+    budget, gain = float(config.feature_budget), float(config.feature_gain)
+    fixed = config._replace(feature_budget=None, num_frequencies=_num_frequencies(config, n))
+    fold = _prepare_fold(key, X, y, fixed, dtype=dtype, gp=gp, progress=progress)
+    fixed = fixed._replace(kernel=fold.kernel, feature_map=_map_name(fold.features))
+    hyper = gp or (fold.hyper, fold.gp_info)
+    best, steps = fold, [FeatureStep(num_features(fold.features), float(fold.log_evidence), fold.stats_seconds)]
+    init_seconds = fold.init_seconds
+    while True:
+        b = steps[-1].num_features
+        if fixed.feature_map == "nystrom" and b >= n:
+            break  # every training row is a landmark
+        m = _next_num_frequencies(int(fixed.num_frequencies), steps, budget)
+        if m is None:
+            break
+        following = fixed._replace(num_frequencies=m)
+        try:
+            check_fit_memory(n, following, dtype=dtype)
+        except MemoryLimitError:
+            break
+        fixed = following
+        fold = _prepare_fold(key, X, y, fixed, dtype=dtype, gp=hyper, progress=progress)
+        steps.append(FeatureStep(num_features(fold.features), float(fold.log_evidence), fold.stats_seconds))
+        # the rise asked of a doubling, in proportion to the doublings of this step
+        rise = (fold.log_evidence - best.log_evidence) / n / np.log2(steps[-1].num_features / b)
+        if fold.log_evidence > best.log_evidence:
+            best = fold
+        del fold
+        if not rise >= gain:
+            break
+    return best._replace(
+        init_seconds=init_seconds, stats_seconds=sum(s.seconds for s in steps), feature_steps=tuple(steps)
+    )
+
+
+# `DirectConfig.feature_budget`: the least growth of b worth a step when a doubling would not fit the budget
+_MIN_GROWTH = 1.25
+
+
+def _next_num_frequencies(m: int, steps: Sequence[FeatureStep], budget: float) -> int | None:
+    """The frequencies of the next b a feature budget tries after `m` (the last of `steps`, b = 2m), or None to
+    stop. The seconds of a step are predicted to grow as a power of b: the one the last two steps measured
+    (between 1 and 3; 2 after the first b: the statistics pass, $O(nb^2)$). A doubling when its predicted
+    seconds fit what is left of `budget`; else the largest growth predicted to fit, rounded down to a multiple
+    of 8 frequencies, when it is at least `_MIN_GROWTH`; else None."""
+    last, left = float(steps[-1].seconds), float(budget) - float(sum(s.seconds for s in steps))
+    power = 2.0
+    if len(steps) >= 2 and steps[-2].seconds > 0 and last > 0:
+        power = np.log(last / steps[-2].seconds) / np.log(steps[-1].num_features / steps[-2].num_features)
+        power = min(max(power, 1.0), 3.0)
+    if last * 2.0**power <= left:
+        return 2 * m
+    if left <= 0:
+        return None
+    following = int(m * (left / max(last, 1e-9)) ** (1.0 / power)) // 8 * 8
+    return following if following >= _MIN_GROWTH * m else None
 
 
 def _fixed_hyperparameters(lengthscale, Xs, yc) -> GPHyperparameters:
@@ -1581,7 +1711,7 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     )
     direct_info = DirectInfo(
         fit=info, gp=fold.gp_info, noise_recentres=recentres, noise_span=span, cv_scores=cv, kernel=fold.kernel,
-        feature_map="nystrom" if isinstance(fold.features, NystromFeatures) else "fourier",
+        feature_map=_map_name(fold.features), feature_steps=fold.feature_steps,
     )
     return DirectFit(model, timings, direct_info)
 
@@ -1941,6 +2071,11 @@ def stream_init(
         raise ValueError(
             "`config.kernel='auto'` is not supported by a streamed fit (its features are drawn before the rows "
             "that would choose them): name the kernel, e.g. the one `fit_direct` chose on a sample (`info.kernel`)"
+        )
+    if config.feature_budget is not None:
+        raise ValueError(
+            "`config.feature_budget` must be None for a streamed fit (growing b needs every row's statistics "
+            f"again for each b): set `num_frequencies`, got feature_budget={config.feature_budget!r}"
         )
     if config.feature_map != "fourier":
         raise ValueError(

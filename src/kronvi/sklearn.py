@@ -54,7 +54,7 @@ except ImportError:  # scikit-learn < 1.6
         return estimator._validate_data(*args, **kwargs)
 
 
-from ._base.checks import check_int, check_nonnegative_number
+from ._base.checks import check_int, check_nonnegative_number, check_positive_number
 from ._base.precision import matmul
 from ._model.regression import noise_moments
 from .logistic import ClassifierConfig, fit_classifier
@@ -62,6 +62,7 @@ from .logistic import predict_proba as classifier_proba
 from .logistic._recipe import check_config as check_classifier_config
 from .pipeline import (
     BASES,
+    FEATURE_GAIN,
     FEATURE_MAP_CHOICES,
     KERNEL_CHOICES,
     RECIPES,
@@ -158,6 +159,11 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       feature_map: `"fourier"` (random Fourier features, default), `"nystrom"` (Nyström features on
         `2 n_frequencies` landmarks among the training rows; not with `partial_fit`) or `"auto"` (the map of the
         larger exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.feature_map`).
+      feature_budget: `None` (default: b from `n_frequencies`), or seconds: b doubles from `2 n_frequencies`
+        (default 1000) while the exact evidence rises by at least `feature_gain` nats per training row and the
+        next doubling fits the budget (or less, to fill it) (`DirectConfig.feature_budget`; `"eigen"` and `"compact"`; not with
+        `partial_fit`). `fit_info_.feature_steps` lists the b tried.
+      feature_gain: with `feature_budget`: the least rise of the log evidence per row a doubling must bring.
       compact_tol: `"compact"` only: its variance budget (`DirectConfig.compact_tol`).
       chunk_size: rows per block of the statistics.
       dtype: `"float32"` (default) or `"float64"`, the working precision.
@@ -210,6 +216,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         gp_restarts: int = 4,
         kernel: str = "rbf",
         feature_map: str = "fourier",
+        feature_budget: float | None = None,
+        feature_gain: float = FEATURE_GAIN,
         compact_tol: float = 0.1,
         chunk_size: int = 2048,
         dtype: str = "float32",
@@ -229,6 +237,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         self.gp_restarts = gp_restarts
         self.kernel = kernel
         self.feature_map = feature_map
+        self.feature_budget = feature_budget
+        self.feature_gain = feature_gain
         self.compact_tol = compact_tol
         self.chunk_size = chunk_size
         self.dtype = dtype
@@ -252,6 +262,16 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
                 "`feature_map` 'auto' compares the maps by the evidence of the 'eigen' and 'compact' bases' `fit`: "
                 "with `basis='features'`, name the map"
             )
+        if self.feature_budget is not None:
+            check_positive_number(self.feature_budget, "feature_budget")
+            if stream or self.basis == "features":
+                raise ValueError(
+                    "`feature_budget` grows b by the evidence of the 'eigen' and 'compact' bases' `fit`: with "
+                    "`basis='features'` or `partial_fit`, set `n_frequencies` (and feature_budget=None)"
+                )
+        check_nonnegative_number(self.feature_gain, "feature_gain")
+        if not float(self.feature_gain) < np.inf:
+            raise ValueError(f"`feature_gain` must be a finite number >= 0, got {self.feature_gain!r}")
         if self.kernel == "auto" and (stream or self.basis == "features"):
             raise ValueError(
                 "`kernel` 'auto' compares the kernels by the evidence of the 'eigen' and 'compact' bases' `fit`: "
@@ -291,7 +311,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             num_frequencies=self.n_frequencies, levels=self.levels, noise_levels=self.noise_levels,
             method=self.method, max_iter=self.max_iter, chunk_size=self.chunk_size,
             lengthscale=None if self.lengthscale == "gp" else float(self.lengthscale), kernel=self.kernel,
-            feature_map=self.feature_map,
+            feature_map=self.feature_map, feature_budget=self.feature_budget, feature_gain=self.feature_gain,
         )  # fmt: skip
 
     def _jax_dtype(self):
