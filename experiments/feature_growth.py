@@ -111,10 +111,10 @@ def render(records) -> str:
         "Nyström features. RMSE and NLPD in the targets' units, RMSE/sd over the training targets' sd (NLPD: the "
         "exact predictive density of every test row); seconds: `prepare_fold` (the GP step included) + "
         "`fit_prepared` on this machine's 2 cores (load in the records); tried: each b, its log evidence per "
-        "training row and its seconds.",
+        "training row and its seconds; feature s: their sum (what the budget bounds).",
         "",
-        "| dataset | fold | n | variant | budget s | b | RMSE | RMSE/sd | NLPD | seconds | load | tried |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| dataset | fold | n | variant | budget s | b | RMSE | RMSE/sd | NLPD | seconds | load | feature s | tried |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in sorted(records, key=lambda r: (r["dataset"], r["fold"], VARIANTS.index(r["variant"]))):
         tried = "; ".join(f"{s['b']}: {s['log_evidence'] / r['n']:.4f}, {s['seconds']:.1f} s" for s in r["steps"])
@@ -122,7 +122,7 @@ def render(records) -> str:
             f"| {r['dataset']} | {r['fold']} | {r['n']} | {r['variant']} | "
             f"{'' if r['budget'] is None else format(r['budget'], 'g')} | {r['b']} | {r['rmse']:.4f} | "
             f"{r['rmse_std']:.4f} | {r['nlpd']:.3f} | {r['prepare_seconds'] + r['fit_seconds']:.1f} | "
-            f"{r['load']:.1f} | {tried} |"
+            f"{r['load']:.1f} | {sum(s['seconds'] for s in r['steps']) if r['steps'] else 0:.1f} | {tried} |"
         )
     lines += [
         "",

@@ -46,7 +46,6 @@ def test_every_step_is_the_fold_prepared_at_its_b_and_the_kept_one_has_the_large
     # it grew while each doubling added at least feature_gain nats per row, and stopped at the first that did not
     rises = np.diff(evidence) / X.shape[0]
     assert np.all(rises[:-1] >= 0.01) and rises[-1] < 0.01
-    assert np.isclose(grown.stats_seconds, sum(s.seconds for s in steps))
 
 
 def test_the_grown_model_is_the_fixed_b_model_and_info_lists_the_steps():
@@ -195,3 +194,37 @@ def test_the_next_b_doubles_within_the_budget_and_fills_what_is_left():
     # clipped at 3 and at 1
     assert _next_num_frequencies(1000, steps((1000, 1.0), (2000, 100.0)), budget=901.0) == 2000
     assert _next_num_frequencies(1000, steps((1000, 10.0), (2000, 10.0)), budget=40.0) == 2000
+
+
+def test_after_an_auto_choice_the_next_b_is_predicted_from_the_kept_map_alone(monkeypatch):
+    """With `feature_map="auto"` the first step's seconds are both maps' preparations (they count against the
+    budget); the next step's seconds are predicted from the kept map's own, with what is left of the budget."""
+    import jax
+
+    from kronvi import pipeline
+
+    X, y = _data(n=200)
+    seen = []
+
+    def spy(m, steps, budget):
+        seen.append((m, [s.seconds for s in steps], budget))
+        return None  # stop after the first b
+
+    monkeypatch.setattr(pipeline, "_next_num_frequencies", spy)
+    config = _config(num_frequencies=10, feature_map="auto", feature_budget=100.0)
+    fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
+    ((m, own, budget),) = seen
+    (step,) = fold.feature_steps
+    assert m == 10 and own[0] < step.seconds  # both maps counted in the step, one in the prediction
+    np.testing.assert_allclose(budget - own[0], 100.0 - step.seconds)
+
+
+def test_a_nystrom_step_to_every_row_is_sized_by_the_rows_for_memory(monkeypatch):
+    from kronvi import pipeline
+    from kronvi._base.memory import regression_fit_bytes
+
+    # memory for b = 300 (every row) but not for b = 400: Nyström features of 2 x 200 frequencies are 300
+    monkeypatch.setenv("KRONVI_MEMORY_LIMIT", str(regression_fit_bytes(300, 300) + 1))
+    pipeline.check_fit_memory(300, pipeline.DirectConfig(num_frequencies=200, feature_map="nystrom"))
+    with pytest.raises(MemoryError, match="b = 400"):
+        pipeline.check_fit_memory(300, pipeline.DirectConfig(num_frequencies=200))

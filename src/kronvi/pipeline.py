@@ -498,7 +498,7 @@ class DirectConfig(_DirectConfigFields):
         least `feature_gain` nats per training row a doubling and the next doubling is predicted to end
         within `feature_budget` seconds of feature work (the features, statistics and eigenbasis of every b
         tried; the GP step not counted; where a doubling would not fit, a last step grows b as far as the
-        budget is predicted to allow) and to fit in memory. `DirectInfo.feature_steps` lists every b tried
+        budget is predicted to allow: a prediction, which runs have overrun by up to 8%) and to fit in memory. `DirectInfo.feature_steps` lists every b tried
         (`docs/decisions/default-recipe.md#a-feature-budget-chosen-by-the-data`).
       feature_gain: with `feature_budget`: the least rise of the log evidence per training row that a
         doubling of b must bring for the next one to be tried (default `FEATURE_GAIN`).
@@ -1201,6 +1201,8 @@ def check_fit_memory(
     `KRONVI_MEMORY_LIMIT` environment variable, e.g. `8G`, `none` for no check). `fit_direct` calls it."""
     config = resolve_config(config)
     b = 2 * _num_frequencies(config, num_rows)
+    if config.feature_map == "nystrom":  # at most every row a landmark
+        b = min(b, int(num_rows))
     check_memory(
         regression_fit_bytes(num_rows, b, dtype=dtype, chunk_size=config.chunk_size),
         what=f"a fit with b = {b} features on {num_rows} rows", argument=argument,
@@ -1264,6 +1266,13 @@ def _prepare_best_kernel(key, X, y, config: DirectConfig, *, dtype, gp, progress
     step per kernel), and the one whose features have the largest exact log evidence kept
     (`PreparedFold.log_evidence`; the squared exponential and Fourier features on a tie); its seconds are all
     the preparations'."""
+    best, seconds = _best_kernel_fold(key, X, y, config, dtype=dtype, gp=gp, progress=progress)
+    return best._replace(init_seconds=seconds[0], stats_seconds=seconds[1])
+
+
+def _best_kernel_fold(key, X, y, config, *, dtype, gp, progress):
+    """`_prepare_best_kernel`'s loop: `(best, [init seconds, stats seconds])`, the best fold with its own
+    seconds and the sums over every preparation."""
     if gp is not None and config.kernel == "auto":
         raise ValueError(
             "`gp` gives hyperparameters without their kernel, which `config.kernel='auto'` would choose: "
@@ -1290,7 +1299,7 @@ def _prepare_best_kernel(key, X, y, config: DirectConfig, *, dtype, gp, progress
                 best = fold
             del fold
     assert best is not None
-    return best._replace(init_seconds=seconds[0], stats_seconds=seconds[1])
+    return best, seconds
 
 
 def _map_name(features) -> str:
@@ -1310,20 +1319,32 @@ def _prepare_grown(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> P
             "traced ones (inside `jit` or `vmap`, set `num_frequencies` and feature_budget=None)"
         )
     n = int(np.shape(X)[0])
+    assert config.feature_budget is not None  # the caller's dispatch
     budget, gain = float(config.feature_budget), float(config.feature_gain)
-    fixed = config._replace(feature_budget=None, num_frequencies=_num_frequencies(config, n))
-    fold = _prepare_fold(key, X, y, fixed, dtype=dtype, gp=gp, progress=progress)
+    m = _num_frequencies(config, n)
+    fixed = config._replace(feature_budget=None, num_frequencies=m)
+    if fixed.kernel == "auto" or fixed.feature_map == "auto":  # chosen at the first b
+        fold, (init_seconds, first_seconds) = _best_kernel_fold(key, X, y, fixed, dtype=dtype, gp=gp, progress=progress)
+    else:
+        fold = _prepare_fold(key, X, y, fixed, dtype=dtype, gp=gp, progress=progress)
+        init_seconds, first_seconds = fold.init_seconds, fold.stats_seconds
     fixed = fixed._replace(kernel=fold.kernel, feature_map=_map_name(fold.features))
     hyper = gp or (fold.hyper, fold.gp_info)
-    best, steps = fold, [FeatureStep(num_features(fold.features), float(fold.log_evidence), fold.stats_seconds)]
-    init_seconds = fold.init_seconds
+    # every step's seconds count against the budget (the first: every kernel and map "auto" prepared); the
+    # prediction of the next step's seconds takes the kept map's own
+    best, steps = fold, [FeatureStep(num_features(fold.features), float(fold.log_evidence), first_seconds)]
+    own = [fold.stats_seconds]
     while True:
         b = steps[-1].num_features
         if fixed.feature_map == "nystrom" and b >= n:
             break  # every training row is a landmark
-        m = _next_num_frequencies(int(fixed.num_frequencies), steps, budget)
-        if m is None:
+        following_m = _next_num_frequencies(
+            m, [s._replace(seconds=t) for s, t in zip(steps, own, strict=True)],
+            budget - sum(s.seconds for s in steps) + sum(own),
+        )  # fmt: skip
+        if following_m is None:
             break
+        m = following_m
         following = fixed._replace(num_frequencies=m)
         try:
             check_fit_memory(n, following, dtype=dtype)
@@ -1332,6 +1353,8 @@ def _prepare_grown(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> P
         fixed = following
         fold = _prepare_fold(key, X, y, fixed, dtype=dtype, gp=hyper, progress=progress)
         steps.append(FeatureStep(num_features(fold.features), float(fold.log_evidence), fold.stats_seconds))
+        own.append(fold.stats_seconds)
+        init_seconds += fold.init_seconds  # standardizing and checking the rows again
         # the rise asked of a doubling, in proportion to the doublings of this step
         rise = (fold.log_evidence - best.log_evidence) / n / np.log2(steps[-1].num_features / b)
         if fold.log_evidence > best.log_evidence:

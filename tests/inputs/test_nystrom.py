@@ -329,3 +329,30 @@ def test_the_host_whitened_statistics_are_those_of_the_features():
     for a, b in zip(got, ref, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-9)
     assert np.max(np.abs(np.asarray(wrong.PhitPhi) - np.asarray(ref.PhitPhi))) > 1.0
+
+
+def test_the_pipeline_takes_the_host_whitening_for_triangular_float64_maps_only(monkeypatch):
+    """A float64 Nyström preparation computes its statistics by `host_whitened_stats` (the fit still equals
+    dense Bayesian linear regression: the test above); a map whose whitening is not lower triangular (built
+    by hand) keeps the features' own pass."""
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+    from kronvi import pipeline
+
+    calls = []
+    real = pipeline.host_whitened_stats
+    monkeypatch.setattr(pipeline, "host_whitened_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(150, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=150)
+    _fit(X, y)
+    assert calls  # the host path ran
+    with jax.enable_x64(True):
+        params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2, jnp.float64), 20)
+        Xd, yd = jnp.asarray(X), jnp.asarray(y)
+        assert pipeline._whitened_stats_of(params, Xd, yd) is not None
+        full = params._replace(whiten=params.whiten + params.whiten.T)  # not triangular
+        assert pipeline._whitened_stats_of(full, Xd, yd) is None
+        assert pipeline._whitened_stats_of(jax.tree.map(lambda a: a.astype(jnp.float32), params), Xd, yd) is None

@@ -277,7 +277,10 @@ def host_whitened_stats(kernel_map, whiten, offset, X, y, *, chunk_size: int | N
     stats = _host_stats(as_traced_callable(kernel_map), X, y, chunk_size, post=post)
     bad = _nonfinite(stats)
     if bad:
-        raise ValueError(f"statistics overflowed in float64: {', '.join(bad)} not finite")
+        raise ValueError(
+            f"statistics of the whitened features overflowed in float64: {', '.join(bad)} not finite; `X`, `y` or "
+            "the features' `whiten` hold values too large"
+        )
     return stats
 
 
