@@ -183,17 +183,17 @@ def test_the_next_b_doubles_within_the_budget_and_fills_what_is_left():
         return [FeatureStep(b, 0.0, s) for b, s in pairs]
 
     # after the first b, a doubling is predicted at 4x its seconds (the O(n b^2) statistics)
-    assert _next_num_frequencies(500, steps((1000, 2.0)), budget=10.0) == 1000  # 2 + 8 <= 10
-    # 2 spent, 4 left: the largest growth whose predicted seconds (2 g^2) fit, sqrt(2), down to 8 frequencies
-    assert _next_num_frequencies(500, steps((1000, 2.0)), budget=6.0) == 704
-    assert _next_num_frequencies(500, steps((1000, 2.0)), budget=4.5) is None  # growth 1.12 < 1.25: stop
-    assert _next_num_frequencies(500, steps((1000, 2.0)), budget=1.0) is None  # over budget already
+    assert _next_num_frequencies(500, steps((1000, 2.0)), left=8.0) == 1000  # 8 <= 8
+    # 4 left: the largest growth whose predicted seconds (2 g^2) fit, sqrt(2), down to 8 frequencies
+    assert _next_num_frequencies(500, steps((1000, 2.0)), left=4.0) == 704
+    assert _next_num_frequencies(500, steps((1000, 2.0)), left=2.5) is None  # growth 1.12 < 1.25: stop
+    assert _next_num_frequencies(500, steps((1000, 2.0)), left=-1.0) is None  # over budget already
     # the power the last two steps measured: 8x a doubling (eigen-bound), 128 s > the 122 left: growth 1.97
-    assert _next_num_frequencies(1000, steps((1000, 2.0), (2000, 16.0)), budget=150.0) == 2000
-    assert _next_num_frequencies(1000, steps((1000, 2.0), (2000, 16.0)), budget=140.0) == 1968
+    assert _next_num_frequencies(1000, steps((1000, 2.0), (2000, 16.0)), left=132.0) == 2000
+    assert _next_num_frequencies(1000, steps((1000, 2.0), (2000, 16.0)), left=122.0) == 1968
     # clipped at 3 and at 1
-    assert _next_num_frequencies(1000, steps((1000, 1.0), (2000, 100.0)), budget=901.0) == 2000
-    assert _next_num_frequencies(1000, steps((1000, 10.0), (2000, 10.0)), budget=40.0) == 2000
+    assert _next_num_frequencies(1000, steps((1000, 1.0), (2000, 100.0)), left=800.0) == 2000
+    assert _next_num_frequencies(1000, steps((1000, 10.0), (2000, 10.0)), left=20.0) == 2000
 
 
 def test_after_an_auto_choice_the_next_b_is_predicted_from_the_kept_map_alone(monkeypatch):
@@ -206,17 +206,17 @@ def test_after_an_auto_choice_the_next_b_is_predicted_from_the_kept_map_alone(mo
     X, y = _data(n=200)
     seen = []
 
-    def spy(m, steps, budget):
-        seen.append((m, [s.seconds for s in steps], budget))
+    def spy(m, steps, left):
+        seen.append((m, [s.seconds for s in steps], left))
         return None  # stop after the first b
 
     monkeypatch.setattr(pipeline, "_next_num_frequencies", spy)
     config = _config(num_frequencies=10, feature_map="auto", feature_budget=100.0)
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, config)
-    ((m, own, budget),) = seen
+    ((m, own, left),) = seen
     (step,) = fold.feature_steps
     assert m == 10 and own[0] < step.seconds  # both maps counted in the step, one in the prediction
-    np.testing.assert_allclose(budget - own[0], 100.0 - step.seconds)
+    np.testing.assert_allclose(left, 100.0 - step.seconds)
 
 
 def test_a_nystrom_step_to_every_row_is_sized_by_the_rows_for_memory(monkeypatch):

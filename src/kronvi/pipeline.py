@@ -1331,17 +1331,14 @@ def _prepare_grown(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> P
     fixed = fixed._replace(kernel=fold.kernel, feature_map=_map_name(fold.features))
     hyper = gp or (fold.hyper, fold.gp_info)
     # every step's seconds count against the budget (the first: every kernel and map "auto" prepared); the
-    # prediction of the next step's seconds takes the kept map's own
+    # prediction of the next step's seconds takes the kept map's own (`own`)
     best, steps = fold, [FeatureStep(num_features(fold.features), float(fold.log_evidence), first_seconds)]
-    own = [fold.stats_seconds]
+    own = [steps[0]._replace(seconds=fold.stats_seconds)]
     while True:
         b = steps[-1].num_features
         if fixed.feature_map == "nystrom" and b >= n:
             break  # every training row is a landmark
-        following_m = _next_num_frequencies(
-            m, [s._replace(seconds=t) for s, t in zip(steps, own, strict=True)],
-            budget - sum(s.seconds for s in steps) + sum(own),
-        )  # fmt: skip
+        following_m = _next_num_frequencies(m, own, budget - sum(s.seconds for s in steps))
         if following_m is None:
             break
         m = following_m
@@ -1353,7 +1350,7 @@ def _prepare_grown(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> P
         fixed = following
         fold = _prepare_fold(key, X, y, fixed, dtype=dtype, gp=hyper, progress=progress)
         steps.append(FeatureStep(num_features(fold.features), float(fold.log_evidence), fold.stats_seconds))
-        own.append(fold.stats_seconds)
+        own.append(steps[-1])
         init_seconds += fold.init_seconds  # standardizing and checking the rows again
         # the rise asked of a doubling, in proportion to the doublings of this step
         rise = (fold.log_evidence - best.log_evidence) / n / np.log2(steps[-1].num_features / b)
@@ -1371,13 +1368,13 @@ def _prepare_grown(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> P
 _MIN_GROWTH = 1.25
 
 
-def _next_num_frequencies(m: int, steps: Sequence[FeatureStep], budget: float) -> int | None:
+def _next_num_frequencies(m: int, steps: Sequence[FeatureStep], left: float) -> int | None:
     """The frequencies of the next b a feature budget tries after `m` (the last of `steps`, b = 2m), or None to
-    stop. The seconds of a step are predicted to grow as a power of b: the one the last two steps measured
-    (between 1 and 3; 2 after the first b: the statistics pass, $O(nb^2)$). A doubling when its predicted
-    seconds fit what is left of `budget`; else the largest growth predicted to fit, rounded down to a multiple
-    of 8 frequencies, when it is at least `_MIN_GROWTH`; else None."""
-    last, left = float(steps[-1].seconds), float(budget) - float(sum(s.seconds for s in steps))
+    stop, with `left` seconds of the budget left. The seconds of a step are predicted to grow as a power of b:
+    the one the last two steps measured (between 1 and 3; 2 after the first b: the statistics pass,
+    $O(nb^2)$). A doubling when its predicted seconds fit in `left`; else the largest growth predicted to fit,
+    rounded down to a multiple of 8 frequencies, when it is at least `_MIN_GROWTH`; else None."""
+    last, left = float(steps[-1].seconds), float(left)
     power = 2.0
     if len(steps) >= 2 and steps[-2].seconds > 0 and last > 0:
         power = np.log(last / steps[-2].seconds) / np.log(steps[-1].num_features / steps[-2].num_features)
@@ -1460,12 +1457,9 @@ def _eigen_setup(feats, X, y, prior_scale, gp_noise, config, progress=None):
         feats64, X64, y64, scale64, noise64 = _cast((feats, X, y, prior_scale, gp_noise), jnp.float64)
         fmap = functools.partial(feature_map_unchecked, feats64)
         stats_of = _whitened_stats_of(feats64, X64, y64)
-        if stats_of is not None and X.shape[0] >= num_features(feats):  # Nyström, the primal route
+        # the primal route, where the statistics are reported or whitened on the host
+        if X.shape[0] >= num_features(feats) and (progress is not None or stats_of is not None):
             stats = _stats_in_blocks(fmap, X64, y64, chunk_size=config.chunk_size, progress=progress, stats_of=stats_of)
-            _stage(progress, "eigen", X.shape[0], X.shape[0])
-            stats, basis = eigenbasis(stats)
-        elif progress is not None and X.shape[0] >= num_features(feats):  # the primal route
-            stats = _stats_in_blocks(fmap, X64, y64, chunk_size=config.chunk_size, progress=progress)
             _stage(progress, "eigen", X.shape[0], X.shape[0])
             stats, basis = eigenbasis(stats)
         else:

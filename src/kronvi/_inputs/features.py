@@ -318,15 +318,14 @@ def _feature_mean(params, X, w, chunk):
     n, d = X.shape
     num_full = n // chunk
     n_full = num_full * chunk
+    whiten_mean = False
     if isinstance(params, RandomFourierFeatures):
         dtype = jnp.result_type(X, params.frequencies)
         fmap = lambda x: _rff(x, params.frequencies, None)  # noqa: E731
-    else:  # NystromFeatures
+    else:  # NystromFeatures; in float64 the mean of the kernel rows, whitened once, not every row
         dtype = jnp.result_type(X, params.whiten)
-        fmap = lambda x: _nystrom(x, params)  # noqa: E731
-        if dtype == jnp.float64:  # the mean of the kernel rows, whitened once, not every row
-            fmap = lambda x: _landmark_kernel(x, params)  # noqa: E731
-    whiten_mean = isinstance(params, NystromFeatures) and dtype == jnp.float64
+        whiten_mean = dtype == jnp.float64
+        fmap = lambda x: (_landmark_kernel if whiten_mean else _nystrom)(x, params)  # noqa: E731
     total = jnp.zeros(jax.eval_shape(fmap, jax.ShapeDtypeStruct((1, d), X.dtype)).shape[1], dtype)
 
     def chunk_sum(x, ww):

@@ -206,15 +206,18 @@ def regression_stats_from_inputs(
     return _chunked_stats(feature_map, X, y, chunk_size, "X", mask)
 
 
+def _chunk_rows(n: int, chunk_size: int | None) -> int:
+    """`chunk_size` as an int; `None`: equal chunks of at most 4096 rows (no remainder pass where `n` allows)."""
+    return int(-(-n // max(1, -(-n // 4096))) if chunk_size is None else chunk_size)
+
+
 def _identity(x):
     return x
 
 
 def _chunked_stats(feature_map, X, y, chunk_size, xname="X", mask=None):
     n = X.shape[0]
-    if chunk_size is None:  # equal chunks of at most 4096 rows: no remainder pass where n allows
-        chunk_size = -(-n // max(1, -(-n // 4096)))
-    chunk_size = int(chunk_size)
+    chunk_size = _chunk_rows(n, chunk_size)
     if chunk_size < 1:
         raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
     fm = as_traced_callable(feature_map)
@@ -271,8 +274,7 @@ def host_whitened_stats(kernel_map, whiten, offset, X, y, *, chunk_size: int | N
     memory, `whiten` $W$ a lower-triangular float64 `(b, b)` matrix (Nyström features: $L^{-1}$) and `offset`
     $\mu$ `(b,)`: the rows `kernel_map(x)` `(c, b)` from XLA, the triangular product ($cb^2$ multiply-adds,
     half a general product's) and the rank-k update in the host BLAS."""
-    n = X.shape[0]
-    chunk_size = int(chunk_size or -(-n // max(1, -(-n // 4096))))
+    chunk_size = _chunk_rows(X.shape[0], chunk_size)
     post = np.asfortranarray(np.asarray(whiten, np.float64)), np.asarray(offset, np.float64)
     stats = _host_stats(as_traced_callable(kernel_map), X, y, chunk_size, post=post)
     bad = _nonfinite(stats)
