@@ -758,6 +758,12 @@ def support_shift(support: SupportBound | None, Phi: ArrayLike) -> jax.Array:
     return shift
 
 
+@jax.jit
+def _shifted_targets(y, support, Phi):
+    """`y - support_shift(support, Phi)` in one program."""
+    return y - support_shift(support, Phi)
+
+
 class FittedDirect(NamedTuple):
     r"""A fitted DIRECT regression model (`kronvi.fit_direct`), of every recipe: it predicts on raw inputs in
     the targets' units.
@@ -1134,7 +1140,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
         return _prepare_grown(key, X, y, config, dtype=dtype, gp=gp, progress=progress)
     if config.kernel == "auto" or config.feature_map == "auto":
         return _prepare_best_kernel(key, X, y, config, dtype=dtype, gp=gp, progress=progress)
-    k_gp, k_rff, k_fit = jax.random.split(key, 3)
+    k_gp, k_rff, k_fit = _split3(key)
     t0 = time.perf_counter()
     check_fit_memory(np.shape(X)[0], config, dtype=dtype)
     if _traced((X, y)):  # inside a jit or vmap: standardize in the working dtype
@@ -1165,7 +1171,7 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     )  # fmt: skip
     fmap = functools.partial(feature_map_unchecked, feats)
     cv_stats = None
-    prior_scale = jnp.sqrt(hyper.signal_variance)
+    prior_scale = _sqrt(hyper.signal_variance)
     basis, evidence = None, None
     if config.basis != "features":
         feats = _centred(feats, Xs, config)
@@ -1236,6 +1242,18 @@ def _features_grid(b: int, prior_scale, config: DirectConfig) -> DiscretePrior:
 
 def _traced(tree) -> bool:
     return any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(tree))
+
+
+@jax.jit
+def _split3(key):
+    """`jax.random.split(key, 3)` as three keys in one program (unpacking the split is another)."""
+    keys = jax.random.split(key, 3)
+    return keys[0], keys[1], keys[2]
+
+
+def _sqrt(x):
+    """`jnp.sqrt(x)`; of a concrete array by NumPy (correctly rounded in both): no program to compile."""
+    return jnp.sqrt(x) if _traced(x) else to_device(np.sqrt(np.asarray(x)))
 
 
 def _host_xy(X, y) -> tuple[np.ndarray, np.ndarray]:
@@ -1551,7 +1569,7 @@ def _eigen_grids(stats, basis, scale64, noise64, config, dtype):
     """The second half of `_eigen_setup`, from float64 rotated statistics and basis (inside `enable_x64`); then
     the log evidence at the optimum (float64; traced inside `jit`)."""
     scale, s2 = _evidence_optimum(basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale64, noise64)
-    evidence = spectral_log_evidence(basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale, s2)
+    evidence = _log_evidence(basis.eigenvalues, stats.Phity, stats.yty, stats.n, scale, s2)
     center, sd = _posterior_moments(basis.eigenvalues, stats.Phity, scale, s2)
     with errors_name("config.width", config.width):
         prior_w = posterior_grid(center, sd, scale, levels=config.levels, width=float(config.width))
@@ -1561,6 +1579,9 @@ def _eigen_grids(stats, basis, scale64, noise64, config, dtype):
     prior_w = DiscretePrior._unchecked(values, _normalized(log_probs))
     return stats, basis, prior_w, scale, s2, (evidence if _traced(evidence) else float(evidence))
 
+
+# `spectral_log_evidence` in one program (a few dozen eager operations otherwise)
+_log_evidence = jax.jit(spectral_log_evidence)
 
 # `spectral_evidence_optimum`'s box, passed to it: each log variance within this of its start
 _EVIDENCE_LOG_RANGE = 12.0
@@ -1588,6 +1609,7 @@ def _evidence_optimum(eigenvalues, c, yty, n, scale, noise, *, restarts: int = 3
     return result
 
 
+@jax.jit
 def _on_edge(result, start):
     """Whether `spectral_evidence_optimum` stopped on the edge of its box around `start` (both `(scale, noise)`)."""
     moved = jnp.maximum(
@@ -1738,7 +1760,7 @@ def _eigen_support(basis, mean, n, support_rms, dtype) -> SupportBound:
     sqrt(lambda_j / n), per direction."""
     lam = np.maximum(np.asarray(basis.eigenvalues, np.float64), 0.0)
     bound = float(support_rms) * np.sqrt(lam / float(n))
-    return SupportBound(jnp.asarray(bound, dtype), jnp.asarray(mean, dtype))
+    return SupportBound(to_device(np.asarray(bound, dtype)), to_device(np.asarray(mean, dtype)))
 
 
 def _compact_support(support, basis, var, n, noise_variance, tol, support_rms) -> SupportBound:
@@ -1756,9 +1778,8 @@ def _compact_support(support, basis, var, n, noise_variance, tol, support_rms) -
     lam = np.maximum(np.asarray(basis.eigenvalues, np.float64), 0.0)
     rms = np.sqrt(np.sum(lam[~keep] * mean[~keep] ** 2) / float(n))
     dtype = support.bound.dtype
-    return SupportBound(
-        jnp.asarray(bound, dtype), jnp.asarray(weight, dtype), jnp.asarray(mix, dtype),
-        jnp.asarray(float(support_rms) * rms, dtype),
+    return SupportBound(  # cast by NumPy, then placed: no program to compile
+        *to_device(tuple(np.asarray(v, dtype) for v in (bound, weight, mix, float(support_rms) * rms)))
     )
 
 
@@ -1970,7 +1991,7 @@ def log_density(
     out, errors, failed = [], [], []
     for start in range(0, Xs.shape[0], chunk_size):
         Phi = _concrete_features(model, Xs[start : start + chunk_size])
-        y_chunk = jnp.asarray(yc[start : start + chunk_size]) - support_shift(model.support, Phi)
+        y_chunk = _shifted_targets(yc[start : start + chunk_size], model.support, Phi)
         try:
             ld, err = predictive_log_density(
                 model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, y_chunk, rtol=rtol

@@ -136,6 +136,56 @@ def test_a_new_row_count_within_a_fifth_compiles_nothing():
         assert len(again) == 0, (n, len(again))
 
 
+def _kronvi_function_names():
+    """The names of the functions defined in kronvi's modules that are not also jax.numpy or lax names."""
+    import importlib
+    import pkgutil
+
+    names = set()
+    for info in pkgutil.walk_packages(kronvi.__path__, "kronvi."):
+        if not info.name.endswith("__main__"):  # the command line runs on import
+            for value in vars(importlib.import_module(info.name)).values():
+                if callable(value) and getattr(value, "__module__", "").startswith("kronvi"):
+                    names.add(getattr(value, "__name__", ""))
+    return names - set(dir(jnp)) - set(dir(jax.lax))
+
+
+def test_fits_and_predictions_run_no_eager_operation():
+    """Every program that a default fit, its prediction and its test density, a compact fit and a default
+    classifier's fit and `predict_proba` compile (all JAX's in-memory caches cleared first) is one of
+    kronvi's own jitted functions: no single eager operation (`multiply`, `convert_element_type`, a NumPy
+    array copied by `jnp.asarray`, a key split unpacked) compiles on the way
+    (`docs/decisions/compilation.md#first-calls`)."""
+    import logging
+    import re
+
+    X, y = _data(80)
+    config = pipeline.DirectConfig(num_frequencies=16, gp=pipeline.GPOptions(restarts=2, screen_points=20))
+    key = jax.random.key(0)  # (a key is made by eager operations: the user's, before the fit)
+    compiled = []
+
+    class Programs(logging.Handler):
+        def emit(self, record):
+            found = re.search(r"Finished XLA compilation of jit\((\S+)\)", record.getMessage())
+            if found:
+                compiled.append(found.group(1))
+
+    handler, logger = Programs(level=logging.DEBUG), logging.getLogger("jax")
+    jax.clear_caches()
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            for recipe in (pipeline.Eigen(), pipeline.Compact()):
+                model = pipeline.fit_direct(key, X[:60], y[:60], config._replace(recipe=recipe)).model
+                jax.block_until_ready(kronvi.predict(model, X[60:]))
+                jax.block_until_ready(kronvi.log_density(model, X[60:], y[60:]))
+            classifier = kronvi.fit_classifier(key, X[:60], (y[:60] > 0).astype(int)).model
+            jax.block_until_ready(classifier.predict_proba(X[60:]))
+    finally:
+        logger.removeHandler(handler)
+    assert len(compiled) > 10, compiled  # the log was read
+    assert sorted(set(compiled) - _kronvi_function_names()) == []
+
 def test_row_counts_above_1024_compile_nothing():
     """Above 1,024 rows the GP fits a subsample (`choice_rows`: no program per row count) and the features run
     in blocks of 1,024 rows: fits at 1,030 and 1,300 rows after one at 1,000 compile no program, and the

@@ -139,6 +139,11 @@ def num_nonfinite(x) -> int:
     return int(reduce_concrete(lambda h: np.sum(~np.isfinite(h)), _num_nonfinite, x))
 
 
+def _canonical_numpy(x) -> bool:
+    """Whether `x` is a NumPy array whose dtype `jnp.asarray` would keep."""
+    return isinstance(x, np.ndarray) and jax.dtypes.canonicalize_dtype(x.dtype) == x.dtype
+
+
 @jax.jit
 def _nonfinite_counts(arrays):
     return jnp.stack([jnp.sum(~jnp.isfinite(x)) for x in arrays])
@@ -147,8 +152,8 @@ def _nonfinite_counts(arrays):
 def nonfinite_counts(arrays) -> list[int]:
     """The number of NaN or inf entries of each concrete array, counted where the arrays live (NumPy for
     host data, else one compiled reduction whose counts alone are fetched)."""
-    with jax.ensure_compile_time_eval():
-        arrays = [jnp.asarray(x) for x in arrays]
+    with jax.ensure_compile_time_eval():  # NumPy arrays of a JAX dtype as they are: no copy program
+        arrays = [x if _canonical_numpy(x) else jnp.asarray(x) for x in arrays]
     views = [host_view(x) for x in arrays]
     if all(v is not None for v in views):
         return [int(np.sum(~np.isfinite(v))) for v in views]

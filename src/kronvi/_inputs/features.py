@@ -129,13 +129,15 @@ def check_kernel(kernel) -> None:
         raise ValueError(f"`kernel` must be one of {KERNELS}, got {kernel!r}")
 
 
+@functools.partial(jax.jit, static_argnums=2, static_argnames=("sampling", "kernel"))
 def rff_init_unchecked(
     key: jax.Array, lengthscales: jax.Array, num_frequencies: int, *, sampling: str, kernel: str = "rbf"
 ) -> RandomFourierFeatures:
     """`rff_init` of checked arguments (positive finite `(d,)` float `lengthscales`, an int >= 1, a known
     `sampling` and `kernel`), for the library's own callers. The squared exponential's draws are the
     directions of `key` itself (as before the Matérn kernels existed); a Matérn kernel's directions and
-    scales come from two keys split from it."""
+    scales come from two keys split from it. One program per shape and rule (a draw is a few eager
+    operations otherwise)."""
     D = num_frequencies
     d, dtype = lengthscales.shape[0], lengthscales.dtype
     k_dir, k_len = (key, None) if kernel == "rbf" else tuple(jax.random.split(key))

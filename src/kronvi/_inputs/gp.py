@@ -634,8 +634,10 @@ def _fit(
     n, d = X.shape
     dtype = X.dtype
     views = host_arrays(y)
+    var_host = None
     if views is not None:  # by NumPy: no program per row count
-        var_y = to_device(np.var(views[0], dtype=np.float64).astype(dtype))
+        var_host = np.var(views[0], dtype=np.float64).astype(dtype)
+        var_y = to_device(var_host)
     else:
         var_y = jnp.var(y)
     if is_concrete(var_y) and not float(fetch(var_y)) > 0:
@@ -661,7 +663,8 @@ def _fit(
 
     if min_noise_variance is None:
         rel = 1e-6 if dtype == jnp.float64 else 1e-4
-        min_noise = rel * var_y
+        # by NumPy on the host's variance (the same rounding as in `dtype`): no program to compile
+        min_noise = rel * var_y if var_host is None else to_device(np.asarray(rel, dtype) * var_host)
     else:
         min_noise = jnp.asarray(as_float_array(min_noise_variance, "min_noise_variance"), dtype)
         if min_noise.ndim != 0:
@@ -840,7 +843,7 @@ def _scalar(x, dtype):
     """A number as a JAX scalar of `dtype`, cast by NumPy (no program to compile; beyond the dtype's range:
     inf). A JAX array, not a NumPy one: the starts' host threads do not share `jax.enable_x64`."""
     with np.errstate(over="ignore"):
-        return jnp.asarray(np.asarray(x, dtype))
+        return to_device(np.asarray(x, dtype))
 
 
 def _padded(X, y, size, concrete):

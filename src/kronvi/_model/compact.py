@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from .._base.buckets import to_device
 from .._base.checks import check_basis_features
 from .._base.precision import matmul
 from .._stats.eigen import Eigenbasis
@@ -293,8 +294,9 @@ def compact_posterior(
     keep, s_bar = complement_split(basis.eigenvalues, var_u, num_rows, noise_variance, tol=tol)
     grids = [_unit_grid(m, width * (1.0 - 0.5 * j / COPIES), np.float64) for j in range(COPIES)]
     scales = np.array([np.sqrt(s_bar / (COPIES * g[2])) for g in grids])
+    # cast by NumPy, then placed: no program to compile
     compact = CompactBasis(
-        jnp.asarray(V @ mean_u, dtype), jnp.asarray(V[:, keep], vectors_dtype), jnp.asarray(scales, dtype)
+        *to_device((np.asarray(V @ mean_u, dtype), np.asarray(V[:, keep], vectors_dtype), np.asarray(scales, dtype)))
     )
     fixed = np.ones((1, m))
     prior_values = np.concatenate([fixed, values[keep] - mean_u[keep, None], [g[0] for g in grids]])
@@ -302,5 +304,5 @@ def compact_posterior(
         [np.zeros((1, m)), np.asarray(prior_w.log_probs, np.float64)[keep], [g[1] for g in grids]]
     )
     q_logits = np.concatenate([np.zeros((1, m)), logq[keep], [g[1] for g in grids]])
-    prior = DiscretePrior(jnp.asarray(prior_values, dtype), jnp.asarray(prior_logp, dtype))
-    return compact, prior, MeanField(jnp.asarray(q_logits, dtype))
+    prior = DiscretePrior(*to_device((np.asarray(prior_values, dtype), np.asarray(prior_logp, dtype))))
+    return compact, prior, MeanField(to_device(np.asarray(q_logits, dtype)))

@@ -15,7 +15,13 @@ from jax.typing import ArrayLike
 
 from .._base.checks import as_float_array, check_finite, check_ndim
 from .._base.pytree import validated_pytree
-from .grids import DiscretePrior
+from .grids import DiscretePrior, log_normalized
+
+
+@jax.jit
+def _normalized(logits: jax.Array) -> jax.Array:
+    """`jax.nn.softmax(logits, axis=-1)` in one program."""
+    return jax.nn.softmax(logits, axis=-1)
 
 
 @validated_pytree
@@ -48,11 +54,11 @@ class MeanField:
 
     @property
     def probs(self):
-        return jax.nn.softmax(self.logits, axis=-1)
+        return _normalized(self.logits)
 
     @property
     def log_probs(self):
-        return jax.nn.log_softmax(self.logits, axis=-1)
+        return log_normalized(self.logits)
 
     @classmethod
     def from_prior(cls, prior):

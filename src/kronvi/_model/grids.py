@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from .._base.buckets import to_device
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -27,6 +28,12 @@ from .._base.checks import (
     is_concrete,
 )
 from .._base.pytree import validated_pytree
+
+
+@jax.jit
+def log_normalized(log_probs: jax.Array) -> jax.Array:
+    """`jax.nn.log_softmax(log_probs, axis=-1)` in one program (on concrete arrays it is a few eager ones)."""
+    return jax.nn.log_softmax(log_probs, axis=-1)
 
 
 @validated_pytree
@@ -69,7 +76,7 @@ class DiscretePrior:
         check_finite(log_probs, "log_probs")
         dtype = jnp.result_type(values, log_probs)
         object.__setattr__(self, "values", values.astype(dtype))
-        object.__setattr__(self, "log_probs", jax.nn.log_softmax(log_probs.astype(dtype), axis=-1))
+        object.__setattr__(self, "log_probs", log_normalized(log_probs.astype(dtype)))
 
     @property
     def probs(self):
@@ -181,12 +188,16 @@ def noise_grid(variance: jax.Array, *, levels: int, span: float) -> DiscretePrio
     an int `levels`, `span > 1`) for the library's own callers: only the grid it builds is checked."""
     # exponents in float64 NumPy, then one cast: a NumPy float64 scalar would promote the grid's dtype
     exps = np.linspace(-1.0, 1.0, levels) if levels > 1 else np.zeros(1)
+    dtype = np.dtype(variance.dtype)
+    traced = isinstance(variance, jax.core.Tracer)
     with np.errstate(over="ignore"):  # a span beyond the dtype: inf, reported by the check below
-        values = variance * np.exp(exps * np.log(float(span))).astype(variance.dtype)
+        # a concrete variance by NumPy (the same rounding in `dtype`): no program to compile
+        values = (variance if traced else np.asarray(variance)) * np.exp(exps * np.log(float(span))).astype(dtype)
     check_finite_arrays({"values": values})
-    return DiscretePrior._unchecked(
-        values[None, :], jax.nn.log_softmax(jnp.zeros((1, levels), variance.dtype), axis=-1)
-    )
+    if traced:
+        return DiscretePrior._unchecked(values[None, :], jax.nn.log_softmax(jnp.zeros((1, levels), dtype), axis=-1))
+    uniform = np.full((1, levels), -np.log(levels), np.float64).astype(dtype)
+    return DiscretePrior._unchecked(to_device(values[None, :]), to_device(uniform))
 
 
 def _as_dtype(x: jax.Array, dtype: DTypeLike | None) -> jax.Array:

@@ -56,6 +56,7 @@ def check_regression_args(q_w, q_noise, prior_w, prior_noise, stats=None):
         )
 
 
+@jax.jit
 def noise_moments(q_noise: MeanField, prior_noise: DiscretePrior) -> tuple[jax.Array, jax.Array, jax.Array]:
     r"""$(E[\sigma^{-2}], E[\log\sigma^2], E[\sigma^2])$ under `q_noise`."""
     p = q_noise.probs[..., 0, :]

@@ -17,7 +17,7 @@ import numpy as np
 from jax.typing import ArrayLike
 from scipy.linalg import solve_triangular
 
-from .._base.buckets import on_row_bucket
+from .._base.buckets import on_row_bucket, to_device
 from .._base.checks import check_basis_features, check_finite_arrays, check_xy, host_arrays
 from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
@@ -160,13 +160,15 @@ def eigenbasis_for_dtype(feature_map, X, y, *, chunk_size, null_dtype=None):
         Phi = host_features(fm, host[0].astype(dtype))
         yh = host[1].astype(Phi.dtype)
         c, lam, V = _dual_host(Phi, yh, null_dtype or Phi.dtype)
-        c, lam, V = jnp.asarray(c, Phi.dtype), jnp.asarray(lam, Phi.dtype), jnp.asarray(V)
-        yty = jnp.asarray(np.dot(yh, yh), Phi.dtype)
+        dtype = np.dtype(Phi.dtype)  # cast by NumPy, then placed: no program to compile
+        c, lam, V = to_device((np.asarray(c, dtype), np.asarray(lam, dtype), np.asarray(V)))
+        yty = to_device(np.asarray(np.dot(yh, yh), dtype))
     else:
         Phi = _features(fm, X.astype(dtype))
         c, lam, V = _dual_xla(Phi, y.astype(Phi.dtype))
         yty = jnp.dot(y.astype(Phi.dtype), y.astype(Phi.dtype))
-    return _dual_stats(jnp.asarray(n, Phi.dtype), yty, c, lam), Eigenbasis(V, lam)
+    n = to_device(np.asarray(n, Phi.dtype)) if host is not None else jnp.asarray(n, Phi.dtype)
+    return _dual_stats(n, yty, c, lam), Eigenbasis(V, lam)
 
 
 @jax.jit

@@ -18,7 +18,7 @@ from jax import lax
 from jax.typing import ArrayLike
 from scipy.linalg.blas import dsyrk, dtrmm
 
-from .._base.buckets import FEATURE_ROWS, feature_block, feature_rows, pad_rows
+from .._base.buckets import FEATURE_ROWS, feature_block, feature_rows, pad_rows, to_device
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -318,10 +318,8 @@ def _host_stats(feature_map, X, y, chunk_size, *, post=None):
         y64 = yh.astype(np.float64)
         A = np.triu(A) + np.triu(A, 1).T if F.dtype == np.float64 else 0.5 * (A + A.T)
         yty = y64 @ y64
-    dtype = X.dtype
-    return RegressionStats(
-        jnp.asarray(n, dtype), jnp.asarray(yty, dtype), jnp.asarray(B, dtype), jnp.asarray(A, dtype)
-    )
+    dtype = np.dtype(X.dtype)  # cast by NumPy, then placed: no program to compile
+    return RegressionStats(*to_device(tuple(np.asarray(v, dtype) for v in (n, yty, B, A))))
 
 
 @functools.partial(jax.jit, static_argnums=(3,))

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 from jax.typing import ArrayLike
 
+from .._base.buckets import to_device
 from .._base.checks import (
     all_finite,
     check_int,
@@ -72,7 +73,7 @@ def laplace_start_map(prior_w, Phi, y, weights):
     """
     mu, prec, centre = _prior_moments(prior_w)
     if Phi.shape[1] <= NEWTON_MAX_FEATURES:
-        tol = jnp.asarray(100.0 * jnp.finfo(Phi.dtype).eps, Phi.dtype)
+        tol = to_device(np.asarray(100.0 * np.finfo(Phi.dtype).eps, Phi.dtype))  # by NumPy: no program
         return laplace_fit(Phi, y, weights, prec, mu, centre, max_iter=NEWTON_MAX_ITER, tol=tol).mean
     return _lbfgs_map(Phi, y, weights, mu, prec, centre)
 

@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
+from .._base.buckets import to_device
 from .._base.checks import (
     as_float_array,
     check_finite,
@@ -260,6 +261,6 @@ def laplace_grid_prior(
         start = start.astype(Phi.dtype)
     # LAPACK's eigh in one thread: a threaded eigh competes with XLA's threads (kronvi._base.threads)
     info = run_single_threaded(
-        laplace_fit, Phi, y, weights, prec, mean, start, max_iter=max_iter, tol=jnp.asarray(tol, Phi.dtype)
+        laplace_fit, Phi, y, weights, prec, mean, start, max_iter=max_iter, tol=to_device(np.asarray(tol, Phi.dtype))
     )
     return posterior_grid_prior(info.mean, info.sd, scale, levels=levels, width=width), info

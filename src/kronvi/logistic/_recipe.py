@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .._base.buckets import pad_rows
+from .._base.buckets import pad_rows, to_device
 from .._base.checks import check_int, is_concrete
 from .._inputs.data import Standardizer
 from .._inputs.features import RandomFourierFeatures
@@ -321,6 +321,7 @@ def _design(features, Xs):
     )
 
 
+@jax.jit
 def _rotated(Phi, rotation):
     """`Phi` `(n, b)` in the model's basis: `Phi @ rotation`, or `Phi` without a rotation."""
     if rotation is None:
@@ -432,20 +433,20 @@ def fit_classifier(
     Xs = (inputs - standardizer.mean) / standardizer.scale
     ls = median_lengthscale(Xs, rng, config.lengthscale_points)
     z = rng.standard_normal((d, config.num_frequencies))
-    features = RandomFourierFeatures(jnp.asarray((z / ls).astype(dtype)))
+    features = RandomFourierFeatures(to_device((z / ls).astype(dtype)))  # placed by NumPy: no program
     t1 = time.perf_counter()
 
     rows = row_bucket(max(n, min_rows or 0))
-    Phi = _design(features, jnp.asarray(pad_rows(Xs.astype(dtype), rows)))
-    yy = jnp.asarray(pad_rows(labels.astype(dtype), rows))
-    ww = jnp.asarray(pad_rows(np.ones(n, dtype), rows))
+    Phi = _design(features, to_device(pad_rows(Xs.astype(dtype), rows)))
+    yy = to_device(pad_rows(labels.astype(dtype), rows))
+    ww = to_device(pad_rows(np.ones(n, dtype), rows))
     jax.block_until_ready(Phi)
     t2 = time.perf_counter()
 
     grids, evidence, init = [], [], None
     for s in config.prior_scales:  # each scale's Newton starts at the MAP of the scale before
         prior, lap = laplace_grid_prior(
-            Phi, yy, s, levels=config.levels, width=width if config.grid == "laplace" else 4.0,
+            Phi, yy, to_device(np.asarray(s, dtype)), levels=config.levels, width=width if config.grid == "laplace" else 4.0,
             weights=ww, init=init,
         )  # fmt: skip
         mean, log_ev = jax.device_get((lap.mean, lap.log_evidence))
@@ -464,11 +465,11 @@ def fit_classifier(
         prior = gaussian_prior(Phi.shape[1], scale, levels=config.levels, width=width, dtype=dtype)
     elif config.basis == "eigen":  # the grids of the rotated weights, on their Laplace marginals
         V = _laplace_rotation(Phi, yy, ww, lap.mean, scale)
-        rotation = jnp.asarray(V, dtype)
+        rotation = to_device(np.asarray(V, dtype))
         Phi = _rotated(Phi, rotation)
         prior, lap = laplace_grid_prior(
-            Phi, yy, scale, levels=config.levels, width=width, weights=ww,
-            init=jnp.asarray(V.T @ np.asarray(lap.mean, np.float64), dtype),
+            Phi, yy, to_device(np.asarray(scale, dtype)), levels=config.levels, width=width, weights=ww,
+            init=to_device(np.asarray(V.T @ np.asarray(lap.mean, np.float64), dtype)),
         )  # fmt: skip
     jax.block_until_ready(prior.values)
     t3 = time.perf_counter()
@@ -480,10 +481,11 @@ def fit_classifier(
     t4 = time.perf_counter()
 
     model = FittedClassifier(
-        standardizer, features, jnp.asarray(ls, dtype), jnp.asarray(scale, dtype), prior, q, rotation
+        standardizer, features, to_device(np.asarray(ls, dtype)), to_device(np.asarray(scale, dtype)), prior, q,
+        rotation,
     )
     info = ClassifierInfo(
-        scale, jnp.asarray(evidence), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3
+        scale, to_device(np.asarray(evidence, dtype)), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3
     )
     return ClassifierFit(model, info)
 
@@ -553,7 +555,7 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
     for start in range(0, n, PREDICT_CHUNK):
         Xc = Xs[start : start + PREDICT_CHUNK]
         out.append(_chunk_proba(model, Xc))
-    return jnp.asarray(np.concatenate(out))
+    return to_device(np.concatenate(out))
 
 
 def _bucket(rows: int) -> int:
@@ -595,14 +597,14 @@ def _chunk_proba(model, Xc):
     Phi, log_cosh, flag = Phi[:rows], np.array(log_cosh[:rows]), flag[:rows]
     if np.any(flag):  # sums that may have underflowed: those rows' log E cosh by log_mgf
         idx = np.flatnonzero(flag)
-        exact = mgf_log_cosh(model.q_w.log_probs, model.prior_w.values, jnp.asarray(pad_rows(Phi[idx], _bucket(idx.size))))
+        exact = mgf_log_cosh(model.q_w.log_probs, model.prior_w.values, to_device(pad_rows(Phi[idx], _bucket(idx.size))))
         log_cosh[idx] = jax.device_get(exact)[: idx.size]
     nodes = row_nodes(log_cosh, dtype)
     p = np.empty(rows, dtype)
     big = nodes > MAX_NODES  # beyond the cap: predict_logistic's own refinement (and warning)
     if np.any(big):
         idx = np.flatnonzero(big)
-        p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, jnp.asarray(Phi[idx])))
+        p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, to_device(Phi[idx])))
     idx = np.flatnonzero(~big)
     order = idx[np.argsort(nodes[idx], kind="stable")]  # rows of like node counts share blocks
     p[order] = predict_rows(model.q_w, model.prior_w, Phi[order], nodes[order], log_cosh=log_cosh[order])
