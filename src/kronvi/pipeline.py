@@ -67,6 +67,7 @@ from ._base.checks import (
     errors_name,
     host_arrays,
 )
+from ._base.compiling import quick_jit
 from ._base.memory import MemoryLimitError, check_memory, regression_fit_bytes
 from ._base.precision import matmul
 from ._base.progress import StageLine
@@ -1587,6 +1588,11 @@ _log_evidence = jax.jit(spectral_log_evidence)
 _EVIDENCE_LOG_RANGE = 12.0
 
 
+# `spectral_evidence_optimum` compiled cheaply for concrete data: Newton steps over b eigenvalues
+# (`docs/decisions/compilation.md#cheaper-compilation-for-the-small-programs`)
+_quick_optimum = quick_jit(spectral_evidence_optimum.__wrapped__, static_argnames=("max_iter",))  # type: ignore[attr-defined]
+
+
 def _evidence_optimum(eigenvalues, c, yty, n, scale, noise, *, restarts: int = 3):
     """`spectral_evidence_optimum` from the GP's `(scale, noise)`, started again from where it stopped while it
     stops on the edge of its box (a log variance `_EVIDENCE_LOG_RANGE` from its start), at most `restarts`
@@ -1595,7 +1601,8 @@ def _evidence_optimum(eigenvalues, c, yty, n, scale, noise, *, restarts: int = 3
     wants (`docs/decisions/default-recipe.md#the-kernel-family`). Where the first run ends inside its box
     (every fit before this rule), its result is returned as it is."""
     start = (scale, noise)
-    search = functools.partial(spectral_evidence_optimum, log_range=_EVIDENCE_LOG_RANGE)
+    optimum = spectral_evidence_optimum if _traced((eigenvalues, c, yty, n, scale, noise)) else _quick_optimum
+    search = functools.partial(optimum, log_range=_EVIDENCE_LOG_RANGE)
     result = search(eigenvalues, c, yty, n, scale, noise)
     active = _on_edge(result, start)
     current = result

@@ -42,6 +42,7 @@ from .._base.checks import (
     is_concrete,
     num_nonfinite,
 )
+from .._base.compiling import quick_jit
 from .._base.deprecation import renamed_arguments
 from .._base.precision import dot, matmul
 from .._base.threads import run_single_threaded, single_blas_thread
@@ -798,7 +799,7 @@ def _run_held(rows: _Held, starts, *, max_iter, tol, gain_tol):
     return lambda: raw
 
 
-@functools.partial(jax.jit, static_argnums=2)
+@quick_jit(static_argnums=2)  # its time is the callbacks': XLA's expensive passes save it nothing
 def _held_start(rows: _Held, start, max_iter, tol, gain_tol):
     """`_run_start` of one start on rows held on the host, in a program whose shapes are the start's: the
     likelihood and the leave-one-out error are host callbacks (`gp_host`)."""
@@ -1074,7 +1075,7 @@ def _summarize_held(rows: _Held, results, *, min_noise, margin, size):
     return hyper, info
 
 
-@jax.jit
+@quick_jit
 def _summarize_held_jit(rows: _Held, results, min_noise, margin):
     return _summary(results, rows.var_y, rows.ls_lo, rows.ls_hi, rows.active, min_noise, margin, rows.m)
 
