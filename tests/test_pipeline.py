@@ -378,4 +378,5 @@ def test_the_evidence_optimum_is_restarted_from_the_edge_of_its_box():
         evidence = [float(spectral_log_evidence(lam, c, yty, 400.0, *r)) for r in (once, near)]
         assert evidence[1] > evidence[0] + 100  # the edge was far from the optimum
         inside = pipeline._evidence_optimum(lam, c, yty, 400.0, jnp.asarray(1.0), jnp.asarray(0.3))
-        assert [float(v) for v in inside] == [float(v) for v in near]
+        # as it is (the concrete search compiles with other XLA options: equal to rounding)
+        np.testing.assert_allclose([float(v) for v in inside], [float(v) for v in near], rtol=1e-12)

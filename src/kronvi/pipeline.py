@@ -1610,10 +1610,17 @@ def _evidence_optimum(eigenvalues, c, yty, n, scale, noise, *, restarts: int = 3
         if not _traced(active) and not bool(active):
             break
         following = search(eigenvalues, c, yty, n, *current)
-        result = tuple(jnp.where(active, f, r) for f, r in zip(following, result, strict=True))
-        active = active & _on_edge(following, current)
+        result, active = _restarted(active, following, result, current)
         current = following
     return result
+
+
+@jax.jit
+def _restarted(active, following, result, current):
+    """`_evidence_optimum`'s restart step in one program: `following` where `active`, and whether it is still
+    on the edge of its box."""
+    result = tuple(jnp.where(active, f, r) for f, r in zip(following, result, strict=True))
+    return result, active & _on_edge(following, current)
 
 
 @jax.jit

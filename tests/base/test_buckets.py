@@ -145,7 +145,7 @@ def _kronvi_function_names():
     for info in pkgutil.walk_packages(kronvi.__path__, "kronvi."):
         if not info.name.endswith("__main__"):  # the command line runs on import
             for value in vars(importlib.import_module(info.name)).values():
-                if callable(value) and getattr(value, "__module__", "").startswith("kronvi"):
+                if callable(value) and (getattr(value, "__module__", None) or "").startswith("kronvi"):
                     names.add(getattr(value, "__name__", ""))
     return names - set(dir(jnp)) - set(dir(jax.lax))
 

@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import kronvi
+from kronvi._base import compiling
 from kronvi._base.compiling import lean_jit, quick_jit
+from kronvi._model import density
 
 
 def _program(x, w):
@@ -15,6 +17,11 @@ def _program(x, w):
 
 
 def test_quick_and_lean_programs_compile_and_compute_what_jit_does():
+    """On the CPU this XLA takes both option sets (a later XLA that drops one fails here); the twins run
+    their tuned program, which computes what `jax.jit` does."""
+    if jax.default_backend() == "cpu":
+        assert compiling.options_apply(tuple(sorted(compiling.QUICK_COMPILE.items())))
+        assert compiling.options_apply(tuple(sorted(compiling.OLDER_EMITTERS.items())))
     rng = np.random.default_rng(0)
     x, w = rng.normal(size=(64, 5)).astype(np.float32), rng.normal(size=(5, 7)).astype(np.float32)
     plain = jax.jit(_program)(x, w)
@@ -43,3 +50,19 @@ def test_the_density_inside_jit_takes_the_plain_kernel():
         lambda P, t: kronvi.model.predictive_log_density(q_w, q_n, prior_w, prior_n, P, t, rtol=None)
     )(Phi, y)
     np.testing.assert_allclose(traced, concrete, rtol=1e-5, atol=1e-5)
+    if jax.default_backend() == "cpu":  # the concrete call ran the tuned twin
+        assert density._lean_kernel.tuned._cache_size() >= 1
+
+
+def test_a_twin_runs_its_plain_program_where_the_options_do_not_apply(monkeypatch):
+    """Another backend, an older JAX or an XLA that refuses an option: `options_apply` is False and the twin
+    runs `jax.jit`'s program."""
+
+    def program(x, w):  # a function of its own: jax.jit shares its cache among wrappers of one function
+        return _program(x, w)
+
+    twin = quick_jit(program)
+    x, w = np.ones((4, 5), np.float32), np.ones((5, 3), np.float32)
+    monkeypatch.setattr(compiling, "options_apply", lambda options: False)
+    np.testing.assert_allclose(twin(x, w), jax.jit(_program)(x, w))
+    assert twin.tuned._cache_size() == 0 and twin._cache_size() == 1

@@ -129,7 +129,7 @@ def check_kernel(kernel) -> None:
         raise ValueError(f"`kernel` must be one of {KERNELS}, got {kernel!r}")
 
 
-@functools.partial(jax.jit, static_argnums=2, static_argnames=("sampling", "kernel"))
+@functools.partial(jax.jit, static_argnames=("num_frequencies", "sampling", "kernel"))
 def rff_init_unchecked(
     key: jax.Array, lengthscales: jax.Array, num_frequencies: int, *, sampling: str, kernel: str = "rbf"
 ) -> RandomFourierFeatures:

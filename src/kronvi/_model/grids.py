@@ -196,7 +196,7 @@ def noise_grid(variance: jax.Array, *, levels: int, span: float) -> DiscretePrio
     check_finite_arrays({"values": values})
     if traced:
         return DiscretePrior._unchecked(values[None, :], jax.nn.log_softmax(jnp.zeros((1, levels), dtype), axis=-1))
-    uniform = np.full((1, levels), -np.log(levels), np.float64).astype(dtype)
+    uniform = np.full((1, levels), 0.0 - np.log(levels), np.float64).astype(dtype)  # 0.0, not -0.0, for one level
     return DiscretePrior._unchecked(to_device(values[None, :]), to_device(uniform))
 
 
