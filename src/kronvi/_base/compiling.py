@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import Any
 
 import jax
 
@@ -53,8 +54,8 @@ class _Twin:
     def __init__(self, fun, options: dict, jit_kwargs: dict):
         functools.update_wrapper(self, fun)
         self.options = tuple(sorted(options.items()))
-        self.plain = jax.jit(fun, **jit_kwargs)
-        self.tuned = jax.jit(fun, compiler_options=options, **jit_kwargs) if _JIT_TAKES_OPTIONS else self.plain
+        self.plain: Any = jax.jit(fun, **jit_kwargs)
+        self.tuned: Any = jax.jit(fun, compiler_options=options, **jit_kwargs) if _JIT_TAKES_OPTIONS else self.plain
 
     def __call__(self, *args, **kwargs):
         return (self.tuned if options_apply(self.options) else self.plain)(*args, **kwargs)
