@@ -107,7 +107,7 @@ from ._model.compact import (
 )
 from ._model.density import DensityToleranceError, predictive_log_density
 from ._model.families import MeanField
-from ._model.grids import DiscretePrior, gaussian_grid, noise_grid, noise_prior
+from ._model.grids import DiscretePrior, gaussian_grid, log_normalized, noise_grid, noise_prior
 from ._model.posterior_grid import posterior_grid, posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression
 from ._solvers.info import FitInfo
@@ -1577,7 +1577,7 @@ def _eigen_grids(stats, basis, scale64, noise64, config, dtype):
     stats, basis, scale, s2, values, log_probs = _cast(
         (stats, basis, scale, s2, prior_w.values, prior_w.log_probs), dtype
     )
-    prior_w = DiscretePrior._unchecked(values, _normalized(log_probs))
+    prior_w = DiscretePrior._unchecked(values, log_normalized(log_probs))
     return stats, basis, prior_w, scale, s2, (evidence if _traced(evidence) else float(evidence))
 
 
@@ -1630,12 +1630,6 @@ def _on_edge(result, start):
         jnp.abs(2.0 * jnp.log(result[0] / start[0])), jnp.abs(jnp.log(result[1] / start[1]))
     )
     return moved > _EVIDENCE_LOG_RANGE - 1e-3
-
-
-@jax.jit
-def _normalized(log_probs):
-    """`log_probs` normalized over the levels, as `DiscretePrior` normalizes them."""
-    return jax.nn.log_softmax(log_probs, axis=-1)
 
 
 def evidence_noise_variance(
