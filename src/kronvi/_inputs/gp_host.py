@@ -22,6 +22,7 @@ import numpy as np
 from jax import lax
 
 from .._base.buckets import to_device
+from .._solvers.linalg import mirror_lower
 from .features import MATERN_NU
 
 _ROWS: dict[int, tuple[np.ndarray, np.ndarray, str]] = {}  # the rows of the fits in progress, by handle
@@ -92,13 +93,12 @@ def _factor(theta, X, kernel="rbf"):
 
 
 def _inverse(L):
-    """$K^{-1}$ (both triangles) from the lower Cholesky factor `L` of $K$ (LAPACK's `potri`)."""
+    """$K^{-1}$ (both triangles) from the lower Cholesky factor `L` of $K$ (LAPACK's `potri`), in `L`'s
+    memory."""
     from scipy.linalg import lapack
 
     R, _ = lapack.dpotri(L, lower=1, overwrite_c=1)  # K^{-1} in the lower triangle
-    K_inv = np.tril(R)
-    K_inv += np.tril(R, -1).T
-    return K_inv
+    return mirror_lower(R).T  # symmetric: the row-major view of the same values, like the kernel's arrays
 
 
 def host_lml(theta, X, y, with_grad, w=None, kernel="rbf"):
@@ -153,7 +153,8 @@ def host_loo_mse(theta, X, y, kernel="rbf"):
     if L is None:
         return np.float64(np.nan)
     alpha, _ = lapack.dpotrs(L, y, lower=1)
-    return np.float64(np.mean((alpha / np.diagonal(_inverse(L))) ** 2))
+    K_inv, _ = lapack.dpotri(L, lower=1, overwrite_c=1)  # the diagonal is all it needs: no mirroring
+    return np.float64(np.mean((alpha / np.diagonal(K_inv)) ** 2))
 
 
 # A callback runs on one of XLA's threads, where `jax.enable_x64` (thread-local) may be off: JAX would hand it

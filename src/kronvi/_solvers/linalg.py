@@ -3,6 +3,7 @@ r"""Dense linear algebra shared by the exact Gaussian solvers."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 
@@ -42,3 +43,28 @@ def jittered_cholesky(M, max_tries: int = 8):
 
     _, L = lax.while_loop(cond, body, (jnp.asarray(0), jnp.linalg.cholesky(M)))
     return L
+
+
+def mirror_lower(R: np.ndarray, block: int = 64) -> np.ndarray:
+    """The NumPy square matrix `R` made symmetric from its lower triangle, in place: its strict upper
+    triangle is overwritten by the strict lower one's transpose (pass `R.T` to mirror the upper
+    triangle). Returns `R`.
+
+    The copies go by square blocks of `block` rows, not as `np.tril(R) + np.tril(R, -1).T` (three passes
+    over memory; `docs/decisions/gp-step.md#the-host-likelihoods-inverse`); the values are copied, so the
+    result equals that expression to the bit.
+
+    Example:
+      >>> import numpy as np
+      >>> from kronvi._solvers.linalg import mirror_lower
+      >>> mirror_lower(np.array([[1.0, 9.0], [2.0, 3.0]])).tolist()
+      [[1.0, 2.0], [2.0, 3.0]]
+    """
+    n = R.shape[0]
+    for j in range(0, n, block):
+        k = min(j + block, n)
+        R[j:k, k:] = R[k:, j:k].T  # right of the diagonal block, from the block column below it
+        diag = R[j:k, j:k]
+        upper = np.triu_indices(k - j, 1)
+        diag[upper] = diag.T[upper]
+    return R

@@ -31,6 +31,7 @@ from .._base.checks import (
 )
 from .._base.precision import dot, matmul
 from .._base.pytree import as_traced_callable
+from .._solvers.linalg import mirror_lower
 from .distributed import check_row_mask, is_distributed, sharded_row_sums
 
 
@@ -316,7 +317,7 @@ def _host_stats(feature_map, X, y, chunk_size, *, post=None):
                 A += F.T @ F
             B += F.T @ yc.astype(F.dtype)
         y64 = yh.astype(np.float64)
-        A = np.triu(A) + np.triu(A, 1).T if F.dtype == np.float64 else 0.5 * (A + A.T)
+        A = mirror_lower(A.T).T if F.dtype == np.float64 else 0.5 * (A + A.T)  # dsyrk filled the upper triangle
         yty = y64 @ y64
     dtype = np.dtype(X.dtype)  # cast by NumPy, then placed: no program to compile
     return RegressionStats(*to_device(tuple(np.asarray(v, dtype) for v in (n, yty, B, A))))

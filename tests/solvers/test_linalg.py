@@ -1,0 +1,28 @@
+"""`kronvi._solvers.linalg`'s NumPy helper against the whole-matrix expression it replaces."""
+
+import numpy as np
+import pytest
+
+from kronvi._solvers.linalg import mirror_lower
+
+
+@pytest.mark.parametrize("n", [1, 2, 63, 64, 65, 129, 300])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_mirror_lower_equals_the_triangles_expression_to_the_bit(n, order):
+    R = np.asarray(np.random.default_rng(n).normal(size=(n, n)), order=order)
+    lower = np.tril(R) + np.tril(R, -1).T
+    upper = np.triu(R) + np.triu(R, 1).T
+    out = mirror_lower(R.copy(order=order))
+    assert np.array_equal(out, lower)
+    assert np.array_equal(mirror_lower(R.copy(order=order).T).T, upper)  # the upper triangle, through `.T`
+    if n > 1:  # not a no-op: the input was not symmetric
+        assert not np.array_equal(out, R)
+
+
+def test_mirror_lower_works_in_place_and_with_any_block():
+    R = np.random.default_rng(0).normal(size=(70, 70))
+    expected = np.tril(R) + np.tril(R, -1).T
+    for block in (1, 7, 64, 200):
+        S = R.copy()
+        assert mirror_lower(S, block=block) is S
+        assert np.array_equal(S, expected)
