@@ -4,7 +4,8 @@ Five folds of synthetic data (random Fourier features of 8 inputs, `b` features,
 `kronvi.stats.kfold_stats`) are fitted with the default `fit_regression` (CAVI, gain order, sequential sweeps, up to
 100 sweeps), on general statistics (`PhitPhi` dense) and on eigenbasis statistics (diagonal `PhitPhi`,
 `sweep="diagonal"`, the default recipe's fit). Three forms, each compiled before timing (medians of
-`--repeats` calls):
+`--repeats` calls, the three forms timed in turn in a rotated order, so that the machine's drift falls on
+each):
 
 - **loop**: `for k in range(5): fit(train[k])`, one jitted fit reused by every fold;
 - **vmap**: `jax.jit(jax.vmap(fit))(train)`: one program for the stacked folds;
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import pathlib
+import statistics
 import sys
 
 import jax
@@ -33,7 +35,7 @@ import numpy as np
 import kronvi
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _timing import load_average, machine, timed  # noqa: E402
+from _timing import load_average, machine, seconds  # noqa: E402
 
 
 def problem(b, n=2000, folds=5, seed=0):
@@ -67,10 +69,17 @@ def forms(fit, train, repeats):
 
     vmapped = jax.jit(jax.vmap(fit))
     mapped = jax.jit(lambda s: jax.lax.map(fit, s))
+    calls = {"loop": loop, "vmap": lambda: vmapped(train), "lax.map": lambda: mapped(train)}
+    firsts = {name: seconds(f) for name, f in calls.items()}  # each compiles
+    times = {name: [] for name in calls}
+    for r in range(repeats):  # the forms in turn, the order rotated: the machine's drift falls on all three
+        names = list(calls)[r % 3 :] + list(calls)[: r % 3]
+        for name in names:
+            times[name].append(seconds(calls[name])[1])
     out = {}
-    for name, f in (("loop", loop), ("vmap", lambda: vmapped(train)), ("lax.map", lambda: mapped(train))):
-        t = timed(f, repeats=repeats)
-        res = t.result
+    for name in calls:
+        res, first = firsts[name]
+        median = statistics.median(times[name])
         sweeps = (
             [int(r.info.num_iter) for r in res] if name == "loop" else np.asarray(res.info.num_iter).tolist()
         )
@@ -79,7 +88,7 @@ def forms(fit, train, repeats):
             if name == "loop"
             else np.asarray(res.info.final_elbo).tolist()
         )
-        out[name] = (t.median, t.first, sweeps, elbo)
+        out[name] = (median, first, sweeps, elbo)
     return out
 
 
