@@ -287,3 +287,66 @@ def test_traced_posterior_with_concrete_points_runs_one_pass():
         )(stacked[k])
         np.testing.assert_allclose(ld[k], ref[0], rtol=1e-5)
         np.testing.assert_allclose(err[k], ref[1], rtol=1e-3)
+
+
+def test_one_kernel_program_serves_the_first_pass_and_every_refinement(dtype):
+    # far-out points need refinement (4x the nodes, up to `max_nodes`); before, every node count and every
+    # padded call size compiled a kernel of its own (48 points: a first pass of 64, refinements of 16).
+    # Counted from empty caches: one program per call of the density, the float64 redo of float32 points
+    # below its rounding floor being a call of its own.
+    from kronvi._model import density
+
+    args, z = problem(np.random.default_rng(21), 0.05, peaked=True)
+    args = [np.asarray(a, dtype) for a in args]
+    q_w, q_n, pw, pn = model(*args[:4], dtype)
+    Phi, y = np.tile(args[4], (3, 1)), np.tile(args[5], 3)
+    passes = []
+    original = density._refine
+
+    def counting(run_in_chunks, ld, err, K, rtol, max_nodes):
+        passes.append(int(np.sum(~(err <= rtol))))
+        return original(run_in_chunks, ld, err, K, rtol, max_nodes)
+
+    for twin in (density._lean_kernel.plain, density._lean_kernel.tuned):
+        twin.clear_cache()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(density, "_refine", counting)
+        try:
+            ld, err = kronvi.model.predictive_log_density(q_w, q_n, pw, pn, Phi, y, max_nodes=512)
+        except kronvi.DensityToleranceError as e:  # points below every floor: their best values
+            ld, err = e.log_density, e.rel_error_bound
+    assert passes[0] > 0  # some point was refined, with more nodes than the first pass
+    assert density._lean_kernel._cache_size() == len(passes)
+    ref = np.tile(enumerate_log_density(*[np.asarray(a, np.float64) for a in args]), 3)
+    rel = np.abs(np.expm1(np.asarray(ld, np.float64) - ref))
+    assert np.all(rel <= np.asarray(err, np.float64) + 1e-12)
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_the_shared_kernel_at_any_node_count_against_enumeration(dtype, batch_size):
+    # the nodes and the target as operands, in arrays with room for more nodes than the point uses, node
+    # counts and room that are multiples of neither the node group nor the quadrature's step: every value
+    # within its bound of enumeration, the same as the kernel with static nodes (to rounding), and the
+    # inactive points zeros that change nothing
+    from kronvi._model.density import _KERNEL_DEFAULTS, _shared_kernel
+
+    args, z = problem(np.random.default_rng(3), 0.3)
+    args = [np.asarray(a, dtype) for a in args]
+    ref = enumerate_log_density(*[np.asarray(a, np.float64) for a in args])
+    raw = [jnp.asarray(a) for a in args]
+    n = raw[4].shape[0]
+    active = np.arange(n) < n - 3
+    static = ("node_cap", "target_nodes", "batch_size", *_KERNEL_DEFAULTS)
+    shared = jax.jit(_shared_kernel, static_argnames=static)
+    tol = 1e-4 if dtype == np.float32 else 1e-11
+    target = 1e-3 if dtype == np.float32 else 1e-7
+    for cap, K, tgt in ((33, 2, None), (33, 30, None), (130, 37, None), (130, 130, None), (130, 30, target)):
+        ld, err = (np.asarray(v, np.float64) for v in shared(
+            *raw, np.int32(K), np.asarray(tgt or 0.0, dtype), active, node_cap=cap, target_nodes=30,
+            batch_size=batch_size, **_KERNEL_DEFAULTS,
+        ))  # fmt: skip
+        assert np.all(ld[~active] == 0.0) and np.all(err[~active] == 0.0)
+        rel = np.abs(np.expm1(ld[active] - ref[active]))
+        assert np.all(rel <= err[active] + 1e-12), (cap, K, np.c_[z[active], ref[active], ld[active], err[active]])
+        want = log_density_kernel(*raw, num_nodes=K if tgt is None else 30, target=tgt)
+        np.testing.assert_allclose(ld[active], np.asarray(want[0], np.float64)[active], rtol=tol, atol=tol)

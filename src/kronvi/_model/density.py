@@ -41,13 +41,16 @@ Error bound (absolute, on the tilted density $Q \approx p_\tau(y)$):
   the prefactor $M(\tau)e^{-\tau y}$.
 
 The relative bound is $\rho_{pre} + \mathrm{abs}/(Q-\mathrm{abs})$ (`inf` if $Q \le \mathrm{abs}$).
-Where it exceeds the caller's tolerance, `predictive_log_density` redoes the point with all of 4x the nodes.
+Where it exceeds the caller's tolerance, `predictive_log_density` redoes the point with all of 4x the nodes;
+on concrete rows one compiled program serves both passes, the nodes and the target being operands
+(`_shared_kernel`; docs/decisions/compilation.md#one-density-program-for-every-pass).
 Why this kernel: docs/decisions/default-recipe.md#the-exact-predictive-density.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 
 import jax
@@ -129,8 +132,11 @@ def _point(
     values,
     log_qn,
     svals,
+    node_cap,
+    target_nodes,
     num_nodes,
     target,
+    target_mode,
     max_newton,
     newton_tol,
     kappa,
@@ -144,7 +150,8 @@ def _point(
     u = fi.eps * 0.5
     m, b = values.shape  # levels-major: reductions over levels vectorize along the weights
     S = svals.shape[0]
-    K_max = num_nodes
+    K_cap = node_cap  # static: the arrays' room for nodes; `num_nodes` and `target` are traced
+    tail_nodes = 64 if dt == jnp.float64 else 32  # nodes per step of the quadrature's sums (the first pass's)
     nterms = 7 if dt == jnp.float64 else 4  # series terms at |y| <= pi/8
 
     a = phi[None] * values  # (m, b) atoms of phi_j w_j
@@ -265,23 +272,27 @@ def _point(
         return jax.nn.logsumexp(terms, axis=-1) - math.log(math.pi)
 
     la = log_alias(Lc)
-    if target is None:  # every point gets K_max nodes; the step balances aliasing against truncation
-        K = jnp.asarray(K_max, jnp.int32)
-        i_best = jnp.argmin(jnp.logaddexp(la, log_trunc(2.0 * math.pi * (K_max - 1) / Lc)))
-    else:  # the fewest nodes (and their best step) whose alias + truncation bound is below `target` times a
-        # Gaussian estimate of the tilted density at y; the caller redoes the points this estimate misjudged
-        ks = jnp.asarray(_node_counts(K_max, group), dt)
+
+    def by_nodes(_):  # every point gets `num_nodes` nodes; the step balances aliasing against truncation
+        K = jnp.asarray(num_nodes, jnp.int32)
+        return K, jnp.argmin(jnp.logaddexp(la, log_trunc(2.0 * math.pi * (K.astype(dt) - 1) / Lc)))
+
+    def by_target(_):  # the fewest nodes of at most `target_nodes` (and their best step) whose alias +
+        # truncation bound is below `target` times a Gaussian estimate of the tilted density at y; the caller
+        # redoes the points this estimate misjudged
+        ks = jnp.asarray(_node_counts(target_nodes, group), dt)
         q_est = jnp.exp(-0.5 * Delta**2 / v_tot) / jnp.sqrt(2.0 * math.pi * v_tot)
         score = jnp.logaddexp(la[None], log_trunc(2.0 * math.pi * (ks[:, None] - 1) / Lc[None]))  # (nK, nL)
         ok = jnp.min(score, -1) <= jnp.log(target * q_est)
         i_k = jnp.where(jnp.any(ok), jnp.argmax(ok), ks.shape[0] - 1)
-        K = ks[i_k].astype(jnp.int32)
-        i_best = jnp.argmin(score[i_k])
+        return ks[i_k].astype(jnp.int32), jnp.argmin(score[i_k])
+
+    if target_mode is None:  # the concrete path's shared program: the mode is an operand
+        K, i_best = lax.cond(target > 0, by_target, by_nodes, None)
+    else:
+        K, i_best = by_target(None) if target_mode else by_nodes(None)
     L = Lc[i_best]
     h = 2.0 * math.pi / L
-    n_idx = jnp.arange(K_max, dtype=dt)
-    t = h * n_idx
-    live = n_idx < K
 
     # --- characteristic function at the nodes: psi_j(n) = sum_k p_jk (omega_jk^n - 1) by the running power
     # z_{n+1} = z_n + eps + z_n eps (z_n = omega^n - 1, eps = omega - 1), levels-major layout (m, b) so the
@@ -323,7 +334,7 @@ def _point(
             res = jnp.stack(tree_product(jnp.stack(rows_r), jnp.stack(rows_i)))  # (3, g)
             return it + 1, zr, zi, lax.dynamic_update_slice(out, res, (jnp.asarray(0, jnp.int32), it * group))
 
-        out0 = jnp.zeros((3, -(-K_max // group) * group), dt)
+        out0 = jnp.zeros((3, -(-K_cap // group) * group), dt)
         return lax.while_loop(
             lambda st: st[0] * group < K,
             node_group,
@@ -331,25 +342,11 @@ def _point(
         )[3]
 
     outs = lax.map(chunk_nodes, (chunks(p), chunks(er1), chunks(ei1)))  # (nc, 3, K_pad)
-    top_r, top_i, top_tree = tree_product(outs[:, 0].T, outs[:, 1].T)
-    out = jnp.stack([top_r, top_i, top_tree + jnp.sum(outs[:, 2], 0)])
-    phr, phi_i, tree = 1.0 + out[0, :K_max], out[1, :K_max], out[2, :K_max]  # phi of F_tau - mu_F
+    outs = jnp.pad(outs, ((0, 0), (0, 0), (0, -(-outs.shape[2] // tail_nodes) * tail_nodes - outs.shape[2])))
 
+    # --- the quadrature over the live nodes, `tail_nodes` nodes a step (a point pays for its own nodes only):
+    # Q, the sum of its weights (`floor`) and the nodes' rounding terms
     shift = Delta_F - tau * svals  # (S,)
-    ang = t[None, :] * shift[:, None]  # (S, K_max)
-    cos_a, sin_a = jnp.cos(ang), jnp.sin(ang)
-    base = phr[None] * cos_a + phi_i[None] * sin_a  # Re[phi e^{-i t shift}]
-    wts = jnp.where(live, h, 0.0).at[0].set(0.5 * h)
-    gauss = jnp.exp(-0.5 * svals[:, None] * t[None] ** 2)  # (S, K_max)
-    wg = w[:, None] * gauss * wts[None] / math.pi  # (S, K_max)
-    Q = jnp.sum(wg * base)
-    floor = jnp.sum(wg)
-
-    # --- error bounds (absolute, on Q).
-    T = h * (K - 1)
-    trunc = jnp.exp(log_trunc(T))
-    alias = jnp.exp(la[i_best])
-
     mad = jnp.sum(p * jnp.abs(d))
     lin = (
         jnp.sum(p * jnp.abs(a))
@@ -357,8 +354,29 @@ def _point(
         + math.ceil(math.log2(max(b, 2))) * jnp.sum(jnp.abs(c + delta))
         + jnp.abs(tau) * jnp.max(svals)
     )
-    E_n = kappa * u * (t * (lin + (m + 1.5 * n_idx + 12.0) * mad) + tree + 8.0 + 0.5 * jnp.max(svals) * t**2)
-    rnd = jnp.sum(wg * E_n[None]) + kappa * u * (K + S + 8) * floor
+
+    def tail(i, acc):
+        block = lax.dynamic_slice_in_dim(outs, i * tail_nodes, tail_nodes, axis=2)  # (nc, 3, tail_nodes)
+        top_r, top_i, top_tree = tree_product(block[:, 0].T, block[:, 1].T)  # the chunks' products joined
+        phr, phi_i, tree = 1.0 + top_r, top_i, top_tree + jnp.sum(block[:, 2], 0)  # phi of F_tau - mu_F
+        n_idx = (i * tail_nodes + jnp.arange(tail_nodes)).astype(dt)
+        t = h * n_idx
+        ang = t[None, :] * shift[:, None]  # (S, tail_nodes)
+        base = phr[None] * jnp.cos(ang) + phi_i[None] * jnp.sin(ang)  # Re[phi e^{-i t shift}]
+        wts = jnp.where(n_idx < K, h, 0.0)
+        wts = jnp.where(n_idx == 0, 0.5 * h, wts)
+        gauss = jnp.exp(-0.5 * svals[:, None] * t[None] ** 2)  # (S, tail_nodes)
+        wg = w[:, None] * gauss * wts[None] / math.pi  # (S, tail_nodes)
+        E_n = kappa * u * (t * (lin + (m + 1.5 * n_idx + 12.0) * mad) + tree + 8.0 + 0.5 * jnp.max(svals) * t**2)
+        return acc[0] + jnp.sum(wg * base), acc[1] + jnp.sum(wg), acc[2] + jnp.sum(wg * E_n[None])
+
+    Q, floor, rnd_nodes = lax.fori_loop(0, (K + tail_nodes - 1) // tail_nodes, tail, (zero, zero, zero))
+
+    # --- error bounds (absolute, on Q).
+    T = h * (K - 1).astype(dt)
+    trunc = jnp.exp(log_trunc(T))
+    alias = jnp.exp(la[i_best])
+    rnd = rnd_nodes + kappa * u * (K + S + 8).astype(dt) * floor
     abs_err = alias + trunc + rnd
 
     # prefactor log M(tau) - tau y = sum_j D_j + lme - tau (y - mu0)
@@ -384,6 +402,10 @@ def _point(
 
 _KERNEL_STATIC = (
     "num_nodes", "target", "batch_size", "max_newton", "newton_tol", "kappa", "lam_base", "num_lams", "group", "chunk",
+)
+_SHARED_STATIC = (
+    "node_cap", "target_nodes", "batch_size", "max_newton", "newton_tol", "kappa", "lam_base", "num_lams", "group",
+    "chunk",
 )
 
 
@@ -411,6 +433,31 @@ def log_density_kernel(
     `(S,)` probabilities, `values` `(b, m)` and `svals` `(S,)` levels. `num_nodes` nodes per point, or
     with `target` the fewest of them whose alias and truncation bound is below `target` times an estimate of
     the point's density. Memory per batch of points is `O(batch_size * (b * m + num_nodes))`."""
+    return _shared_kernel(
+        qw, qn, values, svals, Phi_new, y_new, np.int32(num_nodes), np.asarray(target or 0.0, Phi_new.dtype),
+        None, node_cap=num_nodes, target_nodes=num_nodes, target_mode=target is not None, batch_size=batch_size, max_newton=max_newton,
+        newton_tol=newton_tol, kappa=kappa, lam_base=lam_base, num_lams=num_lams, group=group, chunk=chunk,
+    )  # fmt: skip
+
+
+# the tuning arguments' defaults, for the concrete path's calls of `_shared_kernel`
+_KERNEL_DEFAULTS = {
+    name: param.default
+    for name, param in inspect.signature(log_density_kernel).parameters.items()
+    if name in _SHARED_STATIC and param.default is not inspect.Parameter.empty and name != "batch_size"
+}
+
+
+def _shared_kernel(
+    qw, qn, values, svals, Phi_new, y_new, num_nodes, target, active, *, node_cap, target_nodes, batch_size,
+    max_newton, newton_tol, kappa, lam_base, num_lams, group, chunk, target_mode=None,
+):  # fmt: skip
+    """`log_density_kernel` with the nodes and the target as operands, so that one program serves the first
+    pass and every refinement: with `target` > 0 each point takes the fewest of at most `target_nodes` nodes
+    that meet it, else `num_nodes` (traced, at most `node_cap`; `target_mode`, static, fixes the mode); the points where `active` (`(N,)` or `None`: all) is false are padding, computed as
+    zeros."""
+    if not 0 < target_nodes <= node_cap:
+        raise ValueError(f"`target_nodes` must be in [1, node_cap = {node_cap}], got {target_nodes}")
     dt = Phi_new.dtype
     qw = qw.astype(dt)
     qhat = qw / jnp.sum(qw, -1, keepdims=True)
@@ -422,8 +469,11 @@ def log_density_kernel(
         values=values.astype(dt).T,
         log_qn=jnp.log(qn),
         svals=svals.astype(dt),
+        node_cap=node_cap,
+        target_nodes=target_nodes,
         num_nodes=num_nodes,
-        target=target,
+        target=jnp.asarray(target, dt),
+        target_mode=target_mode,
         max_newton=max_newton,
         newton_tol=newton_tol,
         kappa=kappa,
@@ -432,11 +482,19 @@ def log_density_kernel(
         group=group,
         chunk=chunk,
     )
-    xs = (Phi_new, y_new.astype(dt))
+    zeros = (jnp.zeros((), dt), jnp.zeros((), dt))
+
+    def point(xs):
+        phi, y, on = xs
+        if on is None:
+            return _point(phi, y, **kw)
+        return lax.cond(on, lambda: _point(phi, y, **kw), lambda: zeros)
+
+    xs = (Phi_new, y_new.astype(dt), active)
     if batch_size <= 1:  # one point at a time: each point runs only its own Newton steps and nodes
-        return lax.map(lambda xy: _point(xy[0], xy[1], **kw), xs)
+        return lax.map(point, xs)
     bs = max(1, min(batch_size, Phi_new.shape[0]))  # lax.map with batch_size > n scans over zero batches
-    return lax.map(lambda xy: _point(xy[0], xy[1], **kw), xs, batch_size=bs)
+    return lax.map(point, xs, batch_size=bs)
 
 
 CHUNK = 256  # the most points per kernel call with concrete inputs (first pass and refinement)
@@ -559,8 +617,10 @@ def _rows(Phi, y, idx):
 
 
 # the kernel on concrete data, with XLA's older CPU fusion emitters: it compiles in about 3/4 of the time and
-# runs faster (`docs/decisions/compilation.md#cheaper-compilation-for-the-small-programs`)
-_lean_kernel = lean_jit(log_density_kernel.__wrapped__, static_argnames=_KERNEL_STATIC)  # type: ignore[attr-defined]
+# runs faster (`docs/decisions/compilation.md#cheaper-compilation-for-the-small-programs`); the nodes and the
+# target are operands: one program serves the first pass and the refinements
+# (`docs/decisions/compilation.md#one-density-program-for-every-pass`)
+_lean_kernel = lean_jit(_shared_kernel, static_argnames=_SHARED_STATIC)
 
 
 @jax.jit
@@ -596,30 +656,40 @@ def _predictive_log_density(
     first = None if rtol is None else TARGET * rtol
 
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((arrays, Phi_new, y_new)))
-    kernel = log_density_kernel if traced else _lean_kernel  # compiler options only at the top level
-
-    def run(P, y, K, target=None):
-        return kernel(*arrays, P, y, num_nodes=int(K), target=target, batch_size=int(batch_size))
-
-    if traced or Phi_new.shape[0] == 0:
-        return run(Phi_new, y_new, num_nodes, first)
+    if traced or Phi_new.shape[0] == 0:  # compiler options only at the top level
+        return log_density_kernel(
+            *arrays, Phi_new, y_new, num_nodes=int(num_nodes), target=first, batch_size=int(batch_size)
+        )
 
     host = host_arrays(Phi_new, y_new)
+    # every call of this function's passes on `size` points (padding inactive) with room for every node count
+    # it may use: one compiled kernel serves the first pass and the refinements
+    node_cap = int(num_nodes) if rtol is None else max(int(num_nodes), int(max_nodes))
+    size = max(1 << (min(Phi_new.shape[0], CHUNK) - 1).bit_length(), MIN_CALL, int(batch_size))
+    dtype = np.dtype(Phi_new.dtype)
 
     def run_in_chunks(idx, K, target=None):
-        """The points `idx` in calls of a power of two from `MIN_CALL` to `CHUNK` points (the last call
-        padded with repeats), so that a few compiled kernels per `K` serve every length. Returns device
-        arrays (NumPy arrays for inputs in host memory: their rows are picked and joined by NumPy, with no
-        program per number of points); all calls are dispatched before any result is read."""
+        """The points `idx` in calls of `size` points (the last call padded with inactive repeats), `K`
+        nodes each or, with `target`, the fewest of at most `K` that meet it. Returns device arrays (NumPy
+        arrays for inputs in host memory: their rows are picked and joined by NumPy, with no program per
+        number of points); all calls are dispatched before any result is read."""
+        if not K <= node_cap:  # the kernel's arrays have room for `node_cap` nodes
+            raise AssertionError(f"{K} nodes in a kernel with room for {node_cap}")
         sizes, outs = [], []
-        for s in range(0, idx.size, CHUNK):
-            part = idx[s : s + CHUNK]
-            # part.size <= CHUNK, a power of two, so size <= max(CHUNK, MIN_CALL, batch_size)
-            size = max(1 << (part.size - 1).bit_length(), MIN_CALL, int(batch_size))
-            padded = np.concatenate([part, np.full(size - part.size, part[-1])])
+        for s in range(0, idx.size, size):
+            part = idx[s : s + size]
+            # vectorized batches (`batch_size` > 1) compute their inactive points: as few as a power of two allows
+            call = size if int(batch_size) <= 1 else max(1 << (part.size - 1).bit_length(), MIN_CALL, int(batch_size))
+            padded = np.concatenate([part, np.full(call - part.size, part[-1])])
+            active = np.arange(call) < part.size
             sizes.append(part.size)
             rows = (host[0][padded], host[1][padded]) if host is not None else _rows(Phi_new, y_new, padded)
-            outs.append(run(*rows, K, target))
+            outs.append(
+                _lean_kernel(
+                    *arrays, *rows, np.int32(K), np.asarray(target or 0.0, dtype), active, node_cap=node_cap,
+                    target_nodes=int(num_nodes), batch_size=int(batch_size), **_KERNEL_DEFAULTS,
+                )
+            )
         if host is not None:
             outs = jax.device_get(outs)
             return [np.concatenate([o[i][:n] for n, o in zip(sizes, outs, strict=True)]) for i in (0, 1)]
