@@ -1452,7 +1452,7 @@ def _cast(tree, dtype):
     views = host_arrays(*leaves)
     if views is None:
         return _cast_program(tree, dtype)
-    return treedef.unflatten([to_device(np.asarray(v).astype(dtype)) for v in views])
+    return treedef.unflatten([to_device(v, dtype) for v in views])
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -1768,7 +1768,7 @@ def _eigen_support(basis, mean, n, support_rms, dtype) -> SupportBound:
     sqrt(lambda_j / n), per direction."""
     lam = np.maximum(np.asarray(basis.eigenvalues, np.float64), 0.0)
     bound = float(support_rms) * np.sqrt(lam / float(n))
-    return SupportBound(to_device(np.asarray(bound, dtype)), to_device(np.asarray(mean, dtype)))
+    return SupportBound(to_device(bound, dtype), to_device(mean, dtype))
 
 
 def _compact_support(support, basis, var, n, noise_variance, tol, support_rms) -> SupportBound:
@@ -1833,7 +1833,7 @@ def _concrete_features(fitted, Xs):
         return _features_of(fitted, to_device(Xs))
     with jax.enable_x64(True):
         feats, basis = _cast((fitted.features, fitted.basis), jnp.float64)
-        Phi = _features_of(fitted._replace(features=feats, basis=basis), to_device(np.asarray(Xs, np.float64)))
+        Phi = _features_of(fitted._replace(features=feats, basis=basis), to_device(Xs, np.float64))
         return _cast(Phi, dtype)
 
 

@@ -175,8 +175,9 @@ def on_row_bucket(program, n: int, rows: tuple, *args, steps: int = 2):
     return jax.tree.map(lambda a: to_device(jax.device_get(a)[:n]), out)
 
 
-def to_device(a):
-    """A NumPy array, or every leaf of a pytree of them, on JAX's default device (its dtype canonicalized as
-    `jnp.asarray` would: float64 becomes float32 unless x64 is on), compiling nothing: `jnp.asarray` of a
-    NumPy array compiles a copy program per shape."""
-    return jax.tree.map(lambda leaf: jax.device_put(np.asarray(leaf)), a)
+def to_device(a, dtype=None):
+    """A NumPy array (or anything `np.asarray` takes), or every leaf of a pytree of them, on JAX's default
+    device, cast by NumPy to `dtype` if given (its dtype then canonicalized as `jnp.asarray` would: float64
+    becomes float32 unless x64 is on), compiling nothing: `jnp.asarray` of a NumPy array, or a cast in JAX,
+    compiles a program per shape."""
+    return jax.tree.map(lambda leaf: jax.device_put(np.asarray(leaf, dtype)), a)

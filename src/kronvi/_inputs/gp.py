@@ -600,7 +600,7 @@ def fit_gp_hyperparameters(
             scope.enter_context(jax.enable_x64(True))
             X, y = rows64 if rows64 is not None else (np.asarray(fetch(a), np.float64) for a in (X, y))
             if init is not None:
-                init = jax.tree.map(lambda a: to_device(np.asarray(fetch(a), np.float64)), init)
+                init = jax.tree.map(lambda a: to_device(fetch(a), np.float64), init)
         fit = _fit(
             key, X, y, num_points=num_points, num_starts=num_starts, max_iter=max_iter, tol=tol,
             gain_tol=gain_tol, min_noise_variance=min_noise_variance, degenerate_margin=degenerate_margin,
@@ -844,7 +844,7 @@ def _scalar(x, dtype):
     """A number as a JAX scalar of `dtype`, cast by NumPy (no program to compile; beyond the dtype's range:
     inf). A JAX array, not a NumPy one: the starts' host threads do not share `jax.enable_x64`."""
     with np.errstate(over="ignore"):
-        return to_device(np.asarray(x, dtype))
+        return to_device(x, dtype)
 
 
 def _padded(X, y, size, concrete):

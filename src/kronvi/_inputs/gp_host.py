@@ -241,4 +241,4 @@ def host_scales(X, y, min_noise, lengthscale_bounds, signal_bounds, noise_upper)
         np.log(signal_bounds[1] * var_y),
         np.log(max(noise_upper * var_y, 10 * min_noise)),
     ]
-    return tuple(to_device(np.asarray(a)) for a in (lo, hi, var_y, ls_lo, ls_hi, active))
+    return tuple(to_device(a) for a in (lo, hi, var_y, ls_lo, ls_hi, active))

@@ -305,4 +305,4 @@ def compact_posterior(
     )
     q_logits = np.concatenate([np.zeros((1, m)), logq[keep], [g[1] for g in grids]])
     prior = DiscretePrior(*to_device((np.asarray(prior_values, dtype), np.asarray(prior_logp, dtype))))
-    return compact, prior, MeanField(to_device(np.asarray(q_logits, dtype)))
+    return compact, prior, MeanField(to_device(q_logits, dtype))

@@ -703,7 +703,7 @@ def _predictive_log_density(
     if bad.size and Phi_new.dtype != jnp.float64:  # below float32's rounding floor: redo them in float64
         with jax.enable_x64(True):
             def to64(a):  # cast by NumPy, then placed: no program to compile
-                return to_device(np.asarray(a, np.float64))
+                return to_device(a, np.float64)
 
             q64 = [kronvi_type(to64(getattr(a, f))) for a, kronvi_type, f in (
                 (q_w, type(q_w), "logits"), (q_noise, type(q_noise), "logits"))]  # fmt: skip

@@ -162,12 +162,12 @@ def eigenbasis_for_dtype(feature_map, X, y, *, chunk_size, null_dtype=None):
         c, lam, V = _dual_host(Phi, yh, null_dtype or Phi.dtype)
         dtype = np.dtype(Phi.dtype)  # cast by NumPy, then placed: no program to compile
         c, lam, V = to_device((np.asarray(c, dtype), np.asarray(lam, dtype), np.asarray(V)))
-        yty = to_device(np.asarray(np.dot(yh, yh), dtype))
+        yty = to_device(np.dot(yh, yh), dtype)
     else:
         Phi = _features(fm, X.astype(dtype))
         c, lam, V = _dual_xla(Phi, y.astype(Phi.dtype))
         yty = jnp.dot(y.astype(Phi.dtype), y.astype(Phi.dtype))
-    n = to_device(np.asarray(n, Phi.dtype)) if host is not None else jnp.asarray(n, Phi.dtype)
+    n = to_device(n, Phi.dtype) if host is not None else jnp.asarray(n, Phi.dtype)
     return _dual_stats(n, yty, c, lam), Eigenbasis(V, lam)
 
 

@@ -73,7 +73,7 @@ def laplace_start_map(prior_w, Phi, y, weights):
     """
     mu, prec, centre = _prior_moments(prior_w)
     if Phi.shape[1] <= NEWTON_MAX_FEATURES:
-        tol = to_device(np.asarray(100.0 * np.finfo(Phi.dtype).eps, Phi.dtype))  # by NumPy: no program
+        tol = to_device(100.0 * np.finfo(Phi.dtype).eps, Phi.dtype)  # by NumPy: no program
         return laplace_fit(Phi, y, weights, prec, mu, centre, max_iter=NEWTON_MAX_ITER, tol=tol).mean
     return _lbfgs_map(Phi, y, weights, mu, prec, centre)
 

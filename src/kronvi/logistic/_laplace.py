@@ -261,6 +261,6 @@ def laplace_grid_prior(
         start = start.astype(Phi.dtype)
     # LAPACK's eigh in one thread: a threaded eigh competes with XLA's threads (kronvi._base.threads)
     info = run_single_threaded(
-        laplace_fit, Phi, y, weights, prec, mean, start, max_iter=max_iter, tol=to_device(np.asarray(tol, Phi.dtype))
+        laplace_fit, Phi, y, weights, prec, mean, start, max_iter=max_iter, tol=to_device(tol, Phi.dtype)
     )
     return posterior_grid_prior(info.mean, info.sd, scale, levels=levels, width=width), info

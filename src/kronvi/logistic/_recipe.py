@@ -446,7 +446,7 @@ def fit_classifier(
     grids, evidence, init = [], [], None
     for s in config.prior_scales:  # each scale's Newton starts at the MAP of the scale before
         prior, lap = laplace_grid_prior(
-            Phi, yy, to_device(np.asarray(s, dtype)), levels=config.levels, width=width if config.grid == "laplace" else 4.0,
+            Phi, yy, to_device(s, dtype), levels=config.levels, width=width if config.grid == "laplace" else 4.0,
             weights=ww, init=init,
         )  # fmt: skip
         mean, log_ev = jax.device_get((lap.mean, lap.log_evidence))
@@ -465,11 +465,11 @@ def fit_classifier(
         prior = gaussian_prior(Phi.shape[1], scale, levels=config.levels, width=width, dtype=dtype)
     elif config.basis == "eigen":  # the grids of the rotated weights, on their Laplace marginals
         V = _laplace_rotation(Phi, yy, ww, lap.mean, scale)
-        rotation = to_device(np.asarray(V, dtype))
+        rotation = to_device(V, dtype)
         Phi = _rotated(Phi, rotation)
         prior, lap = laplace_grid_prior(
-            Phi, yy, to_device(np.asarray(scale, dtype)), levels=config.levels, width=width, weights=ww,
-            init=to_device(np.asarray(V.T @ np.asarray(lap.mean, np.float64), dtype)),
+            Phi, yy, to_device(scale, dtype), levels=config.levels, width=width, weights=ww,
+            init=to_device(V.T @ np.asarray(lap.mean, np.float64), dtype),
         )  # fmt: skip
     jax.block_until_ready(prior.values)
     t3 = time.perf_counter()
@@ -481,11 +481,11 @@ def fit_classifier(
     t4 = time.perf_counter()
 
     model = FittedClassifier(
-        standardizer, features, to_device(np.asarray(ls, dtype)), to_device(np.asarray(scale, dtype)), prior, q,
+        standardizer, features, to_device(ls, dtype), to_device(scale, dtype), prior, q,
         rotation,
     )
     info = ClassifierInfo(
-        scale, to_device(np.asarray(evidence)), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3
+        scale, to_device(evidence), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3
     )
     return ClassifierFit(model, info)
 
