@@ -56,6 +56,7 @@ def test_the_stages_by_hand(dtype):
     tol = (
         dict(rtol=1e-3, atol=1e-3) if dtype == np.float32 else dict(rtol=1e-7, atol=1e-7)
     )  # Newton in float32
+    assert isinstance(info.log_evidence, jax.Array) and info.log_evidence.shape == (len(SMALL.prior_scales),)
     np.testing.assert_allclose(info.log_evidence, evidence, **tol)
     k = int(np.argmax(evidence))
     assert info.prior_scale == SMALL.prior_scales[k] and float(model.prior_scale) == info.prior_scale

@@ -179,5 +179,6 @@ def to_device(a, dtype=None):
     """A NumPy array (or anything `np.asarray` takes), or every leaf of a pytree of them, on JAX's default
     device, cast by NumPy to `dtype` if given (its dtype then canonicalized as `jnp.asarray` would: float64
     becomes float32 unless x64 is on), compiling nothing: `jnp.asarray` of a NumPy array, or a cast in JAX,
-    compiles a program per shape."""
+    compiles a program per shape. A list or tuple is a pytree (each item placed on its own): pass
+    `np.asarray(items)` for one array."""
     return jax.tree.map(lambda leaf: jax.device_put(np.asarray(leaf, dtype)), a)

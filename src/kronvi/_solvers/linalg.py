@@ -52,7 +52,7 @@ def mirror_lower(R: np.ndarray, block: int = 64) -> np.ndarray:
 
     The copies go by square blocks of `block` rows, not as `np.tril(R) + np.tril(R, -1).T` (three passes
     over memory; `docs/decisions/gp-step.md#the-host-likelihoods-inverse`); the values are copied, so the
-    result equals that expression to the bit.
+    result equals that expression to the bit (but for the sign of a zero: the sum turned -0.0 into 0.0).
 
     Example:
       >>> import numpy as np

@@ -485,7 +485,7 @@ def fit_classifier(
         rotation,
     )
     info = ClassifierInfo(
-        scale, to_device(evidence), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3
+        scale, to_device(np.asarray(evidence)), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3
     )
     return ClassifierFit(model, info)
 
