@@ -347,6 +347,7 @@ def test_the_shared_kernel_at_any_node_count_against_enumeration(dtype, batch_si
         ))  # fmt: skip
         assert np.all(ld[~active] == 0.0) and np.all(err[~active] == 0.0)
         rel = np.abs(np.expm1(ld[active] - ref[active]))
-        assert np.all(rel <= err[active] + 1e-12), (cap, K, np.c_[z[active], ref[active], ld[active], err[active]])
+        table = np.c_[z[active], ref[active], ld[active], err[active]]
+        assert np.all(rel <= err[active] + 1e-12), (cap, K, table)
         want = log_density_kernel(*raw, num_nodes=K if tgt is None else 30, target=tgt)
         np.testing.assert_allclose(ld[active], np.asarray(want[0], np.float64)[active], rtol=tol, atol=tol)

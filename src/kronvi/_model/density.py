@@ -150,7 +150,6 @@ def _point(
     u = fi.eps * 0.5
     m, b = values.shape  # levels-major: reductions over levels vectorize along the weights
     S = svals.shape[0]
-    K_cap = node_cap  # static: the arrays' room for nodes; `num_nodes` and `target` are traced
     tail_nodes = 64 if dt == jnp.float64 else 32  # nodes per step of the quadrature's sums (the first pass's)
     nterms = 7 if dt == jnp.float64 else 4  # series terms at |y| <= pi/8
 
@@ -334,7 +333,7 @@ def _point(
             res = jnp.stack(tree_product(jnp.stack(rows_r), jnp.stack(rows_i)))  # (3, g)
             return it + 1, zr, zi, lax.dynamic_update_slice(out, res, (jnp.asarray(0, jnp.int32), it * group))
 
-        out0 = jnp.zeros((3, -(-K_cap // group) * group), dt)
+        out0 = jnp.zeros((3, -(-node_cap // group) * group), dt)  # room for any K: `node_cap` is static
         return lax.while_loop(
             lambda st: st[0] * group < K,
             node_group,
@@ -367,7 +366,9 @@ def _point(
         wts = jnp.where(n_idx == 0, 0.5 * h, wts)
         gauss = jnp.exp(-0.5 * svals[:, None] * t[None] ** 2)  # (S, tail_nodes)
         wg = w[:, None] * gauss * wts[None] / math.pi  # (S, tail_nodes)
-        E_n = kappa * u * (t * (lin + (m + 1.5 * n_idx + 12.0) * mad) + tree + 8.0 + 0.5 * jnp.max(svals) * t**2)
+        E_n = kappa * u * (
+            t * (lin + (m + 1.5 * n_idx + 12.0) * mad) + tree + 8.0 + 0.5 * jnp.max(svals) * t**2
+        )
         return acc[0] + jnp.sum(wg * base), acc[1] + jnp.sum(wg), acc[2] + jnp.sum(wg * E_n[None])
 
     Q, floor, rnd_nodes = lax.fori_loop(0, (K + tail_nodes - 1) // tail_nodes, tail, (zero, zero, zero))
@@ -403,9 +404,9 @@ def _point(
 _KERNEL_STATIC = (
     "num_nodes", "target", "batch_size", "max_newton", "newton_tol", "kappa", "lam_base", "num_lams", "group", "chunk",
 )
+# `_shared_kernel`'s: the nodes' room and the first pass's count instead of the nodes and the target
 _SHARED_STATIC = (
-    "node_cap", "target_nodes", "batch_size", "max_newton", "newton_tol", "kappa", "lam_base", "num_lams", "group",
-    "chunk",
+    "node_cap", "target_nodes", *(name for name in _KERNEL_STATIC if name not in ("num_nodes", "target"))
 )
 
 
@@ -435,8 +436,9 @@ def log_density_kernel(
     the point's density. Memory per batch of points is `O(batch_size * (b * m + num_nodes))`."""
     return _shared_kernel(
         qw, qn, values, svals, Phi_new, y_new, np.int32(num_nodes), np.asarray(target or 0.0, Phi_new.dtype),
-        None, node_cap=num_nodes, target_nodes=num_nodes, target_mode=target is not None, batch_size=batch_size, max_newton=max_newton,
-        newton_tol=newton_tol, kappa=kappa, lam_base=lam_base, num_lams=num_lams, group=group, chunk=chunk,
+        None, node_cap=num_nodes, target_nodes=num_nodes, target_mode=target is not None,
+        batch_size=batch_size, max_newton=max_newton, newton_tol=newton_tol, kappa=kappa, lam_base=lam_base,
+        num_lams=num_lams, group=group, chunk=chunk,
     )  # fmt: skip
 
 
@@ -454,8 +456,8 @@ def _shared_kernel(
 ):  # fmt: skip
     """`log_density_kernel` with the nodes and the target as operands, so that one program serves the first
     pass and every refinement: with `target` > 0 each point takes the fewest of at most `target_nodes` nodes
-    that meet it, else `num_nodes` (traced, at most `node_cap`; `target_mode`, static, fixes the mode); the points where `active` (`(N,)` or `None`: all) is false are padding, computed as
-    zeros."""
+    that meet it, else `num_nodes` (traced, at most `node_cap`; `target_mode`, static, fixes the mode). The
+    points where `active` (`(N,)`, or `None`: all) is false are padding, computed as zeros."""
     if not 0 < target_nodes <= node_cap:
         raise ValueError(f"`target_nodes` must be in [1, node_cap = {node_cap}], got {target_nodes}")
     dt = Phi_new.dtype
@@ -665,7 +667,11 @@ def _predictive_log_density(
     # every call of this function's passes on `size` points (padding inactive) with room for every node count
     # it may use: one compiled kernel serves the first pass and the refinements
     node_cap = int(num_nodes) if rtol is None else max(int(num_nodes), int(max_nodes))
-    size = max(1 << (min(Phi_new.shape[0], CHUNK) - 1).bit_length(), MIN_CALL, int(batch_size))
+
+    def call_size(points):  # a power of two from `MIN_CALL` (and `batch_size`) up
+        return max(1 << (points - 1).bit_length(), MIN_CALL, int(batch_size))
+
+    size = call_size(min(Phi_new.shape[0], CHUNK))
     dtype = np.dtype(Phi_new.dtype)
 
     def run_in_chunks(idx, K, target=None):
@@ -678,8 +684,8 @@ def _predictive_log_density(
         sizes, outs = [], []
         for s in range(0, idx.size, size):
             part = idx[s : s + size]
-            # vectorized batches (`batch_size` > 1) compute their inactive points: as few as a power of two allows
-            call = size if int(batch_size) <= 1 else max(1 << (part.size - 1).bit_length(), MIN_CALL, int(batch_size))
+            # vectorized batches (`batch_size` > 1) compute their inactive points: as few as a power of two
+            call = size if int(batch_size) <= 1 else call_size(part.size)
             padded = np.concatenate([part, np.full(call - part.size, part[-1])])
             active = np.arange(call) < part.size
             sizes.append(part.size)
