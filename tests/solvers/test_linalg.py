@@ -26,3 +26,12 @@ def test_mirror_lower_works_in_place_and_with_any_block():
         S = R.copy()
         assert mirror_lower(S, block=block) is S
         assert np.array_equal(S, expected)
+
+
+@pytest.mark.parametrize(
+    "R, block, message",
+    [(np.ones((3, 4)), 64, "square"), (np.ones(3), 64, "square"), (np.ones((3, 3)), 0, "block")],
+)
+def test_mirror_lower_names_a_bad_argument(R, block, message):
+    with pytest.raises(ValueError, match=message):
+        mirror_lower(R, block=block)

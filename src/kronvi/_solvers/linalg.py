@@ -60,6 +60,10 @@ def mirror_lower(R: np.ndarray, block: int = 64) -> np.ndarray:
       >>> mirror_lower(np.array([[1.0, 9.0], [2.0, 3.0]])).tolist()
       [[1.0, 2.0], [2.0, 3.0]]
     """
+    if np.ndim(R) != 2 or R.shape[0] != R.shape[1]:
+        raise ValueError(f"`R` must be a square matrix, got shape {np.shape(R)}")
+    if not (isinstance(block, int) and block >= 1):
+        raise ValueError(f"`block` must be a positive integer, got {block!r}")
     n = R.shape[0]
     for j in range(0, n, block):
         k = min(j + block, n)
