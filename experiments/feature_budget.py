@@ -95,7 +95,7 @@ def main(argv=None):
             test = np.asarray(mask)[:, k].astype(bool)
             gp = None
             for sampling, b in settings:
-                config = DirectConfig(num_frequencies=b // 2, frequency_sampling=sampling)
+                config = DirectConfig(num_frequencies=b // 2, frequency_sampling=sampling, feature_map="fourier")
                 t0 = time.perf_counter()
                 fold = prepare_fold(jax.random.key(0), X[~test], y[~test], config, gp=gp)
                 model, timings, _ = fit_prepared(fold, config)

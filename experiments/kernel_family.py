@@ -46,7 +46,9 @@ KERNELS = ("rbf", "matern52", "matern32")
 
 def run_kernel(X, y, test, kernel, key, num_features=None):
     """One kernel on one fold (b = `num_features`, default the recipe's): the record's measured fields."""
-    config = DirectConfig(kernel=kernel, num_frequencies=None if num_features is None else num_features // 2)
+    config = DirectConfig(
+        kernel=kernel, feature_map="fourier", num_frequencies=None if num_features is None else num_features // 2
+    )  # random features of each kernel's spectral density
     fold, _, fields = study_cli.fit_and_score(X, y, test, config, key)
     info = fold.gp_info
     return dict(

@@ -35,16 +35,16 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import study_cli  # noqa: E402
 
-from kronvi.pipeline import DirectConfig  # noqa: E402
+from kronvi.pipeline import DirectConfig, default_num_frequencies  # noqa: E402
 
 MAPS = ("fourier", "nystrom")
 
 
 def run_map(X, y, test, feature_map, key, num_features=None):
     """One feature map on one fold: the record's measured fields."""
-    config = DirectConfig(
-        feature_map=feature_map, num_frequencies=None if num_features is None else num_features // 2
-    )
+    n = int(np.sum(~test))  # unset, both maps at random Fourier features' default b (Nyström's own is larger)
+    m = default_num_frequencies(n, "fourier") if num_features is None else num_features // 2
+    config = DirectConfig(feature_map=feature_map, num_frequencies=m)
     _, model, fields = study_cli.fit_and_score(X, y, test, config, key)
     return dict(
         fields, rmse_std=fields["rmse"] / float(np.std(y[~test])), b=int(model.prior_w.values.shape[0])

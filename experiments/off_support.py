@@ -138,7 +138,7 @@ def prepare(data_dir: pathlib.Path, name: str, fold: int, num_frequencies: int |
     train, test = uci.fold_masks(mask, fold)
     key = jax.random.fold_in(uci.dataset_key(name, 0), fold)
     t0 = time.perf_counter()
-    prepared = kp.prepare_fold(key, X[train], y[train], kp.DirectConfig(num_frequencies=num_frequencies))
+    prepared = kp.prepare_fold(key, X[train], y[train], kp.DirectConfig(num_frequencies=num_frequencies, feature_map="fourier"))
     z = np.asarray(kp.fold_features(prepared, X[test]), np.float64)
     seconds = time.perf_counter() - t0
     unit = float(prepared.y_scale)

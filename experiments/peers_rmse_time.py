@@ -4,7 +4,8 @@ and an exact GP, side by side on the shared folds of the large regression sets (
 For each fold (the first `--folds` published folds, as `feature_budget.py`) of each dataset (fold-major: fold 0
 of every dataset first, so a partial run covers every dataset):
 
-- `kronvi b=<b>`: the default recipe (`DirectConfig()`; b = 4000 features from 20,000 rows) end to end, then
+- `kronvi b=<b>`: the default recipe with random Fourier features (`DirectConfig(feature_map="fourier")`, the
+  default before Nyström features became it from 20,000 rows; b = 4000 features from 20,000 rows) end to end, then
   the same recipe at the other `--sizes` reusing that fold's GP step (`prepare_fold(gp=...)`); a budget's fit
   seconds are the GP step's seconds plus its own preparation and fit. RMSE and NLPD of `kronvi.predict` and
   `kronvi.log_density` (the fit's own predictive, in the targets' units).
@@ -105,8 +106,8 @@ def kronvi_budgets(default_b, sizes, done_budgets, need_default) -> list[int]:
 
 
 def run_kronvi(Xtr, ytr, Xte, yte, budgets):
-    """Each budget in `budgets` (the default recipe's `DirectConfig()` for the default b, else
-    `DirectConfig(num_frequencies=b // 2)`), every one on the GP step of the first; yields
+    """Each budget in `budgets` (`DirectConfig(feature_map="fourier")` for its default b, else with
+    `num_frequencies=b // 2`), every one on the GP step of the first; yields
     `(b, record, model)`. The first budget's seconds include the GP step; the others' add its seconds."""
     import jax
 
@@ -114,10 +115,10 @@ def run_kronvi(Xtr, ytr, Xte, yte, budgets):
     from kronvi.pipeline import DirectConfig, fit_prepared, prepare_fold
 
     n = len(Xtr)
-    default_b = 2 * kronvi.pipeline.default_num_frequencies(n)
+    default_b = 2 * kronvi.pipeline.default_num_frequencies(n, "fourier")
     gp, gp_seconds = None, None
     for b in budgets:
-        config = DirectConfig() if b == default_b else DirectConfig(num_frequencies=b // 2)
+        config = DirectConfig(feature_map="fourier", num_frequencies=None if b == default_b else b // 2)
         t0 = time.perf_counter()
         fold = prepare_fold(jax.random.key(0), Xtr, ytr, config, gp=gp)
         model, timings, _ = fit_prepared(fold, config)
@@ -199,7 +200,7 @@ def main(argv=None):
             base = dict(dataset=name, fold=k, n=int(len(Xtr)), n_test=int(len(Xte)))
             record = functools.partial(write_record, args.out, base)
 
-            default_b = 2 * kronvi.pipeline.default_num_frequencies(len(Xtr))
+            default_b = 2 * kronvi.pipeline.default_num_frequencies(len(Xtr), "fourier")
             done_budgets = {int(m[9:]) for d, f, m in done if (d, f) == (name, k) and m.startswith("kronvi b=")}
             need_default = ("kronvi" in methods and default_b not in done_budgets) or (
                 "bayesian-ridge" in methods and (name, k, "BayesianRidge") not in done

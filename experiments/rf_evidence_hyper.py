@@ -179,7 +179,7 @@ def main(argv=None):
     rows = [int(m) for m in args.rows.split(",")]
     if out.exists() and not args.resume:
         ap.error(f"--out {args.out} exists: pass --resume to add to it")
-    config = DirectConfig()
+    config = DirectConfig(feature_map="fourier")  # the evidence of random Fourier features
     print(f"# rf evidence hyper: jax {jax.__version__}, {os.cpu_count()} cores; {names} folds {folds} "
           f"m {rows} b_opt {args.b_opt}", flush=True)  # fmt: skip
     t_start = time.perf_counter()

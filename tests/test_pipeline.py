@@ -60,14 +60,24 @@ def test_default_features_grow_with_the_training_rows_and_far_targets_keep_their
     from kronvi import pipeline
 
     assert pipeline.default_num_frequencies(19_999) == 1000
-    assert pipeline.default_num_frequencies(20_000) == 2000
+    assert pipeline.default_num_frequencies(19_999, "nystrom") == 1000
+    assert pipeline.default_num_frequencies(20_000) == 3000  # Nyström landmarks: b = 6000
+    assert pipeline.default_num_frequencies(20_000, "fourier") == 2000
+    assert pipeline.default_num_frequencies(99_999) == 3000
+    assert pipeline.default_num_frequencies(100_000) == 2000  # random Fourier features again
+    assert pipeline.default_num_frequencies(100_000, "nystrom") == 3000
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
     y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=40)
     gp = (kronvi.inputs.GPHyperparameters(jnp.ones(2), jnp.asarray(1.0), jnp.asarray(0.1)), None)  # no GP fit
-    monkeypatch.setattr(pipeline, "default_num_frequencies", lambda n: 11 if n == 40 else 0)  # the rule's use
+    rule = {"fourier": 11, "nystrom": 15}  # the rule's use, with the map it resolved for the rows
+    monkeypatch.setattr(pipeline, "default_num_frequencies", lambda n, fmap=None: rule[fmap] if n == 40 else 0)
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(), gp=gp)  # default recipe
     assert fold.features.frequencies.shape == (2, 11) and fold.stats.Phity.shape == (22,)
+    monkeypatch.setattr(pipeline, "LARGE_DATA_ROWS", 30)  # 40 rows: Nyström features by default
+    fold = pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(), gp=gp)
+    assert fold.features.landmarks.shape == (30, 2) and fold.stats.Phity.shape == (30,)
+    monkeypatch.setattr(pipeline, "LARGE_DATA_ROWS", 20_000)
     config = pipeline.DirectConfig(
         recipe=pipeline.Features(noise_cv=()), num_frequencies=7
     )  # the cheaper basis

@@ -36,6 +36,7 @@ from .pipeline import (
     RECIPES,
     DirectConfig,
     Features,
+    default_feature_map,
     default_num_frequencies,
     fit_direct,
     resolve_config,
@@ -93,8 +94,9 @@ def _parsers():
         "--num-features",
         type=int,
         default=None,
-        help="b, random Fourier features (even) (default: the recipe's, 2000 below 20,000 training rows and "
-        "4000 from there: kronvi.pipeline.default_num_frequencies)",
+        help="b, the features (even) (default: the recipe's, 2000 below 20,000 training rows; from there 6000 "
+        "Nyström features up to 100,000 rows and 4000 random Fourier features above: "
+        "kronvi.pipeline.default_num_frequencies)",
     )
     f.add_argument("--levels", type=int, default=15, help="weight grid levels (15 = 4 bits)")
     f.add_argument(
@@ -140,10 +142,11 @@ def _parsers():
     f.add_argument(
         "--feature-map",
         choices=FEATURE_MAP_CHOICES,
-        default="fourier",
+        default=None,
         help="'fourier' (random Fourier features), 'nystrom' (Nyström features on b landmarks among the "
-        "training rows) or 'auto' (the map of the larger exact evidence; --basis eigen or compact) "
-        "(kronvi.pipeline.DirectConfig.feature_map)",
+        "training rows) or 'auto' (the map of the larger exact evidence; --basis eigen or compact) (default: "
+        "by the training rows, Nyström from 20,000 to 100,000 with --basis eigen or compact, else Fourier: "
+        "kronvi.pipeline.default_feature_map)",
     )
     f.add_argument(
         "--feature-budget",
@@ -337,6 +340,11 @@ def _recipe(basis: str, noise_cv: tuple[float, ...] | None):
     return RECIPES[basis]()
 
 
+def _maps(feature_map: str) -> tuple[str, ...]:
+    """The maps `feature_map` fits: both for `"auto"`."""
+    return ("fourier", "nystrom") if feature_map == "auto" else (feature_map,)
+
+
 def _settings(args, config, num_folds: int, folds_run: int) -> dict:
     """What a `--json` record needs to be reproduced: the data, the options and the resolved config."""
     return {
@@ -410,7 +418,14 @@ def _fit(args):
                 "(set --num-features there)"
             )
     start_b = 2 * GROWTH_START_FREQUENCIES if args.feature_budget is not None else None
-    b = args.num_features or start_b or 2 * default_num_frequencies(int(np.sum(folds != 0)))
+    n_train = int(np.sum(folds != 0))
+    fmap = args.feature_map or default_feature_map(n_train, args.basis)
+    sizes = (n_train, len(y)) if args.refit else (n_train,)  # the refit's map and b are its rows'
+    b = args.num_features or start_b or max(
+        2 * default_num_frequencies(n, m)
+        for n in sizes
+        for m in _maps(args.feature_map or default_feature_map(n, args.basis))
+    )
     check_memory(
         regression_fit_bytes(len(y), b, dtype="float32"),
         what=f"a fit with b = {b} features on {len(y)} rows",
@@ -428,7 +443,7 @@ def _fit(args):
     )
     print(
         f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={b}, "
-        + ("" if args.feature_map == "fourier" else f"feature map {args.feature_map} (b at most the training rows), ")
+        + ("" if fmap == "fourier" else f"feature map {fmap} (b at most the training rows), ")
         + ("" if args.feature_budget is None else f"b growing within {args.feature_budget:g} s a fold, ")
         + f"{args.levels}-level grid, basis={args.basis}, method={args.method}, {K} folds, "
         f"jax on {jax.devices()[0].platform}"

@@ -132,6 +132,8 @@ __all__ = [
     "RecipeOptionError",
     "DirectConfig",
     "LARGE_DATA_ROWS",
+    "NYSTROM_MAX_ROWS",
+    "default_feature_map",
     "default_num_frequencies",
     "FeatureStep",
     "FEATURE_GAIN",
@@ -429,7 +431,7 @@ class _DirectConfigFields(NamedTuple):
     max_noise_recentres: int
     lengthscale: float | None
     kernel: str
-    feature_map: str
+    feature_map: str | None
     feature_budget: float | None
     feature_gain: float
 
@@ -467,8 +469,9 @@ class DirectConfig(_DirectConfigFields):
     Attributes:
       recipe: `Eigen()` (default), `Compact(...)` or `Features(...)`.
       gp: `GPOptions(...)`.
-      num_frequencies: random frequencies; the features are their cosines and sines, b = 2 `num_frequencies`.
-        `None`: by the training rows, `default_num_frequencies(n)`.
+      num_frequencies: random frequencies; the features are their cosines and sines, b = 2 `num_frequencies`
+        (with Nyström features, b = 2 `num_frequencies` landmarks). `None`: by the training rows and the
+        feature map, `default_num_frequencies(n, feature_map)`.
       frequency_sampling: `"iid"`, `"orthogonal"` or `"halton"` (`rff_init(sampling=...)`).
       levels: levels of each weight's grid (15: 4-bit codes).
       noise_levels: levels of the noise-variance grid.
@@ -485,7 +488,10 @@ class DirectConfig(_DirectConfigFields):
         and compact recipes): the fold is prepared with each of the three (the same GP rows and feature
         draws) and the one whose features have the largest exact log evidence is fitted (`DirectInfo.kernel`
         says which; three preparations' time; `docs/decisions/default-recipe.md#the-kernel-family`).
-      feature_map: `"fourier"` (default): random Fourier features (`kronvi.inputs.rff_init`); `"nystrom"`:
+      feature_map: `None` (default): by the training rows, `default_feature_map(n)`: Nyström features (b =
+        6000) from 20,000 to 100,000 rows with the eigen and compact recipes, random Fourier features
+        otherwise and for rows traced under `jit` or `vmap`; `"fourier"`: random Fourier features
+        (`kronvi.inputs.rff_init`); `"nystrom"`:
         Nyström features on `2 num_frequencies` landmarks drawn from the training rows (all of them when there
         are fewer; `kronvi.inputs.nystrom_init`), more accurate per feature where the rows are many and
         returning to the mean away from them (`docs/decisions/default-recipe.md#nystrom-features`); or
@@ -511,7 +517,7 @@ class DirectConfig(_DirectConfigFields):
         gp=GPOptions(points=1000, restarts=4, restart_rule='screened', screen_points=300,
         degenerate_margin=2.0, precision='float64', gain_tol=0.1), num_frequencies=None,
         frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
-        max_noise_recentres=0, lengthscale=None, kernel='rbf', feature_map='fourier', feature_budget=None,
+        max_noise_recentres=0, lengthscale=None, kernel='rbf', feature_map=None, feature_budget=None,
         feature_gain=0.002)
       >>> kronvi.DirectConfig(recipe=kronvi.Features(noise_cv=())).basis
       'features'
@@ -534,7 +540,7 @@ class DirectConfig(_DirectConfigFields):
         max_noise_recentres: int = 0,
         lengthscale: float | None = None,
         kernel: str = "rbf",
-        feature_map: str = "fourier",
+        feature_map: str | None = None,
         feature_budget: float | None = None,
         feature_gain: float = FEATURE_GAIN,
         **legacy: Any,
@@ -559,7 +565,7 @@ class DirectConfig(_DirectConfigFields):
             flat[name] = list(value) if isinstance(value, tuple) else value
         if self.kernel != "rbf":
             flat["kernel"] = self.kernel
-        if self.feature_map != "fourier":
+        if self.feature_map is not None:
             flat["feature_map"] = self.feature_map
         if self.feature_budget is not None:
             flat["feature_budget"] = self.feature_budget
@@ -681,21 +687,51 @@ def _inert(option: str) -> Any:
 
 
 LARGE_DATA_ROWS = 20_000
+# the default map is Nyström from `LARGE_DATA_ROWS` training rows up to (not including) this many
+NYSTROM_MAX_ROWS = 100_000
 
 
-def default_num_frequencies(num_rows: int) -> int:
-    """The default recipe's random frequencies for `num_rows` training rows: 1000 (b = 2000 features)
-    below `LARGE_DATA_ROWS` (20,000) rows, 2000 (b = 4000) from there, where more features pay for their
-    $O(nb^2 + b^3)$ cost (`docs/decisions/default-recipe.md#the-number-of-features`)."""
-    return 2000 if int(num_rows) >= LARGE_DATA_ROWS else 1000
+def default_feature_map(num_rows: int, basis: str = "eigen") -> str:
+    """The feature map of `DirectConfig(feature_map=None)` (the default) for `num_rows` concrete training rows:
+    `"nystrom"` for the eigen and compact recipes from `LARGE_DATA_ROWS` (20,000) rows up to
+    `NYSTROM_MAX_ROWS` (100,000), where landmarks among the rows beat random frequencies at a cost a fold can
+    afford; `"fourier"` below and above, and for the paper's recipe (`basis="features"`). Rows under `jit`
+    or `vmap` (traced) always get `"fourier"`: Nyström landmarks are drawn on the host
+    (`docs/decisions/default-recipe.md#nystrom-features`)."""
+    if basis != "features" and LARGE_DATA_ROWS <= int(num_rows) < NYSTROM_MAX_ROWS:
+        return "nystrom"
+    return "fourier"
+
+
+def default_num_frequencies(num_rows: int, feature_map: str | None = None) -> int:
+    """The default recipe's `num_frequencies` (b = 2 `num_frequencies` features) for `num_rows` training rows
+    and `feature_map` (`None`: `default_feature_map(num_rows)`): 1000 (b = 2000) below `LARGE_DATA_ROWS`
+    (20,000) rows; from there, where more features pay for their $O(nb^2 + b^3)$ cost, 2000 (b = 4000)
+    random frequencies or 3000 (b = 6000) Nyström landmarks
+    (`docs/decisions/default-recipe.md#the-number-of-features`)."""
+    if int(num_rows) < LARGE_DATA_ROWS:
+        return 1000
+    feature_map = default_feature_map(num_rows) if feature_map is None else feature_map
+    return 3000 if feature_map == "nystrom" else 2000
+
+
+def _resolve_map(config: DirectConfig, num_rows: int, *, traced: bool = False) -> DirectConfig:
+    """`config` with `feature_map=None` (the default) replaced by `default_feature_map` of the rows (`"fourier"`
+    for traced rows)."""
+    if config.feature_map is not None:
+        return config
+    chosen = "fourier" if traced else default_feature_map(num_rows, config.basis)
+    return config._replace(feature_map=chosen)
 
 
 def _num_frequencies(config, num_rows: int) -> int:
     """`config.num_frequencies`; unset, `GROWTH_START_FREQUENCIES` when b grows (`config.feature_budget`), else
-    `default_num_frequencies(num_rows)`."""
+    `default_num_frequencies(num_rows, config.feature_map)`."""
     if config.num_frequencies is not None:
         return int(config.num_frequencies)
-    return GROWTH_START_FREQUENCIES if config.feature_budget is not None else default_num_frequencies(num_rows)
+    if config.feature_budget is not None:
+        return GROWTH_START_FREQUENCIES
+    return default_num_frequencies(num_rows, _resolve_map(config, num_rows).feature_map)
 
 
 class Prediction(NamedTuple):
@@ -1036,8 +1072,10 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         )
     if config.kernel not in KERNEL_CHOICES:
         raise ValueError(f"`config.kernel` must be one of {KERNEL_CHOICES}, got {config.kernel!r}")
-    if config.feature_map not in FEATURE_MAP_CHOICES:
-        raise ValueError(f"`config.feature_map` must be one of {FEATURE_MAP_CHOICES}, got {config.feature_map!r}")
+    if config.feature_map is not None and config.feature_map not in FEATURE_MAP_CHOICES:
+        raise ValueError(
+            f"`config.feature_map` must be None or one of {FEATURE_MAP_CHOICES}, got {config.feature_map!r}"
+        )
     if config.feature_map == "auto" and config.basis == "features":
         raise ValueError(
             "`config.feature_map='auto'` compares the maps by the evidence that the eigen and compact recipes "
@@ -1137,6 +1175,7 @@ def prepare_fold(
 
 def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) -> PreparedFold:
     """`prepare_fold` with a checked, resolved `config` and `progress` a callable or None."""
+    config = _resolve_map(config, np.shape(X)[0], traced=_traced((X, y)))
     if config.feature_budget is not None:
         return _prepare_grown(key, X, y, config, dtype=dtype, gp=gp, progress=progress)
     if config.kernel == "auto" or config.feature_map == "auto":
@@ -1206,10 +1245,12 @@ def check_fit_memory(
     """Raises a `MemoryError` (also a `ValueError`) naming `argument` before any compute when the peak of a
     fit of `num_rows` rows with `config`'s features would exceed the memory available (or the limit in the
     `KRONVI_MEMORY_LIMIT` environment variable, e.g. `8G`, `none` for no check). `fit_direct` calls it."""
-    config = resolve_config(config)
-    b = 2 * _num_frequencies(config, num_rows)
-    if config.feature_map == "nystrom":  # at most every row a landmark
-        b = min(b, int(num_rows))
+    config = _resolve_map(resolve_config(config), num_rows)
+    maps = FEATURE_MAPS if config.feature_map == "auto" else (config.feature_map,)  # "auto" fits each
+    b = 0
+    for feature_map in maps:
+        b_map = 2 * _num_frequencies(config._replace(feature_map=feature_map), num_rows)
+        b = max(b, min(b_map, int(num_rows)) if feature_map == "nystrom" else b_map)  # at most every row a landmark
     check_memory(
         regression_fit_bytes(num_rows, b, dtype=dtype, chunk_size=config.chunk_size),
         what=f"a fit with b = {b} features on {num_rows} rows", argument=argument,
@@ -2108,7 +2149,9 @@ def stream_init(
     Streaming fits the same model as `fit_direct` on all the rows added, up to float64 summation order, when
     `stream_init` saw all the rows; otherwise the map is the first rows', and the targets' offset and unit, the
     features' centring and the priors are still those of every row added (exact: they are read off the
-    statistics). `config.noise_cv` is not supported.
+    statistics). A stream's features are random Fourier features (`config.feature_map` None or `"fourier"`):
+    from 20,000 to 100,000 rows, where `fit_direct`'s default is Nyström features, pass
+    `DirectConfig(feature_map="fourier")` to `fit_direct` for the same model. `config.noise_cv` is not supported.
     """
     config = _check_config(config)
     if config.noise_cv:
@@ -2123,9 +2166,11 @@ def stream_init(
             "`config.feature_budget` must be None for a streamed fit (growing b needs every row's statistics "
             f"again for each b): set `num_frequencies`, got feature_budget={config.feature_budget!r}"
         )
+    if config.feature_map is None:  # the default: random Fourier features (landmarks need the rows)
+        config = config._replace(feature_map="fourier")
     if config.feature_map != "fourier":
         raise ValueError(
-            "`config.feature_map` must be 'fourier' for a streamed fit (Nyström landmarks are training rows, "
+            "`config.feature_map` must be None or 'fourier' for a streamed fit (Nyström landmarks are training rows, "
             f"which a stream has not seen yet), got {config.feature_map!r}"
         )
     t0 = time.perf_counter()

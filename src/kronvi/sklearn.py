@@ -25,7 +25,9 @@ est2.initialize(X, y)                           # the same map, standardization 
 for Xc, yc in chunks: est2.partial_fit(Xc, yc)  # the same model, up to float64 summation order
 ```
 
-while `partial_fit` on chunks without `initialize` fixes the map from the first chunk (a good choice when
+(with random Fourier features: from 20,000 to 100,000 rows, where `fit`'s default map is Nyström features, set
+`feature_map="fourier"` for the same model), while `partial_fit` on chunks without `initialize` fixes the map from
+the first chunk (a good choice when
 the first chunk is a representative sample of a few thousand rows). The statistics are accumulated in
 float64 (the eigenbasis recipe needs it), and every `partial_fit` refits the posterior from all rows seen
 (an eigendecomposition of a `b x b` matrix and a CAVI fit: prefer chunks of thousands of rows).
@@ -138,8 +140,9 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
     (noise included), as `BayesianRidge` does.
 
     Args:
-      n_frequencies: $D$, random frequencies: $b = 2D$ features (a cosine and a sine each); `None`: the
-        recipe's default for the training rows (`kronvi.pipeline.default_num_frequencies`).
+      n_frequencies: $D$, random frequencies: $b = 2D$ features (a cosine and a sine each; with Nyström
+        features $2D$ landmarks); `None`: the recipe's default for the training rows and the feature map
+        (`kronvi.pipeline.default_num_frequencies`).
       basis: `"eigen"` (default: the accuracy of exact Bayesian linear regression on the features),
         `"compact"` (the same fit in a compact form: a smaller model, faster predictions) or `"features"`
         (the paper's sparse 4-bit recipe) (`DirectConfig.basis`).
@@ -156,9 +159,11 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       gp_restarts: starts of the GP hyperparameter fit, >= 1.
       kernel: `"rbf"` (squared exponential, default), `"matern52"`, `"matern32"`, or `"auto"` (the three
         compared by the features' exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.kernel`).
-      feature_map: `"fourier"` (random Fourier features, default), `"nystrom"` (Nyström features on
-        `2 n_frequencies` landmarks among the training rows; not with `partial_fit`) or `"auto"` (the map of the
-        larger exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.feature_map`).
+      feature_map: `None` (default: by the training rows, Nyström features from 20,000 to 100,000 rows with
+        `"eigen"` and `"compact"`, random Fourier features otherwise and with `partial_fit`;
+        `kronvi.pipeline.default_feature_map`), `"fourier"` (random Fourier features), `"nystrom"` (Nyström
+        features on `2 n_frequencies` landmarks among the training rows; not with `partial_fit`) or `"auto"`
+        (the map of the larger exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.feature_map`).
       feature_budget: `None` (default: b from `n_frequencies`), or seconds: b doubles from `2 n_frequencies`
         (default 1000) while the exact evidence rises by at least `feature_gain` nats per training row and the
         next doubling fits the budget (or less, to fill it) (`DirectConfig.feature_budget`; `"eigen"` and `"compact"`; not with
@@ -215,7 +220,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         gp_points: int = 1000,
         gp_restarts: int = 4,
         kernel: str = "rbf",
-        feature_map: str = "fourier",
+        feature_map: str | None = None,
         feature_budget: float | None = None,
         feature_gain: float = FEATURE_GAIN,
         compact_tol: float = 0.1,
@@ -252,8 +257,9 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         _check_choice(self.method, "method", _METHODS)
         _check_choice(self.dtype, "dtype", _DTYPES)
         _check_choice(self.kernel, "kernel", KERNEL_CHOICES)
-        _check_choice(self.feature_map, "feature_map", FEATURE_MAP_CHOICES)
-        if self.feature_map != "fourier" and stream:
+        if self.feature_map is not None:
+            _check_choice(self.feature_map, "feature_map", FEATURE_MAP_CHOICES)
+        if self.feature_map not in (None, "fourier") and stream:
             raise ValueError(
                 f"`feature_map` {self.feature_map!r} draws its landmarks from the rows of `fit`: not with `partial_fit`"
             )
@@ -311,7 +317,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             num_frequencies=self.n_frequencies, levels=self.levels, noise_levels=self.noise_levels,
             method=self.method, max_iter=self.max_iter, chunk_size=self.chunk_size,
             lengthscale=None if self.lengthscale == "gp" else float(self.lengthscale), kernel=self.kernel,
-            feature_map=self.feature_map, feature_budget=self.feature_budget, feature_gain=self.feature_gain,
+            feature_map="fourier" if stream and self.feature_map is None else self.feature_map,
+            feature_budget=self.feature_budget, feature_gain=self.feature_gain,
         )  # fmt: skip
 
     def _jax_dtype(self):

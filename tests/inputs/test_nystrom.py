@@ -205,6 +205,63 @@ def test_nystrom_models_through_every_door(tmp_path):
     assert "feature_map" not in pipeline.DirectConfig().as_flat_dict()
 
 
+def test_the_default_map_is_nystrom_between_its_row_counts(monkeypatch):
+    """`feature_map=None` (the default) fits Nyström features from `LARGE_DATA_ROWS` rows up to
+    `NYSTROM_MAX_ROWS` with the eigen and compact recipes, and random Fourier features below and above, with
+    the paper's recipe, for traced rows and for a stream; an explicit map is kept (the thresholds made small)."""
+    import jax
+
+    import kronvi
+    from kronvi import pipeline
+    from kronvi.sklearn import DirectRegressor
+
+    seen = []  # the memory check sizes the b the fit will take ("auto" fits both maps)
+    monkeypatch.setattr(pipeline, "check_memory", lambda nbytes, *, what, argument: seen.append(what))
+    for fmap in (None, "fourier", "auto", "nystrom"):
+        pipeline.check_fit_memory(30_000, pipeline.DirectConfig(feature_map=fmap))
+    pipeline.check_fit_memory(30_000, pipeline.DirectConfig(recipe=kronvi.Features()))
+    pipeline.check_fit_memory(150_000, pipeline.DirectConfig())
+    assert [w.split(" features")[0] for w in seen] == ["a fit with b = " + b for b in ("6000", "4000", "6000", "6000", "4000", "4000")]
+    monkeypatch.setattr(pipeline, "LARGE_DATA_ROWS", 60)
+    monkeypatch.setattr(pipeline, "NYSTROM_MAX_ROWS", 120)
+    assert [pipeline.default_feature_map(n) for n in (59, 60, 119, 120)] == ["fourier", "nystrom", "nystrom", "fourier"]
+    assert pipeline.default_feature_map(60, "features") == "fourier"
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=150)
+    gp = pipeline.GPOptions(points=40)
+
+    def fitted(n, **kw):
+        return pipeline.fit_direct(jax.random.key(1), X[:n], y[:n], pipeline.DirectConfig(gp=gp, **kw))
+
+    inside = fitted(80)
+    assert inside.info.feature_map == "nystrom"
+    assert inside.model.features.landmarks.shape[0] == 80  # b = 6000 capped at every row a landmark
+    assert fitted(80, recipe=kronvi.Compact()).info.feature_map == "nystrom"
+    assert fitted(80, feature_map="fourier").info.feature_map == "fourier"
+    assert fitted(80, recipe=kronvi.Features(noise_cv=())).info.feature_map == "fourier"  # the paper's recipe
+    for n in (50, 130):
+        below_or_above = fitted(n)
+        assert below_or_above.info.feature_map == "fourier"
+        assert below_or_above.model.features.frequencies.shape[-1] == (1000 if n < 60 else 2000)
+    # the same model as the explicit map from the same key, and through the estimator
+    explicit = fitted(80, feature_map="nystrom").model
+    np.testing.assert_array_equal(np.asarray(inside.model.q_w.logits), np.asarray(explicit.q_w.logits))
+    est = DirectRegressor(gp_points=40, random_state=1).fit(X[:80], y[:80])
+    assert isinstance(est.model_.features, kronvi.inputs.NystromFeatures)
+    np.testing.assert_allclose(est.predict(X[80:]), np.asarray(pipeline.predict(inside.model, X[80:]).mean), rtol=1e-5)
+    # traced rows and streams cannot draw landmarks on the host: random Fourier features
+    hyper = (kronvi.inputs.GPHyperparameters(np.ones(2), np.asarray(1.0), np.asarray(0.1)), None)
+    traced = jax.eval_shape(
+        lambda a, b: pipeline.prepare_fold(jax.random.key(1), a, b, pipeline.DirectConfig(gp=gp), gp=hyper).features,
+        X[:80], y[:80],
+    )  # fmt: skip
+    assert isinstance(traced, kronvi.inputs.RandomFourierFeatures)
+    state = pipeline.stream_init(jax.random.key(1), X[:80], y[:80], pipeline.DirectConfig(gp=gp))
+    assert isinstance(state.features, kronvi.inputs.RandomFourierFeatures)
+    assert isinstance(DirectRegressor(gp_points=40).partial_fit(X[:80], y[:80]).model_.features, kronvi.inputs.RandomFourierFeatures)
+
+
 def test_the_command_line_fits_and_saves_nystrom_features(tmp_path):
     import kronvi
 
