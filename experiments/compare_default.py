@@ -60,14 +60,7 @@ def main(argv=None):
         "|---|---|---|---|---|---|---|---|",
     ]
     met = total = better = 0
-    for d in new:
-        folds = sorted(set(new[d]) & set(exact.get(d, {})) & set(old.get(d, {})))
-        if not folds:
-            continue
-
-        def m(src, key, d=d, folds=folds):
-            return float(np.mean([src[d][k][key] for k in folds]))
-
+    for d, folds, m in _shared_folds(old, new, exact):
         r_ratio = m(new, "rmse") / m(exact, "rmse")
         gap = m(new, "nlpd") - m(exact, "nlpd")
         total += 1
@@ -86,8 +79,21 @@ def main(argv=None):
         "records' NLPD came from the study's former copy of the density, over at most 100 test rows per fold.",
         "",
     ]
-    pathlib.Path(a.out).write_text("\n".join(head + lines) + "\n")
-    print("\n".join(head + lines))
+    _write(a.out, head + lines)
+
+
+def _shared_folds(old, new, exact):
+    """``(dataset, folds, mean)`` for each dataset of ``new`` with folds in all three runs, ``mean(src, key)``
+    the mean of a per-fold field over those folds."""
+    for d in new:
+        folds = sorted(set(new[d]) & set(exact.get(d, {})) & set(old.get(d, {})))
+        if folds:
+            yield d, folds, lambda src, key, d=d, folds=folds: float(np.mean([src[d][k][key] for k in folds]))
+
+
+def _write(out, lines) -> None:
+    pathlib.Path(out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def _defaults(a, old, new, exact, nlpd_rows) -> None:
@@ -99,13 +105,7 @@ def _defaults(a, old, new, exact, nlpd_rows) -> None:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     met = total = 0
-    for d in new:
-        folds = sorted(set(new[d]) & set(exact.get(d, {})) & set(old.get(d, {})))
-        if not folds:
-            continue
-
-        def m(src, key, d=d, folds=folds):
-            return float(np.mean([src[d][k][key] for k in folds]))
+    for d, folds, m in _shared_folds(old, new, exact):
 
         def spread(src, d=d, folds=folds):
             values = [src[d][k]["rmse"] for k in folds]
@@ -133,8 +133,7 @@ def _defaults(a, old, new, exact, nlpd_rows) -> None:
         "each run's records hold them.",
         "",
     ]
-    pathlib.Path(a.out).write_text("\n".join(head + lines) + "\n")
-    print("\n".join(head + lines))
+    _write(a.out, head + lines)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from .pipeline import (
     BASES,
     FEATURE_GAIN,
     FEATURE_MAP_CHOICES,
+    FEATURE_MAPS,
     GROWTH_START_FREQUENCIES,
     KERNEL_CHOICES,
     RECIPES,
@@ -342,7 +343,7 @@ def _recipe(basis: str, noise_cv: tuple[float, ...] | None):
 
 def _maps(feature_map: str) -> tuple[str, ...]:
     """The maps `feature_map` fits: both for `"auto"`."""
-    return ("fourier", "nystrom") if feature_map == "auto" else (feature_map,)
+    return FEATURE_MAPS if feature_map == "auto" else (feature_map,)
 
 
 def _settings(args, config, num_folds: int, folds_run: int) -> dict:
