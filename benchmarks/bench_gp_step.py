@@ -46,7 +46,7 @@ def gp_step(X, y, precision):
     t = time.perf_counter()
     with jax.enable_x64(True):
         fit = kronvi.inputs.fit_gp_hyperparameters(
-            jax.random.key(0), X, y, num_points=gp.points, num_starts=gp.restarts, restarts=gp.restart_rule,
+            jax.random.key(0), X, y, num_points=kronvi.pipeline.default_gp_points(len(y)) if gp.points is None else gp.points, num_starts=gp.restarts, restarts=gp.restart_rule,
             screen_points=gp.screen_points, degenerate_margin=gp.degenerate_margin, gain_tol=gp.gain_tol,
             precision=precision,
         )  # fmt: skip

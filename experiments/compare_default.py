@@ -1,7 +1,7 @@
 """Before/after table for kronvi's default recipe: the paper's recipe (the committed study's DIRECT mean field)
 against the default eigenbasis recipe and exact Bayesian linear regression, on the folds both runs cover.
 
-usage: python experiments/compare_default.py [--before experiments/results/uci.json]
+usage: python experiments/compare_default.py [--before experiments/results/uci.json[,more.json]]
            [--after experiments/results/uci_default.json] [--out experiments/results/uci_default_compare.md]
            [--before-method direct-mf]
 
@@ -11,7 +11,9 @@ prepares its folds with its own keys), not in the train/test splits.
 With ``--before-method direct-mf`` the before run's default recipe is compared with the after run's (two versions
 of the default, e.g. before and after a change of its features, run by ``experiments/uci.py`` with the same keys):
 the table adds each run's largest fold RMSE over its median fold's and its seconds a fold (the GP step, the
-default recipe's features, statistics and eigenbasis, and its fit; median and largest).
+default recipe's features, statistics and eigenbasis, and its fit; median and largest). With ``--data-dir`` (the
+datasets' folders, as ``uci.py``'s) a second table gives each run's RMSE over the sd of each fold's training
+targets: the mean over the folds, and the smallest and largest fold (issue 49's bars are in these units).
 """
 
 import argparse
@@ -39,15 +41,16 @@ def _nlpd_rows(records) -> str:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--before", default="experiments/results/uci.json")
+    p.add_argument("--before", default="experiments/results/uci.json", help="one records file, or a comma list")
     p.add_argument("--after", default="experiments/results/uci_default.json")
     p.add_argument("--out", default="experiments/results/uci_default_compare.md")
     p.add_argument(
         "--before-method", choices=("direct-mf-sparse", "direct-mf"), default="direct-mf-sparse",
         help="the before run's method: the paper's recipe (default) or its default recipe",
     )  # fmt: skip
+    p.add_argument("--data-dir", default=None, help="with --before-method direct-mf: RMSE over the training sd too")
     a = p.parse_args(argv)
-    before = json.loads(pathlib.Path(a.before).read_text())
+    before = [r for path in a.before.split(",") for r in json.loads(pathlib.Path(path).read_text())]
     after = json.loads(pathlib.Path(a.after).read_text())
     new, exact = per_fold(after, "direct-mf"), per_fold(after, "exact-blr")
     if a.before_method == "direct-mf":  # records of the default recipe (older ones named the paper's so)
@@ -91,6 +94,20 @@ def _shared_folds(old, new, exact):
             yield d, folds, lambda src, key, d=d, folds=folds: float(np.mean([src[d][k][key] for k in folds]))
 
 
+def training_sds(folder: pathlib.Path, folds) -> np.ndarray:
+    """The sd (over n) of the training targets of each fold in `folds` of the dataset in `folder`."""
+    import kronvi
+
+    _, y, mask = kronvi.load_uci(folder)
+    test = kronvi.inputs.fold_indices(mask)
+    return np.array([np.std(np.asarray(y, np.float64)[test != k]) for k in folds])
+
+
+def _over_sd(rmses, sds) -> str:
+    r = np.asarray(rmses) / sds
+    return f"{r.mean():.4f} ({r.min():.4f} – {r.max():.4f})"
+
+
 def _write(out, lines) -> None:
     pathlib.Path(out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -124,9 +141,17 @@ def _defaults(a, old, new, exact, nlpd_rows) -> None:
             f"{m(exact, 'rmse'):.4g} / {m(exact, 'nlpd'):.3f} | {r_ratio:.3f} | {gap:+.3f} | "
             f"{spread(old):.2f} → {spread(new):.2f} | {seconds(old)} → {seconds(new)} |"
         )
+    if a.data_dir is not None:
+        lines += ["", "RMSE over the sd of each fold's training targets: mean over the folds (smallest – largest fold).",
+                  "", "| dataset | folds | before | after |", "|---|---|---|---|"]  # fmt: skip
+        for d, folds, _ in _shared_folds(old, new, exact):
+            sd = training_sds(pathlib.Path(a.data_dir) / d, folds)
+            cells = [_over_sd([src[d][k]["rmse"] for k in folds], sd) for src in (old, new)]
+            lines.append(f"| {d} | {len(folds)} | {cells[0]} | {cells[1]} |")
+    data = f" --data-dir {a.data_dir}" * (a.data_dir is not None)
     head = [
         f"Command: `python experiments/compare_default.py --before {a.before} --after {a.after} --out {a.out} "
-        "--before-method direct-mf`.",
+        f"--before-method direct-mf{data}`.",
         "",
         f"After: the default recipe within 1.02x exact-blr's RMSE and 0.05 nats of its NLPD on **{met} of {total}** "
         f"datasets. {nlpd_rows} Seconds of the GP step, the features, statistics and eigenbasis, and the fit, as "

@@ -45,7 +45,7 @@ def gp_step(X, y, key, precision):
     t = time.perf_counter()
     with jax.enable_x64(True):
         fit = kronvi.inputs.fit_gp_hyperparameters(
-            key, X, y, num_points=gp.points, num_starts=gp.restarts, restarts=gp.restart_rule,
+            key, X, y, num_points=kronvi.pipeline.default_gp_points(len(y)) if gp.points is None else gp.points, num_starts=gp.restarts, restarts=gp.restart_rule,
             screen_points=gp.screen_points, degenerate_margin=gp.degenerate_margin, gain_tol=gp.gain_tol,
             precision=precision,
         )  # fmt: skip

@@ -102,7 +102,7 @@ def gp_on(X, y, x64, key):
     cfg = DirectConfig()
     with jax.enable_x64(x64):
         fit = kronvi.inputs.fit_gp_hyperparameters(
-            key, X, y, num_points=cfg.gp_points, num_starts=cfg.gp_restarts, restarts=cfg.gp_restart_rule,
+            key, X, y, num_points=rows_of(cfg.gp, len(y)), num_starts=cfg.gp_restarts, restarts=cfg.gp_restart_rule,
             screen_points=cfg.gp_screen_points, degenerate_margin=cfg.gp_degenerate_margin,
             gain_tol=cfg.gp_gain_tol, precision=cfg.gp_precision,
         )  # fmt: skip
@@ -184,7 +184,7 @@ def lml64(hyper, X, y) -> float:
 def gp_subsample(key, n):
     """The GP step's rows (`fit_gp_hyperparameters` draws them with its key), and whether a float32 and a
     float64 fit draw the same ones."""
-    m = min(n, GP.points)
+    m = min(n, rows_of(GP, n))
     idx = np.arange(n) if m == n else np.asarray(jax.random.choice(key, n, (m,), replace=False))
     with jax.enable_x64(True):
         idx64 = np.arange(n) if m == n else np.asarray(jax.random.choice(key, n, (m,), replace=False))
@@ -206,10 +206,16 @@ def start_ids(info):
     return [winner, 0] if winner else [0, 1 + int(np.argmax(others >= others.max() - 0.5))]
 
 
-def gp_arguments(gp):
-    """`kronvi.inputs.fit_gp_hyperparameters`'s arguments of the GP step `gp` (`kronvi.GPOptions`), as `fit_direct`
-    passes them."""
-    return {"num_points": gp.points, "num_starts": gp.restarts, "restarts": gp.restart_rule,
+def rows_of(gp, n):
+    """The most rows the GP step `gp` fits on, for `n` training rows (`kronvi.pipeline.default_gp_points` for
+    `points=None`)."""
+    return kronvi.pipeline.default_gp_points(n) if gp.points is None else gp.points
+
+
+def gp_arguments(gp, n):
+    """`kronvi.inputs.fit_gp_hyperparameters`'s arguments of the GP step `gp` (`kronvi.GPOptions`) for `n` training
+    rows, as `fit_direct` passes them."""
+    return {"num_points": rows_of(gp, n), "num_starts": gp.restarts, "restarts": gp.restart_rule,
             "screen_points": gp.screen_points, "degenerate_margin": gp.degenerate_margin,
             "precision": gp.precision, "gain_tol": gp.gain_tol}  # fmt: skip
 
@@ -244,11 +250,11 @@ def lml_one(data_dir, name, fold, proposal=None):
            "same_rows": same_rows, "screened": len(idx) > GP.screen_points}  # fmt: skip
     runs = (("old", {"precision": "native"}), ("new", {}), ("ref", REFERENCE))
     if proposal is not None:
-        runs = (("prop", gp_arguments(kronvi.GPOptions(**proposal))),)
+        runs = (("prop", gp_arguments(kronvi.GPOptions(**proposal), len(yc))),)
         rec["proposal"] = proposal
     for label, changes in runs:
         t = time.perf_counter()
-        fit = kronvi.inputs.fit_gp_hyperparameters(k_gp, Xs, yc, **{**gp_arguments(GP), **changes})
+        fit = kronvi.inputs.fit_gp_hyperparameters(k_gp, Xs, yc, **{**gp_arguments(GP, len(yc)), **changes})
         rec[f"seconds_{label}"] = round(time.perf_counter() - t, 2)
         hyper = jax.tree.map(lambda a: np.asarray(a, np.float64), fit.hyper)
         ids = start_ids(fit.info)

@@ -9,6 +9,10 @@ of every dataset first, so a partial run covers every dataset):
   the same recipe at the other `--sizes` reusing that fold's GP step (`prepare_fold(gp=...)`); a budget's fit
   seconds are the GP step's seconds plus its own preparation and fit. RMSE and NLPD of `kronvi.predict` and
   `kronvi.log_density` (the fit's own predictive, in the targets' units).
+- `kronvi default` (`--methods kronvi-default`): the library's default recipe as a user gets it
+  (`kronvi.fit_direct` with `DirectConfig()`: Nyström features from 20,000 training rows, the GP step on
+  `default_gp_points` rows), end to end on its own GP step; the record names the feature map, b and the GP
+  step's rows. Where it ran, the comparisons against the peers use it as the default.
 - `BayesianRidge`: scikit-learn's `BayesianRidge()` on the default recipe's features (float64), the seconds
   of its fit only.
 - `SVGP`: GPJax's sparse variational GP, 1024 inducing points (`benchmarks/bench_vs_peers.py`'s `run_svgp`:
@@ -26,6 +30,8 @@ average recorded beside each; they include XLA compilation.
 Usage:
   python experiments/peers_rmse_time.py --data-dir ../shared/data/uci --datasets kin40k,protein,elevators,bike \
       --folds 3 --methods kronvi,bayesian-ridge,svgp --out experiments/results/peers_rmse_time.jsonl --resume
+  python experiments/peers_rmse_time.py --data-dir ../shared/data/uci --datasets kin40k,protein,elevators,bike \
+      --folds 3 --methods kronvi-default --out experiments/results/peers_rmse_time.jsonl --resume
   python experiments/peers_rmse_time.py --out experiments/results/peers_rmse_time.jsonl \
       --table experiments/results/peers_rmse_time.md --plot experiments/results/peers_rmse_time.png
 """
@@ -45,7 +51,8 @@ import numpy as np
 import study_cli
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
-METHODS = ("kronvi", "bayesian-ridge", "svgp", "exact-gp")
+METHODS = ("kronvi", "kronvi-default", "bayesian-ridge", "svgp", "exact-gp")
+DEFAULT = "kronvi default"  # the record of `kronvi-default`
 
 
 def gaussian_nlpd(y, mean, var):
@@ -139,6 +146,29 @@ def run_kronvi(Xtr, ytr, Xte, yte, budgets):
         ), model  # fmt: skip
 
 
+def run_default(Xtr, ytr, Xte, yte):
+    """The library's default recipe, `kronvi.fit_direct(key(0), Xtr, ytr)` timed end to end; its record's
+    fields as `run_kronvi`'s, with the feature map, b and the GP step's rows."""
+    import jax
+
+    import kronvi
+
+    t0 = time.perf_counter()
+    model, timings, info = kronvi.fit_direct(jax.random.key(0), Xtr, ytr)
+    jax.block_until_ready(model.q_w.logits)
+    seconds = time.perf_counter() - t0
+    pred = kronvi.predict(model, Xte)
+    try:
+        ld, loose = np.asarray(kronvi.log_density(model, Xte, yte), np.float64), 0
+    except kronvi.DensityToleranceError as e:
+        ld, loose = np.asarray(e.log_density, np.float64), len(e.failed)
+    return dict(
+        fit=seconds, gp_seconds=timings.init_seconds, feature_map=info.feature_map, b=int(model.q_w.logits.shape[0]),
+        gp_points=int(info.gp.num_points), density_points_over_rtol=loose,
+        rmse=float(np.sqrt(np.mean((np.asarray(pred.mean, np.float64) - yte) ** 2))), nlpd=float(-ld.mean()),
+    )  # fmt: skip
+
+
 def parse(argv=None):
     ap = study_cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default="../shared/data/uci")
@@ -218,6 +248,9 @@ def main(argv=None):
                         del F, Ft
                         record("BayesianRidge", br, load1, b=b)
                     load0 = load_average()
+            if "kronvi-default" in methods and (name, k, DEFAULT) not in done:
+                load0 = load_average()
+                record(DEFAULT, run_default(Xtr, ytr, Xte, yte), load0)
             if "svgp" in methods and (name, k, "SVGP") not in done:
                 load0 = load_average()
                 res = peers.run_svgp(Xtr, ytr, Xte, yte, max_steps=args.svgp_max_steps, init_rows=args.svgp_init_rows, key=k,
@@ -231,7 +264,9 @@ def main(argv=None):
 
 
 def method_order(m: str):
-    return (0, int(m.split("=")[1])) if m.startswith("kronvi b=") else (1, m)
+    if m.startswith("kronvi b="):
+        return (0, int(m.split("=")[1]))
+    return (1, "") if m == DEFAULT else (2, m)
 
 
 def common_folds(records) -> dict:
@@ -266,9 +301,11 @@ def summary(records):
 
 
 def against_default(records):
-    """`(dataset, peer, [(default record, peer record) per fold both ran])` for every peer of the default recipe."""
+    """`(dataset, peer, [(default record, peer record) per fold both ran])` for every peer of the default recipe:
+    the library's default (`kronvi default`) where it ran on the fold, else the Fourier budget marked default."""
     by = {(r["dataset"], r["fold"], r["method"]): r for r in records}
     default = {(r["dataset"], r["fold"]): r for r in records if r.get("default")}
+    default.update({(r["dataset"], r["fold"]): r for r in records if r["method"] == DEFAULT})
     peers = sorted({r["method"] for r in records if not r["method"].startswith("kronvi")})
     for d in dict.fromkeys(r["dataset"] for r in records):
         for peer in peers:
@@ -295,9 +332,11 @@ def render(records, path) -> str:
         "|---|---|---|---:|---:|---:|",
     ]
     default = {(r["dataset"], r["method"]) for r in records if r.get("default")}
+    chosen = {(r["dataset"], r["method"]): f" ({r['feature_map']}, b = {r['b']}, GP on {r['gp_points']} rows)"
+              for r in records if r["method"] == DEFAULT}  # fmt: skip
     for d, ms in summary(records).items():
         for m, (fs, rmse, nlpd, sec) in ms.items():
-            label = m + " (default)" * ((d, m) in default)
+            label = m + " (Fourier features' default b)" * ((d, m) in default) + chosen.get((d, m), "")
             lines.append(f"| {d} | {', '.join(map(str, fs))} | {label} | {rmse:.4f} | {nlpd:.3f} | {sec:.1f} |")
     lines += ["", "Every fold:", "", "| dataset | fold | method | RMSE | NLPD | fit seconds | load before / after |",
               "|---|---:|---|---:|---:|---:|---|"]  # fmt: skip
@@ -346,20 +385,20 @@ def plot(records, path) -> None:
     names = list(dict.fromkeys(r["dataset"] for r in records))
     common = common_folds(records)
     fig, axes = plt.subplots(2, len(names), figsize=(4 * len(names), 7), squeeze=False)
-    styles = {"BayesianRidge": ("s", "tab:orange"), "SVGP": ("^", "tab:green"), "exact GP": ("D", "tab:red")}
+    styles = {DEFAULT: ("*", "navy"), "BayesianRidge": ("s", "tab:orange"), "SVGP": ("^", "tab:green"), "exact GP": ("D", "tab:red")}
     for j, name in enumerate(names):
         every = [r for r in records if r["dataset"] == name]
         rs = [r for r in every if r["fold"] in common[name]]
         for i, metric in enumerate(("rmse", "nlpd")):
             ax = axes[i, j]
-            kr = sorted({r["method"] for r in rs if r["method"].startswith("kronvi")}, key=method_order)
+            kr = sorted({r["method"] for r in rs if r["method"].startswith("kronvi b=")}, key=method_order)
             pts = [(statistics.median(r["fit"] for r in rs if r["method"] == m),
                     statistics.mean(r[metric] for r in rs if r["method"] == m)) for m in kr]  # fmt: skip
             if pts:
                 ax.plot(*zip(*pts, strict=True), "o-", color="tab:blue", label="kronvi b=" + "/".join(m[9:] for m in kr))
                 for m, (x, yv) in zip(kr, pts, strict=True):
                     is_default = any(r.get("default") for r in rs if r["method"] == m)
-                    ax.annotate(m[9:] + " (default)" * is_default, (x, yv), textcoords="offset points",
+                    ax.annotate(m[9:] + " (Fourier default)" * is_default, (x, yv), textcoords="offset points",
                                 xytext=(4, 4), fontsize=7)  # fmt: skip
             for m, (marker, color) in styles.items():
                 sel = [r for r in rs if r["method"] == m]
@@ -377,7 +416,7 @@ def plot(records, path) -> None:
     for ax in axes.flat:  # one legend for the figure: every method that appears in any panel
         for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label.split(" b=")[0], h)
-    fig.legend(handles.values(), [k + " (at each b; labels: b)" * (k == "kronvi") for k in handles],
+    fig.legend(handles.values(), [k + " (Fourier features at each b; labels: b)" * (k == "kronvi") for k in handles],
                loc="lower center", ncol=len(handles), fontsize=8)  # fmt: skip
     fig.suptitle("Mean over the folds every method ran (markers; the exact GP over those of them it ran) and every "
                  "fold (dots); lower left is better")

@@ -390,3 +390,31 @@ def test_the_evidence_optimum_is_restarted_from_the_edge_of_its_box():
         inside = pipeline._evidence_optimum(lam, c, yty, 400.0, jnp.asarray(1.0), jnp.asarray(0.3))
         # as it is (the concrete search compiles with other XLA options: equal to rounding)
         np.testing.assert_allclose([float(v) for v in inside], [float(v) for v in near], rtol=1e-12)
+
+
+def test_the_gp_step_fits_more_rows_on_large_data(monkeypatch):
+    """`GPOptions(points=None)` (the default) fits the GP step on `default_gp_points` of the training rows (1000,
+    2000 from `LARGE_DATA_ROWS`), through `fit_direct` and the estimator; an explicit count is kept (the rule
+    made small: 30 rows of 80, 20 of 50)."""
+    import jax
+
+    from kronvi import pipeline
+    from kronvi.sklearn import DirectRegressor
+
+    assert [pipeline.default_gp_points(n) for n in (500, 19_999, 20_000, 10**6)] == [1000, 1000, 2000, 2000]
+    assert pipeline.DirectConfig().gp_points is None and DirectRegressor().gp_points is None
+    monkeypatch.setattr(pipeline, "default_gp_points", lambda n: 30 if n >= 60 else 20)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 2))
+    y = np.sin(X[:, 0]) + 0.1 * rng.normal(size=80)
+    config = pipeline.DirectConfig(num_frequencies=8, gp=pipeline.GPOptions(restarts=1))
+
+    def rows(n, config=config):
+        return int(pipeline.fit_direct(jax.random.key(0), X[:n], y[:n], config).info.gp.num_points)
+
+    assert (rows(80), rows(50)) == (30, 20)
+    assert rows(80, config._replace(gp=pipeline.GPOptions(points=25, restarts=1))) == 25
+    est = DirectRegressor(n_frequencies=8, gp_restarts=1, random_state=0).fit(X, y)
+    assert int(est.fit_info_.gp.num_points) == 30
+    with pytest.raises(ValueError, match="gp_points"):
+        DirectRegressor(gp_points=1).fit(X, y)

@@ -20,7 +20,10 @@ def _record(method, rmses, nlpds, *, seconds=(0.0, 0.0, 0.0)):
 def test_two_defaults_are_compared_fold_by_fold_with_their_spread_and_seconds(tmp_path):
     before, after, out = tmp_path / "before.json", tmp_path / "after.json", tmp_path / "table.md"
     paper = dict(_record("direct-mf", [9.0, 9.0, 9.0], [9.0, 9.0, 9.0]), settings={})  # the paper's, by its old name
-    before.write_text(json.dumps([_record("direct-mf", [1.0, 1.0, 4.0], [0.5, 0.5, 0.5], seconds=(0.0, 2.0, 1.0)), paper]))
+    before.write_text(json.dumps([paper]))
+    more = tmp_path / "more.json"  # the before run's default in a second file of a comma list
+    more.write_text(json.dumps([_record("direct-mf", [1.0, 1.0, 4.0], [0.5, 0.5, 0.5], seconds=(0.0, 2.0, 1.0))]))
+    before = f"{before},{more}"
     after.write_text(json.dumps([
         _record("direct-mf", [0.9, 1.0, 1.1, 7.0], [0.4, 0.4, 0.4, 0.4], seconds=(1.0, 10.0, 0.5)),
         _record("exact-blr", [0.9, 1.0, 1.1, 7.0], [0.45, 0.45, 0.45, 0.45]),
@@ -39,3 +42,25 @@ def test_two_defaults_are_compared_fold_by_fold_with_their_spread_and_seconds(tm
     assert cells[9] == "4.00 → 1.10"  # largest over median fold: 4 / 1 before, 1.1 / 1.0 after
     assert cells[10] == "4.0 / 5.0 → 12.5 / 13.5"  # GP + features + fit: 3, 4, 5 s before; 11.5, 12.5, 13.5 after
     assert "on **1 of 1** datasets" in out.read_text()
+
+
+def test_the_rmse_over_the_training_sd_of_each_fold(tmp_path):
+    """`--data-dir`: each run's RMSE over the sd of its fold's training targets (mean, smallest, largest)."""
+    import numpy as np
+    from study_folds import write_folds
+
+    y = np.array([0.0, 2.0, 0.0, 4.0, 1.0, 1.0])
+    mask = np.eye(3, dtype=int)[[0, 0, 1, 1, 2, 2]]  # fold k tests rows 2k and 2k + 1
+    write_folds(tmp_path / "data" / "d", np.arange(6.0)[:, None], y, mask)
+    sds = [np.std(y[2:]), np.std(np.r_[y[:2], y[4:]]), np.std(y[:4])]
+    before, after, out = tmp_path / "before.json", tmp_path / "after.json", tmp_path / "table.md"
+    before.write_text(json.dumps([_record("direct-mf", [1.0, 1.0, 1.0], [0.0] * 3)]))
+    after.write_text(json.dumps([_record("direct-mf", [0.5, 1.0, 2.0], [0.0] * 3), _record("exact-blr", [1.0] * 3, [0.0] * 3)]))
+    compare_default.main(["--before", str(before), "--after", str(after), "--out", str(out), "--before-method",
+                          "direct-mf", "--data-dir", str(tmp_path / "data")])  # fmt: skip
+    text = out.read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("| d | 3 |") and line.count("|") == 5]
+    ratios = np.array([0.5, 1.0, 2.0]) / sds
+    assert row.split("|")[4].strip() == f"{ratios.mean():.4f} ({ratios.min():.4f} – {ratios.max():.4f})"
+    assert f"{np.mean(1 / np.array(sds)):.4f}" in row.split("|")[3]
+    assert "--data-dir" in text.splitlines()[0]

@@ -42,12 +42,12 @@ def test_peers_rmse_time_smoke(tmp_path):
     write_sine_folds(tmp_path / "data" / "tiny", n=60, d=2)
     out = tmp_path / "peers.jsonl"
     has_gpjax = importlib.util.find_spec("gpjax") is not None
-    methods = "kronvi,bayesian-ridge" + (",svgp" if has_gpjax else "")
+    methods = "kronvi,kronvi-default,bayesian-ridge" + (",svgp" if has_gpjax else "")
     args = ["--data-dir", str(tmp_path / "data"), "--datasets", "tiny", "--folds", "1", "--methods", methods,
             "--sizes", "8", "--svgp-max-steps", "500", "--out", str(out), "--resume"]  # fmt: skip
     assert peers_rmse_time.main(args) == 0
     records = peers_rmse_time.read_records(out)
-    expected = {"kronvi b=2000", "kronvi b=8", "BayesianRidge"} | ({"SVGP"} if has_gpjax else set())
+    expected = {"kronvi b=2000", "kronvi b=8", "kronvi default", "BayesianRidge"} | ({"SVGP"} if has_gpjax else set())
     assert {r["method"] for r in records} == expected
     assert all(np.isfinite(r["rmse"]) and np.isfinite(r["nlpd"]) and r["fit"] > 0 for r in records)
     if has_gpjax:
@@ -66,7 +66,14 @@ def test_peers_rmse_time_smoke(tmp_path):
     assert new[0]["fit"] >= new[0]["gp_seconds"]  # the first budget fitted carries the GP step's seconds
     table, png = tmp_path / "peers.md", tmp_path / "peers.png"
     assert peers_rmse_time.main(["--out", str(out), "--table", str(table), "--plot", str(png)]) == 0
-    assert "| tiny | 0 | kronvi b=2000 |" in table.read_text() and png.stat().st_size > 1000
+    (default,) = [r for r in records if r["method"] == "kronvi default"]
+    assert (default["feature_map"], default["b"], default["gp_points"]) == ("fourier", 2000, 48)
+    text = table.read_text()
+    assert "| tiny | 0 | kronvi b=2000 |" in text and png.stat().st_size > 1000
+    assert "| tiny | 0 | kronvi default (fourier, b = 2000, GP on 48 rows) |" in text
+    # the peers are compared with the library's default where it ran: its RMSE over BayesianRidge's
+    br = next(r for r in records if r["method"] == "BayesianRidge")
+    assert f"| tiny | BayesianRidge | 1 | {default['rmse'] / br['rmse']:.3f} |" in text
 
 
 def test_svgp_optimal_q_matches_the_exact_gp():

@@ -22,7 +22,7 @@ typed, as `lineax.CG(rtol=...)` or `optax.adam(learning_rate)` do:
   paper's recipe, weights of the random Fourier features on one grid of `±width` prior sds with a zero
   level: sparse 4-bit codes, less accurate (`docs/decisions/default-recipe.md#the-eigenbasis`).
 
-The GP step's options are `GPOptions(points=1000, restarts=4, ...)` (`DirectConfig(gp=...)`). An option of
+The GP step's options are `GPOptions(points=None, restarts=4, ...)` (`DirectConfig(gp=...)`). An option of
 one recipe cannot be set on another: `Eigen(tol=0.1)` raises `RecipeOptionError` (a `TypeError` and a
 `ValueError`) naming `tol` and the recipe it belongs to (`Compact`).
 
@@ -134,6 +134,7 @@ __all__ = [
     "LARGE_DATA_ROWS",
     "NYSTROM_MAX_ROWS",
     "default_feature_map",
+    "default_gp_points",
     "default_num_frequencies",
     "FeatureStep",
     "FEATURE_GAIN",
@@ -349,7 +350,8 @@ class GPOptions(_Recipe):
     (`kronvi.inputs.fit_gp_hyperparameters`).
 
     Attributes:
-      points: training rows the GP hyperparameters are fitted on (at most) (`num_points`).
+      points: training rows the GP hyperparameters are fitted on (at most) (`num_points`); `None` (default):
+        `default_gp_points` of the training rows (1000, or 2000 from `LARGE_DATA_ROWS` rows).
       restarts: starts of the GP hyperparameter fit (`num_starts`).
       restart_rule: `"screened"`: the starts run on `screen_points` of its rows, then the winner and the
         first start on all (`restarts="screened"`); `"all"`: every start on every row.
@@ -369,7 +371,7 @@ class GPOptions(_Recipe):
     """
 
     name: ClassVar[str] = "gp"
-    points: int = 1000
+    points: int | None = None
     restarts: int = 4
     restart_rule: str = "screened"
     screen_points: int = 300
@@ -380,7 +382,7 @@ class GPOptions(_Recipe):
     def __init__(
         self,
         *,
-        points: int = 1000,
+        points: int | None = None,
         restarts: int = 4,
         restart_rule: str = "screened",
         screen_points: int = 300,
@@ -514,7 +516,7 @@ class DirectConfig(_DirectConfigFields):
       >>> import kronvi
       >>> kronvi.DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
       DirectConfig(recipe=Eigen(width=6.0, noise_span=3.0, starts=('prior',), support_rms=20.0),
-        gp=GPOptions(points=1000, restarts=4, restart_rule='screened', screen_points=300,
+        gp=GPOptions(points=None, restarts=4, restart_rule='screened', screen_points=300,
         degenerate_margin=2.0, precision='float64', gain_tol=0.1), num_frequencies=None,
         frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
         max_noise_recentres=0, lengthscale=None, kernel='rbf', feature_map=None, feature_budget=None,
@@ -713,6 +715,14 @@ def default_num_frequencies(num_rows: int, feature_map: str | None = None) -> in
         return 1000
     feature_map = default_feature_map(num_rows) if feature_map is None else feature_map
     return 3000 if feature_map == "nystrom" else 2000
+
+
+def default_gp_points(num_rows: int) -> int:
+    """The GP step's rows of `GPOptions(points=None)` (the default) for `num_rows` training rows: 1000 below
+    `LARGE_DATA_ROWS` (20,000), 2000 from there, where a GP on 1,000 rows chose lengthscales too long for the
+    features the fold can afford and 2,000 rows cost seconds of a minute's fold
+    (`docs/decisions/gp-step.md#the-gp-steps-rows`)."""
+    return 2000 if int(num_rows) >= LARGE_DATA_ROWS else 1000
 
 
 def _resolve_map(config: DirectConfig, num_rows: int, *, traced: bool = False) -> DirectConfig:
@@ -1143,7 +1153,8 @@ def prepare_fold(
     progress_every: int | None = None,
 ) -> PreparedFold:
     """Prepares raw training rows for a DIRECT fit: standardizer and centred targets from these rows, GP
-    hyperparameters on at most `config.gp_points` of them, `config.num_frequencies` (by default
+    hyperparameters on at most `config.gp_points` of them (by default `default_gp_points` of the rows),
+    `config.num_frequencies` (by default
     `default_num_frequencies` of the rows) random Fourier
     frequencies, the weight grid, and the training statistics in one chunked pass (accumulated per inner
     fold when `config.noise_cv` is set, for `choose_noise_prior`).
@@ -1310,7 +1321,8 @@ def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
         hyper, gp_info = _fixed_hyperparameters(config.lengthscale, Xs, yc), None
     elif gp is None:
         hyper, gp_info = fit_gp_hyperparameters(
-            k_gp, *(gp_rows or (Xs, yc)), num_points=config.gp_points, num_starts=config.gp_restarts,
+            k_gp, *(gp_rows or (Xs, yc)), num_starts=config.gp_restarts,
+            num_points=default_gp_points(Xs.shape[0]) if config.gp_points is None else config.gp_points,
             degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
             screen_points=config.gp_screen_points, precision=config.gp_precision, gain_tol=config.gp_gain_tol,
             kernel=config.kernel,

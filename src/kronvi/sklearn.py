@@ -155,7 +155,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       method: `"cavi"` (coordinate ascent, the default) or `"lbfgs"`.
       starts: `"prior"`, `"gaussian"` or `"both"` (the highest ELBO is kept); default: the basis's.
       max_iter: iterations of the fit (default: the method's).
-      gp_points: the most rows the GP hyperparameters are fitted on, >= 2.
+      gp_points: the most rows the GP hyperparameters are fitted on, >= 2 (default: 1000, or 2000 from
+        20,000 rows: `kronvi.pipeline.default_gp_points`).
       gp_restarts: starts of the GP hyperparameter fit, >= 1.
       kernel: `"rbf"` (squared exponential, default), `"matern52"`, `"matern32"`, or `"auto"` (the three
         compared by the features' exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.kernel`).
@@ -217,7 +218,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         method: str = "cavi",
         starts: str | None = None,
         max_iter: int | None = None,
-        gp_points: int = 1000,
+        gp_points: int | None = None,
         gp_restarts: int = 4,
         kernel: str = "rbf",
         feature_map: str | None = None,
@@ -300,7 +301,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
         for name, minimum in [
             ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1), ("chunk_size", 1),
         ]:  # fmt: skip
-            check_int(getattr(self, name), name, minimum)
+            if name != "gp_points" or self.gp_points is not None:
+                check_int(getattr(self, name), name, minimum)
         if self.max_iter is not None:
             check_int(self.max_iter, "max_iter", 1)
         check_nonnegative_number(self.compact_tol, "compact_tol")
