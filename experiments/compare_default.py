@@ -27,6 +27,8 @@ def per_fold(records, method, aliases=()):
     out = {}
     for r in records:
         if r["method"] == method or (r["method"] in aliases and "default" not in (r.get("settings") or {})):
+            if r["dataset"] in out:  # two records of one dataset (e.g. in two --before files): which to trust?
+                raise SystemExit(f"compare_default.py: two {method} records of {r['dataset']}")
             out[r["dataset"]] = {f["fold"]: f for f in r["per_fold"]}
     return out
 
@@ -50,6 +52,8 @@ def main(argv=None):
     )  # fmt: skip
     p.add_argument("--data-dir", default=None, help="with --before-method direct-mf: RMSE over the training sd too")
     a = p.parse_args(argv)
+    if a.data_dir is not None and a.before_method != "direct-mf":
+        p.error("--data-dir needs --before-method direct-mf")
     before = [r for path in a.before.split(",") for r in json.loads(pathlib.Path(path).read_text())]
     after = json.loads(pathlib.Path(a.after).read_text())
     new, exact = per_fold(after, "direct-mf"), per_fold(after, "exact-blr")

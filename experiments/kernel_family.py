@@ -8,7 +8,7 @@ For each of the first `--folds` published folds of each dataset, the default rec
 same draws; the GP step fits that kernel's hyperparameters. Per kernel: the DIRECT fit's test RMSE
 (`kronvi.predict`), its NLPD (`kronvi.log_density`, the exact predictive density of every test row, the
 noise included; a far-tail point whose value misses the density's tolerance keeps its best value, counted in
-`density_below_tolerance`, as `kronvi fit` does), the GP step's log marginal likelihood (of its chosen start, on its <= 1,000 rows), the
+`density_below_tolerance`, as `kronvi fit` does), the GP step's log marginal likelihood (of its chosen start, on its <= 1,000 rows in the committed run), the
 features' exact log evidence (`PreparedFold.log_evidence`: Bayesian linear regression on the centred
 features at the evidence-chosen prior scale and noise) and the seconds of `prepare_fold` and `fit_prepared`.
 `--num-features` sets b for every kernel (write those records to a file of their own).
@@ -108,7 +108,7 @@ def render(records) -> str:
         "is in `experiments/README.md`). The default recipe per kernel (`DirectConfig(kernel=...)`), the same key "
         "per fold; RMSE and NLPD in the targets' units (NLPD: the exact predictive density of every test row); "
         "log evidence: the features' exact log evidence at the evidence-chosen prior scale and noise (what "
-        "`kernel=\"auto\"` compares); GP LML: the GP step's log marginal likelihood on its <= 1,000 rows; "
+        "`kernel=\"auto\"` compares); GP LML: the GP step's log marginal likelihood on its rows (<= 1,000 when this ran); "
         "seconds: `prepare_fold` + `fit_prepared` on this machine's 2 cores, shared with other jobs (load in "
         "the records).",
         "",

@@ -1,7 +1,7 @@
 """Kernel hyperparameters from all the rows (issue 49, item 2): the GP step's lengthscales refined by the
 exact log evidence of the random-feature model on a large row sample, against today's default.
 
-The default recipe fits a GP's ARD lengthscales, signal and noise variances on at most 1,000 training rows,
+The default recipe fitted (when this ran) a GP's ARD lengthscales, signal and noise variances on at most 1,000 training rows,
 then draws b random Fourier features with those lengthscales. This study refines the log-lengthscales, the
 log signal variance and the log noise variance by maximizing the exact log evidence of Bayesian linear
 regression on random Fourier features,
@@ -248,7 +248,7 @@ def render(records):
         "# Kernel hyperparameters from the random-feature evidence (issue 49, item 2)",
         "",
         "Produced by `python experiments/rf_evidence_hyper.py` (commands in `experiments/README.md`; records "
-        "in `experiments/results/rf_evidence_hyper.jsonl`). Default: today's recipe (GP step on <= 1,000 rows). "
+        "in `experiments/results/rf_evidence_hyper.jsonl`). Default: the recipe of the run (GP step on <= 1,000 rows). "
         "`rfev m=M b_opt=B`: the GP's lengthscales, signal and noise variances refined by the exact log "
         "evidence of BLR on B random features over M random training rows (float64, L-BFGS-B), then the "
         "default recipe with them. sRMSE: DIRECT's test RMSE over the sd of the training targets; NLPD: the "

@@ -64,3 +64,14 @@ def test_the_rmse_over_the_training_sd_of_each_fold(tmp_path):
     assert row.split("|")[4].strip() == f"{ratios.mean():.4f} ({ratios.min():.4f} – {ratios.max():.4f})"
     assert f"{np.mean(1 / np.array(sds)):.4f}" in row.split("|")[3]
     assert "--data-dir" in text.splitlines()[0]
+
+
+def test_two_records_of_one_dataset_or_a_data_dir_without_two_defaults_are_refused(tmp_path):
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps([_record("direct-mf", [1.0], [0.0])]))
+    with pytest.raises(SystemExit, match="two direct-mf records of d"):
+        compare_default.main(["--before", f"{one},{one}", "--after", str(one), "--out", str(tmp_path / "o.md"),
+                              "--before-method", "direct-mf"])  # fmt: skip
+    with pytest.raises(SystemExit):
+        compare_default.main(["--before", str(one), "--after", str(one), "--out", str(tmp_path / "o.md"),
+                              "--data-dir", str(tmp_path)])  # fmt: skip

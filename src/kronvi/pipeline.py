@@ -560,7 +560,8 @@ class DirectConfig(_DirectConfigFields):
         """Every setting under its old flat name (`basis`, `width`, ..., `gp_points`, ...), in the old order:
         a record of the config in plain values (for JSON), as `DirectConfig(basis=...)._asdict()` was; then
         `kernel`, `feature_map`, `feature_budget` and `feature_gain` where they are not the defaults (so that a
-        record of the default reads as before)."""
+        record of the default reads as before, but for `gp_points`, `None` since the GP step's rows follow the
+        training rows: `default_gp_points`)."""
         flat: dict[str, Any] = {"basis": self.basis}
         for name in _FLAT_ORDER[1:]:
             value = getattr(self, name)
