@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -32,27 +31,20 @@ import kronvi  # noqa: E402
 
 
 def fit_points(name, k, X, y, test, points):
-    """One record: the default recipe on fold `k`'s training rows with the GP step on at most `points` rows."""
+    """One record: the default recipe on fold `k`'s training rows with the GP step on at most `points` rows
+    (`study_cli.fit_and_score`, which scores the test rows as `kronvi fit` does)."""
     key = jax.random.fold_in(uci.dataset_key(name, 0), k)
     config = kronvi.DirectConfig(gp=kronvi.GPOptions(points=points))
-    t0 = time.perf_counter()
-    model, timings, info = kronvi.fit_direct(key, X[~test], y[~test], config)
-    jax.block_until_ready(model.q_w.logits)
-    seconds = time.perf_counter() - t0
-    mean = np.asarray(model.predict(X[test]).mean, np.float64)
-    try:
-        log_dens = model.log_density(X[test], y[test])
-    except kronvi.model.DensityToleranceError as e:  # a far-tail point keeps its best value, as `kronvi fit` does
-        log_dens = e.log_density
-    rmse = float(np.sqrt(np.mean((mean - y[test]) ** 2)))
-    chosen = int(info.gp.chosen)
+    fold, model, fields = study_cli.fit_and_score(X, y, test, config, key)
+    gp, chosen = fold.gp_info, int(fold.gp_info.chosen)
     return dict(
-        dataset=name, fold=k, points=points, gp_rows=int(info.gp.num_points), n=int((~test).sum()),
-        feature_map=info.feature_map, b=int(model.q_w.logits.shape[0]), rmse=rmse,
-        rmse_over_sd=rmse / float(np.std(y[~test])), nlpd=-float(np.mean(np.asarray(log_dens, np.float64))),
-        gp_seconds=timings.init_seconds, seconds=seconds,
-        lengthscales=[round(float(v), 4) for v in np.asarray(info.gp.starts.lengthscales[chosen])],
-        lml_per_row=float(info.gp.log_marginal_likelihoods[chosen]) / int(info.gp.num_points),
+        dataset=name, fold=k, points=points, gp_rows=int(gp.num_points), n=int((~test).sum()),
+        feature_map="nystrom" if isinstance(model.features, kronvi.inputs.NystromFeatures) else "fourier",
+        b=int(model.q_w.logits.shape[0]), rmse=fields["rmse"],
+        rmse_over_sd=fields["rmse"] / float(np.std(y[~test])), nlpd=fields["nlpd"],
+        gp_seconds=fold.init_seconds, seconds=fields["prepare_seconds"] + fields["fit_seconds"],
+        lengthscales=[round(float(v), 4) for v in np.asarray(gp.starts.lengthscales[chosen])],
+        lml_per_row=float(gp.log_marginal_likelihoods[chosen]) / int(gp.num_points),
     )  # fmt: skip
 
 

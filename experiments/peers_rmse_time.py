@@ -147,26 +147,21 @@ def run_kronvi(Xtr, ytr, Xte, yte, budgets):
         ), model  # fmt: skip
 
 
-def run_default(Xtr, ytr, Xte, yte):
-    """The library's default recipe, `kronvi.fit_direct(key(0), Xtr, ytr)` timed end to end; its record's
-    fields as `run_kronvi`'s, with the feature map, b and the GP step's rows."""
+def run_default(X, y, test):
+    """The library's default recipe on the training rows (`kronvi.fit_direct`'s stages with key 0, timed end to end,
+    and its test scores: `study_cli.fit_and_score`); its record's fields as `run_kronvi`'s, with the feature map,
+    b and the GP step's rows."""
     import jax
 
     import kronvi
 
-    t0 = time.perf_counter()
-    model, timings, info = kronvi.fit_direct(jax.random.key(0), Xtr, ytr)
-    jax.block_until_ready(model.q_w.logits)
-    seconds = time.perf_counter() - t0
-    pred = kronvi.predict(model, Xte)
-    try:
-        ld, loose = np.asarray(kronvi.log_density(model, Xte, yte), np.float64), 0
-    except kronvi.DensityToleranceError as e:
-        ld, loose = np.asarray(e.log_density, np.float64), len(e.failed)
+    fold, model, fields = study_cli.fit_and_score(X, y, test, kronvi.DirectConfig(), jax.random.key(0))
+    nystrom = isinstance(model.features, kronvi.inputs.NystromFeatures)
     return dict(
-        fit=seconds, gp_seconds=timings.init_seconds, feature_map=info.feature_map, b=int(model.q_w.logits.shape[0]),
-        gp_points=int(info.gp.num_points), density_points_over_rtol=loose,
-        rmse=float(np.sqrt(np.mean((np.asarray(pred.mean, np.float64) - yte) ** 2))), nlpd=float(-ld.mean()),
+        fit=fields["prepare_seconds"] + fields["fit_seconds"], gp_seconds=fold.init_seconds,
+        feature_map="nystrom" if nystrom else "fourier", b=int(model.q_w.logits.shape[0]),
+        gp_points=int(fold.gp_info.num_points), density_points_over_rtol=fields["density_below_tolerance"],
+        rmse=fields["rmse"], nlpd=fields["nlpd"],
     )  # fmt: skip
 
 
@@ -251,7 +246,7 @@ def main(argv=None):
                     load0 = load_average()
             if "kronvi-default" in methods and (name, k, DEFAULT) not in done:
                 load0 = load_average()
-                record(DEFAULT, run_default(Xtr, ytr, Xte, yte), load0)
+                record(DEFAULT, run_default(X, y.astype(np.float64), test), load0)
             if "svgp" in methods and (name, k, "SVGP") not in done:
                 load0 = load_average()
                 res = peers.run_svgp(Xtr, ytr, Xte, yte, max_steps=args.svgp_max_steps, init_rows=args.svgp_init_rows, key=k,

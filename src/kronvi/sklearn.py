@@ -299,12 +299,12 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
             _check_choice(self.starts, "starts", ("gaussian", "prior", "both"))
             starts = ("prior", "gaussian") if self.starts == "both" else (self.starts,)
         for name, minimum in [
-            ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1), ("chunk_size", 1),
+            ("levels", 2), ("noise_levels", 1), ("gp_restarts", 1), ("chunk_size", 1),
         ]:  # fmt: skip
-            if name != "gp_points" or self.gp_points is not None:
+            check_int(getattr(self, name), name, minimum)
+        for name, minimum in [("max_iter", 1), ("gp_points", 2)]:  # None: the recipe's
+            if getattr(self, name) is not None:
                 check_int(getattr(self, name), name, minimum)
-        if self.max_iter is not None:
-            check_int(self.max_iter, "max_iter", 1)
         check_nonnegative_number(self.compact_tol, "compact_tol")
         # a set `noise_span` on the "features" basis replaces its inner choice among spans (`noise_cv`)
         no_cv = stream or (self.basis == "features" and self.noise_span is not None)
