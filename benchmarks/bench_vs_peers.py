@@ -9,7 +9,7 @@ For fold 0 of each dataset (the shared UCI folds; yacht ships with kronvi):
   warm repeats, after one untimed call in the same process.
 - **BayesianRidge**: scikit-learn's `BayesianRidge()` (its defaults: intercept, evidence-optimal prior
   and noise) fitted on the very features kronvi built (float64; random Fourier features, or Nyström
-  features from 20,000 training rows), predicting with `return_std`.
+  features from 4,000 training rows), predicting with `return_std`.
 - **sklearn GP**: `GaussianProcessRegressor` with an ARD squared-exponential kernel plus white noise on
   the standardized inputs (n <= 5000 only; one timed fit, its default single optimizer start).
 - **SVGP** (`--peers`, needs GPJax: the `peers` extra): GPJax's sparse variational GP, 1024 inducing points
@@ -121,7 +121,7 @@ def run_kronvi(Xtr, ytr, Xte, yte, key=0, config=None):
 
 def same_features(Xtr, ytr, Xte, key=0):
     """The default recipe's features of the standardized inputs (float64), as the pipeline builds them: random
-    Fourier features, or Nyström features from 20,000 training rows (`pipeline.default_feature_map`)."""
+    Fourier features, or Nyström features from 4,000 training rows (`pipeline.default_feature_map`)."""
     config = pipeline.DirectConfig(
         recipe=pipeline.Features(noise_cv=()), feature_map=pipeline.default_feature_map(len(Xtr))
     )  # the default's GP step, key and map; uncentred (BayesianRidge fits its own intercept)

@@ -343,7 +343,7 @@ def main(argv=None) -> int:
             "# The default recipe's bound through the library (issue 49)\n\n"
             f"`python experiments/off_support.py {' '.join(sys.argv[1:] if argv is None else argv)}`: "
             "`library-default` is `uci.py`'s `direct-mf` (`kronvi.fit_direct`'s recipe, predictions with "
-            "`DirectConfig.support_rms = 20`), `evidence` its `exact-blr` (the plain predictive of the same "
+            "`DirectConfig.support_rms = 20`, the default of random Fourier features when it ran), `evidence` its `exact-blr` (the plain predictive of the same "
             "features and evidence optimum). Findings: "
             "`docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`.\n\n" + text
         )

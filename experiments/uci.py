@@ -11,10 +11,12 @@ hyperparameters and features):
                    weights discretized in the eigenbasis of Phi^T Phi, each on 15 levels spanning +-6 sds of
                    its exact posterior under N(0, sw^2), sw and the noise centre at the joint exact evidence
                    maximizer, the noise on 15 levels spanning 3x around it; CAVI from the prior, all weights
-                   at once (the eigenbasis statistics are diagonal). Predicts as ``kronvi.predict``: a test row's
-                   eigen-coordinates count up to 20 training RMS in the mean (``DirectConfig.support_rms``).
-                   From 20,000 to 100,000 training rows its features are 6000 Nyström features
-                   (``kronvi.pipeline.default_feature_map``), the GP step's the same.
+                   at once (the eigenbasis statistics are diagonal). Predicts as ``kronvi.predict``: with random
+                   Fourier features a test row's eigen-coordinates count up to 20 training RMS in the mean
+                   (``DirectConfig.support_rms``).
+                   From 4,000 to 100,000 training rows its features are Nyström features (2000 landmarks,
+                   6000 from 20,000 rows; ``kronvi.pipeline.default_feature_map``), the GP step's the same, and
+                   the mean is not bounded (``support_rms="auto"``: they vanish away from the landmarks).
   exact-blr        exact Bayesian linear regression on the same features, prior N(0, sw^2 I), sw and the noise
                    at the joint evidence maximizer (kronvi.gaussian.spectral_evidence_optimum, as
                    BayesianRidge chooses them; kronvi.gaussian.blr_posterior); closed-form NLPD on every test row.
@@ -123,7 +125,7 @@ class StudyConfig:
     # noise grid and GP settings, which every method shares.
     direct: DirectConfig = resolve_config(DirectConfig(recipe=kronvi.Features(), num_frequencies=1000))
     # kronvi's default recipe (direct-mf, exact-blr): the same GP hyperparameters; the same features below
-    # 20,000 training rows, from there its own (kronvi.pipeline.default_feature_map, default_num_frequencies).
+    # 4,000 training rows, from there its own (kronvi.pipeline.default_feature_map, default_num_frequencies).
     default: DirectConfig = resolve_config(DirectConfig())
     # REPARAM (the paper's settings) and its optimizer
     reparam_batch: int = 100
@@ -438,8 +440,9 @@ class Setup:
 
     def eigen(self):
         """``(fold, Phi_test)`` of the default recipe's preparation (basis "eigen"), with this fold's GP
-        hyperparameters and the default's own features (the paper's below 20,000 training rows; from there b =
-        6000 Nyström features up to 100,000 rows, 4000 random Fourier features above); prepared once per fold."""
+        hyperparameters and the default's own features (the paper's below 4,000 training rows; from there b =
+        2000 Nyström features, 6000 from 20,000 rows up to 100,000 rows, 4000 random Fourier features above);
+        prepared once per fold."""
         if self._eigen is None:
             if self.train is None:
                 raise ValueError("this Setup was built without its training rows")
@@ -768,7 +771,7 @@ def run_elrg(setup: Setup, *, rank: int):
     ``reparam_batch`` rows with ``reparam_samples`` draws per row, Adam at ``reparam_lr``, the start at mean 0
     with variances ``reparam_init_std``^2 and factors a tenth of that scale. The noise variance is fixed at
     exact-blr's, the exact evidence maximizer of the default recipe's preparation (the same features below
-    20,000 training rows, the default's own from there; its float64 eigendecomposition is not counted in the
+    4,000 training rows, the default's own from there; its float64 eigendecomposition is not counted in the
     fit time, as for exact-blr)."""
     cfg = setup.cfg
     fold = setup.fold
@@ -982,8 +985,8 @@ def parse_args(argv=None):
     p.add_argument(
         "--num-features", type=int, default=None,
         help="b (even) of every method; default: 2000, and the default recipe's (direct-mf, exact-blr) by the "
-        "training rows and map (kronvi.pipeline.default_num_frequencies: from 20,000 rows 6000 Nyström features "
-        "up to 100,000 rows, 4000 random Fourier features above)",
+        "training rows and map (kronvi.pipeline.default_num_frequencies: 2000 Nyström features from 4,000 rows, "
+        "6000 from 20,000 up to 100,000 rows, 4000 random Fourier features above)",
     )
     p.add_argument(
         "--noise-span",

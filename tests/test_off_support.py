@@ -109,7 +109,7 @@ def test_support_rms_none_is_the_plain_posterior_and_bad_values_are_named(fitted
     assert off.support is None
     Xt = _far(X)
     np.testing.assert_allclose(off.predict(Xt).mean, model._replace(support=None).predict(Xt).mean, rtol=1e-12)
-    for bad in (0.0, -1.0, float("nan"), float("inf")):
+    for bad in (0.0, -1.0, float("nan"), float("inf"), "20", True):
         with pytest.raises(ValueError, match=r"config\.support_rms"):
             kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(recipe=kronvi.Eigen(support_rms=bad)))
     features = kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(recipe=kronvi.Features())).model
@@ -145,3 +145,29 @@ def test_the_bound_is_the_dense_clipped_formula_in_both_dtypes(dtype):
     np.testing.assert_allclose(model.support.bound, bound, **tol)
     np.testing.assert_allclose(model.predict(Xt).mean, model.y_offset + model.y_scale * np.clip(z, -bound, bound) @ e_w, **tol)
     assert np.all(np.abs(np.clip(z[:6], -bound, bound) - z[:6]).sum(axis=1) > 0)  # the far rows are clipped
+
+
+def test_auto_bounds_random_fourier_features_and_not_nystrom_features():
+    """`support_rms="auto"` (the default) bounds the mean with random Fourier features (`SUPPORT_RMS`) and not
+    with Nyström features, whose plain mean returns to the targets' mean far from the data; an explicit
+    number bounds either map."""
+    from kronvi import pipeline
+
+    assert kronvi.Eigen().support_rms == "auto" and kronvi.Compact().support_rms == "auto"
+    assert [pipeline.support_rms_for("auto", m) for m in ("fourier", "nystrom")] == [pipeline.SUPPORT_RMS, None]
+    assert [pipeline.support_rms_for(v, "nystrom") for v in (7, None)] == [7.0, None]
+    X, y = _data()
+    nys = SMALL._replace(feature_map="nystrom")
+    auto = kronvi.fit_direct(jax.random.key(0), X, y, nys).model
+    assert auto.support is None
+    bounded = kronvi.fit_direct(jax.random.key(0), X, y, nys._replace(recipe=kronvi.Eigen(support_rms=20.0))).model
+    assert isinstance(bounded.support, SupportBound)
+    np.testing.assert_array_equal(np.asarray(bounded.q_w.logits), np.asarray(auto.q_w.logits))  # the same fit
+    far = np.stack([X.max(0) + 30.0 * X.std(0), X.min(0) - 50.0 * X.std(0)])  # every landmark far away
+    mean = np.asarray(auto.predict(far).mean)  # the kernel rows vanish: one constant, whichever way
+    np.testing.assert_allclose(mean[0], mean[1], rtol=1e-6)
+    assert abs(mean[0] - y.mean()) < 2.0 * y.std()
+    compact = kronvi.fit_direct(jax.random.key(0), X, y, nys._replace(recipe=kronvi.Compact())).model
+    assert compact.support is None
+    fourier = kronvi.fit_direct(jax.random.key(0), X, y, SMALL).model
+    np.testing.assert_allclose(fourier.support.bound, 20.0 * np.sqrt(np.maximum(np.asarray(fourier.basis.eigenvalues, np.float64), 0) / len(y)), rtol=1e-6)

@@ -74,10 +74,10 @@ def test_default_features_grow_with_the_training_rows_and_far_targets_keep_their
     monkeypatch.setattr(pipeline, "default_num_frequencies", lambda n, fmap=None: rule[fmap] if n == 40 else 0)
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(), gp=gp)  # default recipe
     assert fold.features.frequencies.shape == (2, 11) and fold.stats.Phity.shape == (22,)
-    monkeypatch.setattr(pipeline, "LARGE_DATA_ROWS", 30)  # 40 rows: Nyström features by default
+    monkeypatch.setattr(pipeline, "NYSTROM_MIN_ROWS", 30)  # 40 rows: Nyström features by default
     fold = pipeline.prepare_fold(jax.random.key(0), X, y, pipeline.DirectConfig(), gp=gp)
     assert fold.features.landmarks.shape == (30, 2) and fold.stats.Phity.shape == (30,)
-    monkeypatch.setattr(pipeline, "LARGE_DATA_ROWS", 20_000)
+    monkeypatch.setattr(pipeline, "NYSTROM_MIN_ROWS", 4_000)
     config = pipeline.DirectConfig(
         recipe=pipeline.Features(noise_cv=()), num_frequencies=7
     )  # the cheaper basis
@@ -309,6 +309,12 @@ def test_the_old_flat_fields_build_the_same_config_with_a_deprecation_warning():
         pytest.raises(ValueError, match="noise_cv` applies to basis='features'"),
     ):
         pipeline.DirectConfig(basis="compact", noise_cv=(3.0,))
+    # the bound's old default (20) and today's ("auto") are inert on the paper's recipe, as older records hold them
+    for inert in (20.0, "auto"):
+        with pytest.warns(DeprecationWarning):
+            assert pipeline.DirectConfig(basis="features", support_rms=inert).recipe == pipeline.Features()
+    with pytest.warns(DeprecationWarning), pytest.raises(pipeline.RecipeOptionError, match="support_rms"):
+        pipeline.DirectConfig(basis="features", support_rms=5.0)
     with pytest.raises(TypeError, match="`recipe` and the old fields"):
         pipeline.DirectConfig(recipe=pipeline.Eigen(), width=3.0)
     with pytest.raises(TypeError, match="unexpected keyword"):

@@ -146,7 +146,7 @@ def _parsers():
         default=None,
         help="'fourier' (random Fourier features), 'nystrom' (Nyström features on b landmarks among the "
         "training rows) or 'auto' (the map of the larger exact evidence; --basis eigen or compact) (default: "
-        "by the training rows, Nyström from 20,000 to 100,000 with --basis eigen or compact, else Fourier: "
+        "by the training rows, Nyström from 4,000 to 100,000 with --basis eigen or compact, else Fourier: "
         "kronvi.pipeline.default_feature_map)",
     )
     f.add_argument(

@@ -132,8 +132,11 @@ __all__ = [
     "RecipeOptionError",
     "DirectConfig",
     "LARGE_DATA_ROWS",
+    "NYSTROM_MIN_ROWS",
     "NYSTROM_MAX_ROWS",
+    "SUPPORT_RMS",
     "default_feature_map",
+    "support_rms_for",
     "default_gp_points",
     "default_num_frequencies",
     "FeatureStep",
@@ -218,19 +221,21 @@ class Eigen(_Recipe):
         times the training rows' RMS in that direction, $\sqrt{\lambda_j / n}$ (`SupportBound`); the
         variance is unchanged. Rows like the training rows are untouched; a row far from them no longer
         projects onto weakly determined directions at random. `None`: no bound (the plain posterior
-        predictive; `docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`).
+        predictive; `docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`). `"auto"`
+        (default): `SUPPORT_RMS` (20) with random Fourier features, `None` with Nyström features, which vanish
+        away from the training rows by themselves (`support_rms_for`).
 
     Example:
       >>> import kronvi
       >>> kronvi.Eigen(width=4.0)
-      Eigen(width=4.0, noise_span=3.0, starts=('prior',), support_rms=20.0)
+      Eigen(width=4.0, noise_span=3.0, starts=('prior',), support_rms='auto')
     """
 
     name: ClassVar[str] = "eigen"
     width: float = 6.0
     noise_span: float = 3.0
     starts: tuple[str, ...] = ("prior",)
-    support_rms: float | None = 20.0
+    support_rms: float | str | None = "auto"
 
     def __init__(
         self,
@@ -238,7 +243,7 @@ class Eigen(_Recipe):
         width: float = 6.0,
         noise_span: float = 3.0,
         starts: Sequence[str] = ("prior",),
-        support_rms: float | None = 20.0,
+        support_rms: float | str | None = "auto",
         **other: Any,
     ):
         _Recipe.__init__(
@@ -265,14 +270,14 @@ class Compact(_Recipe):
     Example:
       >>> import kronvi
       >>> kronvi.Compact(tol=0.05)
-      Compact(width=6.0, noise_span=3.0, starts=('prior',), support_rms=20.0, tol=0.05, vectors='half')
+      Compact(width=6.0, noise_span=3.0, starts=('prior',), support_rms='auto', tol=0.05, vectors='half')
     """
 
     name: ClassVar[str] = "compact"
     width: float = 6.0
     noise_span: float = 3.0
     starts: tuple[str, ...] = ("prior",)
-    support_rms: float | None = 20.0
+    support_rms: float | str | None = "auto"
     tol: float = 0.1
     vectors: str = "half"
 
@@ -282,7 +287,7 @@ class Compact(_Recipe):
         width: float = 6.0,
         noise_span: float = 3.0,
         starts: Sequence[str] = ("prior",),
-        support_rms: float | None = 20.0,
+        support_rms: float | str | None = "auto",
         tol: float = 0.1,
         vectors: str = "half",
         **other: Any,
@@ -491,8 +496,8 @@ class DirectConfig(_DirectConfigFields):
         draws) and the one whose features have the largest exact log evidence is fitted (`DirectInfo.kernel`
         says which; three preparations' time; `docs/decisions/default-recipe.md#the-kernel-family`).
       feature_map: `None` (default): by the training rows, `default_feature_map(n)`: Nyström features (b =
-        6000) from 20,000 to 100,000 rows with the eigen and compact recipes, random Fourier features
-        otherwise and for rows traced under `jit` or `vmap`; `"fourier"`: random Fourier features
+        2000, 6000 from 20,000 rows) from 4,000 to 100,000 rows with the eigen and compact recipes, random
+        Fourier features otherwise and for rows traced under `jit` or `vmap`; `"fourier"`: random Fourier features
         (`kronvi.inputs.rff_init`); `"nystrom"`:
         Nyström features on `2 num_frequencies` landmarks drawn from the training rows (all of them when there
         are fewer; `kronvi.inputs.nystrom_init`), more accurate per feature where the rows are many and
@@ -515,7 +520,7 @@ class DirectConfig(_DirectConfigFields):
     Example:
       >>> import kronvi
       >>> kronvi.DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
-      DirectConfig(recipe=Eigen(width=6.0, noise_span=3.0, starts=('prior',), support_rms=20.0),
+      DirectConfig(recipe=Eigen(width=6.0, noise_span=3.0, starts=('prior',), support_rms='auto'),
         gp=GPOptions(points=None, restarts=4, restart_rule='screened', screen_points=300,
         degenerate_margin=2.0, precision='float64', gain_tol=0.1), num_frequencies=None,
         frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
@@ -606,7 +611,7 @@ class DirectConfig(_DirectConfigFields):
     )
     compact_tol = property(lambda self: getattr(self.recipe, "tol", 0.1), doc="`Compact.tol`.")
     support_rms = property(
-        lambda self: getattr(self.recipe, "support_rms", 20.0),
+        lambda self: getattr(self.recipe, "support_rms", "auto"),
         doc="`Eigen.support_rms`, `Compact.support_rms`.",
     )
     compact_vectors = property(lambda self: getattr(self.recipe, "vectors", "half"), doc="`Compact.vectors`.")
@@ -669,7 +674,7 @@ def _from_legacy(recipe, gp, legacy: dict, *, stacklevel: int, keep: bool = Fals
                 options[option] = value
             else:
                 options.pop(option, None)  # None: the recipe's default
-        elif value is not None and value != _inert(option):
+        elif value is not None and not _is_inert(option, value):
             owner = "compact" if old in _LEGACY_COMPACT else "eigen" if old == "support_rms" else "features"
             if old == "noise_cv":
                 raise RecipeOptionError(
@@ -686,24 +691,44 @@ def _from_legacy(recipe, gp, legacy: dict, *, stacklevel: int, keep: bool = Fals
 def _inert(option: str) -> Any:
     """The value of an option a recipe does not have, as the old `DirectConfig` held it (ignored)."""
     return {"noise_cv": (), "cv_folds": 5, "cv_criterion": "log_density", "cv_max_iter": 10, "tol": 0.1,
-            "vectors": "half", "support_rms": 20.0}[option]  # fmt: skip
+            "vectors": "half", "support_rms": "auto"}[option]  # fmt: skip
+
+
+def _is_inert(option: str, value: Any) -> bool:
+    """Whether `value` of an option the recipe does not have is its inert default, today's or (the bound's
+    20 before `"auto"`, as older records hold it) an earlier one."""
+    return value == _inert(option) or (option == "support_rms" and value == SUPPORT_RMS)
 
 
 LARGE_DATA_ROWS = 20_000
-# the default map is Nyström from `LARGE_DATA_ROWS` training rows up to (not including) this many
+# the default map is Nyström from this many training rows up to (not including) `NYSTROM_MAX_ROWS`
+NYSTROM_MIN_ROWS = 4_000
 NYSTROM_MAX_ROWS = 100_000
+# the off-support bound of `support_rms="auto"` with random Fourier features
+SUPPORT_RMS = 20.0
 
 
 def default_feature_map(num_rows: int, basis: str = "eigen") -> str:
     """The feature map of `DirectConfig(feature_map=None)` (the default) for `num_rows` concrete training rows:
-    `"nystrom"` for the eigen and compact recipes from `LARGE_DATA_ROWS` (20,000) rows up to
-    `NYSTROM_MAX_ROWS` (100,000), where landmarks among the rows beat random frequencies at a cost a fold can
-    afford; `"fourier"` below and above, and for the paper's recipe (`basis="features"`). Rows under `jit`
-    or `vmap` (traced) always get `"fourier"`: Nyström landmarks are drawn on the host
-    (`docs/decisions/default-recipe.md#nystrom-features`)."""
-    if basis != "features" and LARGE_DATA_ROWS <= int(num_rows) < NYSTROM_MAX_ROWS:
+    `"nystrom"` for the eigen and compact recipes from `NYSTROM_MIN_ROWS` (4,000) rows, where the default's
+    landmarks are at most half the rows, up to `NYSTROM_MAX_ROWS` (100,000), where landmarks among the rows
+    beat random frequencies at a cost a fold can afford; `"fourier"` below and above, and for the paper's
+    recipe (`basis="features"`). Rows under `jit` or `vmap` (traced) always get `"fourier"`: Nyström
+    landmarks are drawn on the host (`docs/decisions/default-recipe.md#nystrom-features`)."""
+    if basis != "features" and NYSTROM_MIN_ROWS <= int(num_rows) < NYSTROM_MAX_ROWS:
         return "nystrom"
     return "fourier"
+
+
+def support_rms_for(support_rms: float | str | None, feature_map: str) -> float | None:
+    """The off-support bound (`Eigen.support_rms`) a fit with `feature_map` (`"fourier"` or `"nystrom"`)
+    applies: `"auto"` gives `SUPPORT_RMS` (20) for random Fourier features, whose norm is 1 everywhere so that
+    a row far from the training inputs projects onto weakly determined directions at random, and `None` for
+    Nyström features, which vanish away from every landmark so that the plain predictive mean returns to the
+    targets' mean (`docs/decisions/default-recipe.md#nystrom-features`); a number or `None` is kept."""
+    if support_rms == "auto":
+        return None if feature_map == "nystrom" else SUPPORT_RMS
+    return None if support_rms is None else float(support_rms)
 
 
 def default_num_frequencies(num_rows: int, feature_map: str | None = None) -> int:
@@ -838,7 +863,7 @@ class FittedDirect(NamedTuple):
         of two nearest it (a scaling that rounds nothing), so that no statistic overflows or underflows. The
         priors, posteriors and `hyper` are in the fit's units; `predict` and `log_density` return the targets'.
       support: `SupportBound` of the eigen and compact recipes' predictive mean (`DirectConfig.support_rms`),
-        else `None`. Models saved before it load with `None`: the plain posterior predictive.
+        else `None` (also with Nyström features, by default: `support_rms_for`). Models saved before it load with `None`: the plain posterior predictive.
 
     `fold_features(model, X)` maps raw inputs to the features that `q_w` and `prior_w` belong to.
     """
@@ -1122,9 +1147,9 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
         )
     if config.method not in METHODS:
         raise ValueError(f"`config.method` must be one of {METHODS}, got {config.method!r}")
-    if config.support_rms is not None and not 0 < float(config.support_rms) < float("inf"):
+    if config.support_rms not in (None, "auto") and not 0 < _number(config.support_rms) < float("inf"):
         raise ValueError(
-            f"`config.support_rms` must be a positive number or None, got {config.support_rms!r}"
+            f"`config.support_rms` must be a positive number, 'auto' or None, got {config.support_rms!r}"
         )
     if not config.starts or any(s not in ("prior", "gaussian") for s in config.starts):
         raise ValueError(f"`config.starts` must name 'prior' and/or 'gaussian', got {config.starts!r}")
@@ -1776,14 +1801,15 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     basis: Eigenbasis | CompactBasis | None = fold.basis
     prior_w = fold.prior_w
     support = None
-    if config.basis != "features" and config.support_rms is not None:
+    support_rms = support_rms_for(config.support_rms, _map_name(fold.features))
+    if config.basis != "features" and support_rms is not None:
         mean, var = weight_moments64(q_w, prior_w)
-        support = _eigen_support(fold.basis, mean, fold.stats.n, config.support_rms, prior_w.values.dtype)
+        support = _eigen_support(fold.basis, mean, fold.stats.n, support_rms, prior_w.values.dtype)
     if config.basis == "compact":
         noise = noise_moments(q_n, prior_n)[2]
         if support is not None:
             support = _compact_support(
-                support, fold.basis, var, fold.stats.n, noise, config.compact_tol, config.support_rms
+                support, fold.basis, var, fold.stats.n, noise, config.compact_tol, support_rms
             )
         basis, prior_w, q_w = compact_posterior(
             fold.basis, q_w, prior_w, fold.stats.n, noise, tol=config.compact_tol,  # type: ignore[arg-type]  # an Eigenbasis
@@ -2163,7 +2189,7 @@ def stream_init(
     `stream_init` saw all the rows; otherwise the map is the first rows', and the targets' offset and unit, the
     features' centring and the priors are still those of every row added (exact: they are read off the
     statistics). A stream's features are random Fourier features (`config.feature_map` None or `"fourier"`):
-    from 20,000 to 100,000 rows, where `fit_direct`'s default is Nyström features, pass
+    from 4,000 to 100,000 rows, where `fit_direct`'s default is Nyström features, pass
     `DirectConfig(feature_map="fourier")` to `fit_direct` for the same model. `config.noise_cv` is not supported.
     """
     config = _check_config(config)

@@ -25,7 +25,7 @@ est2.initialize(X, y)                           # the same map, standardization 
 for Xc, yc in chunks: est2.partial_fit(Xc, yc)  # the same model, up to float64 summation order
 ```
 
-(with random Fourier features: from 20,000 to 100,000 rows, where `fit`'s default map is Nyström features, set
+(with random Fourier features: from 4,000 to 100,000 rows, where `fit`'s default map is Nyström features, set
 `feature_map="fourier"` for the same model), while `partial_fit` on chunks without `initialize` fixes the map from
 the first chunk (a good choice when
 the first chunk is a representative sample of a few thousand rows). The statistics are accumulated in
@@ -160,7 +160,7 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       gp_restarts: starts of the GP hyperparameter fit, >= 1.
       kernel: `"rbf"` (squared exponential, default), `"matern52"`, `"matern32"`, or `"auto"` (the three
         compared by the features' exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.kernel`).
-      feature_map: `None` (default: by the training rows, Nyström features from 20,000 to 100,000 rows with
+      feature_map: `None` (default: by the training rows, Nyström features from 4,000 to 100,000 rows with
         `"eigen"` and `"compact"`, random Fourier features otherwise and with `partial_fit`;
         `kronvi.pipeline.default_feature_map`), `"fourier"` (random Fourier features), `"nystrom"` (Nyström
         features on `2 n_frequencies` landmarks among the training rows; not with `partial_fit`) or `"auto"`

@@ -206,7 +206,7 @@ def test_nystrom_models_through_every_door(tmp_path):
 
 
 def test_the_default_map_is_nystrom_between_its_row_counts(monkeypatch):
-    """`feature_map=None` (the default) fits Nyström features from `LARGE_DATA_ROWS` rows up to
+    """`feature_map=None` (the default) fits Nyström features from `NYSTROM_MIN_ROWS` rows up to
     `NYSTROM_MAX_ROWS` with the eigen and compact recipes, and random Fourier features below and above, with
     the paper's recipe, for traced rows and for a stream; an explicit map is kept (the thresholds made small)."""
     import jax
@@ -221,8 +221,11 @@ def test_the_default_map_is_nystrom_between_its_row_counts(monkeypatch):
         pipeline.check_fit_memory(30_000, pipeline.DirectConfig(feature_map=fmap))
     pipeline.check_fit_memory(30_000, pipeline.DirectConfig(recipe=kronvi.Features()))
     pipeline.check_fit_memory(150_000, pipeline.DirectConfig())
-    assert [w.split(" features")[0] for w in seen] == ["a fit with b = " + b for b in ("6000", "4000", "6000", "6000", "4000", "4000")]
-    monkeypatch.setattr(pipeline, "LARGE_DATA_ROWS", 60)
+    pipeline.check_fit_memory(10_000, pipeline.DirectConfig())
+    assert [w.split(" features")[0] for w in seen] == ["a fit with b = " + b for b in ("6000", "4000", "6000", "6000", "4000", "4000", "2000")]
+    assert [pipeline.default_feature_map(n) for n in (3_999, 4_000, 99_999, 100_000)] == ["fourier", "nystrom", "nystrom", "fourier"]
+    monkeypatch.setattr(pipeline, "NYSTROM_MIN_ROWS", 60)
+    monkeypatch.setattr(pipeline, "LARGE_DATA_ROWS", 100)
     monkeypatch.setattr(pipeline, "NYSTROM_MAX_ROWS", 120)
     assert [pipeline.default_feature_map(n) for n in (59, 60, 119, 120)] == ["fourier", "nystrom", "nystrom", "fourier"]
     assert pipeline.default_feature_map(60, "features") == "fourier"
@@ -236,14 +239,14 @@ def test_the_default_map_is_nystrom_between_its_row_counts(monkeypatch):
 
     inside = fitted(80)
     assert inside.info.feature_map == "nystrom"
-    assert inside.model.features.landmarks.shape[0] == 80  # b = 6000 capped at every row a landmark
+    assert inside.model.features.landmarks.shape[0] == 80  # b = 2000 capped at every row a landmark
     assert fitted(80, recipe=kronvi.Compact()).info.feature_map == "nystrom"
     assert fitted(80, feature_map="fourier").info.feature_map == "fourier"
     assert fitted(80, recipe=kronvi.Features(noise_cv=())).info.feature_map == "fourier"  # the paper's recipe
     for n in (50, 130):
         below_or_above = fitted(n)
         assert below_or_above.info.feature_map == "fourier"
-        assert below_or_above.model.features.frequencies.shape[-1] == (1000 if n < 60 else 2000)
+        assert below_or_above.model.features.frequencies.shape[-1] == (1000 if n < 100 else 2000)
     # the same model as the explicit map from the same key, and through the estimator
     explicit = fitted(80, feature_map="nystrom").model
     np.testing.assert_array_equal(np.asarray(inside.model.q_w.logits), np.asarray(explicit.q_w.logits))
