@@ -134,8 +134,10 @@ if sys.argv[4] == "warm":  # the same folds again in this process, and BayesianR
         with jax.enable_x64(True):
             feats = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), model.features)
             std = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), model.standardizer)
-            P_tr = np.asarray(kronvi.inputs.rff_features(feats, kronvi.inputs.standardize(std, jnp.asarray(Xtr))))
-            P_te = np.asarray(kronvi.inputs.rff_features(feats, kronvi.inputs.standardize(std, jnp.asarray(Xte))))
+            nystrom = isinstance(model.features, kronvi.inputs.NystromFeatures)  # the default from 4,000 rows
+            features = kronvi.inputs.nystrom_features if nystrom else kronvi.inputs.rff_features
+            P_tr = np.asarray(features(feats, kronvi.inputs.standardize(std, jnp.asarray(Xtr))))
+            P_te = np.asarray(features(feats, kronvi.inputs.standardize(std, jnp.asarray(Xte))))
         t = time.perf_counter()
         reg = BayesianRidge().fit(P_tr, ytr)
         mean, sd = reg.predict(P_te, return_std=True)

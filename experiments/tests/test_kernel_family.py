@@ -55,3 +55,14 @@ def test_bad_datasets_and_an_empty_out_are_one_line_usage_errors(tmp_path, capsy
         kernel_family.main(["--out", str(out), "--table", str(tmp_path / "r.md")])
     assert e.value.code == 2 and "holds no records" in capsys.readouterr().err
     assert not (tmp_path / "r.md").exists()
+
+
+def test_nystrom_features_per_kernel(tmp_path):
+    """`--feature-map nystrom`: each kernel's landmarks (every training row of the tiny set), recorded as such."""
+    write_sine_folds(tmp_path / "data" / "tiny", n=60, d=2)
+    out = tmp_path / "r.jsonl"
+    args = ["--data-dir", str(tmp_path / "data"), "--datasets", "tiny", "--folds", "1", "--out", str(out)]
+    assert kernel_family.main([*args, "--kernels", "rbf,matern32", "--feature-map", "nystrom"]) == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["kernel"], r["feature_map"], r["b"]) for r in recs] == [("rbf", "nystrom", 48), ("matern32", "nystrom", 48)]
+    assert all(np.isfinite(r["rmse"]) for r in recs)
