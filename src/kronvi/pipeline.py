@@ -724,8 +724,8 @@ def support_rms_for(support_rms: float | str | None, feature_map: str) -> float 
     """The off-support bound (`Eigen.support_rms`) a fit with `feature_map` (`"fourier"` or `"nystrom"`)
     applies: `"auto"` gives `SUPPORT_RMS` (20) for random Fourier features, whose norm is 1 everywhere so that
     a row far from the training inputs projects onto weakly determined directions at random, and `None` for
-    Nyström features, which vanish away from every landmark so that the plain predictive mean returns to the
-    targets' mean (`docs/decisions/default-recipe.md#nystrom-features`); a number or `None` is kept."""
+    Nyström features, which vanish away from every landmark so that the plain predictive mean returns to one
+    constant there (`docs/decisions/default-recipe.md#nystrom-features`); a number or `None` is kept."""
     if support_rms == "auto":
         return None if feature_map == "nystrom" else SUPPORT_RMS
     return None if support_rms is None else float(support_rms)
@@ -863,7 +863,8 @@ class FittedDirect(NamedTuple):
         of two nearest it (a scaling that rounds nothing), so that no statistic overflows or underflows. The
         priors, posteriors and `hyper` are in the fit's units; `predict` and `log_density` return the targets'.
       support: `SupportBound` of the eigen and compact recipes' predictive mean (`DirectConfig.support_rms`),
-        else `None` (also with Nyström features, by default: `support_rms_for`). Models saved before it load with `None`: the plain posterior predictive.
+        else `None` (also with Nyström features, by default: `support_rms_for`). Models saved before it load
+        with `None`: the plain posterior predictive.
 
     `fold_features(model, X)` maps raw inputs to the features that `q_w` and `prior_w` belong to.
     """
