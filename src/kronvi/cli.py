@@ -31,15 +31,13 @@ from .pipeline import (
     BASES,
     FEATURE_GAIN,
     FEATURE_MAP_CHOICES,
-    FEATURE_MAPS,
-    GROWTH_START_FREQUENCIES,
     KERNEL_CHOICES,
     RECIPES,
     DirectConfig,
     Features,
     default_feature_map,
-    default_num_frequencies,
     fit_direct,
+    num_fit_features,
     resolve_config,
 )
 from .quantize import save_model
@@ -341,11 +339,6 @@ def _recipe(basis: str, noise_cv: tuple[float, ...] | None):
     return RECIPES[basis]()
 
 
-def _maps(feature_map: str) -> tuple[str, ...]:
-    """The maps `feature_map` fits: both for `"auto"`."""
-    return FEATURE_MAPS if feature_map == "auto" else (feature_map,)
-
-
 def _settings(args, config, num_folds: int, folds_run: int) -> dict:
     """What a `--json` record needs to be reproduced: the data, the options and the resolved config."""
     return {
@@ -418,20 +411,8 @@ def _fit(args):
                 "--feature-budget grows b by the exact evidence of --basis eigen or compact, not --basis features "
                 "(set --num-features there)"
             )
-    start_b = 2 * GROWTH_START_FREQUENCIES if args.feature_budget is not None else None
     n_train = int(np.sum(folds != 0))
     fmap = args.feature_map or default_feature_map(n_train, args.basis)
-    sizes = (n_train, len(y)) if args.refit else (n_train,)  # the refit's map and b are its rows'
-    b = args.num_features or start_b or max(
-        2 * default_num_frequencies(n, m)
-        for n in sizes
-        for m in _maps(args.feature_map or default_feature_map(n, args.basis))
-    )
-    check_memory(
-        regression_fit_bytes(len(y), b, dtype="float32"),
-        what=f"a fit with b = {b} features on {len(y)} rows",
-        argument="--num-features",
-    )
     config = DirectConfig(
         recipe=_recipe(args.basis, args.noise_cv),
         num_frequencies=None if args.num_features is None else args.num_features // 2,
@@ -441,6 +422,13 @@ def _fit(args):
         kernel=args.kernel,
         feature_map=args.feature_map,
         feature_budget=args.feature_budget,
+    )
+    sizes = (n_train, len(y)) if args.refit else (n_train,)  # the refit's map and b are its rows'
+    b = max(num_fit_features(n, config) for n in sizes)
+    check_memory(
+        regression_fit_bytes(len(y), b, dtype="float32"),
+        what=f"a fit with b = {b} features on {len(y)} rows",
+        argument="--num-features",
     )
     print(
         f"DIRECT mean-field regression on {name}: n={len(y)}, d={X.shape[1]}, b={b}, "

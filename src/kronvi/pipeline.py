@@ -163,6 +163,7 @@ __all__ = [
     "fit_prepared",
     "fold_features",
     "fit_direct",
+    "num_fit_features",
     "check_fit_memory",
     "StreamState",
     "stream_init",
@@ -1273,6 +1274,28 @@ def _prepare_fold(key, X, y, config: DirectConfig, *, dtype, gp, progress=None) 
     )  # fmt: skip
 
 
+def num_fit_features(num_rows: int, config: DirectConfig | None = None) -> int:
+    """b, the features a fit of `num_rows` training rows with `config` starts from: `2 num_frequencies` (by
+    default `default_num_frequencies` of the rows and their map), Nyström landmarks at most one per row, the
+    larger of the two maps' with `feature_map="auto"` (which fits each), `2 GROWTH_START_FREQUENCIES` with
+    `feature_budget` (b grows from there).
+
+    Example:
+      >>> import kronvi
+      >>> kronvi.pipeline.num_fit_features(1000), kronvi.pipeline.num_fit_features(30000)
+      (2000, 6000)
+      >>> kronvi.pipeline.num_fit_features(1500, kronvi.DirectConfig(feature_map="nystrom"))
+      1500
+    """
+    config = _resolve_map(resolve_config(config), num_rows)
+    maps = FEATURE_MAPS if config.feature_map == "auto" else (config.feature_map,)  # "auto" fits each
+    b = 0
+    for feature_map in maps:
+        b_map = 2 * _num_frequencies(config._replace(feature_map=feature_map), num_rows)
+        b = max(b, min(b_map, int(num_rows)) if feature_map == "nystrom" else b_map)  # at most every row a landmark
+    return b
+
+
 def check_fit_memory(
     num_rows: int,
     config: DirectConfig,
@@ -1283,12 +1306,7 @@ def check_fit_memory(
     """Raises a `MemoryError` (also a `ValueError`) naming `argument` before any compute when the peak of a
     fit of `num_rows` rows with `config`'s features would exceed the memory available (or the limit in the
     `KRONVI_MEMORY_LIMIT` environment variable, e.g. `8G`, `none` for no check). `fit_direct` calls it."""
-    config = _resolve_map(resolve_config(config), num_rows)
-    maps = FEATURE_MAPS if config.feature_map == "auto" else (config.feature_map,)  # "auto" fits each
-    b = 0
-    for feature_map in maps:
-        b_map = 2 * _num_frequencies(config._replace(feature_map=feature_map), num_rows)
-        b = max(b, min(b_map, int(num_rows)) if feature_map == "nystrom" else b_map)  # at most every row a landmark
+    b = num_fit_features(num_rows, config)
     check_memory(
         regression_fit_bytes(num_rows, b, dtype=dtype, chunk_size=config.chunk_size),
         what=f"a fit with b = {b} features on {num_rows} rows", argument=argument,

@@ -205,6 +205,22 @@ def test_nystrom_models_through_every_door(tmp_path):
     assert "feature_map" not in pipeline.DirectConfig().as_flat_dict()
 
 
+def test_num_fit_features_is_the_b_a_fit_starts_from():
+    """`num_fit_features`: the default b and map by rows, an explicit b, Nyström landmarks at most one per row,
+    the larger map's b for "auto", the feature budget's first b; the CLI and `check_fit_memory` size from it."""
+    from kronvi import pipeline
+
+    n = pipeline.num_fit_features
+    assert [n(r) for r in (3_999, 4_000, 19_999, 20_000, 99_999, 100_000)] == [2000] * 3 + [6000, 6000, 4000]
+    assert n(30_000, pipeline.DirectConfig(feature_map="fourier")) == 4000
+    assert n(30_000, pipeline.DirectConfig(feature_map="auto")) == 6000
+    assert n(500, pipeline.DirectConfig(num_frequencies=300)) == 600  # random Fourier features: any b
+    assert n(500, pipeline.DirectConfig(num_frequencies=300, feature_map="nystrom")) == 500  # every row a landmark
+    assert n(500, pipeline.DirectConfig(num_frequencies=300, feature_map="auto")) == 600
+    assert n(50_000, pipeline.DirectConfig(feature_budget=30.0)) == 2 * pipeline.GROWTH_START_FREQUENCIES
+    assert n(50_000, pipeline.DirectConfig(feature_budget=30.0, num_frequencies=800)) == 1600
+
+
 def test_the_default_map_is_nystrom_between_its_row_counts(monkeypatch):
     """`feature_map=None` (the default) fits Nyström features from `NYSTROM_MIN_ROWS` rows up to
     `NYSTROM_MAX_ROWS` with the eigen and compact recipes, and random Fourier features below and above, with
