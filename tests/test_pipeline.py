@@ -424,3 +424,63 @@ def test_the_gp_step_fits_more_rows_on_large_data(monkeypatch):
     assert int(est.fit_info_.gp.num_points) == 30
     with pytest.raises(ValueError, match="gp_points"):
         DirectRegressor(gp_points=1).fit(X, y)
+
+
+def test_the_gp_step_is_refined_warm_on_more_rows(monkeypatch):
+    """`GPOptions.refine_points`: the search's optimum refined by one start on more rows (all of them here), with
+    a likelihood on those rows at least the search's; by default between `NYSTROM_MIN_ROWS` and `LARGE_DATA_ROWS`
+    with `points=None` only; 0 refines nothing; a failed refinement keeps the search's optimum; bad counts are
+    named; a record of the config keeps it."""
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+    from kronvi import pipeline
+
+    assert [pipeline.default_gp_refine_points(n) for n in (3_999, 4_000, 19_999, 20_000)] == [0, 2000, 2000, 0]
+    rows = pipeline.gp_refine_rows
+    assert rows(pipeline.DirectConfig(), 5_000) == 2000 and rows(pipeline.DirectConfig(), 50_000) == 0
+    assert rows(pipeline.DirectConfig(gp=pipeline.GPOptions(points=500)), 5_000) == 0  # an explicit search kept
+    assert rows(pipeline.DirectConfig(gp=pipeline.GPOptions(points=500, refine_points=900)), 300) == 900
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=120)
+
+    def prepare(**gp):
+        config = pipeline.DirectConfig(num_frequencies=8, gp=pipeline.GPOptions(restarts=2, points=40, **gp))
+        return pipeline.prepare_fold(jax.random.key(0), X, y, config)
+
+    plain, refined = prepare(), prepare(refine_points=500)
+    assert int(plain.gp_info.num_points) == 40 and int(refined.gp_info.num_points) == 120  # every row
+    assert refined.gp_info.log_marginal_likelihoods.shape == (1,)  # one start
+    assert int(refined.gp_info.screened.num_points) == 40  # the search, as the screening
+    with jax.enable_x64(True):  # the likelihood on all rows (as the GP step saw them) rose from the search's optimum
+        st = plain.standardizer
+        Xs = (X - np.asarray(st.mean, np.float64)) / np.asarray(st.scale, np.float64)
+        yc = (y - float(plain.y_offset)) / float(plain.y_scale)
+
+        def lml(fold):
+            hyper = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), fold.hyper)
+            return float(kronvi.inputs.gp_log_marginal_likelihood(hyper, Xs, yc))
+
+        assert lml(refined) >= lml(plain) - 1e-3
+    assert int(prepare(refine_points=0).gp_info.num_points) == 40
+    # a failed refinement (a non-finite likelihood) keeps the search's optimum
+    real = pipeline.fit_gp_hyperparameters
+
+    def failing(*args, init=None, **kw):
+        out = real(*args, init=init, **kw)
+        if init is None:
+            return out
+        return out._replace(info=out.info._replace(log_marginal_likelihoods=jnp.full((1,), -jnp.inf)))
+
+    monkeypatch.setattr(pipeline, "fit_gp_hyperparameters", failing)
+    kept = prepare(refine_points=500)
+    assert int(kept.gp_info.num_points) == 40
+    np.testing.assert_array_equal(np.asarray(kept.hyper.lengthscales), np.asarray(plain.hyper.lengthscales))
+    monkeypatch.undo()
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="gp_refine_points"):
+            prepare(refine_points=bad)
+    assert pipeline.DirectConfig(gp=pipeline.GPOptions(refine_points=500)).as_flat_dict()["gp_refine_points"] == 500
+    assert "gp_refine_points" not in pipeline.DirectConfig().as_flat_dict()

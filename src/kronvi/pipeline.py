@@ -138,6 +138,8 @@ __all__ = [
     "default_feature_map",
     "support_rms_for",
     "default_gp_points",
+    "default_gp_refine_points",
+    "gp_refine_rows",
     "default_num_frequencies",
     "FeatureStep",
     "FEATURE_GAIN",
@@ -369,6 +371,11 @@ class GPOptions(_Recipe):
         working dtype).
       gain_tol: a start ends after two iterations in a row that each raise its log marginal likelihood by
         less than this many nats (0: never).
+      refine_points: after the starts' search on `points` rows, the chosen hyperparameters are refined from
+        where they are, one start, on this many rows (at most all; a new draw of them): `None` (default):
+        `default_gp_refine_points` of the training rows when `points` is `None` too (2000 from
+        `NYSTROM_MIN_ROWS` to `LARGE_DATA_ROWS` rows), else none; 0: none
+        (`docs/decisions/gp-step.md#a-warm-refinement-on-more-rows`).
 
     Example:
       >>> import kronvi
@@ -384,6 +391,7 @@ class GPOptions(_Recipe):
     degenerate_margin: float = 2.0
     precision: str = "float64"
     gain_tol: float = 0.1
+    refine_points: int | None = None
 
     def __init__(
         self,
@@ -395,11 +403,13 @@ class GPOptions(_Recipe):
         degenerate_margin: float = 2.0,
         precision: str = "float64",
         gain_tol: float = 0.1,
+        refine_points: int | None = None,
         **other: Any,
     ):
         _Recipe.__init__(
             self, points=points, restarts=restarts, restart_rule=restart_rule, screen_points=screen_points,
-            degenerate_margin=degenerate_margin, precision=precision, gain_tol=gain_tol, **other,
+            degenerate_margin=degenerate_margin, precision=precision, gain_tol=gain_tol,
+            refine_points=refine_points, **other,
         )  # fmt: skip
 
 
@@ -523,7 +533,7 @@ class DirectConfig(_DirectConfigFields):
       >>> kronvi.DirectConfig()  # the defaults  # doctest: +NORMALIZE_WHITESPACE
       DirectConfig(recipe=Eigen(width=6.0, noise_span=3.0, starts=('prior',), support_rms='auto'),
         gp=GPOptions(points=None, restarts=4, restart_rule='screened', screen_points=300,
-        degenerate_margin=2.0, precision='float64', gain_tol=0.1), num_frequencies=None,
+        degenerate_margin=2.0, precision='float64', gain_tol=0.1, refine_points=None), num_frequencies=None,
         frequency_sampling='iid', levels=15, noise_levels=15, method='cavi', max_iter=None, chunk_size=2048,
         max_noise_recentres=0, lengthscale=None, kernel='rbf', feature_map=None, feature_budget=None,
         feature_gain=0.002)
@@ -565,7 +575,8 @@ class DirectConfig(_DirectConfigFields):
     def as_flat_dict(self) -> dict[str, Any]:
         """Every setting under its old flat name (`basis`, `width`, ..., `gp_points`, ...), in the old order:
         a record of the config in plain values (for JSON), as `DirectConfig(basis=...)._asdict()` was; then
-        `kernel`, `feature_map`, `feature_budget` and `feature_gain` where they are not the defaults (so that a
+        `kernel`, `feature_map`, `feature_budget`, `feature_gain` and `gp_refine_points` where they are not the
+        defaults (so that a
         record of the default reads as before, but for `gp_points`, `None` since the GP step's rows follow the
         training rows: `default_gp_points`)."""
         flat: dict[str, Any] = {"basis": self.basis}
@@ -580,6 +591,8 @@ class DirectConfig(_DirectConfigFields):
             flat["feature_budget"] = self.feature_budget
         if self.feature_gain != FEATURE_GAIN:
             flat["feature_gain"] = self.feature_gain
+        if self.gp.refine_points is not None:
+            flat["gp_refine_points"] = self.gp.refine_points
         return flat
 
     def _replace(self, **changes: Any) -> DirectConfig:
@@ -623,6 +636,7 @@ class DirectConfig(_DirectConfigFields):
     gp_degenerate_margin = property(lambda self: self.gp.degenerate_margin, doc="`gp.degenerate_margin`.")
     gp_precision = property(lambda self: self.gp.precision, doc="`gp.precision`.")
     gp_gain_tol = property(lambda self: self.gp.gain_tol, doc="`gp.gain_tol`.")
+    gp_refine_points = property(lambda self: self.gp.refine_points, doc="`gp.refine_points`.")
 
 
 def _from_legacy(recipe, gp, legacy: dict, *, stacklevel: int, keep: bool = False):
@@ -750,6 +764,15 @@ def default_gp_points(num_rows: int) -> int:
     features the fold can afford and 2,000 rows cost seconds of a minute's fold
     (`docs/decisions/gp-step.md#the-gp-steps-rows`)."""
     return 2000 if int(num_rows) >= LARGE_DATA_ROWS else 1000
+
+
+def default_gp_refine_points(num_rows: int) -> int:
+    """The rows of the GP step's warm refinement (`GPOptions(refine_points=None)`, with `points=None`) for
+    `num_rows` training rows: 2000 from `NYSTROM_MIN_ROWS` (4,000) to `LARGE_DATA_ROWS` (20,000) rows, where the
+    search runs on 1,000 rows and Nyström features can use the finer lengthscales that more rows pin down; 0 (no
+    refinement) below, where a fold takes about a second, and from 20,000 rows, where the search runs on 2,000
+    (`docs/decisions/gp-step.md#a-warm-refinement-on-more-rows`)."""
+    return 2000 if NYSTROM_MIN_ROWS <= int(num_rows) < LARGE_DATA_ROWS else 0
 
 
 def _resolve_map(config: DirectConfig, num_rows: int, *, traced: bool = False) -> DirectConfig:
@@ -1101,7 +1124,7 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
     ints = [
         ("levels", 2), ("noise_levels", 1), ("gp_points", 2), ("gp_restarts", 1),
         ("chunk_size", 1), ("max_noise_recentres", 0), ("cv_max_iter", 1), ("gp_screen_points", 2),
-        ("max_iter", 1), ("num_frequencies", 1),
+        ("max_iter", 1), ("num_frequencies", 1), ("gp_refine_points", 0),
     ]  # fmt: skip
     check_ints({f"config.{f}": (getattr(config, f), m) for f, m in ints if getattr(config, f) is not None})
     if config.frequency_sampling not in SAMPLINGS:
@@ -1365,16 +1388,44 @@ def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
     if config.lengthscale is not None:
         hyper, gp_info = _fixed_hyperparameters(config.lengthscale, Xs, yc), None
     elif gp is None:
-        hyper, gp_info = fit_gp_hyperparameters(
-            k_gp, *(gp_rows or (Xs, yc)), num_starts=config.gp_restarts,
-            num_points=default_gp_points(Xs.shape[0]) if config.gp_points is None else config.gp_points,
-            degenerate_margin=config.gp_degenerate_margin, restarts=config.gp_restart_rule,
-            screen_points=config.gp_screen_points, precision=config.gp_precision, gain_tol=config.gp_gain_tol,
-            kernel=config.kernel,
+        n = Xs.shape[0]
+        points = default_gp_points(n) if config.gp_points is None else config.gp_points
+        rows = gp_rows or (Xs, yc)
+        options = dict(
+            degenerate_margin=config.gp_degenerate_margin, precision=config.gp_precision,
+            gain_tol=config.gp_gain_tol, kernel=config.kernel,
         )  # fmt: skip
+        hyper, gp_info = fit_gp_hyperparameters(
+            k_gp, *rows, num_starts=config.gp_restarts, num_points=points, restarts=config.gp_restart_rule,
+            screen_points=config.gp_screen_points, **options,
+        )  # fmt: skip
+        refine = gp_refine_rows(config, n)
+        if refine > min(points, n) and not _traced((Xs, yc)):  # concrete rows: the search's result is read
+            hyper, gp_info = _refined(jax.random.fold_in(k_gp, 1), rows, hyper, gp_info, refine, options)
     else:
         hyper, gp_info = gp
     return _block(hyper), gp_info
+
+
+def gp_refine_rows(config: DirectConfig, num_rows: int) -> int:
+    """The rows of the GP step's warm refinement for `num_rows` training rows with `config`: its
+    `gp.refine_points`, or by default `default_gp_refine_points` when `gp.points` is the default too (an explicit
+    `points` is kept as it is); 0: none. Rows traced under `jit` or `vmap` are not refined."""
+    if config.gp_refine_points is not None:
+        return int(config.gp_refine_points)
+    return default_gp_refine_points(num_rows) if config.gp_points is None else 0
+
+
+def _refined(key, rows, hyper, search: GPFitInfo, points: int, options: dict):
+    """`(hyper, info)`: `hyper`, the search's optimum, refined by one start on `points` rows drawn with `key`;
+    its `GPFitInfo` with the search's as `screened`. The search's optimum is kept where the refinement failed
+    numerically or ended degenerate (explaining the data as noise) and the search did not."""
+    init = jax.tree.map(lambda a: np.asarray(a)[None], jax.device_get(hyper))  # one start: a leading axis
+    refined, info = fit_gp_hyperparameters(key, *rows, num_points=points, init=init, restarts="all", **options)
+    lml, degenerate = jax.device_get((info.log_marginal_likelihoods[0], info.degenerate))
+    if not np.isfinite(lml) or (bool(degenerate) and not bool(jax.device_get(search.degenerate))):
+        return hyper, search
+    return refined, info._replace(screened=search)
 
 
 def _prepare_best_kernel(key, X, y, config: DirectConfig, *, dtype, gp, progress) -> PreparedFold:
