@@ -97,7 +97,8 @@ def chosen(info):
 
 
 def gp_on(X, y, x64, key):
-    """The default GP step as `fit_direct` runs it (on the float64 standardized rows), with JAX's x64 off
+    """The default GP step's search as `fit_direct` runs it (on the float64 standardized rows; from 4,000 to 20,000
+    rows `fit_direct` then refines its optimum on 2,000 rows, which this study does not), with JAX's x64 off
     (a float32 working dtype) or on (float64)."""
     cfg = DirectConfig()
     with jax.enable_x64(x64):
@@ -214,7 +215,8 @@ def rows_of(gp, n):
 
 def gp_arguments(gp, n):
     """`kronvi.inputs.fit_gp_hyperparameters`'s arguments of the GP step `gp` (`kronvi.GPOptions`) for `n` training
-    rows, as `fit_direct` passes them."""
+    rows, as `fit_direct` passes them to its search (not to the refinement on more rows that follows it from 4,000
+    training rows)."""
     return {"num_points": rows_of(gp, n), "num_starts": gp.restarts, "restarts": gp.restart_rule,
             "screen_points": gp.screen_points, "degenerate_margin": gp.degenerate_margin,
             "precision": gp.precision, "gain_tol": gp.gain_tol}  # fmt: skip

@@ -2,8 +2,9 @@
 (issue 49, item 0; `docs/decisions/default-recipe.md#nystrom-features`).
 
 Nyström features are the default from 4,000 training rows without the off-support bound (they vanish away from
-every landmark). Bike's fold 1 under key 0 still blows up: a test row near the training inputs whose eigen-
-coordinates leave the training rows' span in many directions. Per fold this prepares the default recipe
+every landmark). Bike's fold 1 under key 0 blew up with the GP step on 1,000 rows (the committed records' default;
+with the refinement on 2,000 rows adopted since, a rerun measures the refined default): a test row near the
+training inputs whose eigen-coordinates leave the training rows' span in many directions. Per fold this prepares the default recipe
 (`kronvi.pipeline.prepare_fold`) and predicts the test rows with exact Bayesian linear regression in the
 eigenbasis (the default's posterior mean `u`; the evidence's prior scale and noise) under each rule for the test
 rows' rotated features `z` (the predictive variance is the unclipped row's, as the library's bound does):

@@ -438,10 +438,10 @@ def test_the_gp_step_is_refined_warm_on_more_rows(monkeypatch):
     from kronvi import pipeline
 
     assert [pipeline.default_gp_refine_points(n) for n in (3_999, 4_000, 19_999, 20_000)] == [0, 2000, 2000, 0]
-    rows = pipeline.gp_refine_rows
+    rows = pipeline._gp_refine_rows
     assert rows(pipeline.DirectConfig(), 5_000) == 2000 and rows(pipeline.DirectConfig(), 50_000) == 0
     assert rows(pipeline.DirectConfig(gp=pipeline.GPOptions(points=500)), 5_000) == 0  # an explicit search kept
-    assert rows(pipeline.DirectConfig(gp=pipeline.GPOptions(points=500, refine_points=900)), 300) == 900
+    assert rows(pipeline.DirectConfig(gp=pipeline.GPOptions(points=500, refine_points=900)), 3_000) == 900
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 2))
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=120)
@@ -464,20 +464,31 @@ def test_the_gp_step_is_refined_warm_on_more_rows(monkeypatch):
             return float(kronvi.inputs.gp_log_marginal_likelihood(hyper, Xs, yc))
 
         assert lml(refined) >= lml(plain) - 1e-3
-    assert int(prepare(refine_points=0).gp_info.num_points) == 40
-    # a failed refinement (a non-finite likelihood) keeps the search's optimum
+    for none in (0, 30, 40):  # nothing to refine on: no more rows than the search's
+        assert int(prepare(refine_points=none).gp_info.num_points) == 40
+    # a refinement that fails numerically, or ends degenerate or pinned at the noise bound where the search did
+    # not, keeps the search's optimum
     real = pipeline.fit_gp_hyperparameters
 
-    def failing(*args, init=None, **kw):
-        out = real(*args, init=init, **kw)
-        if init is None:
-            return out
-        return out._replace(info=out.info._replace(log_marginal_likelihoods=jnp.full((1,), -jnp.inf)))
+    def refinement(change):
+        def fit(*args, init=None, **kw):
+            out = real(*args, init=init, **kw)
+            return out if init is None else change(out)
 
-    monkeypatch.setattr(pipeline, "fit_gp_hyperparameters", failing)
-    kept = prepare(refine_points=500)
-    assert int(kept.gp_info.num_points) == 40
-    np.testing.assert_array_equal(np.asarray(kept.hyper.lengthscales), np.asarray(plain.hyper.lengthscales))
+        return fit
+
+    def raises(out):
+        raise FloatingPointError("every start of fit_gp_hyperparameters failed")
+
+    for change in (
+        raises,
+        lambda out: out._replace(info=out.info._replace(degenerate=jnp.asarray(True))),
+        lambda out: out._replace(info=out.info._replace(noise_at_bound=jnp.ones((1,), bool))),
+    ):
+        monkeypatch.setattr(pipeline, "fit_gp_hyperparameters", refinement(change))
+        kept = prepare(refine_points=500)
+        assert int(kept.gp_info.num_points) == 40 and kept.gp_info.log_marginal_likelihoods.shape == (2,)
+        np.testing.assert_array_equal(np.asarray(kept.hyper.lengthscales), np.asarray(plain.hyper.lengthscales))
     monkeypatch.undo()
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="gp_refine_points"):

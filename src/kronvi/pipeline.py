@@ -139,7 +139,6 @@ __all__ = [
     "support_rms_for",
     "default_gp_points",
     "default_gp_refine_points",
-    "gp_refine_rows",
     "default_num_frequencies",
     "FeatureStep",
     "FEATURE_GAIN",
@@ -358,8 +357,9 @@ class GPOptions(_Recipe):
     (`kronvi.inputs.fit_gp_hyperparameters`).
 
     Attributes:
-      points: training rows the GP hyperparameters are fitted on (at most) (`num_points`); `None` (default):
-        `default_gp_points` of the training rows (1000, or 2000 from `LARGE_DATA_ROWS` rows).
+      points: training rows the GP hyperparameters are searched on (at most) (`num_points`); `None` (default):
+        `default_gp_points` of the training rows (1000, or 2000 from `LARGE_DATA_ROWS` rows), then refined on
+        more (`refine_points`).
       restarts: starts of the GP hyperparameter fit (`num_starts`).
       restart_rule: `"screened"`: the starts run on `screen_points` of its rows, then the winner and the
         first start on all (`restarts="screened"`); `"all"`: every start on every row.
@@ -372,10 +372,10 @@ class GPOptions(_Recipe):
       gain_tol: a start ends after two iterations in a row that each raise its log marginal likelihood by
         less than this many nats (0: never).
       refine_points: after the starts' search on `points` rows, the chosen hyperparameters are refined from
-        where they are, one start, on this many rows (at most all; a new draw of them): `None` (default):
-        `default_gp_refine_points` of the training rows when `points` is `None` too (2000 from
-        `NYSTROM_MIN_ROWS` to `LARGE_DATA_ROWS` rows), else none; 0: none
-        (`docs/decisions/gp-step.md#a-warm-refinement-on-more-rows`).
+        where they are, one start, on this many rows (at most all; a new draw of them) when they are more than
+        the search's: `None` (default): `default_gp_refine_points` of the training rows when `points` is `None`
+        too (2000 from `NYSTROM_MIN_ROWS` to below `LARGE_DATA_ROWS` rows), else none; 0: none. Rows or keys
+        traced under `jit` or `vmap` are not refined (`docs/decisions/gp-step.md#a-warm-refinement-on-more-rows`).
 
     Example:
       >>> import kronvi
@@ -768,10 +768,15 @@ def default_gp_points(num_rows: int) -> int:
 
 def default_gp_refine_points(num_rows: int) -> int:
     """The rows of the GP step's warm refinement (`GPOptions(refine_points=None)`, with `points=None`) for
-    `num_rows` training rows: 2000 from `NYSTROM_MIN_ROWS` (4,000) to `LARGE_DATA_ROWS` (20,000) rows, where the
-    search runs on 1,000 rows and Nyström features can use the finer lengthscales that more rows pin down; 0 (no
-    refinement) below, where a fold takes about a second, and from 20,000 rows, where the search runs on 2,000
-    (`docs/decisions/gp-step.md#a-warm-refinement-on-more-rows`)."""
+    `num_rows` training rows: 2000 from `NYSTROM_MIN_ROWS` (4,000) to below `LARGE_DATA_ROWS` (20,000) rows, where
+    the search runs on 1,000; 0 (no refinement) below and from there, where the search runs on 2,000
+    (`docs/decisions/gp-step.md#a-warm-refinement-on-more-rows`).
+
+    Example:
+      >>> import kronvi
+      >>> [kronvi.pipeline.default_gp_refine_points(n) for n in (3_999, 4_000, 19_999, 20_000)]
+      [0, 2000, 2000, 0]
+    """
     return 2000 if NYSTROM_MIN_ROWS <= int(num_rows) < LARGE_DATA_ROWS else 0
 
 
@@ -1204,7 +1209,8 @@ def prepare_fold(
     progress_every: int | None = None,
 ) -> PreparedFold:
     """Prepares raw training rows for a DIRECT fit: standardizer and centred targets from these rows, GP
-    hyperparameters on at most `config.gp_points` of them (by default `default_gp_points` of the rows),
+    hyperparameters on at most `config.gp_points` of them (by default `default_gp_points` of the rows, refined
+    on `default_gp_refine_points` from 4,000 rows),
     `config.num_frequencies` (by default
     `default_num_frequencies` of the rows) random Fourier
     frequencies, the weight grid, and the training statistics in one chunked pass (accumulated per inner
@@ -1329,6 +1335,7 @@ def check_fit_memory(
     """Raises a `MemoryError` (also a `ValueError`) naming `argument` before any compute when the peak of a
     fit of `num_rows` rows with `config`'s features would exceed the memory available (or the limit in the
     `KRONVI_MEMORY_LIMIT` environment variable, e.g. `8G`, `none` for no check). `fit_direct` calls it."""
+    config = resolve_config(config)
     b = num_fit_features(num_rows, config)
     check_memory(
         regression_fit_bytes(num_rows, b, dtype=dtype, chunk_size=config.chunk_size),
@@ -1399,18 +1406,19 @@ def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
             k_gp, *rows, num_starts=config.gp_restarts, num_points=points, restarts=config.gp_restart_rule,
             screen_points=config.gp_screen_points, **options,
         )  # fmt: skip
-        refine = gp_refine_rows(config, n)
-        if refine > min(points, n) and not _traced((Xs, yc)):  # concrete rows: the search's result is read
+        refine = min(_gp_refine_rows(config, n), n)
+        # more rows than the search's; concrete rows and key (the search's result is read on the host)
+        if refine > min(points, n) and not _traced((k_gp, Xs, yc)):
             hyper, gp_info = _refined(jax.random.fold_in(k_gp, 1), rows, hyper, gp_info, refine, options)
     else:
         hyper, gp_info = gp
     return _block(hyper), gp_info
 
 
-def gp_refine_rows(config: DirectConfig, num_rows: int) -> int:
-    """The rows of the GP step's warm refinement for `num_rows` training rows with `config`: its
+def _gp_refine_rows(config: DirectConfig, num_rows: int) -> int:
+    """The rows of the GP step's warm refinement for `num_rows` training rows with a checked `config`: its
     `gp.refine_points`, or by default `default_gp_refine_points` when `gp.points` is the default too (an explicit
-    `points` is kept as it is); 0: none. Rows traced under `jit` or `vmap` are not refined."""
+    `points` is kept as it is); 0: none."""
     if config.gp_refine_points is not None:
         return int(config.gp_refine_points)
     return default_gp_refine_points(num_rows) if config.gp_points is None else 0
@@ -1418,12 +1426,18 @@ def gp_refine_rows(config: DirectConfig, num_rows: int) -> int:
 
 def _refined(key, rows, hyper, search: GPFitInfo, points: int, options: dict):
     """`(hyper, info)`: `hyper`, the search's optimum, refined by one start on `points` rows drawn with `key`;
-    its `GPFitInfo` with the search's as `screened`. The search's optimum is kept where the refinement failed
-    numerically or ended degenerate (explaining the data as noise) and the search did not."""
+    its `GPFitInfo` with the search's as `screened`. The search's optimum and info are kept where the refinement
+    failed numerically, or ended degenerate (explaining the data as noise) or with its noise pinned at the lower
+    bound where the search's choice did not (the search's own rules, `fit_gp_hyperparameters`)."""
     init = jax.tree.map(lambda a: np.asarray(a)[None], jax.device_get(hyper))  # one start: a leading axis
-    refined, info = fit_gp_hyperparameters(key, *rows, num_points=points, init=init, restarts="all", **options)
-    lml, degenerate = jax.device_get((info.log_marginal_likelihoods[0], info.degenerate))
-    if not np.isfinite(lml) or (bool(degenerate) and not bool(jax.device_get(search.degenerate))):
+    try:
+        refined, info = fit_gp_hyperparameters(key, *rows, num_points=points, init=init, restarts="all", **options)
+    except FloatingPointError:  # the one start failed numerically
+        return hyper, search
+    lml, degenerate, pinned = jax.device_get((info.log_marginal_likelihoods[0], info.degenerate, info.noise_at_bound[0]))
+    was_degenerate, at_bound, chosen = jax.device_get((search.degenerate, search.noise_at_bound, search.chosen))
+    was_pinned = bool(np.asarray(at_bound)[int(chosen)])
+    if not np.isfinite(lml) or (degenerate and not was_degenerate) or (pinned and not was_pinned):
         return hyper, search
     return refined, info._replace(screened=search)
 

@@ -156,8 +156,8 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
       starts: `"prior"`, `"gaussian"` or `"both"` (the highest ELBO is kept); default: the basis's.
       max_iter: iterations of the fit (default: the method's).
       gp_points: the most rows the GP hyperparameters are fitted on, >= 2 (default: 1000, or 2000 from
-        20,000 rows: `kronvi.pipeline.default_gp_points`; from 4,000 rows the 1,000-row optimum is then refined
-        on 2000 rows, `kronvi.pipeline.default_gp_refine_points`, which an explicit count turns off).
+        20,000 rows: `kronvi.pipeline.default_gp_points`; from 4,000 to 20,000 rows the 1,000-row optimum is then
+        refined on 2000 rows, `kronvi.pipeline.default_gp_refine_points`, which an explicit count turns off).
       gp_restarts: starts of the GP hyperparameter fit, >= 1.
       kernel: `"rbf"` (squared exponential, default), `"matern52"`, `"matern32"`, or `"auto"` (the three
         compared by the features' exact evidence; `"eigen"` and `"compact"`) (`DirectConfig.kernel`).

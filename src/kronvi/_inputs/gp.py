@@ -106,7 +106,9 @@ class GPFitInfo(NamedTuple):
       num_points: `()` rows of the subsample the likelihood was computed on.
       noise_at_bound: `(S,)` which starts ended with the noise variance pinned at its lower bound.
       screened: with `restarts="screened"`, the `GPFitInfo` of the screening run
-        (every start, on `screen_points` rows); else `None`.
+        (every start, on `screen_points` rows); else `None`. In a fit whose GP step was refined on more rows
+        (`kronvi.GPOptions.refine_points`), the info is the refinement's (one start) and `screened` the
+        search's, whose own `screened` is the screening.
     """
 
     log_marginal_likelihoods: jax.Array
