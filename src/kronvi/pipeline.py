@@ -576,9 +576,8 @@ class DirectConfig(_DirectConfigFields):
         """Every setting under its old flat name (`basis`, `width`, ..., `gp_points`, ...), in the old order:
         a record of the config in plain values (for JSON), as `DirectConfig(basis=...)._asdict()` was; then
         `kernel`, `feature_map`, `feature_budget`, `feature_gain` and `gp_refine_points` where they are not the
-        defaults (so that a
-        record of the default reads as before, but for `gp_points`, `None` since the GP step's rows follow the
-        training rows: `default_gp_points`)."""
+        defaults (so that a record of the default reads as before, but for `gp_points`, `None` since the GP
+        step's rows follow the training rows: `default_gp_points`)."""
         flat: dict[str, Any] = {"basis": self.basis}
         for name in _FLAT_ORDER[1:]:
             value = getattr(self, name)
@@ -1434,10 +1433,13 @@ def _refined(key, rows, hyper, search: GPFitInfo, points: int, options: dict):
         refined, info = fit_gp_hyperparameters(key, *rows, num_points=points, init=init, restarts="all", **options)
     except FloatingPointError:  # the one start failed numerically
         return hyper, search
-    lml, degenerate, pinned = jax.device_get((info.log_marginal_likelihoods[0], info.degenerate, info.noise_at_bound[0]))
-    was_degenerate, at_bound, chosen = jax.device_get((search.degenerate, search.noise_at_bound, search.chosen))
-    was_pinned = bool(np.asarray(at_bound)[int(chosen)])
-    if not np.isfinite(lml) or (degenerate and not was_degenerate) or (pinned and not was_pinned):
+    # read on the host and indexed by NumPy: no eager JAX operation (a program to compile) on the fit's way
+    (lmls, degenerate, at_bound), (was_degenerate, was_at_bound, chosen) = jax.device_get((
+        (info.log_marginal_likelihoods, info.degenerate, info.noise_at_bound),
+        (search.degenerate, search.noise_at_bound, search.chosen),
+    ))  # fmt: skip
+    pinned, was_pinned = bool(at_bound[0]), bool(was_at_bound[int(chosen)])
+    if not np.isfinite(lmls[0]) or (degenerate and not was_degenerate) or (pinned and not was_pinned):
         return hyper, search
     return refined, info._replace(screened=search)
 
