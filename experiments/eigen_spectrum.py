@@ -110,28 +110,19 @@ def render(records) -> str:
 
 def main(argv=None) -> int:
     ap = study_cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", default="../shared/data/uci")
-    ap.add_argument("--datasets", default="kin40k,protein", help="comma list of dataset folders")
-    ap.add_argument("--folds", type=int, default=1, help="the first K published folds")
-    ap.add_argument("--out", required=True, help="JSON-lines records, appended")
-    ap.add_argument("--table", default=None, help="render the markdown table from --out and stop")
+    study_cli.add_record_options(ap, datasets="kin40k,protein", folds=1)
     args = ap.parse_args(argv)
     if args.table:
         return study_cli.write_table(ap, args.out, args.table, render)
-    if args.folds < 1:
-        ap.error(f"--folds must be >= 1, got {args.folds}")
-    names = study_cli.dataset_names(ap, args.data_dir, args.datasets)
-    done = {(r["dataset"], r["fold"]) for r in study_cli.read_jsonl(args.out)}
-    for name, k, X, y, test in study_cli.published_folds(args.data_dir, names, args.folds):
-        if (name, k) in done:
-            continue
-        rec = dict(dataset=name, fold=k, **one_fold(X, y, test))
-        study_cli.append_jsonl(args.out, rec)
-        print(
-            f"[{name} fold {k}] n {rec['n']}, {rec['feature_map']} b {rec['b']}: {rec['prior_dominated']} prior-dominated, "
-            f"{rec['null']} null; stages {rec['stages']}, {rec['seconds']:.1f} s", flush=True,
-        )  # fmt: skip
-    return 0
+    names = study_cli.record_datasets(ap, args)
+
+    def line(rec):
+        return (
+            f"[{rec['dataset']} fold {rec['fold']}] n {rec['n']}, {rec['feature_map']} b {rec['b']}: "
+            f"{rec['prior_dominated']} prior-dominated, {rec['null']} null; stages {rec['stages']}, {rec['seconds']:.1f} s"
+        )
+
+    return study_cli.run_folds(args, names, lambda name, k, X, y, test: one_fold(X, y, test), line)
 
 
 if __name__ == "__main__":

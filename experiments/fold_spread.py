@@ -32,8 +32,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import study_cli  # noqa: E402
+from study_cli import BLOWN_UP, spread  # noqa: E402
 
-BLOWN_UP = 2.0  # a fold is blown up when its RMSE is above this many times the median fold's
 METHODS = {"direct-mf": "kronvi default", "direct-mf-sparse": "paper's recipe", "exact-gp": "exact GP"}
 
 
@@ -80,13 +80,6 @@ def num_rows(folder) -> int:
 
     with gzip.open(pathlib.Path(folder) / "test_mask.csv.gz", "rt") as f:
         return sum(1 for line in f if line.strip())
-
-
-def spread(rmse) -> tuple[float, list[int]]:
-    """``(largest fold / median fold, the folds above BLOWN_UP times the median)``."""
-    rmse = np.asarray(rmse, np.float64)
-    med = float(np.median(rmse))
-    return float(rmse.max() / med), [int(k) for k in np.flatnonzero(rmse > BLOWN_UP * med)]
 
 
 def render(records, uci=None) -> str:
@@ -152,14 +145,14 @@ def main(argv=None) -> int:
     datasets = args.datasets or ",".join(sorted(p.name for p in pathlib.Path(args.data_dir).iterdir() if p.is_dir()))
     names = study_cli.dataset_names(ap, args.data_dir, datasets)
     names = [d for d in names if num_rows(pathlib.Path(args.data_dir) / d) <= args.max_rows]
-    done = {(r["dataset"], r["fold"]) for r in study_cli.read_jsonl(args.out)}
-    for name, k, X, y, test in study_cli.published_folds(args.data_dir, names, args.folds):
-        if (name, k) in done:
-            continue
-        rec = dict(dataset=name, fold=k, n=int((~test).sum()), **exact_gp(X, y, test, args.restarts, seed=k))
-        study_cli.append_jsonl(args.out, rec)
-        print(f"[{name} fold {k}] exact GP RMSE {rec['rmse']:.4g}, NLPD {rec['nlpd']:.3f}, {rec['seconds']:.1f} s", flush=True)
-    return 0
+
+    def one(name, k, X, y, test):
+        return dict(n=int((~test).sum()), **exact_gp(X, y, test, args.restarts, seed=k))
+
+    def line(rec):
+        return f"[{rec['dataset']} fold {rec['fold']}] exact GP RMSE {rec['rmse']:.4g}, NLPD {rec['nlpd']:.3f}, {rec['seconds']:.1f} s"
+
+    return study_cli.run_folds(args, names, one, line)
 
 
 if __name__ == "__main__":

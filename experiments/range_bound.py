@@ -37,7 +37,6 @@ import study_cli  # noqa: E402
 
 RANGES = (1.0, 1.5, 2.0)
 RULES = ("plain", "rms20", *(f"range{k:g}" for k in RANGES))
-BLOWN_UP = 2.0  # a fold is blown up when its RMSE is above this many times the median fold's
 
 
 def rule_bounds(lam, n: float, train_max) -> dict:
@@ -105,7 +104,7 @@ def render(records) -> str:
         "`experiments/README.md`). Exact Bayesian linear regression on the default recipe's features, the mean at "
         "the test rows' eigen-coordinates clipped by each rule (`plain`: none; `rms20`: 20 training RMS; `range<k>`: "
         "k times the training rows' largest |coordinate|). Per dataset and key: each rule's mean RMSE, its largest "
-        f"fold over its median fold, the folds above {BLOWN_UP:g}x the median, and its largest fold-by-fold RMSE "
+        f"fold over its median fold, the folds above {study_cli.BLOWN_UP:g}x the median, and its largest fold-by-fold RMSE "
         "ratio against `plain`; the mean NLPD; the seconds of the preparation and of the training range's pass "
         "(medians).",
         "",
@@ -121,12 +120,12 @@ def render(records) -> str:
         plain = np.array([r["rules"]["plain"]["rmse"] for r in rs])
         for rule in RULES:
             rmse = np.array([r["rules"][rule]["rmse"] for r in rs])
-            med = float(np.median(rmse))
-            blown = [str(r["fold"]) for r, v in zip(rs, rmse, strict=True) if v > BLOWN_UP * med]
+            ratio, blown = study_cli.spread(rmse)
             nlpd = np.mean([r["rules"][rule]["nlpd"] for r in rs])
             lines.append(
                 f"| {name} | {key} | {len(rs)} | {rs[0]['feature_map']}, {rs[0]['b']} | {rule} | {rmse.mean():.4g} | "
-                f"{rmse.max() / med:.2f} | {' '.join(blown) or 'none'} | {np.max(rmse / plain):.3f} | {nlpd:.3f} | "
+                f"{ratio:.2f} | {' '.join(str(rs[i]['fold']) for i in blown) or 'none'} | {np.max(rmse / plain):.3f} | "
+                f"{nlpd:.3f} | "
                 f"{np.median([r['prepare_seconds'] for r in rs]):.1f} | {np.median([r['range_seconds'] for r in rs]):.1f} |"
             )  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -134,30 +133,24 @@ def render(records) -> str:
 
 def main(argv=None) -> int:
     ap = study_cli.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", default="../shared/data/uci")
-    ap.add_argument("--datasets", default="bike,elevators,parkinsons,pumadyn32nm", help="comma list of dataset folders")
-    ap.add_argument("--folds", type=int, default=10, help="the first K published folds")
+    study_cli.add_record_options(ap, datasets="bike,elevators,parkinsons,pumadyn32nm", folds=10)
     ap.add_argument("--key", default="uci", choices=("uci", "zero"), help="the folds' keys (see above)")
-    ap.add_argument("--out", required=True, help="JSON-lines records, appended")
-    ap.add_argument("--table", default=None, help="render the markdown table from --out and stop")
     args = ap.parse_args(argv)
     if args.table:
         return study_cli.write_table(ap, args.out, args.table, render)
-    if args.folds < 1:
-        ap.error(f"--folds must be >= 1, got {args.folds}")
-    names = study_cli.dataset_names(ap, args.data_dir, args.datasets)
-    done = {(r["dataset"], r["key"], r["fold"]) for r in study_cli.read_jsonl(args.out)}
-    for name, k, X, y, test in study_cli.published_folds(args.data_dir, names, args.folds):
-        if (name, args.key, k) in done:
-            continue
-        rec = dict(dataset=name, key=args.key, fold=k, **one_fold(name, k, X, y, test, args.key))
-        study_cli.append_jsonl(args.out, rec)
+    names = study_cli.record_datasets(ap, args)
+
+    def line(rec):
         cells = ", ".join(f"{rule} {v['rmse']:.4g}" for rule, v in rec["rules"].items())
-        print(
-            f"[{name} {args.key} fold {k}] {cells}; prepare {rec['prepare_seconds']:.1f} s, range pass "
-            f"{rec['range_seconds']:.1f} s", flush=True,
-        )  # fmt: skip
-    return 0
+        return (
+            f"[{rec['dataset']} {rec['key']} fold {rec['fold']}] {cells}; prepare {rec['prepare_seconds']:.1f} s, "
+            f"range pass {rec['range_seconds']:.1f} s"
+        )
+
+    def one(name, k, X, y, test):
+        return one_fold(name, k, X, y, test, args.key)
+
+    return study_cli.run_folds(args, names, one, line, extra={"key": args.key})
 
 
 if __name__ == "__main__":

@@ -172,6 +172,52 @@ def published_folds(data_dir, names, folds: int):
             yield name, k, X, y, mask[:, k].astype(bool)
 
 
+BLOWN_UP = 2.0  # a fold is blown up when its RMSE is above this many times the median fold's
+
+
+def spread(rmse) -> tuple[float, list[int]]:
+    """``(largest fold / median fold, the positions of the folds above BLOWN_UP times the median)``."""
+    rmse = np.asarray(rmse, np.float64)
+    med = float(np.median(rmse))
+    return float(rmse.max() / med), [int(k) for k in np.flatnonzero(rmse > BLOWN_UP * med)]
+
+
+def add_record_options(parser, *, datasets: str, folds: int) -> None:
+    """The options of a study that appends one record per published fold: ``--data-dir``, ``--datasets`` (default
+    ``datasets``), ``--folds`` (default ``folds``), ``--out`` and ``--table`` (`run_folds`)."""
+    parser.add_argument("--data-dir", default="../shared/data/uci")
+    parser.add_argument("--datasets", default=datasets, help="comma list of dataset folders")
+    parser.add_argument("--folds", type=int, default=folds, help="the first K published folds")
+    parser.add_argument("--out", required=True, help="JSON-lines records, appended")
+    parser.add_argument("--table", default=None, help="render the markdown table from --out and stop")
+
+
+def record_datasets(parser, args) -> list[str]:
+    """The datasets of `add_record_options`' options, checked: ``--folds`` at least 1, then every name of
+    ``--datasets`` a folder of ``--data-dir`` (one-line usage errors naming the option)."""
+    if args.folds < 1:
+        parser.error(f"--folds must be >= 1, got {args.folds}")
+    return dataset_names(parser, args.data_dir, args.datasets)
+
+
+def run_folds(args, names, one, line, extra=None) -> int:
+    """For each of the first ``args.folds`` published folds of the datasets ``names`` not yet in ``args.out`` (a
+    record's ``dataset``, the fields of ``extra`` and ``fold``): the record ``dataset, **extra, fold`` and then
+    ``one(name, k, X, y, test)``'s fields, appended as soon as it exists, and ``line(record)`` printed. Returns
+    the exit status 0."""
+    extra = extra or {}
+    fields = ("dataset", *extra, "fold")
+    done = {tuple(r.get(f) for f in fields) for r in read_jsonl(args.out)}
+    for name, k, X, y, test in published_folds(args.data_dir, names, args.folds):
+        record = dict(dataset=name, **extra, fold=k)
+        if tuple(record.values()) in done:
+            continue
+        record.update(one(name, k, X, y, test))
+        append_jsonl(args.out, record)
+        print(line(record), flush=True)
+    return 0
+
+
 def fit_and_score(X, y, test, config, key):
     """``(fold, model, fields)``: ``prepare_fold`` and ``fit_prepared`` of the training rows with ``config``, and the
     test RMSE (``model.predict``), NLPD (``model.log_density``, the exact density of every test row; a far-tail point
