@@ -11,8 +11,9 @@ the inputs are standardized with training-fold statistics. Methods:
                     random Fourier features [cos, sin] / sqrt(D), the d standardized inputs / sqrt(d) and a
                     constant 1 (the kernel of the implied GP: squared-exponential plus linear plus constant).
                     Lengthscale: the median heuristic (the median pairwise distance between at most 1000
-                    standardized training inputs). Prior sd s of the weights: chosen per fold among
-                    --prior-scales by the Laplace evidence of the Gaussian-prior model on the same features.
+                    standardized training inputs). Prior sd s of the weights: per fold, the one of the
+                    largest Laplace evidence of the Gaussian-prior model on the same features (searched
+                    for along its slope), or the best of --prior-scales when given.
                     Coordinate ascent from the Laplace start: at most --max-iter sweeps, stopping when a
                     sweep gains less than --tol nats per training row. Every fold's training rows padded
                     alike with zero-weight rows (min_rows: one compiled fit per dataset). Exact predictive probabilities
@@ -126,8 +127,9 @@ def run_direct(preps, args, paper=False):
     """kronvi.fit_classifier on each fold's raw training rows, then predict_proba on its test rows; every
     stage timed and logged. Returns the per-fold results and models."""
     config = kronvi.ClassifierConfig(
-        num_frequencies=args.num_frequencies, prior_scales=tuple(args.prior_scales), max_iter=args.max_iter,
-        tol=args.tol, grid="paper" if paper else "laplace",
+        num_frequencies=args.num_frequencies, max_iter=args.max_iter, tol=args.tol,
+        prior_scales=None if args.prior_scales is None else tuple(args.prior_scales),
+        grid="paper" if paper else "laplace",
     )  # fmt: skip
     out, models = [], []
     rows = max(len(p["ytr"]) for p in preps)  # every fold padded alike: one compiled fit per dataset
@@ -151,7 +153,8 @@ def run_direct(preps, args, paper=False):
         log(
             f"    fold {p['fold']}: prior sd {info.prior_scale:g}, {info.num_rows} rows (padded {info.padded_rows}); "
             f"standardize {info.standardize_seconds:.3f}s, features {info.features_seconds:.3f}s, "
-            f"scale {info.scale_seconds:.3f}s, fit {info.fit_seconds:.3f}s ({int(info.fit.num_iter)} sweeps), "
+            f"scale {info.scale_seconds:.3f}s ({len(info.scales)} Laplace fits), fit {info.fit_seconds:.3f}s "
+            f"({int(info.fit.num_iter)} sweeps), "
             f"fit_classifier {t1 - t0:.3f}s; predict {len(prob)} rows {t2 - t1:.3f}s; "
             f"fold {t3 - t0:.3f}s = {(t3 - t0) / (t1 - t0):.2f} x fit_classifier; log loss {ll:.4f}"
         )
@@ -264,7 +267,10 @@ def parse_args(argv=None):
     mode.add_argument("--overwrite", action="store_true", help="replace an existing JSON")
     ap.add_argument("--folds", type=int, default=10, help="use the first K folds")
     ap.add_argument("--num-frequencies", type=int, default=50, help="D; b = 2D features")
-    ap.add_argument("--prior-scales", default="1,3,10,30")
+    ap.add_argument(
+        "--prior-scales", default="search",
+        help="direct methods: 'search' (the prior sd of the largest Laplace evidence) or candidates, e.g. 1,3,10,30",
+    )  # fmt: skip
     ap.add_argument(
         "--max-iter", type=int, default=10, help="direct methods: coordinate-ascent sweeps at most"
     )
@@ -278,7 +284,10 @@ def check_args(args) -> list[str]:
     """One line per bad option (an empty list: all good); needs no data. Parses ``--prior-scales``."""
     errors = study_cli.option_errors(args, OPTION_RANGES)
     try:
-        args.prior_scales = study_cli.float_list(args.prior_scales, "--prior-scales")
+        if args.prior_scales == "search":
+            args.prior_scales = None
+        else:
+            args.prior_scales = study_cli.float_list(args.prior_scales, "--prior-scales")
     except study_cli.UsageError as e:
         errors.append(str(e))
     methods = list(METHODS[:4]) if args.methods == "all" else args.methods.split(",")

@@ -492,8 +492,8 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
     `kronvi.fit_classifier`.
 
     The model is $P(y = 1 \mid x, w) = \sigma(\phi(x)^\top w)$ with random Fourier, linear and constant
-    features $\phi$, the prior $N(0, \sigma_w^2)$ on a grid per weight and $\sigma_w$ chosen among
-    `prior_scales` by the Laplace evidence; grids placed on the Laplace posterior (`grid="laplace"`) or the
+    features $\phi$, the prior $N(0, \sigma_w^2)$ on a grid per weight and $\sigma_w$ of the largest
+    Laplace evidence; grids placed on the Laplace posterior (`grid="laplace"`) or the
     paper's even grids (`grid="paper"`); coordinate ascent from the Laplace start; exact probabilities
     $E_q[\sigma(\phi^\top w)]$ (`kronvi.logistic.predict_proba`). The parameters are the fields of
     `kronvi.ClassifierConfig`, and `DirectClassifier(random_state=k)` fits the model of
@@ -502,7 +502,8 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
 
     Args:
       n_frequencies: $D$, random Fourier frequencies: `2 D` of the `2 D + d + 1` features.
-      prior_scales: candidate prior sds of the weights, chosen by the Laplace evidence.
+      prior_scales: `None` (default): the prior sd of the weights of the largest Laplace evidence, searched
+        for; or candidate sds, the best by the Laplace evidence used (`kronvi.ClassifierConfig.prior_scales`).
       levels: grid values per weight.
       width: grid half-width (`None`: 4 Laplace sds for `"laplace"`, 3 prior sds for `"paper"`).
       grid: `"laplace"` (default) or `"paper"`.
@@ -540,7 +541,7 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         self,
         *,
         n_frequencies: int = 50,
-        prior_scales=(1.0, 3.0, 10.0, 30.0),
+        prior_scales=None,
         levels: int = 15,
         width: float | None = None,
         grid: str = "laplace",

@@ -257,3 +257,87 @@ def test_rows_whose_horner_sums_may_underflow_take_log_mgf(monkeypatch):
     for i in range(5):
         expected = kl.predict_logistic(model.q_w, model.prior_w, jnp.asarray(Phi[i : i + 1]))
         np.testing.assert_allclose(p[i : i + 1], expected, atol=2e-5)
+
+
+def _concave(u_star, *, bad=()):
+    """An `evaluate` for `search_scale` over E(u) = -exp(u - u*) + (u - u*) (u = log scale^2): steep on one
+    side, flat on the other, maximal at u*; the scales in `bad` give NaN. It records the scales asked for."""
+    asked = []
+
+    def evaluate(scale, init):
+        asked.append((scale, init))
+        u = 2 * np.log(scale)
+        if any(np.isclose(scale, b) for b in bad):
+            return scale, float("nan"), float("nan"), np.array([np.nan])
+        return scale, -np.exp(u - u_star) + (u - u_star), -np.exp(u - u_star) + 1.0, np.array([u])
+
+    return evaluate, asked
+
+
+@pytest.mark.parametrize("optimum", [0.05, 0.9, 7.0, 40.0, 300.0])
+def test_the_scale_search_finds_the_maximum(optimum):
+    """From 3 the search brackets the maximum and stops within 10% of it (no stop on the promised gain), in
+    a few evaluations; the scale returned is the best evaluated; every Newton starts at the MAP of the
+    nearest scale evaluated."""
+    evaluate, asked = _concave(2 * np.log(optimum))
+    scales, evidence, k, payload = _recipe.search_scale(evaluate, gain_tol=0.0)
+    assert scales == [s for s, _ in asked] and payload == scales[k] and scales[0] == 3.0
+    assert evidence[k] == max(evidence) and len(scales) <= 7
+    assert abs(np.log(scales[k] / optimum)) <= np.log(1.1) + 1e-12
+    assert asked[0][1] is None
+    for i, (s, init) in enumerate(asked[1:], 1):
+        nearest = min(range(i), key=lambda j: abs(np.log(scales[j] / s)))
+        assert init[0] == 2 * np.log(scales[nearest])
+
+
+def test_the_scale_search_stops_at_its_bounds_and_its_budget():
+    evaluate, _ = _concave(2 * np.log(1e5))  # beyond the upper bound: the bound
+    scales, _, k, _ = _recipe.search_scale(evaluate)
+    assert scales[k] == pytest.approx(_recipe.SCALE_BOUNDS[1]) and scales[-1] == pytest.approx(1e3)
+    evaluate, _ = _concave(2 * np.log(1e-4))
+    scales, _, k, _ = _recipe.search_scale(evaluate)
+    assert scales[k] == pytest.approx(_recipe.SCALE_BOUNDS[0])
+    evaluate, asked = _concave(2 * np.log(40.0))
+    scales, _, _, _ = _recipe.search_scale(evaluate, max_fits=2)
+    assert len(asked) == 2
+    evaluate, _ = _concave(2 * np.log(40.0))  # a tighter tolerance takes more steps, closer
+    loose, _, k1, _ = _recipe.search_scale(evaluate, rtol=0.3, gain_tol=0.0)
+    tight, _, k2, _ = _recipe.search_scale(evaluate, rtol=1e-3, max_fits=20, gain_tol=0.0)
+    evaluate, _ = _concave(2 * np.log(40.0))  # the evidence promised by another fit: a looser stop
+    gain, _, _, _ = _recipe.search_scale(evaluate, gain_tol=0.5)
+    assert len(tight) >= len(loose) and abs(np.log(tight[k2] / 40.0)) < abs(np.log(loose[k1] / 40.0)) < np.log(1.3)
+    assert len(gain) < len(loose)
+
+
+def test_the_scale_search_keeps_the_best_finite_scale():
+    """A scale whose fit is not finite ends the search; the best finite one is returned (the first when
+    none is), and a non-finite MAP is no Newton start."""
+    evaluate, asked = _concave(2 * np.log(40.0), bad=(3.0 * np.sqrt(10.0),))
+    scales, evidence, k, _ = _recipe.search_scale(evaluate)
+    assert len(scales) == 2 and k == 0 and np.isnan(evidence[1])
+    evaluate, _ = _concave(2 * np.log(40.0), bad=(3.0,))
+    scales, _, k, _ = _recipe.search_scale(evaluate)
+    assert scales == [3.0] and k == 0
+
+
+def test_the_default_scale_is_the_laplace_evidence_maximum(dtype):
+    """`prior_scales=None` (the default): the chosen scale's Laplace evidence is at least that of a fine grid
+    of scales on the same features (to the search's tolerance), its slope there is small, and `info`
+    lists every scale evaluated with its evidence."""
+    X, y = _rings()
+    config = SMALL._replace(prior_scales=None)
+    model, info = kronvi.fit_classifier(jax.random.key(3), X, y, config, dtype=dtype)
+    assert len(info.scales) == info.log_evidence.shape[0] and info.prior_scale in info.scales
+    assert float(model.prior_scale) == info.prior_scale
+    assert float(info.log_evidence[info.scales.index(info.prior_scale)]) == float(np.max(info.log_evidence))
+    Phi = jnp.asarray(_features(model, X), dtype)
+    fine = np.exp(np.linspace(np.log(0.3), np.log(300.0), 61))
+    grid = [float(kl.laplace_grid_prior(Phi, y, s, levels=7)[1].log_evidence) for s in fine]
+    best = fine[int(np.argmax(grid))]
+    assert 0.3 < best < 300.0  # an interior maximum
+    assert abs(np.log(info.prior_scale / best)) < np.log(1.25)
+    _, lap = kl.laplace_grid_prior(Phi, y, info.prior_scale, levels=7)
+    assert float(lap.log_evidence) >= max(grid) - 0.05
+    # the grid's choice for explicit candidates is unchanged: info.scales are the candidates
+    _, grid_info = kronvi.fit_classifier(jax.random.key(3), X, y, SMALL, dtype=dtype)
+    assert grid_info.scales == SMALL.prior_scales

@@ -9,8 +9,9 @@ and the classification study (`experiments/classification.py`, method `direct-lo
 3. features $\phi(x) = [D^{-1/2}\cos(xW),\ D^{-1/2}\sin(xW),\ x / \sqrt d,\ 1]$, `b = 2D + d + 1`: $D$
    random Fourier frequencies $W = Z / \ell$ ($Z$ standard normal, drawn with the key), the standardized
    inputs and a constant, so that $\phi(x)^\top\phi(x') \approx k_{SE}(x, x') + x^\top x'/d + 1$;
-4. the prior sd $\sigma_w$ of every weight chosen among `prior_scales` by the Laplace approximation to the
-   evidence of the Gaussian-prior logistic model (`laplace_grid_prior`'s `log_evidence`);
+4. the prior sd $\sigma_w$ of every weight that maximizes the Laplace approximation to the evidence of the
+   Gaussian-prior logistic model (`laplace_grid_prior`'s `log_evidence`), by a search along its exact slope
+   in $\log\sigma_w^2$ (`docs/decisions/classifier.md#the-prior-sd-the-laplace-evidences-maximum`), or the best of the candidates `prior_scales`;
 5. the grids: `"laplace"` (default) the prior $N(0, \sigma_w^2)$ on levels placed on the Laplace posterior
    (MAP $\pm$ `width` Laplace sds, `laplace_grid_prior`), or `"paper"`, the paper's even grids on
    $\pm$ `width` prior sds with a zero level (`kronvi.model.gaussian_prior`);
@@ -66,6 +67,13 @@ from ._predict import (
 GRIDS = ("laplace", "paper")
 BASES = ("eigen", "features")
 MIN_ROWS = 128  # the smallest row bucket of a fit
+SCALE_START = 3.0  # where the search for the prior sd starts
+SCALE_BOUNDS = (1e-2, 1e3)  # the prior sds it may reach
+SCALE_STEP = 10.0  # the factor on the prior variance of each step before the optimum is bracketed
+SCALE_RTOL = 0.1  # it stops once the maximum is bracketed within 10% in the prior sd
+SLOPE_TOL = 1e-2  # or where the evidence's slope in log sigma_w^2 is below this (nats)
+GAIN_TOL = 0.05  # or where another fit promises less evidence than this (nats)
+MAX_SCALE_FITS = 8  # Laplace fits at most
 PREDICT_CHUNK = 4096  # rows per prediction chunk
 _PREDICT_MIN_ROWS = 16  # the smallest row bucket of a prediction
 
@@ -75,9 +83,11 @@ class ClassifierConfig(NamedTuple):
 
     Attributes:
       num_frequencies: $D$, random Fourier frequencies: `2 D` of the `b = 2D + d + 1` features.
-      prior_scales: candidate prior sds $\sigma_w$ of every weight (the latent function's prior sd, the
-        features being scaled to $\phi^\top\phi \approx 3$); the one with the largest Laplace evidence
-        is used.
+      prior_scales: `None` (default): the prior sd $\sigma_w$ of every weight (the latent function's prior
+        sd, the features being scaled to $\phi^\top\phi \approx 3$) that maximizes the Laplace evidence,
+        searched for from 3 between 0.01 and 1000 along the evidence's slope (typically 2 to 5 Laplace
+        fits; `docs/decisions/classifier.md#the-prior-sd-the-laplace-evidences-maximum`); or
+        candidate sds, of which the one with the largest Laplace evidence is used (one sd pins it).
       levels: grid points per weight.
       width: grid half-width: in Laplace posterior sds for `grid="laplace"` (default 4), in prior sds for
         `grid="paper"` (default 3).
@@ -92,7 +102,7 @@ class ClassifierConfig(NamedTuple):
     """
 
     num_frequencies: int = 50
-    prior_scales: tuple[float, ...] = (1.0, 3.0, 10.0, 30.0)
+    prior_scales: tuple[float, ...] | None = None
     levels: int = 15
     width: float | None = None
     grid: str = "laplace"
@@ -142,15 +152,16 @@ class ClassifierInfo(NamedTuple):
 
     Attributes:
       prior_scale: the chosen prior sd (a float).
-      log_evidence: `(len(prior_scales),)` the Laplace log evidence of each candidate scale.
+      log_evidence: `(k,)` the Laplace log evidence at each scale evaluated (`scales`).
       laplace: `kronvi.logistic.LaplaceInfo` at the chosen scale (of the rotated weights with `basis="eigen"`).
       fit: the coordinate-ascent fit's `kronvi.FitInfo`.
       num_rows: training rows (before padding); `padded_rows`: after.
       padded_rows: rows of the compiled programs (zero-weight rows added).
       standardize_seconds: wall time of the standardization and the median heuristic.
       features_seconds: wall time of the features.
-      scale_seconds: wall time of the scale choice and the grids (one Laplace fit per candidate).
+      scale_seconds: wall time of the scale choice and the grids (one Laplace fit per scale evaluated).
       fit_seconds: wall time of the coordinate-ascent fit (its Laplace start included).
+      scales: the prior sds evaluated, in order: the search's steps, or `config.prior_scales`.
     """
 
     prior_scale: float
@@ -163,6 +174,7 @@ class ClassifierInfo(NamedTuple):
     features_seconds: float
     scale_seconds: float
     fit_seconds: float
+    scales: tuple[float, ...] = ()
 
 
 class ClassifierFit(NamedTuple):
@@ -200,18 +212,21 @@ def check_config(config) -> ClassifierConfig:
     if not (isinstance(config.basis, str) and config.basis in BASES):
         raise ValueError(f"`config.basis` must be one of {BASES}, got {config.basis!r}")
     scales = config.prior_scales
-    if isinstance(scales, numbers.Real) and not isinstance(scales, bool):
-        scales = (scales,)
-    try:
-        scales = tuple(scales)
-    except TypeError:
-        raise ValueError(
-            f"`config.prior_scales` must be a non-empty sequence of positive numbers, got {scales!r}"
-        ) from None
-    if not scales or not all(_real(s) and s > 0 for s in scales):
-        raise ValueError(
-            f"`config.prior_scales` must be a non-empty sequence of positive numbers, got {config.prior_scales!r}"
-        )
+    if scales is not None:
+        if isinstance(scales, numbers.Real) and not isinstance(scales, bool):
+            scales = (scales,)
+        try:
+            scales = tuple(scales)
+        except TypeError:
+            raise ValueError(
+                f"`config.prior_scales` must be None or a non-empty sequence of positive numbers, got {scales!r}"
+            ) from None
+        if not scales or not all(_real(s) and s > 0 for s in scales):
+            raise ValueError(
+                "`config.prior_scales` must be None or a non-empty sequence of positive numbers, got "
+                f"{config.prior_scales!r}"
+            )
+        scales = tuple(float(s) for s in scales)
     width = config.width
     if width is None:
         width = 4.0 if config.grid == "laplace" else 3.0
@@ -219,7 +234,7 @@ def check_config(config) -> ClassifierConfig:
         raise ValueError(f"`config.width` must be a finite positive number or None, got {width!r}")
     if not (_real(config.tol) and config.tol >= 0):
         raise ValueError(f"`config.tol` must be a finite number >= 0, got {config.tol!r}")
-    return config._replace(prior_scales=tuple(float(s) for s in scales), width=float(width))
+    return config._replace(prior_scales=scales, width=float(width))
 
 
 def _check_inputs(X, name="X"):
@@ -339,6 +354,100 @@ def _laplace_rotation(Phi, y, weights, mean, scale) -> np.ndarray:
     return np.linalg.eigh(0.5 * (H + H.T))[1]
 
 
+def _grid_scale(evaluate, candidates):
+    """The candidate prior sds one by one (each Newton from the MAP of the one before): `(scales, log
+    evidences, index of the largest finite one (0 if none), its payload)`."""
+    payloads, evidence, init = [], [], None
+    for s in candidates:
+        payload, log_ev, _, mean = evaluate(s, init)
+        payloads.append(payload)
+        evidence.append(log_ev)
+        init = mean if np.all(np.isfinite(mean)) else None
+    ok = np.isfinite(evidence)
+    k = int(np.argmax(np.where(ok, evidence, -np.inf))) if ok.any() else 0
+    return list(candidates), evidence, k, payloads[k]
+
+
+def _cubic_maximum(left, right) -> float:
+    """The maximum of the cubic through `(u, value, slope)` at `left` (slope > 0) and `right` (slope < 0),
+    which lies between them (Nocedal and Wright's interpolation step, for the negated values)."""
+    (a, fa, ga), (b, fb, gb) = left, right
+    ga, gb, fa, fb = -ga, -gb, -fa, -fb  # minimize the negated values: slopes ga < 0 < gb
+    d1 = ga + gb - 3.0 * (fa - fb) / (a - b)
+    d2 = math.sqrt(max(d1 * d1 - ga * gb, 0.0))  # ga * gb < 0: the root is real
+    return b - (b - a) * (gb + d2 - d1) / (gb - ga + 2.0 * d2)
+
+
+def search_scale(
+    evaluate,
+    *,
+    start: float = SCALE_START,
+    bounds: tuple[float, float] = SCALE_BOUNDS,
+    max_fits: int = MAX_SCALE_FITS,
+    rtol: float = SCALE_RTOL,
+    slope_tol: float = SLOPE_TOL,
+    gain_tol: float = GAIN_TOL,
+):
+    r"""The prior sd $\sigma_w$ of the largest Laplace evidence: a search on $u = \log\sigma_w^2$ along
+    the evidence's exact slope (`LaplaceInfo.log_evidence_slope`).
+
+    From `start`, steps of $\log$ `SCALE_STEP` in $u$ uphill until the slope changes sign (or a bound is
+    reached), then inside that bracket the maximum of the cubic that matches the log evidence and its slope
+    at both ends (`_cubic_maximum`), each point at least half the tolerance inside it. It stops once the
+    bracket's ends are within a factor `1 + rtol` in $\sigma_w$ (the evidence being unimodal, the best
+    scale evaluated is then within that factor of the maximum), where a quadratic with the bracket's mean
+    curvature promises less than `gain_tol` nats more than the best end, where the slope is within
+    `slope_tol` nats of zero, at a bound the slope points beyond, or after `max_fits` fits. Each fit's Newton starts at the MAP of the nearest scale evaluated.
+
+    Args:
+      evaluate: `(scale, init) -> (payload, log_evidence, slope, mean)`, one Laplace fit at `scale` from
+        `init` (a MAP, or `None`).
+
+    Returns:
+      `(scales, log_evidences, k, payload)`: every scale evaluated in order, their log evidences, the index
+      of the largest finite one (0 if none is) and its payload.
+    """
+    tried: list = []  # (u, log evidence, slope, MAP, payload, scale)
+
+    def run(u, scale=None):
+        near = [t for t in tried if np.all(np.isfinite(t[3]))]
+        init = min(near, key=lambda t: abs(t[0] - u))[3] if near else None
+        scale = math.exp(0.5 * u) if scale is None else scale
+        payload, log_ev, slope, mean = evaluate(scale, init)
+        tried.append((u, log_ev, slope, mean, payload, scale))
+        return math.isfinite(log_ev) and math.isfinite(slope)
+
+    u_lo, u_hi = (2.0 * math.log(b) for b in bounds)
+    tol_u = 2.0 * math.log1p(rtol)
+    left = right = None  # (u, log evidence, slope): a point below the maximum (slope > 0), one above (< 0)
+    start = min(max(start, bounds[0]), bounds[1])
+    ok = run(2.0 * math.log(start), start)
+    while ok and len(tried) < max_fits:
+        point = tried[-1][:3]
+        u, _, g = point
+        if abs(g) <= slope_tol:
+            break
+        if g > 0:
+            left = point
+        else:
+            right = point
+        if left is None or right is None:  # walk uphill
+            if (g > 0 and u >= u_hi) or (g < 0 and u <= u_lo):
+                break
+            u_next = min(u + math.log(SCALE_STEP), u_hi) if g > 0 else max(u - math.log(SCALE_STEP), u_lo)
+        else:  # the maximum lies between: stop once that is within rtol, or little more evidence is to be had
+            best = max(left, right, key=lambda t: t[1])
+            curvature = (left[2] - right[2]) / (right[0] - left[0])  # > 0
+            if right[0] - left[0] <= tol_u or best[2] ** 2 / (2.0 * curvature) <= gain_tol:
+                break
+            u_next = _cubic_maximum(left, right)
+            u_next = min(max(u_next, left[0] + 0.5 * tol_u), right[0] - 0.5 * tol_u)
+        ok = run(u_next)
+    finite = [i for i, t in enumerate(tried) if math.isfinite(t[1])]
+    k = max(finite, key=lambda i: tried[i][1]) if finite else 0
+    return [t[5] for t in tried], [t[1] for t in tried], k, tried[k][4]
+
+
 def row_bucket(n: int, minimum: int = MIN_ROWS) -> int:
     """The smallest of `minimum` and `2^k (1 + j/4)` (`j = 0..3`) at least `n`: at most 25% padding, four
     compiled shapes per doubling."""
@@ -362,15 +471,15 @@ def fit_classifier(
     min_rows: int | None = None,
 ) -> ClassifierFit:
     r"""Fits the DIRECT logistic classifier to raw inputs and 0/1 labels: standardization, median-heuristic
-    lengthscale, random Fourier, linear and constant features, the prior sd by the Laplace evidence,
+    lengthscale, random Fourier, linear and constant features, the prior sd of the largest Laplace evidence,
     Laplace-placed (or the paper's) grids and coordinate ascent from the Laplace start.
 
     The model is $P(y = 1 \mid x, w) = \sigma(\phi(x)^\top w)$ with
     $\phi(x) = [D^{-1/2}\cos(x_sW), D^{-1/2}\sin(x_sW), x_s / \sqrt d, 1]$ ($x_s$ the standardized input,
     $W = Z / \ell$, $Z$ standard normal), the prior $N(0, \sigma_w^2)$ on each weight's grid, and
-    $\sigma_w$ the candidate of `config.prior_scales` with the largest Laplace approximation to
-    $\log p(y \mid \Phi, \sigma_w)$. The mean-field posterior maximizes `fit_logistic`'s default
-    (`"tilted"`) bound on the ELBO. The stages and their defaults are the module docstring's.
+    $\sigma_w$ the scale that maximizes the Laplace approximation to $\log p(y \mid \Phi, \sigma_w)$
+    (a search along its slope, `docs/decisions/classifier.md#the-prior-sd-the-laplace-evidences-maximum`; with `config.prior_scales`, the best of those
+    candidates). The mean-field posterior maximizes `fit_logistic`'s default (`"tilted"`) bound on the ELBO. The stages and their defaults are the module docstring's.
 
     The same `key` (and data, config and dtype) gives the same model: the key seeds the lengthscale's
     subsample and the frequencies (drawn in NumPy, so that no program is compiled per input width).
@@ -387,7 +496,7 @@ def fit_classifier(
 
     Returns:
       `ClassifierFit` `(model, info)`: a `FittedClassifier` (`model.predict_proba(X_new)`) and a
-      `ClassifierInfo` (the chosen scale, every candidate's evidence, the fit's `FitInfo`, per-stage
+      `ClassifierInfo` (the chosen scale, the evidence of every scale evaluated, the fit's `FitInfo`, per-stage
       wall times).
 
     Raises:
@@ -419,7 +528,7 @@ def fit_classifier(
     if min_rows is not None:
         min_rows = check_int(min_rows, "min_rows", 1)
     finfo = np.finfo(dtype)
-    for s in config.prior_scales:  # each scale, its variance and its precision must be normal in `dtype`
+    for s in config.prior_scales or ():  # each scale, its variance and its precision must be normal in `dtype`
         if not float(finfo.tiny) ** 0.5 < s < float(finfo.max) ** 0.5:
             raise ValueError(
                 f"`config.prior_scales` holds {s!r}: its variance is not a normal {dtype} number (scales between "
@@ -443,23 +552,20 @@ def fit_classifier(
     jax.block_until_ready(Phi)
     t2 = time.perf_counter()
 
-    grids, evidence, init = [], [], None
-    for s in config.prior_scales:  # each scale's Newton starts at the MAP of the scale before
+    def evaluate(s, init):
         prior, lap = laplace_grid_prior(
             Phi, yy, to_device(s, dtype), levels=config.levels, width=width if config.grid == "laplace" else 4.0,
             weights=ww, init=init,
         )  # fmt: skip
-        mean, log_ev = jax.device_get((lap.mean, lap.log_evidence))
-        grids.append((prior, lap))
-        evidence.append(float(log_ev))
-        init = mean if np.all(np.isfinite(mean)) else None
-    k = (
-        int(np.nanargmax(np.where(np.isfinite(evidence), evidence, -np.inf)))
-        if np.any(np.isfinite(evidence))
-        else 0
-    )
-    scale = config.prior_scales[k]
-    prior, lap = grids[k]
+        mean, log_ev, slope = jax.device_get((lap.mean, lap.log_evidence, lap.log_evidence_slope))
+        return (prior, lap), float(log_ev), float(slope), mean
+
+    if config.prior_scales is None:
+        scales, evidence, k, (prior, lap) = search_scale(evaluate)
+    else:
+        scales, evidence, k, (prior, lap) = _grid_scale(evaluate, config.prior_scales)
+    scales = [float(np.asarray(s, dtype)) for s in scales]  # as the fits used them
+    scale = scales[k]
     rotation = None
     if config.grid == "paper":
         prior = gaussian_prior(Phi.shape[1], scale, levels=config.levels, width=width, dtype=dtype)
@@ -485,7 +591,8 @@ def fit_classifier(
         rotation,
     )
     info = ClassifierInfo(
-        scale, to_device(np.asarray(evidence)), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3
+        scale, to_device(np.asarray(evidence)), lap, fit_info, n, rows, t1 - t0, t2 - t1, t3 - t2, t4 - t3,
+        tuple(scales),
     )
     return ClassifierFit(model, info)
 
