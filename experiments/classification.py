@@ -110,6 +110,21 @@ def prepare(X, y, folds, k):
     return dict(Rtr=Xtr, Rte=Xte, Xtr=(Xtr - mu) / sd, Xte=(Xte - mu) / sd, ytr=y[~te], yte=y[te], fold=k)
 
 
+def recipe_features(X, y, folds, k, *, num_frequencies=50, prior_scales=(1.0, 3.0, 10.0, 30.0), seed=0):
+    """Fold ``k`` in the features of ``kronvi.fit_classifier`` (``basis="features"``: the features themselves,
+    not the Laplace eigenbasis) and its prior sd: ``prepare``'s dict plus ``Ptr``, ``Pte`` (float64) and
+    ``scale``; the key is direct-logistic's for that fold. For the one-off studies that examine the recipe's
+    Laplace stage (``classification_grid_check.py``, ``classification_bound_gap.py``)."""
+    p = prepare(X, y, folds, k)
+    config = kronvi.ClassifierConfig(num_frequencies=num_frequencies, prior_scales=prior_scales, basis="features")
+    model, info = kronvi.fit_classifier(jax.random.key(seed * 1000 + k), p["Rtr"], p["ytr"], config)
+    p.update(
+        Ptr=np.asarray(model.design(p["Rtr"]), np.float64), Pte=np.asarray(model.design(p["Rte"]), np.float64),
+        scale=info.prior_scale,
+    )  # fmt: skip
+    return p
+
+
 def pad_stack(arrays, n, fill=0.0):
     out = []
     for a in arrays:
@@ -449,6 +464,9 @@ def run_dataset(name, dataset, methods, args, records, rel):
             ),
             compilation_cache=getattr(args, "cache", "off"),
         )
+        if m.startswith("direct-"):  # how the prior sd was chosen, and each fold's
+            rec["prior_scales"] = "search" if args.prior_scales is None else list(args.prior_scales)
+            rec["prior_sd_folds"] = [float(f"{r['scale']:.6g}") for r in res]
         records.append(rec)
         counts = sum(
             reliability(np.clip(r["prob"], 0, 1), p["yte"])[0] for r, p in zip(res, preps, strict=True)

@@ -1,8 +1,9 @@
 """Why the paper's grids miss: on fold 0 of each dataset, the paper's grid against the Laplace posterior.
 
-With the study's features and prior sd s (chosen by the Laplace evidence, as in classification.py), prints the
-paper grid's spacing (6 s / 14) and edge (3 s), the Laplace MAP's size, how many weights lie beyond the edge,
-and the Laplace marginal sds (kronvi.logistic.laplace_grid_prior on the full training fold).
+With the features of kronvi.fit_classifier and its prior sd s (the best of --prior-scales by the Laplace
+evidence; classification.recipe_features), prints the paper grid's spacing (6 s / 14) and edge (3 s), the
+Laplace MAP's size, how many weights lie beyond the edge, and the Laplace marginal sds
+(kronvi.logistic.laplace_grid_prior on the full training fold).
 
 Usage (from experiments/):
   nice -n 10 python classification_grid_check.py --data-dir ../../shared/data/classification \
@@ -16,7 +17,7 @@ import os
 
 import jax.numpy as jnp
 import numpy as np
-from classification import laplace_log_evidence, prepare
+from classification import recipe_features
 
 import kronvi
 import kronvi.logistic as kl
@@ -34,9 +35,8 @@ def main(argv=None):
         if not os.path.isdir(os.path.join(args.data_dir, name)):
             continue
         X, y, mask = kronvi.load_uci(os.path.join(args.data_dir, name))
-        p = prepare(X, y, kronvi.inputs.fold_indices(mask), 0, 0, 50)
-        sub = np.random.default_rng(0).permutation(len(p["ytr"]))[:5000]
-        s = scales[int(np.argmax([laplace_log_evidence(p["Ptr"][sub], p["ytr"][sub], s) for s in scales]))]
+        p = recipe_features(X, y, kronvi.inputs.fold_indices(mask), 0, prior_scales=tuple(scales))
+        s = p["scale"]
         _, info = kl.laplace_grid_prior(jnp.asarray(p["Ptr"]), jnp.asarray(p["ytr"], jnp.float32), s)
         w, sd = np.abs(np.asarray(info.mean)), np.asarray(info.sd)
         spacing = 6 * s / 14

@@ -50,7 +50,10 @@ def test_study_writes_records_and_renders(tmp_path):
     recs = json.loads(out.read_text())
     assert [r["method"] for r in recs] == list(classification.METHODS[:4])
     for r in recs:
-        assert set(r) == FIELDS
+        direct = r["method"].startswith("direct-")
+        assert set(r) == FIELDS | ({"prior_scales", "prior_sd_folds"} if direct else set())
+        if direct:
+            assert r["prior_scales"] == [1.0, 3.0] and all(s in (1.0, 3.0) for s in r["prior_sd_folds"])
         assert 0 <= r["accuracy_mean"] <= 1 and r["logloss_mean"] > 0 and 0 <= r["ece_mean"] <= 1
         assert len(r["fit_seconds_folds"]) == 2 and r["compilation_cache"] == "off"  # the tests' fixture
         np.testing.assert_allclose(r["fit_seconds_median"], np.median(r["fit_seconds_folds"]), atol=1e-4)
@@ -204,3 +207,29 @@ def test_the_studies_state_the_compilation_cache(tmp_path):
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["off", "cold", "cached"]
+
+
+def test_the_default_prior_sd_is_searched_and_recorded(tmp_path, data):
+    out = tmp_path / "search.json"
+    argv = _argv(data, out)
+    argv[argv.index("--prior-scales") : argv.index("--prior-scales") + 2] = []  # the default: search
+    classification.main(argv)
+    (rec,) = json.loads(out.read_text())
+    assert rec["prior_scales"] == "search" and len(rec["prior_sd_folds"]) == 2
+    assert all(0.01 <= s <= 1000 for s in rec["prior_sd_folds"])
+
+
+def test_the_one_off_laplace_studies_run(data, capsys):
+    """classification_grid_check.py and classification_bound_gap.py on the recipe's features (a smoke test:
+    one line per dataset, the bounds' rows)."""
+    import classification_bound_gap
+    import classification_grid_check
+
+    classification_grid_check.main(["--data-dir", str(data), "--prior-scales", "1,3"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("tiny | 20 | ")
+    classification_bound_gap.main(
+        ["--data-dir", str(data), "--datasets", "tiny", "--num-frequencies", "3", "--max-iter", "2", "--samples", "20"]
+    )
+    text = capsys.readouterr().out
+    assert "tiny fold 0: n_train=20" in text and text.count("|") > 10

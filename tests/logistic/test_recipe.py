@@ -280,7 +280,7 @@ def test_the_scale_search_finds_the_maximum(optimum):
     a few evaluations; the scale returned is the best evaluated; every Newton starts at the MAP of the
     nearest scale evaluated."""
     evaluate, asked = _concave(2 * np.log(optimum))
-    scales, evidence, k, payload = _recipe.search_scale(evaluate, gain_tol=0.0)
+    scales, evidence, k, payload = _recipe._search_scale(evaluate, gain_tol=0.0)
     assert scales == [s for s, _ in asked] and payload == scales[k] and scales[0] == 3.0
     assert evidence[k] == max(evidence) and len(scales) <= 7
     assert abs(np.log(scales[k] / optimum)) <= np.log(1.1) + 1e-12
@@ -292,32 +292,40 @@ def test_the_scale_search_finds_the_maximum(optimum):
 
 def test_the_scale_search_stops_at_its_bounds_and_its_budget():
     evaluate, _ = _concave(2 * np.log(1e5))  # beyond the upper bound: the bound
-    scales, _, k, _ = _recipe.search_scale(evaluate)
+    scales, _, k, _ = _recipe._search_scale(evaluate)
     assert scales[k] == pytest.approx(_recipe.SCALE_BOUNDS[1]) and scales[-1] == pytest.approx(1e3)
     evaluate, _ = _concave(2 * np.log(1e-4))
-    scales, _, k, _ = _recipe.search_scale(evaluate)
+    scales, _, k, _ = _recipe._search_scale(evaluate)
     assert scales[k] == pytest.approx(_recipe.SCALE_BOUNDS[0])
     evaluate, asked = _concave(2 * np.log(40.0))
-    scales, _, _, _ = _recipe.search_scale(evaluate, max_fits=2)
+    scales, _, _, _ = _recipe._search_scale(evaluate, max_fits=2)
     assert len(asked) == 2
     evaluate, _ = _concave(2 * np.log(40.0))  # a tighter tolerance takes more steps, closer
-    loose, _, k1, _ = _recipe.search_scale(evaluate, rtol=0.3, gain_tol=0.0)
-    tight, _, k2, _ = _recipe.search_scale(evaluate, rtol=1e-3, max_fits=20, gain_tol=0.0)
+    loose, _, k1, _ = _recipe._search_scale(evaluate, rtol=0.3, gain_tol=0.0)
+    tight, _, k2, _ = _recipe._search_scale(evaluate, rtol=1e-3, max_fits=20, gain_tol=0.0)
     evaluate, _ = _concave(2 * np.log(40.0))  # the evidence promised by another fit: a looser stop
-    gain, _, _, _ = _recipe.search_scale(evaluate, gain_tol=0.5)
+    gain, _, _, _ = _recipe._search_scale(evaluate, gain_tol=0.5)
     assert len(tight) >= len(loose) and abs(np.log(tight[k2] / 40.0)) < abs(np.log(loose[k1] / 40.0)) < np.log(1.3)
     assert len(gain) < len(loose)
 
 
 def test_the_scale_search_keeps_the_best_finite_scale():
-    """A scale whose fit is not finite ends the search; the best finite one is returned (the first when
-    none is), and a non-finite MAP is no Newton start."""
-    evaluate, asked = _concave(2 * np.log(40.0), bad=(3.0 * np.sqrt(10.0),))
-    scales, evidence, k, _ = _recipe.search_scale(evaluate)
-    assert len(scales) == 2 and k == 0 and np.isnan(evidence[1])
-    evaluate, _ = _concave(2 * np.log(40.0), bad=(3.0,))
-    scales, _, k, _ = _recipe.search_scale(evaluate)
-    assert scales == [3.0] and k == 0
+    """A scale whose fit is not finite is a wall: the search goes back toward the last finite scale (toward
+    smaller scales when none is), never evaluates at or beyond the wall again, and returns the best finite
+    scale; a non-finite MAP is no Newton start."""
+    wall = 3.0 * np.sqrt(10.0)
+    evaluate, asked = _concave(2 * np.log(40.0), bad=(wall,))  # the maximum lies beyond the wall
+    scales, evidence, k, _ = _recipe._search_scale(evaluate)
+    assert np.isnan(evidence[1]) and all(s < wall for s in scales[2:]) and len(scales) <= _recipe.MAX_SCALE_FITS
+    assert scales[k] == max(scales[2:]) and scales[k] > wall / (1 + _recipe.SCALE_RTOL) ** 2
+    assert all(init is None or np.all(np.isfinite(init)) for _, init in asked)
+    evaluate, _ = _concave(2 * np.log(40.0), bad=(3.0,))  # the start: smaller scales, then up to the wall
+    scales, evidence, k, _ = _recipe._search_scale(evaluate)
+    assert scales[1] == pytest.approx(3.0 / np.sqrt(10.0)) and all(s < 3.0 for s in scales[1:])
+    assert k > 0 and evidence[k] == np.nanmax(evidence)
+    evaluate, _ = _concave(2 * np.log(40.0), bad=tuple(3.0 / 10 ** (k / 2) for k in range(6)))
+    scales, evidence, k, _ = _recipe._search_scale(evaluate)  # nothing finite down to the bound: the first
+    assert k == 0 and np.all(np.isnan(evidence)) and min(scales) >= _recipe.SCALE_BOUNDS[0]
 
 
 def test_the_default_scale_is_the_laplace_evidence_maximum(dtype):

@@ -76,6 +76,21 @@ def test_the_defaults_are_the_recipe_and_pickle_small():
     np.testing.assert_allclose(paper.prior_w_[0].values, ref.values)
 
 
+def test_separable_classes_by_default():
+    """`DirectClassifier()` on linearly separable classes: the searched prior sd stays within its bounds
+    (the evidence keeps growing with it there), the fit is finite, and it separates them with confidence."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, 3))
+    y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int)
+    clf = DirectClassifier(random_state=0).fit(X, y)
+    (info,) = clf.fit_info_
+    assert 0.01 <= clf.prior_scale_[0] <= 1000 and clf.prior_scale_[0] >= max(info.scales[:1])
+    assert np.all(np.isfinite(np.asarray(info.log_evidence)))
+    proba = clf.predict_proba(X)
+    assert np.all(np.isfinite(proba)) and clf.score(X, y) == 1.0
+    assert np.mean(np.max(proba, axis=1)) > 0.9
+
+
 def test_one_vs_rest_for_three_classes():
     rng = np.random.default_rng(1)
     centres = np.array([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]])

@@ -235,7 +235,7 @@ def laplace_grid_prior(
     Returns:
       `(prior_w, info)`: a `kronvi.model.DiscretePrior` `(b, levels)` in `Phi`'s dtype
       and a `LaplaceInfo` (the MAP, the sds, the Laplace log evidence,
-      the iterations, whether it converged).
+      the iterations, whether it converged, the evidence's slope in the log of the prior variances).
 
     Raises:
       ValueError: naming the argument: `Phi` not 2-D or not finite; `y` not 0/1, NaN or of the wrong

@@ -11,7 +11,8 @@ and the classification study (`experiments/classification.py`, method `direct-lo
    inputs and a constant, so that $\phi(x)^\top\phi(x') \approx k_{SE}(x, x') + x^\top x'/d + 1$;
 4. the prior sd $\sigma_w$ of every weight that maximizes the Laplace approximation to the evidence of the
    Gaussian-prior logistic model (`laplace_grid_prior`'s `log_evidence`), by a search along its exact slope
-   in $\log\sigma_w^2$ (`docs/decisions/classifier.md#the-prior-sd-the-laplace-evidences-maximum`), or the best of the candidates `prior_scales`;
+   in $\log\sigma_w^2$ (`docs/decisions/classifier.md#the-prior-sd-the-laplace-evidences-maximum`), or the
+   best of the candidates `prior_scales`;
 5. the grids: `"laplace"` (default) the prior $N(0, \sigma_w^2)$ on levels placed on the Laplace posterior
    (MAP $\pm$ `width` Laplace sds, `laplace_grid_prior`), or `"paper"`, the paper's even grids on
    $\pm$ `width` prior sds with a zero level (`kronvi.model.gaussian_prior`);
@@ -368,17 +369,21 @@ def _grid_scale(evaluate, candidates):
     return list(candidates), evidence, k, payloads[k]
 
 
-def _cubic_maximum(left, right) -> float:
-    """The maximum of the cubic through `(u, value, slope)` at `left` (slope > 0) and `right` (slope < 0),
-    which lies between them (Nocedal and Wright's interpolation step, for the negated values)."""
+def _cubic_maximum(left, right) -> tuple[float, float]:
+    """`(u, value)`: the maximum of the cubic that matches `(u, value, slope)` at `left` (slope > 0) and
+    `right` (slope < 0), which lies between them (Nocedal and Wright's interpolation step, written for a
+    maximum), and the cubic's value there."""
     (a, fa, ga), (b, fb, gb) = left, right
-    ga, gb, fa, fb = -ga, -gb, -fa, -fb  # minimize the negated values: slopes ga < 0 < gb
     d1 = ga + gb - 3.0 * (fa - fb) / (a - b)
-    d2 = math.sqrt(max(d1 * d1 - ga * gb, 0.0))  # ga * gb < 0: the root is real
-    return b - (b - a) * (gb + d2 - d1) / (gb - ga + 2.0 * d2)
+    d2 = math.sqrt(d1 * d1 - ga * gb)  # ga * gb < 0: real
+    u = b - (b - a) * (gb - d2 - d1) / (gb - ga - 2.0 * d2)
+    h, t = b - a, (u - a) / (b - a)  # the cubic in Hermite form on [a, b]
+    value = (2 * t**3 - 3 * t**2 + 1) * fa + (3 * t**2 - 2 * t**3) * fb
+    value += h * ((t**3 - 2 * t**2 + t) * ga + (t**3 - t**2) * gb)
+    return u, value
 
 
-def search_scale(
+def _search_scale(
     evaluate,
     *,
     start: float = SCALE_START,
@@ -393,11 +398,14 @@ def search_scale(
 
     From `start`, steps of $\log$ `SCALE_STEP` in $u$ uphill until the slope changes sign (or a bound is
     reached), then inside that bracket the maximum of the cubic that matches the log evidence and its slope
-    at both ends (`_cubic_maximum`), each point at least half the tolerance inside it. It stops once the
-    bracket's ends are within a factor `1 + rtol` in $\sigma_w$ (the evidence being unimodal, the best
-    scale evaluated is then within that factor of the maximum), where a quadratic with the bracket's mean
-    curvature promises less than `gain_tol` nats more than the best end, where the slope is within
-    `slope_tol` nats of zero, at a bound the slope points beyond, or after `max_fits` fits. Each fit's Newton starts at the MAP of the nearest scale evaluated.
+    at both ends (`_cubic_maximum`), each point at least half the tolerance inside the bracket. It stops
+    once the bracket's ends are within a factor `1 + rtol` in $\sigma_w$ (the evidence being unimodal, the
+    best scale evaluated is then within that factor of the maximum), where that cubic promises at most
+    `gain_tol` nats over the better end, where the slope is within `slope_tol` nats of zero, at a bound the
+    slope points beyond, or after `max_fits` fits. A fit whose evidence or slope is not finite is a wall:
+    the search goes halfway back to the last finite scale (toward smaller scales when there is none). Each
+    fit's Newton starts at the MAP of the nearest scale evaluated. The arguments are the module's constants
+    unless a test passes others (`rtol > 0`, `max_fits >= 1`).
 
     Args:
       evaluate: `(scale, init) -> (payload, log_evidence, slope, mean)`, one Laplace fit at `scale` from
@@ -418,31 +426,48 @@ def search_scale(
         return math.isfinite(log_ev) and math.isfinite(slope)
 
     u_lo, u_hi = (2.0 * math.log(b) for b in bounds)
-    tol_u = 2.0 * math.log1p(rtol)
-    left = right = None  # (u, log evidence, slope): a point below the maximum (slope > 0), one above (< 0)
+    wall_lo, wall_hi = -math.inf, math.inf  # where a fit was not finite: the search stays strictly inside
+    tol_u, step = 2.0 * math.log1p(rtol), math.log(SCALE_STEP)
+    left = right = last = None  # (u, log evidence, slope): below the maximum (slope > 0), above it, last finite
     start = min(max(start, bounds[0]), bounds[1])
     ok = run(2.0 * math.log(start), start)
-    while ok and len(tried) < max_fits:
-        point = tried[-1][:3]
-        u, _, g = point
+    while len(tried) < max_fits:
+        u, _, g = tried[-1][:3]
+        if not ok:  # a wall
+            if left is not None and right is not None:
+                break
+            if last is None:  # nothing finite yet: smaller scales
+                wall_hi, target = u, u - step
+                if target < u_lo:
+                    break
+            else:
+                if u > last[0]:
+                    wall_hi = u
+                else:
+                    wall_lo = u
+                target = 0.5 * (u + last[0])
+                if abs(target - last[0]) <= 0.5 * tol_u:
+                    break
+            ok = run(target)
+            continue
+        last = tried[-1][:3]
         if abs(g) <= slope_tol:
             break
         if g > 0:
-            left = point
+            left = last
         else:
-            right = point
-        if left is None or right is None:  # walk uphill
-            if (g > 0 and u >= u_hi) or (g < 0 and u <= u_lo):
+            right = last
+        if left is not None and right is not None:  # the maximum lies between
+            u_next, value = _cubic_maximum(left, right)
+            if right[0] - left[0] <= tol_u or value - max(left[1], right[1]) <= gain_tol:
                 break
-            u_next = min(u + math.log(SCALE_STEP), u_hi) if g > 0 else max(u - math.log(SCALE_STEP), u_lo)
-        else:  # the maximum lies between: stop once that is within rtol, or little more evidence is to be had
-            best = max(left, right, key=lambda t: t[1])
-            curvature = (left[2] - right[2]) / (right[0] - left[0])  # > 0
-            if right[0] - left[0] <= tol_u or best[2] ** 2 / (2.0 * curvature) <= gain_tol:
-                break
-            u_next = _cubic_maximum(left, right)
-            u_next = min(max(u_next, left[0] + 0.5 * tol_u), right[0] - 0.5 * tol_u)
-        ok = run(u_next)
+            ok = run(min(max(u_next, left[0] + 0.5 * tol_u), right[0] - 0.5 * tol_u))
+            continue
+        # uphill: a step, within the bounds, at most halfway to a wall
+        target = min(u + step, u_hi, 0.5 * (u + wall_hi)) if g > 0 else max(u - step, u_lo, 0.5 * (u + wall_lo))
+        if abs(target - u) <= 0.5 * tol_u:
+            break
+        ok = run(target)
     finite = [i for i, t in enumerate(tried) if math.isfinite(t[1])]
     k = max(finite, key=lambda i: tried[i][1]) if finite else 0
     return [t[5] for t in tried], [t[1] for t in tried], k, tried[k][4]
@@ -478,8 +503,10 @@ def fit_classifier(
     $\phi(x) = [D^{-1/2}\cos(x_sW), D^{-1/2}\sin(x_sW), x_s / \sqrt d, 1]$ ($x_s$ the standardized input,
     $W = Z / \ell$, $Z$ standard normal), the prior $N(0, \sigma_w^2)$ on each weight's grid, and
     $\sigma_w$ the scale that maximizes the Laplace approximation to $\log p(y \mid \Phi, \sigma_w)$
-    (a search along its slope, `docs/decisions/classifier.md#the-prior-sd-the-laplace-evidences-maximum`; with `config.prior_scales`, the best of those
-    candidates). The mean-field posterior maximizes `fit_logistic`'s default (`"tilted"`) bound on the ELBO. The stages and their defaults are the module docstring's.
+    (a search along its slope, `docs/decisions/classifier.md#the-prior-sd-the-laplace-evidences-maximum`;
+    with `config.prior_scales`, the best of those candidates). The mean-field posterior maximizes
+    `fit_logistic`'s default (`"tilted"`) bound on the ELBO. The stages and their defaults are the module
+    docstring's.
 
     The same `key` (and data, config and dtype) gives the same model: the key seeds the lengthscale's
     subsample and the frequencies (drawn in NumPy, so that no program is compiled per input width).
@@ -561,7 +588,7 @@ def fit_classifier(
         return (prior, lap), float(log_ev), float(slope), mean
 
     if config.prior_scales is None:
-        scales, evidence, k, (prior, lap) = search_scale(evaluate)
+        scales, evidence, k, (prior, lap) = _search_scale(evaluate)
     else:
         scales, evidence, k, (prior, lap) = _grid_scale(evaluate, config.prior_scales)
     scales = [float(np.asarray(s, dtype)) for s in scales]  # as the fits used them
