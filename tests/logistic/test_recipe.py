@@ -259,15 +259,16 @@ def test_rows_whose_horner_sums_may_underflow_take_log_mgf(monkeypatch):
         np.testing.assert_allclose(p[i : i + 1], expected, atol=2e-5)
 
 
-def _concave(u_star, *, bad=()):
-    """An `evaluate` for `search_scale` over E(u) = -exp(u - u*) + (u - u*) (u = log scale^2): steep on one
-    side, flat on the other, maximal at u*; the scales in `bad` give NaN. It records the scales asked for."""
+def _concave(u_star, *, bad=(), bad_range=(0.0, 0.0)):
+    """An `evaluate` for `_search_scale` over E(u) = -exp(u - u*) + (u - u*) (u = log scale^2): steep on one
+    side, flat on the other, maximal at u*; the scales in `bad` and inside `bad_range` give NaN. It records
+    the scales asked for."""
     asked = []
 
     def evaluate(scale, init):
         asked.append((scale, init))
         u = 2 * np.log(scale)
-        if any(np.isclose(scale, b) for b in bad):
+        if any(np.isclose(scale, b) for b in bad) or bad_range[0] < scale < bad_range[1]:
             return scale, float("nan"), float("nan"), np.array([np.nan])
         return scale, -np.exp(u - u_star) + (u - u_star), -np.exp(u - u_star) + 1.0, np.array([u])
 
@@ -290,10 +291,26 @@ def test_the_scale_search_finds_the_maximum(optimum):
         assert init[0] == 2 * np.log(scales[nearest])
 
 
+def test_the_cubic_maximum_of_a_bracket():
+    """`_cubic_maximum` against a dense grid on cubics with a maximum inside the bracket: the point and the
+    cubic's value there."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        c = rng.normal(size=4)
+        f = np.polynomial.Polynomial(c)
+        a, b = np.sort(rng.uniform(-3, 3, 2))
+        if not f.deriv()(a) > 0 > f.deriv()(b):
+            continue
+        u, value = _recipe._cubic_maximum((a, f(a), f.deriv()(a)), (b, f(b), f.deriv()(b)))
+        grid = np.linspace(a, b, 100_001)
+        assert abs(u - grid[np.argmax(f(grid))]) <= 1e-4 * (b - a) and value == pytest.approx(f(u), rel=1e-9, abs=1e-12)
+
+
 def test_the_scale_search_stops_at_its_bounds_and_its_budget():
-    evaluate, _ = _concave(2 * np.log(1e5))  # beyond the upper bound: the bound
+    evaluate, _ = _concave(2 * np.log(1e5))  # beyond the upper bound: the bound, no step within rtol of it
     scales, _, k, _ = _recipe._search_scale(evaluate)
     assert scales[k] == pytest.approx(_recipe.SCALE_BOUNDS[1]) and scales[-1] == pytest.approx(1e3)
+    assert all(np.log(1e3 / s) > np.log(1 + _recipe.SCALE_RTOL) for s in scales[:-1])
     evaluate, _ = _concave(2 * np.log(1e-4))
     scales, _, k, _ = _recipe._search_scale(evaluate)
     assert scales[k] == pytest.approx(_recipe.SCALE_BOUNDS[0])
@@ -323,9 +340,13 @@ def test_the_scale_search_keeps_the_best_finite_scale():
     scales, evidence, k, _ = _recipe._search_scale(evaluate)
     assert scales[1] == pytest.approx(3.0 / np.sqrt(10.0)) and all(s < 3.0 for s in scales[1:])
     assert k > 0 and evidence[k] == np.nanmax(evidence)
-    evaluate, _ = _concave(2 * np.log(40.0), bad=tuple(3.0 / 10 ** (k / 2) for k in range(6)))
+    evaluate, _ = _concave(2 * np.log(40.0), bad=(*(3.0 / 10 ** (k / 2) for k in range(5)), 0.01))
     scales, evidence, k, _ = _recipe._search_scale(evaluate)  # nothing finite down to the bound: the first
-    assert k == 0 and np.all(np.isnan(evidence)) and min(scales) >= _recipe.SCALE_BOUNDS[0]
+    assert k == 0 and np.all(np.isnan(evidence)) and scales[-1] == pytest.approx(_recipe.SCALE_BOUNDS[0])
+    evaluate, _ = _concave(2 * np.log(40.0), bad_range=(31.0, 90.0))  # inside a bracket: the search ends there
+    scales, evidence, k, _ = _recipe._search_scale(evaluate, gain_tol=0.0)
+    assert scales[3] == pytest.approx(3.0 * 10**1.5) and len(scales) == 5 and np.isnan(evidence[-1])
+    assert k == int(np.nanargmax(evidence))
 
 
 def test_the_default_scale_is_the_laplace_evidence_maximum(dtype):

@@ -72,8 +72,8 @@ SCALE_START = 3.0  # where the search for the prior sd starts
 SCALE_BOUNDS = (1e-2, 1e3)  # the prior sds it may reach
 SCALE_STEP = 10.0  # the factor on the prior variance of each step before the optimum is bracketed
 SCALE_RTOL = 0.1  # it stops once the maximum is bracketed within 10% in the prior sd
-SLOPE_TOL = 1e-2  # or where the evidence's slope in log sigma_w^2 is below this (nats)
-GAIN_TOL = 0.05  # or where another fit promises less evidence than this (nats)
+SLOPE_TOL = 1e-2  # or where the evidence's slope in log sigma_w^2 is at most this (nats)
+GAIN_TOL = 0.05  # or where the bracket's cubic promises at most this over its better end (nats)
 MAX_SCALE_FITS = 8  # Laplace fits at most
 PREDICT_CHUNK = 4096  # rows per prediction chunk
 _PREDICT_MIN_ROWS = 16  # the smallest row bucket of a prediction
@@ -403,7 +403,8 @@ def _search_scale(
     best scale evaluated is then within that factor of the maximum), where that cubic promises at most
     `gain_tol` nats over the better end, where the slope is within `slope_tol` nats of zero, at a bound the
     slope points beyond, or after `max_fits` fits. A fit whose evidence or slope is not finite is a wall:
-    the search goes halfway back to the last finite scale (toward smaller scales when there is none). Each
+    the search goes halfway back to the last finite scale (toward smaller scales, down to the bound, when
+    there is none), and inside a bracket it ends the search. Each
     fit's Newton starts at the MAP of the nearest scale evaluated. The arguments are the module's constants
     unless a test passes others (`rtol > 0`, `max_fits >= 1`).
 
@@ -436,10 +437,10 @@ def _search_scale(
         if not ok:  # a wall
             if left is not None and right is not None:
                 break
-            if last is None:  # nothing finite yet: smaller scales
-                wall_hi, target = u, u - step
-                if target < u_lo:
+            if last is None:  # nothing finite yet: smaller scales, down to the bound
+                if u <= u_lo + 0.5 * tol_u:
                     break
+                wall_hi, target = u, max(u - step, u_lo)
             else:
                 if u > last[0]:
                     wall_hi = u
@@ -463,8 +464,14 @@ def _search_scale(
                 break
             ok = run(min(max(u_next, left[0] + 0.5 * tol_u), right[0] - 0.5 * tol_u))
             continue
-        # uphill: a step, within the bounds, at most halfway to a wall
-        target = min(u + step, u_hi, 0.5 * (u + wall_hi)) if g > 0 else max(u - step, u_lo, 0.5 * (u + wall_lo))
+        # uphill: a step, within the bounds (the bound itself once the step ends within rtol of it), at most
+        # halfway to a wall
+        if g > 0:
+            target = u_hi if u_hi - (u + step) < tol_u else u + step
+            target = min(target, 0.5 * (u + wall_hi))
+        else:
+            target = u_lo if (u - step) - u_lo < tol_u else u - step
+            target = max(target, 0.5 * (u + wall_lo))
         if abs(target - u) <= 0.5 * tol_u:
             break
         ok = run(target)
