@@ -50,6 +50,7 @@ from .._inputs.data import Standardizer
 from .._inputs.features import RandomFourierFeatures
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior, gaussian_prior
+from .._model.posterior_grid import posterior_grid
 from .._solvers.info import FitInfo
 from ._bound import log_mgf
 from ._fit import fit_logistic
@@ -154,7 +155,8 @@ class ClassifierInfo(NamedTuple):
     Attributes:
       prior_scale: the chosen prior sd (a float).
       log_evidence: `(k,)` the Laplace log evidence at each scale evaluated (`scales`).
-      laplace: `kronvi.logistic.LaplaceInfo` at the chosen scale (of the rotated weights with `basis="eigen"`).
+      laplace: `kronvi.logistic.LaplaceInfo` at the chosen scale (with `basis="eigen"`, the MAP and sds of the
+        rotated weights; the rest is the same in any basis).
       fit: the coordinate-ascent fit's `kronvi.FitInfo`.
       num_rows: training rows (before padding); `padded_rows`: after.
       padded_rows: rows of the compiled programs (zero-weight rows added).
@@ -345,14 +347,16 @@ def _rotated(Phi, rotation):
     return jnp.matmul(Phi, rotation.astype(Phi.dtype), precision=jax.lax.Precision.HIGHEST)
 
 
-def _laplace_rotation(Phi, y, weights, mean, scale) -> np.ndarray:
-    r"""The eigenvectors `(b, b)` (float64 NumPy) of the Laplace Hessian
+def _laplace_rotation(Phi, y, weights, mean, scale) -> tuple[np.ndarray, np.ndarray]:
+    r"""`(V, lam)`: the eigenvectors `(b, b)` and eigenvalues `(b,)` (float64 NumPy; the eigenvalues at least
+    $1/\sigma_w^2$, as they are exactly) of the Laplace Hessian
     $\Phi^\top\mathrm{diag}(\text{weights}\,\sigma(1-\sigma))\Phi + I/\sigma_w^2$ at the MAP `mean`."""
     P = np.asarray(Phi, np.float64)
     p = 1.0 / (1.0 + np.exp(-(P @ np.asarray(mean, np.float64))))
     h = np.asarray(weights, np.float64) * p * (1.0 - p)
     H = P.T @ (P * h[:, None]) + np.eye(P.shape[1]) / float(scale) ** 2
-    return np.linalg.eigh(0.5 * (H + H.T))[1]
+    lam, V = np.linalg.eigh(0.5 * (H + H.T))
+    return V, np.maximum(lam, 1.0 / float(scale) ** 2)
 
 
 def _grid_scale(evaluate, candidates):
@@ -604,13 +608,14 @@ def fit_classifier(
     if config.grid == "paper":
         prior = gaussian_prior(Phi.shape[1], scale, levels=config.levels, width=width, dtype=dtype)
     elif config.basis == "eigen":  # the grids of the rotated weights, on their Laplace marginals
-        V = _laplace_rotation(Phi, yy, ww, lap.mean, scale)
+        # In V's basis the prior is the same and the Hessian diagonal: the rotated weights' MAP is V'w and
+        # their Laplace sds 1 / sqrt(lam), with no second Newton solve; evidence and slope are unchanged.
+        V, lam = _laplace_rotation(Phi, yy, ww, lap.mean, scale)
         rotation = to_device(V, dtype)
         Phi = _rotated(Phi, rotation)
-        prior, lap = laplace_grid_prior(
-            Phi, yy, to_device(scale, dtype), levels=config.levels, width=width, weights=ww,
-            init=to_device(V.T @ np.asarray(lap.mean, np.float64), dtype),
-        )  # fmt: skip
+        mean, sd = to_device(V.T @ np.asarray(lap.mean, np.float64), dtype), to_device(lam**-0.5, dtype)
+        prior = posterior_grid(mean, sd, to_device(scale, dtype), levels=config.levels, width=width)
+        lap = lap._replace(mean=mean, sd=sd)
     jax.block_until_ready(prior.values)
     t3 = time.perf_counter()
 
