@@ -46,6 +46,7 @@ from jax.typing import ArrayLike, DTypeLike
 
 from .._base.buckets import pad_rows, to_device
 from .._base.checks import check_int, is_concrete
+from .._base.threads import run_single_threaded
 from .._inputs.data import Standardizer
 from .._inputs.features import RandomFourierFeatures
 from .._model.families import MeanField
@@ -54,7 +55,7 @@ from .._model.posterior_grid import posterior_grid
 from .._solvers.info import FitInfo
 from ._bound import log_mgf
 from ._fit import fit_logistic
-from ._laplace import LaplaceInfo, laplace_grid_prior
+from ._laplace import NEWTON_MAX_ITER, LaplaceInfo, laplace_fit
 from ._predict import (
     MAX_NODES,
     even_log_cosh,
@@ -590,32 +591,41 @@ def fit_classifier(
     jax.block_until_ready(Phi)
     t2 = time.perf_counter()
 
+    b = Phi.shape[1]
+    zeros = np.zeros(b, dtype)
+    tol = to_device(100.0 * np.finfo(dtype).eps, dtype)  # `laplace_grid_prior`'s default
+
     def evaluate(s, init):
-        prior, lap = laplace_grid_prior(
-            Phi, yy, to_device(s, dtype), levels=config.levels, width=width if config.grid == "laplace" else 4.0,
-            weights=ww, init=init,
+        """The Laplace fit under N(0, s^2) alone: `laplace_grid_prior`'s, without its checks of our own `Phi`
+        and without a grid, which only the chosen scale needs."""
+        s = np.asarray(s, dtype)
+        prec, mean = to_device(np.full(b, 1 / (s * s), dtype)), to_device(zeros)  # as `laplace_grid_prior`'s
+        lap = run_single_threaded(
+            laplace_fit, Phi, yy, ww, prec, mean, mean if init is None else to_device(init, dtype),
+            max_iter=NEWTON_MAX_ITER, tol=tol,
         )  # fmt: skip
-        mean, log_ev, slope = jax.device_get((lap.mean, lap.log_evidence, lap.log_evidence_slope))
-        return (prior, lap), float(log_ev), float(slope), mean
+        w, log_ev, slope = jax.device_get((lap.mean, lap.log_evidence, lap.log_evidence_slope))
+        return lap, float(log_ev), float(slope), w
 
     if config.prior_scales is None:
-        scales, evidence, k, (prior, lap) = _search_scale(evaluate)
+        scales, evidence, k, lap = _search_scale(evaluate)
     else:
-        scales, evidence, k, (prior, lap) = _grid_scale(evaluate, config.prior_scales)
+        scales, evidence, k, lap = _grid_scale(evaluate, config.prior_scales)
     scales = [float(np.asarray(s, dtype)) for s in scales]  # as the fits used them
     scale = scales[k]
     rotation = None
     if config.grid == "paper":
-        prior = gaussian_prior(Phi.shape[1], scale, levels=config.levels, width=width, dtype=dtype)
-    elif config.basis == "eigen":  # the grids of the rotated weights, on their Laplace marginals
-        # In V's basis the prior is the same and the Hessian diagonal: the rotated weights' MAP is V'w and
-        # their Laplace sds 1 / sqrt(lam), with no second Newton solve; evidence and slope are unchanged.
-        V, lam = _laplace_rotation(Phi, yy, ww, lap.mean, scale)
-        rotation = to_device(V, dtype)
-        Phi = _rotated(Phi, rotation)
-        mean, sd = to_device(V.T @ np.asarray(lap.mean, np.float64), dtype), to_device(lam**-0.5, dtype)
-        prior = posterior_grid(mean, sd, to_device(scale, dtype), levels=config.levels, width=width)
-        lap = lap._replace(mean=mean, sd=sd)
+        prior = gaussian_prior(b, scale, levels=config.levels, width=width, dtype=dtype)
+    else:  # the grids on the weights' Laplace marginals
+        if config.basis == "eigen":  # of the rotated weights
+            # In V's basis the prior is the same and the Hessian diagonal: the rotated weights' MAP is V'w and
+            # their Laplace sds 1 / sqrt(lam), with no second Newton solve; evidence and slope are unchanged.
+            V, lam = _laplace_rotation(Phi, yy, ww, lap.mean, scale)
+            rotation = to_device(V, dtype)
+            Phi = _rotated(Phi, rotation)
+            mean, sd = to_device(V.T @ np.asarray(lap.mean, np.float64), dtype), to_device(lam**-0.5, dtype)
+            lap = lap._replace(mean=mean, sd=sd)
+        prior = posterior_grid(lap.mean, lap.sd, to_device(scale, dtype), levels=config.levels, width=width)
     jax.block_until_ready(prior.values)
     t3 = time.perf_counter()
 
