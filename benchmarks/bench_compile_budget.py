@@ -6,8 +6,10 @@ with `kronvi.pipeline.fit_direct` (float32) and predicts its test rows (`fold_fe
 `predict_regression`, `predictive_log_density`), with `jax_log_compiles` on; JAX's log lines of every
 compilation are summed per program name. Then the same fit and prediction at `n - 1`, `0.9 n` and `0.8 n`
 training rows in the same process list what a new row count compiles (`kronvi._base.buckets`).
+`--classifier` does the same for `kronvi.fit_classifier` and `predict_proba` on the classification sets.
 
     python benchmarks/bench_compile_budget.py > benchmarks/results/bench_compile_budget_cpu.txt
+    python benchmarks/bench_compile_budget.py --classifier > benchmarks/results/bench_compile_budget_classifier_cpu.txt
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _timing import load_average, machine  # noqa: E402
 
-DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "uci"
+DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+CLASSIFICATION = "anes96_vote,breastcancer_wdbc,digits_parity,fair_affairs,kin40k_median"
 
 CHILD = r"""
 import json, logging, re, sys, time
@@ -63,8 +66,11 @@ for label, rows in (("fit", n), ("fit at n-1", n - 1), ("fit at 0.9n", int(0.9 *
         phase[0] = f"{label}: {step}"
         t = time.perf_counter()
         if step == "fit":
-            model = pipeline.fit_direct(jax.random.key(0), Xtr[:rows], ytr[:rows]).model
+            fit = kronvi.fit_classifier if sys.argv[2] == "classifier" else pipeline.fit_direct
+            model = fit(jax.random.key(0), Xtr[:rows], ytr[:rows]).model
             jax.block_until_ready(model)
+        elif sys.argv[2] == "classifier":
+            jax.block_until_ready(model.predict_proba(Xte))
         else:
             Phi = pipeline.fold_features(model, Xte)
             kronvi.model.predict_regression(model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi)
@@ -81,16 +87,25 @@ print(json.dumps(dict(n=n, import_s=import_s, wall=wall, events=events)))
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", default="concrete,yacht")
-    parser.add_argument("--data-dir", default=str(DATA))
+    parser.add_argument("--classifier", action="store_true", help="fit_classifier on the classification sets")
+    parser.add_argument(
+        "--datasets", default=None, help=f"default concrete,yacht (--classifier: {CLASSIFICATION})"
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="default ../shared/data/uci (--classifier: .../classification)"
+    )
     args = parser.parse_args()
-    print(f"# python benchmarks/bench_compile_budget.py --datasets {args.datasets}")
+    family = "classifier" if args.classifier else "regression"
+    args.datasets = args.datasets or (CLASSIFICATION if args.classifier else "concrete,yacht")
+    args.data_dir = args.data_dir or str(DATA / ("classification" if args.classifier else "uci"))
+    flag = " --classifier" if args.classifier else ""
+    print(f"# python benchmarks/bench_compile_budget.py{flag} --datasets {args.datasets}")
     print(f"# {machine()}; OPENBLAS_NUM_THREADS=1; {load_average()} at the start", flush=True)
     for name in args.datasets.split(","):
         env = dict(os.environ, JAX_PLATFORMS="cpu", OPENBLAS_NUM_THREADS="1")
         env = {k: v for k, v in env.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT"))}
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, str(pathlib.Path(args.data_dir) / name)],
+            [sys.executable, "-c", CHILD, str(pathlib.Path(args.data_dir) / name), family],
             env=env,
             capture_output=True,
             text=True,

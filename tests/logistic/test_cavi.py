@@ -23,11 +23,15 @@ def problem(n=25, b=3, m=6, scale=1.0, prior_sd=2.0, seed=0):
 
 @pytest.mark.parametrize("bound", ["tilted", "jensen", "theorem2"])
 @pytest.mark.parametrize("keep_table", [True, False])
-def test_sweep_matches_the_from_scratch_reference(bound, keep_table, monkeypatch):
+@pytest.mark.parametrize("scale", [0.5, 4.0])  # every weight within `_POWER_LIMIT`, none
+def test_sweep_matches_the_from_scratch_reference(bound, keep_table, scale, monkeypatch):
     if not keep_table:
         monkeypatch.setattr(_cavi, "_TABLE_LIMIT", 0)
     with jax.enable_x64(True):
-        log_q, prior, Phi, y, w = problem()
+        log_q, prior, Phi, y, w = problem(scale=scale)
+        X = _cavi._signed_columns(Phi, y)
+        within = {bool(_cavi._within_powers(X[j], prior.values[j])) for j in range(X.shape[0])}
+        assert within == {scale < 1}
         lq = log_q
         want = np.asarray(lq)
         for _ in range(2):
@@ -56,6 +60,54 @@ def test_clipped_exponents_take_the_exact_row_terms(bound):
             np.testing.assert_allclose(got, want, rtol=1e-10)
         want = reference_sweep(log_q, prior, Phi, y, w, bound)
         np.testing.assert_allclose(np.exp(new), np.exp(want), rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("bound", ["tilted", "jensen", "theorem2"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("mode", ["powers", "each"])
+def test_powers_agree_with_the_shifted_exponentials(bound, dtype, mode):
+    """Weights within `_POWER_LIMIT` take their exponentials as powers of one (all of them, or each weight
+    its own way): the same sweep and the same kept row terms as the shifted exponentials."""
+    with jax.enable_x64(True):
+        log_q, prior, Phi, y, w = problem(n=60, b=4, m=7, seed=2)
+        # |Phi_ij| * 6 (the levels' half range) at most 19.8, or 60 in the last column ("each" only)
+        Phi = (
+            Phi
+            / jnp.max(jnp.abs(Phi), axis=0)
+            * jnp.array([0.5, 1.0, 2.0, 3.3 if mode == "powers" else 10.0])
+        )
+        X = _cavi._signed_columns(Phi, y)
+        within = [bool(_cavi._within_powers(X[j], prior.values[j])) for j in range(4)]
+        assert within == [True, True, True, mode == "powers"]
+        args = jax.tree.map(lambda a: a.astype(dtype), (log_q, prior, X, w))
+
+        def sweep(how):
+            state = _cavi._state(args[0], args[1].values, args[2], bound, how)
+            return state, _cavi._sweep(*args, bound, state, how)
+
+        rtol = 1e-12 if dtype == jnp.float64 else 2e-5
+        for g, h in zip(jax.tree.leaves(sweep(mode)), jax.tree.leaves(sweep("shifted")), strict=True):
+            np.testing.assert_allclose(g, h, rtol=rtol, atol=rtol)
+
+
+def test_concrete_fits_choose_per_weight_and_traced_fits_shift():
+    """One program per shape: the choice never reads the data's values."""
+    with jax.enable_x64(True):
+        _, prior, Phi, _, _ = problem()
+        assert _cavi.exponentials(prior, Phi) == _cavi.exponentials(prior, 1e3 * Phi) == "each"
+        assert jax.jit(lambda P: jnp.asarray(_cavi.exponentials(prior, P) == "shifted"))(Phi)
+
+
+def test_powers_of_one_exponential():
+    with jax.enable_x64(True):
+        a = jnp.linspace(-20.0, 20.0, 41, dtype=jnp.float64)
+        for bound in ("tilted", "jensen", "theorem2"):
+            cs = _bound.exponent_constants(bound)
+            h = _cavi._base(cs)
+            for got, c in zip(_cavi._powers(jnp.exp(h * a), cs), cs, strict=True):
+                np.testing.assert_allclose(got, jnp.exp(c * a), rtol=1e-13)
+    with pytest.raises(ValueError, match="not"):
+        _cavi._base((1.0, 0.3))
 
 
 @pytest.mark.parametrize("bound", ["tilted", "jensen", "theorem2"])

@@ -226,6 +226,11 @@ def exponent_values(bound: str, dtype):
     return jnp.asarray(_EXPONENTS[bound], dtype)
 
 
+def exponent_constants(bound: str) -> tuple[float, ...]:
+    """The multipliers $c$ of `exponent_values`, as Python floats (for code specialized on them)."""
+    return _EXPONENTS[bound]
+
+
 def exponents(s, bound: str, dtype):
     """The MGF exponents of each row, `(r, K)`: `s_i` times `_EXPONENTS[bound]`."""
     return s[:, None] * exponent_values(bound, dtype)[None, :]

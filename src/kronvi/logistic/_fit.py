@@ -39,7 +39,7 @@ from .._solvers.lbfgs import minimize_lbfgs
 from .._solvers.optimizers import cache_by_optimizer
 from .._solvers.sgd import run_sgd
 from ._bound import DEFAULT_BOUND, bound_rows_sum, check_bound, check_logistic_args, check_weights
-from ._cavi import fit_cavi
+from ._cavi import exponentials, fit_cavi
 from ._laplace import NEWTON_MAX_ITER, better_start, laplace_fit, neg_log_joint
 
 METHODS = ("optax-lbfgs", "lbfgs", "sgd", "cavi")
@@ -163,11 +163,13 @@ def _fit_lbfgs(logits, prior_w, Phi, y, weights, start, *, bound, chunk_size, ma
     return MeanField._unchecked(logits), info
 
 
-@functools.partial(jax.jit, static_argnames=("bound", "max_iter", "tol"))
-def _fit_cavi(logits, prior_w, Phi, y, weights, start, *, bound, max_iter, tol):
+@functools.partial(jax.jit, static_argnames=("bound", "max_iter", "tol", "mode"))
+def _fit_cavi(logits, prior_w, Phi, y, weights, start, *, bound, max_iter, tol, mode):
     if start is not None:
         logits = start_logits(prior_w, Phi, y, weights, start)
-    log_q, info = fit_cavi(logits, prior_w, Phi, y, weights, bound=bound, max_iter=max_iter, tol=tol)
+    log_q, info = fit_cavi(
+        logits, prior_w, Phi, y, weights, bound=bound, max_iter=max_iter, tol=tol, mode=mode
+    )
     return MeanField._unchecked(log_q), info
 
 
@@ -317,6 +319,7 @@ def fit_logistic(
         return _checked(
             run_single_threaded(
                 _fit_cavi, q0.logits, prior_w, Phi, y, weights, start(), bound=bound, max_iter=max_iter, tol=tol,
+                mode=exponentials(prior_w, Phi),
             ),
             Phi,
         )  # fmt: skip
