@@ -22,7 +22,8 @@ update (in a `(b, K, n)` table when it is small enough, else recomputed per weig
 two passes over the `(n, K, m)` terms of each weight. The exponents $c$ are $\pm 1$ and $\pm\tfrac12$, so
 for a weight whose $|s_i\Phi_{ij}(v_{jk} - \bar v_j)|$ ($\bar v_j$ the midpoint of its levels) stay within
 20, every $e^{c s_i \Phi_{ij} v_{jk}}$ is a power of one exponential per row and level, times a per-row
-factor, with no shift (all within $e^{\pm 40}$); other weights, and every weight of a traced fit, take
+factor, with no shift (the powers within $e^{\pm 20}$, every $R$ within $e^{\pm 40}$); other weights, and
+every weight of a fit whose data or grids are traced, take
 shifted, clipped exponentials (`docs/decisions/classifier.md#coordinate-ascents-exponentials-as-powers`).
 Why it is the study's fit:
 `docs/decisions/classifier.md#coordinate-ascent-from-a-laplace-start-a-warm-newton-start`.
@@ -44,9 +45,9 @@ from ._bound import bound_from_mgfs, bound_grads, exponent_constants, exponent_v
 _MAX_EXP = 60.0  # exponents of a level's MGF ratio are clipped here (the level's new mass is ~0 anyway)
 _MIN_LOGIT = -200.0
 _TABLE_LIMIT = 1 << 25  # numbers in the (b, K, n) table of per-weight log-MGFs kept between sweeps
-# Where every weight's |x_i (v_k - centre)| is within this, a fit takes its exponentials as powers of one
-# (`_powers`): every term of m_ijc and R_ick, and every MGF ratio, then lies within e^{±2 * _POWER_LIMIT},
-# inside float32's normal range (e^{±87}) with room for the products.
+# A weight whose |x_i (v_k - centre)| are within this takes its exponentials as powers of one (`_powers`):
+# every term e^{c x_i (v_k - centre)} lies within e^{±_POWER_LIMIT}, and every R_ick and MGF ratio (up to
+# rounding) within e^{±2 * _POWER_LIMIT}, inside float32's normal range (e^{±87}).
 _POWER_LIMIT = 20.0
 
 
@@ -102,12 +103,14 @@ def _half_ranges(values):
     return 0.5 * (values.max(axis=-1) - values.min(axis=-1))
 
 
-def exponentials(prior_w, Phi) -> str:
+def exponentials(prior_w, Phi, y) -> str:
     """How a coordinate-ascent fit computes its exponentials: `"each"` (each weight as powers where it is
-    within `_POWER_LIMIT`, else shifted) for concrete arrays; `"shifted"` (`_weight_log_mgf`'s shifted,
-    clipped exponentials) for traced ones, since under `vmap` a branch per weight runs both sides. Never
-    from the data's values: one compiled program per shape."""
-    return "each" if is_concrete(Phi) and is_concrete(prior_w.values) else "shifted"
+    within `_POWER_LIMIT`, else shifted) when the arrays that decide it (`Phi`, `y`, the grids) are
+    concrete; `"shifted"` (`_weight_log_mgf`'s shifted, clipped exponentials) when any is traced, since
+    under `vmap` a branch per weight runs both sides (a `jit` without `vmap` shifts too: a trace cannot
+    tell). Never from the data's values: one compiled program per shape."""
+    concrete = all(is_concrete(a) for a in (Phi, y, prior_w.values))
+    return "each" if concrete else "shifted"
 
 
 def _within_powers(x, v):
@@ -178,7 +181,7 @@ def _update(x, v, lp, lm_old, gL, gE, *, bound, mode):
         mgf_ratio = lambda pn: matmul(pn, r).reshape(lm_old.shape)  # noqa: E731
     new = jax.nn.log_softmax(jnp.maximum(jax.nn.log_softmax(lp + coef + v * dot(gE, x)), _MIN_LOGIT))
     ratio = mgf_ratio(jnp.exp(new))  # m_ijc(q') / m_ijc(q), (K, n)
-    if mode == "powers":  # every ratio is a sum of positive terms of at least e^-40, above `tiny` below
+    if mode == "powers":  # each ratio is a convex combination of R's of at least e^-40, above `tiny` below
         return new, lm_old + jnp.log(ratio)
     # a clipped exponent (which may round in its last bit) or an underflowing ratio: the row terms from scratch
     clip = jnp.exp(jnp.asarray(_MAX_EXP - 0.01, x.dtype))
@@ -214,7 +217,7 @@ def _sweep(log_q, prior_w, X, weights, bound, state, mode="shifted"):
 
 def cavi_sweep(log_q, prior_w, Phi, y, weights, bound):
     """One sweep of closed-form coordinate updates over every weight; returns the new log-probabilities."""
-    X, mode = _signed_columns(Phi, y), exponentials(prior_w, Phi)
+    X, mode = _signed_columns(Phi, y), exponentials(prior_w, Phi, y)
     return _sweep(log_q, prior_w, X, weights, bound, _state(log_q, prior_w.values, X, bound, mode), mode)[0]
 
 

@@ -319,7 +319,7 @@ def fit_logistic(
         return _checked(
             run_single_threaded(
                 _fit_cavi, q0.logits, prior_w, Phi, y, weights, start(), bound=bound, max_iter=max_iter, tol=tol,
-                mode=exponentials(prior_w, Phi),
+                mode=exponentials(prior_w, Phi, y),
             ),
             Phi,
         )  # fmt: skip
