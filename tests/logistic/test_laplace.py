@@ -110,6 +110,44 @@ def test_newton_from_init_reaches_the_same_map():
         assert int(warm.num_iter) < int(cold.num_iter)
 
 
+def test_the_search_and_map_only_modes_of_one_program():
+    """`laplace_fit`'s modes share one program. `SEARCH` takes the sds, evidence and slope from the Hessian
+    of Newton's last iteration: with a loose `tol` (a sizable last step) its sds are those of the iterate
+    that iteration started from (`EXACT` stopped one iteration earlier) and its evidence is the reference's
+    at its MAP to within that step; with the iterations run out, `EXACT`'s. `MAP_ONLY`: the same MAP, the
+    rest NaN."""
+    from kronvi.logistic import _laplace as L
+
+    with jax.enable_x64(True):
+        Phi, y = data(jnp.float64, n=200, b=3)
+        w1, prec, zero = jnp.ones(200), jnp.full(3, 1 / 9.0), jnp.zeros(3)
+
+        def fit(mode, max_iter=50, tol=1e-3):
+            return L.laplace_fit(Phi, y, w1, prec, zero, zero, max_iter=max_iter, tol=jnp.asarray(tol), mode=mode)
+
+        programs = L.laplace_fit._cache_size()
+        exact, search, only = (fit(m) for m in (L.EXACT, L.SEARCH, L.MAP_ONLY))
+        assert L.laplace_fit._cache_size() - programs <= 1  # one program for the three modes
+        k = int(exact.num_iter)
+        assert bool(search.converged) and k >= 2 and int(search.num_iter) == k
+        np.testing.assert_array_equal(search.mean, exact.mean)
+        np.testing.assert_array_equal(only.mean, exact.mean)
+        assert np.all(np.isnan(only.sd)) and np.isnan(only.log_evidence) and np.isnan(only.log_evidence_slope)
+        before = fit(L.EXACT, max_iter=k - 1)  # where the last iteration started, its Hessian
+        assert not bool(before.converged)
+        np.testing.assert_allclose(search.sd, before.sd, rtol=1e-12)
+        assert np.max(np.abs(search.sd / exact.sd - 1)) > 1e-8  # a sizable last step: the modes differ
+        _, _, log_ev = reference(Phi, y, 3.0)
+        # tol = 1e-3 (1 + |f|) lets the last step move the MAP by about 0.1 posterior sd here: the Hessian's
+        # sds move 1%, the evidence 0.02 nats and its slope 1e-3 (exact's: 3e-4 from the reference's MAP)
+        assert abs(float(exact.log_evidence) - log_ev) < 1e-3 and abs(float(search.log_evidence) - log_ev) < 0.05
+        assert abs(float(search.log_evidence_slope) - float(exact.log_evidence_slope)) < 0.01
+        ran_out = [fit(m, max_iter=1) for m in (L.EXACT, L.SEARCH)]
+        assert not bool(ran_out[1].converged)
+        for field in ("sd", "log_evidence", "log_evidence_slope"):
+            np.testing.assert_array_equal(getattr(ran_out[1], field), getattr(ran_out[0], field))
+
+
 def test_init_in_float32_under_jit_and_a_nan_init_traced():
     """A float64 `init` with float32 features keeps float32; under `jit` (traced, so unchecked) `init` is
     used, and a NaN one falls back to the prior mean instead of ending in a NaN grid."""

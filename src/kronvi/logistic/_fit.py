@@ -40,7 +40,7 @@ from .._solvers.optimizers import cache_by_optimizer
 from .._solvers.sgd import run_sgd
 from ._bound import DEFAULT_BOUND, bound_rows_sum, check_bound, check_logistic_args, check_weights
 from ._cavi import exponentials, fit_cavi
-from ._laplace import NEWTON_MAX_ITER, better_start, laplace_fit, neg_log_joint
+from ._laplace import MAP_ONLY, NEWTON_MAX_ITER, better_start, laplace_fit, neg_log_joint
 
 METHODS = ("optax-lbfgs", "lbfgs", "sgd", "cavi")
 STARTS = ("laplace", "prior")
@@ -74,7 +74,10 @@ def laplace_start_map(prior_w, Phi, y, weights):
     mu, prec, centre = _prior_moments(prior_w)
     if Phi.shape[1] <= NEWTON_MAX_FEATURES:
         tol = to_device(100.0 * np.finfo(Phi.dtype).eps, Phi.dtype)  # by NumPy: no program
-        return laplace_fit(Phi, y, weights, prec, mu, centre, max_iter=NEWTON_MAX_ITER, tol=tol).mean
+        fit = laplace_fit(
+            Phi, y, weights, prec, mu, centre, max_iter=NEWTON_MAX_ITER, tol=tol, mode=MAP_ONLY
+        )
+        return fit.mean
     return _lbfgs_map(Phi, y, weights, mu, prec, centre)
 
 

@@ -42,6 +42,12 @@ from ._bound import check_labels, check_weights
 _STEPS = 2.0 ** -np.arange(12.0)
 NEWTON_MAX_ITER = 50
 
+# What `laplace_fit` computes after Newton (its traced `mode`: one program for the three). NumPy int32 scalars:
+# a Python int would be a weakly typed operand, another program.
+EXACT = np.int32(0)  # the sds, the evidence and its slope from the Hessian at the MAP
+SEARCH = np.int32(1)  # the same from the Hessian of Newton's last iteration, where it converged
+MAP_ONLY = np.int32(2)  # the MAP alone (the rest NaN)
+
 
 class LaplaceInfo(NamedTuple):
     r"""The Laplace approximation behind `laplace_grid_prior`.
@@ -100,8 +106,9 @@ def _newton_map(Phi, y, weights, prec, mean, start, *, max_iter: int, tol):
     halvings. $O(nb^2 + b^3)$ per iteration.
 
     Returns:
-      `(w, num_iter, converged)`: converged when half the squared Newton decrement fell below
-      `tol * (1 + |f|)` (or no step lowered the objective) within `max_iter` iterations.
+      `(w, num_iter, converged, lam, U)`: converged when half the squared Newton decrement fell below
+      `tol * (1 + |f|)` (or no step lowered the objective) within `max_iter` iterations; `(lam, U)` the
+      eigendecomposition of the Hessian (`_hessian_eigh`) where the last iteration started.
     """
     s = 2.0 * y - 1.0
     dtype = Phi.dtype
@@ -123,43 +130,63 @@ def _newton_map(Phi, y, weights, prec, mean, start, *, max_iter: int, tol):
         improved = trial_f[k] < f
         w_new = jnp.where(improved, trial_w[k], w)
         done = (0.5 * decrement <= tol * (1.0 + jnp.abs(f))) | ~improved
-        return w_new, done
+        return w_new, done, lam, U
 
     def cond(state):
-        _, it, done = state
+        _, it, done, *_ = state
         return (it < max_iter) & ~done
 
     def body(state):
-        w, it, _ = state
-        w, done = step(w)
-        return w, it + 1, done
+        w, it, *_ = state
+        w, done, lam, U = step(w)
+        return w, it + 1, done, lam, U
 
     start = better_start(Phi, y, weights, prec, mean, jnp.broadcast_to(start, (Phi.shape[1],)).astype(dtype))
-    init = (start, jnp.asarray(0), jnp.asarray(False))
+    b = Phi.shape[1]
+    init = (start, jnp.asarray(0), jnp.asarray(False), jnp.ones(b, dtype), jnp.eye(b, dtype=dtype))
     return lax.while_loop(cond, body, init)
 
 
 @functools.partial(jax.jit, static_argnames=("max_iter",))
-def laplace_fit(Phi, y, weights, prec, mean, start, *, max_iter: int, tol):
+def laplace_fit(Phi, y, weights, prec, mean, start, *, max_iter: int, tol, mode=EXACT):
     r"""The Laplace approximation under the prior $N(\text{mean}, \mathrm{diag}(\text{prec})^{-1})$, all `(b,)`:
     damped Newton for the MAP from `start` `(b,)` or `mean`, whichever has the lower objective
-    (`better_start`), then the marginal sds and the log evidence; see `LaplaceInfo`.
+    (`better_start`), then the marginal sds, the log evidence and its slope; see `LaplaceInfo`.
+
+    `mode` (traced: one program for every mode): `EXACT`, all from the Hessian at the MAP; `SEARCH`, from
+    the Hessian Newton computed at its last iteration, whose step met the tolerance (at the MAP exactly
+    where the iterations ran out): one $O(nb^2)$ product fewer, for the prior sd's search, which needs the
+    evidence and its slope to within that step; `MAP_ONLY`, the MAP alone, the rest NaN, without the
+    Hessian at the MAP and `_slope`'s product.
 
     One compiled program per shape serves `laplace_grid_prior` (prior
     mean 0) and the start of `fit_logistic` (the grid's moments).
     """
     s = 2.0 * y - 1.0
-    w, num_iter, converged = _newton_map(Phi, y, weights, prec, mean, start, max_iter=max_iter, tol=tol)
+    w, num_iter, converged, lam0, U0 = _newton_map(Phi, y, weights, prec, mean, start, max_iter=max_iter, tol=tol)
     z = matmul(Phi, w)
-    lam, U = _hessian_eigh(Phi, z, weights, prec)
-    var = jnp.sum(U**2 / lam[None, :], axis=1)  # diag(H^-1)
-    log_evidence = (
-        -neg_log_joint(z, w, s, weights, prec, mean)
-        + 0.5 * jnp.sum(jnp.log(prec))
-        - 0.5 * jnp.sum(jnp.log(lam))
-    )
-    slope = _slope(Phi, z, w, weights, prec, mean, lam, U, var)
-    return LaplaceInfo(w, jnp.sqrt(var), log_evidence, num_iter, converged, slope)
+
+    def moments(lam, U):
+        var = jnp.sum(U**2 / lam[None, :], axis=1)  # diag(H^-1)
+        log_evidence = (
+            -neg_log_joint(z, w, s, weights, prec, mean)
+            + 0.5 * jnp.sum(jnp.log(prec))
+            - 0.5 * jnp.sum(jnp.log(lam))
+        )
+        return jnp.sqrt(var), log_evidence, _slope(Phi, z, w, weights, prec, mean, lam, U, var)
+
+    def none():
+        nan = jnp.full((), jnp.nan, w.dtype)
+        return jnp.full_like(w, jnp.nan), nan, nan
+
+    mode = jnp.asarray(mode, jnp.int32)
+
+    def hessian():  # at the MAP, or the last iteration's
+        at_map = lambda: _hessian_eigh(Phi, z, weights, prec)  # noqa: E731
+        return moments(*lax.cond((mode == SEARCH) & converged, lambda: (lam0, U0), at_map))
+
+    sd, log_evidence, slope = lax.cond(mode == MAP_ONLY, none, hessian)
+    return LaplaceInfo(w, sd, log_evidence, num_iter, converged, slope)
 
 
 def _slope(Phi, z, w, weights, prec, mean, lam, U, var):

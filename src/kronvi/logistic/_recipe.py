@@ -55,7 +55,7 @@ from .._model.posterior_grid import posterior_grid
 from .._solvers.info import FitInfo
 from ._bound import log_mgf
 from ._fit import fit_logistic
-from ._laplace import NEWTON_MAX_ITER, LaplaceInfo, laplace_fit
+from ._laplace import NEWTON_MAX_ITER, SEARCH, LaplaceInfo, laplace_fit
 from ._predict import (
     MAX_NODES,
     even_log_cosh,
@@ -157,7 +157,9 @@ class ClassifierInfo(NamedTuple):
       prior_scale: the chosen prior sd (a float).
       log_evidence: `(k,)` the Laplace log evidence at each scale evaluated (`scales`).
       laplace: `kronvi.logistic.LaplaceInfo` at the chosen scale (with `basis="eigen"`, the MAP and sds of the
-        rotated weights; the rest is the same in any basis).
+        rotated weights; the rest is the same in any basis). Its sds come from the Hessian at the MAP, its
+        log evidence and slope, as the search's, from the Hessian of Newton's last iteration, whose step met
+        the tolerance.
       fit: the coordinate-ascent fit's `kronvi.FitInfo`.
       num_rows: training rows (before padding); `padded_rows`: after.
       padded_rows: rows of the compiled programs (zero-weight rows added).
@@ -597,12 +599,13 @@ def fit_classifier(
 
     def evaluate(s, init):
         """The Laplace fit under N(0, s^2) alone: `laplace_grid_prior`'s, without its checks of our own `Phi`
-        and without a grid, which only the chosen scale needs."""
+        and without a grid, which only the chosen scale needs; its evidence and slope from the Hessian of
+        Newton's last iteration (`SEARCH`), the chosen scale's Hessian at its MAP below."""
         s = np.asarray(s, dtype)
         prec, mean = to_device(np.full(b, 1 / (s * s), dtype)), to_device(zeros)  # as `laplace_grid_prior`'s
         lap = run_single_threaded(
             laplace_fit, Phi, yy, ww, prec, mean, mean if init is None else to_device(init, dtype),
-            max_iter=NEWTON_MAX_ITER, tol=tol,
+            max_iter=NEWTON_MAX_ITER, tol=tol, mode=SEARCH,
         )  # fmt: skip
         w, log_ev, slope = jax.device_get((lap.mean, lap.log_evidence, lap.log_evidence_slope))
         return lap, float(log_ev), float(slope), w
@@ -617,14 +620,16 @@ def fit_classifier(
     if config.grid == "paper":
         prior = gaussian_prior(b, scale, levels=config.levels, width=width, dtype=dtype)
     else:  # the grids on the weights' Laplace marginals
+        V, lam = _laplace_rotation(Phi, yy, ww, lap.mean, scale)  # the Hessian at the MAP
         if config.basis == "eigen":  # of the rotated weights
             # In V's basis the prior is the same and the Hessian diagonal: the rotated weights' MAP is V'w and
             # their Laplace sds 1 / sqrt(lam), with no second Newton solve; evidence and slope are unchanged.
-            V, lam = _laplace_rotation(Phi, yy, ww, lap.mean, scale)
             rotation = to_device(V, dtype)
             Phi = _rotated(Phi, rotation)
             mean, sd = to_device(V.T @ np.asarray(lap.mean, np.float64), dtype), to_device(lam**-0.5, dtype)
             lap = lap._replace(mean=mean, sd=sd)
+        else:  # sqrt(diag(H^-1))
+            lap = lap._replace(sd=to_device(np.sqrt(np.sum(V**2 / lam, axis=1)), dtype))
         prior = posterior_grid(lap.mean, lap.sd, to_device(scale, dtype), levels=config.levels, width=width)
     jax.block_until_ready(prior.values)
     t3 = time.perf_counter()
