@@ -370,3 +370,27 @@ def test_the_default_scale_is_the_laplace_evidence_maximum(dtype):
     # the grid's choice for explicit candidates is unchanged: info.scales are the candidates
     _, grid_info = kronvi.fit_classifier(jax.random.key(3), X, y, SMALL, dtype=dtype)
     assert grid_info.scales == SMALL.prior_scales
+
+
+def test_the_median_heuristic_is_numpys_median_to_the_bit():
+    """`_median` (one partition) gives `np.median`'s value to the bit for odd and even sizes, with ties;
+    `median_lengthscale` is the square root of `np.median` of the nonzero squared distances of its rows,
+    with duplicate rows (zero distances, dropped) and without."""
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 4, 11, 1000, 4951):
+        for ties in (False, True):
+            a = rng.exponential(size=n)
+            a = np.round(a, 1) if ties else a
+            assert _recipe._median(a) == np.median(a)
+    from scipy.spatial.distance import pdist
+
+    X = rng.normal(size=(120, 3))
+    for rows in (X, np.r_[X, X[:7]]):
+        d2 = pdist(rows, "sqeuclidean")
+        expected = np.sqrt(np.median(d2[d2 > 0]))
+        assert _recipe.median_lengthscale(rows, np.random.default_rng(1), 1000) == expected
+    # more rows than `max_points`: the same rows the generator draws
+    sub = X[np.sort(np.random.default_rng(2).choice(120, 50, replace=False))]
+    d2 = pdist(sub, "sqeuclidean")
+    assert _recipe.median_lengthscale(X, np.random.default_rng(2), 50) == np.sqrt(np.median(d2))
+    assert _recipe.median_lengthscale(np.ones((5, 2)), rng, 1000) == 1.0  # all rows coincide

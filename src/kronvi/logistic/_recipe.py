@@ -306,8 +306,17 @@ def median_lengthscale(Xs, rng, max_points: int) -> float:
     from scipy.spatial.distance import pdist  # here: scipy.spatial is slow to import
 
     d2 = pdist(sub, "sqeuclidean")  # differences of coordinates, squared and summed: exact zeros for ties
-    d2 = d2[d2 > 0]
-    return float(np.sqrt(np.median(d2))) if d2.size else 1.0
+    if not np.min(d2, initial=np.inf) > 0:
+        d2 = d2[d2 > 0]
+    return float(np.sqrt(_median(d2))) if d2.size else 1.0
+
+
+def _median(a: np.ndarray) -> float:
+    """`np.median` of a non-empty 1-d array without NaN, the same value, from one partition (`np.median`
+    partitions an even-sized array at both middle ranks: `docs/decisions/classifier.md#the-median-heuristic-by-one-partition`)."""
+    k = a.size // 2
+    part = np.partition(a, k)  # part[k] in its sorted place, everything before it no larger
+    return part[k] if a.size % 2 else 0.5 * (part[k] + np.max(part[:k]))
 
 
 def _standardize(standardizer, X, dtype):
