@@ -111,7 +111,7 @@ def test_newton_from_init_reaches_the_same_map():
 
 
 def test_the_search_and_map_only_modes_of_one_program():
-    """`laplace_fit`'s modes share one program. `SEARCH` takes the sds, evidence and slope from the Hessian
+    """`laplace_fit`'s modes share one program with `laplace_grid_prior`'s. `SEARCH` takes the sds, evidence and slope from the Hessian
     of Newton's last iteration: with a loose `tol` (a sizable last step) its sds are those of the iterate
     that iteration started from (`EXACT` stopped one iteration earlier) and its evidence is the reference's
     at its MAP to within that step; with the iterations run out, `EXACT`'s. `MAP_ONLY`: the same MAP, the
@@ -120,14 +120,17 @@ def test_the_search_and_map_only_modes_of_one_program():
 
     with jax.enable_x64(True):
         Phi, y = data(jnp.float64, n=200, b=3)
-        w1, prec, zero = jnp.ones(200), jnp.full(3, 1 / 9.0), jnp.zeros(3)
+        f64 = jnp.float64
+        w1, prec, zero = jnp.ones(200, f64), jnp.full(3, 1 / 9.0, f64), jnp.zeros(3, f64)
 
         def fit(mode, max_iter=50, tol=1e-3):
-            return L.laplace_fit(Phi, y, w1, prec, zero, zero, max_iter=max_iter, tol=jnp.asarray(tol), mode=mode)
+            return L.laplace_fit(Phi, y, w1, prec, zero, zero, max_iter=max_iter, tol=jnp.asarray(tol, f64), mode=mode)
 
-        programs = L.laplace_fit._cache_size()
+        programs = L._laplace_fit._cache_size()
         exact, search, only = (fit(m) for m in (L.EXACT, L.SEARCH, L.MAP_ONLY))
-        assert L.laplace_fit._cache_size() - programs <= 1  # one program for the three modes
+        fit(0)  # a Python int: the same program
+        kl.laplace_grid_prior(Phi, y, 3.0)  # `mode` left out: EXACT, the same program
+        assert L._laplace_fit._cache_size() - programs <= 1
         k = int(exact.num_iter)
         assert bool(search.converged) and k >= 2 and int(search.num_iter) == k
         np.testing.assert_array_equal(search.mean, exact.mean)

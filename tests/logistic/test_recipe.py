@@ -226,11 +226,14 @@ def test_the_features_basis_is_the_unrotated_recipe():
     """`basis="features"` fits the weights of the features themselves (no rotation), as the paper's grids do;
     the default rotates them, and predicts what the rotated weights' exact posterior gives."""
     X, y = _rings()
-    plain = kronvi.fit_classifier(jax.random.key(1), X, y, SMALL._replace(basis="features")).model
+    plain, info = kronvi.fit_classifier(jax.random.key(1), X, y, SMALL._replace(basis="features"))
     paper = kronvi.fit_classifier(jax.random.key(1), X, y, SMALL._replace(grid="paper")).model
     assert plain.rotation is None and paper.rotation is None
     Phi = jnp.asarray(_features(plain, X), jnp.float32)
     np.testing.assert_allclose(plain.predict_proba(X), kl.predict_logistic(plain.q_w, plain.prior_w, Phi), atol=2e-5)
+    # the grids' sds: the Hessian's at the MAP (in float64), the ones `laplace_grid_prior` gives
+    _, exact = kl.laplace_grid_prior(Phi, y, info.prior_scale, levels=7)
+    np.testing.assert_allclose(info.laplace.sd, exact.sd, rtol=1e-3)
     with pytest.raises(ValueError, match=r"config\.basis"):
         kronvi.fit_classifier(jax.random.key(1), X, y, SMALL._replace(basis="diagonal"))
 
@@ -394,3 +397,19 @@ def test_the_median_heuristic_is_numpys_median_to_the_bit():
     d2 = pdist(sub, "sqeuclidean")
     assert _recipe.median_lengthscale(X, np.random.default_rng(2), 50) == np.sqrt(np.median(d2))
     assert _recipe.median_lengthscale(np.ones((5, 2)), rng, 1000) == 1.0  # all rows coincide
+
+
+@pytest.mark.parametrize("basis", ["eigen", "features"])
+def test_a_non_finite_map_at_every_scale_is_named(monkeypatch, basis):
+    """Where the search's chosen fit has a non-finite MAP (every scale failed), the grids' Hessian is not
+    attempted: a `FloatingPointError` names the scales, in either basis."""
+    real = _recipe._search_scale
+
+    def failed(evaluate, **kw):
+        scales, evidence, k, lap = real(evaluate, **kw)
+        return scales, evidence, k, lap._replace(mean=jnp.full_like(lap.mean, jnp.nan))
+
+    monkeypatch.setattr(_recipe, "_search_scale", failed)
+    X, y = _rings()
+    with pytest.raises(FloatingPointError, match="non-finite MAP"):
+        kronvi.fit_classifier(jax.random.key(0), X, y, SMALL._replace(prior_scales=None, basis=basis))

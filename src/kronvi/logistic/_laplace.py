@@ -147,7 +147,6 @@ def _newton_map(Phi, y, weights, prec, mean, start, *, max_iter: int, tol):
     return lax.while_loop(cond, body, init)
 
 
-@functools.partial(jax.jit, static_argnames=("max_iter",))
 def laplace_fit(Phi, y, weights, prec, mean, start, *, max_iter: int, tol, mode=EXACT):
     r"""The Laplace approximation under the prior $N(\text{mean}, \mathrm{diag}(\text{prec})^{-1})$, all `(b,)`:
     damped Newton for the MAP from `start` `(b,)` or `mean`, whichever has the lower objective
@@ -159,9 +158,18 @@ def laplace_fit(Phi, y, weights, prec, mean, start, *, max_iter: int, tol, mode=
     evidence and its slope to within that step; `MAP_ONLY`, the MAP alone, the rest NaN, without the
     Hessian at the MAP and `_slope`'s product.
 
-    One compiled program per shape serves `laplace_grid_prior` (prior
-    mean 0) and the start of `fit_logistic` (the grid's moments).
+    One compiled program per shape (`_laplace_fit`, which always receives `mode` as an int32 operand)
+    serves `laplace_grid_prior` (prior mean 0), the prior sd's search of `fit_classifier` and the start of
+    `fit_logistic` (the grid's moments).
     """
+    if isinstance(mode, int | np.integer):  # concrete: int32 (a Python int would be weakly typed)
+        mode = np.int32(mode)
+    return _laplace_fit(Phi, y, weights, prec, mean, start, max_iter=max_iter, tol=tol, mode=mode)
+
+
+@functools.partial(jax.jit, static_argnames=("max_iter",))
+def _laplace_fit(Phi, y, weights, prec, mean, start, *, max_iter: int, tol, mode):
+    """`laplace_fit`'s program."""
     s = 2.0 * y - 1.0
     w, num_iter, converged, lam0, U0 = _newton_map(Phi, y, weights, prec, mean, start, max_iter=max_iter, tol=tol)
     z = matmul(Phi, w)
@@ -175,7 +183,7 @@ def laplace_fit(Phi, y, weights, prec, mean, start, *, max_iter: int, tol, mode=
         )
         return jnp.sqrt(var), log_evidence, _slope(Phi, z, w, weights, prec, mean, lam, U, var)
 
-    def none():
+    def none():  # not computed (NaN, which no caller of `MAP_ONLY` reads)
         nan = jnp.full((), jnp.nan, w.dtype)
         return jnp.full_like(w, jnp.nan), nan, nan
 

@@ -157,9 +157,9 @@ class ClassifierInfo(NamedTuple):
       prior_scale: the chosen prior sd (a float).
       log_evidence: `(k,)` the Laplace log evidence at each scale evaluated (`scales`).
       laplace: `kronvi.logistic.LaplaceInfo` at the chosen scale (with `basis="eigen"`, the MAP and sds of the
-        rotated weights; the rest is the same in any basis). Its sds come from the Hessian at the MAP, its
-        log evidence and slope, as the search's, from the Hessian of Newton's last iteration, whose step met
-        the tolerance.
+        rotated weights; the rest is the same in any basis). Its log evidence and slope are the search's,
+        from the Hessian of Newton's last iteration, whose step met the tolerance; with `grid="laplace"`
+        its sds come from the Hessian at the MAP, with `grid="paper"` (which needs none) from the search's.
       fit: the coordinate-ascent fit's `kronvi.FitInfo`.
       num_rows: training rows (before padding); `padded_rows`: after.
       padded_rows: rows of the compiled programs (zero-weight rows added).
@@ -629,6 +629,11 @@ def fit_classifier(
     if config.grid == "paper":
         prior = gaussian_prior(b, scale, levels=config.levels, width=width, dtype=dtype)
     else:  # the grids on the weights' Laplace marginals
+        if not np.all(np.isfinite(np.asarray(lap.mean))):
+            raise FloatingPointError(
+                f"the Laplace fit at every prior sd evaluated ({', '.join(f'{s:.3g}' for s in scales)}) has a "
+                "non-finite MAP: the features or labels are degenerate in this dtype (try dtype=np.float64)"
+            )
         V, lam = _laplace_rotation(Phi, yy, ww, lap.mean, scale)  # the Hessian at the MAP
         if config.basis == "eigen":  # of the rotated weights
             # In V's basis the prior is the same and the Hessian diagonal: the rotated weights' MAP is V'w and
