@@ -20,8 +20,8 @@ def _dense_kernel(A, B, kernel):
     return (1 + s) * np.exp(-s)
 
 
-@pytest.mark.parametrize("kernel", ["rbf", "matern52", "matern32"])
-def test_features_give_the_nystrom_kernel_and_are_exact_on_the_landmarks(kernel):
+@pytest.mark.parametrize("kernel,placement", [("rbf", "kmeans"), ("matern52", "rows"), ("matern32", "kmeans")])
+def test_features_give_the_nystrom_kernel_and_are_exact_on_the_landmarks(kernel, placement):
     import jax
     import jax.numpy as jnp
 
@@ -31,21 +31,96 @@ def test_features_give_the_nystrom_kernel_and_are_exact_on_the_landmarks(kernel)
     X = rng.normal(size=(60, 3))
     ls = np.array([0.7, 1.5, 3.0])
     with jax.enable_x64(True):
-        params = kronvi.inputs.nystrom_init(jax.random.key(1), X, jnp.asarray(ls), 25, kernel=kernel)
+        params = kronvi.inputs.nystrom_init(
+            jax.random.key(1), X, jnp.asarray(ls), 25, kernel=kernel, placement=placement
+        )
         Phi = np.asarray(kronvi.inputs.nystrom_features(params, jnp.asarray(X)))
-    Z = np.asarray(params.landmarks) * ls  # the landmark rows in the inputs' units
-    rows = [int(np.flatnonzero(np.all(np.isclose(X, z), axis=1))[0]) for z in Z]
-    assert len(set(rows)) == 25  # distinct rows of X
-    K_xz = _dense_kernel(X / ls, X[rows] / ls, kernel)
-    K_zz = _dense_kernel(X[rows] / ls, X[rows] / ls, kernel) + kronvi._inputs.features.NYSTROM_JITTER * np.eye(25)
+        Z = np.asarray(params.landmarks)  # divided by the lengthscales
+        Phi_z = np.asarray(kronvi.inputs.nystrom_features(params, jnp.asarray(Z * ls)))
+    is_row = [bool(np.any(np.all(np.isclose(X / ls, z), axis=1))) for z in Z]
+    assert all(is_row) if placement == "rows" else not all(is_row)  # k-means moves the landmarks of 2+ rows
+    assert len(np.unique(Z, axis=0)) == 25
+    K_xz = _dense_kernel(X / ls, Z, kernel)
+    K_zz = _dense_kernel(Z, Z, kernel) + kronvi._inputs.features.NYSTROM_JITTER * np.eye(25)
     np.testing.assert_allclose(Phi @ Phi.T, K_xz @ np.linalg.solve(K_zz, K_xz.T), atol=1e-9)
     # on the landmarks the approximation is the kernel itself (up to the jitter)
-    np.testing.assert_allclose((Phi @ Phi.T)[np.ix_(rows, rows)], K_zz - 1e-6 * np.eye(25), atol=1e-5)
+    np.testing.assert_allclose(Phi_z @ Phi_z.T, K_zz - 1e-6 * np.eye(25), atol=1e-5)
     # elsewhere it is below the kernel: phi(x).phi(x) <= k(x, x) = 1
     assert np.all(np.sum(Phi**2, axis=1) <= 1 + 1e-9)
     # and a different kernel gives different features: the test can fail
     other = "rbf" if kernel != "rbf" else "matern32"
-    assert np.max(np.abs(K_xz - _dense_kernel(X / ls, X[rows] / ls, other))) > 0.05
+    assert np.max(np.abs(K_xz - _dense_kernel(X / ls, Z, other))) > 0.05
+
+
+def _lloyd(X, C, iterations):
+    """Lloyd's iterations by dense distances in float64 (no centre may lose every row)."""
+    C = np.array(C, np.float64)
+    for _ in range(iterations):
+        labels = np.argmin(((X[:, None, :] - C[None, :, :]) ** 2).sum(-1), axis=1)
+        assert np.all(np.bincount(labels, minlength=len(C)) > 0)
+        C = np.stack([X[labels == j].mean(axis=0) for j in range(len(C))])
+    return C
+
+
+def test_kmeans_centres_are_lloyds_iterations():
+    from kronvi._inputs.features import kmeans_centres
+
+    rng = np.random.default_rng(3)
+    X = np.concatenate([rng.normal(size=(150, 2)) * 0.3 + c for c in ([0, 0], [3, 0], [0, 3])])
+    start = X[rng.choice(len(X), 12, replace=False)]
+    for iterations in (1, 3):
+        C = kmeans_centres(X, start, iterations, chunk=64)  # several chunks
+        assert C.dtype == np.float32
+        np.testing.assert_allclose(C, _lloyd(X, start, iterations), atol=1e-5)
+        assert not np.allclose(C, start, atol=1e-2)  # the centres moved: the test can fail
+    # it stops at a fixed point: more iterations change nothing once the cells stop changing
+    done = kmeans_centres(X, start, 200)
+    np.testing.assert_array_equal(kmeans_centres(X, done, 5), done)
+    np.testing.assert_allclose(done, _lloyd(X, start, 200), atol=1e-5)
+
+
+def test_kmeans_centres_move_an_empty_centre_to_a_far_row():
+    from kronvi._inputs.features import kmeans_centres
+
+    X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 0.0], [5.2, 0.0], [9.0, 0.0]])
+    # two equal centres: the second gets no row; the row farthest from its centre (9, 0) takes it
+    C = kmeans_centres(X, X[[0, 0, 2]], 1)
+    np.testing.assert_allclose(C, [[0.05, 0.0], [9.0, 0.0], [6.4, 0.0]], atol=1e-6)
+    C = kmeans_centres(X, X[[0, 0, 2]], 10)
+    np.testing.assert_allclose(C, [[0.05, 0.0], [9.0, 0.0], [5.1, 0.0]], atol=1e-6)
+    # with no row far from its centre an empty centre stays where it is
+    Y = np.array([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    np.testing.assert_array_equal(kmeans_centres(Y, Y[[0, 1, 2]], 3), Y[[0, 1, 2]])
+
+
+def test_kmeans_landmarks_approximate_the_kernel_better_than_drawn_rows():
+    """On clustered rows of unequal spread, the k-means landmarks leave a smaller Nyström error
+    (sum of k(x, x) - phi(x).phi(x)) than the rows they started from, for the same key."""
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(1500, 2)) * 0.2, rng.normal(size=(500, 2)) * 2.0 + 6])
+    errors = {}
+    for placement in ("rows", "kmeans"):
+        params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 150, placement=placement)
+        Phi = np.asarray(kronvi.inputs.nystrom_features(params, X), np.float64)
+        errors[placement] = float(np.sum(1.0 - np.sum(Phi**2, axis=1)))
+    assert errors["kmeans"] < 0.8 * errors["rows"], errors  # 0.60 here
+    # a cap on the rows clustered (a random subset of a larger X) still places distinct landmarks
+    from kronvi._inputs import features
+
+    capped = features.KMEANS_MAX_ROWS
+    try:
+        features.KMEANS_MAX_ROWS = 600
+        params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 150)
+    finally:
+        features.KMEANS_MAX_ROWS = capped
+    Phi = np.asarray(kronvi.inputs.nystrom_features(params, X), np.float64)
+    assert len(np.unique(np.asarray(params.landmarks), axis=0)) == 150
+    assert float(np.sum(1.0 - np.sum(Phi**2, axis=1))) < errors["rows"]
 
 
 def test_landmarks_are_drawn_by_the_key_and_every_row_when_as_many():
@@ -82,7 +157,7 @@ def test_feature_mean_of_nystrom_features():
     assert np.max(np.abs(np.asarray(kronvi.inputs.nystrom_features(centred, X)).mean(axis=0))) < 1e-5
     # in float64 the kernel rows' mean is whitened once (not every row): the same mean to rounding
     with jax.enable_x64(True):
-        p64 = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 30, jitter=1e-10)
+        p64 = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 30, jitter=1e-10, placement="rows")
         assert float(np.linalg.norm(np.asarray(p64.whiten), 2)) > 300  # close landmarks: the test can fail
         mean64 = kronvi.inputs.feature_mean(p64, jnp.asarray(X), chunk_size=256)
         assert mean64.dtype == jnp.float64
@@ -102,6 +177,8 @@ def test_nystrom_init_errors_name_the_argument():
         init(X, jnp.ones(2), 6)
     with pytest.raises(ValueError, match="kernel"):
         init(X, jnp.ones(2), 3, kernel="laplace")
+    with pytest.raises(ValueError, match="placement"):
+        init(X, jnp.ones(2), 3, placement="grid")
     with pytest.raises(ValueError, match="lengthscales"):
         init(X, jnp.ones(3), 3)
     with pytest.raises(ValueError, match="lengthscales"):

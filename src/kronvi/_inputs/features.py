@@ -397,6 +397,12 @@ def _sincos_jvp(primals, tangents):
 # mean, as a stationary GP's do (`docs/decisions/default-recipe.md#nystrom-features`).
 
 NYSTROM_JITTER = 1e-6  # added to the landmarks' unit-variance kernel matrix before its Cholesky factor
+# `nystrom_init(placement=...)`: the drawn rows moved to the means of their k-means cells, or the rows as drawn
+PLACEMENTS = ("kmeans", "rows")
+KMEANS_ITERATIONS = 10  # Lloyd's iterations of `placement="kmeans"` (fewer where the cells stop changing)
+KMEANS_MAX_ROWS = 100_000  # `placement="kmeans"` clusters a random subset of this many rows of a larger `X`
+# a landmark left with no rows moves to a row farther than this (squared, in lengthscales) from its landmark
+KMEANS_RESEED_DISTANCE = 1e-4
 
 
 class NystromFeatures(NamedTuple):
@@ -432,26 +438,38 @@ def nystrom_init(
     *,
     kernel: str = "rbf",
     jitter: float = NYSTROM_JITTER,
+    placement: str = "kmeans",
 ) -> NystromFeatures:
-    r"""Draws `num_landmarks` distinct rows of `X` as landmarks and factors their kernel matrix.
+    r"""Places `num_landmarks` landmarks among the rows of `X` and factors their kernel matrix.
 
-    The factor is computed in float64 on the host whatever the dtype; the result is in the dtype of
-    `lengthscales`.
+    `num_landmarks` distinct rows are drawn by `key`. With `placement="kmeans"` (default) each then moves
+    to the mean of the rows nearest to it, in the inputs divided by the lengthscales (the kernel's
+    distance), by up to `KMEANS_ITERATIONS` of Lloyd's iterations on the rows (a random `KMEANS_MAX_ROWS` of
+    them where there are more); a landmark that no row is nearest to moves to the row farthest from its
+    own landmark. The landmarks then spread over the rows as their density does, without the clumps and gaps
+    of a uniform draw (Zhang, Tsang & Kwok 2008). Where every row is a landmark they stay the rows.
+    `placement="rows"` keeps the drawn rows. The factor is computed in float64 on the host whatever the
+    dtype; the result is in the dtype of `lengthscales`.
 
     Args:
       key: `jax.random` key choosing the rows (`jax.random.choice` without replacement).
-      X: `(n, d)` inputs, concrete (the landmarks are some of these rows).
+      X: `(n, d)` inputs, concrete.
       lengthscales: `(d,)` positive lengthscales of the kernel.
       num_landmarks: `M`, at most `n`.
       kernel: `"rbf"`, `"matern52"` or `"matern32"` (`KERNELS`).
       jitter: $\epsilon$, added to the diagonal of the unit-variance $K_{ZZ}$.
+      placement: `"kmeans"` or `"rows"` (`PLACEMENTS`).
 
     Returns:
       `NystromFeatures` with `b = num_landmarks` features.
 
     Raises:
       ValueError: naming the argument: `X` not 2-D, empty or not finite; `lengthscales` not `(d,)` or not
-        positive; `num_landmarks` not in `[1, n]`; `kernel` unknown; `jitter` not positive.
+        positive; `num_landmarks` not in `[1, n]`; `kernel` or `placement` unknown; `jitter` not positive.
+
+    References:
+      Williams & Seeger (2001), "Using the Nyström method to speed up kernel machines";
+      Zhang, Tsang & Kwok (2008), "Improved Nyström low-rank approximation and error analysis".
 
     Example:
       >>> import jax, jax.numpy as jnp, kronvi
@@ -462,6 +480,8 @@ def nystrom_init(
       ((50, 20), True)
     """
     check_kernel(kernel)
+    if not isinstance(placement, str) or placement not in PLACEMENTS:
+        raise ValueError(f"`placement` must be one of {PLACEMENTS}, got {placement!r}")
     if isinstance(X, jax.core.Tracer) or isinstance(lengthscales, jax.core.Tracer):
         raise ValueError("`X` and `lengthscales` must be concrete: the landmarks are drawn on the host")
     ls = as_float_array(lengthscales, "lengthscales")
@@ -485,13 +505,62 @@ def nystrom_init(
         raise ValueError(f"`jitter` must be a finite positive number, got {jitter!r}")
     inv = 1.0 / np.asarray(ls, np.float64)
     rows = np.sort(np.asarray(choice_rows(key, n, int(num_landmarks))))
+    Xs = X * inv
+    Z = Xs[rows]
+    if placement == "kmeans" and num_landmarks < n:
+        if n > KMEANS_MAX_ROWS:
+            Xs = Xs[np.sort(np.asarray(choice_rows(jax.random.fold_in(key, 1), n, KMEANS_MAX_ROWS)))]
+        Z = kmeans_centres(Xs, Z, KMEANS_ITERATIONS)
     # the landmarks as stored (in `dtype`) are the ones factored: where they nearly repeat, the factor of their
     # unrounded values would not whiten the stored ones
-    Z = (X[rows] * inv).astype(dtype)
+    Z = Z.astype(dtype)
     return NystromFeatures(
         to_device(Z), to_device(inv.astype(dtype)),
         to_device(_whitener(Z.astype(np.float64), kernel, jitter).astype(dtype)), None, kernel,
     )  # fmt: skip
+
+
+def kmeans_centres(X: np.ndarray, centres: np.ndarray, iterations: int, *, chunk: int = 2048) -> np.ndarray:
+    r"""Lloyd's iterations from `centres` `(M, d)` over the rows of `X` `(n, d)`, in float32: each row joins
+    its nearest centre, then each centre moves to the mean of its rows; a centre with no rows moves to one
+    of the rows farthest from their centres (farther than `KMEANS_RESEED_DISTANCE`, squared), or stays.
+    Stops early once no row changes centre. Returns the `(M, d)` float32 centres.
+
+    The nearest centre of a row `x` maximizes $x^\top c - \lVert c\rVert^2/2$: one product per chunk of
+    rows of the rows with a column of ones and the centres with that column appended, and its argmax."""
+    X = np.asarray(X, np.float32)
+    C = np.array(centres, np.float32)
+    n, d = X.shape
+    M = C.shape[0]
+    Xa = np.ones((n, d + 1), np.float32)
+    Xa[:, :d] = X
+    x2 = np.einsum("ij,ij->i", X, X)
+    labels = np.full(n, -1, np.intp)
+    best = np.empty(n, np.float32)
+    for _ in range(iterations):
+        Ca = np.empty((d + 1, M), np.float32)
+        Ca[:d] = C.T
+        Ca[d] = -0.5 * np.einsum("ij,ij->i", C, C)
+        changed = False
+        for s in range(0, n, chunk):
+            score = Xa[s : s + chunk] @ Ca
+            lab = np.argmax(score, axis=1)
+            changed = changed or not np.array_equal(lab, labels[s : s + chunk])
+            labels[s : s + chunk] = lab
+            best[s : s + chunk] = np.take_along_axis(score, lab[:, None], axis=1)[:, 0]
+        if not changed:
+            break
+        counts = np.bincount(labels, minlength=M)
+        filled = counts > 0
+        sums = np.stack([np.bincount(labels, weights=X[:, j], minlength=M) for j in range(d)], axis=1)
+        C[filled] = (sums[filled] / counts[filled, None]).astype(np.float32)
+        empty = np.flatnonzero(~filled)
+        if empty.size:
+            far = x2 - 2.0 * best  # each row's squared distance to its centre before the move
+            order = np.argsort(-far, kind="stable")[: empty.size]
+            order = order[far[order] > KMEANS_RESEED_DISTANCE]
+            C[empty[: order.size]] = X[order]
+    return C
 
 
 def _whitener(Z: np.ndarray, kernel: str, jitter: float) -> np.ndarray:
