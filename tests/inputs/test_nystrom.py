@@ -38,7 +38,7 @@ def test_features_give_the_nystrom_kernel_and_are_exact_on_the_landmarks(kernel,
         Z = np.asarray(params.landmarks)  # divided by the lengthscales
         Phi_z = np.asarray(kronvi.inputs.nystrom_features(params, jnp.asarray(Z * ls)))
     is_row = [bool(np.any(np.all(np.isclose(X / ls, z), axis=1))) for z in Z]
-    assert all(is_row) if placement == "rows" else not all(is_row)  # k-means moves the landmarks of 2+ rows
+    assert all(is_row) if placement == "rows" else not all(is_row)  # k-means moved some landmarks off the rows
     assert len(np.unique(Z, axis=0)) == 25
     K_xz = _dense_kernel(X / ls, Z, kernel)
     K_zz = _dense_kernel(Z, Z, kernel) + kronvi._inputs.features.NYSTROM_JITTER * np.eye(25)
@@ -70,13 +70,19 @@ def test_kmeans_centres_are_lloyds_iterations():
     start = X[rng.choice(len(X), 12, replace=False)]
     for iterations in (1, 3):
         C = kmeans_centres(X, start, iterations, chunk=64)  # several chunks
-        assert C.dtype == np.float32
         np.testing.assert_allclose(C, _lloyd(X, start, iterations), atol=1e-5)
         assert not np.allclose(C, start, atol=1e-2)  # the centres moved: the test can fail
-    # it stops at a fixed point: more iterations change nothing once the cells stop changing
+    # a converged result is a fixed point
     done = kmeans_centres(X, start, 200)
-    np.testing.assert_array_equal(kmeans_centres(X, done, 5), done)
+    np.testing.assert_allclose(kmeans_centres(X, done, 5), done, atol=1e-6)
     np.testing.assert_allclose(done, _lloyd(X, start, 200), atol=1e-5)
+    # rows far from the origin (in lengthscales) give the same centres, shifted: the float32 distances of
+    # the uncentred rows would lose their digits there
+    shift = np.array([3e3, -2e3])
+    np.testing.assert_allclose(kmeans_centres(X + shift, start + shift, 3) - shift, _lloyd(X, start, 3), atol=1e-4)
+    # one input
+    x = np.arange(7.0)[:, None]
+    np.testing.assert_allclose(kmeans_centres(x, x[[0, 1]], 10), [[1.0], [4.5]])
 
 
 def test_kmeans_centres_move_an_empty_centre_to_a_far_row():
@@ -90,10 +96,10 @@ def test_kmeans_centres_move_an_empty_centre_to_a_far_row():
     np.testing.assert_allclose(C, [[0.05, 0.0], [9.0, 0.0], [5.1, 0.0]], atol=1e-6)
     # with no row far from its centre an empty centre stays where it is
     Y = np.array([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
-    np.testing.assert_array_equal(kmeans_centres(Y, Y[[0, 1, 2]], 3), Y[[0, 1, 2]])
+    np.testing.assert_allclose(kmeans_centres(Y, Y[[0, 1, 2]], 3), Y[[0, 1, 2]], atol=1e-6)
 
 
-def test_kmeans_landmarks_approximate_the_kernel_better_than_drawn_rows():
+def test_kmeans_landmarks_approximate_the_kernel_better_than_drawn_rows(monkeypatch):
     """On clustered rows of unequal spread, the k-means landmarks leave a smaller Nyström error
     (sum of k(x, x) - phi(x).phi(x)) than the rows they started from, for the same key."""
     import jax
@@ -108,16 +114,16 @@ def test_kmeans_landmarks_approximate_the_kernel_better_than_drawn_rows():
         params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 150, placement=placement)
         Phi = np.asarray(kronvi.inputs.nystrom_features(params, X), np.float64)
         errors[placement] = float(np.sum(1.0 - np.sum(Phi**2, axis=1)))
-    assert errors["kmeans"] < 0.8 * errors["rows"], errors  # 0.60 here
-    # a cap on the rows clustered (a random subset of a larger X) still places distinct landmarks
+    assert errors["kmeans"] < 0.8 * errors["rows"], errors
+    # a cap on the rows clustered: a random subset of a larger X, drawn by the key
     from kronvi._inputs import features
 
-    capped = features.KMEANS_MAX_ROWS
-    try:
-        features.KMEANS_MAX_ROWS = 600
-        params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 150)
-    finally:
-        features.KMEANS_MAX_ROWS = capped
+    seen = []
+    lloyd = features.kmeans_centres
+    monkeypatch.setattr(features, "KMEANS_MAX_ROWS", 600)
+    monkeypatch.setattr(features, "kmeans_centres", lambda X, *a: seen.append(X.shape) or lloyd(X, *a))
+    params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 150)
+    assert seen == [(600, 2)]
     Phi = np.asarray(kronvi.inputs.nystrom_features(params, X), np.float64)
     assert len(np.unique(np.asarray(params.landmarks), axis=0)) == 150
     assert float(np.sum(1.0 - np.sum(Phi**2, axis=1))) < errors["rows"]

@@ -389,7 +389,7 @@ def _sincos_jvp(primals, tangents):
 #
 # Nyström features: a kernel's feature map from landmarks among the training inputs.
 #
-# With landmarks $Z$ (`M` training inputs) and the unit-variance kernel $k$ of `KERNELS`, the features
+# With landmarks $Z$ (`M` points placed among the training inputs) and the unit-variance kernel $k$ of `KERNELS`, the features
 # $\phi(x) = L^{-1} k(Z, x)$, $L L^\top = K_{ZZ} + \epsilon I$, give $\phi(x)^\top\phi(x') = k(x, Z)(K_{ZZ} +
 # \epsilon I)^{-1}k(Z, x')$: the Nyström approximation of $k$, exact on the landmarks (up to $\epsilon$). A
 # linear model on them is the subset-of-regressors GP. Unlike random Fourier features they are fitted to
@@ -445,8 +445,9 @@ def nystrom_init(
     `num_landmarks` distinct rows are drawn by `key`. With `placement="kmeans"` (default) each then moves
     to the mean of the rows nearest to it, in the inputs divided by the lengthscales (the kernel's
     distance), by up to `KMEANS_ITERATIONS` of Lloyd's iterations on the rows (a random `KMEANS_MAX_ROWS` of
-    them where there are more); a landmark that no row is nearest to moves to the row farthest from its
-    own landmark. The landmarks then spread over the rows as their density does, without the clumps and gaps
+    them where there are more, drawn by `key` too); a landmark that no row is nearest to moves to the row
+    farthest from its own landmark (or stays, where every row is within `KMEANS_RESEED_DISTANCE` of
+    its own). The landmarks then spread over the rows as their density does, without the clumps and gaps
     of a uniform draw (Zhang, Tsang & Kwok 2008). Where every row is a landmark they stay the rows.
     `placement="rows"` keeps the drawn rows. The factor is computed in float64 on the host whatever the
     dtype; the result is in the dtype of `lengthscales`.
@@ -483,7 +484,7 @@ def nystrom_init(
     if not isinstance(placement, str) or placement not in PLACEMENTS:
         raise ValueError(f"`placement` must be one of {PLACEMENTS}, got {placement!r}")
     if isinstance(X, jax.core.Tracer) or isinstance(lengthscales, jax.core.Tracer):
-        raise ValueError("`X` and `lengthscales` must be concrete: the landmarks are drawn on the host")
+        raise ValueError("`X` and `lengthscales` must be concrete: the landmarks are placed on the host")
     ls = as_float_array(lengthscales, "lengthscales")
     dtype = ls.dtype
     X = np.asarray(X, np.float64)
@@ -521,15 +522,19 @@ def nystrom_init(
 
 
 def kmeans_centres(X: np.ndarray, centres: np.ndarray, iterations: int, *, chunk: int = 2048) -> np.ndarray:
-    r"""Lloyd's iterations from `centres` `(M, d)` over the rows of `X` `(n, d)`, in float32: each row joins
-    its nearest centre, then each centre moves to the mean of its rows; a centre with no rows moves to one
-    of the rows farthest from their centres (farther than `KMEANS_RESEED_DISTANCE`, squared), or stays.
-    Stops early once no row changes centre. Returns the `(M, d)` float32 centres.
+    r"""Lloyd's iterations from `centres` `(M, d)` over the rows of `X` `(n, d)`: each row joins its nearest
+    centre, then each centre moves to the mean of its rows; a centre with no rows moves to one of the rows
+    farthest from their centres (farther than `KMEANS_RESEED_DISTANCE`, squared), or stays. Stops early once
+    no row changes centre. Returns the `(M, d)` centres in float64.
 
     The nearest centre of a row `x` maximizes $x^\top c - \lVert c\rVert^2/2$: one product per chunk of
-    rows of the rows with a column of ones and the centres with that column appended, and its argmax."""
-    X = np.asarray(X, np.float32)
-    C = np.array(centres, np.float32)
+    rows of the rows with a column of ones and the centres with that column appended, and its argmax. The
+    iterations run in float32 on the rows less their float64 mean, so that rows far from the origin do not
+    cancel the distances' digits."""
+    X = np.asarray(X, np.float64)
+    mean = X.mean(axis=0)
+    C = np.asarray(np.asarray(centres, np.float64) - mean, np.float32)
+    X = np.asarray(X - mean, np.float32)
     n, d = X.shape
     M = C.shape[0]
     Xa = np.ones((n, d + 1), np.float32)
@@ -556,11 +561,11 @@ def kmeans_centres(X: np.ndarray, centres: np.ndarray, iterations: int, *, chunk
         C[filled] = (sums[filled] / counts[filled, None]).astype(np.float32)
         empty = np.flatnonzero(~filled)
         if empty.size:
-            far = x2 - 2.0 * best  # each row's squared distance to its centre before the move
+            far = np.maximum(x2 - 2.0 * best, 0.0)  # each row's squared distance to its centre before the move
             order = np.argsort(-far, kind="stable")[: empty.size]
             order = order[far[order] > KMEANS_RESEED_DISTANCE]
             C[empty[: order.size]] = X[order]
-    return C
+    return C.astype(np.float64) + mean
 
 
 def _whitener(Z: np.ndarray, kernel: str, jitter: float) -> np.ndarray:
