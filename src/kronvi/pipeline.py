@@ -1426,20 +1426,19 @@ def _gp_refine_rows(config: DirectConfig, num_rows: int) -> int:
 def _refined(key, rows, hyper, search: GPFitInfo, points: int, options: dict):
     """`(hyper, info)`: `hyper`, the search's optimum, refined by one start on `points` rows drawn with `key`;
     its `GPFitInfo` with the search's as `screened`. The search's optimum and info are kept where the refinement
-    failed numerically, or ended degenerate (explaining the data as noise) or with its noise pinned at the lower
-    bound where the search's choice did not (the search's own rules, `fit_gp_hyperparameters`)."""
+    failed numerically or ended degenerate (explaining the data as noise) where the search's choice did not. A
+    refinement whose noise ends at its lower bound is kept: on these rows that is a near-noiseless function
+    (`docs/decisions/gp-step.md#a-warm-refinement-on-more-rows`)."""
     init = jax.tree.map(lambda a: np.asarray(a)[None], jax.device_get(hyper))  # one start: a leading axis
     try:
         refined, info = fit_gp_hyperparameters(key, *rows, num_points=points, init=init, restarts="all", **options)
     except FloatingPointError:  # the one start failed numerically
         return hyper, search
     # read on the host and indexed by NumPy: no eager JAX operation (a program to compile) on the fit's way
-    (lmls, degenerate, at_bound), (was_degenerate, was_at_bound, chosen) = jax.device_get((
-        (info.log_marginal_likelihoods, info.degenerate, info.noise_at_bound),
-        (search.degenerate, search.noise_at_bound, search.chosen),
-    ))  # fmt: skip
-    pinned, was_pinned = bool(at_bound[0]), bool(was_at_bound[int(chosen)])
-    if not np.isfinite(lmls[0]) or (degenerate and not was_degenerate) or (pinned and not was_pinned):
+    lmls, degenerate, was_degenerate = jax.device_get(
+        (info.log_marginal_likelihoods, info.degenerate, search.degenerate)
+    )
+    if not np.isfinite(lmls[0]) or (degenerate and not was_degenerate):
         return hyper, search
     return refined, info._replace(screened=search)
 
