@@ -4,7 +4,7 @@ hyperparameters they are drawn from.
 `load_demo` (the bundled yacht data), `load_csv` and `load_uci` read data; `fold_indices` splits rows into
 folds; `fit_standardizer` and `standardize` (a `Standardizer`) scale inputs. `rff_init` draws a
 `RandomFourierFeatures` map and `rff_features` applies it (`feature_mean`: the features' mean);
-`nystrom_init` places a `NystromFeatures` map's landmarks among the rows (k-means from a draw of them) and
+`nystrom_init` draws a `NystromFeatures` map on landmarks among the rows (or places them by k-means) and
 `nystrom_features` applies it;
 `fit_gp_hyperparameters` fits the lengthscales, signal and noise variance it is drawn from by the exact GP
 marginal likelihood (`gp_log_marginal_likelihood`). Feature maps with trainable parameters are in

@@ -510,8 +510,8 @@ class DirectConfig(_DirectConfigFields):
         2000, 6000 from 20,000 rows) from 4,000 to 100,000 rows with the eigen and compact recipes, random
         Fourier features otherwise and for rows traced under `jit` or `vmap`; `"fourier"`: random Fourier features
         (`kronvi.inputs.rff_init`); `"nystrom"`:
-        Nyström features on `2 num_frequencies` landmarks placed among the training rows by k-means from
-        a draw of them (all of them when there are fewer; `kronvi.inputs.nystrom_init`), more accurate per feature where the rows are many and
+        Nyström features on `2 num_frequencies` landmarks drawn from the training rows (all of them when there
+        are fewer; `kronvi.inputs.nystrom_init`), more accurate per feature where the rows are many and
         returning to the mean away from them (`docs/decisions/default-recipe.md#nystrom-features`); or
         `"auto"` (the eigen and compact recipes): the fold prepared with both and the features of the larger
         exact log evidence fitted, as `kernel="auto"` (with it, every kernel and map; `DirectInfo.feature_map`
@@ -728,7 +728,7 @@ def default_feature_map(num_rows: int, basis: str = "eigen") -> str:
     landmarks are at most half the rows, up to `NYSTROM_MAX_ROWS` (100,000), where landmarks among the rows
     beat random frequencies at a cost a fold can afford; `"fourier"` below and above, and for the paper's
     recipe (`basis="features"`). Rows under `jit` or `vmap` (traced) always get `"fourier"`: Nyström
-    landmarks are placed on the host (`docs/decisions/default-recipe.md#nystrom-features`)."""
+    landmarks are drawn on the host (`docs/decisions/default-recipe.md#nystrom-features`)."""
     if basis != "features" and NYSTROM_MIN_ROWS <= int(num_rows) < NYSTROM_MAX_ROWS:
         return "nystrom"
     return "fourier"
@@ -2294,8 +2294,8 @@ def stream_init(
         config = config._replace(feature_map="fourier")
     if config.feature_map != "fourier":
         raise ValueError(
-            "`config.feature_map` must be None or 'fourier' for a streamed fit (Nyström landmarks are placed "
-            f"among the training rows, which a stream has not seen yet), got {config.feature_map!r}"
+            "`config.feature_map` must be None or 'fourier' for a streamed fit (Nyström landmarks are training "
+            f"rows, which a stream has not seen yet), got {config.feature_map!r}"
         )
     t0 = time.perf_counter()
     k_gp, k_rff, k_fit = jax.random.split(key, 3)

@@ -122,7 +122,7 @@ def test_kmeans_landmarks_approximate_the_kernel_better_than_drawn_rows(monkeypa
     lloyd = features.kmeans_centres
     monkeypatch.setattr(features, "KMEANS_MAX_ROWS", 600)
     monkeypatch.setattr(features, "kmeans_centres", lambda X, *a: seen.append(X.shape) or lloyd(X, *a))
-    params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 150)
+    params = kronvi.inputs.nystrom_init(jax.random.key(0), X, jnp.ones(2), 150, placement="kmeans")
     assert seen == [(600, 2)]
     Phi = np.asarray(kronvi.inputs.nystrom_features(params, X), np.float64)
     assert len(np.unique(np.asarray(params.landmarks), axis=0)) == 150

@@ -397,8 +397,8 @@ def _sincos_jvp(primals, tangents):
 # mean, as a stationary GP's do (`docs/decisions/default-recipe.md#nystrom-features`).
 
 NYSTROM_JITTER = 1e-6  # added to the landmarks' unit-variance kernel matrix before its Cholesky factor
-# `nystrom_init(placement=...)`: the drawn rows moved to the means of their k-means cells, or the rows as drawn
-PLACEMENTS = ("kmeans", "rows")
+# `nystrom_init(placement=...)`: the rows as drawn, or moved to the means of their k-means cells
+PLACEMENTS = ("rows", "kmeans")
 KMEANS_ITERATIONS = 10  # Lloyd's iterations of `placement="kmeans"` (fewer where the cells stop changing)
 KMEANS_MAX_ROWS = 100_000  # `placement="kmeans"` clusters a random subset of this many rows of a larger `X`
 # a landmark left with no rows moves to a row farther than this (squared, in lengthscales) from its landmark
@@ -438,18 +438,20 @@ def nystrom_init(
     *,
     kernel: str = "rbf",
     jitter: float = NYSTROM_JITTER,
-    placement: str = "kmeans",
+    placement: str = "rows",
 ) -> NystromFeatures:
-    r"""Places `num_landmarks` landmarks among the rows of `X` and factors their kernel matrix.
+    r"""Draws `num_landmarks` distinct rows of `X` as landmarks (or places them by k-means from such a draw)
+    and factors their kernel matrix.
 
-    `num_landmarks` distinct rows are drawn by `key`. With `placement="kmeans"` (default) each then moves
-    to the mean of the rows nearest to it, in the inputs divided by the lengthscales (the kernel's
+    `num_landmarks` distinct rows are drawn by `key` (`placement="rows"`, default). With
+    `placement="kmeans"` each then moves to the mean of the rows nearest to it, in the inputs divided by the lengthscales (the kernel's
     distance), by up to `KMEANS_ITERATIONS` of Lloyd's iterations on the rows (a random `KMEANS_MAX_ROWS` of
     them where there are more, drawn by `key` too); a landmark that no row is nearest to moves to the row
     farthest from its own landmark (or stays, where every row is within `KMEANS_RESEED_DISTANCE` of
     its own). The landmarks then spread over the rows as their density does, without the clumps and gaps
-    of a uniform draw (Zhang, Tsang & Kwok 2008). Where every row is a landmark they stay the rows.
-    `placement="rows"` keeps the drawn rows. The factor is computed in float64 on the host whatever the
+    of a uniform draw (Zhang, Tsang & Kwok 2008); where every row is a landmark they stay the rows. Not the
+    pipeline's: over 10 folds it gains on some sets and loses on others
+    (`docs/decisions/default-recipe.md#nystrom-landmarks-by-k-means-measured-not-adopted`). The factor is computed in float64 on the host whatever the
     dtype; the result is in the dtype of `lengthscales`.
 
     Args:
@@ -459,7 +461,7 @@ def nystrom_init(
       num_landmarks: `M`, at most `n`.
       kernel: `"rbf"`, `"matern52"` or `"matern32"` (`KERNELS`).
       jitter: $\epsilon$, added to the diagonal of the unit-variance $K_{ZZ}$.
-      placement: `"kmeans"` or `"rows"` (`PLACEMENTS`).
+      placement: `"rows"` or `"kmeans"` (`PLACEMENTS`).
 
     Returns:
       `NystromFeatures` with `b = num_landmarks` features.
