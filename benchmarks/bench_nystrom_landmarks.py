@@ -3,7 +3,7 @@
 For each shape (n rows, d inputs, b landmarks: the default's shapes on the shared sets it reaches), rows are
 drawn from a mixture of Gaussian clusters of unequal spread (standard normal cluster centres, the clusters'
 sds 0.1 to 1, unit lengthscales), and `kronvi.inputs.nystrom_init` places b landmarks with
-`placement="rows"` (the drawn rows, as before) and `placement="kmeans"` (the default: the drawn rows moved by
+`placement="rows"` (the drawn rows, the default) and `placement="kmeans"` (the drawn rows moved by
 Lloyd's iterations), the same key. Per shape: the median seconds of each over --repeats calls (the whitener's
 Cholesky factor and inverse included, the same in both), and the Nyström error of each, the mean over the
 rows of $k(x, x) - \\phi(x)^\\top\\phi(x)$ (0 where the landmarks span the kernel exactly; computed on up to
