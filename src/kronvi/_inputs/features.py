@@ -389,12 +389,13 @@ def _sincos_jvp(primals, tangents):
 #
 # Nyström features: a kernel's feature map from landmarks among the training inputs.
 #
-# With landmarks $Z$ (`M` points placed among the training inputs) and the unit-variance kernel $k$ of `KERNELS`, the features
-# $\phi(x) = L^{-1} k(Z, x)$, $L L^\top = K_{ZZ} + \epsilon I$, give $\phi(x)^\top\phi(x') = k(x, Z)(K_{ZZ} +
-# \epsilon I)^{-1}k(Z, x')$: the Nyström approximation of $k$, exact on the landmarks (up to $\epsilon$). A
-# linear model on them is the subset-of-regressors GP. Unlike random Fourier features they are fitted to
-# where the data lie, and they fade to zero away from every landmark, so predictions there return to the
-# mean, as a stationary GP's do (`docs/decisions/default-recipe.md#nystrom-features`).
+# With landmarks $Z$ (`M` points placed among the training inputs) and the unit-variance kernel $k$ of
+# `KERNELS`, the features $\phi(x) = L^{-1} k(Z, x)$, $L L^\top = K_{ZZ} + \epsilon I$, give
+# $\phi(x)^\top\phi(x') = k(x, Z)(K_{ZZ} + \epsilon I)^{-1}k(Z, x')$: the Nyström approximation of $k$, exact
+# on the landmarks (up to $\epsilon$). A linear model on them is the subset-of-regressors GP. Unlike random
+# Fourier features they are fitted to where the data lie, and they fade to zero away from every landmark, so
+# predictions there return to the mean, as a stationary GP's do
+# (`docs/decisions/default-recipe.md#nystrom-features`).
 
 NYSTROM_JITTER = 1e-6  # added to the landmarks' unit-variance kernel matrix before its Cholesky factor
 # `nystrom_init(placement=...)`: the rows as drawn, or moved to the means of their k-means cells
@@ -443,16 +444,16 @@ def nystrom_init(
     r"""Draws `num_landmarks` distinct rows of `X` as landmarks (or places them by k-means from such a draw)
     and factors their kernel matrix.
 
-    `num_landmarks` distinct rows are drawn by `key` (`placement="rows"`, default). With
-    `placement="kmeans"` each then moves to the mean of the rows nearest to it, in the inputs divided by the lengthscales (the kernel's
-    distance), by up to `KMEANS_ITERATIONS` of Lloyd's iterations on the rows (a random `KMEANS_MAX_ROWS` of
-    them where there are more, drawn by `key` too); a landmark that no row is nearest to moves to the row
-    farthest from its own landmark (or stays, where every row is within `KMEANS_RESEED_DISTANCE` of
-    its own). The landmarks then spread over the rows as their density does, without the clumps and gaps
-    of a uniform draw (Zhang, Tsang & Kwok 2008); where every row is a landmark they stay the rows. Not the
-    pipeline's: over 10 folds it gains on some sets and loses on others
-    (`docs/decisions/default-recipe.md#nystrom-landmarks-by-k-means-measured-not-adopted`). The factor is computed in float64 on the host whatever the
-    dtype; the result is in the dtype of `lengthscales`.
+    `num_landmarks` distinct rows are drawn by `key` (`placement="rows"`, default). With `placement="kmeans"`
+    each then moves to the mean of the rows nearest to it, in the inputs divided by the lengthscales (the
+    kernel's distance), by up to `KMEANS_ITERATIONS` of Lloyd's iterations on the rows (a random
+    `KMEANS_MAX_ROWS` of them where there are more, drawn by `key` too); a landmark that no row is nearest to
+    moves to the row farthest from its own landmark (or stays, where every row is within
+    `KMEANS_RESEED_DISTANCE` of its own). The landmarks then spread over the rows as their density does,
+    without the clumps and gaps of a uniform draw (Zhang, Tsang & Kwok 2008); where every row is a landmark
+    they stay the rows. Not the pipeline's: over 10 folds it gains on some sets and loses on others
+    (`docs/decisions/default-recipe.md#nystrom-landmarks-by-k-means-measured-not-adopted`). The factor is
+    computed in float64 on the host whatever the dtype; the result is in the dtype of `lengthscales`.
 
     Args:
       key: `jax.random` key choosing the rows (`jax.random.choice` without replacement).
@@ -508,12 +509,12 @@ def nystrom_init(
         raise ValueError(f"`jitter` must be a finite positive number, got {jitter!r}")
     inv = 1.0 / np.asarray(ls, np.float64)
     rows = np.sort(np.asarray(choice_rows(key, n, int(num_landmarks))))
-    Xs = X * inv
-    Z = Xs[rows]
-    if placement == "kmeans" and num_landmarks < n:
+    Z = X[rows] * inv
+    if placement == "kmeans" and num_landmarks < n:  # the rows clustered are scaled here only
+        pool = X
         if n > KMEANS_MAX_ROWS:
-            Xs = Xs[np.sort(np.asarray(choice_rows(jax.random.fold_in(key, 1), n, KMEANS_MAX_ROWS)))]
-        Z = kmeans_centres(Xs, Z, KMEANS_ITERATIONS)
+            pool = X[np.sort(np.asarray(choice_rows(jax.random.fold_in(key, 1), n, KMEANS_MAX_ROWS)))]
+        Z = kmeans_centres(pool * inv, Z, KMEANS_ITERATIONS)
     # the landmarks as stored (in `dtype`) are the ones factored: where they nearly repeat, the factor of their
     # unrounded values would not whiten the stored ones
     Z = Z.astype(dtype)
@@ -563,7 +564,8 @@ def kmeans_centres(X: np.ndarray, centres: np.ndarray, iterations: int, *, chunk
         C[filled] = (sums[filled] / counts[filled, None]).astype(np.float32)
         empty = np.flatnonzero(~filled)
         if empty.size:
-            far = np.maximum(x2 - 2.0 * best, 0.0)  # each row's squared distance to its centre before the move
+            # each row's squared distance to its centre before the move
+            far = np.maximum(x2 - 2.0 * best, 0.0)
             order = np.argsort(-far, kind="stable")[: empty.size]
             order = order[far[order] > KMEANS_RESEED_DISTANCE]
             C[empty[: order.size]] = X[order]
