@@ -143,7 +143,7 @@ def test_user_input_errors_are_one_line_unless_debug(tmp_path, no_compute, capsy
     bad.write_text("1,2,3\n4,oops,6\n")
     assert cli.main(["fit", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == f"kronvi: error: `path` {str(bad)!r}: non-numeric value 'oops' on line 2"
+    assert err.strip() == f"kronvi: error: `source` {str(bad)!r}: non-numeric value 'oops' on line 2"
     for missing in ("missing.csv", "no_folder"):
         assert cli.main(["fit", str(tmp_path / missing)]) == 2
         err = capsys.readouterr().err

@@ -31,7 +31,7 @@ def fitted():
     return X, y, kronvi.fit_direct(jax.random.key(0), X, y, SMALL._replace(lengthscale=2.0)).model
 
 
-def test_every_door_fits_the_same_model(tmp_path):
+def test_every_door_fits_the_same_model(tmp_path, capsys):
     """`fit_direct(jax.random.key(k), X, y)`, `DirectRegressor(random_state=k)` and `kronvi fit --seed k --refit
     --save` (loaded in a fresh process) predict the same, to float rounding."""
     pytest.importorskip("sklearn")
@@ -50,6 +50,9 @@ def test_every_door_fits_the_same_model(tmp_path):
     saved = tmp_path / "m.npz"
     args = ["fit", str(csv), "--num-features", "40", "--seed", "3", "--max-folds", "1", "--refit"]
     assert cli.main([*args, "--save", str(saved), "--no-density"]) == 0
+    out, err = capsys.readouterr()
+    assert "NLPD not computed (--no-density)" in out and "mean NLPD" not in out  # no "nan +- nan"
+    assert "fold refit" not in err and f"refit on all {len(y)} rows" in err
     code = textwrap.dedent(
         f"""
         import json, numpy as np, kronvi
@@ -156,6 +159,59 @@ def test_bad_inputs_to_predict_are_named(fitted):
         model.log_density(X[:5], y[:4])
     with pytest.raises(TypeError, match="^`model` must be a FittedDirect"):
         kronvi.predict(model._asdict(), X)
+
+
+def test_bad_shapes_are_named_while_tracing(fitted):
+    X, y, model = fitted
+    with pytest.raises(ValueError, match=r"^`X` must have shape \(num_points, 3\): 3 columns"):
+        jax.jit(kronvi.predict)(model, jnp.asarray(X[:4, :1]))  # one column: no longer broadcast
+    with pytest.raises(ValueError, match=r"^`X` must have shape \(num_points, 3\): 3 columns"):
+        jax.vmap(kronvi.predict, in_axes=(None, 0))(model, jnp.asarray(X[:4, None, :1]))
+    with pytest.raises(ValueError, match=r"^`X` must have shape \(num_points, 3\)"):
+        jax.jit(kronvi.predict)(model, jnp.asarray(X[0]))
+    with pytest.raises(ValueError, match=r"^`y` must have shape \(3,\) as the rows of `X`"):
+        jax.jit(kronvi.log_density)(model, jnp.asarray(X[:3]), jnp.asarray(y[:1]))
+    with pytest.raises(ValueError, match=r"^`y` must have shape \(3,\)"):
+        jax.jit(kronvi.log_density)(model, jnp.asarray(X[:3]), jnp.asarray(y[:3, None]))
+
+
+def test_fit_direct_runs_under_jit_and_vmap():
+    X, y = _data(80)
+    config = SMALL._replace(lengthscale=2.0)
+    eager = kronvi.fit_direct(jax.random.key(0), X, y, config).model
+    fit = jax.jit(lambda a, b: kronvi.fit_direct(jax.random.key(0), a, b, config).model)
+    traced = fit(jnp.asarray(X), jnp.asarray(y))
+    # in the working dtype inside the trace (the eager fit standardizes in float64): float32 rounding apart
+    np.testing.assert_allclose(traced.predict(X[:9]).mean, eager.predict(X[:9]).mean, rtol=1e-5)
+    folds = (
+        jnp.stack([jnp.asarray(X[:60]), jnp.asarray(X[20:])]),
+        jnp.stack([jnp.asarray(y[:60]), jnp.asarray(y[20:])]),
+    )
+    both = jax.vmap(lambda a, b: kronvi.fit_direct(jax.random.key(0), a, b, config).model)(*folds)
+    for i in range(2):
+        one = kronvi.fit_direct(
+            jax.random.key(0), np.asarray(folds[0][i]), np.asarray(folds[1][i]), config
+        ).model
+        mine = jax.tree.map(lambda a, i=i: a[i], both)
+        np.testing.assert_allclose(mine.predict(X[:9]).mean, one.predict(X[:9]).mean, rtol=1e-5)
+    with pytest.raises(ValueError, match="config.basis='compact'.*outside `jit`"):
+        jax.jit(
+            lambda a, b: (
+                kronvi.fit_direct(jax.random.key(0), a, b, config._replace(recipe=kronvi.Compact())).model
+            )
+        )(jnp.asarray(X), jnp.asarray(y))
+
+
+def test_fit_direct_names_its_key_and_dtype():
+    X, y = _data(40)
+    with pytest.raises(TypeError, match=r"^`key` must be one jax.random key"):
+        kronvi.fit_direct(0, X, y, SMALL)
+    with pytest.raises(ValueError, match=r"^`dtype` must be float32 or float64, got int32"):
+        kronvi.fit_direct(jax.random.key(0), X, y, SMALL, dtype=jnp.int32)
+    with jax.enable_x64(False), pytest.raises(ValueError, match=r"^`dtype` float64 needs JAX's x64 mode"):
+        kronvi.fit_direct(jax.random.key(0), X, y, SMALL, dtype=jnp.float64)
+    with pytest.raises(TypeError, match="^`key` must be one"):
+        kronvi.pipeline.stream_init(jax.random.key_data(jax.random.key(0))[None], X, y, SMALL)
 
 
 def test_sparsity_is_the_fraction_of_stored_zero_weights():

@@ -204,10 +204,10 @@ def test_eigen_recipe_fits_an_unshrunk_intercept_as_bayesian_ridge(n):
 
 
 def test_one_fit_direct_validates_its_inputs_once():
-    """A fit enters the checkers of `kronvi._base.checks` at most 20 times (the count of
-    `benchmarks/bench_validation_calls.py`, without the plumbing that checks nothing): the inputs and the
-    config at the door, the GP step's own checks, and only the grids' and statistics' data-dependent
-    checks inside."""
+    """A fit enters the checkers of `kronvi._base.checks` at most 22 times (the count of
+    `benchmarks/bench_validation_calls.py`, without the plumbing that checks nothing): the key, the dtype,
+    the inputs and the config at the door, the GP step's own checks, and only the grids' and statistics'
+    data-dependent checks inside."""
     import pathlib
     import sys
 
@@ -224,8 +224,9 @@ def test_one_fit_direct_validates_its_inputs_once():
     config = kronvi.DirectConfig(num_frequencies=20, gp=kronvi.GPOptions(restarts=1))
     total, by_name, _ = count_validator_calls(lambda: kronvi.fit_direct(jax.random.key(0), X, y, config))
     validators = total - sum(by_name.get(p, 0) for p in PLUMBING)
-    assert 0 < validators <= 20, dict(by_name)
+    assert 0 < validators <= 22, dict(by_name)
     assert by_name["check_training_rows"] == 1 and by_name["check_ints"] == 1
+    assert by_name["check_key"] == 1 and by_name["check_working_dtype"] == 1
 
 
 def test_a_recipe_carries_its_own_options_and_refuses_anothers():

@@ -25,7 +25,7 @@ from ._base.checks import check_positive_number
 from ._base.files import check_output_path, write_atomic
 from ._base.memory import check_memory, regression_fit_bytes
 from ._base.progress import StatusLine, format_eta
-from ._inputs.data import fold_indices, load_csv, load_demo, load_uci
+from ._inputs.data import csv_table, fold_indices, load_demo, load_uci
 from .cv import parse_noise_cv, run_fold, summarize
 from .pipeline import (
     BASES,
@@ -392,7 +392,7 @@ def _fit(args):
     elif not os.path.exists(args.source):
         raise FileNotFoundError(f"`source` {args.source!r}: no such file or folder")
     elif not os.path.isdir(args.source):  # a CSV file, whatever its name (.csv, .data, .gz, ...)
-        X, y = load_csv(args.source)
+        X, y = csv_table(args.source, name="source")
         if args.folds > len(y):
             raise ValueError(f"--folds {args.folds} is more than the {len(y)} rows of {args.source!r}")
         rng = np.random.default_rng(args.seed)
@@ -481,9 +481,10 @@ def _fit(args):
         r.nlpd_rows < n_test for r, n_test in zip(results, _test_rows(folds, len(results)), strict=True)
     ):
         print(f"NLPD on a random sample of at most {args.density_rows} test rows per fold (--density-rows)")
+    nlpd = "" if args.density_rows == 0 else f" | mean NLPD {s['nlpd_mean']:.3f} +- {s['nlpd_sd']:.3f}"
     print(
-        f"mean RMSE {s['rmse_mean']:.4f} +- {s['rmse_sd']:.4f} | mean NLPD {s['nlpd_mean']:.3f} "
-        f"+- {s['nlpd_sd']:.3f} | sparsity {s['sparsity_pct_mean']:.1f}% | seconds per fold: init "
+        f"mean RMSE {s['rmse_mean']:.4f} +- {s['rmse_sd']:.4f}{nlpd} | sparsity {s['sparsity_pct_mean']:.1f}% | "
+        f"seconds per fold: init "
         f"{s['init_seconds_mean']:.2f}, stats {s['stats_seconds_mean']:.2f}, noise cv "
         f"{s['select_seconds_mean']:.2f}, fit {s['fit_seconds_mean']:.2f}"
         f" | total {time.perf_counter() - start:.1f}s"
@@ -505,7 +506,8 @@ def _fit(args):
             print(f"refitting on all {len(y)} rows for --save ...", flush=True)
             beat = _Heartbeat(StatusLine())
             try:
-                model = fit_direct(key, X, y, config, progress=_within_fold(beat, "refit", K, start)).model
+                progress = _within_fold(beat, f"refit on all {len(y)} rows", K, start)
+                model = fit_direct(key, X, y, config, progress=progress).model
             finally:
                 beat.stop()
         save_model(args.save, model)
@@ -522,7 +524,7 @@ def _within_fold(status, k, K, start):
     pass's rows, speed and time left. A `_Heartbeat` redraws the line while a stage runs without reports."""
 
     def show(step, total, metrics):
-        note = f"fold {k}: {metrics['stage']}"
+        note = f"{'fold ' if isinstance(k, int) else ''}{k}: {metrics['stage']}"
         rate = metrics.get("rows_per_second")
         if rate:
             note += f" {step:,}/{total:,} rows, {rate:,.0f} rows/s, eta {(total - step) / rate:.0f}s"

@@ -60,10 +60,12 @@ from ._base.checks import (
     check_finite,
     check_int,
     check_ints,
+    check_key,
     check_nonnegative_number,
     check_numeric,
     check_positive_number,
     check_training_rows,
+    check_working_dtype,
     errors_name,
     host_arrays,
 )
@@ -1121,6 +1123,8 @@ def _check_config(config: DirectConfig | None) -> DirectConfig:
             "centred on the evidence maximizer (set noise_cv=() or basis='features')"
         )
     check_nonnegative_number(config.gp_gain_tol, "config.gp_gain_tol")
+    if config.lengthscale is not None:
+        check_positive_number(config.lengthscale, "config.lengthscale")
     if not float(config.compact_tol) >= 0:
         raise ValueError(f"`config.compact_tol` must be >= 0, got {config.compact_tol!r}")
     if config.compact_vectors not in ("half", "full"):
@@ -1236,6 +1240,8 @@ def prepare_fold(
     Returns:
       `PreparedFold`.
     """
+    check_key(key)
+    dtype = check_working_dtype(dtype)
     progress = _reporter(progress, progress_every)
     return _prepare_fold(key, X, y, _check_config(config), dtype=dtype, gp=gp, progress=progress)
 
@@ -1574,8 +1580,12 @@ def _fixed_hyperparameters(lengthscale, Xs, yc) -> GPHyperparameters:
     """`config.lengthscale`'s hyperparameters: that lengthscale for every input, the targets' variance as
     the signal variance and a tenth of it as the noise guess."""
     dtype = Xs.dtype
-    var = float(np.var(np.asarray(yc, np.float64)))
-    var = var if var > 0 else 1.0
+    if _traced(yc):  # inside jit or vmap: the variance in the working dtype
+        v = jnp.var(yc)
+        var: Any = jnp.where(v > 0, v, 1.0)
+    else:
+        var = float(np.var(np.asarray(yc, np.float64)))
+        var = var if var > 0 else 1.0
     return GPHyperparameters(
         jnp.full((Xs.shape[1],), float(lengthscale), dtype),
         jnp.asarray(var, dtype),
@@ -1888,9 +1898,21 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     support = None
     support_rms = support_rms_for(config.support_rms, _map_name(fold.features))
     if config.basis != "features" and support_rms is not None:
-        mean, var = weight_moments64(q_w, prior_w)
-        support = _eigen_support(fold.basis, mean, fold.stats.n, support_rms, prior_w.values.dtype)
+        if _traced((q_w, fold.basis)):  # inside jit or vmap: in the working dtype
+            assert fold.basis is not None  # the eigen recipe's (basis "eigen" here: compact is refused below)
+            means = jnp.sum(jax.nn.softmax(q_w.logits, axis=-1) * prior_w.values, axis=-1)
+            lam = jnp.maximum(fold.basis.eigenvalues, 0.0)
+            bound = (float(support_rms) * jnp.sqrt(lam / fold.stats.n)).astype(prior_w.values.dtype)
+            support = SupportBound(bound, means.astype(prior_w.values.dtype))
+        else:
+            mean, var = weight_moments64(q_w, prior_w)
+            support = _eigen_support(fold.basis, mean, fold.stats.n, support_rms, prior_w.values.dtype)
     if config.basis == "compact":
+        if _traced(q_w):
+            raise ValueError(
+                "`config.basis='compact'` chooses the directions it keeps on the host: fit it outside `jit` and "
+                "`vmap` (or use basis='eigen' there)"
+            )
         noise = noise_moments(q_n, prior_n)[2]
         if support is not None:
             support = _compact_support(
@@ -1972,19 +1994,26 @@ def _standardized(fitted, X, name: str = "X", *, on_host: bool = False) -> Any:
     """`X` standardized as the training rows were, in the model's dtype: in float64 on the host when concrete.
     `on_host`: concrete rows are returned in host memory (NumPy, the model's dtype: `_concrete_features`)."""
     dtype = feature_dtype(fitted.features)
-    if _traced((fitted, X)):
+    d = np.shape(fitted.standardizer.mean)[-1]
+    if _traced((fitted, X)):  # shapes are static: checked while tracing
+        check_numeric(X, name)
+        _check_columns(np.shape(X), d, name)
         st = fitted.standardizer
         return ((jnp.asarray(X, dtype) - st.mean) / st.scale).astype(dtype)
     check_numeric(X, name)
     X = np.asarray(X, np.float64)
-    d = np.shape(fitted.standardizer.mean)[-1]
-    if X.ndim != 2 or X.shape[1] != d:
-        raise ValueError(
-            f"`{name}` must have shape (num_points, {d}): {d} columns, as the training inputs; got {X.shape}"
-        )
+    _check_columns(X.shape, d, name)
     check_finite(X, name)
     Xs = standardize_host(fitted.standardizer, X, dtype, name)
     return Xs if on_host else to_device(Xs)
+
+
+def _check_columns(shape, d: int, name: str) -> None:
+    """`ValueError` naming `name` unless `shape` is `(num_points, d)`."""
+    if len(shape) != 2 or shape[1] != d:
+        raise ValueError(
+            f"`{name}` must have shape (num_points, {d}): {d} columns, as the training inputs; got {tuple(shape)}"
+        )
 
 
 def _concrete_features(fitted, Xs):
@@ -2145,8 +2174,11 @@ def log_density(
     _check_model(model)
     chunk_size = check_int(chunk_size, "chunk_size", 1)
     if _traced((model, X, y)):
-        yc = (jnp.asarray(y) - model.y_offset) / model.y_scale
+        check_numeric(y, "y")
         Phi = fold_features(model, X)
+        if np.shape(y) != (Phi.shape[0],):  # static: checked while tracing
+            raise ValueError(f"`y` must have shape ({Phi.shape[0]},) as the rows of `X`, got {np.shape(y)}")
+        yc = (jnp.asarray(y) - model.y_offset) / model.y_scale
         yc = yc.astype(Phi.dtype) - support_shift(model.support, Phi)
         ld, _ = predictive_log_density(
             model.q_w, model.q_noise, model.prior_w, model.prior_noise, Phi, yc, rtol=rtol
@@ -2212,6 +2244,8 @@ def fit_direct(
     reports the stages and, over many rows, the statistics pass every `progress_every` rows: rows done, rows
     per second.
     """
+    check_key(key)
+    dtype = check_working_dtype(dtype)
     report = _reporter(progress, progress_every)
     fit = _fit_direct(key, X, y, _check_config(config), dtype, report)
     if progress is True:  # the line it drew; a callable passed in (a `StageLine` too) is the caller's
@@ -2277,6 +2311,8 @@ def stream_init(
     from 4,000 to 100,000 rows, where `fit_direct`'s default is Nyström features, pass
     `DirectConfig(feature_map="fourier")` to `fit_direct` for the same model. `config.noise_cv` is not supported.
     """
+    check_key(key)
+    dtype = check_working_dtype(dtype)
     config = _check_config(config)
     if config.noise_cv:
         raise ValueError("`config.noise_cv` is not supported by a streamed fit: set noise_cv=()")
@@ -2306,7 +2342,9 @@ def stream_init(
     shift, unit = target_moments(y64)
     with np.errstate(over="ignore"):
         yc = to_device(((y64 - shift) / unit).astype(dtype))
-    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, None)
+    # the GP sees the float64 rows, as `prepare_fold`'s (the same hyperparameters as `fit_direct`)
+    gp_rows = standardize_host(std, X64, np.float64), (y64 - shift) / unit
+    hyper, gp_info = _hyperparameters(k_gp, Xs, yc, config, None, gp_rows)
     feats = _draw_features(
         k_rff, hyper, _num_frequencies(config, X64.shape[0]), config, fitted=gp_info is not None,
         kernel=config.kernel,
@@ -2445,12 +2483,27 @@ def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key, c
     """`fit_best_start` with a resolved `config`; `checked=False` for statistics and priors this module
     built (`fit_regression_unchecked`)."""
     fit_fn = fit_regression if checked else fit_regression_unchecked
-    best, best_elbo = None, -float("inf")
-    for start in config.starts or ():  # resolved and checked: never empty here
-        fit = fit_fn(
-            stats, prior_w, prior_noise, method=config.method, max_iter=config.max_iter, key=key, init=start,
+    fits = [
+        fit_fn(
+            stats,
+            prior_w,
+            prior_noise,
+            method=config.method,
+            max_iter=config.max_iter,
+            key=key,
+            init=start,
             **_sweep(config),
         )  # fmt: skip
+        for start in config.starts or ()  # resolved and checked: never empty here
+    ]
+    if _traced(
+        [f.info.final_elbo for f in fits]
+    ):  # inside jit or vmap: the best finite ELBO, selected in the trace
+        elbos = jnp.stack([f.info.final_elbo for f in fits])
+        k = jnp.argmax(jnp.where(jnp.isfinite(elbos), elbos, -jnp.inf))
+        return jax.tree.map(lambda *leaves: jnp.stack(leaves)[k], *fits)
+    best, best_elbo = None, -float("inf")
+    for start, fit in zip(config.starts or (), fits, strict=True):
         elbo = float(fit.info.final_elbo)
         if not np.isfinite(elbo):
             warnings.warn(

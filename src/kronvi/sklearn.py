@@ -39,6 +39,7 @@ References:
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -389,7 +390,9 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
     def partial_fit(self, X, y):
         """Adds a chunk of rows and refits the model on all rows seen so far (`kronvi.pipeline.stream_update`,
         `stream_prepare`, `fit_prepared`). The first call (unless `initialize` came first) fixes the map
-        from this chunk.
+        from this chunk. An estimator fitted by `fit` keeps no running statistics: `partial_fit` then starts a
+        new stream from this chunk, with a `UserWarning` (call `initialize` to begin a stream that rows are added
+        to).
 
         Args:
           X: inputs `(n_chunk, d)`.
@@ -399,6 +402,13 @@ class DirectRegressor(RegressorMixin, BaseEstimator):
           `self`.
         """
         if not hasattr(self, "_stream"):  # neither initialize nor partial_fit so far
+            if hasattr(self, "model_"):  # fitted by `fit`: it starts over, and says so
+                warnings.warn(
+                    f"this {type(self).__name__} was fitted by `fit`, which keeps no running statistics: "
+                    "`partial_fit` starts a new stream from this chunk and replaces the fitted model. To add rows to "
+                    "a model, begin with `initialize(X, y)` and add every chunk with `partial_fit`",
+                    UserWarning, stacklevel=2,
+                )  # fmt: skip
             self.initialize(X, y)
         config = self._config(stream=True)
         X, y = self._validate(X, y, reset=False)
@@ -610,6 +620,15 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
         self.prior_w_ = [m.prior_w for m in self.models_]
         self.q_w_ = [m.q_w for m in self.models_]
         return self
+
+    def __getstate__(self):
+        """Pickles the fitted models' arrays as NumPy arrays, which keep their dtype: a `dtype="float64"`
+        classifier loaded in a process without JAX's x64 mode stays float64 (its methods switch x64 on)."""
+        state = dict(self.__dict__)
+        for name in ("models_", "standardizer_", "feature_map_", "prior_w_", "q_w_"):
+            if name in state:
+                state[name] = jax.tree.map(np.asarray, jax.device_get(state[name]))
+        return state
 
     def _positive_probs(self, X):
         """`(N, n_fits)` probabilities of each fit's positive class."""

@@ -214,6 +214,8 @@ def test_load_csv_errors(tmp_path):
         kronvi.load_csv(p, target_column="y")
     with pytest.raises(FileNotFoundError, match="no such file"):
         kronvi.load_csv(tmp_path / "missing.csv")
+    with pytest.raises(IsADirectoryError, match=r"^`path` .* is a folder, not a file$"):
+        kronvi.load_csv(tmp_path)
     p.write_text("x,y\n1,2\n3,oops\n")
     with pytest.raises(ValueError, match="non-numeric value 'oops' on line 3"):
         kronvi.load_csv(p)

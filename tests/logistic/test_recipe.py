@@ -176,6 +176,12 @@ def test_bad_inputs_are_named():
         kronvi.fit_classifier(key, np.where(np.arange(40).reshape(20, 2) == 3, np.nan, X), y)
     with pytest.raises(TypeError, match="`key` must be a jax.random key"):
         kronvi.fit_classifier(0, X, y)
+    with pytest.raises(ValueError, match="^`X` must hold real numbers"):
+        kronvi.fit_classifier(key, X.astype(str), y)
+    with pytest.raises(ValueError, match=r"^`X` has 1 row\(s\): a classifier needs at least 2"):
+        kronvi.fit_classifier(key, X[:1], y[:1])
+    with pytest.raises(ValueError, match="^`y` holds one class only"):
+        kronvi.fit_classifier(key, X, np.zeros_like(y))
     with pytest.raises(TypeError, match="`config` must be a ClassifierConfig"):
         kronvi.fit_classifier(key, X, y, {"levels": 5})
     model = kronvi.fit_classifier(key, X, y, SMALL).model
@@ -183,6 +189,8 @@ def test_bad_inputs_are_named():
         model.predict_proba(np.ones((2, 3)))
     with pytest.raises(ValueError, match="`X` holds values too far from the training inputs"):
         model.predict_proba(X[:2] * 1e300)
+    with pytest.raises(ValueError, match=r"^`X` must have shape \(num_points, 2\): 2 columns"):
+        jax.jit(kl.predict_proba)(model, jnp.asarray(X[:3, :1]))  # checked while tracing
 
 
 def test_save_and_load_a_fitted_classifier(tmp_path):

@@ -1,12 +1,15 @@
 """kronvi.sklearn.DirectClassifier: scikit-learn's estimator checks, the model of kronvi.fit_classifier with the
 same seed, one-vs-rest for several classes."""
 
+import json
 import pickle
+import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import run_python, subprocess_env
 
 pytest.importorskip("sklearn")
 
@@ -74,6 +77,24 @@ def test_the_defaults_are_the_recipe_and_pickle_small():
     paper = clone(clf).set_params(grid="paper", n_frequencies=10).fit(X, y)
     ref = kronvi.model.gaussian_prior(23, paper.prior_scale_[0], levels=15, width=3.0)
     np.testing.assert_allclose(paper.prior_w_[0].values, ref.values)
+
+
+def test_a_pickled_float64_classifier_stays_float64_without_x64(tmp_path):
+    X, y = _rings()
+    clf = DirectClassifier(dtype="float64", **SMALL).fit(X, y)
+    path = tmp_path / "clf.pkl"
+    path.write_bytes(pickle.dumps(clf))
+    code = textwrap.dedent(
+        f"""
+        import json, pickle, numpy as np, jax
+        assert not jax.config.jax_enable_x64
+        clf = pickle.loads(open({str(path)!r}, "rb").read())
+        assert {{np.asarray(a).dtype.name for a in jax.tree.leaves(clf.models_)}} == {{"float64"}}
+        print(json.dumps(clf.predict_proba(np.array({X[:4].tolist()!r}))[:, 1].tolist()))
+        """
+    )
+    p = json.loads(run_python("-c", code, env=subprocess_env()).strip().splitlines()[-1])
+    np.testing.assert_allclose(p, clf.predict_proba(X[:4])[:, 1], rtol=1e-12)
 
 
 def test_separable_classes_by_default():

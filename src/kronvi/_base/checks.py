@@ -286,6 +286,35 @@ def check_int(x, name: str, minimum: int | None = None) -> int:
     return int(value)
 
 
+def check_key(key: Any, name: str = "key") -> None:
+    """`TypeError` naming `name` unless `key` is one `jax.random` key: typed (`jax.random.key(seed)`, shape
+    `()`) or raw (`jax.random.PRNGKey(seed)`, a 1-D uint32 array). Static: runs under `jit` and `vmap`."""
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if np.shape(key) == ():
+            return
+    elif dtype == np.uint32 and np.ndim(key) == 1:
+        return
+    raise TypeError(f"`{name}` must be one jax.random key (jax.random.key(seed)), got {key!r}")
+
+
+def check_working_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
+    """`dtype` as a NumPy dtype, float32 or float64; `ValueError` naming `name` for any other, and for float64
+    without JAX's x64 mode (JAX would silently compute in float32)."""
+    try:
+        dt = jnp.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"`{name}` must be float32 or float64, got {dtype!r}") from None
+    if dt not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise ValueError(f"`{name}` must be float32 or float64, got {dt}")
+    if dt == jnp.float64 and jax.dtypes.canonicalize_dtype(jnp.float64) != jnp.float64:
+        raise ValueError(
+            f"`{name}` float64 needs JAX's x64 mode: jax.config.update('jax_enable_x64', True), or call inside "
+            "`with jax.enable_x64(True):`"
+        )
+    return dt
+
+
 def check_ints(fields: dict[str, tuple[Any, int | None]]) -> None:
     """`check_int(value, name, minimum)` of every `name: (value, minimum)` in `fields`, in order: the
     integer settings of a config checked in one call."""

@@ -185,6 +185,8 @@ def _open_text(source, name: str, max_inflated_bytes: int | None, stack: context
         f = source if getattr(source, "seekable", lambda: False)() else io.BytesIO(source.read())
     else:
         path = os.fspath(source)
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{name}: {path!r} is a folder, not a file")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{name}: no such file {path!r}")
         f = stack.enter_context(open(path, "rb"))  # noqa: SIM115 - closed by the stack
@@ -472,15 +474,27 @@ def load_csv(
       >>> X.tolist(), y.tolist()
       ([[1.0, 2.0], [4.0, 5.0]], [3.0, 6.0])
     """
+    return csv_table(path, target_column=target_column, header=header, max_inflated_bytes=max_inflated_bytes)
+
+
+def csv_table(
+    path,
+    *,
+    target_column: int = -1,
+    header: bool | str = "auto",
+    max_inflated_bytes: int | None = MAX_INFLATED_BYTES,
+    name: str = "path",
+) -> tuple[np.ndarray, np.ndarray]:
+    """`load_csv`, its errors naming the file as the argument `name` (the command line's `source`)."""
     if not (header == "auto" or isinstance(header, bool)):
         raise ValueError(f"`header` must be 'auto', True or False, got {header!r}")
     _check_max_inflated(max_inflated_bytes)
     data = _read_table(
-        path, f"`path` {os.fspath(path)!r}", header=header, max_inflated_bytes=max_inflated_bytes
+        path, f"`{name}` {os.fspath(path)!r}", header=header, max_inflated_bytes=max_inflated_bytes
     )
     k = data.shape[1]
     if k < 2:
-        raise ValueError(f"`path` needs at least 2 columns (inputs and target), got {k}")
+        raise ValueError(f"`{name}` needs at least 2 columns (inputs and target), got {k}")
     if not isinstance(target_column, (int, np.integer)) or isinstance(target_column, bool):
         raise TypeError(f"`target_column` must be an integer, got {type(target_column).__name__}")
     if not -k <= target_column < k:

@@ -45,7 +45,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._base.buckets import pad_rows, to_device
-from .._base.checks import check_int, is_concrete
+from .._base.checks import check_int, check_numeric, is_concrete
 from .._base.threads import run_single_threaded
 from .._inputs.data import Standardizer
 from .._inputs.features import RandomFourierFeatures
@@ -245,6 +245,7 @@ def check_config(config) -> ClassifierConfig:
 
 def _check_inputs(X, name="X"):
     """`X` as a finite float64 NumPy array `(n, d)`, `n, d >= 1`."""
+    check_numeric(X, name)
     try:
         X = np.asarray(X, dtype=np.float64)
     except (TypeError, ValueError) as e:
@@ -267,6 +268,10 @@ def _check_labels(y, n):
     bad = int(np.sum((y != 0) & (y != 1)))
     if bad:
         raise ValueError(f"`y` must hold labels 0 or 1 only; {bad} value(s) are neither")
+    if np.all(y == y.flat[0]):
+        raise ValueError(
+            f"`y` holds one class only (every label is {int(y.flat[0])}): a classifier needs rows of both labels"
+        )
     return y.astype(np.float64)
 
 
@@ -572,8 +577,8 @@ def fit_classifier(
     rng = _check_key(key)
     inputs = _check_inputs(X)
     n, d = inputs.shape
-    if n == 0:
-        raise ValueError("`X` is empty (no rows)")
+    if n < 2:
+        raise ValueError(f"`X` has {n} row(s): a classifier needs at least 2 (of both labels)")
     labels = _check_labels(y, n)
     if min_rows is not None:
         min_rows = check_int(min_rows, "min_rows", 1)
@@ -717,9 +722,13 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
     dtype = model.prior_w.values.dtype
     leaves = jax.tree.leaves(model)
     if not (is_concrete(X) and all(is_concrete(a) for a in leaves)):
+        check_numeric(X, "X")
         X = jnp.asarray(X)
-        if X.ndim != 2:
-            raise ValueError(f"`X` must be 2-D (num_points, num_inputs), got shape {X.shape}")
+        d = np.shape(model.standardizer.mean)[-1]
+        if X.ndim != 2 or X.shape[1] != d:  # static: checked while tracing
+            raise ValueError(
+                f"`X` must have shape (num_points, {d}): {d} columns, as the training inputs; got {X.shape}"
+            )
         Xs = _standardize(model.standardizer, X, dtype)
         return _traced_proba(model, Xs, chunk=min(max(X.shape[0], 1), 256))
     Xs = _standardize(model.standardizer, X, dtype)
