@@ -44,7 +44,10 @@ def _nlpd_rows(records) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--before", default="experiments/results/uci.json", help="one records file, or a comma list")
-    p.add_argument("--after", default="experiments/results/uci_default.json")
+    p.add_argument(
+        "--after", default="experiments/results/uci_default.json",
+        help="one records file, or a comma list: a later file's records of a dataset and method replace an earlier's",
+    )  # fmt: skip
     p.add_argument("--out", default="experiments/results/uci_default_compare.md")
     p.add_argument(
         "--before-method", choices=("direct-mf-sparse", "direct-mf"), default="direct-mf-sparse",
@@ -55,7 +58,7 @@ def main(argv=None):
     if a.data_dir is not None and a.before_method != "direct-mf":
         p.error("--data-dir needs --before-method direct-mf")
     before = [r for path in a.before.split(",") for r in json.loads(pathlib.Path(path).read_text())]
-    after = json.loads(pathlib.Path(a.after).read_text())
+    after = _latest(a.after.split(","))
     new, exact = per_fold(after, "direct-mf"), per_fold(after, "exact-blr")
     if a.before_method == "direct-mf":  # records of the default recipe (older ones named the paper's so)
         defaults = [r for r in before if "default" in (r.get("settings") or {})]
@@ -87,6 +90,15 @@ def main(argv=None):
         "",
     ]
     _write(a.out, head + lines)
+
+
+def _latest(paths) -> list:
+    """The records of the files `paths`, in order, a later record of a dataset and method replacing an earlier."""
+    records: dict = {}
+    for path in paths:
+        for r in json.loads(pathlib.Path(path).read_text()):
+            records[(r["dataset"], r["method"])] = r
+    return list(records.values())
 
 
 def _shared_folds(old, new, exact):

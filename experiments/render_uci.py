@@ -221,7 +221,10 @@ def default_vs_exact(get, datasets, *, rmse_ratio=1.02, nlpd_gap=0.05):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--json", default="experiments/results/uci.json")
+    p.add_argument(
+        "--json", default="experiments/results/uci.json",
+        help="a records file, or a comma list: a later file's record of a dataset and method replaces an earlier's",
+    )
     p.add_argument("--table1", default=str(REF / "direct_table1.csv"))
     p.add_argument("--table2", default=str(REF / "direct_table2.csv"))
     p.add_argument("--out", default="experiments/results/uci_table.md")
@@ -239,7 +242,20 @@ def main(argv=None):
     )
     args = p.parse_args(argv)
 
-    records = [legacy_name(r) for r in json.loads(pathlib.Path(args.json).read_text())]
+    records: list = []  # a comma list of files: a later file's records of a dataset and method replace an earlier's
+    for path in args.json.split(","):
+        new = [legacy_name(r) for r in json.loads(pathlib.Path(path).read_text())]
+        replaced = {(r["dataset"], r["method"]) for r in new}
+        kept: list = []
+        placed: set = set()
+        for r in records:
+            key = (r["dataset"], r["method"])
+            if key not in replaced:
+                kept.append(r)
+            elif key not in placed:  # the later file's records of it, where the earlier file's first one was
+                kept += [x for x in new if (x["dataset"], x["method"]) == key]
+                placed.add(key)
+        records = kept + [r for r in new if (r["dataset"], r["method"]) not in placed]
     t1, t2 = read_reference(args.table1), read_reference(args.table2)
     by = {(r["dataset"], r["method"]): r for r in records}
     datasets = []

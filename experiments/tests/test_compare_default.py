@@ -75,3 +75,15 @@ def test_two_records_of_one_dataset_or_a_data_dir_without_two_defaults_are_refus
     with pytest.raises(SystemExit):
         compare_default.main(["--before", str(one), "--after", str(one), "--out", str(tmp_path / "o.md"),
                               "--data-dir", str(tmp_path)])  # fmt: skip
+
+
+def test_a_later_after_file_replaces_an_earlier_ones_records(tmp_path):
+    before, first, later, out = (tmp_path / f for f in ("before.json", "first.json", "later.json", "o.md"))
+    before.write_text(json.dumps([_record("direct-mf", [1.0, 1.0], [0.0, 0.0])]))
+    first.write_text(json.dumps([_record("direct-mf", [3.0, 3.0], [0.0] * 2), _record("exact-blr", [3.0] * 2, [0.0] * 2)]))
+    later.write_text(json.dumps([_record("direct-mf", [2.0, 2.0], [0.0] * 2)]))  # exact-blr stays the first file's
+    compare_default.main(["--before", str(before), "--after", f"{first},{later}", "--out", str(out),
+                          "--before-method", "direct-mf"])  # fmt: skip
+    (row,) = [line for line in out.read_text().splitlines() if line.startswith("| d |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "2 / 0.000" and cells[6].startswith("3 / ")

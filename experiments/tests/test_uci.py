@@ -313,6 +313,21 @@ def test_render_reads_the_study_json(study, tmp_path):
     assert "| small |" in text
 
 
+def test_render_takes_a_comma_list_whose_later_records_replace_earlier_ones(study, tmp_path):
+    _, _, recs = study
+    first, later, out = tmp_path / "first.json", tmp_path / "later.json", tmp_path / "table.md"
+    first.write_text(json.dumps(recs))
+    changed = [dict(r, rmse_mean=123.456) for r in recs if r["method"] == "direct-mf"][:1]
+    later.write_text(json.dumps(changed))
+    argv = ["--json", f"{first},{later}", "--out", str(out), "--plot", "", "--mixture-out", ""]
+    assert render_uci.main(argv) == 0
+    alone = tmp_path / "alone.md"
+    assert render_uci.main(["--json", str(first), "--out", str(alone), "--plot", "", "--mixture-out", ""]) == 0
+    text = out.read_text()
+    assert "123.5" in text and "123.5" not in alone.read_text()
+    assert text.count("| small |") == alone.read_text().count("| small |")  # replaced, not added
+
+
 def test_the_log_records_the_command_and_the_table_quotes_it(tmp_path):
     data = tmp_path / "data"
     _write_dataset(data / "small", n=40, seed=2)

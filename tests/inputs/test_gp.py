@@ -521,6 +521,23 @@ def test_choose_keeps_a_pinned_start_that_predicts_best():
     assert int(_gp._choose(lmls, degenerate, pinned, loo.at[1].set(0.008), 2.0)) == 1
 
 
+def test_an_interpolating_start_is_weighed_as_a_pinned_one():
+    # wine (key 0) fold 2 on 1,000 rows: a start interpolates (noise 1.5e-5 var(y), above the 1e-6 bound), 271
+    # nats more likely and worse by leave-one-out than one with noise 0.15 var(y); that one is chosen
+    def summary(noise0):
+        hypers = kronvi.inputs.GPHyperparameters(
+            jnp.array([[0.7, 2.3], [1.2, 13.0]]), jnp.array([1.0, 1.8]), jnp.array([noise0, 0.15])
+        )
+        results = (hypers, jnp.array([-501.8, -730.4]), jnp.array([17, 12]), jnp.array([False, False]),
+                   jnp.array([0.02, 0.001]), jnp.array([0.355, 0.230]))  # fmt: skip
+        active = jnp.array([True, True])
+        return _gp._summary(results, 1.0, 0.01, 1000.0, active, 1e-6, 2.0, jnp.asarray(1000))[1]
+
+    info = summary(1.5e-5)
+    assert int(info.chosen) == 1 and not np.any(np.asarray(info.noise_at_bound))
+    assert int(summary(2e-4).chosen) == 0  # noise above 1e-4 var(y): the likelihood decides
+
+
 def test_screened_starts_refine_the_one_chosen_on_fewer_rows():
     with jax.enable_x64(False):
         X, y = _sine_rows()

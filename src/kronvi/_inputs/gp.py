@@ -58,6 +58,10 @@ _NOISE_UPPER = 10.0
 # Starts whose log marginal likelihoods differ by less than this are a tie (float32 rounding of the
 # likelihood is ~0.2 nats at 300 rows): the first such start is returned.
 _TIE_NATS = 0.5
+# A start whose noise variance ends at most this fraction of var(y) (float32's noise floor, where the pinned-noise
+# rule was measured) interpolates the rows: `_choose` weighs it as one pinned at the bound
+# (docs/decisions/gp-step.md#an-interpolating-start-is-weighed-as-a-pinned-one).
+_INTERPOLATING = 1e-4
 # From this many rows a float32 likelihood gradient on a CPU inverts K with LAPACK's potri in the host
 # (_cholesky_inverse); below, in XLA.
 _HOST_INVERSE_MIN_ROWS = 400
@@ -422,11 +426,11 @@ def _is_degenerate(hyper, loo_mse, var_y, ls_lo, ls_hi, active):
 
 
 def _choose(lmls, degenerate, pinned, loo, margin):
-    """The start `fit_gp_hyperparameters` returns: `_select`'s, unless its noise is pinned at the lower
-    bound and an unpinned non-degenerate start predicts at least as well by leave-one-out (then the best
-    such one by likelihood). A start whose noise is pinned is an optimum of the bound, not of the data (e.g.
-    integer targets that the GP interpolates): its likelihood is not comparable
-    (docs/decisions/gp-step.md#screened-starts)."""
+    """The start `fit_gp_hyperparameters` returns: `_select`'s, unless its noise is `pinned` (at the lower
+    bound, or interpolating: at most `_INTERPOLATING` var(y)) and a non-pinned non-degenerate start predicts at
+    least as well by leave-one-out (then the best such one by likelihood). A pinned start is an optimum of the
+    bound or of an interpolant, not of the data's noise (e.g. integer targets or repeated rows that the GP
+    interpolates): its likelihood is not comparable (docs/decisions/gp-step.md#screened-starts)."""
     chosen = _select(lmls, degenerate, margin)
     alt_ok = ~pinned & ~degenerate & (loo <= loo[chosen])
     alt = jnp.argmax(jnp.where(alt_ok, lmls, -jnp.inf))
@@ -494,8 +498,9 @@ def fit_gp_hyperparameters(
     `info.degenerate` reports whether the returned optimum is still degenerate (then the data show no
     signal the GP can find: check the inputs). A start whose noise variance ends pinned at its lower bound
     (`info.noise_at_bound`) optimized the bound, not the data (integer targets that the GP can
-    interpolate do this); when the chosen start is pinned and an unpinned, non-degenerate start has a
-    leave-one-out error at least as small, the best such start is returned instead.
+    interpolate do this), and one whose noise variance ends at most $10^{-4}\operatorname{var}(y)$ interpolates
+    the rows (repeated rows reward it); when the chosen start is either and a start that is neither, and not
+    degenerate, has a leave-one-out error at least as small, the best such start is returned instead.
 
     Inputs are expected standardized (`kronvi.inputs.fit_standardizer`) and `y` centred.
 
@@ -1087,7 +1092,8 @@ def _summary(results, var_y, ls_lo, ls_hi, active, min_noise, margin, num_points
     hypers, lmls, iters, converged, gnorms, loo = results
     degenerate = jax.vmap(lambda h, e: _is_degenerate(h, e, var_y, ls_lo, ls_hi, active))(hypers, loo)
     pinned = hypers.noise_variance <= 1.5 * min_noise
-    chosen = _choose(lmls, degenerate, pinned, loo, margin)
+    interpolating = pinned | (hypers.noise_variance <= _INTERPOLATING * var_y)
+    chosen = _choose(lmls, degenerate, interpolating, loo, margin)
     hyper = jax.tree.map(lambda a: a[chosen], hypers)
     info = GPFitInfo(
         log_marginal_likelihoods=lmls,
