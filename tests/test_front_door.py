@@ -204,14 +204,16 @@ def test_fit_direct_runs_under_jit_and_vmap():
 
 def test_fit_direct_names_its_key_and_dtype():
     X, y = _data(40)
-    with pytest.raises(TypeError, match=r"^`key` must be one jax.random key"):
+    with pytest.raises(TypeError, match=r"^`key` must be a jax.random key \(jax.random.key\(seed\)\), got 0$"):
         kronvi.fit_direct(0, X, y, SMALL)
     with pytest.raises(ValueError, match=r"^`dtype` must be float32 or float64, got int32"):
         kronvi.fit_direct(jax.random.key(0), X, y, SMALL, dtype=jnp.int32)
     with jax.enable_x64(False), pytest.raises(ValueError, match=r"^`dtype` float64 needs JAX's x64 mode"):
         kronvi.fit_direct(jax.random.key(0), X, y, SMALL, dtype=jnp.float64)
-    with pytest.raises(TypeError, match="^`key` must be one"):
+    with pytest.raises(TypeError, match="^`key` must be a jax.random key"):
         kronvi.pipeline.stream_init(jax.random.key_data(jax.random.key(0))[None], X, y, SMALL)
+    with pytest.raises(ValueError, match=r"^`key` must be a single jax.random key, got shape \(2,\)"):
+        kronvi.fit_direct(jax.random.split(jax.random.key(0)), X, y, SMALL)
 
 
 def test_sparsity_is_the_fraction_of_stored_zero_weights():

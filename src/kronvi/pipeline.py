@@ -58,6 +58,7 @@ from jax.typing import ArrayLike, DTypeLike
 from ._base.buckets import pad_rows, row_bucket, to_device
 from ._base.checks import (
     check_finite,
+    check_input_columns,
     check_int,
     check_ints,
     check_key,
@@ -108,7 +109,7 @@ from ._model.compact import (
     weight_moments64,
 )
 from ._model.density import DensityToleranceError, predictive_log_density
-from ._model.families import MeanField
+from ._model.families import MeanField, grid_moments
 from ._model.grids import DiscretePrior, gaussian_grid, log_normalized, noise_grid, noise_prior
 from ._model.posterior_grid import posterior_grid, posterior_grid_prior
 from ._model.regression import expected_sparsity, noise_moments, predict_regression
@@ -1898,15 +1899,9 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
     support = None
     support_rms = support_rms_for(config.support_rms, _map_name(fold.features))
     if config.basis != "features" and support_rms is not None:
-        if _traced((q_w, fold.basis)):  # inside jit or vmap: in the working dtype
-            assert fold.basis is not None  # the eigen recipe's (basis "eigen" here: compact is refused below)
-            means = jnp.sum(jax.nn.softmax(q_w.logits, axis=-1) * prior_w.values, axis=-1)
-            lam = jnp.maximum(fold.basis.eigenvalues, 0.0)
-            bound = (float(support_rms) * jnp.sqrt(lam / fold.stats.n)).astype(prior_w.values.dtype)
-            support = SupportBound(bound, means.astype(prior_w.values.dtype))
-        else:
-            mean, var = weight_moments64(q_w, prior_w)
-            support = _eigen_support(fold.basis, mean, fold.stats.n, support_rms, prior_w.values.dtype)
+        traced = _traced((q_w, fold.basis))  # inside jit or vmap: in the working dtype
+        mean, var = (grid_moments(q_w.probs, prior_w.values) if traced else weight_moments64(q_w, prior_w))
+        support = _eigen_support(fold.basis, mean, fold.stats.n, support_rms, prior_w.values.dtype)
     if config.basis == "compact":
         if _traced(q_w):
             raise ValueError(
@@ -1952,7 +1947,10 @@ def _fit_prepared(fold: PreparedFold, config: DirectConfig) -> DirectFit:
 
 def _eigen_support(basis, mean, n, support_rms, dtype) -> SupportBound:
     """`SupportBound` of an eigenbasis posterior with weight means `mean`: `support_rms` training RMS,
-    sqrt(lambda_j / n), per direction."""
+    sqrt(lambda_j / n), per direction; in float64 on the host, or in the working dtype where traced."""
+    if _traced((basis, mean, n)):
+        traced_bound = float(support_rms) * jnp.sqrt(jnp.maximum(basis.eigenvalues, 0.0) / n)
+        return SupportBound(traced_bound.astype(dtype), jnp.asarray(mean).astype(dtype))
     lam = np.maximum(np.asarray(basis.eigenvalues, np.float64), 0.0)
     bound = float(support_rms) * np.sqrt(lam / float(n))
     return SupportBound(to_device(bound, dtype), to_device(mean, dtype))
@@ -1994,26 +1992,21 @@ def _standardized(fitted, X, name: str = "X", *, on_host: bool = False) -> Any:
     """`X` standardized as the training rows were, in the model's dtype: in float64 on the host when concrete.
     `on_host`: concrete rows are returned in host memory (NumPy, the model's dtype: `_concrete_features`)."""
     dtype = feature_dtype(fitted.features)
-    d = np.shape(fitted.standardizer.mean)[-1]
-    if _traced((fitted, X)):  # shapes are static: checked while tracing
-        check_numeric(X, name)
-        _check_columns(np.shape(X), d, name)
+    check_numeric(X, name)
+    check_input_columns(np.shape(X), np.shape(fitted.standardizer.mean)[-1], name)  # static: also while tracing
+    if _traced((fitted, X)):
         st = fitted.standardizer
         return ((jnp.asarray(X, dtype) - st.mean) / st.scale).astype(dtype)
-    check_numeric(X, name)
     X = np.asarray(X, np.float64)
-    _check_columns(X.shape, d, name)
     check_finite(X, name)
     Xs = standardize_host(fitted.standardizer, X, dtype, name)
     return Xs if on_host else to_device(Xs)
 
 
-def _check_columns(shape, d: int, name: str) -> None:
-    """`ValueError` naming `name` unless `shape` is `(num_points, d)`."""
-    if len(shape) != 2 or shape[1] != d:
-        raise ValueError(
-            f"`{name}` must have shape (num_points, {d}): {d} columns, as the training inputs; got {tuple(shape)}"
-        )
+def _check_targets(shape, n: int) -> None:
+    """`ValueError` naming `y` unless `shape` is `(n,)`, one target per row of `X`."""
+    if tuple(shape) != (n,):
+        raise ValueError(f"`y` must have shape ({n},) as the rows of `X`, got {tuple(shape)}")
 
 
 def _concrete_features(fitted, Xs):
@@ -2176,8 +2169,7 @@ def log_density(
     if _traced((model, X, y)):
         check_numeric(y, "y")
         Phi = fold_features(model, X)
-        if np.shape(y) != (Phi.shape[0],):  # static: checked while tracing
-            raise ValueError(f"`y` must have shape ({Phi.shape[0]},) as the rows of `X`, got {np.shape(y)}")
+        _check_targets(np.shape(y), Phi.shape[0])  # static: checked while tracing
         yc = (jnp.asarray(y) - model.y_offset) / model.y_scale
         yc = yc.astype(Phi.dtype) - support_shift(model.support, Phi)
         ld, _ = predictive_log_density(
@@ -2188,8 +2180,7 @@ def log_density(
     check_numeric(y, "y")
     y64 = np.asarray(y, np.float64)
     Xs = _standardized(model, X, on_host=True)
-    if y64.shape != (Xs.shape[0],):
-        raise ValueError(f"`y` must have shape ({Xs.shape[0]},) as the rows of `X`, got {y64.shape}")
+    _check_targets(y64.shape, Xs.shape[0])
     check_finite(y64, "y")
     dtype = feature_dtype(model.features)
     yc = ((y64 - np.float64(model.y_offset)) / float(model.y_scale)).astype(dtype)
@@ -2479,28 +2470,26 @@ def _resolve_with_starts(config: DirectConfig | None) -> DirectConfig:
     return config
 
 
+def _fit_from(stats, prior_w, prior_noise, config: DirectConfig, *, key, checked, init) -> RegressionFit:
+    """One fit of `config`'s method from `init` (`checked` as `_fit_best_start`)."""
+    fit_fn = fit_regression if checked else fit_regression_unchecked
+    return fit_fn(
+        stats, prior_w, prior_noise, method=config.method, max_iter=config.max_iter, key=key, init=init,
+        **_sweep(config),
+    )  # fmt: skip
+
+
 def _fit_best_start(stats, prior_w, prior_noise, config: DirectConfig, *, key, checked) -> RegressionFit:
     """`fit_best_start` with a resolved `config`; `checked=False` for statistics and priors this module
     built (`fit_regression_unchecked`)."""
-    fit_fn = fit_regression if checked else fit_regression_unchecked
-    fits = [
-        fit_fn(
-            stats,
-            prior_w,
-            prior_noise,
-            method=config.method,
-            max_iter=config.max_iter,
-            key=key,
-            init=start,
-            **_sweep(config),
-        )  # fmt: skip
-        for start in config.starts or ()  # resolved and checked: never empty here
+    fits = [  # config.starts is resolved and checked: never empty here
+        _fit_from(stats, prior_w, prior_noise, config, key=key, checked=checked, init=start)
+        for start in config.starts or ()
     ]
-    if _traced(
-        [f.info.final_elbo for f in fits]
-    ):  # inside jit or vmap: the best finite ELBO, selected in the trace
-        elbos = jnp.stack([f.info.final_elbo for f in fits])
-        k = jnp.argmax(jnp.where(jnp.isfinite(elbos), elbos, -jnp.inf))
+    elbos = [f.info.final_elbo for f in fits]
+    if _traced(elbos):  # inside jit or vmap: the best finite ELBO, selected in the trace
+        stacked = jnp.stack(elbos)
+        k = jnp.argmax(jnp.where(jnp.isfinite(stacked), stacked, -jnp.inf))
         return jax.tree.map(lambda *leaves: jnp.stack(leaves)[k], *fits)
     best, best_elbo = None, -float("inf")
     for start, fit in zip(config.starts or (), fits, strict=True):
@@ -2550,16 +2539,8 @@ def _fit_with_noise_recentring(
             break
         e_s = noise_moments(q_n, prior_noise)[2]
         prior_noise = noise_grid(e_s, levels=config.noise_levels, span=config.noise_span)
-        q_w, q_n, info = (fit_regression if checked else fit_regression_unchecked)(
-            stats,
-            prior_w,
-            prior_noise,
-            method=config.method,
-            max_iter=config.max_iter,
-            key=key,
-            init=(q_w, type(q_n).from_prior(prior_noise)),
-            **_sweep(config),
-        )
+        init = (q_w, type(q_n).from_prior(prior_noise))
+        q_w, q_n, info = _fit_from(stats, prior_w, prior_noise, config, key=key, checked=checked, init=init)
         recentres += 1
     return RecentredFit(q_w, q_n, info, prior_noise, recentres)
 

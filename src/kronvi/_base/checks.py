@@ -286,16 +286,25 @@ def check_int(x, name: str, minimum: int | None = None) -> int:
     return int(value)
 
 
+def check_input_columns(shape: tuple, d: int, name: str = "X") -> None:
+    """`ValueError` naming `name` unless `shape` is `(num_points, d)`: new inputs as the training inputs.
+    Static: runs under `jit` and `vmap`."""
+    if len(shape) != 2 or shape[1] != d:
+        raise ValueError(
+            f"`{name}` must have shape (num_points, {d}): {d} columns, as the training inputs; got {tuple(shape)}"
+        )
+
+
 def check_key(key: Any, name: str = "key") -> None:
-    """`TypeError` naming `name` unless `key` is one `jax.random` key: typed (`jax.random.key(seed)`, shape
-    `()`) or raw (`jax.random.PRNGKey(seed)`, a 1-D uint32 array). Static: runs under `jit` and `vmap`."""
+    """`TypeError` naming `name` unless `key` is a `jax.random` key: typed (`jax.random.key(seed)`) or raw
+    (`jax.random.PRNGKey(seed)`, a 1-D uint32 array); `ValueError` for an array of typed keys (one is needed).
+    Static: runs under `jit` and `vmap`."""
     dtype = getattr(key, "dtype", None)
     if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-        if np.shape(key) == ():
-            return
-    elif dtype == np.uint32 and np.ndim(key) == 1:
-        return
-    raise TypeError(f"`{name}` must be one jax.random key (jax.random.key(seed)), got {key!r}")
+        if np.shape(key) != ():
+            raise ValueError(f"`{name}` must be a single jax.random key, got shape {np.shape(key)}")
+    elif not (dtype == np.uint32 and np.ndim(key) == 1):
+        raise TypeError(f"`{name}` must be a jax.random key (jax.random.key(seed)), got {key!r}")
 
 
 def check_working_dtype(dtype: Any, name: str = "dtype") -> np.dtype:

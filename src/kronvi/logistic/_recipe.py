@@ -45,7 +45,14 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .._base.buckets import pad_rows, to_device
-from .._base.checks import check_int, check_numeric, is_concrete
+from .._base.checks import (
+    check_input_columns,
+    check_int,
+    check_key,
+    check_numeric,
+    check_working_dtype,
+    is_concrete,
+)
 from .._base.threads import run_single_threaded
 from .._inputs.data import Standardizer
 from .._inputs.features import RandomFourierFeatures
@@ -277,14 +284,9 @@ def _check_labels(y, n):
 
 def _check_key(key):
     """A NumPy generator seeded by the bits of the `jax.random` key `key` (typed or raw `uint32`)."""
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != ():
-            raise ValueError(f"`key` must be a single jax.random key, got shape {key.shape}")
-        bits = np.asarray(jax.random.key_data(key))
-    else:
-        bits = np.asarray(key) if isinstance(key, jax.Array | np.ndarray) else None
-        if bits is None or bits.dtype != np.uint32 or bits.ndim != 1:
-            raise TypeError(f"`key` must be a jax.random key (jax.random.key(seed)), got {key!r}")
+    check_key(key)
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    bits = np.asarray(jax.random.key_data(key) if typed else key)
     return np.random.default_rng([int(b) for b in bits.ravel()])
 
 
@@ -569,11 +571,7 @@ def fit_classifier(
       ((300,), True)
     """
     config = check_config(config)
-    dtype = jnp.dtype(dtype)
-    if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
-        raise ValueError(f"`dtype` must be float32 or float64, got {dtype}")
-    if dtype == jnp.float64 and jax.dtypes.canonicalize_dtype(jnp.float64) != jnp.float64:
-        raise ValueError("`dtype` float64 needs jax_enable_x64 (jax.config.update('jax_enable_x64', True))")
+    dtype = check_working_dtype(dtype)
     rng = _check_key(key)
     inputs = _check_inputs(X)
     n, d = inputs.shape
@@ -724,11 +722,7 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
     if not (is_concrete(X) and all(is_concrete(a) for a in leaves)):
         check_numeric(X, "X")
         X = jnp.asarray(X)
-        d = np.shape(model.standardizer.mean)[-1]
-        if X.ndim != 2 or X.shape[1] != d:  # static: checked while tracing
-            raise ValueError(
-                f"`X` must have shape (num_points, {d}): {d} columns, as the training inputs; got {X.shape}"
-            )
+        check_input_columns(X.shape, np.shape(model.standardizer.mean)[-1])  # static: checked while tracing
         Xs = _standardize(model.standardizer, X, dtype)
         return _traced_proba(model, Xs, chunk=min(max(X.shape[0], 1), 256))
     Xs = _standardize(model.standardizer, X, dtype)
