@@ -244,6 +244,23 @@ def test_run_fold_samples_the_density_and_fit_direct_reports_progress():
     assert none.nlpd_rows == 0 and np.isnan(none.nlpd) and none.rmse == run.result.rmse
 
 
+@pytest.mark.parametrize(
+    "X_test, y_test, match",
+    [
+        (np.zeros((5, 3)), np.zeros(4), "^`X_test` has 5 rows but `y_test` has 4"),
+        (np.zeros((5, 2)), np.zeros(5), r"^`X_test` must have shape \(num_points, 3\)"),
+        (np.zeros((5, 3)), np.r_[np.zeros(4), np.nan], "^`y_test` contains 1 NaN"),
+        (np.r_[np.zeros((4, 3)), np.full((1, 3), np.inf)], np.zeros(5), "^`X_test` contains 3 NaN"),
+        (np.zeros((0, 3)), np.zeros(0), r"^`X_test` is empty"),
+        (np.zeros(3), np.zeros(3), "^`X_test` must be 2-D"),
+    ],
+)
+def test_run_fold_names_bad_test_rows_before_it_fits(X_test, y_test, match):
+    X, y = _data(40)
+    with pytest.raises(ValueError, match=match):
+        run_fold(jax.random.key(0), X, y, X_test, y_test, SMALL._replace(lengthscale=2.0))
+
+
 def test_the_harness_moved_to_kronvi_cv_and_reads_from_pipeline_with_a_warning():
     import kronvi.cv
 

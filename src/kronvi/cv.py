@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.typing import ArrayLike
 
-from ._base.checks import check_int
+from ._base.checks import check_input_columns, check_int, check_training_rows
 from ._base.progress import StageLine
 from ._inputs.features import num_features
 from ._model.density import DensityToleranceError
@@ -96,12 +96,14 @@ def run_fold(
     """
     if density_rows is not None:
         density_rows = check_int(density_rows, "density_rows", 0)
+    X_test, y_test = check_training_rows(X_test, y_test, names=("X_test", "y_test"))  # before the fit
+    if np.ndim(X_train) == 2:  # else the fit names `X`
+        check_input_columns(X_test.shape, np.shape(X_train)[1], "X_test")
     report = StageLine() if progress is True else progress
     model, timings, info = fit_direct(
         key, X_train, y_train, config, progress=report, progress_every=progress_every
     )
     t0 = time.perf_counter()
-    y_test = np.asarray(y_test, np.float64)
     _stage(report, "predict", y_test.shape[0], y_test.shape[0])
     pred = predict(model, X_test)
     rmse = float(np.sqrt(np.mean((pred.mean - y_test) ** 2)))

@@ -120,7 +120,7 @@ from ._stats.regression import (
     host_whitened_stats,
     kfold_stats_from_inputs,
     merge_stats,
-    regression_stats_from_inputs,
+    stats_from_inputs,
 )
 from .gaussian._blr import spectral_evidence_noise, spectral_evidence_optimum, spectral_log_evidence
 
@@ -1723,7 +1723,7 @@ def _stats_in_blocks(fmap, X, y, *, chunk_size, progress, stats_of=None):
     """`regression_stats_from_inputs` (or `stats_of(X, y, chunk_size=...)`), in blocks of `progress.every` rows
     merged exactly (`kronvi.stats.merge_stats`) with the progress reported after each block, when `progress` is
     set and the rows are many; else in one call."""
-    stats_of = stats_of or functools.partial(regression_stats_from_inputs, fmap)
+    stats_of = stats_of or functools.partial(stats_from_inputs, fmap)
     b = jax.eval_shape(fmap, jax.ShapeDtypeStruct((1, X.shape[1]), X.dtype)).shape[-1]
     n = X.shape[0]
     every = progress.every if progress is not None and progress.every else _rows_per_report(b)
@@ -2362,7 +2362,7 @@ def stream_update(stream: StreamState, X: ArrayLike, y: ArrayLike, *, chunk_size
     yc = pad_rows((y64 - stream.y_shift) / stream.y_unit, rows)
     with jax.enable_x64(True):
         feats, Xs, yc = _cast((stream.features, Xs, yc), jnp.float64)
-        stats = regression_stats_from_inputs(
+        stats = stats_from_inputs(
             functools.partial(_augmented_features, feats), Xs, yc, chunk_size=min(rows, chunk_size),
             mask=None if rows == n else np.arange(rows) < n,
         )  # fmt: skip

@@ -61,7 +61,7 @@ from ._base.checks import check_int, check_nonnegative_number, check_positive_nu
 from ._base.precision import matmul
 from ._model.regression import noise_moments
 from .logistic import ClassifierConfig, fit_classifier
-from .logistic import predict_proba as classifier_proba
+from .logistic import predict_log_proba as classifier_log_proba
 from .logistic._recipe import check_config as check_classifier_config
 from .pipeline import (
     BASES,
@@ -630,40 +630,49 @@ class DirectClassifier(ClassifierMixin, BaseEstimator):
                 state[name] = jax.tree.map(np.asarray, jax.device_get(state[name]))
         return state
 
-    def _positive_probs(self, X):
-        """`(N, n_fits)` probabilities of each fit's positive class."""
+    def _log_pairs(self, X):
+        """`(N, 2, n_fits)` log probabilities of each fit's negative and positive class
+        (`kronvi.logistic.predict_log_proba`), float64."""
         check_is_fitted(self, "models_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         with self._classifier_precision():
-            P = [np.asarray(classifier_proba(m, X), np.float64) for m in self.models_]
-        return np.clip(np.stack(P, axis=1), 0.0, 1.0)
+            L = [np.asarray(classifier_log_proba(m, X), np.float64) for m in self.models_]
+        return np.minimum(np.stack(L, axis=2), 0.0)
 
     def predict_proba(self, X):
-        """Class probabilities `(N, n_classes)`, columns in the order of `classes_`.
+        """Class probabilities `(N, n_classes)`, columns in the order of `classes_`: with two classes
+        exact to the model's precision and accurate in the tails (`kronvi.logistic.predict_log_proba`), with
+        more the one-vs-rest probabilities normalized.
 
         Args:
           X: inputs `(N, d)`.
         """
-        P = self._positive_probs(X)
-        if P.shape[1] == 1:
-            return np.hstack([1.0 - P, P])
+        L = self._log_pairs(X)
+        if L.shape[2] == 1:
+            return np.exp(L[:, :, 0])
+        P = np.exp(L[:, 1, :])
         total = P.sum(axis=1, keepdims=True)
         return np.where(total > 0, P / np.where(total > 0, total, 1.0), 1.0 / P.shape[1])
 
     def predict_log_proba(self, X):
-        """Logarithms of `predict_proba`."""
+        """Logarithms of `predict_proba`, from the log probabilities themselves with two classes (finite
+        where a probability underflows)."""
+        L = self._log_pairs(X)
+        if L.shape[2] == 1:
+            return L[:, :, 0]
         with np.errstate(divide="ignore"):
             return np.log(self.predict_proba(X))
 
     def decision_function(self, X):
         """Log-odds of the predictive probabilities: `(N,)` for two classes (positive: `classes_[1]`),
-        `(N, n_classes)` one-vs-rest otherwise.
+        `(N, n_classes)` one-vs-rest otherwise; finite and ordered in the tails
+        (`kronvi.logistic.predict_log_proba`).
 
         Args:
           X: inputs `(N, d)`.
         """
-        P = np.clip(self._positive_probs(X), 1e-300, 1.0 - 1e-16)
-        logit = np.log(P) - np.log1p(-P)
+        L = self._log_pairs(X)
+        logit = L[:, 1, :] - L[:, 0, :]
         return logit[:, 0] if logit.shape[1] == 1 else logit
 
     def predict(self, X):

@@ -148,3 +148,18 @@ def test_evidence_optimum_stays_within_its_range():
         basis.eigenvalues, rotated.Phity, rotated.yty, rotated.n, 1.0, 100.0, log_range=1.0
     )
     assert np.isclose(float(s2), 100.0 * np.exp(-1.0), rtol=1e-5)  # the optimum (~0.25) is out of range
+
+
+def test_the_evidence_and_posterior_differentiate_in_reverse_mode():
+    """`jax.grad` through the jittered Cholesky (a while_loop before): the evidence's derivatives in the
+    prior sd and the noise variance against central differences, in float64."""
+    with jax.enable_x64(True):
+        _, _, stats = _problem(jnp.float64)
+        f = lambda a, s2: kronvi.gaussian.blr_log_evidence(stats, a, s2)  # noqa: E731
+        ga, gs = jax.grad(f, argnums=(0, 1))(1.3, 0.4)
+        h = 1e-6
+        np.testing.assert_allclose(ga, (f(1.3 + h, 0.4) - f(1.3 - h, 0.4)) / (2 * h), rtol=1e-6)
+        np.testing.assert_allclose(gs, (f(1.3, 0.4 + h) - f(1.3, 0.4 - h)) / (2 * h), rtol=1e-6)
+        g = jax.grad(lambda a: jnp.sum(kronvi.gaussian.blr_posterior(stats, a, 0.4)[0]))(1.3)
+        m = lambda a: float(jnp.sum(kronvi.gaussian.blr_posterior(stats, a, 0.4)[0]))  # noqa: E731
+        np.testing.assert_allclose(g, (m(1.3 + h) - m(1.3 - h)) / (2 * h), rtol=1e-5)

@@ -212,12 +212,13 @@ def test_a_rows_probability_does_not_depend_on_the_rows_beside_it():
     (before, the batch's largest margin set everyone's nodes)."""
     X, y = _rings()
     model = kronvi.fit_classifier(jax.random.key(4), X, y, SMALL._replace(prior_scales=(30.0,))).model
-    far = np.vstack([X[:20], X[:3] * 3.0])  # large margins beside ordinary rows
+    far = np.vstack([X, X[:3] * 3.0])  # large margins beside ordinary rows: 153 rows, a bucket of 256
     whole = np.asarray(model.predict_proba(far))
-    for i in (0, 7, 21):
-        np.testing.assert_allclose(
-            model.predict_proba(far[i : i + 1]), whole[i : i + 1], rtol=1e-6, atol=1e-9
-        )
+    log_whole = np.asarray(kl.predict_log_proba(model, far))
+    # to the bit (before: features computed at the batch's padded shape rounded differently, 2.4e-6 apart)
+    for rows in ([0], [7], [151], [3, 40, 99, 150, 152]):
+        np.testing.assert_array_equal(model.predict_proba(far[rows]), whole[rows])
+        np.testing.assert_array_equal(kl.predict_log_proba(model, far[rows]), log_whole[rows])
 
 
 def test_min_rows_pads_to_a_larger_bucket():
@@ -259,8 +260,8 @@ def test_rows_whose_horner_sums_may_underflow_take_log_mgf(monkeypatch):
     X, y = _rings()
     model = kronvi.fit_classifier(jax.random.key(4), X, y, SMALL._replace(prior_scales=(30.0,))).model
     calls = []
-    exact = _recipe.mgf_log_cosh
-    monkeypatch.setattr(_recipe, "mgf_log_cosh", lambda *a: calls.append(a[2].shape) or exact(*a))
+    exact = _recipe._blocked_log_cosh
+    monkeypatch.setattr(_recipe, "_blocked_log_cosh", lambda *a: calls.append(a[2].shape) or exact(*a))
     far = X[:5] * 3.0
     p = np.asarray(model.predict_proba(far))
     assert calls
@@ -421,3 +422,59 @@ def test_a_non_finite_map_at_every_scale_is_named(monkeypatch, basis):
     X, y = _rings()
     with pytest.raises(FloatingPointError, match="non-finite MAP"):
         kronvi.fit_classifier(jax.random.key(0), X, y, SMALL._replace(prior_scales=None, basis=basis))
+
+
+def _enumerated_log_pair(log_q, values, Phi):
+    """`[log P(y=0), log P(y=1)]` `(N, 2)` by every configuration, in float64 log space."""
+    import itertools
+
+    from scipy.special import logsumexp
+
+    log_q, values, Phi = (np.asarray(a, np.float64) for a in (log_q, values, Phi))
+    b, m = values.shape
+    idx = np.array(list(itertools.product(range(m), repeat=b)))
+    rows = np.arange(b)
+    lq, z = log_q[rows, idx].sum(axis=1), Phi @ values[rows, idx].T  # (C,), (N, C)
+    return np.stack(
+        [logsumexp(lq - np.logaddexp(0, z), axis=1), logsumexp(lq - np.logaddexp(0, -z), axis=1)], axis=1
+    )
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_log_probabilities_are_exact_in_the_tails(dtype):
+    """Rows far on either side: the MGF bracket gives log P to 1e-3 where P is far below the quadrature's
+    error (which returns 0 or 1 there); ordinary rows: predict_logistic's probability within its bound."""
+    with jax.enable_x64(dtype == jnp.float64):
+        rng = np.random.default_rng(3)
+        b, m = 5, 4
+        values = np.sort(rng.uniform(0.5, 2.0, (b, m)), axis=1)
+        log_q = np.log(rng.dirichlet(np.ones(m), size=b))
+        sign = np.repeat([-1.0, 1.0, 0.0], 6)[:, None]
+        scale = np.concatenate([np.linspace(4.0, 30.0, 6)] * 3)[:, None]
+        Phi = np.where(sign == 0, rng.normal(size=(18, b)) * 0.3, sign * scale * rng.uniform(0.5, 1.5, (18, b)))
+        exact = _enumerated_log_pair(log_q, values, Phi)
+        q = kronvi.model.MeanField(jnp.asarray(log_q, dtype))
+        prior = kronvi.model.DiscretePrior(jnp.asarray(values, dtype), jnp.asarray(log_q, dtype))
+        P = jnp.asarray(Phi, dtype)
+        p, err = kl.predict_logistic(q, prior, P, with_error_bound=True)
+        got = np.asarray(_recipe._log_pair(p, _recipe._tail_mgfs(q.log_probs, prior.values, P), err), np.float64)
+        np.testing.assert_allclose(np.exp(got).sum(axis=1), 1.0, atol=4 * np.finfo(dtype).eps)
+        small = np.min(exact, axis=1)
+        tail = small < np.log(1e-20)
+        assert tail.sum() >= 8 and np.all(np.asarray(p)[tail & (sign[:, 0] < 0)] < 1e-6)
+        np.testing.assert_allclose(got[tail], exact[tail], rtol=1e-3, atol=1e-12)  # the small log and the ~0 one
+        np.testing.assert_allclose(np.exp(got[~tail, 1]), np.exp(exact[~tail, 1]), atol=3 * float(np.max(err)) + 1e-12)
+
+
+def test_predict_log_proba_under_jit_and_its_bad_inputs():
+    X, y = _rings()
+    model = kronvi.fit_classifier(jax.random.key(0), X, y, SMALL).model
+    rows = np.vstack([X[:20], X[:3] * 2.0])
+    eager = np.asarray(kl.predict_log_proba(model, rows))
+    np.testing.assert_allclose(jax.jit(kl.predict_log_proba)(model, rows), eager, rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(np.exp(eager[:, 1]), model.predict_proba(rows), atol=1e-6)
+    assert kl.predict_log_proba(model, X[:0]).shape == (0, 2)
+    with pytest.raises(ValueError, match="`X` has 3 columns"):
+        kl.predict_log_proba(model, np.ones((2, 3)))
+    with pytest.raises(TypeError, match="`model` must be a FittedClassifier"):
+        kl.predict_log_proba(model.q_w, X)

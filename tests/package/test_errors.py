@@ -150,7 +150,8 @@ def test_mixed_dtypes_and_float16_are_rejected_by_fits():
             kronvi.fitting.fit_regression(s32, pw32, pn64, init="gaussian")
         with pytest.raises(TypeError, match="`prior_noise` float64"):
             kronvi.fitting.gaussian_start(s32, pw32, pn64)
-    s16 = kronvi.stats.regression_stats(jnp.asarray(Phi, jnp.float16), jnp.asarray(y, jnp.float16))
+    s32 = kronvi.stats.regression_stats(jnp.asarray(Phi, jnp.float32), jnp.asarray(y, jnp.float32))
+    s16 = jax.tree.map(lambda a: a.astype(jnp.float16), s32)  # regression_stats itself refuses float16
     pw16 = kronvi.model.gaussian_prior(3, 1.0, dtype=jnp.float16)
     pn16 = kronvi.model.noise_prior(0.5, dtype=jnp.float16)
     for init in ("prior", "gaussian"):
@@ -214,3 +215,46 @@ def test_pipeline_passes_its_gp_settings_to_the_gp_fit(monkeypatch, precision, g
         config = pipeline.DirectConfig(gp=pipeline.GPOptions(precision=precision, gain_tol=gain_tol))
         pipeline.prepare_fold(jax.random.key(0), X, y, config)
     assert seen["precision"] == precision and seen["gain_tol"] == gain_tol
+
+
+def test_the_second_probes_inputs_are_named():
+    """Inputs a new-user probe found taken silently or failing deep inside JAX."""
+    Phi, y, pw, pn, stats = _ok()
+    with pytest.raises(ValueError, match=r"^`chunk_size` must be an int >= 1, got 2.5"):
+        kronvi.stats.regression_stats(Phi, y, chunk_size=2.5)
+    with pytest.raises(ValueError, match="^`mask` must hold booleans or 0/1"):
+        kronvi.stats.regression_stats(Phi, y, mask=np.full(10, 0.5))
+    with pytest.raises(ValueError, match=r"^`feature_map` must map \(c, d\) inputs to \(c, b\) features: \(10, 3\) gave \(1, 3\)"):
+        kronvi.stats.regression_stats_from_inputs(lambda X: X[:1], Phi, y)
+    with pytest.raises(ValueError, match=r"^`feature_map` must map .* gave \(10,\)"):
+        kronvi.stats.regression_stats_from_inputs(lambda X: X[:, 0], Phi, y)
+    small = kronvi.stats.regression_stats(Phi[:4], y[:4])
+    with pytest.raises(ValueError, match=r"^`b` has more rows \(10.0\) than `a` \(4.0\)"):
+        kronvi.stats.subtract_stats(small, stats)
+    # an empty block (a file's last) is skipped; a bad block is named by its index
+    blocks = kronvi.stats.regression_stats_from_chunks([(Phi[:6], y[:6]), (Phi[6:], y[6:]), (Phi[:0], y[:0])])
+    np.testing.assert_allclose(blocks.PhitPhi, stats.PhitPhi, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"^`Phi` contains 1 NaN.*\(block 1 of `chunks`\)"):
+        kronvi.stats.regression_stats_from_chunks([(Phi, y), (Phi.at[0, 0].set(np.nan), y)])
+    with pytest.raises(ValueError, match=r"^`chunks` yielded no rows \(1 empty block"):
+        kronvi.stats.regression_stats_from_chunks([(Phi[:0], y[:0])])
+    with pytest.raises(ValueError, match="^`q_cov` must be symmetric"):
+        kronvi.gaussian.gaussian_kl(np.zeros(2), np.array([[1.0, 5.0], [0.0, 1.0]]), np.zeros(2), np.eye(2))
+    mix = kronvi.mixtures.Mixture(jnp.zeros((1, 2, 3)), jnp.zeros(1))
+    with pytest.raises(TypeError, match=r"^`key` must be a jax.random key"):
+        kronvi.mixtures.sample_mixture(0, mix, 3)
+
+
+def test_bnn_starts_are_named():
+    from kronvi import bnn
+
+    X = jax.random.normal(jax.random.key(0), (20, 2))
+    st = bnn.bnn_stats(X, X[:, 0] ** 2, (2, 2, 1))
+    pw, pn = kronvi.model.gaussian_prior(6, 1.0, levels=5), kronvi.model.noise_prior(0.1)
+    for value in (float("nan"), -1.0, 0.0):
+        with pytest.raises(ValueError, match="^`init_scale` must be a finite positive number"):
+            bnn.fit_bnn(st, pw, pn, init_scale=value)
+    with pytest.raises(ValueError, match="^`tol` must be a number >= 0"):
+        bnn.fit_bnn(st, pw, pn, tol=-1.0)
+    with pytest.raises(TypeError, match="^`key` must be a jax.random key"):
+        bnn.fit_bnn(st, pw, pn, key=0)

@@ -54,10 +54,9 @@ def test_the_model_of_fit_classifier_with_the_same_seed():
     proba = clf.predict_proba(Xt)
     np.testing.assert_allclose(proba[:, 1], p_out, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
-    p_clip = np.clip(p_out, 1e-300, 1.0 - 1e-16)  # as decision_function clips
-    np.testing.assert_allclose(
-        clf.decision_function(Xt), np.log(p_clip) - np.log1p(-p_clip), rtol=1e-4, atol=1e-5
-    )
+    log_pair = np.asarray(kl.predict_log_proba(model, Xt), np.float64)
+    np.testing.assert_allclose(clf.predict_log_proba(Xt), log_pair)
+    np.testing.assert_allclose(clf.decision_function(Xt), log_pair[:, 1] - log_pair[:, 0])
     assert clf.predict(Xt).tolist() == np.where(p_out > 0.5, "out", "in").tolist()
     assert clf.score(X, y) > 0.9  # a ring: no linear classifier does this
     assert clf.prior_scale_.shape == (1,) and clf.n_iter_.shape == (1,)
@@ -110,6 +109,14 @@ def test_separable_classes_by_default():
     proba = clf.predict_proba(X)
     assert np.all(np.isfinite(proba)) and clf.score(X, y) == 1.0
     assert np.mean(np.max(proba, axis=1)) > 0.9
+    # Far rows on both sides: probabilities far below float32's quadrature error, not 0 or 1 (before: 0, log
+    # proba -inf, log-odds -690.8 = log(1e-300) on one side and +36.7 on the other); ordered by the margin.
+    far = np.outer(np.linspace(-3.0, 3.0, 13), [1.0, 0.5, 0.0])
+    far_proba, log_proba, logit = clf.predict_proba(far), clf.predict_log_proba(far), clf.decision_function(far)
+    assert np.all(far_proba > 0) and np.all(np.isfinite(log_proba)) and np.all(np.isfinite(logit))
+    np.testing.assert_allclose(log_proba, np.log(far_proba), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(logit, log_proba[:, 1] - log_proba[:, 0], rtol=1e-12)
+    assert np.all(logit[:6] < -16) and np.all(logit[7:] > 15) and np.sum(np.abs(logit) > 40) >= 6
 
 
 def test_one_vs_rest_for_three_classes():
@@ -170,4 +177,7 @@ def test_float64():
             jax.random.key(0), X, y == "out", kl.ClassifierConfig(num_frequencies=10), dtype=jnp.float64
         ).model
         expected = np.asarray(ref.predict_proba(X[:9]))
-    np.testing.assert_allclose(clf.predict_proba(X[:9])[:, 1], expected, rtol=1e-12)
+        log_pair = np.asarray(kl.predict_log_proba(ref, X[:9]))
+    # within the quadrature's bound (1e-13), the tails refined by predict_log_proba's bracket
+    np.testing.assert_allclose(clf.predict_proba(X[:9])[:, 1], expected, rtol=1e-12, atol=2e-13)
+    np.testing.assert_allclose(clf.predict_log_proba(X[:9]), log_pair, rtol=1e-12)

@@ -42,7 +42,7 @@ def check_numeric(x: Any, name: str) -> np.dtype:
             dtype = np.asarray(x).dtype
         except (ValueError, TypeError) as e:  # ragged nesting
             raise ValueError(f"`{name}` must be a rectangular array of numbers ({e})") from None
-    if dtype.kind not in "biuf":
+    if dtype.kind not in "biuf" and not jnp.issubdtype(dtype, jnp.floating):  # bfloat16 & co. are floats
         raise ValueError(f"`{name}` must hold real numbers, got dtype {dtype}")
     return dtype
 
@@ -331,20 +331,21 @@ def check_ints(fields: dict[str, tuple[Any, int | None]]) -> None:
         check_int(value, name, minimum)
 
 
-def check_training_rows(X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+def check_training_rows(X: Any, y: Any, names: tuple[str, str] = ("X", "y")) -> tuple[np.ndarray, np.ndarray]:
     """Concrete training rows as float64 NumPy arrays, checked once: real numbers, `X (n, d)` with
-    `n >= 1` and `d >= 1`, `y (n,)`, all finite. Errors name `X` and `y`."""
-    check_numeric(X, "X")
-    check_numeric(y, "y")
+    `n >= 1` and `d >= 1`, `y (n,)`, all finite. Errors name `X` and `y` (or `names`)."""
+    nx, ny = names
+    check_numeric(X, nx)
+    check_numeric(y, ny)
     X, y = np.asarray(X, np.float64), np.asarray(y, np.float64)
-    check_ndim(X, 2, "X", "num_points, num_inputs")
-    check_ndim(y, 1, "y", "num_points,")
+    check_ndim(X, 2, nx, "num_points, num_inputs")
+    check_ndim(y, 1, ny, "num_points,")
     if X.shape[0] != y.shape[0]:
-        raise ValueError(f"`X` has {X.shape[0]} rows but `y` has {y.shape[0]}")
-    check_nonempty(X, "X")
-    check_nonempty(X, "X", axis=1)
-    check_finite(X, "X")
-    check_finite(y, "y")
+        raise ValueError(f"`{nx}` has {X.shape[0]} rows but `{ny}` has {y.shape[0]}")
+    check_nonempty(X, nx)
+    check_nonempty(X, nx, axis=1)
+    check_finite(X, nx)
+    check_finite(y, ny)
     return X, y
 
 

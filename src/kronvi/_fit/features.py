@@ -37,7 +37,7 @@ from .._model.grids import DiscretePrior
 from .._model.regression import check_regression_args, regression_elbo
 from .._solvers.info import register_static_optimizer
 from .._solvers.lbfgs import BACKENDS, minimize_lbfgs
-from .._stats.regression import RegressionStats, check_stats, regression_stats_from_inputs
+from .._stats.regression import RegressionStats, check_stats, stats_from_inputs
 from .regression import fit_regression
 
 _STARTS = ("previous", "gaussian", "prior")
@@ -168,7 +168,7 @@ def _stats_jit(chunk, fn, params, X, y):
 def _stats_vjp(chunk, fn, params, X, y):
     dtype = jax.eval_shape(fn, params, X[:1]).dtype
     fmap = jax.tree_util.Partial(_apply, fn, params)
-    return regression_stats_from_inputs(fmap, X, y.astype(dtype), chunk_size=chunk)
+    return stats_from_inputs(fmap, X, y.astype(dtype), chunk_size=chunk)
 
 
 def _stats_fwd(chunk, fn, params, X, y):

@@ -2,18 +2,23 @@ r"""Dense linear algebra shared by the exact Gaussian solvers."""
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def jittered_cholesky(M, max_tries: int = 8):
     r"""Lower Cholesky factor of a symmetric matrix that should be positive definite, never NaN by default.
 
     Where the working precision cannot factor `M` (e.g. a float32 ridge system with a tiny ridge), adds
     $10^{k-7}\,\overline{\mathrm{diag}(M)}\,I$ for the smallest $k \ge 0$ that works
     ($k <$ `max_tries`): a slightly stronger ridge instead of a silent NaN. Traceable (a
-    `lax.while_loop`); why: `docs/decisions/fitting.md#mixtures`.
+    `lax.while_loop`) and differentiable in forward and reverse mode: the derivative is the Cholesky
+    factor's of `M` plus the jitter found, held fixed; why: `docs/decisions/fitting.md#mixtures`.
 
     Args:
       M: `(b, b)` symmetric matrix.
@@ -43,6 +48,20 @@ def jittered_cholesky(M, max_tries: int = 8):
 
     _, L = lax.while_loop(cond, body, (jnp.asarray(0), jnp.linalg.cholesky(M)))
     return L
+
+
+@jittered_cholesky.defjvp
+def _jittered_cholesky_jvp(max_tries, primals, tangents):
+    r"""$\dot L = L\,\Phi(L^{-1}\dot M_s L^{-\top})$, $\dot M_s$ the symmetric part of $\dot M$ and $\Phi$ the
+    lower triangle with half its diagonal (the Cholesky factor's derivative; the jitter is held fixed).
+    Linear in $\dot M$: reverse mode transposes it (a `while_loop` has no reverse mode)."""
+    (M,), (dM,) = primals, tangents
+    L = jittered_cholesky(M, max_tries)
+    dM = 0.5 * (dM + jnp.swapaxes(dM, -1, -2))
+    X = jax.scipy.linalg.solve_triangular(L, dM, lower=True)  # L^-1 dM
+    X = jnp.swapaxes(jax.scipy.linalg.solve_triangular(L, jnp.swapaxes(X, -1, -2), lower=True), -1, -2)
+    phi = jnp.tril(X) - 0.5 * jnp.diag(jnp.diagonal(X))
+    return L, L @ phi
 
 
 def mirror_lower(R: np.ndarray, block: int = 64) -> np.ndarray:

@@ -116,6 +116,9 @@ def check_row_mask(mask, n: int):
     dtype = np.dtype(mask.dtype)
     if not (dtype == np.bool_ or np.issubdtype(dtype, np.number)):
         raise TypeError(f"`mask` must hold booleans (or 0/1), got {dtype}")
+    if dtype != np.bool_ and isinstance(mask, np.ndarray):  # host values only: a device mask may be sharded
+        if not np.all((mask == 0) | (mask == 1)):
+            raise ValueError("`mask` must hold booleans or 0/1: it marks the rows to count, not weights")
     return mask
 
 

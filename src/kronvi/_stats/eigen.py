@@ -23,7 +23,7 @@ from .._base.precision import matmul
 from .._base.pytree import as_traced_callable
 from .._base.threads import run_single_threaded, single_blas_thread
 from .distributed import is_distributed
-from .regression import RegressionStats, check_stats, host_features, regression_stats_from_inputs
+from .regression import RegressionStats, check_stats, host_features, stats_from_inputs
 
 
 class Eigenbasis(NamedTuple):
@@ -153,7 +153,7 @@ def eigenbasis_for_dtype(feature_map, X, y, *, chunk_size, null_dtype=None):
     n = X.shape[0]
     b = jax.eval_shape(fm, jax.ShapeDtypeStruct((1, *X.shape[1:]), X.dtype)).shape[-1]
     if n >= b:
-        return eigenbasis(regression_stats_from_inputs(fm, X, y, chunk_size=chunk_size))
+        return eigenbasis(stats_from_inputs(fm, X, y, chunk_size=chunk_size))
     dtype = jnp.result_type(X, y)
     host = host_arrays(X, y)
     if host is not None:  # features padded to a bucket of row counts (`host_features`), the rest in NumPy

@@ -22,6 +22,7 @@ from .._base.buckets import FEATURE_ROWS, feature_block, feature_rows, pad_rows,
 from .._base.checks import (
     as_float_array,
     check_finite,
+    check_int,
     check_nonempty,
     check_xy,
     fetch,
@@ -103,6 +104,11 @@ def merge_stats(a: RegressionStats, b: RegressionStats) -> RegressionStats:
 def subtract_stats(a: RegressionStats, b: RegressionStats) -> RegressionStats:
     """Statistics of `a`'s data without the subset `b` (e.g. K-fold training = total - fold)."""
     _check_compatible(a, b)
+    if is_concrete(a.n) and is_concrete(b.n) and bool(np.any(fetch(b.n) > fetch(a.n))):
+        raise ValueError(
+            f"`b` has more rows ({np.asarray(fetch(b.n)).tolist()}) than `a` ({np.asarray(fetch(a.n)).tolist()}): "
+            "it must be a subset of `a`'s data"
+        )
     return jax.tree.map(jnp.subtract, a, b)
 
 
@@ -134,6 +140,11 @@ def _validate_xy(
         check_finite(X, xname)
         check_finite(y, "y")
     dtype = jnp.result_type(X, y)
+    if dtype not in (jnp.float32, jnp.float64):  # sums over rows: a float16 count stops at 2048
+        raise TypeError(
+            f"`{xname}` and `y` are {jnp.dtype(dtype)}: statistics are sums over rows, computed in float32 or "
+            f"float64 (a float16 row count stops at 2048); cast them with `.astype(np.float32)`"
+        )
     return X.astype(dtype), y.astype(dtype)
 
 
@@ -171,8 +182,9 @@ def regression_stats(
       `RegressionStats` in the dtype of the inputs.
 
     Raises:
-      ValueError: for bad shapes or NaN/inf inputs, and when a statistic overflows the dtype (e.g. float16
-        `y^T y` above 65504); the check is skipped when called inside `jit`.
+      ValueError: for bad shapes or NaN/inf inputs, and when a statistic overflows the dtype (e.g. float32
+        `Phi^T Phi` above 3.4e38); the check is skipped when called inside `jit`.
+      TypeError: inputs in a precision other than float32 or float64 (float16, bfloat16).
 
     Example:
       >>> import jax.numpy as jnp, kronvi
@@ -180,6 +192,7 @@ def regression_stats(
       >>> float(s.n), float(s.yty), s.Phity.tolist()
       (5.0, 30.0, [10.0, 10.0])
     """
+    chunk_size = check_chunk_size(chunk_size)
     Phi, y = _validate_xy(Phi, y, "Phi", mask)
     return _chunked_stats(_identity, Phi, y, chunk_size, "Phi", mask)
 
@@ -203,8 +216,31 @@ def regression_stats_from_inputs(
       chunk_size: rows per chunk (per device when sharded); `None` splits the rows into equal chunks of at most 4096.
       mask: optional `(n,)` booleans: the rows to count (`False` marks padding).
     """
+    if not callable(feature_map):
+        raise TypeError(f"`feature_map` must be a function (c, d) -> (c, b), got {type(feature_map).__name__}")
+    chunk_size = check_chunk_size(chunk_size)
+    X, y = _validate_xy(X, y, "X", mask)
+    rows = min(X.shape[0], _chunk_rows(X.shape[0], chunk_size))
+    out = jax.eval_shape(feature_map, jax.ShapeDtypeStruct((rows, X.shape[1]), X.dtype))  # traces, runs nothing
+    shape = getattr(out, "shape", None)
+    if shape is None or len(shape) != 2 or shape[0] != rows:
+        raise ValueError(
+            f"`feature_map` must map (c, d) inputs to (c, b) features: ({rows}, {X.shape[1]}) gave "
+            f"{shape if shape is not None else type(out).__name__}"
+        )
+    return _chunked_stats(feature_map, X, y, chunk_size, "X", mask)
+
+
+def stats_from_inputs(feature_map, X, y, *, chunk_size=None, mask=None) -> RegressionStats:
+    """`regression_stats_from_inputs` for kronvi's own feature maps and a checked `chunk_size`: the rows
+    checked, not the map's shapes."""
     X, y = _validate_xy(X, y, "X", mask)
     return _chunked_stats(feature_map, X, y, chunk_size, "X", mask)
+
+
+def check_chunk_size(chunk_size) -> int | None:
+    """`chunk_size` as an int >= 1, or `None`; `ValueError` naming it otherwise."""
+    return None if chunk_size is None else check_int(chunk_size, "chunk_size", 1)
 
 
 def _chunk_rows(n: int, chunk_size: int | None) -> int:
@@ -236,7 +272,8 @@ def _chunked_stats(feature_map, X, y, chunk_size, xname="X", mask=None):
         note = f"; `{xname}` or `y` may hold NaN/inf (unchecked if sharded or masked)" if unchecked else ""
         raise ValueError(
             f"statistics overflowed in {stats.PhitPhi.dtype}: {', '.join(bad)} not finite; use "
-            f"float32/float64 or rescale `{xname}` and `y`{note}"
+            f"{'float64' if stats.PhitPhi.dtype == jnp.float32 else 'smaller values'} or rescale `{xname}` and "
+            f"`y`{note}"
         )
     return stats
 

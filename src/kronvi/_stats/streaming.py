@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
 from .regression import RegressionStats, merge_stats, regression_stats, regression_stats_from_inputs
@@ -29,7 +30,8 @@ def regression_stats_from_chunks(
     Args:
       chunks: an iterable of `(X, y)` or `(X, y, mask)` blocks: `X` features `(c, b)` (raw inputs
         `(c, d)` with `feature_map`), `y` targets `(c,)`, `mask` optional `(c,)` booleans of
-        the rows to count. Blocks may differ in length (each new length compiles once).
+        the rows to count. Blocks may differ in length (each new length compiles once); a block of no
+        rows is skipped.
       feature_map: optional pure function `(c, d) -> (c, b)` applied to each block's `X`.
       chunk_size: rows per chunk within a block; `None` picks `min(c, 4096)`.
 
@@ -37,8 +39,8 @@ def regression_stats_from_chunks(
       `RegressionStats` of all the rows, in the dtype of the blocks.
 
     Raises:
-      ValueError: `chunks` yields nothing, or a block is not `(X, y)` / `(X, y, mask)`, or a block's
-        statistics are not finite (the message names the argument).
+      ValueError: `chunks` yields no rows, or a block is not `(X, y)` / `(X, y, mask)`, or a block is
+        bad or its statistics are not finite (the message names the argument and the block).
 
     Example:
       A file too large for memory, read through a memory map one block of rows at a time:
@@ -57,19 +59,27 @@ def regression_stats_from_chunks(
       (8.0, [1428.0, 1528.0])
     """
     total = errors = None
-    count = 0
+    count = empty = 0
     for count, block in enumerate(chunks, start=1):
         X, y, mask = _unpack(block, count - 1)
-        if feature_map is None:
-            stats = regression_stats(X, y, chunk_size=chunk_size, mask=mask)
-        else:
-            stats = regression_stats_from_inputs(feature_map, X, y, chunk_size=chunk_size, mask=mask)
+        if np.ndim(X) >= 1 and np.shape(X)[0] == 0 and np.shape(y)[:1] == (0,):  # e.g. a file's last block
+            empty += 1
+            continue
+        try:
+            if feature_map is None:
+                stats = regression_stats(X, y, chunk_size=chunk_size, mask=mask)
+            else:
+                stats = regression_stats_from_inputs(feature_map, X, y, chunk_size=chunk_size, mask=mask)
+        except ValueError as e:
+            raise ValueError(f"{e} (block {count - 1} of `chunks`)") from None
         if total is None:
             total, errors = stats, jax.tree.map(jnp.zeros_like, stats)
         else:
             total, errors = _merge_compensated(total, errors, stats)
     if total is None:
-        raise ValueError("`chunks` yielded no blocks of rows")
+        raise ValueError(
+            f"`chunks` yielded no rows ({empty} empty block(s))" if empty else "`chunks` yielded no blocks of rows"
+        )
     return _finish(total, errors)
 
 

@@ -27,7 +27,15 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
-from .._base.checks import as_float_array, check_finite, check_int, check_ndim
+from .._base.checks import (
+    as_float_array,
+    check_finite,
+    check_int,
+    check_key,
+    check_ndim,
+    check_nonnegative_number,
+    check_positive_number,
+)
 from .._base.deprecation import renamed_arguments
 from .._model.families import MeanField
 from .._model.grids import DiscretePrior
@@ -144,8 +152,12 @@ def fit_bnn(
         raise ValueError(f"`method` must be one of {BNN_METHODS}, got {method!r}")
     sizes = check_bnn_stats(stats)
     num_starts = check_int(num_starts, "num_starts", 1)
+    if tol is not None:
+        check_nonnegative_number(tol, "tol")
     if init is None:
         key = jax.random.key(0) if key is None else key
+        check_key(key)
+        check_positive_number(init_scale, "init_scale")
         q_w0, q_n0 = bnn_init(key, prior_w, prior_noise, scale=init_scale)
     else:
         num_starts = 1

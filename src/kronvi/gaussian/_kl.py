@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
-from .._base.checks import as_float_array, check_finite, check_ndim
+from .._base.checks import as_float_array, check_finite, check_ndim, fetch, is_concrete
 
 
 def _check_gaussian(
@@ -36,6 +37,10 @@ def _check_gaussian(
         )
     check_finite(mean, mean_name)
     check_finite(cov, cov_name)
+    if is_concrete(cov):  # a Cholesky factor reads one triangle: a non-symmetric matrix is not a covariance
+        C = np.asarray(fetch(cov), np.float64)
+        if not np.allclose(C, C.T, rtol=1e-5, atol=1e-6 * float(np.max(np.abs(C), initial=0.0))):
+            raise ValueError(f"`{cov_name}` must be symmetric (a covariance), got one that is not")
     return mean, cov
 
 

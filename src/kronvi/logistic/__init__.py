@@ -40,6 +40,7 @@ from ._recipe import ClassifierFit as ClassifierFit
 from ._recipe import ClassifierInfo as ClassifierInfo
 from ._recipe import FittedClassifier as FittedClassifier
 from ._recipe import fit_classifier as fit_classifier
+from ._recipe import predict_log_proba as predict_log_proba
 from ._recipe import predict_proba as predict_proba
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "logistic_loglik_bound",
     "logistic_loglik_estimate",
     "logistic_loglik_minibatch",
+    "predict_log_proba",
     "predict_logistic",
     "predict_proba",
 ]

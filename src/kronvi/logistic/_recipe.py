@@ -72,6 +72,7 @@ from ._predict import (
     predict_logistic,
     predict_rows,
     row_nodes,
+    target_error,
 )
 
 GRIDS = ("laplace", "paper")
@@ -736,6 +737,125 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
     return to_device(np.concatenate(out))
 
 
+def predict_log_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
+    r"""$[\log P(y = 0 \mid x), \log P(y = 1 \mid x)]$ `(N, 2)` of a `FittedClassifier` for raw inputs `X`
+    `(N, d)`, accurate in the tails, where `predict_proba`'s absolute error (1e-7 in float32) is larger than
+    the probability itself.
+
+    The smaller of the two probabilities, $E_q\sigma(\pm Z)$, lies between $E_q e^{\pm Z} - E_q e^{\pm 2Z}$ and
+    $E_q e^{\pm Z}$ ($e^z - e^{2z} \le \sigma(z) \le e^z$ for every $z$), exact moment generating functions of
+    the mean field. Where that bracket is narrower than the quadrature's error bound, its midpoint is the
+    estimate, with a relative error of at most $E e^{\pm 2Z} / (2 E e^{\pm Z})$; elsewhere the estimate is
+    `predict_proba`'s, clipped into the bracket. The larger probability is one minus the smaller: the two
+    sum to one, and a row far on one side keeps a finite, ordered log-odds instead of a probability of
+    exactly 0 (`docs/decisions/classifier.md#log-probabilities-in-the-tails`).
+
+    Args:
+      model: a `FittedClassifier` (`fit_classifier`).
+      X: `(N, d)` raw inputs.
+
+    Returns:
+      `(N, 2)` log probabilities of the labels 0 and 1, in the model's dtype.
+
+    Raises:
+      ValueError: naming `X`, as `predict_proba`.
+
+    Example:
+      >>> import jax, numpy as np, kronvi, kronvi.logistic as kl
+      >>> X = np.random.default_rng(0).normal(size=(200, 2)); y = X[:, 0] > 0
+      >>> model = kronvi.fit_classifier(jax.random.key(0), X, y).model
+      >>> far = np.array([[-40.0, 0.0], [40.0, 0.0]])
+      >>> bool(np.all(np.asarray(model.predict_proba(far)) == [0.0, 1.0]))
+      True
+      >>> L = np.asarray(kl.predict_log_proba(model, far))
+      >>> bool(np.all(np.isfinite(L))), bool(L[0, 1] < -16 and L[1, 0] < -16)
+      (True, True)
+    """
+    if not isinstance(model, FittedClassifier):
+        raise TypeError(f"`model` must be a FittedClassifier, got {type(model).__name__}")
+    dtype = model.prior_w.values.dtype
+    leaves = jax.tree.leaves(model)
+    if not (is_concrete(X) and all(is_concrete(a) for a in leaves)):
+        check_numeric(X, "X")
+        X = jnp.asarray(X)
+        check_input_columns(X.shape, np.shape(model.standardizer.mean)[-1])
+        Xs = _standardize(model.standardizer, X, dtype)
+        Phi = _rotated(_design(model.features, Xs), model.rotation)
+        p, err = predict_logistic(model.q_w, model.prior_w, Phi, with_error_bound=True)
+        return _log_pair(p, _tail_mgfs(model.q_w.log_probs, model.prior_w.values, Phi), err)
+    p = np.asarray(predict_proba(model, X))
+    n = p.shape[0]
+    if n == 0:
+        return jnp.zeros((0, 2), dtype)
+    err = target_error(dtype)
+    # The bracket matters only where the smaller probability is within a few thousand errors of 0: elsewhere
+    # it contains the quadrature's estimate and its error bound (e^La >= P >= e^La - e^Lb).
+    tail = np.flatnonzero(np.minimum(p, 1.0 - p) <= _TAIL_REACH * err)
+    L = np.zeros((n, len(_TAIL_EXPONENTS)), dtype)  # elsewhere the bracket [0, 1]: the quadrature's estimate
+    if tail.size:
+        Xs = _standardize(model.standardizer, np.asarray(X)[tail], dtype)
+        for start in range(0, tail.size, PREDICT_CHUNK):
+            Xc = Xs[start : start + PREDICT_CHUNK]
+            rows = Xc.shape[0]
+            L[tail[start : start + rows]] = jax.device_get(
+                _design_tail_mgfs(
+                    model.features, model.rotation, model.q_w.log_probs, model.prior_w.values,
+                    pad_rows(Xc, _bucket(rows)),
+                )
+            )[:rows]  # fmt: skip
+    return _log_pair(to_device(p), to_device(L), jnp.asarray(err, dtype))
+
+
+_TAIL_REACH = 1e3  # predict_log_proba's bracket for rows whose smaller probability is at most this many errors
+_TAIL_EXPONENTS = (1.0, 2.0, -1.0, -2.0)  # the MGFs of `_log_pair`'s brackets, in this order
+_TAIL_BLOCK = 64  # rows per step of `_tail_mgfs`' loop: the (rows, 4, b, m) terms stay small
+
+
+def _tail_mgfs(log_q, values, Phi):
+    r"""$\log E_q e^{cZ}$ `(r, 4)` for $c$ in `_TAIL_EXPONENTS`, blocks of `_TAIL_BLOCK` rows."""
+    r, b = Phi.shape
+    num = -(-r // _TAIL_BLOCK)
+    P = jnp.concatenate([Phi, jnp.zeros((num * _TAIL_BLOCK - r, b), Phi.dtype)]).reshape(num, _TAIL_BLOCK, b)
+    c = jnp.broadcast_to(jnp.asarray(_TAIL_EXPONENTS, Phi.dtype), (_TAIL_BLOCK, len(_TAIL_EXPONENTS)))
+    return jax.lax.map(lambda Pb: log_mgf(log_q, values, Pb, c), P).reshape(-1, len(_TAIL_EXPONENTS))[:r]
+
+
+_jit_tail_mgfs = jax.jit(_tail_mgfs)
+
+
+@jax.jit
+def _design_tail_mgfs(features, rotation, log_q, values, Xs):
+    return _tail_mgfs(log_q, values, _blocked_design(features, rotation, Xs))
+
+
+@jax.jit
+def _log_pair(p, L, err):
+    """`predict_log_proba` from the quadrature's probabilities `p` `(r,)` and error bounds `err` (a scalar or
+    `(r,)`) and the rows' log-MGFs `L` `(r, 4)` (`_tail_mgfs`)."""
+    dtype = L.dtype
+    p = jnp.asarray(p, dtype)
+    err = jnp.broadcast_to(jnp.asarray(err, dtype), p.shape)
+    one_small = p <= 0.5  # the label whose probability is the smaller: 1 (its MGFs at +1, +2) or 0 (-1, -2)
+    small = jnp.where(one_small, p, 1.0 - p)
+    La = jnp.where(one_small, L[:, 0], L[:, 2])  # log E e^{+-Z}: the bracket's top
+    Lb = jnp.where(one_small, L[:, 1], L[:, 3])  # log E e^{+-2Z}: its width
+    log_two, log_err = math.log(2.0), jnp.log(err)
+    gap = Lb - La  # the bracket is [max(e^La - e^Lb, 0), e^La]
+    lower = La + jnp.log(-jnp.expm1(jnp.minimum(gap, -1e-30)))
+    log_lo = jnp.where(gap < 0, lower, -jnp.inf)
+    # its midpoint, where it is narrower than the quadrature's interval or lies within its error
+    use_bracket = (Lb <= log_two + log_err) | (La <= log_err)
+    mid = jnp.where(gap < 0, La + jnp.log1p(-0.5 * jnp.exp(jnp.minimum(gap, 0.0))), La - log_two)
+    # elsewhere the quadrature's, inside the bracket (a zero: the middle of [0, err])
+    with_q = jnp.clip(jnp.log(small), log_lo, La)
+    with_q = jnp.where(jnp.isfinite(with_q), with_q, log_err - log_two)
+    log_small = jnp.where(use_bracket, mid, with_q)
+    log_large = jnp.log1p(-jnp.exp(log_small))
+    return jnp.stack(
+        [jnp.where(one_small, log_large, log_small), jnp.where(one_small, log_small, log_large)], axis=1
+    )
+
+
 def _bucket(rows: int) -> int:
     """Rows of a prediction program: 16, 64, 256, ... (powers of 4), at most `PREDICT_CHUNK`: few shapes per
     node count, whatever the sizes of the groups of rows that share one."""
@@ -745,18 +865,44 @@ def _bucket(rows: int) -> int:
     return min(size, PREDICT_CHUNK)
 
 
+_DESIGN_BLOCK = 16  # rows of one features step in prediction (`_blocked_design`); the smallest row bucket
+
+
+def _blocked_design(features, rotation, Xs):
+    """`_rotated(_design(...))` of `Xs` `(r, d)` (`r` a multiple of `_DESIGN_BLOCK`) block by block."""
+    r, d = Xs.shape
+    blocks = Xs.reshape(r // _DESIGN_BLOCK, _DESIGN_BLOCK, d)
+    Phi = jax.lax.map(lambda Xb: _rotated(_design(features, Xb), rotation), blocks)
+    return Phi.reshape(r, -1)
+
+
+@jax.jit
+def _blocked_log_cosh(log_q, values, Phi):
+    """`mgf_log_cosh` of `Phi` `(r, b)` (`r` a multiple of `_DESIGN_BLOCK`) block by block: a row's value
+    whatever the rows beside it."""
+    r, b = Phi.shape
+    blocks = Phi.reshape(r // _DESIGN_BLOCK, _DESIGN_BLOCK, b)
+    return jax.lax.map(lambda P: mgf_log_cosh(log_q, values, P), blocks).reshape(r)
+
+
 @jax.jit
 def _design_log_cosh(features, rotation, log_q, values, coefs, Xs):
     r"""The features `(r, b)`, each row's $\log E_q\cosh(\phi^\top w)$ `(r,)` and `(r,)` whether it must
     be recomputed by `log_mgf`: `even_log_cosh` with `coefs` (`host_coefficients`) on an even grid;
-    `log_mgf` itself when `coefs` is `None`."""
-    Phi = _rotated(_design(features, Xs), rotation)
-    if coefs is not None:
-        log_cosh, flag = even_log_cosh(coefs, Phi)
-        return Phi, log_cosh, flag
-    one = jnp.ones((Phi.shape[0], 1), Phi.dtype)
-    L = log_mgf(log_q, values, Phi, jnp.concatenate([one, -one], axis=1))
-    return Phi, jnp.logaddexp(L[:, 0], L[:, 1]) - math.log(2.0), jnp.zeros(Phi.shape[0], bool)
+    `log_mgf` itself when `coefs` is `None`. In blocks of `_DESIGN_BLOCK` rows through one program body
+    (`r` a multiple of it): XLA's CPU kernels round alike only at one shape, so a row's features and
+    sums, and so its probability, are the same bits whatever the rows beside it."""
+
+    def block(Xb):
+        Phi = _rotated(_design(features, Xb), rotation)
+        if coefs is not None:
+            log_cosh, flag = even_log_cosh(coefs, Phi)
+            return Phi, log_cosh, flag
+        return Phi, mgf_log_cosh(log_q, values, Phi), jnp.zeros(Phi.shape[0], bool)
+
+    r, d = Xs.shape
+    Phi, log_cosh, flag = jax.lax.map(block, Xs.reshape(r // _DESIGN_BLOCK, _DESIGN_BLOCK, d))
+    return Phi.reshape(r, -1), log_cosh.reshape(r), flag.reshape(r)
 
 
 def _chunk_proba(model, Xc):
@@ -775,14 +921,23 @@ def _chunk_proba(model, Xc):
     Phi, log_cosh, flag = Phi[:rows], np.array(log_cosh[:rows]), flag[:rows]
     if np.any(flag):  # sums that may have underflowed: those rows' log E cosh by log_mgf
         idx = np.flatnonzero(flag)
-        exact = mgf_log_cosh(model.q_w.log_probs, model.prior_w.values, to_device(pad_rows(Phi[idx], _bucket(idx.size))))
+        exact = _blocked_log_cosh(model.q_w.log_probs, model.prior_w.values, pad_rows(Phi[idx], _bucket(idx.size)))
         log_cosh[idx] = jax.device_get(exact)[: idx.size]
     nodes = row_nodes(log_cosh, dtype)
     p = np.empty(rows, dtype)
-    big = nodes > MAX_NODES  # beyond the cap: predict_logistic's own refinement (and warning)
-    if np.any(big):
-        idx = np.flatnonzero(big)
-        p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, to_device(Phi[idx])))
+    big = nodes > MAX_NODES
+    if np.any(big):  # beyond the cap: the MGF bracket where it is within the target, else predict_logistic's
+        idx = np.flatnonzero(big)  # own refinement (and warning)
+        L = jax.device_get(_jit_tail_mgfs(model.q_w.log_probs, model.prior_w.values, pad_rows(Phi[idx], _bucket(idx.size))))
+        one_small = L[: idx.size, 0] <= L[: idx.size, 2]  # E e^Z <= E e^-Z: the label 1 is the less likely
+        La = np.where(one_small, L[: idx.size, 0], L[: idx.size, 2]).astype(np.float64)
+        Lb = np.where(one_small, L[: idx.size, 1], L[: idx.size, 3]).astype(np.float64)
+        tight = (Lb <= math.log(2.0 * target_error(dtype))) & (Lb < La)
+        small = np.exp(La[tight] + np.log1p(-0.5 * np.exp(Lb[tight] - La[tight])))  # the bracket's midpoint
+        p[idx[tight]] = np.where(one_small[tight], small, 1.0 - small)
+        idx = idx[~tight]
+        if idx.size:
+            p[idx] = np.asarray(predict_logistic(model.q_w, model.prior_w, to_device(Phi[idx])))
     idx = np.flatnonzero(~big)
     order = idx[np.argsort(nodes[idx], kind="stable")]  # rows of like node counts share blocks
     p[order] = predict_rows(model.q_w, model.prior_w, Phi[order], nodes[order], log_cosh=log_cosh[order])

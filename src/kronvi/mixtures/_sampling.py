@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from .._base.checks import check_int
+from .._base.checks import check_int, check_key
 from ._family import Mixture, check_mixture
 
 
@@ -59,6 +59,7 @@ def sample_mixture(key: jax.Array, q: Mixture, num_samples: int) -> jax.Array:
       >>> x.shape, x.dtype, bool(0.4 < x.mean() < 0.6)
       ((1000, 1), dtype('uint8'), True)
     """
+    check_key(key)
     check_mixture(q)
     num_samples = check_int(num_samples, "num_samples", 1)
     if q.logits.shape[-1] > 256:

@@ -495,16 +495,17 @@ def _digest(arr: np.ndarray) -> str:
 
 
 def save_model(path: str | os.PathLike[str], model: Any, *, compress: bool = True) -> None:
-    r"""Writes a `DirectModel` or a whole pipeline model
-    (`kronvi.pipeline.FittedDirect`) to one versioned `.npz` file (atomically).
+    r"""Writes a `DirectModel`, a whole pipeline model (`kronvi.pipeline.FittedDirect`) or a classifier
+    (`kronvi.logistic.FittedClassifier`) to one versioned `.npz` file (atomically).
 
     Parameters
     ----------
     path
         Destination file name (`str` or path-like); written as given, no suffix is added.
     model
-        A `DirectModel`, or a `FittedDirect` from `kronvi.pipeline.fit_direct`
-        (any recipe: its standardizer, feature map, basis, priors and posteriors); validated first (see
+        A `DirectModel`, a `FittedDirect` from `kronvi.pipeline.fit_direct`
+        (any recipe: its standardizer, feature map, basis, priors and posteriors) or a `FittedClassifier`
+        from `kronvi.fit_classifier`; validated first (see
         `load_model` for what is checked).
     compress
         Deflate the arrays (`numpy.savez_compressed`).
@@ -696,13 +697,12 @@ def _open_regular(path, flags):
 
 
 def load_model(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Any:
-    r"""Reads a `DirectModel` or a
-    `kronvi.pipeline.FittedDirect` written by
-    `save_model`.
+    r"""Reads a `DirectModel`, a `kronvi.pipeline.FittedDirect` or a `kronvi.logistic.FittedClassifier`
+    written by `save_model`.
 
     The file is untrusted input. Checks, each with its own `ValueError`: the file is an `.npz` archive
     (a text file or a damaged one "is not a kronvi model file") with a kronvi header of kind
-    `DirectModel` or `FittedDirect`; its format version is supported; every array the header lists is present, a plain
+    `DirectModel`, `FittedDirect` or `FittedClassifier`; its format version is supported; every array the header lists is present, a plain
     bool, integer or float array, and there are no others; before anything is inflated, each array's
     `.npy` header and its size in the zip directory agree with the shape and dtype the header records,
     and all of them together fit `max_bytes`; each array matches its SHA-256 digest; every class the
