@@ -55,6 +55,7 @@ from kronvi.pipeline import DirectConfig, fit_direct  # noqa: E402
 
 GP_ROWS = 1000  # training rows the GP predictions are conditioned on
 MEAN_TOL, VAR_TOL = 1e-3, 0.01  # the agreement asked for: mean within 1e-3 sd, variance within 1%
+RMSE_FROM = "experiments/results/gp_precision.jsonl"  # --lml --table: the RMSE changes
 
 
 def datasets(data_dir: pathlib.Path, names: str) -> list[str]:
@@ -286,7 +287,10 @@ def lml_one(data_dir, name, fold, proposal=None):
     return rec
 
 
-def lml_table(records, rmse_from=None) -> str:
+def lml_table(
+    records, rmse_from=None, out_path="experiments/results/gp_precision_lml.jsonl",
+    md_path="experiments/results/gp_precision_lml.md",
+) -> str:
     main = {}  # the main study's records: the RMSE change, and the hyperparameters fit_direct's GP step chose
     if rmse_from is not None and pathlib.Path(rmse_from).exists():
         for line in pathlib.Path(rmse_from).read_text().splitlines():
@@ -316,10 +320,10 @@ def lml_table(records, rmse_from=None) -> str:
     out = [
         "# Which GP step found the better optimum: log marginal likelihoods, float64 against float32 (issue 47)",
         "",
-        "Command: `python experiments/gp_precision.py --lml --data-dir ../shared/data/uci --datasets "
-        f"{','.join(r['dataset'] for r in records)} --folds 0 --out experiments/results/gp_precision_lml.jsonl`, "
-        "then `python experiments/gp_precision.py --lml --out experiments/results/gp_precision_lml.jsonl --table "
-        "experiments/results/gp_precision_lml.md`.",
+        "Command: `python experiments/gp_precision.py --lml --data-dir ../shared/data/uci "
+        f"{run_arguments(records)} --out {out_path}`, "
+        f"then `python experiments/gp_precision.py --lml --out {out_path} --table {md_path}"
+        f"{'' if rmse_from == RMSE_FROM else f' --rmse-from {rmse_from}'}`.",
         "",
         "The GP step of the default recipe (`kronvi.GPOptions()`: 4 starts screened on 300 rows, the winner and "
         'start 0 refined on at most 1,000) with `precision="native"` (old: float32) and the default `"float64"` '
@@ -339,19 +343,20 @@ def lml_table(records, rmse_from=None) -> str:
     for r in records:
         rc = change.get((r["dataset"], r["fold"]))
         out.append(
-            f"| {r['dataset']} | {r['n']} | {'–' if rc is None else f'{rc:+.1f}%'} | {r['lml_old']:.1f} | "
+            f"| {_label(r, records)} | {r['n']} | {'–' if rc is None else f'{rc:+.1f}%'} | {r['lml_old']:.1f} | "
             f"{r['lml_new']:.1f} | {r['lml_change']:+.1f} | {r['lml_ref']:.1f} | {r['lml_ref'] - r['lml_new']:+.1f} | "
             f"{r['start_old']} / {r['start_new']} / {r['start_ref']} | {r['noise_rel_old']:.1e} / "
             f"{r['noise_rel_new']:.1e} | {screen(r, 'old')} | {screen(r, 'new')} | {starts(r, 'old')} | "
             f"{starts(r, 'new')} | {starts(r, 'ref')} |"
         )
-    higher = [r["dataset"] for r in records if r["lml_change"] > 0]
-    lower = [r["dataset"] for r in records if r["lml_change"] <= 0]
-    short = [r["dataset"] for r in records if r["lml_ref"] - r["lml_new"] > 1]
+    higher = [_label(r, records) for r in records if r["lml_change"] > 0]
+    lower = [_label(r, records) for r in records if r["lml_change"] <= 0]
+    short = [_label(r, records) for r in records if r["lml_ref"] - r["lml_new"] > 1]
     gap = max((r["evaluator_gap"] for r in records), default=0.0)
     out += [
         "",
-        f"{len(records)} datasets; the float64 step's optimum is higher on {len(higher)} "
+        f"{len(records)} {'datasets' if all(r['fold'] == 0 for r in records) else 'folds'}; the float64 step's "
+        f"optimum is higher on {len(higher)} "
         f"({', '.join(higher) or 'none'}) and lower or equal on {len(lower)} ({', '.join(lower) or 'none'}); "
         f"it is more than 1 nat below the reference on {len(short)} ({', '.join(short) or 'none'}). "
         f"Same subsample in both precisions: {sum(r['same_rows'] for r in records)} of {len(records)}; the "
@@ -359,6 +364,18 @@ def lml_table(records, rmse_from=None) -> str:
         f"the NumPy evaluator and `kronvi.inputs.gp_log_marginal_likelihood` under x64 agree within {gap:.1g} nats.",
     ]
     return "\n".join(out) + "\n"
+
+
+def run_arguments(records) -> str:
+    """`--datasets ... --folds ...` of the run that wrote `records`: the names in order, the folds."""
+    names = ",".join(dict.fromkeys(r["dataset"] for r in records))
+    folds = ",".join(str(f) for f in sorted({r["fold"] for r in records})) or "0"
+    return f"--datasets {names} --folds {folds}"
+
+
+def _label(r, records) -> str:
+    """A row's dataset, with its fold when the records hold several folds."""
+    return r["dataset"] if all(x["fold"] == 0 for x in records) else f"{r['dataset']} (fold {r['fold']})"
 
 
 def read_records(path):
@@ -377,7 +394,7 @@ def proposal_table(records, lml_from, rmse_from, out_path, md_path) -> str:
         "# A proposed GP step against the old and new ones (issue 47)",
         "",
         f"Command: `python experiments/gp_precision.py --lml --proposal '{proposal}' --data-dir ../shared/data/uci "
-        f"--datasets {','.join(r['dataset'] for r in records)} --folds 0 --out {out_path}`, then the same "
+        f"{run_arguments(records)} --out {out_path}`, then the same "
         f"with `--out {out_path} --table {md_path} --rmse-from {rmse_from}`; at the commit that proposes the "
         "change to `src/kronvi/_inputs/gp.py`.",
         "",
@@ -425,13 +442,13 @@ def proposal_table(records, lml_from, rmse_from, out_path, md_path) -> str:
 
 
 def table(records, out_path="experiments/results/gp_precision.jsonl", md_path=None) -> str:
-    everything = len(records) >= 28
-    names = "all" if everything else ",".join(r["dataset"] for r in records)
+    everything = len(records) >= 28 and all(r["fold"] == 0 for r in records)
+    arguments = "--datasets all --folds 0" if everything else run_arguments(records)
     md_path = md_path or str(pathlib.Path(out_path).with_suffix(".md"))
     out = [
         "# The GP step in float64 against float32 (issue 47, item 4)",
         "",
-        f"Command: `python experiments/gp_precision.py --data-dir ../shared/data/uci --datasets {names} --folds 0 "
+        f"Command: `python experiments/gp_precision.py --data-dir ../shared/data/uci {arguments} "
         f"--out {out_path}`, then `python experiments/gp_precision.py --out {out_path} --table {md_path}`.",
         "",
         'Default recipe, float32 working dtype. old: `gp_precision="native"` (the GP in float32); new: the '
@@ -481,7 +498,7 @@ def main(argv=None):
     )
     p.add_argument(
         "--rmse-from",
-        default="experiments/results/gp_precision.jsonl",
+        default=RMSE_FROM,
         help="--lml --table: RMSE changes from here",
     )
     args = p.parse_args(argv)
@@ -491,7 +508,7 @@ def main(argv=None):
         if args.proposal is not None:
             text = proposal_table(records, args.lml_from, args.rmse_from, args.out, args.table)
         else:
-            text = lml_table(records, args.rmse_from) if args.lml else table(records, args.out, args.table)
+            text = lml_table(records, args.rmse_from, args.out, args.table) if args.lml else table(records, args.out, args.table)
         kronvi.files.write_atomic(args.table, text)
         print(text)
         return 0
