@@ -317,6 +317,7 @@ def lml_table(
             ", ".join(f"{s['lml64']:.1f}" for s in r[f"screen_{label}"]) + f" → {r[f'screen_chosen_{label}']}"
         )
 
+    one_fold = all(r["fold"] == 0 for r in records)
     out = [
         "# Which GP step found the better optimum: log marginal likelihoods, float64 against float32 (issue 47)",
         "",
@@ -327,7 +328,8 @@ def lml_table(
         "",
         "The GP step of the default recipe (`kronvi.GPOptions()`: 4 starts screened on 300 rows, the winner and "
         'start 0 refined on at most 1,000) with `precision="native"` (old: float32) and the default `"float64"` '
-        "(new), on the float64 standardized training rows of fold 0. Every likelihood below is evaluated in "
+        f"(new), on the float64 standardized training rows of {'fold 0' if one_fold else 'each fold'}. Every "
+        "likelihood below is evaluated in "
         "float64 by one NumPy evaluator on the GP step's rows (its subsample; screening: its first 300 rows). "
         "LML old / new: of the chosen hyperparameters; Δ = new − old (positive: the float64 step found the "
         "higher optimum). ref: every start on the whole subsample in float64 run to the gradient-norm test "

@@ -457,13 +457,45 @@ def test_log_probabilities_are_exact_in_the_tails(dtype):
         prior = kronvi.model.DiscretePrior(jnp.asarray(values, dtype), jnp.asarray(log_q, dtype))
         P = jnp.asarray(Phi, dtype)
         p, err = kl.predict_logistic(q, prior, P, with_error_bound=True)
-        got = np.asarray(_recipe._log_pair(p, _recipe._tail_mgfs(q.log_probs, prior.values, P), err), np.float64)
+        L = _recipe._tail_mgfs(q.log_probs, prior.values, P)
+        target = _recipe.target_error(dtype)
+        got = np.asarray(_recipe._log_pair(p, L, err, target), np.float64)
+        with np.errstate(divide="ignore"):  # as the concrete path runs it: NumPy, float64, the target as bound
+            host = _recipe._log_pair(np.asarray(p, np.float64), np.asarray(L, np.float64), target, target, xp=np)
+        np.testing.assert_allclose(host[tail := np.min(exact, axis=1) < np.log(1e-20)], exact[tail], rtol=1e-3, atol=1e-12)
         np.testing.assert_allclose(np.exp(got).sum(axis=1), 1.0, atol=4 * np.finfo(dtype).eps)
         small = np.min(exact, axis=1)
         tail = small < np.log(1e-20)
         assert tail.sum() >= 8 and np.all(np.asarray(p)[tail & (sign[:, 0] < 0)] < 1e-6)
         np.testing.assert_allclose(got[tail], exact[tail], rtol=1e-3, atol=1e-12)  # the small log and the ~0 one
         np.testing.assert_allclose(np.exp(got[~tail, 1]), np.exp(exact[~tail, 1]), atol=3 * float(np.max(err)) + 1e-12)
+
+
+def test_predict_log_proba_of_far_rows_lies_in_the_exact_bracket():
+    """The public path on a fitted model (b = 16) and rows far on both sides, eager and under `jit`: the
+    smaller probability inside [E e^Z - E e^2Z, E e^Z] (labels 1; -Z for 0), those MGFs computed here in
+    float64 from the model's grids and features; probabilities far below `predict_proba`'s 1e-7."""
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, 3))
+    y = X[:, 0] + 0.5 * X[:, 1] > 0
+    model = kronvi.fit_classifier(jax.random.key(0), X, y, SMALL._replace(prior_scales=(10.0,))).model
+    far = np.outer(np.linspace(-3.0, 3.0, 13), [1.0, 0.5, 0.0])
+    Phi = np.asarray(model.design(far), np.float64)
+    log_q, values = (np.asarray(a, np.float64) for a in (model.q_w.log_probs, model.prior_w.values))
+    L = {c: logsumexp(c * Phi[:, :, None] * values[None] + log_q[None], axis=2).sum(axis=1) for c in (1, 2, -1, -2)}
+    for got in (np.asarray(kl.predict_log_proba(model, far)), np.asarray(jax.jit(kl.predict_log_proba)(model, far))):
+        np.testing.assert_allclose(np.exp(got).sum(axis=1), 1.0, atol=1e-6)
+        label = np.argmin(got, axis=1)  # the less likely label
+        top = np.where(label == 1, L[1], L[-1])
+        width = np.where(label == 1, L[2], L[-2])
+        tight = width < top - 2.0
+        assert np.sum(tight & (top < np.log(1e-10))) >= 6
+        small = got[np.arange(len(far)), label]
+        assert np.all(small[tight] <= top[tight] + 1e-4)
+        assert np.all(small[tight] >= top[tight] + np.log1p(-np.exp(width[tight] - top[tight])) - 1e-4)
+        assert np.all(label[:5] == 1) and np.all(label[-5:] == 0)
 
 
 def test_predict_log_proba_under_jit_and_its_bad_inputs():

@@ -222,8 +222,13 @@ def test_the_second_probes_inputs_are_named():
     Phi, y, pw, pn, stats = _ok()
     with pytest.raises(ValueError, match=r"^`chunk_size` must be an int >= 1, got 2.5"):
         kronvi.stats.regression_stats(Phi, y, chunk_size=2.5)
-    with pytest.raises(ValueError, match="^`mask` must hold booleans or 0/1"):
-        kronvi.stats.regression_stats(Phi, y, mask=np.full(10, 0.5))
+    for mask in (np.full(10, 0.5), jnp.full(10, 0.5)):
+        with pytest.raises(ValueError, match="^`mask` must hold booleans or 0/1"):
+            kronvi.stats.regression_stats(Phi, y, mask=mask)
+    with pytest.raises(ValueError, match=r"^`chunk_size` must be an int >= 1, got 2.5"):
+        kronvi.stats.kfold_stats_from_inputs(lambda X: X, Phi, y, np.arange(10) % 2, chunk_size=2.5)
+    with pytest.raises(ValueError, match=r"^`feature_map` must map"):
+        kronvi.stats.kfold_stats_from_inputs(lambda X: X[:, 0], Phi, y, np.arange(10) % 2)
     with pytest.raises(ValueError, match=r"^`feature_map` must map \(c, d\) inputs to \(c, b\) features: \(10, 3\) gave \(1, 3\)"):
         kronvi.stats.regression_stats_from_inputs(lambda X: X[:1], Phi, y)
     with pytest.raises(ValueError, match=r"^`feature_map` must map .* gave \(10,\)"):

@@ -38,20 +38,27 @@ def test_mirror_lower_names_a_bad_argument(R, block, message):
 
 
 def test_jittered_cholesky_differentiates_through_its_jitter():
-    """A float32 matrix the plain factorization cannot factor: the jitter found, and reverse mode through
-    the factor equals reverse mode through a plain Cholesky of the matrix plus that jitter."""
+    """Rank-one matrices, which no plain factorization takes, along a path that stays rank one (the jitter's
+    level stays put): forward and reverse mode against central differences in float64, the jitter's
+    dependence on the mean diagonal included; a plain matrix too, and one matrix at a time."""
     import jax
     import jax.numpy as jnp
 
     from kronvi._solvers.linalg import jittered_cholesky
 
-    v = jnp.array([1.0, 1.0 + 1e-4, 1.0 - 1e-4], jnp.float32)
-    M = jnp.outer(v, v) - 1e-6 * jnp.eye(3, dtype=jnp.float32)  # indefinite by a hair
-    assert not np.all(np.isfinite(np.asarray(jnp.linalg.cholesky(M))))
-    L = jittered_cholesky(M)
-    assert np.all(np.isfinite(np.asarray(L)))
-    jitter = float(jnp.mean(jnp.diagonal(L @ L.T - M)))
-    assert jitter > 0
-    f = lambda A: jnp.sum(jittered_cholesky(A) ** 2 * jnp.arange(1.0, 10.0).reshape(3, 3))  # noqa: E731
-    g = lambda A: jnp.sum(jnp.linalg.cholesky(A + jitter * jnp.eye(3)) ** 2 * jnp.arange(1.0, 10.0).reshape(3, 3))  # noqa: E731
-    np.testing.assert_allclose(jax.grad(f)(M), jax.grad(g)(M), rtol=1e-3, atol=1e-3)
+    with jax.enable_x64(True):
+        v, u = jnp.array([1.0, 2.0, -1.0]), jnp.array([0.3, -0.2, 0.5])
+        W = jnp.arange(1.0, 10.0).reshape(3, 3)
+        path = lambda t: jnp.outer(v + t * u, v + t * u)  # noqa: E731
+        f = lambda t: jnp.sum(W * jittered_cholesky(path(t)))  # noqa: E731
+        assert not np.all(np.isfinite(np.asarray(jnp.linalg.cholesky(path(0.0)))))
+        assert np.all(np.isfinite(np.asarray(jittered_cholesky(path(0.0)))))
+        h = 1e-4
+        fd = (f(0.3 + h) - f(0.3 - h)) / (2 * h)
+        np.testing.assert_allclose(jax.jvp(f, (0.3,), (1.0,))[1], fd, rtol=1e-6)
+        np.testing.assert_allclose(jax.grad(f)(0.3), fd, rtol=1e-6)
+        A = jnp.eye(3) + 0.1 * jnp.outer(v, v)  # no jitter: the plain Cholesky's derivative
+        g = lambda B: jnp.sum(W * jittered_cholesky(B))  # noqa: E731
+        np.testing.assert_allclose(jax.grad(g)(A), jax.grad(lambda B: jnp.sum(W * jnp.linalg.cholesky(B)))(A), rtol=1e-10)
+    with pytest.raises(ValueError, match=r"^`M` must be one \(b, b\) matrix"):
+        jittered_cholesky(np.ones((2, 3, 3)))

@@ -42,7 +42,7 @@ def check_numeric(x: Any, name: str) -> np.dtype:
             dtype = np.asarray(x).dtype
         except (ValueError, TypeError) as e:  # ragged nesting
             raise ValueError(f"`{name}` must be a rectangular array of numbers ({e})") from None
-    if dtype.kind not in "biuf" and not jnp.issubdtype(dtype, jnp.floating):  # bfloat16 & co. are floats
+    if dtype.kind not in "biuf":
         raise ValueError(f"`{name}` must hold real numbers, got dtype {dtype}")
     return dtype
 
@@ -241,10 +241,16 @@ def check_positive(x: Any, name: str) -> None:
 
 
 def _real_scalar(x: Any) -> float | None:
-    """`x` as a float if it is a real Python or NumPy scalar (not a bool), else `None`."""
-    if isinstance(x, bool | np.bool_) or not isinstance(x, numbers.Real):
+    """`x` as a float if it is a real Python or NumPy scalar or a concrete 0-d integer or float array (not a
+    bool), else `None`."""
+    if isinstance(x, bool | np.bool_):
         return None
-    return float(x)
+    if isinstance(x, numbers.Real):
+        return float(x)
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and np.ndim(x) == 0 and np.dtype(dtype).kind in "iuf" and is_concrete(x):
+        return float(fetch(x))
+    return None
 
 
 def check_positive_number(x: Any, name: str) -> None:

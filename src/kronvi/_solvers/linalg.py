@@ -17,8 +17,8 @@ def jittered_cholesky(M, max_tries: int = 8):
     Where the working precision cannot factor `M` (e.g. a float32 ridge system with a tiny ridge), adds
     $10^{k-7}\,\overline{\mathrm{diag}(M)}\,I$ for the smallest $k \ge 0$ that works
     ($k <$ `max_tries`): a slightly stronger ridge instead of a silent NaN. Traceable (a
-    `lax.while_loop`) and differentiable in forward and reverse mode: the derivative is the Cholesky
-    factor's of `M` plus the jitter found, held fixed; why: `docs/decisions/fitting.md#mixtures`.
+    `lax.while_loop`) and differentiable in forward and reverse mode (the jitter's dependence on the mean
+    diagonal included); one matrix (`vmap` over a batch); why: `docs/decisions/fitting.md#mixtures`.
 
     Args:
       M: `(b, b)` symmetric matrix.
@@ -34,6 +34,13 @@ def jittered_cholesky(M, max_tries: int = 8):
       >>> jittered_cholesky(jnp.array([[4.0, 2.0], [2.0, 2.0]])).tolist()
       [[2.0, 0.0], [1.0, 1.0]]
     """
+    return _factor_and_jitter(M, max_tries)[0]
+
+
+def _factor_and_jitter(M, max_tries):
+    """`(L, c)`: `jittered_cholesky`'s factor and the jitter's multiple of the mean diagonal (0: none)."""
+    if M.ndim != 2:
+        raise ValueError(f"`M` must be one (b, b) matrix (vmap over a batch), got shape {M.shape}")
     scale = jnp.mean(jnp.diagonal(M))
     eye = jnp.eye(M.shape[-1], dtype=M.dtype)
 
@@ -46,20 +53,21 @@ def jittered_cholesky(M, max_tries: int = 8):
         jitter = scale * 10.0 ** (k.astype(M.dtype) - 7.0)
         return k + 1, jnp.linalg.cholesky(M + jitter * eye)
 
-    _, L = lax.while_loop(cond, body, (jnp.asarray(0), jnp.linalg.cholesky(M)))
-    return L
+    k, L = lax.while_loop(cond, body, (jnp.asarray(0), jnp.linalg.cholesky(M)))
+    return L, jnp.where(k > 0, 10.0 ** (k.astype(M.dtype) - 8.0), 0.0)
 
 
 @jittered_cholesky.defjvp
 def _jittered_cholesky_jvp(max_tries, primals, tangents):
-    r"""$\dot L = L\,\Phi(L^{-1}\dot M_s L^{-\top})$, $\dot M_s$ the symmetric part of $\dot M$ and $\Phi$ the
-    lower triangle with half its diagonal (the Cholesky factor's derivative; the jitter is held fixed).
-    Linear in $\dot M$: reverse mode transposes it (a `while_loop` has no reverse mode)."""
+    r"""$\dot L = L\,\Phi(L^{-1}\dot A L^{-\top})$ with $A = M + c\,\overline{\mathrm{diag}(M)}\,I$ the matrix
+    factored ($c$ the jitter's multiple, 0 without one): $\dot A$ the symmetric part of $\dot M$ plus
+    $c\,\overline{\mathrm{diag}(\dot M)}\,I$, $\Phi$ the lower triangle with half its diagonal (the Cholesky
+    factor's derivative). Linear in $\dot M$: reverse mode transposes it (a `while_loop` has none)."""
     (M,), (dM,) = primals, tangents
-    L = jittered_cholesky(M, max_tries)
-    dM = 0.5 * (dM + jnp.swapaxes(dM, -1, -2))
-    X = jax.scipy.linalg.solve_triangular(L, dM, lower=True)  # L^-1 dM
-    X = jnp.swapaxes(jax.scipy.linalg.solve_triangular(L, jnp.swapaxes(X, -1, -2), lower=True), -1, -2)
+    L, c = _factor_and_jitter(M, max_tries)
+    dA = 0.5 * (dM + dM.T) + c * jnp.mean(jnp.diagonal(dM)) * jnp.eye(M.shape[-1], dtype=M.dtype)
+    X = jax.scipy.linalg.solve_triangular(L, dA, lower=True)  # L^-1 dA
+    X = jax.scipy.linalg.solve_triangular(L, X.T, lower=True).T
     phi = jnp.tril(X) - 0.5 * jnp.diag(jnp.diagonal(X))
     return L, L @ phi
 

@@ -31,7 +31,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .._base.checks import is_concrete
+from .._base.checks import fetch, is_concrete
 
 
 def is_distributed(*arrays) -> bool:
@@ -106,7 +106,8 @@ def _shard_map(f, mesh, in_specs, out_specs):
 
 
 def check_row_mask(mask, n: int):
-    """`mask` as a `(n,)` array of booleans or 0/1 numbers (its values are not read: it may be sharded)."""
+    """`mask` as a `(n,)` array of booleans or 0/1 numbers; the values of a numeric mask are checked where they
+    are concrete and addressable here (a mask sharded over processes is taken as it is)."""
     if mask is None:
         return None
     if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
@@ -116,8 +117,9 @@ def check_row_mask(mask, n: int):
     dtype = np.dtype(mask.dtype)
     if not (dtype == np.bool_ or np.issubdtype(dtype, np.number)):
         raise TypeError(f"`mask` must hold booleans (or 0/1), got {dtype}")
-    if dtype != np.bool_ and isinstance(mask, np.ndarray):  # host values only: a device mask may be sharded
-        if not np.all((mask == 0) | (mask == 1)):
+    if dtype != np.bool_ and is_concrete(mask) and getattr(mask, "is_fully_addressable", True):
+        values = np.asarray(fetch(mask))
+        if not np.all((values == 0) | (values == 1)):
             raise ValueError("`mask` must hold booleans or 0/1: it marks the rows to count, not weights")
     return mask
 

@@ -129,6 +129,13 @@ def _two_sum(s, c, x):
 def _validate_xy(
     X: ArrayLike, y: ArrayLike, xname: str, mask: ArrayLike | None = None
 ) -> tuple[jax.Array, jax.Array]:
+    for name, a in ((xname, X), ("y", y)):  # before as_float_array, which calls bfloat16 no number
+        dt = getattr(a, "dtype", None)
+        if dt is not None and jnp.issubdtype(dt, jnp.floating) and jnp.dtype(dt) not in (jnp.float32, jnp.float64):
+            raise TypeError(
+                f"`{name}` is {jnp.dtype(dt)}: statistics are sums over rows, computed in float32 or float64 (a "
+                "float16 row count stops at 2048); cast it with `.astype(np.float32)`"
+            )
     y = as_float_array(y, "y")
     if y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
@@ -140,11 +147,6 @@ def _validate_xy(
         check_finite(X, xname)
         check_finite(y, "y")
     dtype = jnp.result_type(X, y)
-    if dtype not in (jnp.float32, jnp.float64):  # sums over rows: a float16 count stops at 2048
-        raise TypeError(
-            f"`{xname}` and `y` are {jnp.dtype(dtype)}: statistics are sums over rows, computed in float32 or "
-            f"float64 (a float16 row count stops at 2048); cast them with `.astype(np.float32)`"
-        )
     return X.astype(dtype), y.astype(dtype)
 
 
@@ -216,19 +218,25 @@ def regression_stats_from_inputs(
       chunk_size: rows per chunk (per device when sharded); `None` splits the rows into equal chunks of at most 4096.
       mask: optional `(n,)` booleans: the rows to count (`False` marks padding).
     """
-    if not callable(feature_map):
-        raise TypeError(f"`feature_map` must be a function (c, d) -> (c, b), got {type(feature_map).__name__}")
     chunk_size = check_chunk_size(chunk_size)
     X, y = _validate_xy(X, y, "X", mask)
+    _check_feature_map(feature_map, X, chunk_size)
+    return _chunked_stats(feature_map, X, y, chunk_size, "X", mask)
+
+
+def _check_feature_map(feature_map, X, chunk_size) -> None:
+    """`TypeError` / `ValueError` naming `feature_map` unless it maps `(c, d)` rows to `(c, b)` features; by
+    shape (the jitted `_feature_chunk`'s, cached: a map rebuilt by `functools.partial` is not traced again)."""
+    if not callable(feature_map):
+        raise TypeError(f"`feature_map` must be a function (c, d) -> (c, b), got {type(feature_map).__name__}")
     rows = min(X.shape[0], _chunk_rows(X.shape[0], chunk_size))
-    out = jax.eval_shape(feature_map, jax.ShapeDtypeStruct((rows, X.shape[1]), X.dtype))  # traces, runs nothing
+    out = _feature_chunk.eval_shape(as_traced_callable(feature_map), jax.ShapeDtypeStruct((rows, X.shape[1]), X.dtype))
     shape = getattr(out, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] != rows:
         raise ValueError(
             f"`feature_map` must map (c, d) inputs to (c, b) features: ({rows}, {X.shape[1]}) gave "
             f"{shape if shape is not None else type(out).__name__}"
         )
-    return _chunked_stats(feature_map, X, y, chunk_size, "X", mask)
 
 
 def stats_from_inputs(feature_map, X, y, *, chunk_size=None, mask=None) -> RegressionStats:
@@ -431,7 +439,9 @@ def kfold_stats_from_inputs(
       `(train, test)` stacked on a leading fold axis, `train[k] = total - test[k]`; the statistics of
       all rows are `jax.tree.map(lambda t: t.sum(0), test)`.
     """
+    chunk_size = check_chunk_size(chunk_size)
     X, y = _validate_xy(X, y, "X")
+    _check_feature_map(feature_map, X, chunk_size)
     folds = _check_folds(folds, X.shape[0])
     return _stack_folds(feature_map, X, y, folds, chunk_size)
 

@@ -35,6 +35,7 @@ from .._base.checks import (
     check_ndim,
     check_nonnegative_number,
     check_positive_number,
+    is_concrete,
 )
 from .._base.deprecation import renamed_arguments
 from .._model.families import MeanField
@@ -157,7 +158,8 @@ def fit_bnn(
     if init is None:
         key = jax.random.key(0) if key is None else key
         check_key(key)
-        check_positive_number(init_scale, "init_scale")
+        if is_concrete(init_scale):  # a traced scale (fit_bnn inside jit) is the caller's
+            check_positive_number(init_scale, "init_scale")
         q_w0, q_n0 = bnn_init(key, prior_w, prior_noise, scale=init_scale)
     else:
         num_starts = 1

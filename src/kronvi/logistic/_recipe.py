@@ -762,13 +762,14 @@ def predict_log_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
 
     Example:
       >>> import jax, numpy as np, kronvi, kronvi.logistic as kl
-      >>> X = np.random.default_rng(0).normal(size=(200, 2)); y = X[:, 0] > 0
+      >>> X = np.random.default_rng(2).normal(size=(200, 3)); y = X[:, 0] + 0.5 * X[:, 1] > 0
       >>> model = kronvi.fit_classifier(jax.random.key(0), X, y).model
-      >>> far = np.array([[-40.0, 0.0], [40.0, 0.0]])
-      >>> bool(np.all(np.asarray(model.predict_proba(far)) == [0.0, 1.0]))
+      >>> far = np.array([[-2.0, -1.0, 0.0], [2.0, 1.0, 0.0]])
+      >>> p = np.asarray(model.predict_proba(far))  # exact to 1e-7 (float32): the tails are rounding
+      >>> bool(p[0] < 1e-6 and p[1] > 1 - 1e-6)
       True
       >>> L = np.asarray(kl.predict_log_proba(model, far))
-      >>> bool(np.all(np.isfinite(L))), bool(L[0, 1] < -16 and L[1, 0] < -16)
+      >>> bool(np.all(np.isfinite(L))), bool(L[0, 1] < -40 and L[1, 0] < -40)
       (True, True)
     """
     if not isinstance(model, FittedClassifier):
@@ -782,7 +783,8 @@ def predict_log_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
         Xs = _standardize(model.standardizer, X, dtype)
         Phi = _rotated(_design(model.features, Xs), model.rotation)
         p, err = predict_logistic(model.q_w, model.prior_w, Phi, with_error_bound=True)
-        return _log_pair(p, _tail_mgfs(model.q_w.log_probs, model.prior_w.values, Phi), err)
+        L = _tail_mgfs(model.q_w.log_probs, model.prior_w.values, Phi)
+        return _log_pair(p, L, err, target_error(dtype)).astype(dtype)
     p = np.asarray(predict_proba(model, X))
     n = p.shape[0]
     if n == 0:
@@ -803,7 +805,9 @@ def predict_log_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
                     pad_rows(Xc, _bucket(rows)),
                 )
             )[:rows]  # fmt: skip
-    return _log_pair(to_device(p), to_device(L), jnp.asarray(err, dtype))
+    with np.errstate(divide="ignore"):  # log(0) of a probability the bracket then replaces
+        pair = _log_pair(p.astype(np.float64), L.astype(np.float64), err, err, xp=np)
+    return to_device(pair.astype(dtype))
 
 
 _TAIL_REACH = 1e3  # predict_log_proba's bracket for rows whose smaller probability is at most this many errors
@@ -828,31 +832,31 @@ def _design_tail_mgfs(features, rotation, log_q, values, Xs):
     return _tail_mgfs(log_q, values, _blocked_design(features, rotation, Xs))
 
 
-@jax.jit
-def _log_pair(p, L, err):
-    """`predict_log_proba` from the quadrature's probabilities `p` `(r,)` and error bounds `err` (a scalar or
-    `(r,)`) and the rows' log-MGFs `L` `(r, 4)` (`_tail_mgfs`)."""
-    dtype = L.dtype
-    p = jnp.asarray(p, dtype)
-    err = jnp.broadcast_to(jnp.asarray(err, dtype), p.shape)
+def _log_pair(p, L, err, floor, xp=jnp):
+    """`predict_log_proba` from the quadrature's probabilities `p` `(r,)`, their error bounds `err` (a scalar or
+    `(r,)`) and the rows' log-MGFs `L` `(r, 4)` (`_tail_mgfs`), elementwise in the namespace `xp` (NumPy in
+    float64 for concrete rows: no program per row count; `jax.numpy` in a trace). `floor`: the target error,
+    the width of the interval a quadrature value of 0 stands for when the bracket says nothing."""
+    p = xp.asarray(p, L.dtype)
+    err = xp.broadcast_to(xp.asarray(err, L.dtype), p.shape)
     one_small = p <= 0.5  # the label whose probability is the smaller: 1 (its MGFs at +1, +2) or 0 (-1, -2)
-    small = jnp.where(one_small, p, 1.0 - p)
-    La = jnp.where(one_small, L[:, 0], L[:, 2])  # log E e^{+-Z}: the bracket's top
-    Lb = jnp.where(one_small, L[:, 1], L[:, 3])  # log E e^{+-2Z}: its width
-    log_two, log_err = math.log(2.0), jnp.log(err)
+    small = xp.where(one_small, p, 1.0 - p)
+    La = xp.where(one_small, L[:, 0], L[:, 2])  # log E e^{+-Z}: the bracket's top
+    Lb = xp.where(one_small, L[:, 1], L[:, 3])  # log E e^{+-2Z}: its width
+    log_two, log_err = math.log(2.0), xp.log(err)
     gap = Lb - La  # the bracket is [max(e^La - e^Lb, 0), e^La]
-    lower = La + jnp.log(-jnp.expm1(jnp.minimum(gap, -1e-30)))
-    log_lo = jnp.where(gap < 0, lower, -jnp.inf)
-    # its midpoint, where it is narrower than the quadrature's interval or lies within its error
+    lower = La + xp.log(-xp.expm1(xp.minimum(gap, -1e-30)))
+    log_lo = xp.where(gap < 0, lower, -xp.inf)
+    # its midpoint, where it is narrower than the quadrature's interval (twice its bound) or inside its error
     use_bracket = (Lb <= log_two + log_err) | (La <= log_err)
-    mid = jnp.where(gap < 0, La + jnp.log1p(-0.5 * jnp.exp(jnp.minimum(gap, 0.0))), La - log_two)
-    # elsewhere the quadrature's, inside the bracket (a zero: the middle of [0, err])
-    with_q = jnp.clip(jnp.log(small), log_lo, La)
-    with_q = jnp.where(jnp.isfinite(with_q), with_q, log_err - log_two)
-    log_small = jnp.where(use_bracket, mid, with_q)
-    log_large = jnp.log1p(-jnp.exp(log_small))
-    return jnp.stack(
-        [jnp.where(one_small, log_large, log_small), jnp.where(one_small, log_small, log_large)], axis=1
+    mid = xp.where(gap < 0, La + xp.log1p(-0.5 * xp.exp(xp.minimum(gap, 0.0))), La - log_two)
+    # elsewhere the quadrature's, inside the bracket (a zero: the middle of [0, min(err, floor)])
+    with_q = xp.clip(xp.log(small), log_lo, La)
+    with_q = xp.where(xp.isfinite(with_q), with_q, xp.minimum(La, xp.log(xp.minimum(err, floor))) - log_two)
+    log_small = xp.where(use_bracket, mid, with_q)
+    log_large = xp.log1p(-xp.exp(log_small))
+    return xp.stack(
+        [xp.where(one_small, log_large, log_small), xp.where(one_small, log_small, log_large)], axis=1
     )
 
 
@@ -908,7 +912,8 @@ def _design_log_cosh(features, rotation, log_q, values, coefs, Xs):
 def _chunk_proba(model, Xc):
     """Probabilities of the standardized rows `Xc` (at most `PREDICT_CHUNK`): every row with the quadrature
     nodes its own margin needs (`row_nodes`), so that a row's probability does not depend on the rows
-    predicted with it; rows beyond the node cap go through `predict_logistic`'s own refinement."""
+    predicted with it; rows beyond the node cap take the MGF bracket's midpoint where it is within the
+    target error (`predict_log_proba`), the others `predict_logistic`'s own refinement."""
     rows = Xc.shape[0]
     dtype = Xc.dtype
     coefs = host_coefficients(model.q_w, model.prior_w) if is_even_grid(model.prior_w.values) else None
