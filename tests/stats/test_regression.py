@@ -171,3 +171,28 @@ def test_host_blas_statistics_equal_the_compiled_ones(dtype):
             np.testing.assert_allclose(a, r, rtol=5 * tol(dtype), atol=5 * tol(dtype) * np.abs(r).max())
     plain = kronvi.stats.regression_stats(fmap(X), y, chunk_size=300)  # the identity feature map
     np.testing.assert_allclose(plain.PhitPhi, ref[3], rtol=5 * tol(dtype), atol=5 * tol(dtype) * 1000)
+
+
+def test_statistics_differentiate_in_the_feature_maps_parameters_from_numpy_rows():
+    """`jax.grad` in a feature map's parameters through `regression_stats_from_inputs` with rows in host
+    memory (NumPy): the host BLAS path takes concrete maps only (a traced one failed converting a tracer);
+    against the dense expression's gradient."""
+    import functools
+
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        X, y = rng.normal(size=(50, 3)), rng.normal(size=50)
+        W = jnp.asarray(rng.normal(size=(3, 4)))
+        fmap = lambda W, x: jnp.cos(x @ W)  # noqa: E731
+
+        def loss(W, rows):
+            s = kronvi.stats.regression_stats_from_inputs(functools.partial(fmap, W), rows, y, chunk_size=16)
+            return jnp.sum(s.PhitPhi * jnp.arange(16.0).reshape(4, 4)) + jnp.sum(s.Phity)
+
+        def dense(W):
+            F = fmap(W, jnp.asarray(X))
+            return jnp.sum((F.T @ F) * jnp.arange(16.0).reshape(4, 4)) + jnp.sum(F.T @ y)
+
+        ref = jax.grad(dense)(W)
+        for rows in (X, jnp.asarray(X)):
+            np.testing.assert_allclose(jax.grad(loss)(W, rows), ref, rtol=1e-10)

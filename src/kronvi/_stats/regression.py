@@ -267,7 +267,8 @@ def _chunked_stats(feature_map, X, y, chunk_size, xname="X", mask=None):
         raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}")
     fm = as_traced_callable(feature_map)
     mask = check_row_mask(mask, n)
-    if mask is None and not is_distributed(X, y) and _on_host(X, y):
+    traced_map = any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(fm))  # jax.grad in its parameters
+    if mask is None and not is_distributed(X, y) and _on_host(X, y) and not traced_map:
         stats = _host_stats(fm, X, y, chunk_size)
     elif mask is None and not is_distributed(X, y):
         stats = _chunked_stats_jit(fm, X, y, chunk_size)

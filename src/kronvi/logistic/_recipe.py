@@ -744,9 +744,10 @@ def predict_log_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
 
     The smaller of the two probabilities, $E_q\sigma(\pm Z)$, lies between $E_q e^{\pm Z} - E_q e^{\pm 2Z}$ and
     $E_q e^{\pm Z}$ ($e^z - e^{2z} \le \sigma(z) \le e^z$ for every $z$), exact moment generating functions of
-    the mean field. Where that bracket is narrower than the quadrature's error bound, its midpoint is the
-    estimate, with a relative error of at most $E e^{\pm 2Z} / (2 E e^{\pm Z})$; elsewhere the estimate is
-    `predict_proba`'s, clipped into the bracket. The larger probability is one minus the smaller: the two
+    the mean field. Where that bracket is narrower than the quadrature's interval (twice its error bound) or
+    lies within its error, its midpoint is the estimate, with a relative error of at most
+    $E e^{\pm 2Z} / (2 E e^{\pm Z})$; elsewhere the estimate is `predict_proba`'s, clipped into the bracket
+    (a zero there: the middle of $[0, 10^{-7}]$ in float32). The larger probability is one minus the smaller: the two
     sum to one, and a row far on one side keeps a finite, ordered log-odds instead of a probability of
     exactly 0 (`docs/decisions/classifier.md#log-probabilities-in-the-tails`).
 
