@@ -263,3 +263,7 @@ def test_bnn_starts_are_named():
         bnn.fit_bnn(st, pw, pn, tol=-1.0)
     with pytest.raises(TypeError, match="^`key` must be a jax.random key"):
         bnn.fit_bnn(st, pw, pn, key=0)
+    # a concrete 0-d array is a scalar (the check refused jnp.float32(3.0) at first); a 1-d one is not
+    assert np.isfinite(float(bnn.fit_bnn(st, pw, pn, init_scale=jnp.float32(3.0), max_iter=2).info.final_elbo))
+    with pytest.raises(ValueError, match="^`init_scale` must be a finite positive number"):
+        bnn.fit_bnn(st, pw, pn, init_scale=jnp.array([3.0]))

@@ -255,7 +255,7 @@ def _real_scalar(x: Any) -> float | None:
 
 def check_positive_number(x: Any, name: str) -> None:
     """`ValueError` naming `name` unless `x` is a finite real number (Python or NumPy scalar) > 0; bools,
-    strings, arrays, NaN and infinity are refused."""
+    strings, arrays of one or more dimensions, NaN and infinity are refused (a concrete 0-d array is a scalar)."""
     value = _real_scalar(x)
     if value is None or not 0 < value < math.inf:
         raise ValueError(f"`{name}` must be a finite positive number, got {x!r}")
@@ -263,7 +263,8 @@ def check_positive_number(x: Any, name: str) -> None:
 
 def check_nonnegative_number(x: Any, name: str) -> None:
     """`ValueError` naming `name` unless `x` is a real number (Python or NumPy scalar) >= 0, infinity
-    included; bools, strings, arrays and NaN are refused."""
+    included; bools, strings, arrays of one or more dimensions and NaN are refused (a concrete 0-d array is a
+    scalar)."""
     value = _real_scalar(x)
     if value is None or not value >= 0:
         raise ValueError(f"`{name}` must be a number >= 0, got {x!r}")
