@@ -686,6 +686,21 @@ def _traced_proba(model, Xs, *, chunk):
     return jax.lax.map(one, Xs.reshape(num, chunk, d)).reshape(-1)[:n]
 
 
+def _traced_inputs(model, X):
+    """`(dtype, Xs)` of a prediction: the model's dtype and, when `X` or the model is traced, `X` checked (shapes
+    are static: checked while tracing) and standardized; `Xs` is `None` for concrete ones, which
+    `_standardize` checks in float64."""
+    if not isinstance(model, FittedClassifier):
+        raise TypeError(f"`model` must be a FittedClassifier, got {type(model).__name__}")
+    dtype = model.prior_w.values.dtype
+    if is_concrete(X) and all(is_concrete(a) for a in jax.tree.leaves(model)):
+        return dtype, None
+    check_numeric(X, "X")
+    X = jnp.asarray(X)
+    check_input_columns(X.shape, np.shape(model.standardizer.mean)[-1])
+    return dtype, _standardize(model.standardizer, X, dtype)
+
+
 def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
     r"""$P(y = 1 \mid x) = E_q[\sigma(\phi(x)^\top w)]$ `(N,)` of a `FittedClassifier` for raw inputs
     `X` `(N, d)`: exact, `predict_logistic` on the model's features.
@@ -716,16 +731,9 @@ def predict_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
       >>> bool(np.allclose(p, model.predict_proba(X[:5]), atol=1e-3))
       True
     """
-    if not isinstance(model, FittedClassifier):
-        raise TypeError(f"`model` must be a FittedClassifier, got {type(model).__name__}")
-    dtype = model.prior_w.values.dtype
-    leaves = jax.tree.leaves(model)
-    if not (is_concrete(X) and all(is_concrete(a) for a in leaves)):
-        check_numeric(X, "X")
-        X = jnp.asarray(X)
-        check_input_columns(X.shape, np.shape(model.standardizer.mean)[-1])  # static: checked while tracing
-        Xs = _standardize(model.standardizer, X, dtype)
-        return _traced_proba(model, Xs, chunk=min(max(X.shape[0], 1), 256))
+    dtype, Xs = _traced_inputs(model, X)
+    if Xs is not None:
+        return _traced_proba(model, Xs, chunk=min(max(Xs.shape[0], 1), 256))
     Xs = _standardize(model.standardizer, X, dtype)
     n = Xs.shape[0]
     if n == 0:
@@ -773,15 +781,8 @@ def predict_log_proba(model: FittedClassifier, X: ArrayLike) -> jax.Array:
       >>> bool(np.all(np.isfinite(L))), bool(L[0, 1] < -40 and L[1, 0] < -40)
       (True, True)
     """
-    if not isinstance(model, FittedClassifier):
-        raise TypeError(f"`model` must be a FittedClassifier, got {type(model).__name__}")
-    dtype = model.prior_w.values.dtype
-    leaves = jax.tree.leaves(model)
-    if not (is_concrete(X) and all(is_concrete(a) for a in leaves)):
-        check_numeric(X, "X")
-        X = jnp.asarray(X)
-        check_input_columns(X.shape, np.shape(model.standardizer.mean)[-1])
-        Xs = _standardize(model.standardizer, X, dtype)
+    dtype, Xs = _traced_inputs(model, X)
+    if Xs is not None:
         Phi = _rotated(_design(model.features, Xs), model.rotation)
         p, err = predict_logistic(model.q_w, model.prior_w, Phi, with_error_bound=True)
         L = _tail_mgfs(model.q_w.log_probs, model.prior_w.values, Phi)
