@@ -497,3 +497,32 @@ def test_the_gp_step_is_refined_warm_on_more_rows(monkeypatch):
             prepare(refine_points=bad)
     assert pipeline.DirectConfig(gp=pipeline.GPOptions(refine_points=500)).as_flat_dict()["gp_refine_points"] == 500
     assert "gp_refine_points" not in pipeline.DirectConfig().as_flat_dict()
+
+
+@pytest.mark.parametrize("recipe", ["eigen", "features", "features-fixed-noise"])
+def test_float64_mode_does_not_change_a_float32_fit(recipe):
+    # The GP step answers in float64 from its float64 rows; under `jax.enable_x64` that answer stayed float64
+    # and the float32 fit mixed dtypes: float64 frequencies drawn from other bits (another model for the same
+    # key), and the features recipe's loops refused a float32 carry with float64 priors.
+    import jax
+    import jax.numpy as jnp
+
+    import kronvi
+    from kronvi import pipeline
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(120, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=120)
+    gp = pipeline.GPOptions(restarts=1, points=100)
+    config = pipeline.DirectConfig(num_frequencies=10, gp=gp)
+    if recipe != "eigen":
+        config = config._replace(recipe=pipeline.Features(noise_cv=() if recipe.endswith("noise") else (2.0, 4.0)))
+    out = {}
+    for x64 in (False, True):
+        with jax.enable_x64(x64):
+            model = kronvi.fit_direct(jax.random.key(0), X, y, config).model
+            assert model.features.frequencies.dtype == model.q_w.logits.dtype == jnp.float32
+            out[x64] = np.asarray(model.predict(X[:7]).mean)
+    # the same model up to float32 rounding of programs traced in either mode (the frequencies drawn from
+    # other bits moved these means by up to 0.027)
+    np.testing.assert_allclose(out[True], out[False], rtol=0, atol=2e-3)

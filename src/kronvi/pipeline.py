@@ -13,11 +13,14 @@ typed, as `lineax.CG(rtol=...)` or `optax.adam(learning_rate)` do:
   same features; the weights are not sparse and each needs its own grid (2 floats) plus the rotation.
 - `Compact(tol=0.1, vectors="half", ...)`: the `Eigen` fit in a compact form (`kronvi.model.compact_posterior`):
   the exact posterior mean in the feature basis, the eigenvectors of the directions the data determine
-  (`b x k`), and one shared variance for the rest. The same predictive mean; a predictive variance between 1
-  and `1 + tol` times the eigen fit's at every input where the shared variance is the prior's (few rows),
-  within `tol` noise variances of it on average over the training rows where it is the data's (many rows); a
-  smaller model and faster predictions where `k` is well below `b`
-  (`docs/decisions/default-recipe.md#the-compact-recipe`).
+  (`b x k`), and one shared variance for the rest. The same posterior predictive mean; a predictive variance
+  between 1 and `1 + tol` times the eigen fit's at every input where the shared variance is the prior's (few
+  rows), within `tol` noise variances of it on average over the training rows where it is the data's (many
+  rows); a smaller model and faster predictions where `k` is well below `b`
+  (`docs/decisions/default-recipe.md#the-compact-recipe`). The bound on test rows beyond the training
+  inputs' span (`Eigen.support_rms`) takes the shared directions together, one bound for the band where the
+  eigen model bounds each direction, so the two models recentre such rows differently
+  (`docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`).
 - `Features(width=3.0, noise_span=10.0, noise_cv=(10.0, 3.0, 1.0), starts=("prior", "gaussian"), ...)`: the
   paper's recipe, weights of the random Fourier features on one grid of `±width` prior sds with a zero
   level: sparse 4-bit codes, less accurate (`docs/decisions/default-recipe.md#the-eigenbasis`).
@@ -260,8 +263,11 @@ class Eigen(_Recipe):
 class Compact(_Recipe):
     r"""The `Eigen` fit in a compact form (`kronvi.model.compact_posterior`): the exact posterior mean in the
     feature basis, the eigenvectors of the directions the data determine, one shared variance for the rest.
-    The same predictive mean; a predictive variance within `tol` noise variances of the eigen fit's
-    (`docs/decisions/default-recipe.md#the-compact-recipe`).
+    The same posterior predictive mean; a predictive variance within `tol` noise variances of the eigen fit's
+    (`docs/decisions/default-recipe.md#the-compact-recipe`). Rows beyond the training inputs' span are
+    recentred by a bound on the shared directions together, where the eigen model bounds each direction, so
+    there its predictive mean can differ from the eigen model's
+    (`docs/decisions/default-recipe.md#test-rows-far-from-the-training-inputs`).
 
     Attributes:
       width: as `Eigen.width`.
@@ -1418,7 +1424,15 @@ def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
             hyper, gp_info = _refined(jax.random.fold_in(k_gp, 1), rows, hyper, gp_info, refine, options)
     else:
         hyper, gp_info = gp
-    return _block(hyper), gp_info
+    return _block(_in_dtype(hyper, Xs.dtype)), gp_info
+
+
+def _in_dtype(tree, dtype):
+    """Every leaf of `tree` in `dtype`: the GP step answers in float64 from its float64 rows, which stay float64
+    under `jax.enable_x64` while the fit works in `dtype` (cast by NumPy when concrete: no program)."""
+    if _traced(tree):
+        return jax.tree.map(lambda a: jnp.asarray(a).astype(dtype), tree)
+    return jax.tree.map(lambda a: a if np.asarray(a).dtype == dtype else to_device(np.asarray(a), dtype), tree)
 
 
 def _gp_refine_rows(config: DirectConfig, num_rows: int) -> int:
