@@ -79,6 +79,10 @@ def _last_line(err: str) -> str:
         (["--seed", "99999999999999999999"], "--seed must be an integer in [0, 4294967295]"),
         (["--noise-cv", "ten"], "--noise-cv must be 'none' or a comma list"),
         (["--noise-cv", "3", "--basis", "eigen"], "--noise-cv applies to --basis features only"),
+        (["--basis", "features", "--kernel", "auto"], "--kernel auto compares by the exact evidence"),
+        (["--basis", "features", "--feature-map", "auto"], "--feature-map auto compares by the exact evidence"),
+        (["--feature-budget", "0"], "--feature-budget"),
+        (["--feature-budget", "10", "--basis", "features"], "--feature-budget grows b by the exact evidence"),
     ],
 )
 def test_bad_options_are_one_line_usage_errors(csv_path, no_compute, capsys, option, message):
@@ -88,6 +92,17 @@ def test_bad_options_are_one_line_usage_errors(csv_path, no_compute, capsys, opt
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("kronvi fit: error: ") and message in err  # no usage block
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("source", ["shipped", "folder"])
+def test_folds_of_a_folder_or_the_shipped_data_are_not_overridden(tmp_path, no_compute, capsys, source):
+    # their folds are the columns of their test mask: an explicit --folds there is refused, not ignored
+    argv = ["fit", "--folds", "5"] + ([] if source == "shipped" else [str(tmp_path)])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--folds applies to a CSV file" in err
 
 
 def test_more_folds_than_rows_is_an_error_before_compute(csv_path, no_compute, capsys):
@@ -135,7 +150,10 @@ def test_json_is_strict_and_written_atomically(csv_path, tmp_path, fake_fold):
     assert out.read_text() == "{}"
     argv = ["fit", str(csv_path), "--folds", "3", "--max-folds", "1", "--json", str(out), "--force"]
     assert cli.main(argv) == 0
-    assert len(json.loads(out.read_text(), parse_constant=reject)["folds"]) == 1
+    one = json.loads(out.read_text(), parse_constant=reject)
+    assert len(one["folds"]) == 1
+    assert one["summary"]["nlpd_mean"] is None and one["summary"]["nlpd_sd"] is None  # not a spread of 0
+    assert one["summary"]["num_iter_sd"] == 0.0  # one fold's known value: no spread
 
 
 def test_user_input_errors_are_one_line_unless_debug(tmp_path, no_compute, capsys):

@@ -88,7 +88,12 @@ def _parsers():
         help="a CSV file (last column = target) or a folder with "
         "data.csv.gz and test_mask.csv.gz; default: the shipped yacht data",
     )
-    f.add_argument("--folds", type=int, default=10, help="folds for a CSV without a mask")
+    f.add_argument(
+        "--folds",
+        type=int,
+        default=None,
+        help="folds for a CSV file (default 10); a folder's test_mask.csv.gz and the shipped data define theirs",
+    )
     f.add_argument(
         "--num-features",
         type=int,
@@ -198,8 +203,17 @@ def _parsers():
 
 def _check_args(parser, args):
     """One-line argparse errors (exit code 2) for bad option values, before any data is read."""
-    if args.folds < 2:
-        parser.error(f"--folds must be >= 2, got {args.folds}")
+    if args.folds is not None:
+        if args.source is None or os.path.isdir(args.source):
+            parser.error(
+                "--folds applies to a CSV file: the folds of "
+                + ("the shipped data" if args.source is None else "a folder")
+                + " are its test_mask.csv.gz's columns (--max-folds runs fewer)"
+            )
+        if args.folds < 2:
+            parser.error(f"--folds must be >= 2, got {args.folds}")
+    else:
+        args.folds = 10
     if args.density_rows < 0:
         parser.error(f"--density-rows must be >= 0, got {args.density_rows}")
     if args.no_density:
@@ -225,6 +239,23 @@ def _check_args(parser, args):
             parser.error(str(err))
         if args.noise_cv and args.basis != "features":
             parser.error("--noise-cv applies to --basis features only")
+    if args.basis == "features":  # what the library checks in DirectConfig, before the data are read
+        for option, value in (("--kernel", args.kernel), ("--feature-map", args.feature_map)):
+            if value == "auto":
+                parser.error(
+                    f"{option} auto compares by the exact evidence of --basis eigen or compact: with --basis "
+                    f"features name one"
+                )
+    if args.feature_budget is not None:
+        try:
+            check_positive_number(args.feature_budget, "--feature-budget")
+        except ValueError as err:
+            parser.error(str(err))
+        if args.basis == "features":
+            parser.error(
+                "--feature-budget grows b by the exact evidence of --basis eigen or compact, not --basis features "
+                "(set --num-features there)"
+            )
 
 
 def _input_files(source) -> list[str]:
@@ -404,13 +435,6 @@ def _fit(args):
         name = args.source
     folds = fold_indices(mask)
     K = mask.shape[1] if args.max_folds is None else min(args.max_folds, mask.shape[1])
-    if args.feature_budget is not None:
-        check_positive_number(args.feature_budget, "--feature-budget")
-        if args.basis == "features":
-            raise ValueError(
-                "--feature-budget grows b by the exact evidence of --basis eigen or compact, not --basis features "
-                "(set --num-features there)"
-            )
     n_train = int(np.sum(folds != 0))
     fmap = args.feature_map or default_feature_map(n_train, args.basis)
     config = DirectConfig(

@@ -155,7 +155,8 @@ def summarize(results: list[FoldResult]) -> dict:
             continue
         vals = np.asarray([getattr(r, field) for r in results], dtype=float)
         out[f"{field}_mean"] = float(np.mean(vals))
-        out[f"{field}_sd"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+        # one fold: no spread, unless its value is missing (NaN, JSON's null), as the mean then is
+        out[f"{field}_sd"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else float(vals[0] - vals[0])
     return out
 
 
