@@ -351,3 +351,29 @@ def test_the_shared_kernel_at_any_node_count_against_enumeration(dtype, batch_si
         assert np.all(rel <= err[active] + 1e-12), (cap, K, table)
         want = log_density_kernel(*raw, num_nodes=K if tgt is None else 30, target=tgt)
         np.testing.assert_allclose(ld[active], np.asarray(want[0], np.float64)[active], rtol=tol, atol=tol)
+
+
+def test_forward_mode_derivatives_match_differences_and_reverse_mode_is_refused():
+    # The node count of every point is traced (each point takes the fewest nodes that meet its bound), so
+    # the kernel's loop has a traced trip count: forward mode (jvp, jacfwd) differentiates it, reverse mode
+    # (grad, vjp) cannot (docs/sharp_bits.md). Derivatives in y and in the posterior's logits against
+    # central differences of the same one-pass call, in float64.
+    args, _ = problem(np.random.default_rng(11), 1.0)
+    with jax.enable_x64(True):
+        q_w, q_n, pw, pn = model(*args[:4], np.float64)
+        Phi, y = jnp.asarray(args[4][:4]), jnp.asarray(args[5][:4])
+
+        def f(logits, yy):
+            mf = kronvi.model.MeanField(logits)
+            return kronvi.model.predictive_log_density(mf, q_n, pw, pn, Phi, yy, rtol=None, num_nodes=64)[0]
+
+        d_y = jnp.diagonal(jax.jacfwd(f, argnums=1)(q_w.logits, y))
+        h = 1e-5
+        fd_y = (f(q_w.logits, y + h) - f(q_w.logits, y - h)) / (2 * h)  # each point's density in its own y
+        np.testing.assert_allclose(d_y, fd_y, rtol=1e-6, atol=1e-8)
+        direction = jnp.asarray(np.random.default_rng(12).normal(size=q_w.logits.shape))
+        _, d_l = jax.jvp(lambda lg: f(lg, y), (q_w.logits,), (direction,))
+        fd_l = (f(q_w.logits + h * direction, y) - f(q_w.logits - h * direction, y)) / (2 * h)
+        np.testing.assert_allclose(d_l, fd_l, rtol=1e-6, atol=1e-8)
+        with pytest.raises(ValueError, match="Reverse-mode differentiation"):
+            jax.grad(lambda yy: f(q_w.logits, yy).sum())(y)
