@@ -285,8 +285,8 @@ def main():
             f"{cv['br_rmse']:.4g} |"
         )
     print(
-        "\n## What the CV targets leave once nothing is compiled (seconds; lower bounds on the fresh process)\n"
-        "A fresh process pays at least JAX's import and the sum of its warm folds. `without the GP step`: the "
+        "\n## What the CV targets leave once nothing is compiled (seconds; estimates for the fresh process)\n"
+        "A fresh process pays JAX's import and its folds, about the warm folds' seconds if nothing were compiled. `without the GP step`: the "
         "same with the warm folds' GP step (standardizing and the GP hyperparameters, `init_seconds`) taken out."
     )
     print(

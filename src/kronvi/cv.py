@@ -155,8 +155,10 @@ def summarize(results: list[FoldResult]) -> dict:
             continue
         vals = np.asarray([getattr(r, field) for r in results], dtype=float)
         out[f"{field}_mean"] = float(np.mean(vals))
-        # one fold: no spread, unless its value is missing (NaN, JSON's null), as the mean then is
-        out[f"{field}_sd"] = float(np.std(vals, ddof=1)) if len(vals) > 1 else float(vals[0] - vals[0])
+        if len(vals) > 1:
+            out[f"{field}_sd"] = float(np.std(vals, ddof=1))
+        else:  # one fold: no spread, unless its value is missing (NaN, JSON's null) or infinite
+            out[f"{field}_sd"] = 0.0 if np.all(np.isfinite(vals)) else float("nan")
     return out
 
 

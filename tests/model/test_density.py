@@ -354,9 +354,9 @@ def test_the_shared_kernel_at_any_node_count_against_enumeration(dtype, batch_si
 
 
 def test_forward_mode_derivatives_match_differences_and_reverse_mode_is_refused():
-    # The node count of every point is traced (each point takes the fewest nodes that meet its bound), so
-    # the kernel's loop has a traced trip count: forward mode (jvp, jacfwd) differentiates it, reverse mode
-    # (grad, vjp) cannot (docs/sharp_bits.md). Derivatives in y and in the posterior's logits against
+    # The kernel's loops (each point's tilt by Newton's iterations, its nodes in groups) run a data-dependent
+    # number of times, whatever rtol: forward mode (jvp, jacfwd) differentiates them, reverse mode (grad,
+    # vjp) cannot (docs/sharp_bits.md). Derivatives in y and in the posterior's logits against
     # central differences of the same one-pass call, in float64.
     args, _ = problem(np.random.default_rng(11), 1.0)
     with jax.enable_x64(True):
