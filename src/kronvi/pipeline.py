@@ -1424,15 +1424,11 @@ def _hyperparameters(k_gp, Xs, yc, config, gp, gp_rows=None):
             hyper, gp_info = _refined(jax.random.fold_in(k_gp, 1), rows, hyper, gp_info, refine, options)
     else:
         hyper, gp_info = gp
-    return _block(_in_dtype(hyper, Xs.dtype)), gp_info
-
-
-def _in_dtype(tree, dtype):
-    """Every leaf of `tree` in `dtype`: the GP step answers in float64 from its float64 rows, which stay float64
-    under `jax.enable_x64` while the fit works in `dtype` (cast by NumPy when concrete: no program)."""
-    if _traced(tree):
-        return jax.tree.map(lambda a: jnp.asarray(a).astype(dtype), tree)
-    return jax.tree.map(lambda a: a if np.asarray(a).dtype == dtype else to_device(np.asarray(a), dtype), tree)
+    hyper = _block(hyper)
+    # the GP step answers in float64 from its float64 rows, which stays float64 under `jax.enable_x64`
+    if any(jnp.result_type(a) != Xs.dtype for a in jax.tree.leaves(hyper)):
+        hyper = _cast(hyper, Xs.dtype)
+    return hyper, gp_info
 
 
 def _gp_refine_rows(config: DirectConfig, num_rows: int) -> int:
