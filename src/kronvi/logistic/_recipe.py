@@ -841,17 +841,16 @@ def _log_pair(p, L, err, floor, xp=jnp):
     the width of the interval a quadrature value of 0 stands for when the bracket says nothing."""
     p = xp.asarray(p, L.dtype)
     err = xp.broadcast_to(xp.asarray(err, L.dtype), p.shape)
-    one_small = p <= 0.5  # the label whose probability is the smaller: 1 (its MGFs at +1, +2) or 0 (-1, -2)
+    one_small = p <= 0.5  # the label whose probability is the smaller
     small = xp.where(one_small, p, 1.0 - p)
-    La = xp.where(one_small, L[:, 0], L[:, 2])  # log E e^{+-Z}: the bracket's top
-    Lb = xp.where(one_small, L[:, 1], L[:, 3])  # log E e^{+-2Z}: its width
+    La, Lb = _small_bracket(L, one_small, xp)
     log_two, log_err = math.log(2.0), xp.log(err)
     gap = Lb - La  # the bracket is [max(e^La - e^Lb, 0), e^La]
     lower = La + xp.log(-xp.expm1(xp.minimum(gap, -1e-30)))
     log_lo = xp.where(gap < 0, lower, -xp.inf)
     # its midpoint, where it is narrower than the quadrature's interval (twice its bound) or inside its error
     use_bracket = (Lb <= log_two + log_err) | (La <= log_err)
-    mid = xp.where(gap < 0, La + xp.log1p(-0.5 * xp.exp(xp.minimum(gap, 0.0))), La - log_two)
+    mid = _bracket_midpoint(La, Lb, xp)
     # elsewhere the quadrature's, inside the bracket (a zero: the middle of [0, min(err, floor)])
     with_q = xp.clip(xp.log(small), log_lo, La)
     with_q = xp.where(xp.isfinite(with_q), with_q, xp.minimum(La, xp.log(xp.minimum(err, floor))) - log_two)
@@ -860,6 +859,19 @@ def _log_pair(p, L, err, floor, xp=jnp):
     return xp.stack(
         [xp.where(one_small, log_large, log_small), xp.where(one_small, log_small, log_large)], axis=1
     )
+
+
+def _small_bracket(L, one_small, xp=jnp):
+    r"""`(La, Lb)` `(r,)` of the label whose probability is the smaller, from the rows' log-MGFs `L` `(r, 4)`
+    (`_tail_mgfs`): 1 where `one_small` (its MGFs at +1, +2), else 0 (-1, -2). Its probability lies in
+    $[\max(e^{La} - e^{Lb}, 0), e^{La}]$."""
+    return xp.where(one_small, L[:, 0], L[:, 2]), xp.where(one_small, L[:, 1], L[:, 3])
+
+
+def _bracket_midpoint(La, Lb, xp=jnp):
+    r"""The log of the midpoint of $[\max(e^{La} - e^{Lb}, 0), e^{La}]$."""
+    gap = Lb - La
+    return xp.where(gap < 0, La + xp.log1p(-0.5 * xp.exp(xp.minimum(gap, 0.0))), La - math.log(2.0))
 
 
 def _bucket(rows: int) -> int:
@@ -936,11 +948,11 @@ def _chunk_proba(model, Xc):
     if np.any(big):  # beyond the cap: the MGF bracket where it is within the target, else predict_logistic's
         idx = np.flatnonzero(big)  # own refinement (and warning)
         L = jax.device_get(_jit_tail_mgfs(model.q_w.log_probs, model.prior_w.values, pad_rows(Phi[idx], _bucket(idx.size))))
-        one_small = L[: idx.size, 0] <= L[: idx.size, 2]  # E e^Z <= E e^-Z: the label 1 is the less likely
-        La = np.where(one_small, L[: idx.size, 0], L[: idx.size, 2]).astype(np.float64)
-        Lb = np.where(one_small, L[: idx.size, 1], L[: idx.size, 3]).astype(np.float64)
+        L = L[: idx.size].astype(np.float64)
+        one_small = L[:, 0] <= L[:, 2]  # E e^Z <= E e^-Z: the label 1 is the less likely
+        La, Lb = _small_bracket(L, one_small, np)
         tight = (Lb <= math.log(2.0 * target_error(dtype))) & (Lb < La)
-        small = np.exp(La[tight] + np.log1p(-0.5 * np.exp(Lb[tight] - La[tight])))  # the bracket's midpoint
+        small = np.exp(_bracket_midpoint(La[tight], Lb[tight], np))
         p[idx[tight]] = np.where(one_small[tight], small, 1.0 - small)
         idx = idx[~tight]
         if idx.size:
